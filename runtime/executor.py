@@ -1,0 +1,55 @@
+"""One interface for every place a run can execute: local process, Docker, Kubernetes, Ray.
+
+A handle is plain JSON stored with the attempt, so a process that did not start the run can
+poll, stop or re-attach to it. `start` is idempotent on `key`: starting the same key twice
+returns the first run's handle instead of launching again.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, Field
+
+
+class LaunchRequest(BaseModel):
+    """What to run. argv is a list: nothing is ever passed through a shell."""
+
+    key: str = Field(description="Idempotency key, e.g. 'attempt-12'; unique per launch")
+    argv: list[str] = Field(min_length=1)
+    cwd: str
+    env: dict[str, str] = Field(default_factory=dict)
+    gpus: list[int] = Field(default_factory=list, description="GPU indices; [] hides all GPUs")
+    log_path: str
+    image: str | None = None
+    user: str | None = None
+    memory_gb: float | None = None
+    shm_gb: float | None = None
+    mounts: list[dict[str, Any]] = Field(default_factory=list)
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class RunStatus(BaseModel):
+    # running: alive; exited: ended and we know the exit code; lost: gone without an exit record
+    state: Literal["running", "exited", "lost"]
+    exit_code: int | None = None
+    signal: int | None = None
+    detail: str | None = None
+
+
+class Executor(Protocol):
+    kind: str
+
+    def start(self, req: LaunchRequest) -> dict[str, Any]: ...
+
+    def find(self, key: str) -> dict[str, Any] | None: ...
+
+    def poll(self, handle: dict[str, Any]) -> RunStatus: ...
+
+    def stop(self, handle: dict[str, Any], grace_s: float = 10.0) -> RunStatus: ...
+
+    def logs(self, handle: dict[str, Any], tail: int = 200) -> str: ...
+
+    def render(self, req: LaunchRequest) -> str:
+        """What would run, for a dry run."""
+        ...

@@ -1,0 +1,126 @@
+"""The skill contract: an input model, a result model, one function, a name, a description and a
+capability. Skills never check permissions; the policy layer wraps every call.
+
+    @skill("list_jobs", capability="read")
+    def list_jobs(ctx: SkillContext, inp: ListJobsInput) -> ListJobsResult:
+        \"\"\"One paragraph the planner (and the LLM) reads.\"\"\"
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from dataclasses import dataclass, field
+from datetime import datetime
+from importlib.metadata import entry_points
+from typing import Any, Callable, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from nightshift.runtime.config import Settings
+from nightshift.runtime.errors import SkillInputError, UnknownSkill
+from nightshift.runtime.store import Store
+
+Capability = Literal["read", "launch", "modify", "destroy"]
+CAPABILITIES: tuple[str, ...] = ("read", "launch", "modify", "destroy")
+
+I = TypeVar("I", bound=BaseModel)
+O = TypeVar("O", bound=BaseModel)
+
+
+@dataclass
+class SkillContext:
+    """Everything a skill may touch. The clock is `now`, handed in: skills never read one."""
+
+    store: Store
+    settings: Settings
+    now: datetime
+    call_id: str | None = None
+    principal: str = "system"
+    # Runtime objects, built by the caller; a skill that needs one and finds None reports it.
+    probe: Any = None
+    executor: Any = None
+    policy_limits: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Skill(Generic[I, O]):
+    name: str
+    description: str
+    capability: Capability
+    input_model: type[I]
+    output_model: type[O]
+    fn: Callable[[SkillContext, I], O]
+
+    def parse(self, args: dict[str, Any] | I) -> I:
+        """Validate arguments against the input model; errors name the field for the planner."""
+        if isinstance(args, self.input_model):
+            return args
+        try:
+            return self.input_model.model_validate(args)
+        except ValidationError as exc:
+            parts = []
+            for err in exc.errors():
+                loc = ".".join(str(p) for p in err["loc"]) or "(arguments)"
+                parts.append(f"{loc}: {err['msg']}")
+            raise SkillInputError(f"{self.name}: invalid arguments: " + "; ".join(parts)) from exc
+
+    def __call__(self, ctx: SkillContext, args: dict[str, Any] | I) -> O:
+        return self.fn(ctx, self.parse(args))
+
+    def tool_schema(self) -> dict[str, Any]:
+        """The OpenAI tool definition, generated from the input model."""
+        params = self.input_model.model_json_schema()
+        params.pop("title", None)
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": params},
+        }
+
+
+_BUILTINS: dict[str, Skill] = {}
+
+
+def skill(name: str, *, capability: Capability) -> Callable[[Callable[[SkillContext, Any], Any]], Skill]:
+    """Turn a typed function into a Skill; models come from its annotations, the description from
+    its docstring. Checked when the module is imported, so a malformed skill never registers."""
+    if capability not in CAPABILITIES:
+        raise ValueError(f"skill {name}: capability must be one of {CAPABILITIES}")
+
+    def wrap(fn: Callable[[SkillContext, Any], Any]) -> Skill:
+        hints = typing.get_type_hints(fn)
+        params = list(inspect.signature(fn).parameters)
+        if len(params) != 2:
+            raise TypeError(f"skill {name}: takes (ctx, input), got {params}")
+        inp, out = hints.get(params[1]), hints.get("return")
+        for what, model in (("input", inp), ("result", out)):
+            if not (isinstance(model, type) and issubclass(model, BaseModel)):
+                raise TypeError(f"skill {name}: {what} must be a pydantic model")
+        doc = inspect.cleandoc(fn.__doc__ or "")
+        if not doc:
+            raise TypeError(f"skill {name}: needs a docstring; the planner reads it")
+        made = Skill(name, doc, capability, inp, out, fn)
+        _BUILTINS[name] = made
+        return made
+
+    return wrap
+
+
+def registry() -> dict[str, Skill]:
+    """Built-in skills plus any installed package's `nightshift.skills` entry points."""
+    from nightshift.skills import builtin  # noqa: F401  (imports register the built-ins)
+
+    found = dict(_BUILTINS)
+    for ep in entry_points(group="nightshift.skills"):
+        obj = ep.load()
+        if isinstance(obj, Skill):
+            found.setdefault(obj.name, obj)
+    return found
+
+
+def get_skill(name: str) -> Skill:
+    skills = registry()
+    if name not in skills:
+        raise UnknownSkill(f"no skill named '{name}'; `nightshift skills` lists them "
+                           f"({', '.join(sorted(skills))})")
+    return skills[name]
