@@ -55,6 +55,7 @@ class PolicySettings(BaseModel):
 
 class LoopSettings(BaseModel):
     poll_interval_s: float = 0.5
+    cpu_slots: int = Field(1, ge=1, description="CPU-only jobs that may run at once")
 
 
 class Settings(BaseModel):

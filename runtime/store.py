@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
+from pydantic import NaiveDatetime
 from sqlalchemy import event
 from sqlalchemy.exc import OperationalError
 from nightshift.runtime.errors import StoreError
@@ -41,8 +42,8 @@ class Job(SQLModel, table=True):
     max_attempts: int = 3
     submitted_by_call: str | None = Field(default=None, unique=True)
     reason: str | None = None
-    created_at: datetime = Field(default_factory=utcnow)
-    updated_at: datetime = Field(default_factory=utcnow)
+    created_at: NaiveDatetime = Field(default_factory=utcnow)
+    updated_at: NaiveDatetime = Field(default_factory=utcnow)
 
 
 class Attempt(SQLModel, table=True):
@@ -63,9 +64,12 @@ class Attempt(SQLModel, table=True):
     signal: int | None = None
     start_step: int = 0
     last_step: int | None = None
+    last_loss: float | None = None
+    metrics_offset: int = 0  # where this attempt's lines start in the job's metrics file
+    last_progress_at: NaiveDatetime | None = None
     outcome: str | None = None  # succeeded | failed | stopped | lost
-    started_at: datetime = Field(default_factory=utcnow)
-    ended_at: datetime | None = None
+    started_at: NaiveDatetime = Field(default_factory=utcnow)
+    ended_at: NaiveDatetime | None = None
 
 
 class MetricPoint(SQLModel, table=True):
@@ -85,7 +89,7 @@ class CheckpointRecord(SQLModel, table=True):
     step: int
     path: str
     valid: bool = True
-    seen_at: datetime = Field(default_factory=utcnow)
+    seen_at: NaiveDatetime = Field(default_factory=utcnow)
 
 
 class GpuSample(SQLModel, table=True):
@@ -97,7 +101,7 @@ class GpuSample(SQLModel, table=True):
     uuid: str | None = Field(default=None, index=True)
     verdict: str
     data: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
-    taken_at: datetime = Field(default_factory=utcnow)
+    taken_at: NaiveDatetime = Field(default_factory=utcnow)
 
 
 class Approval(SQLModel, table=True):
@@ -112,9 +116,9 @@ class Approval(SQLModel, table=True):
     state: str = Field(default="pending", index=True)
     votes: list = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
     thread_id: str | None = None
-    created_at: datetime = Field(default_factory=utcnow)
-    expires_at: datetime | None = None
-    decided_at: datetime | None = None
+    created_at: NaiveDatetime = Field(default_factory=utcnow)
+    expires_at: NaiveDatetime | None = None
+    decided_at: NaiveDatetime | None = None
 
 
 class AuditEvent(SQLModel, table=True):
@@ -144,8 +148,8 @@ class PlannedCall(SQLModel, table=True):
     state: str = "planned"
     result: dict | None = Field(default=None, sa_column=Column(JSON))
     error: str | None = None
-    created_at: datetime = Field(default_factory=utcnow)
-    finished_at: datetime | None = None
+    created_at: NaiveDatetime = Field(default_factory=utcnow)
+    finished_at: NaiveDatetime | None = None
 
 
 class KeyValue(SQLModel, table=True):

@@ -1,0 +1,304 @@
+"""The `nightshift` command: goal runs, single skill calls, status, approvals, audit, kill switch."""
+
+from __future__ import annotations
+
+import json
+import select
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+import yaml
+from langgraph.types import Command
+from sqlmodel import select as sql_select
+
+from nightshift.agent.console import console, error, progress_printer, table
+from nightshift.agent.goals import load_goal, recover_goal
+from nightshift.agent.graph import build_graph, sqlite_checkpointer
+from nightshift.agent.planner import DeterministicPlanner
+from nightshift.agent.summary import run_summary, thread_jobs
+from nightshift.agent.wiring import Wiring, local_now
+from nightshift.policies import killswitch
+from nightshift.runtime.config import load_settings_with_sources
+from nightshift.runtime.errors import ApprovalRejected, NightshiftError, PolicyDenied
+from nightshift.runtime.store import Approval
+from nightshift.skills.base import get_skill, registry
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="nightshift: works the night shift on deep-learning GPU servers.")
+audit_app = typer.Typer(no_args_is_help=True, help="The hash-chained audit log.")
+approvals_app = typer.Typer(no_args_is_help=True, help="Pending approvals.")
+config_app = typer.Typer(no_args_is_help=True, help="Effective configuration.")
+app.add_typer(audit_app, name="audit")
+app.add_typer(approvals_app, name="approvals")
+app.add_typer(config_app, name="config")
+
+ConfigOpt = typer.Option(None, "--config", help="Config file (default $NIGHTSHIFT_HOME/config.yaml)")
+
+
+def _fail(exc: NightshiftError) -> None:
+    error(str(exc))
+    raise typer.Exit(exc.exit_code)
+
+
+# ------------------------------------------------------------------------------------ run
+@app.command()
+def run(goal_file: Optional[Path] = typer.Argument(None, help="Goal file (YAML)"),
+        resume: Optional[str] = typer.Option(None, "--resume", help="Resume the run with this thread id"),
+        recover: Optional[int] = typer.Option(None, "--recover", help="Run the recover playbook on job N"),
+        config: Optional[str] = ConfigOpt) -> None:
+    """Run a goal file end to end (or resume an interrupted run)."""
+    try:
+        w = Wiring.load(config)
+        if sum(x is not None for x in (goal_file, resume, recover)) != 1:
+            error("give exactly one of GOAL_FILE, --resume THREAD or --recover JOB")
+            raise typer.Exit(2)
+        graph = build_graph(w, DeterministicPlanner(), checkpointer=sqlite_checkpointer(w),
+                            on_progress=progress_printer())
+        started = time.monotonic()
+        w.engine.start_background()
+        if resume:
+            thread = resume
+            cfg = _cfg(thread)
+            snap = graph.get_state(cfg)
+            if not snap.values:
+                error(f"no run with thread id '{thread}' in {w.settings.home_path / 'graph.db'}")
+                raise typer.Exit(2)
+            console.print(f"[bold]resuming[/] thread {thread}")
+            pending = [i for t in snap.tasks for i in t.interrupts]
+            if pending:
+                result = graph.invoke(Command(resume=_wait_for_approval(w, pending[0].value)), cfg)
+            elif snap.next:
+                result = graph.invoke(None, cfg)
+            else:
+                result = snap.values
+        else:
+            goal = recover_goal(recover) if recover is not None else load_goal(goal_file)
+            thread = f"{goal.name}-{local_now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:4]}"
+            cfg = _cfg(thread)
+            console.print(f"[bold]nightshift[/] goal [bold]{goal.name}[/] · thread {thread}\n"
+                          f"[dim](if interrupted: nightshift run --resume {thread})[/]")
+            result = graph.invoke({"goal": goal.model_dump(mode="json"), "history": [],
+                                   "on_behalf_of": w.user}, cfg)
+        while "__interrupt__" in result:
+            result = graph.invoke(Command(resume=_wait_for_approval(w, result["__interrupt__"][0].value)), cfg)
+        # Without a daemon, this process owns the loop until every job of the goal has ended.
+        w.engine.run_until_settled(thread_jobs(w, thread))
+        w.engine.stop_background()
+        fin = result.get("finish") or {"ok": False, "summary": "run ended without a result"}
+        console.print(run_summary(w, thread, time.monotonic() - started))
+        raise typer.Exit(0 if fin["ok"] else (2 if fin.get("bad_input") else 1))
+    except NightshiftError as exc:
+        _fail(exc)
+
+
+def _cfg(thread: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread}, "recursion_limit": 500}
+
+
+def _wait_for_approval(w: Wiring, req: dict[str, Any]) -> str:
+    """Ask at the terminal when there is one; otherwise (cron, CI) wait for a decision from any
+    channel until the approval is decided or expires. Returns approved | rejected | expired."""
+    aid = req["approval_id"]
+    console.print(f"[bold yellow]approval {aid} needed[/]: {req['skill']} {json.dumps(req['args'])} "
+                  f"(rule {req['rule']}, quorum {req['quorum']})\n"
+                  f"  decide from any shell: [bold]nightshift approve {aid}[/] / "
+                  f"[bold]nightshift reject {aid}[/]")
+    interactive = sys.stdin is not None and sys.stdin.isatty()
+    if interactive:
+        console.print(f"  approve as {w.user}? [y/N] ", end="")
+    while True:
+        state = w.approvals.status(aid, local_now()).state
+        if state != "pending":
+            console.print(f"  approval {aid}: {state}")
+            return state
+        if interactive and select.select([sys.stdin], [], [], 1.0)[0]:
+            answer = sys.stdin.readline().strip().lower()
+            try:
+                w.approvals.vote(aid, w.user, answer in ("y", "yes"), local_now())
+            except PolicyDenied as exc:
+                console.print(f"  [red]{exc}[/] — waiting for another approver")
+                interactive = False
+        else:
+            time.sleep(1.0)
+
+
+# ------------------------------------------------------------------------------------ skills
+@app.command("skills")
+def skills_cmd(as_json: bool = typer.Option(False, "--json")) -> None:
+    """List registered skills with their capability."""
+    found = registry()
+    if as_json:
+        console.print_json(json.dumps([s.tool_schema() for s in found.values()]))
+        return
+    console.print(table("skills", ["name", "capability", "description"],
+                        [[s.name, s.capability, s.description.split("\n")[0][:90]]
+                         for s in sorted(found.values(), key=lambda s: s.name)]))
+
+
+@app.command("skill")
+def skill_cmd(name: str,
+              arg: list[str] = typer.Option([], "--arg", help="key=value (value parsed as YAML)"),
+              as_json: bool = typer.Option(False, "--json", help="Print the result model as JSON"),
+              config: Optional[str] = ConfigOpt) -> None:
+    """Call one skill through the policy gate and print its result."""
+    try:
+        w = Wiring.load(config)
+        skill = get_skill(name)
+        args: dict[str, Any] = {}
+        for item in arg:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                error(f"--arg {item!r}: expected key=value")
+                raise typer.Exit(2)
+            args[key] = yaml.safe_load(value) if value else ""
+        skill.parse(args)
+        call_id = f"cli-{uuid.uuid4().hex[:12]}"
+        verdict = w.gate.check(w.user, skill, args, call_id, local_now())
+        if verdict.decision == "deny":
+            raise PolicyDenied(f"{name}: denied by rule {verdict.rule}: {'; '.join(verdict.reasons)}")
+        if verdict.decision == "needs_approval":
+            appr = w.gate.request_approval(w.user, skill, args, call_id, verdict, local_now())
+            state = _wait_for_approval(w, {"approval_id": appr.id, "skill": name, "args": args,
+                                           "rule": verdict.rule, "quorum": appr.quorum})
+            if state != "approved":
+                raise ApprovalRejected(f"{name}: approval {appr.id} {state}; nothing ran")
+        result = w.gate.run(w.context(w.user, call_id), skill, args, verdict)
+        if as_json:
+            print(result.model_dump_json(indent=2))
+        else:
+            console.print(result)
+    except NightshiftError as exc:
+        _fail(exc)
+
+
+# ------------------------------------------------------------------------------------ status
+@app.command()
+def status(config: Optional[str] = ConfigOpt,
+           as_json: bool = typer.Option(False, "--json")) -> None:
+    """Jobs and their attempts, from the store."""
+    try:
+        w = Wiring.load(config)
+        jobs = get_skill("list_jobs")(w.context(w.user), {"limit": 200})
+    except NightshiftError as exc:
+        _fail(exc)
+    if as_json:
+        print(jobs.model_dump_json(indent=2))
+        return
+    paused = killswitch.is_paused(w.store)
+    if paused:
+        console.print("[bold red]PAUSED[/]: only read skills run until `nightshift resume`")
+    rows = []
+    for j in jobs.jobs:
+        last = j.attempts[-1] if j.attempts else None
+        rows.append([j.id, j.name, j.state, len(j.attempts),
+                     None if last is None else f"{last.start_step}→{last.last_step}",
+                     None if last is None or last.last_loss is None else f"{last.last_loss:.4f}",
+                     j.reason])
+    console.print(table("jobs", ["id", "name", "state", "attempts", "steps", "loss", "reason"], rows))
+
+
+# ------------------------------------------------------------------------------------ audit
+@audit_app.command("verify")
+def audit_verify(config: Optional[str] = ConfigOpt) -> None:
+    """Check the hash chain and the anchor; OK, or the first bad event."""
+    w = Wiring.load(config)
+    res = w.audit.verify()
+    if res.ok:
+        console.print(f"[green]OK[/]: {res.count} audit events, chain and anchor intact")
+        return
+    error(f"audit chain broken at event {res.first_bad_id}: {res.reason}")
+    raise typer.Exit(1)
+
+
+@audit_app.command("show")
+def audit_show(limit: int = typer.Option(50, "--limit"), job: Optional[int] = typer.Option(None, "--job"),
+               as_json: bool = typer.Option(False, "--json"), config: Optional[str] = ConfigOpt) -> None:
+    """Print the newest audit events."""
+    w = Wiring.load(config)
+    events = list(reversed(w.audit.events(limit=limit, job_id=job, newest_first=True)))
+    if as_json:
+        print(json.dumps([e.model_dump(mode="json") for e in events], indent=2))
+        return
+    console.print(table("audit", ["id", "time", "actor", "action", "skill", "job", "detail"],
+                        [[e.id, e.ts, e.actor, e.action, e.skill, e.job_id,
+                          json.dumps(e.payload, default=str)[:100]] for e in events]))
+
+
+# ------------------------------------------------------------------------------------ approvals
+@approvals_app.command("list")
+def approvals_list(config: Optional[str] = ConfigOpt, all_: bool = typer.Option(False, "--all")) -> None:
+    """Pending approvals (or all with --all)."""
+    w = Wiring.load(config)
+    if all_:
+        with w.store.session() as s:
+            rows = list(s.exec(sql_select(Approval).order_by(Approval.id)))
+    else:
+        rows = w.approvals.pending(local_now())
+    console.print(table("approvals", ["id", "state", "skill", "args", "requester", "rule", "votes", "expires"],
+                        [[a.id, a.state, a.skill, json.dumps(a.args), a.requester, a.rule,
+                          f"{len([v for v in a.votes if v.get('approve')])}/{a.quorum}", a.expires_at]
+                         for a in rows]))
+
+
+def _vote(approval_id: int, approve: bool, config: str | None) -> None:
+    try:
+        w = Wiring.load(config)
+        a = w.approvals.vote(approval_id, w.user, approve, local_now())
+        console.print(f"approval {a.id}: {a.state} ({w.user} voted {'yes' if approve else 'no'})")
+    except NightshiftError as exc:
+        _fail(exc)
+
+
+@app.command()
+def approve(approval_id: int, config: Optional[str] = ConfigOpt) -> None:
+    """Approve a pending call (as the local user)."""
+    _vote(approval_id, True, config)
+
+
+@app.command()
+def reject(approval_id: int, config: Optional[str] = ConfigOpt) -> None:
+    """Reject a pending call (as the local user); the call never runs."""
+    _vote(approval_id, False, config)
+
+
+# ------------------------------------------------------------------------------------ kill switch
+@app.command()
+def pause(reason: str = typer.Option("paused by operator", "--reason"),
+          config: Optional[str] = ConfigOpt) -> None:
+    """Kill switch: stop every action but reads until `nightshift resume`."""
+    w = Wiring.load(config)
+    killswitch.pause(w.store, w.audit, w.user, reason)
+    console.print("[bold red]paused[/]: only read skills run until `nightshift resume`")
+
+
+@app.command("resume")
+def resume_cmd(config: Optional[str] = ConfigOpt) -> None:
+    """Lift the kill switch."""
+    w = Wiring.load(config)
+    killswitch.resume(w.store, w.audit, w.user)
+    console.print("[green]resumed[/]")
+
+
+@config_app.command("show")
+def config_show(config: Optional[str] = ConfigOpt) -> None:
+    """Effective settings and where each came from."""
+    try:
+        settings, sources = load_settings_with_sources(config)
+    except NightshiftError as exc:
+        _fail(exc)
+    rows = []
+    for section, values in settings.model_dump().items():
+        if isinstance(values, dict):
+            for k, v in values.items():
+                rows.append([f"{section}.{k}", v, sources.get(f"{section}.{k}", "default")])
+        else:
+            rows.append([section, values, "NIGHTSHIFT_HOME" if section == "home" else "default"])
+    console.print(table("config", ["key", "value", "from"], rows))
+
+
+if __name__ == "__main__":
+    app()

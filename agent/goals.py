@@ -1,0 +1,84 @@
+"""Goal files: what a researcher (or cron) asks nightshift to do.
+
+Two shapes:
+
+    name: nightly                       name: housekeeping
+    goal: train                         steps:
+    spec: ../specs/quickstart.yaml        - id: submit
+    params: {lr: 0.01}                      skill: submit_job
+                                            args: {spec_path: ../specs/quickstart.yaml}
+                                          - watch: ${submit.job_id}
+                                          - skill: cancel_job
+                                            args: {job_id: ${submit.job_id}}
+
+`goal:` names a built-in playbook (train, recover, health); `steps:` are explicit skill calls run in
+order, where `${ID.FIELD}` stands for a field of an earlier step's result.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from nightshift.runtime.errors import SpecError
+from nightshift.runtime.yamlfile import read_yaml, validate
+
+
+class Step(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str | None = Field(None, description="Name later steps use in ${ID.FIELD}")
+    skill: str | None = None
+    args: dict[str, Any] = Field(default_factory=dict)
+    watch: int | str | None = Field(None, description="Wait until this job is no longer queued or running")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> "Step":
+        if (self.skill is None) == (self.watch is None):
+            raise ValueError("a step has exactly one of 'skill' or 'watch'")
+        return self
+
+
+class Goal(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field("goal", pattern=r"^[A-Za-z0-9_.-]+$")
+    goal: Literal["train", "recover", "health"] | None = None
+    spec: str | dict[str, Any] | None = Field(None, description="Spec path (relative to the goal file) or mapping")
+    params: dict[str, Any] = Field(default_factory=dict)
+    priority: int | None = None
+    job_id: int | None = Field(None, description="For goal: recover")
+    steps: list[Step] | None = None
+    base_dir: str = "."
+
+    @model_validator(mode="after")
+    def _shape(self) -> "Goal":
+        if (self.goal is None) == (self.steps is None):
+            raise ValueError("a goal file has either 'goal:' (a playbook) or 'steps:', not both")
+        if self.goal == "train" and self.spec is None:
+            raise ValueError("goal: train needs 'spec:' (a path or a mapping)")
+        if self.goal == "recover" and self.job_id is None:
+            raise ValueError("goal: recover needs 'job_id:'")
+        return self
+
+    def spec_args(self) -> dict[str, Any]:
+        """submit_job / config_validator arguments for this goal's spec."""
+        if isinstance(self.spec, str):
+            return {"spec_path": str((Path(self.base_dir) / self.spec).resolve())}
+        return {"spec": self.spec}
+
+
+def load_goal(path: str | Path) -> Goal:
+    data, node, _ = read_yaml(path)
+    if not isinstance(data, dict):
+        raise SpecError("expected a mapping with 'goal:' or 'steps:'", path=str(path), line=1)
+    data.setdefault("base_dir", str(Path(path).resolve().parent))
+    goal = validate(Goal, data, path=str(path), node=node)
+    if isinstance(goal.spec, str) and not (Path(goal.base_dir) / goal.spec).exists():
+        raise SpecError(f"spec file {goal.spec} not found (relative to {goal.base_dir})",
+                        path=str(path), field="spec")
+    return goal
+
+
+def recover_goal(job_id: int) -> Goal:
+    return Goal(name=f"recover-job-{job_id}", goal="recover", job_id=job_id)

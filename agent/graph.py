@@ -1,0 +1,216 @@
+"""The agent: a LangGraph state machine  plan → guard → (approve) → act → plan … → report.
+
+Each planned call gets an id (thread/step) that is recorded before anything runs. `act` returns
+the stored result when that id already ran, so a node that LangGraph re-runs after an interrupt
+or a crash never launches or kills anything twice. `approve` pauses with `interrupt()` before any
+side effect; `watch` hands the job to the one scheduler/monitor loop until it settles.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any, Callable, TypedDict
+
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import interrupt
+from sqlmodel import select
+
+from nightshift.agent.goals import Goal
+from nightshift.agent.planner import Call, Finish, Observation, Planner, Watch
+from nightshift.agent.wiring import Wiring, local_now
+from nightshift.policies.engine import Verdict
+from nightshift.runtime.engine import job_paths
+from nightshift.runtime.errors import NightshiftError, SkillInputError
+from nightshift.runtime.spec import ExperimentSpec
+from nightshift.runtime.store import Attempt, Job, PlannedCall
+from nightshift.skills.base import get_skill
+
+AGENT = "agent"
+
+
+class AgentState(TypedDict, total=False):
+    goal: dict[str, Any]
+    on_behalf_of: str
+    history: list[dict[str, Any]]
+    pending: dict[str, Any] | None
+    finish: dict[str, Any] | None
+
+
+def job_observation(w: Wiring, job_id: int) -> dict[str, Any]:
+    """What a planner needs to know about a job after it settles."""
+    with w.store.session() as s:
+        job = s.get(Job, job_id)
+        if job is None:
+            return {"job_id": job_id, "state": "missing", "reason": f"no job {job_id}"}
+        atts = list(s.exec(select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.number)))
+    spec = ExperimentSpec.model_validate(job.spec)
+    last = atts[-1] if atts else None
+    return {
+        "job_id": job.id, "state": job.state, "reason": job.reason, "params": job.params,
+        "knobs": spec.knobs.model_dump(), "attempts": len(atts), "max_attempts": job.max_attempts,
+        "checkpoint_dir": str(job_paths(w.settings, job)["checkpoint_dir"]),
+        "attempt": None if last is None else {
+            "number": last.number, "outcome": last.outcome, "exit_code": last.exit_code,
+            "signal": last.signal, "log_path": last.log_path, "last_step": last.last_step,
+            "start_step": last.start_step},
+    }
+
+
+def build_graph(w: Wiring, planner: Planner, *, checkpointer: Any = None,
+                on_progress: Callable[[str, dict[str, Any]], None] | None = None):
+    """Compile the agent graph over the given wiring and planner."""
+    say = on_progress or (lambda kind, data: None)
+
+    def plan(state: AgentState, config) -> dict[str, Any]:
+        thread = config["configurable"]["thread_id"]
+        goal = Goal.model_validate(state["goal"])
+        history = [Observation.model_validate(o) for o in state.get("history", [])]
+        call_id = f"{thread}/{len(history) + 1}"
+        with w.store.session() as s:
+            stored = s.get(PlannedCall, call_id)
+        if stored is not None:  # decided before a crash: replay the same decision, never re-ask
+            action: Call | Watch | Finish = (
+                Watch(job_id=stored.args["job_id"]) if stored.skill == "@watch"
+                else Call(skill=stored.skill, args=stored.args))
+        else:
+            action = planner.next(goal, history)
+            if isinstance(action, Finish):
+                return {"pending": None, "finish": action.model_dump()}
+            with w.store.session() as s:
+                s.add(PlannedCall(call_id=call_id, thread_id=thread, principal=AGENT,
+                                  skill="@watch" if isinstance(action, Watch) else action.skill,
+                                  args={"job_id": action.job_id} if isinstance(action, Watch)
+                                  else action.args))
+        step_id = None
+        if goal.steps is not None and len(history) < len(goal.steps):
+            step_id = goal.steps[len(history)].id
+        pending = {"call_id": call_id, "step_id": step_id, **action.model_dump()}
+        say("plan", pending)
+        return {"pending": pending, "finish": None}
+
+    def route_plan(state: AgentState) -> str:
+        if state.get("finish"):
+            return "report"
+        return "watch" if state["pending"]["kind"] == "watch" else "guard"
+
+    def guard(state: AgentState) -> dict[str, Any]:
+        p = dict(state["pending"])
+        try:
+            skill = get_skill(p["skill"])
+            skill.parse(p["args"])
+        except (NightshiftError, SkillInputError) as exc:
+            return _observe(state, p, "error", error=str(exc), bad_input=True)
+        verdict = w.gate.check(AGENT, skill, p["args"], p["call_id"], local_now())
+        p["verdict"] = verdict.model_dump(mode="json")
+        say("verdict", p)
+        if verdict.decision == "deny":
+            return _observe(state, p, "denied", error="; ".join(verdict.reasons) or verdict.rule)
+        return {"pending": p}
+
+    def route_guard(state: AgentState) -> str:
+        if state.get("pending") is None:
+            return "plan"
+        decision = state["pending"]["verdict"]["decision"]
+        return "approve" if decision == "needs_approval" else "act"
+
+    def approve(state: AgentState, config) -> dict[str, Any]:
+        p = state["pending"]
+        v = Verdict.model_validate(p["verdict"])
+        appr = w.gate.request_approval(AGENT, get_skill(p["skill"]), p["args"], p["call_id"], v,
+                                       local_now(), config["configurable"]["thread_id"])
+        decision = interrupt({"approval_id": appr.id, "call_id": p["call_id"], "skill": p["skill"],
+                              "args": p["args"], "rule": v.rule, "quorum": appr.quorum})
+        if decision == "approved":
+            return {"pending": {**p, "approved": appr.id}}
+        return _observe(state, p, "rejected", error=f"approval {appr.id} {decision}")
+
+    def route_approve(state: AgentState) -> str:
+        return "act" if state.get("pending") else "plan"
+
+    def act(state: AgentState) -> dict[str, Any]:
+        p = state["pending"]
+        with w.store.session() as s:
+            row = s.get(PlannedCall, p["call_id"])
+            if row.state == "done":
+                return _observe(state, p, "ok", result=row.result)
+            if row.state == "error":
+                return _observe(state, p, "error", error=row.error)
+            # A row left "running" by a crash runs again: launch and change skills are idempotent
+            # on the call id (submit_job, launch_container) or on the job's state (resume_job,
+            # cancel_job), so the second run returns what the first did instead of acting twice.
+            row.state = "running"
+            s.add(row)
+        skill = get_skill(p["skill"])
+        ctx = w.context(AGENT, p["call_id"])
+        try:
+            result = w.gate.run(ctx, skill, p["args"], Verdict.model_validate(p["verdict"]))
+            out, status, err, bad = result.model_dump(mode="json"), "ok", None, False
+        except NightshiftError as exc:
+            out, status, err = None, "error", f"{type(exc).__name__}: {exc}"
+            bad = exc.exit_code == 2
+        with w.store.session() as s:
+            row = s.get(PlannedCall, p["call_id"])
+            row.state, row.result, row.error = ("done" if status == "ok" else "error"), out, err
+            row.finished_at = local_now()
+            s.add(row)
+        return _observe(state, p, status, result=out, error=err, bad_input=bad)
+
+    def watch(state: AgentState) -> dict[str, Any]:
+        p = state["pending"]
+        job_id = p["job_id"]
+        say("watch", p)
+
+        def tick() -> None:
+            atts = w.store.attempts(job_id)
+            if atts:
+                a = atts[-1]
+                say("attempt", {"job_id": job_id, "number": a.number, "state": a.state,
+                                "last_step": a.last_step, "last_loss": a.last_loss})
+
+        w.engine.run_until_settled([job_id], on_tick=tick)
+        obs = job_observation(w, job_id)
+        with w.store.session() as s:
+            row = s.get(PlannedCall, p["call_id"])
+            row.state, row.result, row.finished_at = "done", obs, local_now()
+            s.add(row)
+        return _observe(state, p, "ok", result=obs)
+
+    def report(state: AgentState) -> dict[str, Any]:
+        fin = state["finish"]
+        w.audit.append(AGENT, "goal.finish", payload={"goal": state["goal"].get("name"), **fin,
+                                                      "on_behalf_of": state.get("on_behalf_of")})
+        say("finish", fin)
+        return {}
+
+    def _observe(state: AgentState, p: dict[str, Any], status: str, *, result: Any = None,
+                 error: str | None = None, bad_input: bool = False) -> dict[str, Any]:
+        obs = Observation(call_id=p["call_id"], kind=p["kind"], skill=p.get("skill"),
+                          args=p.get("args") or {"job_id": p.get("job_id")}, status=status,
+                          result=result, error=error, bad_input=bad_input, step_id=p.get("step_id"))
+        say("observe", obs.model_dump())
+        return {"history": [*state.get("history", []), obs.model_dump()], "pending": None}
+
+    g = StateGraph(AgentState)
+    g.add_node("plan", plan)
+    g.add_node("guard", guard)
+    g.add_node("approve", approve)
+    g.add_node("act", act)
+    g.add_node("watch", watch)
+    g.add_node("report", report)
+    g.add_edge(START, "plan")
+    g.add_conditional_edges("plan", route_plan, ["guard", "watch", "report"])
+    g.add_conditional_edges("guard", route_guard, ["approve", "act", "plan"])
+    g.add_conditional_edges("approve", route_approve, ["act", "plan"])
+    g.add_edge("act", "plan")
+    g.add_edge("watch", "plan")
+    g.add_edge("report", END)
+    return g.compile(checkpointer=checkpointer)
+
+
+def sqlite_checkpointer(w: Wiring) -> SqliteSaver:
+    """LangGraph's SQLite checkpointer in $NIGHTSHIFT_HOME/graph.db."""
+    w.settings.home_path.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(str(w.settings.home_path / "graph.db"), check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    return SqliteSaver(conn)

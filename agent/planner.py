@@ -1,0 +1,201 @@
+"""Planners decide the next call from the goal and what has happened so far.
+
+The deterministic planner runs goal-file steps and the built-in playbooks (train, recover, health)
+without any model call. Every planner returns the same three kinds of action, so the graph, the
+policy gate and the evals treat them alike.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, Field
+
+from nightshift.agent.goals import Goal
+
+
+class Call(BaseModel):
+    kind: Literal["call"] = "call"
+    skill: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    why: str = ""
+
+
+class Watch(BaseModel):
+    kind: Literal["watch"] = "watch"
+    job_id: int
+    why: str = ""
+
+
+class Finish(BaseModel):
+    kind: Literal["finish"] = "finish"
+    ok: bool
+    summary: str
+    bad_input: bool = Field(False, description="Failed on invalid input the user must fix (exit 2)")
+
+
+Action = Call | Watch | Finish
+
+
+class Observation(BaseModel):
+    """What one action produced; planners read only these (and the goal)."""
+
+    call_id: str
+    kind: Literal["call", "watch"]
+    skill: str | None = None
+    args: dict[str, Any] = Field(default_factory=dict)
+    status: Literal["ok", "error", "denied", "rejected"]
+    result: dict[str, Any] | None = None
+    error: str | None = None
+    bad_input: bool = False
+    step_id: str | None = None
+
+
+class Planner(Protocol):
+    name: str
+
+    def next(self, goal: Goal, history: list[Observation]) -> Action: ...
+
+
+REF = re.compile(r"^\$\{([A-Za-z0-9_-]+)\.([A-Za-z0-9_.]+)\}$")
+
+
+def _resolve(value: Any, results: dict[str, dict[str, Any]]) -> Any:
+    """Replace a whole-string `${step.field}` with that field of an earlier step's result."""
+    if isinstance(value, str):
+        m = REF.match(value)
+        if m:
+            step, path = m.groups()
+            if step not in results:
+                raise KeyError(f"${{{step}.{path}}}: no earlier step with id '{step}' succeeded")
+            cur: Any = results[step]
+            for part in path.split("."):
+                cur = cur[int(part)] if isinstance(cur, list) else cur[part]
+            return cur
+        return value
+    if isinstance(value, dict):
+        return {k: _resolve(v, results) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_resolve(v, results) for v in value]
+    return value
+
+
+class DeterministicPlanner:
+    """Goal-file steps and playbooks; no model, same history → same next action."""
+
+    name = "deterministic"
+
+    def next(self, goal: Goal, history: list[Observation]) -> Action:
+        bad = next((o for o in history if o.status != "ok"), None)
+        if bad is not None:
+            what = bad.skill or "watch"
+            return Finish(ok=False, summary=f"{what} {bad.status}: {bad.error}", bad_input=bad.bad_input)
+        if goal.steps is not None:
+            return self._steps(goal, history)
+        if goal.goal == "health":
+            if not history:
+                return Call(skill="gpu_health_check", args={}, why="goal: health")
+            return Finish(ok=True, summary=history[-1].result.get("message", "health checked"))
+        if goal.goal == "recover":
+            return self._recover(goal.job_id, history, max_attempts=None)
+        return self._train(goal, history)
+
+    # explicit steps -------------------------------------------------------------------------
+    def _steps(self, goal: Goal, history: list[Observation]) -> Action:
+        assert goal.steps is not None
+        if len(history) >= len(goal.steps):
+            return Finish(ok=True, summary=f"{len(goal.steps)} step(s) done")
+        results = {o.step_id: (o.result or {}) for o in history if o.step_id}
+        step = goal.steps[len(history)]
+        try:
+            if step.watch is not None:
+                return Watch(job_id=int(_resolve(step.watch, results)), why=f"step {len(history) + 1}")
+            return Call(skill=step.skill or "", args=_resolve(step.args, results),
+                        why=f"step {len(history) + 1}" + (f" ({step.id})" if step.id else ""))
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            return Finish(ok=False, summary=f"step {len(history) + 1}: cannot fill arguments: {exc}",
+                          bad_input=True)
+
+    # train playbook ---------------------------------------------------------------------------
+    def _train(self, goal: Goal, history: list[Observation]) -> Action:
+        done = {o.skill: o for o in history if o.kind == "call"}
+        if "gpu_health_check" not in done:
+            return Call(skill="gpu_health_check", args={}, why="check GPUs before placing work")
+        if "config_validator" not in done:
+            spec = goal.spec_args()
+            args = {"path": spec["spec_path"]} if "spec_path" in spec else spec
+            return Call(skill="config_validator", args=args, why="validate the spec")
+        check = done["config_validator"].result or {}
+        if not check.get("valid", False):
+            errs = "; ".join(f"{e.get('field')}: {e.get('message')}" for e in check.get("errors", []))
+            return Finish(ok=False, summary=f"spec is invalid: {errs}", bad_input=True)
+        if "submit_job" not in done:
+            args = {**goal.spec_args(), "params": goal.params}
+            if goal.priority is not None:
+                args["priority"] = goal.priority
+            return Call(skill="submit_job", args=args, why="queue the run")
+        job_id = done["submit_job"].result["job_id"]
+        after = history[[o.skill for o in history].index("submit_job") + 1:]
+        return self._recover(job_id, after, max_attempts=None)
+
+    def _recover(self, job_id: int, history: list[Observation], max_attempts: int | None) -> Action:
+        """Watch the job; on a failed attempt diagnose → find a checkpoint → resume with the fix."""
+        if not history or history[-1].skill in ("resume_job", "submit_job"):
+            return Watch(job_id=job_id, why="wait for the run to end")
+        last = history[-1]
+        if last.kind == "watch":
+            job = last.result or {}
+            state = job.get("state")
+            if state == "succeeded":
+                return Finish(ok=True, summary=f"job {job_id} succeeded")
+            if state != "failed":
+                return Finish(ok=False, summary=f"job {job_id} is {state}: {job.get('reason')}")
+            att = job.get("attempt") or {}
+            monitor = att.get("outcome") if att.get("outcome") in ("stalled", "timeout") else None
+            return Call(skill="diagnose_failure", why=f"attempt {att.get('number')} failed",
+                        args={"log_path": att.get("log_path"), "exit_code": att.get("exit_code"),
+                              "signal": att.get("signal"), "monitor_says": monitor})
+        if last.skill == "diagnose_failure":
+            diag = last.result or {}
+            job = _last_watch(history)
+            if not diag.get("retryable"):
+                plan = (diag.get("remediation") or {}).get("message", "")
+                return Finish(ok=False, summary=f"job {job_id} failed: {diag.get('category')} "
+                                                f"(not retryable). {plan}".strip())
+            attempts, limit = job.get("attempts", 0), max_attempts or job.get("max_attempts", 1)
+            if attempts >= limit:
+                return Finish(ok=False, summary=f"job {job_id} failed {attempts} time(s); retries "
+                                                f"exhausted (spec.retries={limit - 1})")
+            att = job.get("attempt") or {}
+            return Call(skill="auto_resume", why="find the newest valid checkpoint",
+                        args={"checkpoint_dir": job.get("checkpoint_dir"),
+                              "current_step": att.get("last_step")})
+        if last.skill == "auto_resume":
+            found = last.result or {}
+            diag = next(o for o in reversed(history) if o.skill == "diagnose_failure").result or {}
+            changes = remedy_changes(diag.get("category", ""), _last_watch(history))
+            return Call(skill="resume_job", why=f"resume after {diag.get('category')}",
+                        args={"job_id": job_id,
+                              "checkpoint": found.get("path") if found.get("found") else None,
+                              "step": found.get("step") if found.get("found") else None,
+                              "param_changes": changes})
+        return Finish(ok=False, summary=f"recover: nothing planned after {last.skill}")
+
+
+def _last_watch(history: list[Observation]) -> dict[str, Any]:
+    return next((o.result or {} for o in reversed(history) if o.kind == "watch"), {})
+
+
+def remedy_changes(category: str, job: dict[str, Any]) -> dict[str, Any]:
+    """Parameter changes that address a failure, through the spec's declared knobs only."""
+    knobs, params = job.get("knobs") or {}, job.get("params") or {}
+    mb, ga, lr = knobs.get("micro_batch"), knobs.get("grad_accum"), knobs.get("learning_rate")
+    if category == "cuda_oom" and mb and isinstance(params.get(mb), int) and params[mb] > 1:
+        changes: dict[str, Any] = {mb: params[mb] // 2}
+        if ga and isinstance(params.get(ga), int):
+            changes[ga] = params[ga] * 2
+        return changes
+    if category == "nan_loss" and lr and isinstance(params.get(lr), (int, float)):
+        return {lr: params[lr] * 0.5}
+    return {}

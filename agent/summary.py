@@ -1,0 +1,77 @@
+"""What a goal run achieved, computed from the store: final metric, attempts, steps lost, time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from sqlmodel import select
+
+from nightshift.agent.wiring import Wiring
+from nightshift.runtime.spec import ExperimentSpec
+from nightshift.runtime.store import Attempt, Job, MetricPoint, PlannedCall
+
+
+class JobOutcome(BaseModel):
+    job_id: int
+    name: str
+    state: str
+    attempts: int
+    steps_lost: int
+    resumed_from_steps: list[int]
+    final_step: int | None
+    metric: str
+    final_metric: float | None
+    reason: str | None
+
+
+def job_outcome(w: Wiring, job_id: int) -> JobOutcome:
+    with w.store.session() as s:
+        job = s.get(Job, job_id)
+        atts = list(s.exec(select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.number)))
+        metric = ExperimentSpec.model_validate(job.spec).metrics.name
+        last = s.exec(select(MetricPoint).where(MetricPoint.job_id == job_id,
+                                                MetricPoint.name == metric)
+                      .order_by(MetricPoint.id.desc())).first()
+    lost = 0
+    for before, after in zip(atts, atts[1:]):
+        if before.last_step is not None:
+            lost += max(0, before.last_step - after.start_step)
+    return JobOutcome(job_id=job.id, name=job.name, state=job.state, attempts=len(atts),
+                      steps_lost=lost, resumed_from_steps=[a.start_step for a in atts[1:]],
+                      final_step=atts[-1].last_step if atts else None, metric=metric,
+                      final_metric=last.value if last else None, reason=job.reason)
+
+
+def thread_jobs(w: Wiring, thread: str) -> list[int]:
+    """Jobs this goal run submitted or recovered."""
+    ids: list[int] = []
+    with w.store.session() as s:
+        for call in s.exec(select(PlannedCall).where(PlannedCall.thread_id == thread)
+                           .order_by(PlannedCall.created_at)):
+            jid: Any = (call.result or {}).get("job_id") if call.skill == "submit_job" \
+                else call.args.get("job_id")
+            if isinstance(jid, int) and jid not in ids:
+                ids.append(jid)
+    return ids
+
+
+def run_summary(w: Wiring, thread: str, wall_s: float) -> Group:
+    """One key/value table per job the goal touched, then the wall time."""
+    parts: list[Any] = []
+    for o in (job_outcome(w, j) for j in thread_jobs(w, thread)):
+        t = Table(title=f"job {o.job_id} · {o.name}", title_justify="left", show_header=False)
+        t.add_column(style="bold")
+        t.add_column()
+        t.add_row("state", o.state + (f" ({o.reason})" if o.reason and o.state != "succeeded" else ""))
+        t.add_row("attempts", str(o.attempts))
+        t.add_row("resumed from step", ", ".join(map(str, o.resumed_from_steps)) or "-")
+        t.add_row("steps lost to failures", str(o.steps_lost))
+        t.add_row("final step", str(o.final_step))
+        t.add_row(f"final {o.metric}", "-" if o.final_metric is None else f"{o.final_metric:.4f}")
+        parts.append(t)
+    parts.append(Text(f"wall time {wall_s:.1f} s · thread {thread}"))
+    return Group(*parts)

@@ -1,0 +1,81 @@
+"""Builds the parts a command needs from the settings: store, executor, loop, policy gate, audit."""
+
+from __future__ import annotations
+
+import getpass
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from functools import cached_property
+from typing import Any
+
+from nightshift.policies import killswitch
+from nightshift.policies.approvals import Approvals
+from nightshift.policies.audit import AuditLog
+from nightshift.policies.engine import PolicyEngine
+from nightshift.policies.gate import Gate
+from nightshift.policies.model import load_policy
+from nightshift.runtime.config import Settings, load_settings
+from nightshift.runtime.engine import Engine
+from nightshift.runtime.local_executor import LocalExecutor
+from nightshift.runtime.store import Store
+from nightshift.skills.base import SkillContext
+
+
+def local_now() -> datetime:
+    """Naive UTC, the store's convention."""
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+@dataclass
+class Wiring:
+    settings: Settings
+
+    @classmethod
+    def load(cls, config: str | None = None) -> "Wiring":
+        return cls(load_settings(config))
+
+    @cached_property
+    def store(self) -> Store:
+        self.settings.home_path.mkdir(parents=True, exist_ok=True)
+        return Store(self.settings.store_url)
+
+    @cached_property
+    def executor(self) -> LocalExecutor:
+        return LocalExecutor(self.settings.runs_dir)
+
+    @cached_property
+    def audit(self) -> AuditLog:
+        return AuditLog(self.store, self.settings.home_path / "audit.anchor")
+
+    @cached_property
+    def approvals(self) -> Approvals:
+        return Approvals(self.store, self.audit, engine=self.policy)
+
+    @cached_property
+    def policy(self) -> PolicyEngine:
+        return PolicyEngine(load_policy(self.settings.policy.file))
+
+    @cached_property
+    def gate(self) -> Gate:
+        return Gate(self.policy, self.audit, self.approvals, self.store)
+
+    @cached_property
+    def engine(self) -> Engine:
+        def on_event(action: str, payload: dict[str, Any]) -> None:
+            self.audit.append("system", action, job_id=payload.get("job_id"), payload=payload)
+
+        def paused() -> str | None:
+            info = killswitch.pause_info(self.store)
+            return f"paused by {info['by']}: `nightshift resume` to start new work" if info else None
+
+        return Engine(self.store, self.executor, self.settings, on_event=on_event, paused=paused)
+
+    @property
+    def user(self) -> str:
+        """The local OS user, as the policy knows them."""
+        return self.settings.policy.principal or getpass.getuser()
+
+    def context(self, principal: str, call_id: str | None = None) -> SkillContext:
+        return SkillContext(store=self.store, settings=self.settings, now=local_now(),
+                            call_id=call_id, principal=principal, executor=self.executor,
+                            policy_limits=self.policy.limits())

@@ -1,0 +1,322 @@
+"""The one loop that owns attempts: it places queued jobs, starts them through the executor,
+watches them (metrics, progress, timeout, stall) and records how they end.
+
+It observes and places; it never decides a recovery. A failed attempt leaves its job `failed`,
+and the agent's `recover` playbook decides what happens next through the policy gate. Every job
+state change is reported through `on_event`, which the agent wires to the audit log (runtime
+imports nothing above it).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from sqlmodel import select
+
+from nightshift.runtime.config import Settings
+from nightshift.runtime.executor import Executor, LaunchRequest, RunStatus
+from nightshift.runtime.placement import GpuSlot, PendingJob, RunningJob, Snapshot, place
+from nightshift.runtime.spec import ExperimentSpec
+from nightshift.runtime.store import Attempt, GpuSample, Job, MetricPoint, Store, utcnow
+
+ACTIVE = ("queued", "running")
+EventSink = Callable[[str, dict[str, Any]], None]
+
+
+def job_workspace(settings: Settings, job_id: int) -> Path:
+    """Per-job folder for logs, metrics and (relative) checkpoints."""
+    return settings.runs_dir / f"job-{job_id}"
+
+
+def job_paths(settings: Settings, job: Job) -> dict[str, Path]:
+    spec = ExperimentSpec.model_validate(job.spec)
+    ws = job_workspace(settings, job.id)
+    ckpt = Path(spec.checkpoint.dir) if spec.checkpoint else Path("checkpoints")
+    metrics = Path(spec.metrics.file or "metrics.jsonl")
+    return {
+        "workspace": ws,
+        "checkpoint_dir": ckpt if ckpt.is_absolute() else ws / ckpt,
+        "metrics_file": metrics if metrics.is_absolute() else ws / metrics,
+    }
+
+
+class Engine:
+    def __init__(self, store: Store, executor: Executor, settings: Settings,
+                 on_event: EventSink | None = None, clock: Callable[[], datetime] = utcnow,
+                 paused: Callable[[], str | None] = lambda: None):
+        self.store, self.executor, self.settings = store, executor, settings
+        self.on_event = on_event or (lambda action, payload: None)
+        self.clock = clock
+        self.paused = paused  # returns why new work may not start (the kill switch), or None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ one tick
+    def tick(self) -> dict[int, str]:
+        """Watch what runs, then place what waits. Returns the hold reason of each waiting job."""
+        with self._lock:
+            now = self.clock()
+            self.watch_running(now)
+            why = self.paused()
+            if why:
+                with self.store.session() as s:
+                    return {j.id: why for j in s.exec(select(Job).where(Job.state == "queued"))}
+            return self.place_queued(now)
+
+    def start_background(self) -> None:
+        """Tick in a thread, so runs are watched and placed while the agent waits (on a human)."""
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._stop.clear()
+
+        def loop() -> None:
+            while not self._stop.is_set():
+                self.tick()
+                self._stop.wait(self.settings.loop.poll_interval_s)
+
+        self._thread = threading.Thread(target=loop, name="nightshift-loop", daemon=True)
+        self._thread.start()
+
+    def stop_background(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def run_until_settled(self, job_ids: Iterable[int], *, on_tick: Callable[[], None] | None = None,
+                          deadline_s: float | None = None) -> dict[int, str]:
+        """Until none of `job_ids` is queued or running (ticking here unless a background loop
+        does); returns their final states."""
+        ids = list(job_ids)
+        start = time.monotonic()
+        while True:
+            if self._thread is None or not self._thread.is_alive():
+                self.tick()
+            states = self._states(ids)
+            if on_tick:
+                on_tick()
+            if all(s not in ACTIVE for s in states.values()):
+                return states
+            if deadline_s is not None and time.monotonic() - start > deadline_s:
+                return states
+            time.sleep(self.settings.loop.poll_interval_s)
+
+    def _states(self, ids: list[int]) -> dict[int, str]:
+        with self.store.session() as s:
+            return {j.id: j.state for j in s.exec(select(Job).where(Job.id.in_(ids)))}
+
+    # ------------------------------------------------------------------ placement
+    def place_queued(self, now: datetime) -> dict[int, str]:
+        with self.store.session() as s:
+            queued = list(s.exec(select(Job).where(Job.state == "queued")))
+            running = list(s.exec(select(Job).where(Job.state == "running")))
+            succeeded = {j.name for j in s.exec(select(Job).where(Job.state == "succeeded"))}
+            run_attempts = {a.job_id: a for a in s.exec(select(Attempt).where(
+                Attempt.state.in_(("starting", "running"))))}
+        if not queued:
+            return {}
+        pending = []
+        for job in queued:
+            spec = ExperimentSpec.model_validate(job.spec)
+            pending.append(PendingJob(
+                id=job.id, priority=job.priority, gpus=spec.resources.gpus,
+                gpu_memory_gb=spec.resources.gpu_memory_gb, share_gpu=spec.resources.share_gpu,
+                blocked_by=[d for d in spec.depends_on if d not in succeeded],
+                submitted_at=job.created_at))
+        snap = Snapshot(
+            now=now, pending=pending, gpus=self._gpu_slots() if any(p.gpus for p in pending) else [],
+            running=[RunningJob(id=j.id, gpus=run_attempts[j.id].gpus if j.id in run_attempts else [])
+                     for j in running],
+            cpu_slots=self.settings.loop.cpu_slots)
+        decision = place(snap)
+        for start in decision.starts:
+            self.start_attempt(start.job_id, start.gpus, now)
+        return decision.holds
+
+    def _gpu_slots(self) -> list[GpuSlot]:
+        """GPUs as last recorded by gpu_health_check; a machine never checked has none to place on."""
+        latest: dict[int, GpuSample] = {}
+        with self.store.session() as s:
+            for row in s.exec(select(GpuSample).order_by(GpuSample.id)):
+                latest[row.gpu_index] = row
+        return [GpuSlot(index=i, verdict=r.verdict,
+                        memory_total_mib=(r.data.get("memory_total_mib") if r.data else None),
+                        memory_used_mib=(r.data.get("memory_used_mib") if r.data else None))
+                for i, r in sorted(latest.items())]
+
+    # ------------------------------------------------------------------ starting
+    def start_attempt(self, job_id: int, gpus: list[int], now: datetime) -> Attempt:
+        """Record the attempt first, then launch under a key derived from its id, so a crash in
+        between is finished by `recover_starting` without launching twice."""
+        with self.store.session() as s:
+            job = s.get(Job, job_id)
+            if job is None or job.state != "queued":
+                raise ValueError(f"job {job_id} is not queued")
+            number = len(list(s.exec(select(Attempt.id).where(Attempt.job_id == job_id)))) + 1
+            paths = job_paths(self.settings, job)
+            metrics_file = paths["metrics_file"]
+            att = Attempt(job_id=job_id, number=number, gpus=gpus, params=dict(job.params),
+                          start_step=job.resume_step or 0, started_at=now, last_progress_at=now,
+                          metrics_offset=metrics_file.stat().st_size if metrics_file.exists() else 0,
+                          log_path=str(paths["workspace"] / f"attempt-{number}.log"))
+            s.add(att)
+            job.state, job.updated_at, job.reason = "running", now, None
+            s.add(job)
+            s.flush()
+            att.argv = self.render_argv(job, paths)
+            s.add(att)
+        self.on_event("job.state", {"job_id": job_id, "before": "queued", "after": "running",
+                                    "attempt": number, "gpus": gpus, "argv": att.argv})
+        return self._launch(att)
+
+    def render_argv(self, job: Job, paths: dict[str, Path]) -> list[str]:
+        spec = ExperimentSpec.model_validate(job.spec)
+        spec.base_dir = str(Path(job.spec_path).parent) if job.spec_path else spec.base_dir
+        builtins = {
+            "python": spec.environment.python or sys.executable,
+            "checkpoint_dir": str(paths["checkpoint_dir"]),
+            "metrics_file": str(paths["metrics_file"]),
+            "run_dir": str(paths["workspace"]),
+        }
+        argv = spec.render(job.params, builtins)
+        if job.resume_from and spec.checkpoint:
+            extra = {**builtins, "checkpoint": job.resume_from, "step": str(job.resume_step or 0)}
+            argv += [a.format(**extra) for a in spec.checkpoint.resume_arg]
+        return argv
+
+    def _request(self, att: Attempt, job: Job) -> LaunchRequest:
+        spec = ExperimentSpec.model_validate(job.spec)
+        spec.base_dir = str(Path(job.spec_path).parent) if job.spec_path else None
+        paths = job_paths(self.settings, job)
+        for p in (paths["workspace"], paths["checkpoint_dir"], paths["metrics_file"].parent):
+            p.mkdir(parents=True, exist_ok=True)
+        env = {**spec.environment.env, "NIGHTSHIFT_JOB_ID": str(job.id),
+               "NIGHTSHIFT_ATTEMPT": str(att.number), "PYTHONUNBUFFERED": "1"}
+        return LaunchRequest(key=f"attempt-{att.id}", argv=att.argv, cwd=str(spec.run_dir()),
+                             env=env, gpus=att.gpus, log_path=att.log_path or "",
+                             image=spec.environment.image,
+                             labels={"nightshift.job": str(job.id), "nightshift.attempt": str(att.number)})
+
+    def _launch(self, att: Attempt) -> Attempt:
+        job = self.store.job(att.job_id)
+        assert job is not None
+        try:
+            handle = self.executor.start(self._request(att, job))
+        except Exception as exc:  # the run never started: record why, leave recovery to the agent
+            self._finish(att.id, RunStatus(state="exited", exit_code=None,
+                                           detail=f"could not start: {exc}"), self.clock(),
+                         outcome="failed", reason=f"could not start: {exc}")
+            return self._attempt(att.id)
+        with self.store.session() as s:
+            row = s.get(Attempt, att.id)
+            row.handle, row.state, row.executor = handle, "running", self.executor.kind
+            s.add(row)
+        return self._attempt(att.id)
+
+    def recover_starting(self) -> None:
+        """Finish launches that a crashed process recorded but may not have started."""
+        with self.store.session() as s:
+            starting = list(s.exec(select(Attempt).where(Attempt.state == "starting")))
+        for att in starting:
+            self._launch(att)
+
+    def _attempt(self, attempt_id: int) -> Attempt:
+        with self.store.session() as s:
+            return s.get(Attempt, attempt_id)
+
+    # ------------------------------------------------------------------ watching
+    def watch_running(self, now: datetime) -> None:
+        self.recover_starting()
+        with self.store.session() as s:
+            running = list(s.exec(select(Attempt).where(Attempt.state == "running")))
+        for att in running:
+            job = self.store.job(att.job_id)
+            status = self.executor.poll(att.handle)
+            self._read_metrics(att, job, now)
+            att = self._attempt(att.id)
+            if status.state != "running":
+                self._finish(att.id, status, now)
+                continue
+            spec = ExperimentSpec.model_validate(job.spec)
+            if spec.timeout_min and now - att.started_at > timedelta(minutes=spec.timeout_min):
+                self._stop_for(att, now, "timeout", f"timeout_min={spec.timeout_min:g} reached")
+            elif spec.stall_min and att.last_progress_at and \
+                    now - att.last_progress_at > timedelta(minutes=spec.stall_min):
+                self._stop_for(att, now, "stalled",
+                               f"no progress for stall_min={spec.stall_min:g} minutes")
+
+    def _stop_for(self, att: Attempt, now: datetime, outcome: str, why: str) -> None:
+        """Enforce a limit the user declared in the spec; audited as a system action."""
+        self.on_event("limit.enforced", {"job_id": att.job_id, "attempt": att.number,
+                                         "limit": outcome, "why": why})
+        status = self.executor.stop(att.handle, grace_s=self.settings.executor.stop_grace_s)
+        self._finish(att.id, status, now, outcome=outcome, reason=why)
+
+    def _read_metrics(self, att: Attempt, job: Job, now: datetime) -> None:
+        spec = ExperimentSpec.model_validate(job.spec)
+        path = job_paths(self.settings, job)["metrics_file"]
+        if not path.exists():
+            return
+        with open(path, "rb") as f:
+            f.seek(att.metrics_offset)
+            chunk = f.read()
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return
+        points, last_step, last_loss = [], att.last_step, att.last_loss
+        for raw in chunk[: end + 1].splitlines():
+            try:
+                rec = json.loads(raw)
+            except ValueError:
+                continue  # a torn or foreign line is data we skip, never an instruction
+            if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
+                continue
+            last_step = rec["step"]
+            for name, value in rec.items():
+                if name == "step" or not isinstance(value, (int, float)) or isinstance(value, bool):
+                    continue
+                v = float(value)
+                points.append(MetricPoint(attempt_id=att.id, job_id=att.job_id, step=rec["step"],
+                                          name=name, value=v if v == v else None))
+                if name == spec.metrics.name:
+                    last_loss = v
+        with self.store.session() as s:
+            row = s.get(Attempt, att.id)
+            row.metrics_offset = att.metrics_offset + end + 1
+            if points:
+                s.add_all(points)
+                row.last_step, row.last_loss, row.last_progress_at = last_step, last_loss, now
+            s.add(row)
+
+    def _finish(self, attempt_id: int, status: RunStatus, now: datetime, *, outcome: str | None = None,
+                reason: str | None = None) -> None:
+        with self.store.session() as s:
+            att = s.get(Attempt, attempt_id)
+            if att.state in ("exited", "lost", "stopped"):
+                return
+            job = s.get(Job, att.job_id)
+            ok = status.state == "exited" and status.exit_code == 0 and outcome is None
+            att.outcome = outcome or ("succeeded" if ok else "failed")
+            att.state = {"exited": "exited", "lost": "lost"}.get(status.state, "stopped")
+            att.exit_code, att.signal, att.ended_at = status.exit_code, status.signal, now
+            before = job.state
+            if job.state == "running":
+                job.state = "succeeded" if ok else "failed"
+                job.reason = reason or status.detail or (
+                    None if ok else f"attempt {att.number} exited with code {status.exit_code}"
+                    + (f" (signal {status.signal})" if status.signal else ""))
+                job.updated_at = now
+            s.add(att)
+            s.add(job)
+        self.on_event("job.state", {"job_id": job.id, "before": before, "after": job.state,
+                                    "attempt": att.number, "outcome": att.outcome,
+                                    "exit_code": att.exit_code, "signal": att.signal,
+                                    "last_step": att.last_step, "reason": job.reason})
+

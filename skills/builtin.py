@@ -1,0 +1,13 @@
+"""Importing this module registers every built-in skill."""
+
+from nightshift.skills import (  # noqa: F401
+    auto_resume,
+    cancel_job,
+    config_validator,
+    diagnose_failure,
+    gpu_health,
+    launch_container,
+    list_jobs,
+    resume_job,
+    submit_job,
+)

@@ -1,0 +1,51 @@
+"""cancel_job: end a job for good; a running attempt is stopped without a checkpoint."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+from sqlmodel import select
+
+from nightshift.runtime.errors import SkillFailed
+from nightshift.runtime.store import Attempt, Job
+from nightshift.skills.base import SkillContext, skill
+
+
+class CancelJobInput(BaseModel):
+    job_id: int = Field(description="The job to cancel")
+    reason: str = Field("cancelled", description="Why; recorded on the job")
+
+
+class CancelJobResult(BaseModel):
+    job_id: int
+    before: str
+    after: str
+    stopped_attempt: int | None = None
+
+
+@skill("cancel_job", capability="destroy")
+def cancel_job(ctx: SkillContext, inp: CancelJobInput) -> CancelJobResult:
+    """Cancel a queued or running job for good: a running attempt is stopped (SIGTERM, then SIGKILL
+    after the grace period) and the job never runs again. Cancelling a finished job changes nothing."""
+    with ctx.store.session() as s:
+        job = s.get(Job, inp.job_id)
+        if job is None:
+            raise SkillFailed(f"no job {inp.job_id}; `nightshift status` lists jobs")
+        before = job.state
+        if before not in ("queued", "running", "failed"):
+            return CancelJobResult(job_id=job.id, before=before, after=before)
+        job.state, job.reason, job.updated_at = "cancelled", inp.reason, ctx.now
+        s.add(job)
+        live = s.exec(select(Attempt).where(Attempt.job_id == job.id,
+                                            Attempt.state.in_(("starting", "running")))).first()
+    stopped = None
+    if live is not None:
+        if ctx.executor is None:
+            raise SkillFailed("a run is live but no executor was given to stop it")
+        status = ctx.executor.stop(live.handle, grace_s=ctx.settings.executor.stop_grace_s)
+        with ctx.store.session() as s:
+            att = s.get(Attempt, live.id)
+            att.state, att.outcome = "stopped", "cancelled"
+            att.exit_code, att.signal, att.ended_at = status.exit_code, status.signal, ctx.now
+            s.add(att)
+        stopped = live.number
+    return CancelJobResult(job_id=inp.job_id, before=before, after="cancelled", stopped_attempt=stopped)

@@ -1,0 +1,86 @@
+"""submit_job: queue an experiment; the loop starts it when placement allows."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field, model_validator
+from sqlmodel import select
+
+from nightshift.runtime.errors import SkillFailed, SpecError
+from nightshift.runtime.spec import ExperimentSpec, load_spec
+from nightshift.runtime.store import Job
+from nightshift.runtime.yamlfile import validate
+from nightshift.skills.base import SkillContext, skill
+
+
+class SubmitJobInput(BaseModel):
+    spec_path: str | None = Field(None, description="Path to an experiment spec YAML file")
+    spec: dict[str, Any] | None = Field(None, description="The experiment spec as a mapping")
+    params: dict[str, Any] = Field(default_factory=dict, description="Overrides for spec.parameters")
+    priority: int | None = Field(None, description="Overrides spec.priority")
+
+    @model_validator(mode="after")
+    def _one_spec(self) -> "SubmitJobInput":
+        if (self.spec_path is None) == (self.spec is None):
+            raise ValueError("give exactly one of spec_path or spec")
+        return self
+
+
+class SubmitJobResult(BaseModel):
+    job_id: int
+    name: str
+    state: str
+    params: dict[str, Any]
+    already_submitted: bool = Field(False, description="True when this call id had already queued it")
+
+
+def resolve_spec(spec_path: str | None, spec: dict[str, Any] | None) -> tuple[ExperimentSpec, str | None]:
+    if spec_path:
+        path = str(Path(spec_path).resolve())
+        return load_spec(path), path
+    parsed = validate(ExperimentSpec, spec, path="spec")
+    return parsed, None
+
+
+@skill("submit_job", capability="launch")
+def submit_job(ctx: SkillContext, inp: SubmitJobInput) -> SubmitJobResult:
+    """Queue an experiment from a spec (file or mapping) with optional parameter overrides and
+    priority. Returns at once with the job id; the scheduler starts it when a slot is free. The same
+    call id never queues twice."""
+    spec, path = resolve_spec(inp.spec_path, inp.spec)
+    unknown = set(inp.params) - set(spec.parameters)
+    if unknown:
+        raise SkillFailed(f"params {sorted(unknown)} are not parameters of spec '{spec.name}' "
+                          f"(known: {sorted(spec.parameters)})")
+    params = {**spec.parameters, **inp.params}
+    _check_writable(spec, path, ctx.settings.runs_dir)
+    with ctx.store.session() as s:
+        if ctx.call_id:
+            existing = s.exec(select(Job).where(Job.submitted_by_call == ctx.call_id)).first()
+            if existing:
+                return SubmitJobResult(job_id=existing.id, name=existing.name, state=existing.state,
+                                       params=existing.params, already_submitted=True)
+        job = Job(name=spec.name, spec=spec.model_dump(mode="json"), spec_path=path, params=params,
+                  priority=spec.priority if inp.priority is None else inp.priority,
+                  owner=ctx.principal, max_attempts=spec.retries + 1, submitted_by_call=ctx.call_id,
+                  created_at=ctx.now, updated_at=ctx.now)
+        s.add(job)
+        s.flush()
+        return SubmitJobResult(job_id=job.id, name=job.name, state=job.state, params=params)
+
+
+def _check_writable(spec: ExperimentSpec, spec_path: str | None, runs_dir: Path) -> None:
+    """Refuse at submit, not at 3 a.m.: the run must be able to write its checkpoints."""
+    target = runs_dir
+    field = "executor.runs_dir (config)"
+    if spec.checkpoint and Path(spec.checkpoint.dir).is_absolute():
+        target, field = Path(spec.checkpoint.dir), "checkpoint.dir"
+    probe = target
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not (probe.is_dir() and os.access(probe, os.W_OK | os.X_OK)):
+        raise SpecError(f"{target} cannot be written (nearest existing folder {probe} is not "
+                        "writable); point it at a folder you own", path=spec_path, field=field)

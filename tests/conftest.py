@@ -1,0 +1,57 @@
+"""Shared fixtures. No test may reach a remote host: sockets to anything but loopback fail."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+_real_connect = socket.socket.connect
+
+
+def _loopback_only(self, address):  # noqa: ANN001
+    host = address[0] if isinstance(address, tuple) else None
+    if host is not None:
+        try:
+            ok = ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            ok = host == "localhost"
+        if not ok:
+            raise RuntimeError(f"tests may only talk to loopback, not {host}")
+    return _real_connect(self, address)
+
+
+socket.socket.connect = _loopback_only  # type: ignore[method-assign]
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch) -> Path:
+    """A fresh NIGHTSHIFT_HOME for this test, also seen by subprocesses."""
+    h = tmp_path / "home"
+    h.mkdir()
+    monkeypatch.setenv("NIGHTSHIFT_HOME", str(h))
+    for key in list(os.environ):
+        if key.startswith("NIGHTSHIFT_") and "__" in key:
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("NIGHTSHIFT_LOOP__POLL_INTERVAL_S", "0.1")
+    return h
+
+
+@pytest.fixture
+def now() -> datetime:
+    return datetime(2026, 12, 2, 3, 0)
+
+
+def nightshift(*args: str, env: dict | None = None, timeout: float = 180, **kw) -> subprocess.CompletedProcess:
+    """Run the real CLI in a subprocess, as a user would."""
+    full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "nightshift.agent.cli", *args], cwd=REPO,
+                          env=full_env, capture_output=True, text=True, timeout=timeout, **kw)
