@@ -59,7 +59,6 @@ def run(goal_file: Optional[Path] = typer.Argument(None, help="Goal file (YAML)"
         graph = build_graph(w, DeterministicPlanner(), checkpointer=sqlite_checkpointer(w),
                             on_progress=progress_printer())
         started = time.monotonic()
-        w.engine.start_background()
         if resume:
             thread = resume
             cfg = _cfg(thread)
@@ -68,6 +67,7 @@ def run(goal_file: Optional[Path] = typer.Argument(None, help="Goal file (YAML)"
                 error(f"no run with thread id '{thread}' in {w.settings.home_path / 'graph.db'}")
                 raise typer.Exit(2)
             console.print(f"[bold]resuming[/] thread {thread}")
+            _own_loop(w, thread)
             pending = [i for t in snap.tasks for i in t.interrupts]
             if pending:
                 result = graph.invoke(Command(resume=_wait_for_approval(w, pending[0].value)), cfg)
@@ -81,6 +81,7 @@ def run(goal_file: Optional[Path] = typer.Argument(None, help="Goal file (YAML)"
             cfg = _cfg(thread)
             console.print(f"[bold]nightshift[/] goal [bold]{goal.name}[/] · thread {thread}\n"
                           f"[dim](if interrupted: nightshift run --resume {thread})[/]")
+            _own_loop(w, thread)
             result = graph.invoke({"goal": goal.model_dump(mode="json"), "history": [],
                                    "on_behalf_of": w.user}, cfg)
         while "__interrupt__" in result:
@@ -93,6 +94,12 @@ def run(goal_file: Optional[Path] = typer.Argument(None, help="Goal file (YAML)"
         raise typer.Exit(0 if fin["ok"] else (2 if fin.get("bad_input") else 1))
     except NightshiftError as exc:
         _fail(exc)
+
+
+def _own_loop(w: Wiring, thread: str) -> None:
+    """Run the scheduler/monitor loop in this process, starting only this goal's jobs."""
+    w.engine.scope = lambda: set(thread_jobs(w, thread))
+    w.engine.start_background()
 
 
 def _cfg(thread: str) -> dict[str, Any]:

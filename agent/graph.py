@@ -48,7 +48,7 @@ def job_observation(w: Wiring, job_id: int) -> dict[str, Any]:
     last = atts[-1] if atts else None
     return {
         "job_id": job.id, "state": job.state, "reason": job.reason, "params": job.params,
-        "knobs": spec.knobs.model_dump(), "attempts": len(atts), "max_attempts": job.max_attempts,
+        "knobs": spec.knobs.model_dump(exclude_none=True), "attempts": len(atts), "max_attempts": job.max_attempts,
         "checkpoint_dir": str(job_paths(w.settings, job)["checkpoint_dir"]),
         "attempt": None if last is None else {
             "number": last.number, "outcome": last.outcome, "exit_code": last.exit_code,

@@ -7,6 +7,7 @@ policy gate and the evals treat them alike.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Literal, Protocol
 
@@ -56,6 +57,26 @@ class Planner(Protocol):
     name: str
 
     def next(self, goal: Goal, history: list[Observation]) -> Action: ...
+
+
+def action_from_tool_call(tool_call: dict[str, Any]) -> Action:
+    """An OpenAI-style tool call ({"function": {"name", "arguments": JSON text}}) as an action.
+    Arguments that are not a JSON object become an empty call whose skill input model then
+    rejects them with field errors, which go back to the planner as an observation."""
+    fn = tool_call.get("function") or {}
+    name = str(fn.get("name") or "")
+    raw = fn.get("arguments") or "{}"
+    try:
+        args = json.loads(raw) if isinstance(raw, str) else dict(raw)
+    except (ValueError, TypeError):
+        args = {"__unparsed_arguments__": str(raw)[:500]}
+    if not isinstance(args, dict):
+        args = {"__unparsed_arguments__": str(raw)[:500]}
+    if name == "finish":
+        return Finish(ok=bool(args.get("ok", True)), summary=str(args.get("summary", "")))
+    if name == "watch_job" and isinstance(args.get("job_id"), int):
+        return Watch(job_id=args["job_id"])
+    return Call(skill=name, args=args, why="planned by model")
 
 
 REF = re.compile(r"^\$\{([A-Za-z0-9_-]+)\.([A-Za-z0-9_.]+)\}$")
@@ -155,7 +176,8 @@ class DeterministicPlanner:
             monitor = att.get("outcome") if att.get("outcome") in ("stalled", "timeout") else None
             return Call(skill="diagnose_failure", why=f"attempt {att.get('number')} failed",
                         args={"log_path": att.get("log_path"), "exit_code": att.get("exit_code"),
-                              "signal": att.get("signal"), "monitor_says": monitor})
+                              "signal": att.get("signal"), "monitor_says": monitor,
+                              "params": job.get("params"), "knobs": job.get("knobs")})
         if last.skill == "diagnose_failure":
             diag = last.result or {}
             job = _last_watch(history)
@@ -174,7 +196,7 @@ class DeterministicPlanner:
         if last.skill == "auto_resume":
             found = last.result or {}
             diag = next(o for o in reversed(history) if o.skill == "diagnose_failure").result or {}
-            changes = remedy_changes(diag.get("category", ""), _last_watch(history))
+            changes = (diag.get("remediation") or {}).get("changes") or {}
             return Call(skill="resume_job", why=f"resume after {diag.get('category')}",
                         args={"job_id": job_id,
                               "checkpoint": found.get("path") if found.get("found") else None,
@@ -186,16 +208,3 @@ class DeterministicPlanner:
 def _last_watch(history: list[Observation]) -> dict[str, Any]:
     return next((o.result or {} for o in reversed(history) if o.kind == "watch"), {})
 
-
-def remedy_changes(category: str, job: dict[str, Any]) -> dict[str, Any]:
-    """Parameter changes that address a failure, through the spec's declared knobs only."""
-    knobs, params = job.get("knobs") or {}, job.get("params") or {}
-    mb, ga, lr = knobs.get("micro_batch"), knobs.get("grad_accum"), knobs.get("learning_rate")
-    if category == "cuda_oom" and mb and isinstance(params.get(mb), int) and params[mb] > 1:
-        changes: dict[str, Any] = {mb: params[mb] // 2}
-        if ga and isinstance(params.get(ga), int):
-            changes[ga] = params[ga] * 2
-        return changes
-    if category == "nan_loss" and lr and isinstance(params.get(lr), (int, float)):
-        return {lr: params[lr] * 0.5}
-    return {}

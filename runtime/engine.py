@@ -54,6 +54,9 @@ class Engine:
         self.on_event = on_event or (lambda action, payload: None)
         self.clock = clock
         self.paused = paused  # returns why new work may not start (the kill switch), or None
+        # Which queued jobs this loop may start; None = all (the daemon). A `nightshift run`
+        # without a daemon starts only its own goal's jobs.
+        self.scope: Callable[[], set[int]] | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -116,6 +119,9 @@ class Engine:
     def place_queued(self, now: datetime) -> dict[int, str]:
         with self.store.session() as s:
             queued = list(s.exec(select(Job).where(Job.state == "queued")))
+            if self.scope is not None:
+                mine = self.scope()
+                queued = [j for j in queued if j.id in mine]
             running = list(s.exec(select(Job).where(Job.state == "running")))
             succeeded = {j.name for j in s.exec(select(Job).where(Job.state == "succeeded"))}
             run_attempts = {a.job_id: a for a in s.exec(select(Attempt).where(

@@ -31,8 +31,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 FieldStatus = Literal["ok", "unsupported", "unreadable", "absent"]
 
 # Fields without which a GPU cannot be judged healthy.
-ESSENTIAL_FIELDS: tuple[str, ...] = ("memory_total_mib", "memory_used_mib", "temperature_c",
-                                     "utilization_pct")
+ESSENTIAL_FIELDS: tuple[str, ...] = (
+    "memory_total_mib",
+    "memory_used_mib",
+    "temperature_c",
+    "utilization_pct",
+)
 
 # Clock-event (formerly "throttle") reasons, by NVML bit, in nvidia-smi's column names.
 THROTTLE_BITS: dict[int, str] = {
@@ -55,7 +59,9 @@ class GpuProcess(BaseModel):
 
     pid: int
     name: str | None = None
-    used_memory_mib: int | None = Field(None, description="None where the driver cannot tell (WDDM)")
+    used_memory_mib: int | None = Field(
+        None, description="None where the driver cannot tell (WDDM)"
+    )
 
 
 class GpuReading(BaseModel):
@@ -73,20 +79,30 @@ class GpuReading(BaseModel):
     utilization_pct: float | None = None
     power_w: float | None = None
     power_limit_w: float | None = None
-    energy_mj: int | None = Field(None, description="Total energy counter since the driver loaded (mJ)")
+    energy_mj: int | None = Field(
+        None, description="Total energy counter since the driver loaded (mJ)"
+    )
     fan_pct: float | None = None
     ecc_volatile_uncorrected: int | None = None
     ecc_aggregate_uncorrected: int | None = None
-    retired_pages: int | None = Field(None, description="Pages retired for single- and double-bit ECC")
+    retired_pages: int | None = Field(
+        None, description="Pages retired for single- and double-bit ECC"
+    )
     remapped_rows_pending: bool | None = None
     remapped_rows_failed: bool | None = None
-    throttle_reasons: list[str] | None = Field(None, description="Active clock-event reasons; [] when none")
+    throttle_reasons: list[str] | None = Field(
+        None, description="Active clock-event reasons; [] when none"
+    )
     mig_mode: str | None = None
     processes: list[GpuProcess] | None = None
     lost: bool = Field(False, description="The driver reports the GPU as lost (fell off the bus)")
-    unsupported: list[str] = Field(default_factory=list, description="Fields this card does not have")
+    unsupported: list[str] = Field(
+        default_factory=list, description="Fields this card does not have"
+    )
     unreadable: list[str] = Field(default_factory=list, description="Fields that failed to read")
-    errors: dict[str, str] = Field(default_factory=dict, description="Raw error text per unreadable field")
+    errors: dict[str, str] = Field(
+        default_factory=dict, description="Raw error text per unreadable field"
+    )
 
     @model_validator(mode="after")
     def _missing_means_none(self) -> GpuReading:
@@ -110,7 +126,16 @@ class GpuReading(BaseModel):
         return f"GPU {self.index}" + (f" ({self.name})" if self.name else "")
 
 
-_META_FIELDS = {"index", "uuid", "name", "pci_bus_id", "lost", "unsupported", "unreadable", "errors"}
+_META_FIELDS = {
+    "index",
+    "uuid",
+    "name",
+    "pci_bus_id",
+    "lost",
+    "unsupported",
+    "unreadable",
+    "errors",
+}
 VALUE_FIELDS: frozenset[str] = frozenset(set(GpuReading.model_fields) - _META_FIELDS)
 
 
@@ -120,9 +145,13 @@ class ProbeResult(BaseModel):
     backend: str
     gpus: list[GpuReading] = Field(default_factory=list)
     error: str | None = Field(None, description="Why the backend could not read (all or some GPUs)")
-    lost: list[str] = Field(default_factory=list,
-                            description="Lost GPUs: 'index N', a UUID, or a PCI bus id where only that is known")
-    message: str | None = Field(None, description="Context for a reader, such as why no GPU is visible")
+    lost: list[str] = Field(
+        default_factory=list,
+        description="Lost GPUs: 'index N', a UUID, or a PCI bus id where only that is known",
+    )
+    message: str | None = Field(
+        None, description="Context for a reader, such as why no GPU is visible"
+    )
 
 
 class GpuProbe(Protocol):
@@ -147,7 +176,7 @@ class _Collector:
 
     def take(self, name: str, read: Callable[[], Any]) -> Any:
         if self.lost:
-            self._mark_unreadable(name, "GPU is lost")
+            self.mark_unreadable(name, "GPU is lost")
             return None
         try:
             value = read()
@@ -157,28 +186,36 @@ class _Collector:
                 if name not in self.unsupported:
                     self.unsupported.append(name)
             else:
-                self._mark_unreadable(name, f"{type(exc).__name__}: {exc}")
+                self.mark_unreadable(name, f"{type(exc).__name__}: {exc}")
                 self.lost = self.lost or kind == "lost"
             return None
         if value is not None:
             self.values[name] = value
         return value
 
-    def _mark_unreadable(self, name: str, text: str) -> None:
+    def mark_unreadable(self, name: str, text: str) -> None:
         if name not in self.unreadable:
             self.unreadable.append(name)
             self.errors[name] = text
 
     def reading(self) -> GpuReading:
-        values = {k: v for k, v in self.values.items()
-                  if k in GpuReading.model_fields and k not in self.unreadable}
-        unsupported = [n for n in self.unsupported if n not in self.unreadable and n in VALUE_FIELDS]
+        values = {
+            k: v
+            for k, v in self.values.items()
+            if k in GpuReading.model_fields and k not in self.unreadable
+        }
+        unsupported = [
+            n for n in self.unsupported if n not in self.unreadable and n in VALUE_FIELDS
+        ]
         for name in unsupported:
             values.pop(name, None)
-        return GpuReading(**values, unsupported=unsupported,
-                          unreadable=[n for n in self.unreadable if n in VALUE_FIELDS],
-                          errors={k: v for k, v in self.errors.items() if k in VALUE_FIELDS},
-                          lost=self.lost)
+        return GpuReading(
+            **values,
+            unsupported=unsupported,
+            unreadable=[n for n in self.unreadable if n in VALUE_FIELDS],
+            errors={k: v for k, v in self.errors.items() if k in VALUE_FIELDS},
+            lost=self.lost,
+        )
 
 
 def decode_throttle_mask(mask: int) -> list[str]:
@@ -242,8 +279,12 @@ class NvmlProbe:
         finally:
             _shutdown(nv)
         lost = [f"index {g.index}" for g in gpus if g.lost]
-        return ProbeResult(backend=self.name, gpus=gpus, lost=lost,
-                           error=f"{len(lost)} GPU(s) lost" if lost else None)
+        return ProbeResult(
+            backend=self.name,
+            gpus=gpus,
+            lost=lost,
+            error=f"{len(lost)} GPU(s) lost" if lost else None,
+        )
 
     def _classify(self, exc: BaseException) -> str:
         nv = self._module
@@ -264,17 +305,25 @@ class NvmlProbe:
             if not reading.lost:
                 # Without a handle nothing is readable: say so field by field, never as zeros.
                 for name in ESSENTIAL_FIELDS:
-                    c._mark_unreadable(name, c.errors.get("_handle", "no device handle"))
+                    c.mark_unreadable(name, c.errors.get("_handle", "no device handle"))
                 reading = c.reading()
             return reading
         c.take("uuid", lambda: _text(nv.nvmlDeviceGetUUID(handle)))
         c.take("name", lambda: _text(nv.nvmlDeviceGetName(handle)))
         c.take("pci_bus_id", lambda: _text(nv.nvmlDeviceGetPciInfo(handle).busId))
-        c.take("temperature_c", lambda: float(nv.nvmlDeviceGetTemperature(handle, nv.NVML_TEMPERATURE_GPU)))
-        c.take("temp_slowdown_c", lambda: float(nv.nvmlDeviceGetTemperatureThreshold(
-            handle, nv.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)))
-        c.take("temp_shutdown_c", lambda: float(nv.nvmlDeviceGetTemperatureThreshold(
-            handle, nv.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN)))
+        c.take("temperature_c", lambda: float(_temperature(nv, handle)))
+        c.take(
+            "temp_slowdown_c",
+            lambda: float(
+                nv.nvmlDeviceGetTemperatureThreshold(handle, nv.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)
+            ),
+        )
+        c.take(
+            "temp_shutdown_c",
+            lambda: float(
+                nv.nvmlDeviceGetTemperatureThreshold(handle, nv.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN)
+            ),
+        )
         mem = c.take("_memory", lambda: nv.nvmlDeviceGetMemoryInfo(handle))
         if mem is not None:
             c.values["memory_total_mib"] = int(mem.total) // (1 << 20)
@@ -291,13 +340,32 @@ class NvmlProbe:
         c.take("power_limit_w", lambda: nv.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0)
         c.take("energy_mj", lambda: int(nv.nvmlDeviceGetTotalEnergyConsumption(handle)))
         c.take("fan_pct", lambda: float(nv.nvmlDeviceGetFanSpeed(handle)))
-        c.take("ecc_volatile_uncorrected", lambda: int(nv.nvmlDeviceGetTotalEccErrors(
-            handle, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC)))
-        c.take("ecc_aggregate_uncorrected", lambda: int(nv.nvmlDeviceGetTotalEccErrors(
-            handle, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_AGGREGATE_ECC)))
-        c.take("retired_pages", lambda: sum(len(nv.nvmlDeviceGetRetiredPages(handle, cause)) for cause in (
-            nv.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
-            nv.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)))
+        c.take(
+            "ecc_volatile_uncorrected",
+            lambda: int(
+                nv.nvmlDeviceGetTotalEccErrors(
+                    handle, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC
+                )
+            ),
+        )
+        c.take(
+            "ecc_aggregate_uncorrected",
+            lambda: int(
+                nv.nvmlDeviceGetTotalEccErrors(
+                    handle, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_AGGREGATE_ECC
+                )
+            ),
+        )
+        c.take(
+            "retired_pages",
+            lambda: sum(
+                len(nv.nvmlDeviceGetRetiredPages(handle, cause))
+                for cause in (
+                    nv.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
+                    nv.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR,
+                )
+            ),
+        )
         rows = c.take("_remap", lambda: nv.nvmlDeviceGetRemappedRows(handle))
         if rows is not None:
             _corr, _unc, pending, failure = rows
@@ -308,7 +376,10 @@ class NvmlProbe:
                 _copy_status(c, "_remap", name)
         c.take("throttle_reasons", lambda: decode_throttle_mask(int(_event_reasons(nv, handle))))
         c.take("mig_mode", lambda: "Enabled" if nv.nvmlDeviceGetMigMode(handle)[0] else "Disabled")
-        c.take("processes", lambda: [_nvml_process(nv, p) for p in nv.nvmlDeviceGetComputeRunningProcesses(handle)])
+        c.take(
+            "processes",
+            lambda: [_nvml_process(nv, p) for p in nv.nvmlDeviceGetComputeRunningProcesses(handle)],
+        )
         return c.reading()
 
 
@@ -326,12 +397,26 @@ def _copy_status(c: _Collector, source: str, name: str) -> None:
     if source in c.unsupported:
         c.unsupported.append(name)
     elif source in c.unreadable:
-        c._mark_unreadable(name, c.errors[source])
+        c.mark_unreadable(name, c.errors[source])
+
+
+def _temperature(nv: Any, handle: Any) -> int:
+    """nvmlDeviceGetTemperatureV where the driver has it (the old call goes away in CUDA 14)."""
+    newer = getattr(nv, "nvmlDeviceGetTemperatureV", None)
+    if newer is not None:
+        try:
+            return newer(handle, nv.NVML_TEMPERATURE_GPU)
+        except Exception as exc:
+            if getattr(exc, "value", None) != getattr(nv, "NVML_ERROR_FUNCTION_NOT_FOUND", 13):
+                raise
+    return nv.nvmlDeviceGetTemperature(handle, nv.NVML_TEMPERATURE_GPU)
 
 
 def _event_reasons(nv: Any, handle: Any) -> int:
-    fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-        nv.nvmlDeviceGetCurrentClocksThrottleReasons
+    fn = (
+        getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        or nv.nvmlDeviceGetCurrentClocksThrottleReasons
+    )
     return fn(handle)
 
 
@@ -341,16 +426,33 @@ def _nvml_process(nv: Any, p: Any) -> GpuProcess:
     except Exception:  # noqa: BLE001  (the process may have exited between the two calls)
         name = None
     used = getattr(p, "usedGpuMemory", None)
-    return GpuProcess(pid=int(p.pid), name=name, used_memory_mib=int(used) // (1 << 20) if used is not None else None)
+    return GpuProcess(
+        pid=int(p.pid),
+        name=name,
+        used_memory_mib=int(used) // (1 << 20) if used is not None else None,
+    )
 
 
 # ------------------------------------------------------------------------------------ nvidia-smi
 # Cells nvidia-smi writes instead of a value: the card lacks the field …
-_UNSUPPORTED_CELLS = {"[n/a]", "n/a", "[not supported]", "not supported",
-                      "[requested functionality has been deprecated]"}
+_UNSUPPORTED_CELLS = {
+    "[n/a]",
+    "n/a",
+    "[not supported]",
+    "not supported",
+    "[requested functionality has been deprecated]",
+}
 # … or the read failed.
-_ERROR_CELLS = {"err!", "[unknown error]", "unknown error", "[gpu is lost]", "[gpu requires reset]",
-                "[insufficient permissions]", "[no data]", "[not found]"}
+_ERROR_CELLS = {
+    "err!",
+    "[unknown error]",
+    "unknown error",
+    "[gpu is lost]",
+    "[gpu requires reset]",
+    "[insufficient permissions]",
+    "[no data]",
+    "[not found]",
+}
 
 # query field → reading field, for the plain numeric ones.
 _NUMERIC: dict[str, tuple[str, type]] = {
@@ -365,11 +467,26 @@ _NUMERIC: dict[str, tuple[str, type]] = {
 }
 
 QUERY_GPU_FIELDS: tuple[str, ...] = (
-    "index", "uuid", "name", "pci.bus_id", "temperature.gpu", "memory.total", "memory.used",
-    "utilization.gpu", "power.draw", "enforced.power.limit", "power.limit", "fan.speed",
-    "ecc.errors.uncorrected.volatile.total", "ecc.errors.uncorrected.aggregate.total",
-    "retired_pages.single_bit_ecc.count", "retired_pages.double_bit.count",
-    "remapped_rows.pending", "remapped_rows.failure", "clocks_event_reasons.active", "mig.mode.current",
+    "index",
+    "uuid",
+    "name",
+    "pci.bus_id",
+    "temperature.gpu",
+    "memory.total",
+    "memory.used",
+    "utilization.gpu",
+    "power.draw",
+    "enforced.power.limit",
+    "power.limit",
+    "fan.speed",
+    "ecc.errors.uncorrected.volatile.total",
+    "ecc.errors.uncorrected.aggregate.total",
+    "retired_pages.single_bit_ecc.count",
+    "retired_pages.double_bit.count",
+    "remapped_rows.pending",
+    "remapped_rows.failure",
+    "clocks_event_reasons.active",
+    "mig.mode.current",
 )
 # Older drivers know some fields under another name.
 _FIELD_FALLBACKS = {"clocks_event_reasons.active": "clocks_throttle_reasons.active"}
@@ -459,8 +576,11 @@ def _reading_from_row(row: dict[str, _Cell], position: int) -> GpuReading:
     put("power_limit_w", limit, lambda c: c.number(float))
 
     # Retired pages: single-bit plus double-bit; one failed cell makes the sum unreadable.
-    pages = [row[k] for k in ("retired_pages.single_bit_ecc.count", "retired_pages.double_bit.count")
-             if k in row]
+    pages = [
+        row[k]
+        for k in ("retired_pages.single_bit_ecc.count", "retired_pages.double_bit.count")
+        if k in row
+    ]
     failed = [p for p in pages if p.error]
     read = [p for p in pages if not p.error and not p.unsupported]
     if failed:
@@ -473,7 +593,9 @@ def _reading_from_row(row: dict[str, _Cell], position: int) -> GpuReading:
     put("remapped_rows_failed", row.get("remapped_rows.failure"), lambda c: _yes_no(c.raw))
     put("mig_mode", row.get("mig.mode.current"), lambda c: c.raw)
     _put_throttle(row, put, values)
-    return GpuReading(index=index, **values, unsupported=unsupported, unreadable=unreadable, errors=errors)
+    return GpuReading(
+        index=index, **values, unsupported=unsupported, unreadable=unreadable, errors=errors
+    )
 
 
 def _put_throttle(row: dict[str, _Cell], put: Callable[..., None], values: dict[str, Any]) -> None:
@@ -482,8 +604,11 @@ def _put_throttle(row: dict[str, _Cell], put: Callable[..., None], values: dict[
         if mask is not None:
             put("throttle_reasons", mask, lambda c: decode_throttle_mask(int(c.raw, 16)))
             return
-        flags = {k.split(".", 1)[1]: c for k, c in row.items()
-                 if k.startswith(prefix + ".") and k.split(".", 1)[1] in THROTTLE_BITS.values()}
+        flags = {
+            k.split(".", 1)[1]: c
+            for k, c in row.items()
+            if k.startswith(prefix + ".") and k.split(".", 1)[1] in THROTTLE_BITS.values()
+        }
         if flags:
             values["throttle_reasons"] = [n for n, c in flags.items() if c.raw.lower() == "active"]
             return
@@ -519,13 +644,17 @@ def parse_query_compute_apps_csv(text: str) -> dict[str, list[GpuProcess]]:
         mem = row.get("used_gpu_memory")
         used = mem.number(int) if mem is not None and not (mem.unsupported or mem.error) else None
         name = row.get("process_name")
-        out.setdefault(uuid.raw, []).append(GpuProcess(pid=pid_value, name=name.raw if name else None,
-                                                       used_memory_mib=used))
+        out.setdefault(uuid.raw, []).append(
+            GpuProcess(pid=pid_value, name=name.raw if name else None, used_memory_mib=used)
+        )
     return out
 
 
-_HANDLE_ERROR = re.compile(r"unable to determine the device handle for gpu\s*"
-                           r"(?P<bus>[0-9a-f]+:[0-9a-f]+:[0-9a-f]+\.[0-9a-f])?", re.IGNORECASE)
+_HANDLE_ERROR = re.compile(
+    r"unable to determine the device handle for gpu\s*"
+    r"(?P<bus>[0-9a-f]+:[0-9a-f]+:[0-9a-f]+\.[0-9a-f])?",
+    re.IGNORECASE,
+)
 
 
 def lost_in_output(text: str) -> list[str]:
@@ -551,8 +680,12 @@ class NvidiaSmiProbe:
 
     name = "nvidia-smi"
 
-    def __init__(self, executable: str = "nvidia-smi", timeout_s: float = 15.0,
-                 runner: Callable[[list[str], float], tuple[int, str, str]] | None = None):
+    def __init__(
+        self,
+        executable: str = "nvidia-smi",
+        timeout_s: float = 15.0,
+        runner: Callable[[list[str], float], tuple[int, str, str]] | None = None,
+    ):
         self.executable = executable
         self.timeout_s = timeout_s
         self._run = runner or _run_argv
@@ -566,8 +699,10 @@ class NvidiaSmiProbe:
         fields = list(QUERY_GPU_FIELDS)
         for _ in range(len(QUERY_GPU_FIELDS) + 1):
             try:
-                rc, out, err = self._run([self.executable, f"--query-gpu={','.join(fields)}",
-                                          "--format=csv"], self.timeout_s)
+                rc, out, err = self._run(
+                    [self.executable, f"--query-gpu={','.join(fields)}", "--format=csv"],
+                    self.timeout_s,
+                )
             except (OSError, subprocess.TimeoutExpired) as exc:
                 return ProbeResult(backend=self.name, error=f"{self.executable} failed: {exc}")
             bad = _invalid_field(out + "\n" + err)
@@ -590,8 +725,14 @@ class NvidiaSmiProbe:
 
     def _add_processes(self, gpus: list[GpuReading]) -> None:
         try:
-            rc, out, _ = self._run([self.executable, f"--query-compute-apps={','.join(QUERY_APPS_FIELDS)}",
-                                    "--format=csv"], self.timeout_s)
+            rc, out, _ = self._run(
+                [
+                    self.executable,
+                    f"--query-compute-apps={','.join(QUERY_APPS_FIELDS)}",
+                    "--format=csv",
+                ],
+                self.timeout_s,
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
             for g in gpus:
                 g.unreadable.append("processes")
@@ -658,8 +799,9 @@ class InventoryProbe:
             data["index"] = pos if g.index is None else g.index
             gpus.append(GpuReading.model_validate(data))
         lost = [f"index {g.index}" for g in gpus if g.lost]
-        return ProbeResult(backend=self.name, gpus=gpus, lost=lost,
-                           message=f"declared inventory {self.path}")
+        return ProbeResult(
+            backend=self.name, gpus=gpus, lost=lost, message=f"declared inventory {self.path}"
+        )
 
     def load(self) -> Inventory:
         """Read and validate the file; SpecError names the field and line of the first mistake."""
@@ -667,10 +809,14 @@ class InventoryProbe:
         if isinstance(data, list) and node is not None:
             # A bare list of GPUs: read it as `gpus: [...]`, keeping line numbers for errors.
             key = yaml.ScalarNode("tag:yaml.org,2002:str", "gpus", node.start_mark, node.end_mark)
-            node = yaml.MappingNode("tag:yaml.org,2002:map", [(key, node)], node.start_mark, node.end_mark)
+            node = yaml.MappingNode(
+                "tag:yaml.org,2002:map", [(key, node)], node.start_mark, node.end_mark
+            )
             data = {"gpus": data}
         if not isinstance(data, dict):
-            raise SpecError("expected `gpus:` followed by a list of GPUs", path=str(self.path), line=1)
+            raise SpecError(
+                "expected `gpus:` followed by a list of GPUs", path=str(self.path), line=1
+            )
         return validate(Inventory, data, path=str(self.path), node=node)
 
 

@@ -11,11 +11,14 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 
 
+QUARANTINED = ("CRITICAL", "UNKNOWN")  # a GPU we cannot read is not a GPU we place work on
+
+
 class GpuSlot(BaseModel):
     index: int
     memory_total_mib: float | None = None
     memory_used_mib: float | None = None
-    verdict: str = "OK"  # latest recorded verdict; CRITICAL means quarantined
+    verdict: str = "OK"  # latest recorded verdict; CRITICAL or UNKNOWN means quarantined
 
 
 class PendingJob(BaseModel):
@@ -70,7 +73,7 @@ def place(snap: Snapshot) -> Decision:
             else:
                 decision.holds[job.id] = f"all {snap.cpu_slots} CPU slot(s) busy"
             continue
-        healthy = [g for g in snap.gpus if g.verdict != "CRITICAL"]
+        healthy = [g for g in snap.gpus if g.verdict not in QUARANTINED]
         if len(healthy) < job.gpus:
             decision.holds[job.id] = (f"needs {job.gpus} GPU(s); {len(healthy)} healthy "
                                       f"({len(snap.gpus) - len(healthy)} quarantined)")

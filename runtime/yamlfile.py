@@ -15,7 +15,7 @@ M = TypeVar("M", bound=BaseModel)
 
 
 
-def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
+def line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
     """Walk a composed YAML node tree along a pydantic error location; return a 1-based line."""
     line = node.start_mark.line + 1 if node is not None else None
     for part in loc:
@@ -58,7 +58,7 @@ def validate(model: type[M], data: Any, *, path: str | None = None, node: yaml.N
         field = ".".join(str(p) for p in loc_prefix + loc) or None
         more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
         raise SpecError(f"{err['msg']}{more}", path=path, field=field,
-                        line=_line_of(node, loc_prefix + loc)) from exc
+                        line=line_of(node, loc_prefix + loc)) from exc
 
 
 def load_model(model: type[M], path: str | Path) -> M:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -74,13 +74,13 @@ def submit_job(ctx: SkillContext, inp: SubmitJobInput) -> SubmitJobResult:
 
 def _check_writable(spec: ExperimentSpec, spec_path: str | None, runs_dir: Path) -> None:
     """Refuse at submit, not at 3 a.m.: the run must be able to write its checkpoints."""
-    target = runs_dir
-    field = "executor.runs_dir (config)"
+    target, field = runs_dir, "executor.runs_dir (config)"
     if spec.checkpoint and Path(spec.checkpoint.dir).is_absolute():
         target, field = Path(spec.checkpoint.dir), "checkpoint.dir"
-    probe = target
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    if not (probe.is_dir() and os.access(probe, os.W_OK | os.X_OK)):
-        raise SpecError(f"{target} cannot be written (nearest existing folder {probe} is not "
-                        "writable); point it at a folder you own", path=spec_path, field=field)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=target):
+            pass
+    except OSError as exc:
+        raise SpecError(f"{target} cannot be written ({exc.strerror or exc}); point it at a folder "
+                        "you own", path=spec_path, field=field) from exc

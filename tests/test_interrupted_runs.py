@@ -111,7 +111,8 @@ def test_killed_while_waiting_for_approval_resumes_without_repeating(home, tmp_p
 def test_killed_while_training_in_flight_resumes_and_recovers(home, tmp_path):
     """SIGKILL of `nightshift run` mid-training: the run goes on, a new process re-attaches to it,
     sees its crash, resumes it once from the checkpoint, and every job state change is audited."""
-    spec = write_spec(tmp_path, steps=400, env={"NIGHTSHIFT_FAULT_CRASH_AT_STEP": "240"})
+    spec = write_spec(tmp_path, steps=400, env={"NIGHTSHIFT_FAULT_CRASH_AT_STEP": "240",
+                                                "NIGHTSHIFT_EXAMPLE_STEP_SLEEP_S": "0.01"})
     goal = tmp_path / "goal.yaml"
     goal.write_text(yaml.safe_dump({"name": "inflight", "goal": "train", "spec": str(spec)}))
     db = home / "nightshift.db"

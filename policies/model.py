@@ -1,0 +1,226 @@
+"""The policy file: who may use which skills, within which limits, and which calls need approval.
+
+A policy is YAML validated by pydantic; `load_policy(None)` reads the shipped `default.yaml`.
+Errors name the field and the line (`SpecError`), cross-references included (a principal naming
+a role that does not exist).
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from nightshift.runtime.config import nightshift_home
+from nightshift.runtime.errors import SpecError
+from nightshift.runtime.yamlfile import line_of, read_yaml, validate
+from nightshift.skills.base import Capability
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+
+DEFAULT_POLICY = "default.yaml"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Role(_Strict):
+    """What the holders of a role may do. A skill is covered when its name matches `skills` and
+    none of `deny_skills`; it is then allowed when its capability is in `capabilities`, and allowed
+    only after approval when it is in `with_approval`."""
+
+    capabilities: list[Capability] = Field(default_factory=list,
+                                           description="Capabilities allowed outright")
+    with_approval: list[Capability] = Field(default_factory=list,
+                                            description="Capabilities allowed only after approval")
+    skills: list[str] = Field(default_factory=lambda: ["*"], description="Skill-name globs covered")
+    deny_skills: list[str] = Field(default_factory=list,
+                                   description="Skill-name globs never allowed")
+    can_approve: bool = Field(default=False,
+                              description="Holders may vote on other principals' approvals")
+    approval_quorum: int = Field(default=1, ge=1, description="Quorum when `with_approval` applies")
+    approval_expires_min: float | None = Field(default=60.0, gt=0,
+                                               description="Expiry when `with_approval` applies")
+
+
+class Principal(_Strict):
+    """Who asks: a named user, the planner (`agent`), the loop (`system`) or a channel."""
+
+    kind: Literal["user", "agent", "system", "channel"]
+    os_user: str | None = Field(default=None,
+                                description="Local OS login that maps to this principal")
+    slack_id: str | None = Field(default=None, description="Slack user id; arrives as `slack:<id>`")
+    wechat_id: str | None = Field(default=None,
+                                  description="WeChat Work user id; arrives as `wechat:<id>`")
+    roles: list[str] = Field(default_factory=list)
+
+
+class Limits(_Strict):
+    """Limits on the arguments of every non-read call. `None` means no limit."""
+
+    max_gpus_per_job: int | None = Field(default=None, ge=0)
+    allowed_images: list[str] | None = Field(default=None,
+                                             description="Image globs; None allows any image")
+    allowed_mount_roots: list[str] | None = Field(
+        default=None,
+        description="Host folders mounts must lie under; `~` and `$NIGHTSHIFT_HOME` expand")
+    max_runtime_min: float | None = Field(default=None, gt=0)
+
+    def mount_roots(self) -> list[Path] | None:
+        """The allowed roots, expanded now (the environment may change between calls)."""
+        if self.allowed_mount_roots is None:
+            return None
+        return [expand_path(r) for r in self.allowed_mount_roots]
+
+
+def expand_path(raw: str) -> Path:
+    """Expand `$NIGHTSHIFT_HOME` (its default when unset), other variables and `~`; resolve."""
+    text = raw.replace("${NIGHTSHIFT_HOME}", "$NIGHTSHIFT_HOME")
+    text = text.replace("$NIGHTSHIFT_HOME", str(nightshift_home()))
+    return Path(os.path.realpath(os.path.expanduser(os.path.expandvars(text))))
+
+
+_OPS: dict[str, Callable[[Any, Any], bool]] = {
+    "==": operator.eq, "!=": operator.ne, ">=": operator.ge, "<=": operator.le,
+    ">": operator.gt, "<": operator.lt,
+    "in": lambda a, b: a in b, "not in": lambda a, b: a not in b,
+}
+_COND = re.compile(
+    r"^\s*args((?:\.[A-Za-z_]\w*)+)\s*(?:(==|!=|>=|<=|>|<)|\s(not\s+in|in)\s)\s*(\S.*?)\s*$"
+)
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class Condition:
+    """`args.<path> <op> <YAML literal>`, e.g. `args.job_priority >= 5` or `args.host in [a, b]`."""
+
+    path: tuple[str, ...]
+    op: str
+    value: Any
+    text: str
+
+    @classmethod
+    def parse(cls, text: str) -> Condition:
+        m = _COND.match(text)
+        if not m:
+            raise ValueError(f"condition {text!r} is not `args.<name> <op> <value>` with op one of "
+                             "==, !=, >=, <=, >, <, in, not in (e.g. `args.job_priority >= 5`)")
+        path, raw = m.group(1), m.group(4)
+        op = m.group(2) or " ".join(m.group(3).split())
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            raise ValueError(f"condition {text!r}: value {raw!r} is not a YAML literal") from exc
+        if op in ("in", "not in") and not isinstance(value, list):
+            raise ValueError(f"condition {text!r}: `{op}` needs a list, e.g. [a, b]")
+        return cls(tuple(path.strip(".").split(".")), op, value, text)
+
+    def holds(self, args: dict[str, Any]) -> bool:
+        """True when the argument exists and compares; a missing or incomparable one is False."""
+        cur: Any = args
+        for part in self.path:
+            cur = cur.get(part, _MISSING) if isinstance(cur, dict) else _MISSING
+            if cur is _MISSING:
+                return False
+        try:
+            return bool(_OPS[self.op](cur, self.value))
+        except TypeError:
+            return False
+
+
+class ApprovalRule(_Strict):
+    """A call matching every given criterion needs `quorum` approvals from other principals."""
+
+    id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$")
+    skills: list[str] = Field(default_factory=list,
+                              description="Skill-name globs; empty: any skill")
+    capabilities: list[Capability] = Field(default_factory=list,
+                                           description="Empty: any capability")
+    when: list[str] = Field(default_factory=list, description="Argument conditions; all must hold")
+    quorum: int = Field(default=1, ge=1)
+    expires_min: float | None = Field(default=60.0, gt=0)
+
+    _conditions: list[Condition] = PrivateAttr(default_factory=list)
+
+    @field_validator("when")
+    @classmethod
+    def _conditions_parse(cls, v: list[str]) -> list[str]:
+        for text in v:
+            Condition.parse(text)
+        return v
+
+    def model_post_init(self, _context: Any) -> None:
+        self._conditions = [Condition.parse(t) for t in self.when]
+
+    @property
+    def conditions(self) -> list[Condition]:
+        return self._conditions
+
+
+class Policy(_Strict):
+    """The whole policy file."""
+
+    version: Literal[1] = 1
+    roles: dict[str, Role]
+    principals: dict[str, Principal] = Field(default_factory=dict)
+    local_users: Literal["*"] | list[str] = Field(
+        default="*",
+        description="OS users (bare names) that map to `local_user_principal`; '*' for any")
+    local_user_principal: str | None = "local_user"
+    default_role: str = Field(default="reader",
+                              description="Role of a principal the policy does not know")
+    limits: Limits = Limits()
+    approvals: list[ApprovalRule] = Field(default_factory=list)
+
+    def problems(self) -> list[tuple[tuple[str | int, ...], str]]:
+        """Cross-reference errors pydantic cannot see: (field location, message)."""
+        found: list[tuple[tuple[str | int, ...], str]] = []
+        known = ", ".join(sorted(self.roles)) or "none"
+
+        def unknown_role(loc: tuple[str | int, ...], role: str) -> None:
+            found.append((loc, f"unknown role '{role}'; define it under roles (known: {known})"))
+
+        for name, p in self.principals.items():
+            for i, role in enumerate(p.roles):
+                if role not in self.roles:
+                    unknown_role(("principals", name, "roles", i), role)
+        if self.default_role not in self.roles:
+            unknown_role(("default_role",), self.default_role)
+        local = self.local_user_principal
+        if local is not None and local not in self.principals:
+            msg = (f"unknown principal '{local}'; define it under principals, or set "
+                   "local_user_principal: null")
+            found.append((("local_user_principal",), msg))
+        seen: set[str] = set()
+        for i, rule in enumerate(self.approvals):
+            if rule.id in seen:
+                found.append((("approvals", i, "id"), f"duplicate rule id '{rule.id}'"))
+            seen.add(rule.id)
+        return found
+
+
+def load_policy(path: str | Path | None = None) -> Policy:
+    """Load and check a policy file; None loads the shipped default. Raises SpecError."""
+    if path is None:
+        ref = resources.files("nightshift.policies").joinpath(DEFAULT_POLICY)
+        with resources.as_file(ref) as real:
+            return _load(real)
+    return _load(Path(path).expanduser())
+
+
+def _load(path: Path) -> Policy:
+    data, node, _ = read_yaml(path)
+    if not isinstance(data, dict):
+        raise SpecError("expected a mapping at the top level", path=str(path), line=1)
+    policy = validate(Policy, data, path=str(path), node=node)
+    for loc, msg in policy.problems():
+        raise SpecError(msg, path=str(path), field=".".join(str(p) for p in loc),
+                        line=line_of(node, loc))
+    return policy

@@ -1,0 +1,213 @@
+"""The hash-chained audit log: appends, verification, every kind of tampering, many writers."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from nightshift.policies.audit import GENESIS, AuditLog
+from nightshift.runtime.store import Store
+
+
+class Clock:
+    """A clock that ticks one second per reading: deterministic timestamps."""
+
+    def __init__(self) -> None:
+        self.t = datetime(2026, 12, 2, 3, 0)
+
+    def __call__(self) -> datetime:
+        self.t += timedelta(seconds=1)
+        return self.t
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "ns.db"
+
+
+@pytest.fixture
+def log(db: Path, tmp_path: Path) -> AuditLog:
+    return AuditLog(Store(f"sqlite:///{db}"), tmp_path / "audit.anchor", clock=Clock())
+
+
+def fill(log: AuditLog, n: int) -> None:
+    for i in range(n):
+        log.append("alice", "test.step", skill="test_skill", call_id=f"c{i}", job_id=i,
+                   payload={"i": i, "nested": {"b": [1, 2.5, None], "a": "x"}})
+
+
+def sql(db: Path, statement: str, *params: object) -> None:
+    with sqlite3.connect(db) as conn:
+        conn.execute(statement, params)
+
+
+def test_hash_formula_is_pinned(log: AuditLog) -> None:
+    """sha256(prev_hash + canonical JSON of the event) is pinned: other tools recompute it."""
+    ev = log.append("alice", "job.cancel", skill="cancel_job", call_id="c1", job_id=7,
+                    payload={"why": "stuck", "a": 1})
+    body = ('{"action":"job.cancel","actor":"alice","call_id":"c1","job_id":7,'
+            '"payload":{"a":1,"why":"stuck"},"skill":"cancel_job",'
+            '"ts":"2026-12-02T03:00:01.000000Z"}')
+    assert ev.ts == "2026-12-02T03:00:01.000000Z"
+    assert ev.prev_hash == GENESIS == "0" * 64
+    assert ev.hash == hashlib.sha256((GENESIS + body).encode()).hexdigest()
+    second = log.append("system", "x", payload={})
+    assert second.prev_hash == ev.hash
+
+
+def test_ts_may_be_passed_in(log: AuditLog) -> None:
+    """Callers that hold `now` (the gate, skills' contexts) stamp events with it; aware is UTC."""
+    aware = datetime(2026, 1, 1, 12, 0, tzinfo=timezone(timedelta(hours=8)))
+    assert log.append("a", "x", ts=aware).ts == "2026-01-01T04:00:00.000000Z"
+    assert log.append("a", "x", ts="2026-01-01T05:00:00Z").ts == "2026-01-01T05:00:00Z"
+
+
+def test_append_verify_and_list(log: AuditLog) -> None:
+    """An untouched log verifies; `events` filters by job, actor, action and call."""
+    assert log.verify().ok and log.verify().count == 0
+    fill(log, 5)
+    res = log.verify()
+    assert (res.ok, res.count, res.first_bad_id) == (True, 5, None)
+    assert [e.job_id for e in log.events(job_id=3)] == [3]
+    assert [e.id for e in log.events(newest_first=True, limit=2)] == [5, 4]
+    assert len(log.events(actor="alice", action="test.step")) == 5
+    assert log.events(call_id="c2")[0].payload["nested"]["b"] == [1, 2.5, None]
+    assert [e.id for e in log.events(after_id=3)] == [4, 5]
+    assert log.anchor() == {"id": 5, "hash": log.head().hash}
+
+
+def test_edited_payload_is_detected(log: AuditLog, db: Path) -> None:
+    """Someone editing an event's payload with sqlite3 breaks its hash."""
+    fill(log, 5)
+    sql(db, "UPDATE auditevent SET payload = ? WHERE id = 3", json.dumps({"i": 99}))
+    res = log.verify()
+    assert (res.ok, res.first_bad_id) == (False, 3)
+    assert "edited" in res.reason
+
+
+def test_edited_actor_is_detected(log: AuditLog, db: Path) -> None:
+    """Every hashed field counts, not only the payload: blaming someone else is caught."""
+    fill(log, 3)
+    sql(db, "UPDATE auditevent SET actor = 'bob' WHERE id = 2")
+    assert log.verify().first_bad_id == 2
+
+
+def test_deleted_middle_event_is_detected(log: AuditLog, db: Path) -> None:
+    """A removed event leaves the next one pointing at a hash that is no longer there."""
+    fill(log, 5)
+    sql(db, "DELETE FROM auditevent WHERE id = 3")
+    res = log.verify()
+    assert (res.ok, res.first_bad_id) == (False, 4)
+    assert "removed, reordered or edited" in res.reason
+
+
+def test_deleted_first_event_is_detected(log: AuditLog, db: Path) -> None:
+    """The chain must start at 64 zeros; dropping the oldest event is not invisible."""
+    fill(log, 3)
+    sql(db, "DELETE FROM auditevent WHERE id = 1")
+    res = log.verify()
+    assert (res.ok, res.first_bad_id) == (False, 2)
+    assert "first event" in res.reason
+
+
+def test_reordered_events_are_detected(log: AuditLog, db: Path) -> None:
+    """Swapping two events' places (ids) breaks the prev links."""
+    fill(log, 4)
+    sql(db, "UPDATE auditevent SET id = 100 WHERE id = 2")
+    sql(db, "UPDATE auditevent SET id = 2 WHERE id = 3")
+    sql(db, "UPDATE auditevent SET id = 3 WHERE id = 100")
+    res = log.verify()
+    assert (res.ok, res.first_bad_id) == (False, 2)
+
+
+def test_deleted_newest_events_detected_by_anchor(log: AuditLog, db: Path) -> None:
+    """Truncating the tail leaves a valid chain; only the anchor outside the DB can tell."""
+    fill(log, 5)
+    sql(db, "DELETE FROM auditevent WHERE id >= 4")
+    res = log.verify()
+    assert (res.ok, res.first_bad_id, res.count) == (False, 5, 3)
+    assert "newest events were removed" in res.reason
+    sql(db, "DELETE FROM auditevent")
+    res = log.verify()
+    assert (res.ok, res.first_bad_id, res.count) == (False, 5, 0)
+
+
+def test_rewritten_chain_detected_by_anchor(db: Path, tmp_path: Path) -> None:
+    """A forger who recomputes every hash still cannot match the anchored newest hash."""
+    anchor = tmp_path / "audit.anchor"
+    real = AuditLog(Store(f"sqlite:///{db}"), anchor, clock=Clock())
+    fill(real, 3)
+    forged_db = tmp_path / "forged.db"
+    forged = AuditLog(Store(f"sqlite:///{forged_db}"), tmp_path / "scratch.anchor", clock=Clock())
+    for i in range(3):
+        forged.append("alice", "test.step", payload={"i": i, "forged": True})
+    sql(db, "DELETE FROM auditevent")
+    with sqlite3.connect(db) as conn:
+        conn.execute("ATTACH DATABASE ? AS f", (str(forged_db),))
+        conn.execute("INSERT INTO auditevent SELECT * FROM f.auditevent")
+    res = real.verify()
+    assert (res.ok, res.first_bad_id) == (False, 3)
+    assert "rewritten" in res.reason
+
+
+def test_missing_anchor_with_events_is_not_ok(log: AuditLog) -> None:
+    """Deleting the anchor to hide a truncation must itself be reported."""
+    fill(log, 2)
+    log.anchor_path.unlink()
+    res = log.verify()
+    assert not res.ok and "anchor file" in res.reason
+
+
+def test_anchor_is_replaced_atomically_and_never_moves_back(log: AuditLog) -> None:
+    """The anchor is written whole (tmp + rename) and an out-of-order writer cannot rewind it."""
+    fill(log, 3)
+    head = log.head()
+    log._write_anchor(2, "0" * 64)
+    assert log.anchor() == {"id": 3, "hash": head.hash}
+    assert sorted(p.name for p in log.anchor_path.parent.iterdir()
+                  if p.name.startswith("audit.anchor")) == ["audit.anchor", "audit.anchor.lock"]
+
+
+WRITER = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from nightshift.policies.audit import AuditLog
+    from nightshift.runtime.store import Store
+    db, anchor, who, n, go = sys.argv[1:]
+    log = AuditLog(Store("sqlite:///" + db), anchor)
+    deadline = time.time() + 60
+    while not Path(go).exists() and time.time() < deadline:
+        time.sleep(0.005)
+    for i in range(int(n)):
+        log.append(who, "test.concurrent", payload={"i": i})
+""")
+
+
+def test_concurrent_appends_from_four_processes(db: Path, tmp_path: Path) -> None:
+    """Several processes (CLI, daemon, chat) append at once; the chain must stay one line."""
+    anchor = tmp_path / "audit.anchor"
+    log = AuditLog(Store(f"sqlite:///{db}"), anchor)  # creates the schema once, up front
+    go = tmp_path / "go"
+    n = 40
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(db), str(anchor), f"w{k}",
+                               str(n), str(go)], stderr=subprocess.PIPE, text=True)
+             for k in range(4)]
+    go.touch()
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    events = log.events()
+    assert len(events) == 4 * n
+    prevs = [e.prev_hash for e in events]
+    assert len(set(prevs)) == len(prevs), "two events chained onto the same predecessor"
+    assert {e.actor for e in events} == {"w0", "w1", "w2", "w3"}
+    res = log.verify()
+    assert (res.ok, res.count) == (True, 4 * n), res.reason
+    assert log.anchor()["id"] == events[-1].id

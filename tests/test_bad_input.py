@@ -1,0 +1,117 @@
+"""Bad input gets one clear error naming the field (and line) and exit code 2, and nothing already
+stored is lost or half-written."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+import yaml
+from conftest import REPO, nightshift
+
+
+@pytest.fixture
+def stored(home):
+    """A store with one job and some audit events already in it."""
+    assert nightshift("skill", "submit_job", "--arg",
+                      f"spec_path={REPO / 'examples/specs/quickstart.yaml'}").returncode == 0
+    return home / "nightshift.db"
+
+
+def snapshot(db):
+    con = sqlite3.connect(db)
+    return (con.execute("select id, state, params from job").fetchall(),
+            con.execute("select count(*) from auditevent where action like 'job.%'").fetchone())
+
+
+def assert_untouched(db, before):
+    assert snapshot(db) == before
+    assert nightshift("audit", "verify").returncode == 0
+
+
+def write(tmp_path, name, text):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_malformed_goal_yaml_names_the_line(stored, tmp_path):
+    """A YAML syntax error points at its line."""
+    before = snapshot(stored)
+    goal = write(tmp_path, "g.yaml", "name: x\ngoal: train\nspec: [unclosed\n")
+    res = nightshift("run", str(goal))
+    assert res.returncode == 2
+    assert "g.yaml:" in res.stderr and "not valid YAML" in res.stderr
+    assert_untouched(stored, before)
+
+
+def test_goal_with_unknown_field_names_field_and_line(stored, tmp_path):
+    """A misspelt key is named with its line, not silently ignored."""
+    before = snapshot(stored)
+    goal = write(tmp_path, "g.yaml", "name: x\ngoal: train\nspec: s.yaml\nretires: 3\n")
+    write(tmp_path, "s.yaml", "name: s\ncommand: [python, t.py]\n")
+    res = nightshift("run", str(goal))
+    assert res.returncode == 2
+    assert "g.yaml:4" in res.stderr and "retires" in res.stderr
+    assert_untouched(stored, before)
+
+
+def test_goal_naming_a_missing_spec_file(stored, tmp_path):
+    """A spec path that does not exist is named, relative to the goal file."""
+    goal = write(tmp_path, "g.yaml", "name: x\ngoal: train\nspec: nowhere.yaml\n")
+    res = nightshift("run", str(goal))
+    assert res.returncode == 2 and "nowhere.yaml" in res.stderr and "'spec'" in res.stderr
+
+
+def test_unknown_skill(stored):
+    """An unknown skill name lists the ones that exist."""
+    before = snapshot(stored)
+    res = nightshift("skill", "delete_everything")
+    assert res.returncode == 2
+    assert "no skill named 'delete_everything'" in res.stderr and "cancel_job" in res.stderr
+    assert_untouched(stored, before)
+
+
+def test_arguments_failing_the_input_model(stored):
+    """Arguments that fail the skill's input model name the field; nothing runs."""
+    before = snapshot(stored)
+    res = nightshift("skill", "cancel_job", "--arg", "job_id=abc")
+    assert res.returncode == 2 and "job_id" in res.stderr
+    assert_untouched(stored, before)
+
+
+def test_goal_step_with_bad_arguments_exits_2(stored, tmp_path):
+    """The same through a goal file: the step's error is reported and the run exits 2."""
+    before = snapshot(stored)
+    goal = write(tmp_path, "g.yaml", yaml.safe_dump(
+        {"name": "x", "steps": [{"skill": "list_jobs", "args": {"limit": "many"}}]}))
+    res = nightshift("run", str(goal))
+    assert res.returncode == 2 and "limit" in res.stdout
+    assert_untouched(stored, before)
+
+
+def test_checkpoint_dir_that_cannot_be_written(stored, tmp_path):
+    """A checkpoint folder nobody can write is refused at submit, naming checkpoint.dir."""
+    before = snapshot(stored)
+    spec = yaml.safe_load((REPO / "examples/specs/quickstart.yaml").read_text())
+    spec["code"]["path"] = str(REPO / "examples")
+    spec["checkpoint"]["dir"] = "/proc/nightshift-checkpoints"
+    path = write(tmp_path, "s.yaml", yaml.safe_dump(spec))
+    res = nightshift("skill", "submit_job", "--arg", f"spec_path={path}")
+    assert res.returncode == 2
+    assert "checkpoint.dir" in res.stderr and "/proc/nightshift-checkpoints" in res.stderr
+    assert_untouched(stored, before)
+
+
+def test_missing_training_script_is_caught_before_launch(stored, tmp_path):
+    """A command naming a script that does not exist fails validation, before anything launches."""
+    before = snapshot(stored)
+    spec = yaml.safe_load((REPO / "examples/specs/quickstart.yaml").read_text())
+    spec["code"]["path"] = str(REPO / "examples")
+    spec["command"][1] = "trian_numpy.py"
+    spec_path = write(tmp_path, "s.yaml", yaml.safe_dump(spec))
+    goal = write(tmp_path, "g.yaml", f"name: x\ngoal: train\nspec: {spec_path}\n")
+    res = nightshift("run", str(goal))
+    assert res.returncode == 2
+    assert "trian_numpy.py" in res.stdout and "command" in res.stdout
+    assert_untouched(stored, before)

@@ -1,0 +1,238 @@
+"""diagnose_failure on realistic logs: each category, its evidence and remediation, and logs that
+are not failures (warnings, a clean exit) coming back succeeded/unknown rather than a wrong guess.
+Fixture origins are listed in tests/fixtures/logs/SOURCES.md."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from nightshift.runtime.config import Settings
+from nightshift.runtime.errors import SkillInputError
+from nightshift.runtime.store import Store
+from nightshift.skills.base import SkillContext
+from nightshift.skills.diagnose_failure import diagnose_failure
+
+LOGS = Path(__file__).parent / "fixtures" / "logs"
+TRAIN = Path(__file__).resolve().parents[1] / "examples" / "train_numpy.py"
+KNOBS = {"learning_rate": "lr", "micro_batch": "micro_batch", "grad_accum": "grad_accum"}
+PARAMS = {"lr": 0.01, "micro_batch": 32, "grad_accum": 1, "steps": 300}
+
+
+@pytest.fixture
+def ctx(tmp_path) -> SkillContext:
+    return SkillContext(store=Store(f"sqlite:///{tmp_path}/s.db"), settings=Settings(home=str(tmp_path)),
+                        now=datetime(2026, 12, 2, 3, 0))
+
+
+def diagnose(ctx, name: str | None = None, **kw):
+    if name is not None:
+        kw["log_path"] = str(LOGS / name)
+    return diagnose_failure(ctx, kw)
+
+
+@pytest.mark.parametrize(("fixture", "exit_code", "category", "action", "retryable", "quote"), [
+    # PyTorch's allocator message (c10/cuda/CUDACachingAllocator.cpp) under the HF Trainer.
+    ("cuda_oom_hf_trainer.log", 1, "cuda_oom", "resume_smaller_batch", True,
+     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.95 GiB"),
+    # The kernel's oom_kill.c report; the process died by SIGKILL (128 + 9).
+    ("host_oom_dmesg.log", 137, "host_oom", "resume", True,
+     "Out of memory: Killed process 48213 (python)"),
+    # fairseq's dynamic loss scaler giving up.
+    ("nan_fairseq.log", 1, "nan_loss", "resume_lower_lr", True, "Minimum loss scale reached"),
+    # NCCL's ncclSystemError through ProcessGroupNCCL.
+    ("nccl_unhandled_system_error.log", 1, "nccl_or_distributed", "resume", True,
+     "unhandled system error (run with NCCL_DEBUG=INFO for details)"),
+    # ProcessGroupNCCL's watchdog tearing the process down (SIGABRT, 134).
+    ("nccl_watchdog_timeout.log", 134, "nccl_or_distributed", "resume", True,
+     "Watchdog caught collective operation timeout"),
+    # cudaErrorIllegalAddress as PyTorch raises it.
+    ("cuda_illegal_memory_access.log", 1, "cuda_runtime_error", "resume", True,
+     "RuntimeError: CUDA error: an illegal memory access was encountered"),
+    # torch.load on a truncated zip checkpoint (torch/serialization.py).
+    ("checkpoint_corrupt_torch_load.log", 1, "checkpoint_corrupt", "resume_previous_checkpoint", True,
+     "PytorchStreamReader failed reading zip archive: failed finding central directory"),
+    # torch.save's writer failing, then Python's ENOSPC.
+    ("disk_full_torch_save.log", 1, "disk_full", "stop", False, "No space left on device"),
+    # torch/cuda/__init__.py's driver check.
+    ("driver_too_old.log", 1, "driver_mismatch", "stop", False,
+     "RuntimeError: The NVIDIA driver on your system is too old (found version 11040)"),
+    # torchvision ImageFolder on a missing folder.
+    ("file_missing_dataset.log", 1, "file_missing", "stop", False,
+     "FileNotFoundError: [Errno 2] No such file or directory: '/data/imagenet/train'"),
+    # Python's import system.
+    ("import_missing_module.log", 1, "import_or_env", "stop", False,
+     "ModuleNotFoundError: No module named 'transformers'"),
+    # A missing shared library says "No such file or directory" too: it is the environment.
+    ("import_missing_shared_library.log", 1, "import_or_env", "stop", False,
+     "ImportError: libcudnn.so.8: cannot open shared object file"),
+    # A DataLoader worker's KeyError matches no known signature: a generic crash.
+    ("crashed_dataloader_keyerror.log", 1, "crashed", "resume", True, "KeyError: 'input_ids'"),
+])
+def test_each_category_from_a_realistic_log(ctx, fixture, exit_code, category, action, retryable,
+                                            quote):
+    """Every category is recognised from the text its real source prints, quoting that line."""
+    r = diagnose(ctx, fixture, exit_code=exit_code)
+    assert r.category == category, r.reasoning
+    assert r.remediation.action == action
+    assert r.retryable is retryable
+    assert any(quote in e.text for e in r.evidence), r.evidence
+    lines = (LOGS / fixture).read_text().splitlines()
+    for e in r.evidence:  # line numbers point at the quoted lines of the file
+        assert lines[e.line_no - 1].strip().startswith(e.text[:40])
+
+
+def test_oom_outranks_the_nccl_errors_it_causes(ctx):
+    """One rank's OOM makes the others print NCCL errors; the root cause is the OOM."""
+    r = diagnose(ctx, "cuda_oom_with_nccl_echo.log", exit_code=1)
+    assert r.category == "cuda_oom"
+    assert "nccl_or_distributed" in r.reasoning
+
+
+def test_oom_remediation_halves_the_batch_through_the_knobs(ctx):
+    """With the spec's knobs and the attempt's params, the fix is concrete and keeps the effective batch."""
+    r = diagnose(ctx, "cuda_oom_hf_trainer.log", exit_code=1, params=PARAMS, knobs=KNOBS)
+    assert r.remediation.changes == {"micro_batch": 16, "grad_accum": 2}
+    assert r.remediation.factors == {"micro_batch": 0.5, "grad_accum": 2.0}
+    one = diagnose(ctx, "cuda_oom_hf_trainer.log", exit_code=1, knobs=KNOBS,
+                   params={**PARAMS, "micro_batch": 1})
+    assert one.remediation.action == "stop" and one.retryable is False
+
+
+def test_nan_remediation_lowers_the_learning_rate(ctx):
+    """A diverged loss resumes with half the learning rate, named by the learning_rate knob."""
+    r = diagnose(ctx, "nan_fairseq.log", exit_code=1, params=PARAMS, knobs=KNOBS)
+    assert r.remediation.changes == {"lr": 0.005}
+
+
+def test_device_side_assert_is_not_retried(ctx):
+    """A kernel assertion is a bug in code or data: resuming would fail the same way."""
+    r = diagnose(ctx, "cuda_device_side_assert.log", exit_code=1)
+    assert r.category == "cuda_runtime_error"
+    assert r.retryable is False and r.remediation.action == "stop"
+
+
+def test_sigkill_without_evidence_is_host_oom(ctx):
+    """A bare SIGKILL is most often the OOM killer, and the reasoning says so."""
+    for kw in ({"exit_code": -9}, {"exit_code": 137}, {"signal": 9}):
+        r = diagnose(ctx, log_tail="step 100 loss 0.42\nstep 200 loss 0.31\n", **kw)
+        assert r.category == "host_oom" and r.signal == 9
+        assert "OOM killer" in r.reasoning and r.confidence == "medium"
+
+
+def test_shell_killed_line_is_host_oom(ctx):
+    """bash's `Killed` report is weaker evidence of the OOM killer than the kernel's own line."""
+    r = diagnose(ctx, "host_oom_shell_killed.log", exit_code=137)
+    assert r.category == "host_oom" and r.confidence == "medium"
+    assert r.evidence[0].line_no == 4
+
+
+def test_clean_exit_is_succeeded_even_with_warnings(ctx):
+    """Warnings, NCCL INFO chatter and a DeepSpeed overflow skip are not failures."""
+    r = diagnose(ctx, "clean_run_with_warnings.log", exit_code=0)
+    assert r.category == "succeeded" and r.retryable is False
+    assert r.evidence == []
+
+
+def test_warnings_without_an_exit_status_are_unknown(ctx):
+    """With no exit status, a log of warnings gets no confident (wrong) category."""
+    r = diagnose(ctx, "clean_run_with_warnings.log")
+    assert r.category == "unknown" and r.confidence == "low"
+
+
+def test_nonzero_exit_with_nothing_in_the_log_is_unknown(ctx):
+    """An unexplained failure is reported as unknown and not retried blindly."""
+    r = diagnose(ctx, log_tail="step 10 loss 1.2\nstep 20 loss 1.1\n", exit_code=3)
+    assert r.category == "unknown" and r.retryable is False
+
+
+def test_monitor_verdicts_win(ctx):
+    """preempted / stalled / timeout come from the monitor, and log evidence is still quoted."""
+    assert diagnose(ctx, log_tail="step 5\n", exit_code=-15, monitor_says="preempted").category == "preempted"
+    stalled = diagnose(ctx, "nccl_watchdog_timeout.log", exit_code=-9, monitor_says="stalled")
+    assert stalled.category == "stalled" and stalled.retryable
+    assert "nccl_or_distributed" in stalled.reasoning and stalled.evidence
+    timeout = diagnose(ctx, log_tail="step 5\n", exit_code=-15, monitor_says="timeout")
+    assert timeout.category == "timeout" and timeout.remediation.action == "stop"
+
+
+def test_sigterm_without_monitor_is_preempted(ctx):
+    """SIGTERM means someone asked the process to stop; with no error it is a preemption."""
+    r = diagnose(ctx, log_tail="step 5 loss 1.0\n", exit_code=143)
+    assert r.category == "preempted" and r.signal == 15
+
+
+def test_driver_and_dmesg_one_liners(ctx):
+    """Short real messages: cudaErrorInsufficientDriver, a cgroup OOM kill, NCCL's CUDA OOM."""
+    # cuda-samples deviceQuery / any CUDA runtime call on an old driver.
+    r = diagnose(ctx, log_tail="cudaGetDeviceCount returned 35\n-> CUDA driver version is "
+                 "insufficient for CUDA runtime version\nResult = FAIL\n", exit_code=1)
+    assert r.category == "driver_mismatch"
+    # mm/oom_kill.c inside a memory cgroup (a container limit).
+    r = diagnose(ctx, log_tail="[18492.104] Memory cgroup out of memory: Killed process 4182 "
+                 "(python) total-vm:812044kB, anon-rss:518420kB\n", exit_code=-9)
+    assert r.category == "host_oom" and r.confidence == "high"
+    # NCCL reporting a CUDA allocation failure is an OOM, not a network problem.
+    r = diagnose(ctx, log_tail="torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/"
+                 "distributed/c10d/NCCLUtils.hpp:275, unhandled cuda error (run with NCCL_DEBUG=INFO "
+                 "for details), NCCL version 2.19.3\nncclUnhandledCudaError: Call to CUDA function "
+                 "failed.\nLast error:\nCuda failure 'out of memory'\n", exit_code=1)
+    assert r.category == "cuda_oom"
+
+
+def test_log_text_is_data(ctx):
+    """Text in the log that addresses the agent changes nothing: it is quoted, cleaned, and ignored."""
+    r = diagnose(ctx, "crashed_with_instructions_in_log.log", exit_code=1)
+    assert r.category == "crashed" and r.remediation.action == "resume"
+    assert r.remediation.changes == {}
+    assert all("\x1b" not in e.text for e in r.evidence)
+    assert r.evidence[0].text.startswith("RuntimeError: stage failed.")
+
+
+def test_log_tail_and_log_path_together_are_refused(ctx):
+    """One log source per call, so evidence line numbers are unambiguous."""
+    with pytest.raises(SkillInputError):
+        diagnose(ctx, "import_missing_module.log", log_tail="x", exit_code=1)
+
+
+def test_missing_log_file_is_reported_not_raised(ctx, tmp_path):
+    """A log that was never written still gets a verdict from the exit status."""
+    r = diagnose_failure(ctx, {"log_path": str(tmp_path / "nope.log"), "exit_code": -9})
+    assert r.category == "host_oom" and "could not be read" in r.reasoning
+
+
+def test_long_log_line_numbers_count_the_whole_file(ctx, tmp_path):
+    """Only the tail of a big log is read, but evidence line numbers are the file's."""
+    big = tmp_path / "big.log"
+    with open(big, "w") as f:
+        f.writelines(f"step {i} loss 0.5 lr 3e-4 tokens/s 81234.5\n" for i in range(300_000))
+        f.write("ModuleNotFoundError: No module named 'flash_attn'\n")
+    r = diagnose_failure(ctx, {"log_path": str(big), "exit_code": 1})
+    assert r.category == "import_or_env"
+    assert r.evidence[0].line_no == 300_001
+
+
+def _run_example(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("NIGHTSHIFT_FAULT_")}
+    return subprocess.run([sys.executable, str(TRAIN), "--steps", "40", *args], cwd=tmp_path,
+                          env={**clean, **env}, capture_output=True, text=True, timeout=60,
+                          check=False)
+
+
+@pytest.mark.parametrize(("env", "category"), [
+    ({"NIGHTSHIFT_FAULT_OOM_AT_STEP": "5", "NIGHTSHIFT_FAULT_OOM_ABOVE_BATCH": "16"}, "cuda_oom"),
+    ({"NIGHTSHIFT_FAULT_NAN_AT_STEP": "5", "NIGHTSHIFT_FAULT_NAN_ABOVE_LR": "0.001"}, "nan_loss"),
+    ({"NIGHTSHIFT_FAULT_CRASH_AT_STEP": "5"}, "crashed"),
+    ({"NIGHTSHIFT_FAULT_KILL_AT_STEP": "5"}, "host_oom"),
+])
+def test_the_example_faults_are_diagnosed(ctx, tmp_path, env, category):
+    """The quickstart's injected faults, from a real process, land in the category recovery expects."""
+    proc = _run_example(tmp_path, env)
+    assert proc.returncode != 0
+    r = diagnose(ctx, log_tail=proc.stdout + proc.stderr, exit_code=proc.returncode,
+                 params=PARAMS, knobs=KNOBS)
+    assert r.category == category, r.reasoning
