@@ -55,3 +55,16 @@ def nightshift(*args: str, env: dict | None = None, timeout: float = 180, **kw) 
     full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
     return subprocess.run([sys.executable, "-m", "nightshift.agent.cli", *args], cwd=REPO,
                           env=full_env, capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def need(module: str, why: str):
+    """Import an optional dependency of a service-backed test: skip with the reason when it is
+    missing, except in CI (CI=true), where .ci/run installs it and its absence is a failure."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{module} is required in CI ({why}); .ci/run installs it")
+        pytest.skip(f"{module} is not installed ({why}); `pip install torch==2.13.0` or see .ci/run")
