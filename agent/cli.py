@@ -15,6 +15,7 @@ import yaml
 from langgraph.types import Command
 from sqlmodel import select as sql_select
 
+from nightshift.agent.commands import register_all
 from nightshift.agent.console import console, error, progress_printer, table
 from nightshift.agent.goals import load_goal, recover_goal
 from nightshift.agent.graph import build_graph, sqlite_checkpointer
@@ -306,6 +307,8 @@ def config_show(config: Optional[str] = ConfigOpt) -> None:
             rows.append([section, values, "NIGHTSHIFT_HOME" if section == "home" else "default"])
     console.print(table("config", ["key", "value", "from"], rows))
 
+
+register_all(app)
 
 if __name__ == "__main__":
     app()

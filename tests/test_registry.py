@@ -1,0 +1,86 @@
+"""The skill registry: built-ins, third-party skills through the `nightshift.skills` entry-point
+group, and the OpenAI tool schemas generated from the input models."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from conftest import nightshift
+from pydantic import BaseModel
+
+from nightshift.skills import base
+from nightshift.skills.base import CAPABILITIES, registry, skill
+
+BUILTINS = {"gpu_health_check", "config_validator", "auto_resume", "launch_container", "submit_job",
+            "list_jobs", "cancel_job", "resume_job", "diagnose_failure"}
+
+
+def test_builtins_are_registered_with_a_capability():
+    """Every skill the design card names is there, each with one of the four capabilities."""
+    found = registry()
+    assert BUILTINS <= set(found)
+    assert {s.capability for s in found.values()} <= set(CAPABILITIES)
+    assert found["cancel_job"].capability == "destroy"
+    assert found["submit_job"].capability == "launch"
+    assert found["gpu_health_check"].capability == "read"
+
+
+def test_tool_schemas_come_from_the_input_models():
+    """The schema the LLM sees is the input model's; the same model rejects bad arguments."""
+    for s in registry().values():
+        tool = s.tool_schema()
+        assert tool["type"] == "function"
+        fn = tool["function"]
+        assert fn["name"] == s.name and fn["description"]
+        assert fn["parameters"]["type"] == "object"
+        assert set(fn["parameters"].get("properties", {})) == set(s.input_model.model_fields)
+        json.dumps(tool)  # serialisable as sent over the wire
+    cancel = registry()["cancel_job"].tool_schema()["function"]["parameters"]
+    assert cancel["required"] == ["job_id"] and cancel["properties"]["job_id"]["type"] == "integer"
+
+
+class In(BaseModel):
+    x: int
+
+
+def test_malformed_skills_are_refused_at_definition():
+    """A skill without models or a docstring never registers."""
+    with pytest.raises(TypeError, match="docstring"):
+        @skill("test_nodoc", capability="read")
+        def nodoc(ctx, inp: In) -> In:
+            return inp
+    with pytest.raises(TypeError, match="pydantic"):
+        @skill("test_nomodel", capability="read")
+        def nomodel(ctx, inp: dict) -> In:
+            """Doc."""
+    with pytest.raises(ValueError, match="capability"):
+        skill("test_badcap", capability="delete")  # type: ignore[arg-type]
+
+
+def test_third_party_skill_through_entry_point(tmp_path, monkeypatch, home):
+    """An installed package adds a skill without touching this repo, and the CLI lists and runs it."""
+    (tmp_path / "thirdparty_skill.py").write_text(
+        "from pydantic import BaseModel\n"
+        "from nightshift.skills.base import skill\n"
+        "class HelloIn(BaseModel):\n    name: str\n"
+        "class HelloOut(BaseModel):\n    greeting: str\n"
+        "@skill('hello_world', capability='read')\n"
+        "def hello(ctx, inp: HelloIn) -> HelloOut:\n"
+        "    '''Greets someone; a third-party example.'''\n"
+        "    return HelloOut(greeting=f'hello {inp.name}')\n")
+    dist = tmp_path / "thirdparty_skill-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: thirdparty-skill\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[nightshift.skills]\nhello = thirdparty_skill:hello\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        assert registry()["hello_world"].capability == "read"
+    finally:
+        base._BUILTINS.pop("hello_world", None)
+    env = {"PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    assert "hello_world" in nightshift("skills", env=env).stdout
+    res = nightshift("skill", "hello_world", "--arg", "name=ada", "--json", env=env)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout) == {"greeting": "hello ada"}
