@@ -138,3 +138,34 @@ def test_killed_while_training_in_flight_resumes_and_recovers(home, tmp_path):
         "select payload from auditevent where action='skill.result' and skill='resume_job'")]
     assert [(r["before"], r["after"]) for r in resumed] == [("failed", "queued")]
     assert nightshift("audit", "verify").returncode == 0
+
+
+def test_approval_answered_at_the_terminal(home, tmp_path):
+    """At a terminal, the run asks 'approve?' itself; answering y lets the destructive call run."""
+    import pty
+
+    spec = write_spec(tmp_path, steps=100_000)
+    goal = tmp_path / "goal.yaml"
+    goal.write_text(yaml.safe_dump({"name": "tty-demo", "steps": [
+        {"id": "submit", "skill": "submit_job", "args": {"spec_path": str(spec)}},
+        {"skill": "cancel_job", "args": {"job_id": "${submit.job_id}"}},
+    ]}))
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "nightshift.agent.cli", "run", str(goal)],
+                            cwd=REPO, stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env={**os.environ, "COLUMNS": "200"})
+    os.close(slave)
+    try:
+        wait_for("select id from approval where state='pending'", home / "nightshift.db")
+        time.sleep(0.5)
+        os.write(master, b"y\n")
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        os.close(master)
+    assert proc.returncode == 0, out
+    assert "approve as" in out
+    con = sqlite3.connect(home / "nightshift.db")
+    assert con.execute("select state from job").fetchone()[0] == "cancelled"
+    votes = json.loads(con.execute("select votes from approval").fetchone()[0])
+    assert len(votes) == 1 and votes[0]["approve"] is True
