@@ -17,6 +17,7 @@ from sqlmodel import select as sql_select
 
 from nightshift.agent.commands import register_all
 from nightshift.agent.console import console, error, progress_printer, table
+from nightshift.agent.daemon import DaemonLock
 from nightshift.agent.goals import load_goal, recover_goal
 from nightshift.agent.graph import build_graph, sqlite_checkpointer
 from nightshift.agent.planner import DeterministicPlanner
@@ -89,7 +90,7 @@ def run(goal_file: Optional[Path] = typer.Argument(None, help="Goal file (YAML)"
             result = graph.invoke(Command(resume=_wait_for_approval(w, result["__interrupt__"][0].value)), cfg)
         # Without a daemon, this process owns the loop until every job of the goal has ended.
         w.engine.run_until_settled(thread_jobs(w, thread))
-        w.engine.stop_background()
+        w.engine.stop_background()  # harmless when the daemon owns the loop
         fin = result.get("finish") or {"ok": False, "summary": "run ended without a result"}
         console.print(run_summary(w, thread, time.monotonic() - started))
         raise typer.Exit(0 if fin["ok"] else (2 if fin.get("bad_input") else 1))
@@ -98,7 +99,12 @@ def run(goal_file: Optional[Path] = typer.Argument(None, help="Goal file (YAML)"
 
 
 def _own_loop(w: Wiring, thread: str) -> None:
-    """Run the scheduler/monitor loop in this process, starting only this goal's jobs."""
+    """Without a daemon, run the scheduler/monitor loop in this process, starting only this goal's
+    jobs; with one, submit and watch through the store and leave the loop to it."""
+    if DaemonLock.held(w.settings.home_path):
+        console.print("[dim]a nightshift daemon is running: it places and watches the jobs[/]")
+        w.engine.passive = True
+        return
     w.engine.scope = lambda: set(thread_jobs(w, thread))
     w.engine.start_background()
 

@@ -48,6 +48,8 @@ class Goal(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict)
     priority: int | None = None
     job_id: int | None = Field(None, description="For goal: recover")
+    watch: bool = Field(True, description="recover: after requeueing, wait for the job to end "
+                                          "(a goal run does; the daemon, which watches anyway, does not)")
     steps: list[Step] | None = None
     base_dir: str = "."
 
@@ -80,5 +82,5 @@ def load_goal(path: str | Path) -> Goal:
     return goal
 
 
-def recover_goal(job_id: int) -> Goal:
-    return Goal(name=f"recover-job-{job_id}", goal="recover", job_id=job_id)
+def recover_goal(job_id: int, *, watch: bool = True) -> Goal:
+    return Goal(name=f"recover-job-{job_id}", goal="recover", job_id=job_id, watch=watch)

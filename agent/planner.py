@@ -119,7 +119,7 @@ class DeterministicPlanner:
                 return Call(skill="gpu_health_check", args={}, why="goal: health")
             return Finish(ok=True, summary=history[-1].result.get("message", "health checked"))
         if goal.goal == "recover":
-            return self._recover(goal.job_id, history, max_attempts=None)
+            return self._recover(goal.job_id, history, watch=goal.watch)
         return self._train(goal, history)
 
     # explicit steps -------------------------------------------------------------------------
@@ -158,10 +158,14 @@ class DeterministicPlanner:
             return Call(skill="submit_job", args=args, why="queue the run")
         job_id = done["submit_job"].result["job_id"]
         after = history[[o.skill for o in history].index("submit_job") + 1:]
-        return self._recover(job_id, after, max_attempts=None)
+        return self._recover(job_id, after, watch=True)
 
-    def _recover(self, job_id: int, history: list[Observation], max_attempts: int | None) -> Action:
-        """Watch the job; on a failed attempt diagnose → find a checkpoint → resume with the fix."""
+    def _recover(self, job_id: int, history: list[Observation], watch: bool) -> Action:
+        """Watch the job; on a failed attempt diagnose → find a checkpoint → resume with the fix;
+        a paused job (stopped at a checkpoint by the loop) resumes from its newest checkpoint."""
+        if history and history[-1].skill == "resume_job" and not watch:
+            r = history[-1].result or {}
+            return Finish(ok=True, summary=f"job {job_id} requeued from step {r.get('resume_step')}")
         if not history or history[-1].skill in ("resume_job", "submit_job"):
             return Watch(job_id=job_id, why="wait for the run to end")
         last = history[-1]
@@ -169,7 +173,11 @@ class DeterministicPlanner:
             job = last.result or {}
             state = job.get("state")
             if state == "succeeded":
-                return Finish(ok=True, summary=f"job {job_id} succeeded")
+                why = f" ({job.get('reason')})" if job.get("reason") else ""
+                return Finish(ok=True, summary=f"job {job_id} succeeded{why}")
+            if state == "paused":
+                return Call(skill="auto_resume", why=f"job {job_id} was paused at a checkpoint",
+                            args={"checkpoint_dir": job.get("checkpoint_dir")})
             if state != "failed":
                 return Finish(ok=False, summary=f"job {job_id} is {state}: {job.get('reason')}")
             att = job.get("attempt") or {}
@@ -185,7 +193,7 @@ class DeterministicPlanner:
                 plan = (diag.get("remediation") or {}).get("message", "")
                 return Finish(ok=False, summary=f"job {job_id} failed: {diag.get('category')} "
                                                 f"(not retryable). {plan}".strip())
-            attempts, limit = job.get("attempts", 0), max_attempts or job.get("max_attempts", 1)
+            attempts, limit = job.get("attempts", 0), job.get("max_attempts", 1)
             if attempts >= limit:
                 return Finish(ok=False, summary=f"job {job_id} failed {attempts} time(s); retries "
                                                 f"exhausted (spec.retries={limit - 1})")
@@ -195,13 +203,14 @@ class DeterministicPlanner:
                               "current_step": att.get("last_step")})
         if last.skill == "auto_resume":
             found = last.result or {}
-            diag = next(o for o in reversed(history) if o.skill == "diagnose_failure").result or {}
+            diag = next((o.result or {} for o in reversed(history) if o.skill == "diagnose_failure"), {})
             changes = (diag.get("remediation") or {}).get("changes") or {}
-            return Call(skill="resume_job", why=f"resume after {diag.get('category')}",
+            cause = diag.get("category")
+            return Call(skill="resume_job", why=f"resume after {cause or 'pause'}",
                         args={"job_id": job_id,
                               "checkpoint": found.get("path") if found.get("found") else None,
                               "step": found.get("step") if found.get("found") else None,
-                              "param_changes": changes})
+                              "param_changes": changes, "cause": cause})
         return Finish(ok=False, summary=f"recover: nothing planned after {last.skill}")
 
 

@@ -20,13 +20,26 @@ from typing import Any, Callable, Iterable
 from sqlmodel import select
 
 from nightshift.runtime.config import Settings
+from nightshift.runtime.early_stop import median_rule, patience_exhausted
 from nightshift.runtime.executor import Executor, LaunchRequest, RunStatus
 from nightshift.runtime.placement import GpuSlot, PendingJob, RunningJob, Snapshot, place
 from nightshift.runtime.spec import ExperimentSpec
 from nightshift.runtime.store import Attempt, GpuSample, Job, MetricPoint, Store, utcnow
 
 ACTIVE = ("queued", "running")
+# How a job stands after an attempt the loop ended on purpose (anything else unclean: failed).
+JOB_STATE_AFTER = {"early_stopped": "succeeded", "paused": "paused", "preempted": "paused",
+                   "cancelled": "cancelled"}
 EventSink = Callable[[str, dict[str, Any]], None]
+
+
+def attempt_energy(spec: ExperimentSpec, start: datetime, end: datetime) -> tuple[float | None, str]:
+    """kWh of one attempt from the spec's declared draw; None where nothing measures or declares
+    it (a GPU's own energy counter, where one exists, is read by the health check samples)."""
+    if spec.resources.power_w is None:
+        return None, "none"
+    hours = max(0.0, (end - start).total_seconds()) / 3600
+    return spec.resources.power_w * hours / 1000, "declared_power"
 
 
 def job_workspace(settings: Settings, job_id: int) -> Path:
@@ -57,6 +70,8 @@ class Engine:
         # Which queued jobs this loop may start; None = all (the daemon). A `nightshift run`
         # without a daemon starts only its own goal's jobs.
         self.scope: Callable[[], set[int]] | None = None
+        # Passive: another process (the daemon) owns the loop; only read the store.
+        self.passive = False
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -70,7 +85,10 @@ class Engine:
             why = self.paused()
             if why:
                 with self.store.session() as s:
-                    return {j.id: why for j in s.exec(select(Job).where(Job.state == "queued"))}
+                    queued = list(s.exec(select(Job).where(Job.state == "queued")))
+                holds = {j.id: why for j in queued}
+                self._record_holds(queued, holds)
+                return holds
             return self.place_queued(now)
 
     def start_background(self) -> None:
@@ -100,7 +118,7 @@ class Engine:
         ids = list(job_ids)
         start = time.monotonic()
         while True:
-            if self._thread is None or not self._thread.is_alive():
+            if not self.passive and (self._thread is None or not self._thread.is_alive()):
                 self.tick()
             states = self._states(ids)
             if on_tick:
@@ -142,9 +160,20 @@ class Engine:
                      for j in running],
             cpu_slots=self.settings.loop.cpu_slots)
         decision = place(snap)
+        self._record_holds(queued, decision.holds)
         for start in decision.starts:
             self.start_attempt(start.job_id, start.gpus, now)
         return decision.holds
+
+    def _record_holds(self, queued: list[Job], holds: dict[int, str]) -> None:
+        """Keep each waiting job's reason in the store for `nightshift jobs`; write only changes."""
+        changed = {j.id: holds.get(j.id) for j in queued if j.hold_reason != holds.get(j.id)}
+        if not changed:
+            return
+        with self.store.session() as s:
+            for job in s.exec(select(Job).where(Job.id.in_(list(changed)))):
+                job.hold_reason = changed[job.id]
+                s.add(job)
 
     def _gpu_slots(self) -> list[GpuSlot]:
         """GPUs as last recorded by gpu_health_check; a machine never checked has none to place on."""
@@ -173,7 +202,7 @@ class Engine:
                           metrics_offset=metrics_file.stat().st_size if metrics_file.exists() else 0,
                           log_path=str(paths["workspace"] / f"attempt-{number}.log"))
             s.add(att)
-            job.state, job.updated_at, job.reason = "running", now, None
+            job.state, job.updated_at, job.reason, job.hold_reason = "running", now, None, None
             s.add(job)
             s.flush()
             att.argv = self.render_argv(job, paths)
@@ -251,12 +280,43 @@ class Engine:
                 self._finish(att.id, status, now)
                 continue
             spec = ExperimentSpec.model_validate(job.spec)
-            if spec.timeout_min and now - att.started_at > timedelta(minutes=spec.timeout_min):
+            stop_early = self._early_stop_reason(att, job, spec)
+            if stop_early:
+                self._stop_for(att, now, "early_stopped", stop_early)
+            elif spec.timeout_min and now - att.started_at > timedelta(minutes=spec.timeout_min):
                 self._stop_for(att, now, "timeout", f"timeout_min={spec.timeout_min:g} reached")
             elif spec.stall_min and att.last_progress_at and \
                     now - att.last_progress_at > timedelta(minutes=spec.stall_min):
                 self._stop_for(att, now, "stalled",
                                f"no progress for stall_min={spec.stall_min:g} minutes")
+
+    def _early_stop_reason(self, att: Attempt, job: Job, spec: ExperimentSpec) -> str | None:
+        rule = spec.early_stopping
+        if rule is None or att.last_step is None or att.last_step < rule.grace_steps:
+            return None
+        name, mode = spec.metrics.name, spec.metrics.mode
+        values = [p.value for p in self.store.metrics(job.id, name)]
+        why = patience_exhausted(values, mode=mode, patience=rule.patience, min_delta=rule.min_delta)
+        if why is None and rule.median_rule and job.group:
+            why = self._median_rule(job, name, mode, att.last_step, rule.min_siblings, values)
+        return f"early_stopped (spec.early_stopping): {why}" if why else None
+
+    def _median_rule(self, job: Job, name: str, mode: str, step: int, min_siblings: int,
+                     own: list[float | None]) -> str | None:
+        finite = [v for v in own if v is not None]
+        if not finite:
+            return None
+        best = min if mode == "min" else max
+        with self.store.session() as s:
+            siblings = [j.id for j in s.exec(select(Job).where(Job.group == job.group, Job.id != job.id))]
+            rows = s.exec(select(MetricPoint.job_id, MetricPoint.value).where(
+                MetricPoint.job_id.in_(siblings), MetricPoint.name == name,
+                MetricPoint.step <= step, MetricPoint.value.is_not(None))).all()
+        per: dict[int, list[float]] = {}
+        for jid, v in rows:
+            per.setdefault(jid, []).append(v)
+        return median_rule(best(finite), [best(v) for v in per.values()], mode=mode,
+                           min_siblings=min_siblings)
 
     def _stop_for(self, att: Attempt, now: datetime, outcome: str, why: str) -> None:
         """Enforce a limit the user declared in the spec; audited as a system action."""
@@ -312,9 +372,11 @@ class Engine:
             att.outcome = outcome or ("succeeded" if ok else "failed")
             att.state = {"exited": "exited", "lost": "lost"}.get(status.state, "stopped")
             att.exit_code, att.signal, att.ended_at = status.exit_code, status.signal, now
+            spec = ExperimentSpec.model_validate(job.spec)
+            att.energy_kwh, att.energy_source = attempt_energy(spec, att.started_at, now)
             before = job.state
             if job.state == "running":
-                job.state = "succeeded" if ok else "failed"
+                job.state = "succeeded" if ok else JOB_STATE_AFTER.get(att.outcome, "failed")
                 job.reason = reason or status.detail or (
                     None if ok else f"attempt {att.number} exited with code {status.exit_code}"
                     + (f" (signal {status.signal})" if status.signal else ""))

@@ -58,8 +58,12 @@ class MetricSpec(_Strict):
 
 
 class EarlyStopSpec(_Strict):
-    patience: int = Field(5, ge=1)
-    min_delta: float = 0.0
+    patience: int = Field(5, ge=1, description="Evaluations of metrics.name without improvement")
+    min_delta: float = Field(0.0, ge=0)
+    median_rule: bool = Field(False, description="Also stop a trial worse than the median of its "
+                                                  "sibling trials (same sweep) at the same step")
+    min_siblings: int = Field(3, ge=1)
+    grace_steps: int = Field(0, ge=0, description="No early stop before this step")
 
 
 class Knobs(_Strict):
@@ -109,6 +113,15 @@ class ExperimentSpec(_Strict):
             if param is not None and param not in self.parameters:
                 raise ValueError(f"knobs.{knob} names parameter '{param}', which is not in parameters")
         return self
+
+    def grid(self) -> list[dict[str, Any]]:
+        """One parameter set per trial: the cartesian product of the list-valued search_space
+        entries over the defaults in parameters (no search space: one trial, the defaults)."""
+        axes = {k: v for k, v in (self.search_space or {}).items() if isinstance(v, list) and v}
+        trials = [dict(self.parameters)]
+        for name, values in axes.items():
+            trials = [{**t, name: v} for t in trials for v in values]
+        return trials
 
     def placeholders(self) -> set[str]:
         names: set[str] = set()

@@ -33,13 +33,17 @@ class Job(SQLModel, table=True):
     spec: dict = Field(sa_column=Column(JSON, nullable=False))
     spec_path: str | None = None
     params: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
-    # queued → running → succeeded | failed (attempt failed, recovery may requeue) | cancelled
+    # queued → running → succeeded | failed (attempt failed, recovery may requeue) | cancelled;
+    # running → paused (stopped at a checkpoint by the loop: tariff window closed, preempted)
     state: str = Field(default="queued", index=True)
     priority: int = 0
     owner: str = "unknown"
     resume_from: str | None = None
     resume_step: int | None = None
     max_attempts: int = 3
+    not_before: NaiveDatetime | None = Field(default=None, description="backoff: not placed before this")
+    group: str | None = Field(default=None, index=True, description="trials of one sweep share a group")
+    hold_reason: str | None = None  # why a queued job waits, as of the loop's last tick
     submitted_by_call: str | None = Field(default=None, unique=True)
     reason: str | None = None
     created_at: NaiveDatetime = Field(default_factory=utcnow)
@@ -67,7 +71,11 @@ class Attempt(SQLModel, table=True):
     last_loss: float | None = None
     metrics_offset: int = 0  # where this attempt's lines start in the job's metrics file
     last_progress_at: NaiveDatetime | None = None
-    outcome: str | None = None  # succeeded | failed | stopped | lost
+    # succeeded | failed | early_stopped | timeout | stalled | paused | preempted | cancelled
+    outcome: str | None = None
+    cause: str | None = None  # the diagnosed failure category, recorded by the recovery that followed
+    energy_kwh: float | None = None
+    energy_source: str | None = None  # nvml | declared_power | none
     started_at: NaiveDatetime = Field(default_factory=utcnow)
     ended_at: NaiveDatetime | None = None
 
@@ -187,6 +195,13 @@ class Store:
             SQLModel.metadata.create_all(self.engine)
         except OperationalError as exc:
             raise StoreError(f"cannot open the store at {url}: {exc.orig}") from exc
+        found = self.get_kv("schema_version")
+        if found is None:
+            self.set_kv("schema_version", str(SCHEMA_VERSION))
+        elif found != str(SCHEMA_VERSION):
+            raise StoreError(f"the store at {url} has schema version {found}; this nightshift "
+                             f"uses {SCHEMA_VERSION}. Migrations are explicit: back up the file "
+                             "and run the matching migration, or point NIGHTSHIFT_HOME elsewhere")
 
     @contextmanager
     def session(self) -> Iterator[Session]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 from sqlmodel import select
@@ -21,6 +21,9 @@ class SubmitJobInput(BaseModel):
     spec: dict[str, Any] | None = Field(None, description="The experiment spec as a mapping")
     params: dict[str, Any] = Field(default_factory=dict, description="Overrides for spec.parameters")
     priority: int | None = Field(None, description="Overrides spec.priority")
+    cost_class: Literal["urgent", "cost_sensitive"] | None = Field(
+        None, description="Overrides spec.cost_class: urgent runs now, cost_sensitive waits for cheap hours")
+    group: str | None = Field(None, description="Sweep id shared by the trials of one submission")
 
     @model_validator(mode="after")
     def _one_spec(self) -> "SubmitJobInput":
@@ -51,11 +54,13 @@ def submit_job(ctx: SkillContext, inp: SubmitJobInput) -> SubmitJobResult:
     priority. Returns at once with the job id; the scheduler starts it when a slot is free. The same
     call id never queues twice."""
     spec, path = resolve_spec(inp.spec_path, inp.spec)
-    unknown = set(inp.params) - set(spec.parameters)
+    unknown = set(inp.params) - set(spec.parameters) - set(spec.search_space or {})
     if unknown:
         raise SkillFailed(f"params {sorted(unknown)} are not parameters of spec '{spec.name}' "
                           f"(known: {sorted(spec.parameters)})")
     params = {**spec.parameters, **inp.params}
+    if inp.cost_class is not None:
+        spec.cost_class = inp.cost_class
     _check_writable(spec, path, ctx.settings.runs_dir)
     with ctx.store.session() as s:
         if ctx.call_id:
@@ -66,6 +71,7 @@ def submit_job(ctx: SkillContext, inp: SubmitJobInput) -> SubmitJobResult:
         job = Job(name=spec.name, spec=spec.model_dump(mode="json"), spec_path=path, params=params,
                   priority=spec.priority if inp.priority is None else inp.priority,
                   owner=ctx.principal, max_attempts=spec.retries + 1, submitted_by_call=ctx.call_id,
+                  group=inp.group,
                   created_at=ctx.now, updated_at=ctx.now)
         s.add(job)
         s.flush()

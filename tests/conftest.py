@@ -11,6 +11,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -68,3 +69,18 @@ def need(module: str, why: str):
         if os.environ.get("CI") == "true":
             pytest.fail(f"{module} is required in CI ({why}); .ci/run installs it")
         pytest.skip(f"{module} is not installed ({why}); `pip install torch==2.13.0` or see .ci/run")
+
+
+def write_spec(tmp_path: Path, *, steps: int, env: dict[str, str] | None = None,
+               file: str = "spec.yaml", params: dict | None = None, **top) -> Path:
+    """The quickstart spec, pointed at the examples folder, with its own length, faults,
+    parameters and top-level fields (name, stall_min, early_stopping, ...)."""
+    spec = yaml.safe_load((REPO / "examples/specs/quickstart.yaml").read_text())
+    spec["code"]["path"] = str(REPO / "examples")
+    spec["environment"]["env"] = env or {}
+    spec["parameters"]["steps"] = steps
+    spec["parameters"].update(params or {})
+    spec.update(top)
+    path = tmp_path / file
+    path.write_text(yaml.safe_dump(spec))
+    return path

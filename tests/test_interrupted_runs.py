@@ -14,20 +14,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, nightshift
+from conftest import REPO, nightshift, write_spec
 
 pytestmark = pytest.mark.slow
-
-
-def write_spec(tmp_path: Path, *, steps: int, env: dict[str, str] | None = None) -> Path:
-    """The quickstart spec, pointed at the examples folder, with its own length and faults."""
-    spec = yaml.safe_load((REPO / "examples/specs/quickstart.yaml").read_text())
-    spec["code"]["path"] = str(REPO / "examples")
-    spec["environment"]["env"] = env or {}
-    spec["parameters"]["steps"] = steps
-    path = tmp_path / "spec.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
 
 
 def start_run(goal: Path) -> subprocess.Popen:

@@ -1,0 +1,34 @@
+"""`nightshift daemon`: run the scheduler/monitor loop in the foreground."""
+
+from __future__ import annotations
+
+import signal
+
+import typer
+
+from nightshift.agent.console import console, error
+from nightshift.agent.daemon import Daemon
+from nightshift.agent.wiring import Wiring
+from nightshift.runtime.errors import NightshiftError
+
+
+def daemon(config: str | None = typer.Option(None, "--config"),
+           max_ticks: int | None = typer.Option(None, "--max-ticks", hidden=True)) -> None:
+    """Place, start, watch and recover jobs until stopped (SIGTERM or Ctrl-C). Runs keep going
+    while it is down; the next daemon re-attaches to them. See README for a systemd unit."""
+    try:
+        w = Wiring.load(config)
+        d = Daemon(w, on_progress=lambda kind, data: kind == "recover" and console.print(
+            f"recovering job {data['job_id']} (thread {data['thread']})"))
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: d.stop_event.set())
+        console.print(f"nightshift daemon on {w.settings.store_url} (Ctrl-C to stop)")
+        d.run(max_ticks=max_ticks)
+        console.print("daemon stopped; runs continue and are re-attached at the next start")
+    except NightshiftError as exc:
+        error(str(exc))
+        raise typer.Exit(exc.exit_code) from None
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(daemon)

@@ -1,0 +1,107 @@
+"""`nightshift submit` and `nightshift jobs`: queue work and see why each job waits."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import typer
+import yaml
+from sqlmodel import select
+
+from nightshift.agent.api import Client
+from nightshift.agent.console import console, error, table
+from nightshift.agent.wiring import Wiring
+from nightshift.runtime.errors import NightshiftError, SpecError
+from nightshift.runtime.spec import load_spec
+from nightshift.runtime.store import Attempt, Job
+
+PRIORITIES = {"high": 10, "normal": 0, "low": -10}
+
+
+def _priority(value: str | None) -> int | None:
+    if value is None:
+        return None
+    if value in PRIORITIES:
+        return PRIORITIES[value]
+    try:
+        return int(value)
+    except ValueError:
+        raise SpecError(f"--priority {value!r}: use high, normal, low or an integer") from None
+
+
+def submit(spec: Path = typer.Argument(..., help="Experiment spec (YAML)"),
+           priority: str | None = typer.Option(None, "--priority", help="high | normal | low | N"),
+           cost: str | None = typer.Option(None, "--cost", help="urgent | cost_sensitive"),
+           param: list[str] = typer.Option([], "--param", help="k=v override (YAML value)"),
+           as_json: bool = typer.Option(False, "--json"),
+           config: str | None = typer.Option(None, "--config")) -> None:
+    """Queue a job — or one per trial of the spec's search_space grid — and return at once."""
+    try:
+        client = Client(Wiring.load(config))
+        parsed = load_spec(spec)
+        check = client.call("config_validator", {"path": str(spec.resolve())})
+        if not check.valid:  # type: ignore[attr-defined]
+            for e in check.errors:  # type: ignore[attr-defined]
+                error(f"{spec}: field '{e.field}': {e.message}")
+            raise typer.Exit(2)
+        if cost not in (None, "urgent", "cost_sensitive"):
+            raise SpecError(f"--cost {cost!r}: use urgent or cost_sensitive")
+        overrides: dict[str, Any] = {}
+        for item in param:
+            k, sep, v = item.partition("=")
+            if not sep:
+                raise SpecError(f"--param {item!r}: expected key=value")
+            overrides[k] = yaml.safe_load(v)
+        trials = [{**t, **overrides} for t in parsed.grid()]
+        group = f"{parsed.name}-{uuid.uuid4().hex[:8]}" if len(trials) > 1 else None
+        ids = []
+        for params in trials:
+            args: dict[str, Any] = {"spec_path": str(spec.resolve()), "params": params,
+                                    "group": group, "cost_class": cost}
+            if priority is not None:
+                args["priority"] = _priority(priority)
+            ids.append(client.call("submit_job", args).job_id)  # type: ignore[attr-defined]
+    except NightshiftError as exc:
+        error(str(exc))
+        raise typer.Exit(exc.exit_code) from None
+    if as_json:
+        print(json.dumps({"job_ids": ids, "group": group}))
+    else:
+        console.print(f"queued job(s) {', '.join(map(str, ids))}"
+                      + (f" as sweep {group}" if group else ""))
+
+
+def jobs(state: list[str] = typer.Option([], "--state", help="Only these states"),
+         as_json: bool = typer.Option(False, "--json"),
+         config: str | None = typer.Option(None, "--config")) -> None:
+    """Queue, running and finished jobs, with why each waiting job waits."""
+    w = Wiring.load(config)
+    with w.store.session() as s:
+        q = select(Job).order_by(Job.id)
+        if state:
+            q = q.where(Job.state.in_(state))
+        rows = list(s.exec(q))
+        counts: dict[int, int] = {}
+        for a in s.exec(select(Attempt.job_id)):
+            counts[a] = counts.get(a, 0) + 1
+    out = []
+    for j in rows:
+        spec = j.spec
+        why = j.hold_reason if j.state == "queued" else j.reason
+        out.append({"id": j.id, "name": j.name, "state": j.state, "priority": j.priority,
+                    "cost_class": spec.get("cost_class"), "attempts": counts.get(j.id, 0),
+                    "group": j.group, "why": why})
+    if as_json:
+        print(json.dumps(out, indent=2))
+        return
+    console.print(table("jobs", ["id", "name", "state", "prio", "cost", "attempts", "why"],
+                        [[r["id"], r["name"], r["state"], r["priority"], r["cost_class"],
+                          r["attempts"], r["why"]] for r in out]))
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(submit)
+    app.command()(jobs)
