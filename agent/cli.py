@@ -29,7 +29,7 @@ from nightshift.runtime.errors import ApprovalRejected, NightshiftError, PolicyD
 from nightshift.runtime.store import Approval
 from nightshift.skills.base import get_skill, registry
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="nightshift: works the night shift on deep-learning GPU servers.")
 audit_app = typer.Typer(no_args_is_help=True, help="The hash-chained audit log.")
 approvals_app = typer.Typer(no_args_is_help=True, help="Pending approvals.")

@@ -70,6 +70,10 @@ class Wiring:
 
         return Engine(self.store, self.executor, self.settings, on_event=on_event, paused=paused)
 
+    def energy_pricing(self) -> tuple[object, str | None]:
+        """(cost_of(start, end, kwh), currency) from the configured tariff, or (None, None)."""
+        return None, None
+
     @property
     def user(self) -> str:
         """The local OS user, as the policy knows them."""

@@ -126,3 +126,31 @@ def test_corrupt_newest_checkpoint_resumes_from_the_one_before(home, tmp_path, d
     skipped = [json.loads(p)["result"]["skipped"] for p, in sqlite3.connect(db).execute(
         "select payload from auditevent where action='skill.result' and skill='auto_resume'")]
     assert "step_00000125.npz" in skipped[0][0]["path"]
+
+
+def test_daemon_restart_reattaches_without_launching_twice(home, tmp_path):
+    """A daemon killed mid-run leaves the run going; the next one re-attaches and sees it finish."""
+    def start():
+        return subprocess.Popen([sys.executable, "-m", "nightshift.agent.cli", "daemon"], cwd=REPO,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    spec = write_spec(tmp_path, steps=150, env={"NIGHTSHIFT_EXAMPLE_STEP_SLEEP_S": "0.02"})
+    first = start()
+    job, = submit(spec)
+    db = home / "nightshift.db"
+    end = time.monotonic() + 30
+    while time.monotonic() < end:
+        row = sqlite3.connect(db).execute("select last_step from attempt").fetchone()
+        if row and row[0] and row[0] > 10:
+            break
+        time.sleep(0.1)
+    first.kill()
+    first.wait()
+    second = start()
+    try:
+        settle(db, [job])
+    finally:
+        second.send_signal(signal.SIGTERM)
+        second.wait(timeout=30)
+    rows = attempts(db, job)
+    assert len(rows) == 1 and rows[0][1] == "succeeded" and rows[0][3] == 150
