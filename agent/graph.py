@@ -154,6 +154,12 @@ def build_graph(w: Wiring, planner: Planner, *, checkpointer: Any = None,
             row.state, row.result, row.error = ("done" if status == "ok" else "error"), out, err
             row.finished_at = local_now()
             s.add(row)
+            if status == "ok" and p["skill"] == "diagnose_failure" and p["args"].get("log_path"):
+                # Bookkeeping for reports: the diagnosed cause on the attempt whose log it read.
+                att = s.exec(select(Attempt).where(Attempt.log_path == p["args"]["log_path"])).first()
+                if att is not None:
+                    att.cause = out.get("category")
+                    s.add(att)
         return _observe(state, p, status, result=out, error=err, bad_input=bad)
 
     def watch(state: AgentState) -> dict[str, Any]:

@@ -210,7 +210,7 @@ class DeterministicPlanner:
                         args={"job_id": job_id,
                               "checkpoint": found.get("path") if found.get("found") else None,
                               "step": found.get("step") if found.get("found") else None,
-                              "param_changes": changes, "cause": cause})
+                              "param_changes": changes})
         return Finish(ok=False, summary=f"recover: nothing planned after {last.skill}")
 
 

@@ -37,7 +37,7 @@ class Wiring:
     @cached_property
     def store(self) -> Store:
         self.settings.home_path.mkdir(parents=True, exist_ok=True)
-        return Store(self.settings.store_url)
+        return Store(self.settings.store_url, busy_timeout_s=self.settings.store.busy_timeout_s)
 
     @cached_property
     def executor(self) -> LocalExecutor:

@@ -23,6 +23,7 @@ def nightshift_home() -> Path:
 
 class StoreSettings(BaseModel):
     url: str | None = Field(None, description="SQLAlchemy URL; default sqlite:///$NIGHTSHIFT_HOME/nightshift.db")
+    busy_timeout_s: float = Field(30.0, gt=0, description="How long a write waits for another process's lock")
 
 
 class ExecutorSettings(BaseModel):

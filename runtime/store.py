@@ -170,7 +170,7 @@ class KeyValue(SQLModel, table=True):
 class Store:
     """Opens the database, creates the schema, hands out sessions."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, busy_timeout_s: float = 30.0):
         self.url = url
         if url.startswith("sqlite:///"):
             path = Path(url[len("sqlite:///"):])
@@ -179,7 +179,7 @@ class Store:
             except OSError as exc:
                 raise StoreError(f"cannot create the store folder {path.parent}: {exc}") from exc
             self.engine = create_engine(
-                url, connect_args={"check_same_thread": False, "timeout": 30}
+                url, connect_args={"check_same_thread": False, "timeout": busy_timeout_s}
             )
 
             @event.listens_for(self.engine, "connect")
@@ -187,7 +187,7 @@ class Store:
                 cur = dbapi_conn.cursor()
                 cur.execute("PRAGMA journal_mode=WAL")
                 cur.execute("PRAGMA synchronous=NORMAL")
-                cur.execute("PRAGMA busy_timeout=30000")
+                cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
                 cur.close()
         else:
             self.engine = create_engine(url)
@@ -210,6 +210,14 @@ class Store:
             try:
                 yield s
                 s.commit()
+            except OperationalError as exc:
+                s.rollback()
+                if "locked" in str(exc.orig):
+                    raise StoreError(
+                        f"the store {self.url} stayed locked by another process past the busy "
+                        "timeout (store.busy_timeout_s); nothing was written. Find the holder "
+                        "with `fuser` on the file, or retry") from exc
+                raise
             except Exception:
                 s.rollback()
                 raise

@@ -7,9 +7,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from nightshift.runtime.errors import SkillFailed
-from sqlmodel import select
-
-from nightshift.runtime.store import Attempt, Job
+from nightshift.runtime.store import Job
 from nightshift.skills.base import SkillContext, skill
 
 
@@ -19,8 +17,6 @@ class ResumeJobInput(BaseModel):
     step: int | None = Field(None, description="Step of that checkpoint")
     param_changes: dict[str, Any] = Field(default_factory=dict,
                                           description="New values for existing parameters, e.g. {'lr': 0.005}")
-    cause: str | None = Field(None, description="Why the last attempt failed (diagnose_failure's "
-                                                "category); recorded on that attempt for reports")
 
 
 class ResumeJobResult(BaseModel):
@@ -58,11 +54,6 @@ def resume_job(ctx: SkillContext, inp: ResumeJobInput) -> ResumeJobResult:
         job.resume_from, job.resume_step = inp.checkpoint, inp.step
         job.state, job.reason, job.updated_at = "queued", None, ctx.now
         s.add(job)
-        last = s.exec(select(Attempt).where(Attempt.job_id == job.id)
-                      .order_by(Attempt.number.desc())).first()
-        if last is not None and inp.cause:
-            last.cause = inp.cause
-            s.add(last)
         return ResumeJobResult(job_id=job.id, before=before, after="queued",
                                resume_from=inp.checkpoint, resume_step=inp.step,
                                params_before=params_before, params_after=dict(job.params))

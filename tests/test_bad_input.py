@@ -115,3 +115,50 @@ def test_missing_training_script_is_caught_before_launch(stored, tmp_path):
     assert res.returncode == 2
     assert "trian_numpy.py" in res.stdout and "command" in res.stdout
     assert_untouched(stored, before)
+
+
+def test_store_locked_by_another_process(stored, tmp_path):
+    """A store another process keeps locked gives a clear error after the busy timeout, not a hang
+    or a traceback, and the submission is not half-written."""
+    import subprocess
+    import sys
+    import time
+
+    before = snapshot(stored)
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sqlite3, time; c = sqlite3.connect(r'%s', isolation_level=None); "
+        "c.execute('BEGIN EXCLUSIVE'); print('locked', flush=True); time.sleep(30)") % stored],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        start = time.monotonic()
+        res = nightshift("skill", "submit_job", "--arg",
+                         f"spec_path={REPO / 'examples/specs/quickstart.yaml'}",
+                         env={"NIGHTSHIFT_STORE__BUSY_TIMEOUT_S": "1"})
+        assert time.monotonic() - start < 20
+    finally:
+        holder.kill()
+        holder.wait()
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "locked by another process" in res.stderr
+    assert_untouched(stored, before)
+
+
+def test_job_whose_script_vanished(home, tmp_path):
+    """A script deleted after submit: the attempt fails, is diagnosed file_missing, not retried."""
+    import shutil
+    import sqlite3
+
+    code = tmp_path / "code"
+    code.mkdir()
+    shutil.copy(REPO / "examples" / "train_numpy.py", code / "train_numpy.py")
+    spec = yaml.safe_load((REPO / "examples/specs/quickstart.yaml").read_text())
+    spec["code"]["path"] = str(code)
+    spec["environment"]["env"] = {}
+    path = write(tmp_path, "s.yaml", yaml.safe_dump(spec))
+    assert nightshift("submit", str(path)).returncode == 0
+    (code / "train_numpy.py").unlink()
+    assert nightshift("daemon", "--max-ticks", "30").returncode == 0
+    con = sqlite3.connect(home / "nightshift.db")
+    assert con.execute("select state from job").fetchone()[0] == "failed"
+    assert con.execute("select count(*), max(cause) from attempt").fetchone() == (1, "file_missing")
