@@ -1,0 +1,32 @@
+"""`nightshift eval SUITE [ARGS…]`: run one of the evals/ suites (each prints a table, writes CSV
+and, where a picture helps, a plot)."""
+
+from __future__ import annotations
+
+import importlib
+
+import typer
+
+SUITES = {
+    "trajectories": ("nightshift.evals.trajectories", "goal → calls and outcome, per planner"),
+    "recovery": ("nightshift.evals.recovery", "fault-injection recovery vs naive retry"),
+    "simulate": ("nightshift.evals.simulate", "trace-driven scheduler simulation"),
+    "scale": ("nightshift.evals.bench_scale", "store submissions/s, placement time, daemon memory"),
+    "perf": ("nightshift.evals.perf", "agent step overhead, audit append/verify throughput"),
+}
+
+
+def eval_cmd(ctx: typer.Context,
+             suite: str = typer.Argument(..., help=" | ".join(SUITES))) -> None:
+    """Run an eval suite; arguments after the suite name go to it (try `--help`)."""
+    if suite not in SUITES:
+        typer.echo(f"error: no suite '{suite}'; one of: "
+                   + ", ".join(f"{k} ({v[1]})" for k, v in SUITES.items()), err=True)
+        raise typer.Exit(2)
+    module = importlib.import_module(SUITES[suite][0])
+    raise typer.Exit(module.main(list(ctx.args)))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("eval", context_settings={"allow_extra_args": True,
+                                          "ignore_unknown_options": True})(eval_cmd)

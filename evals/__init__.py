@@ -1,0 +1,1 @@
+"""Benchmarks and evals: `nightshift eval SUITE` runs one; each prints a table and writes CSV."""
