@@ -4,6 +4,7 @@ same policy gate and lands in the same audit as the CLI and the agent."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel
@@ -20,9 +21,10 @@ class Client:
         self.w = wiring or Wiring.load()
         self.principal = principal or self.w.user
 
-    def call(self, skill_name: str, args: dict[str, Any], *, call_id: str | None = None) -> BaseModel:
-        """Run one skill through the gate. A call that needs approval is refused here (scripts do
-        not wait); use the CLI or a goal file for those."""
+    def call(self, skill_name: str, args: dict[str, Any], *, call_id: str | None = None,
+             wait: Callable[[dict[str, Any]], str] | None = None) -> BaseModel:
+        """Run one skill through the gate. A call that needs approval is refused unless `wait` is
+        given: it receives the approval request and returns approved | rejected | expired."""
         skill = get_skill(skill_name)
         skill.parse(args)
         cid = call_id or f"api-{uuid.uuid4().hex}"
@@ -30,8 +32,14 @@ class Client:
         if verdict.decision == "deny":
             raise PolicyDenied(f"{skill_name}: denied by {verdict.rule}: {'; '.join(verdict.reasons)}")
         if verdict.decision == "needs_approval":
-            raise ApprovalRejected(f"{skill_name} needs approval ({verdict.rule}); run it from the "
-                                   "CLI or a goal file, which wait for the decision")
+            if wait is None:
+                raise ApprovalRejected(f"{skill_name} needs approval ({verdict.rule}); run it from "
+                                       "the CLI or a goal file, which wait for the decision")
+            appr = self.w.gate.request_approval(self.principal, skill, args, cid, verdict, local_now())
+            state = wait({"approval_id": appr.id, "skill": skill_name, "args": args,
+                          "rule": verdict.rule, "quorum": appr.quorum})
+            if state != "approved":
+                raise ApprovalRejected(f"{skill_name}: approval {appr.id} {state}; nothing ran")
         return self.w.gate.run(self.w.context(self.principal, cid), skill, args, verdict)
 
     def submit(self, spec_path: str | None = None, *, spec: dict[str, Any] | None = None,

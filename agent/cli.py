@@ -8,13 +8,14 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 import yaml
 from langgraph.types import Command
 from sqlmodel import select as sql_select
 
+from nightshift.agent.api import Client
 from nightshift.agent.commands import register_all
 from nightshift.agent.console import console, error, progress_printer, table
 from nightshift.agent.daemon import DaemonLock
@@ -25,7 +26,7 @@ from nightshift.agent.summary import run_summary, thread_jobs
 from nightshift.agent.wiring import Wiring, local_now
 from nightshift.policies import killswitch
 from nightshift.runtime.config import load_settings_with_sources
-from nightshift.runtime.errors import ApprovalRejected, NightshiftError, PolicyDenied
+from nightshift.runtime.errors import NightshiftError, PolicyDenied
 from nightshift.runtime.store import Approval
 from nightshift.skills.base import get_skill, registry
 
@@ -48,10 +49,10 @@ def _fail(exc: NightshiftError) -> None:
 
 # ------------------------------------------------------------------------------------ run
 @app.command()
-def run(goal_file: Optional[Path] = typer.Argument(None, help="Goal file (YAML)"),
-        resume: Optional[str] = typer.Option(None, "--resume", help="Resume the run with this thread id"),
-        recover: Optional[int] = typer.Option(None, "--recover", help="Run the recover playbook on job N"),
-        config: Optional[str] = ConfigOpt) -> None:
+def run(goal_file: Path | None = typer.Argument(None, help="Goal file (YAML)"),
+        resume: str | None = typer.Option(None, "--resume", help="Resume the run with this thread id"),
+        recover: int | None = typer.Option(None, "--recover", help="Run the recover playbook on job N"),
+        config: str | None = ConfigOpt) -> None:
     """Run a goal file end to end (or resume an interrupted run)."""
     try:
         w = Wiring.load(config)
@@ -109,6 +110,13 @@ def _own_loop(w: Wiring, thread: str) -> None:
     w.engine.start_background()
 
 
+def call_as_user(w: Wiring, name: str, args: dict[str, Any]):
+    """One skill call from the shell, as the local user, through the gate; waits for an approval
+    at the terminal (or from another shell) when the policy asks for one."""
+    return Client(w).call(name, args, call_id=f"cli-{uuid.uuid4().hex[:12]}",
+                          wait=lambda req: _wait_for_approval(w, req))
+
+
 def _cfg(thread: str) -> dict[str, Any]:
     return {"configurable": {"thread_id": thread}, "recursion_limit": 500}
 
@@ -157,11 +165,11 @@ def skills_cmd(as_json: bool = typer.Option(False, "--json")) -> None:
 def skill_cmd(name: str,
               arg: list[str] = typer.Option([], "--arg", help="key=value (value parsed as YAML)"),
               as_json: bool = typer.Option(False, "--json", help="Print the result model as JSON"),
-              config: Optional[str] = ConfigOpt) -> None:
+              config: str | None = ConfigOpt) -> None:
     """Call one skill through the policy gate and print its result."""
     try:
         w = Wiring.load(config)
-        skill = get_skill(name)
+        get_skill(name)  # an unknown name fails before any argument is parsed
         args: dict[str, Any] = {}
         for item in arg:
             key, sep, value = item.partition("=")
@@ -169,18 +177,7 @@ def skill_cmd(name: str,
                 error(f"--arg {item!r}: expected key=value")
                 raise typer.Exit(2)
             args[key] = yaml.safe_load(value) if value else ""
-        skill.parse(args)
-        call_id = f"cli-{uuid.uuid4().hex[:12]}"
-        verdict = w.gate.check(w.user, skill, args, call_id, local_now())
-        if verdict.decision == "deny":
-            raise PolicyDenied(f"{name}: denied by rule {verdict.rule}: {'; '.join(verdict.reasons)}")
-        if verdict.decision == "needs_approval":
-            appr = w.gate.request_approval(w.user, skill, args, call_id, verdict, local_now())
-            state = _wait_for_approval(w, {"approval_id": appr.id, "skill": name, "args": args,
-                                           "rule": verdict.rule, "quorum": appr.quorum})
-            if state != "approved":
-                raise ApprovalRejected(f"{name}: approval {appr.id} {state}; nothing ran")
-        result = w.gate.run(w.context(w.user, call_id), skill, args, verdict)
+        result = call_as_user(w, name, args)
         if as_json:
             print(result.model_dump_json(indent=2))
         else:
@@ -191,7 +188,7 @@ def skill_cmd(name: str,
 
 # ------------------------------------------------------------------------------------ status
 @app.command()
-def status(config: Optional[str] = ConfigOpt,
+def status(config: str | None = ConfigOpt,
            as_json: bool = typer.Option(False, "--json")) -> None:
     """Jobs and their attempts, from the store."""
     try:
@@ -217,7 +214,7 @@ def status(config: Optional[str] = ConfigOpt,
 
 # ------------------------------------------------------------------------------------ audit
 @audit_app.command("verify")
-def audit_verify(config: Optional[str] = ConfigOpt) -> None:
+def audit_verify(config: str | None = ConfigOpt) -> None:
     """Check the hash chain and the anchor; OK, or the first bad event."""
     w = Wiring.load(config)
     res = w.audit.verify()
@@ -229,8 +226,8 @@ def audit_verify(config: Optional[str] = ConfigOpt) -> None:
 
 
 @audit_app.command("show")
-def audit_show(limit: int = typer.Option(50, "--limit"), job: Optional[int] = typer.Option(None, "--job"),
-               as_json: bool = typer.Option(False, "--json"), config: Optional[str] = ConfigOpt) -> None:
+def audit_show(limit: int = typer.Option(50, "--limit"), job: int | None = typer.Option(None, "--job"),
+               as_json: bool = typer.Option(False, "--json"), config: str | None = ConfigOpt) -> None:
     """Print the newest audit events."""
     w = Wiring.load(config)
     events = list(reversed(w.audit.events(limit=limit, job_id=job, newest_first=True)))
@@ -244,7 +241,7 @@ def audit_show(limit: int = typer.Option(50, "--limit"), job: Optional[int] = ty
 
 # ------------------------------------------------------------------------------------ approvals
 @approvals_app.command("list")
-def approvals_list(config: Optional[str] = ConfigOpt, all_: bool = typer.Option(False, "--all")) -> None:
+def approvals_list(config: str | None = ConfigOpt, all_: bool = typer.Option(False, "--all")) -> None:
     """Pending approvals (or all with --all)."""
     w = Wiring.load(config)
     if all_:
@@ -268,13 +265,13 @@ def _vote(approval_id: int, approve: bool, config: str | None) -> None:
 
 
 @app.command()
-def approve(approval_id: int, config: Optional[str] = ConfigOpt) -> None:
+def approve(approval_id: int, config: str | None = ConfigOpt) -> None:
     """Approve a pending call (as the local user)."""
     _vote(approval_id, True, config)
 
 
 @app.command()
-def reject(approval_id: int, config: Optional[str] = ConfigOpt) -> None:
+def reject(approval_id: int, config: str | None = ConfigOpt) -> None:
     """Reject a pending call (as the local user); the call never runs."""
     _vote(approval_id, False, config)
 
@@ -282,7 +279,7 @@ def reject(approval_id: int, config: Optional[str] = ConfigOpt) -> None:
 # ------------------------------------------------------------------------------------ kill switch
 @app.command()
 def pause(reason: str = typer.Option("paused by operator", "--reason"),
-          config: Optional[str] = ConfigOpt) -> None:
+          config: str | None = ConfigOpt) -> None:
     """Kill switch: stop every action but reads until `nightshift resume`."""
     w = Wiring.load(config)
     killswitch.pause(w.store, w.audit, w.user, reason)
@@ -290,7 +287,7 @@ def pause(reason: str = typer.Option("paused by operator", "--reason"),
 
 
 @app.command("resume")
-def resume_cmd(config: Optional[str] = ConfigOpt) -> None:
+def resume_cmd(config: str | None = ConfigOpt) -> None:
     """Lift the kill switch."""
     w = Wiring.load(config)
     killswitch.resume(w.store, w.audit, w.user)
@@ -298,7 +295,7 @@ def resume_cmd(config: Optional[str] = ConfigOpt) -> None:
 
 
 @config_app.command("show")
-def config_show(config: Optional[str] = ConfigOpt) -> None:
+def config_show(config: str | None = ConfigOpt) -> None:
     """Effective settings and where each came from."""
     try:
         settings, sources = load_settings_with_sources(config)

@@ -12,8 +12,9 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from langgraph.types import Command
 from sqlmodel import func, select

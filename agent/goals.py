@@ -34,7 +34,7 @@ class Step(BaseModel):
     watch: int | str | None = Field(None, description="Wait until this job is no longer queued or running")
 
     @model_validator(mode="after")
-    def _one_kind(self) -> "Step":
+    def _one_kind(self) -> Step:
         if (self.skill is None) == (self.watch is None):
             raise ValueError("a step has exactly one of 'skill' or 'watch'")
         return self
@@ -54,7 +54,7 @@ class Goal(BaseModel):
     base_dir: str = "."
 
     @model_validator(mode="after")
-    def _shape(self) -> "Goal":
+    def _shape(self) -> Goal:
         if (self.goal is None) == (self.steps is None):
             raise ValueError("a goal file has either 'goal:' (a playbook) or 'steps:', not both")
         if self.goal == "train" and self.spec is None:

@@ -9,7 +9,8 @@ side effect; `watch` hands the job to the one scheduler/monitor loop until it se
 from __future__ import annotations
 
 import sqlite3
-from typing import Any, Callable, TypedDict
+from collections.abc import Callable
+from typing import Any, TypedDict
 
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph

@@ -37,7 +37,7 @@ def job_outcome(w: Wiring, job_id: int) -> JobOutcome:
                                                 MetricPoint.name == metric)
                       .order_by(MetricPoint.id.desc())).first()
     lost = 0
-    for before, after in zip(atts, atts[1:]):
+    for before, after in zip(atts, atts[1:], strict=False):
         if before.last_step is not None:
             lost += max(0, before.last_step - after.start_step)
     return JobOutcome(job_id=job.id, name=job.name, state=job.state, attempts=len(atts),

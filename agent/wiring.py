@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import getpass
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any
 
@@ -23,7 +23,7 @@ from nightshift.skills.base import SkillContext
 
 def local_now() -> datetime:
     """Naive UTC, the store's convention."""
-    return datetime.now(timezone.utc).replace(tzinfo=None)
+    return datetime.now(UTC).replace(tzinfo=None)
 
 
 @dataclass
@@ -31,7 +31,7 @@ class Wiring:
     settings: Settings
 
     @classmethod
-    def load(cls, config: str | None = None) -> "Wiring":
+    def load(cls, config: str | None = None) -> Wiring:
         return cls(load_settings(config))
 
     @cached_property

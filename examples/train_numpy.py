@@ -36,6 +36,13 @@ at the start of step K, before that step's update, so step K is never logged or 
 * `NIGHTSHIFT_FAULT_HANG_AT_STEP=K` — only in a run that started from step 0: sleep forever, as
   a deadlocked collective would.
 
+LR range test (`--lr-range-test START END`): instead of the constant `--lr`, step s of N uses
+`START * (END / START) ** ((s - 1) / (N - 1))` — an exponential sweep from START at step 1 to END
+at step N — and logs that lr with the step's loss, as fastai's and Lightning's LR finders do.
+No checkpoints are written (weights trained at the top of the sweep are of no use) and `--resume`
+is refused; a non-finite loss ends the sweep there, with exit code 0, since that is what the test
+looks for. `skills/tune_lr.py` turns the curve into a suggested learning rate.
+
 Run it: `python train_numpy.py --steps 300 --checkpoint-dir ckpt --metrics-file metrics.jsonl`.
 """
 
@@ -84,13 +91,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--checkpoint-every", type=int, default=25, help="steps between checkpoints")
     p.add_argument("--metrics-file", default=None, help="JSONL file to append metrics to")
     p.add_argument("--resume", default=None, metavar="PATH", help="a step_<N>.npz to continue from")
+    p.add_argument("--lr-range-test", nargs=2, type=float, default=None, metavar=("START", "END"),
+                   help="sweep the lr exponentially from START to END over --steps (ignores --lr)")
     args = p.parse_args(argv)
     for name in ("micro_batch", "grad_accum", "steps", "checkpoint_every"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
     if not (args.lr > 0 and math.isfinite(args.lr)):
         p.error("--lr must be a positive number")
+    if args.lr_range_test is not None:
+        start, end = args.lr_range_test
+        if not (0 < start < end and math.isfinite(end)):
+            p.error("--lr-range-test START END needs 0 < START < END")
+        if args.resume:
+            p.error("--lr-range-test starts from fresh weights: it cannot be combined with --resume")
     return args
+
+
+def lr_at(args: argparse.Namespace, step: int) -> float:
+    """The learning rate of optimiser step `step` (from 1): constant, or the range test's sweep."""
+    if args.lr_range_test is None:
+        return args.lr
+    start, end = args.lr_range_test
+    if args.steps == 1:
+        return start
+    return start * (end / start) ** ((step - 1) / (args.steps - 1))
 
 
 def _env_number(name: str, kind: type, default: Any = None) -> Any:
@@ -298,7 +323,7 @@ def effective_args(args: argparse.Namespace) -> dict[str, Any]:
     return {"lr": args.lr, "micro_batch": args.micro_batch, "grad_accum": args.grad_accum,
             "steps": args.steps, "seed": args.seed, "checkpoint_dir": args.checkpoint_dir,
             "checkpoint_every": args.checkpoint_every, "metrics_file": args.metrics_file,
-            "resume": args.resume}
+            "resume": args.resume, "lr_range_test": args.lr_range_test}
 
 
 class Metrics:
@@ -337,9 +362,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"resumed from step {start_step}", flush=True)
 
     folder = Path(args.checkpoint_dir) if args.checkpoint_dir else None
+    if folder is not None and args.lr_range_test is not None:
+        print("lr range test: no checkpoints are written", flush=True)
+        folder = None
     if folder is not None:
         folder.mkdir(parents=True, exist_ok=True)
     metrics = Metrics(args.metrics_file)
+    end_step = args.steps
     for step in range(start_step + 1, args.steps + 1):
         faults.before_step(step, start_step, args)
         grads: dict[str, np.ndarray] = {k: np.zeros_like(v) for k, v in params.items()}
@@ -353,12 +382,18 @@ def main(argv: list[str] | None = None) -> int:
         loss = float(np.mean(losses))
         if faults.nan_now(step, args):
             loss = float("nan")
-        record = {"step": step, "loss": loss, "lr": args.lr, "micro_batch": args.micro_batch,
+        lr = lr_at(args, step)
+        record = {"step": step, "loss": loss, "lr": lr, "micro_batch": args.micro_batch,
                   "grad_accum": args.grad_accum}
         if not math.isfinite(loss):
             metrics.write(record)
+            if args.lr_range_test is not None:
+                print(f"lr range test: loss is {loss} at step {step} (lr {lr:.4g}): stopping",
+                      flush=True)
+                end_step = step
+                break
             raise FloatingPointError(f"loss is {loss} at step {step}")
-        opt.update(params, grads, args.lr)
+        opt.update(params, grads, lr)
         metrics.write(record)
         if step % 25 == 0:
             print(f"step {step} loss {loss:.4f}", flush=True)
@@ -367,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
 
     _, logits = forward(params, x_test)
     accuracy = float((logits.argmax(axis=1) == y_test).mean())
-    metrics.write({"event": "done", "step": max(args.steps, start_step), "loss": loss,
+    metrics.write({"event": "done", "step": max(end_step, start_step), "loss": loss,
                    "eval_accuracy": accuracy})
     print(f"done: loss {loss:.4f} eval accuracy {accuracy:.3f}", flush=True)
     return 0

@@ -13,9 +13,10 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from sqlmodel import select
 

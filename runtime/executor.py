@@ -27,6 +27,12 @@ class LaunchRequest(BaseModel):
     shm_gb: float | None = None
     mounts: list[dict[str, Any]] = Field(default_factory=list)
     labels: dict[str, str] = Field(default_factory=dict)
+    network_mode: str | None = Field(
+        None, description="Container network mode ('none', 'host', 'bridge', ...); None: the "
+        "executor's default (none for Docker)")
+    pids_limit: int | None = Field(
+        None, description="Most processes and threads in the container; None: the executor's "
+        "default")
 
 
 class RunStatus(BaseModel):

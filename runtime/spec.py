@@ -108,7 +108,7 @@ class ExperimentSpec(_Strict):
         return v
 
     @model_validator(mode="after")
-    def _knobs_name_parameters(self) -> "ExperimentSpec":
+    def _knobs_name_parameters(self) -> ExperimentSpec:
         for knob, param in self.knobs.model_dump().items():
             if param is not None and param not in self.parameters:
                 raise ValueError(f"knobs.{knob} names parameter '{param}', which is not in parameters")

@@ -7,22 +7,24 @@ audit events and planned calls through these tables. The schema is created on fi
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from pydantic import NaiveDatetime
 from sqlalchemy import event
 from sqlalchemy.exc import OperationalError
-from nightshift.runtime.errors import StoreError
 from sqlmodel import JSON, Column, Field, Session, SQLModel, create_engine, select
+
+from nightshift.runtime.errors import StoreError
 
 SCHEMA_VERSION = 1
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc).replace(tzinfo=None)
+    return datetime.now(UTC).replace(tzinfo=None)
 
 
 class Job(SQLModel, table=True):

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import inspect
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from importlib.metadata import entry_points
-from typing import Any, Callable, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -24,8 +25,8 @@ from nightshift.runtime.store import Store
 Capability = Literal["read", "launch", "modify", "destroy"]
 CAPABILITIES: tuple[str, ...] = ("read", "launch", "modify", "destroy")
 
-I = TypeVar("I", bound=BaseModel)
-O = TypeVar("O", bound=BaseModel)
+In = TypeVar("In", bound=BaseModel)
+Out = TypeVar("Out", bound=BaseModel)
 
 
 @dataclass
@@ -44,15 +45,15 @@ class SkillContext:
 
 
 @dataclass(frozen=True)
-class Skill(Generic[I, O]):
+class Skill(Generic[In, Out]):
     name: str
     description: str
     capability: Capability
-    input_model: type[I]
-    output_model: type[O]
-    fn: Callable[[SkillContext, I], O]
+    input_model: type[In]
+    output_model: type[Out]
+    fn: Callable[[SkillContext, In], Out]
 
-    def parse(self, args: dict[str, Any] | I) -> I:
+    def parse(self, args: dict[str, Any] | In) -> In:
         """Validate arguments against the input model; errors name the field for the planner."""
         if isinstance(args, self.input_model):
             return args
@@ -65,7 +66,7 @@ class Skill(Generic[I, O]):
                 parts.append(f"{loc}: {err['msg']}")
             raise SkillInputError(f"{self.name}: invalid arguments: " + "; ".join(parts)) from exc
 
-    def __call__(self, ctx: SkillContext, args: dict[str, Any] | I) -> O:
+    def __call__(self, ctx: SkillContext, args: dict[str, Any] | In) -> Out:
         return self.fn(ctx, self.parse(args))
 
     def tool_schema(self) -> dict[str, Any]:

@@ -10,4 +10,5 @@ from nightshift.skills import (  # noqa: F401
     list_jobs,
     resume_job,
     submit_job,
+    tune_lr,
 )

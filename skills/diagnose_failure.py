@@ -11,7 +11,8 @@ How a verdict is reached, in this order:
 2. Exit status 0 (and no signal) is `succeeded`, whatever the log says; lines that look like
    errors are quoted so a human can check the outputs.
 3. Strong signatures (the exact text real tools print: PyTorch, NCCL, CUDA, the kernel, Python;
-   never on informational lines: `NCCL INFO ...` and Python `...Warning: ...` lines),
+   never on informational lines: `NCCL INFO ...`, Python `...Warning: ...`, and the I / W levels
+   of TensorFlow's, glog's, c10's and DeepSpeed's loggers),
    by category priority — the root cause first: driver_mismatch, cuda_oom, host_oom, disk_full,
    checkpoint_corrupt, nan_loss, import_or_env, cuda_runtime_error, nccl_or_distributed,
    file_missing. (One rank's OOM makes the other ranks report NCCL errors; a full disk makes a
@@ -32,8 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from nightshift.skills.base import SkillContext, skill
 from pydantic import BaseModel, Field, model_validator
+
+from nightshift.skills.base import SkillContext, skill
 
 Category = Literal["cuda_oom", "host_oom", "nan_loss", "nccl_or_distributed", "cuda_runtime_error",
                    "file_missing", "checkpoint_corrupt", "disk_full", "driver_mismatch",
@@ -125,6 +127,10 @@ SIGNATURES: tuple[Signature, ...] = (
          "nvidia-smi cannot reach the driver"),
     _sig("driver_mismatch", r"forward compatibility was attempted on non supported HW",
          "the CUDA forward-compatibility package does not support this GPU"),
+    # cudaErrorSystemDriverMismatch (803), as torch's cudaGetDeviceCount check and Caffe print it.
+    _sig("driver_mismatch", r"system has unsupported display driver / cuda driver combination",
+         "the NVIDIA kernel driver does not match the CUDA driver library (cudaErrorSystemDriver"
+         "Mismatch, 803)"),
     # c10/cuda/CUDACachingAllocator.cpp; XLA's allocator; cuBLAS handle creation.
     _sig("cuda_oom", r"torch\.(?:cuda\.)?OutOfMemoryError", "PyTorch ran out of GPU memory"),
     _sig("cuda_oom", r"CUDA out of memory", "the GPU ran out of memory"),
@@ -133,6 +139,9 @@ SIGNATURES: tuple[Signature, ...] = (
          "XLA ran out of device memory"),
     _sig("cuda_oom", r"CUBLAS_STATUS_ALLOC_FAILED", "cuBLAS could not allocate GPU memory"),
     _sig("cuda_oom", r"Cuda failure '?out of memory", "NCCL could not allocate GPU memory"),
+    # TensorFlow's ResourceExhaustedError; on a CPU device it is host memory (host_oom below).
+    _sig("cuda_oom", r"OOM when allocating tensor(?!.*(?:device:CPU|by allocator cpu\b))",
+         "TensorFlow ran out of GPU memory (ResourceExhaustedError)"),
     # mm/oom_kill.c (dmesg); Slurm's cgroup plugin; Python; C++; torch's DataLoader.
     _sig("host_oom", r"Out of memory: Kill(?:ed)? process \d+",
          "the kernel OOM killer killed a process for lack of host memory"),
@@ -142,6 +151,15 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("host_oom", r"oom[-_]kill event", "the batch system saw an OOM kill"),
     _sig("host_oom", r"^(?:\[[^\]\n]*\]:?\s*)*MemoryError\b", "Python could not allocate host memory"),
     _sig("host_oom", r"std::bad_alloc", "a C++ allocation of host memory failed"),
+    _sig("host_oom", r"OOM when allocating tensor.*(?:device:CPU|by allocator cpu\b)",
+         "TensorFlow ran out of host memory (ResourceExhaustedError on the CPU allocator)"),
+    # torch/utils/data: a worker's SIGBUS on a full /dev/shm (a container's small --shm-size).
+    _sig("host_oom", r"Unexpected bus error encountered in worker\. This might be caused by "
+         r"insufficient shared memory", "DataLoader workers ran out of shared memory (/dev/shm): "
+         "raise the container's shm size, or use fewer workers"),
+    _sig("host_oom", r"DataLoader worker \(pid \d+\) is killed by signal: Bus error",
+         "DataLoader workers ran out of shared memory (/dev/shm): raise the container's shm size, "
+         "or use fewer workers"),
     _sig("host_oom", r"DataLoader worker \(pid \d+\) is killed by signal: Killed",
          "a DataLoader worker was SIGKILLed, most often by the OOM killer"),
     # errno 28 / 122 as Python and the C library print them; torch.save's writer.
@@ -150,6 +168,8 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("disk_full", r"Disk quota exceeded", "a write failed: the disk quota is used up"),
     _sig("disk_full", r"PytorchStreamWriter failed writing file",
          "torch.save could not write the checkpoint (most often a full disk)"),
+    _sig("disk_full", r"inline_container\.cc:\d+\] \. ?unexpected pos \d+ vs \d+",
+         "torch.save's writer came up short (most often a full disk or quota)"),
     # torch/serialization.py (zip and legacy readers); safetensors; TensorFlow; zipfile (numpy).
     _sig("checkpoint_corrupt", r"PytorchStreamReader failed reading (?:zip archive|file)",
          "torch.load found a truncated or corrupt checkpoint"),
@@ -159,12 +179,19 @@ SIGNATURES: tuple[Signature, ...] = (
          "a safetensors file is truncated or corrupt"),
     _sig("checkpoint_corrupt", r"DataLossError", "TensorFlow found a corrupt checkpoint"),
     _sig("checkpoint_corrupt", r"BadZipFile", "a zip-based checkpoint is truncated or corrupt"),
+    # transformers / diffusers `load_state_dict`, wrapping torch.load's failure.
+    _sig("checkpoint_corrupt", r"Unable to load weights from (?:pytorch )?checkpoint file",
+         "transformers could not read a weights file (a truncated download or checkpoint)"),
     # our examples/train_numpy.py and many loops; autograd anomaly mode; fairseq; Lightning.
     _sig("nan_loss", r"\bloss (?:is|became|=) ?(?:nan|inf|-inf)\b", "the loss diverged"),
     _sig("nan_loss", r"\bnon-finite loss\b", "the loss diverged"),
     _sig("nan_loss", r"returned nan values in its \d+(?:st|nd|rd|th) output",
          "autograd found NaN in a backward pass"),
     _sig("nan_loss", r"Minimum loss scale reached", "fp16 loss scaling collapsed: the loss diverged"),
+    # deepspeed/runtime/fp16/loss_scaler.py, raised when the dynamic scale cannot go lower.
+    _sig("nan_loss", r"Current loss scale already at minimum - cannot decrease scale anymore",
+         "DeepSpeed's fp16 loss scaling collapsed (overflow at the minimum scale): the loss "
+         "diverged"),
     _sig("nan_loss", r"Detected nan and/or inf values in", "parameters became NaN/inf"),
     _sig("nan_loss", r"^FloatingPointError\b", "a floating-point check failed"),
     # Python's import system; the dynamic loader; the shell; a PyTorch build without this GPU's arch.
@@ -174,6 +201,9 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("import_or_env", r"undefined symbol: ", "a shared library does not match its caller"),
     _sig("import_or_env", r"version `GLIBC_[\d.]+' not found", "the C library is too old"),
     _sig("import_or_env", r": command not found", "the program to run is not installed"),
+    # torch.utils.cpp_extension's JIT build, as DeepSpeed's op builder (cpu_adam, fused_adam) uses it.
+    _sig("import_or_env", r"Error building extension '[\w.]+'", "a C++/CUDA extension could not "
+         "be compiled (a compiler, the CUDA toolkit or headers are missing or do not match)"),
     _sig("import_or_env", r"no kernel image is available for execution on the device",
          "the installed PyTorch was not built for this GPU's architecture"),
     # the CUDA runtime's error strings, as PyTorch raises them; the NVIDIA kernel module (dmesg).
@@ -204,6 +234,10 @@ SIGNATURES: tuple[Signature, ...] = (
     # FileNotFoundError / errno 2.
     _sig("file_missing", r"FileNotFoundError", "a file or folder the run needs does not exist"),
     _sig("file_missing", r"No such file or directory", "a file or folder the run needs does not exist"),
+    # transformers' hub resolution of `from_pretrained(name_or_path)`.
+    _sig("file_missing", r"is not a local folder and is not a valid model identifier",
+         "the model path or Hub id does not exist (or is a private repository and no token was "
+         "given)"),
     # Weak: what a shell prints for any SIGKILLed child; a NaN in a metrics line.
     _sig("host_oom", r"^(?:.*\bline \d+: +\d+ )?Killed\b(?!\s+process)", "the process was SIGKILLed "
          "(the shell's report), most often by the kernel OOM killer", strong=False),
@@ -222,8 +256,20 @@ _EXCEPTION_LINE = re.compile(r"^(?:\[[^\]\n]*\]:?\s*)*(?:[A-Za-z_][\w]*\.)*[A-Z]
 _TRACEBACK = re.compile(r"^(?:\[[^\]\n]*\]:?\s*)*Traceback \(most recent call last\):")
 _FATAL_C = re.compile(r"Segmentation fault|core dumped|Fatal Python error|^Aborted\b|Bus error")
 # Lines that inform rather than fail: NCCL's INFO chatter (it reports, e.g., an optional plugin
-# that "cannot open shared object file") and Python warnings. They are never evidence.
-_INFORMATIONAL = re.compile(r"\bNCCL INFO\b|\b[A-Z]\w*Warning: ")
+# that "cannot open shared object file"), Python warnings, and the INFO / WARNING levels of the
+# C++ loggers and launchers (TensorFlow reports a missing optional CUDA library, or an allocation
+# that "is not a failure", at W). They are never evidence; the error they foreshadow, if any, is
+# raised again on a line of its own.
+_INFORMATIONAL = re.compile(
+    r"\bNCCL INFO\b|\b[A-Z]\w*Warning: "
+    # absl / TensorFlow / XLA: `2024-02-25 18:52:47.991396: W tensorflow/...] ...` (I and W only)
+    r"|^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IW] "
+    # glog (torch.distributed.elastic, XLA): `W0302 19:39:39.186000 22436 file.py:27] ...`
+    r"|^(?:\[[^\]\n]*\]:?\s*)*[IW]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ "
+    # c10 logging: `[W socket.cpp:558] ...`, `[W926 21:34:49.000000000 socket.cpp:697] ...`
+    r"|^(?:\[[^\]\n]*\]:?\s*)*\[[IW](?:\d{3,4} [\d:.]+)? [^\]\s]+:\d+\]"
+    # DeepSpeed and the Hugging Face trainers: `[INFO] [launch.py:315:...]`, `[WARNING|trainer.py:...]`
+    r"|\[(?:INFO|WARNING|WARN|DEBUG)[\]|]")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 

@@ -26,7 +26,7 @@ class SubmitJobInput(BaseModel):
     group: str | None = Field(None, description="Sweep id shared by the trials of one submission")
 
     @model_validator(mode="after")
-    def _one_spec(self) -> "SubmitJobInput":
+    def _one_spec(self) -> SubmitJobInput:
         if (self.spec_path is None) == (self.spec is None):
             raise ValueError("give exactly one of spec_path or spec")
         return self

@@ -7,6 +7,7 @@ import sqlite3
 
 import pytest
 import yaml
+
 from conftest import REPO, nightshift
 
 
@@ -126,8 +127,8 @@ def test_store_locked_by_another_process(stored, tmp_path):
 
     before = snapshot(stored)
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sqlite3, time; c = sqlite3.connect(r'%s', isolation_level=None); "
-        "c.execute('BEGIN EXCLUSIVE'); print('locked', flush=True); time.sleep(30)") % stored],
+        f"import sqlite3, time; c = sqlite3.connect(r'{stored}', isolation_level=None); "
+        "c.execute('BEGIN EXCLUSIVE'); print('locked', flush=True); time.sleep(30)")],
         stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"

@@ -13,6 +13,7 @@ import sys
 import time
 
 import pytest
+
 from conftest import REPO, nightshift, write_spec
 
 pytestmark = pytest.mark.slow

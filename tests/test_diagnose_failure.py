@@ -11,11 +11,15 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from sqlmodel import select
+
 from nightshift.runtime.config import Settings
 from nightshift.runtime.errors import SkillInputError
-from nightshift.runtime.store import Store
+from nightshift.runtime.store import AuditEvent, Store
 from nightshift.skills.base import SkillContext
-from nightshift.skills.diagnose_failure import diagnose_failure
+from nightshift.skills.diagnose_failure import DiagnoseFailureResult, diagnose_failure
+
+from conftest import nightshift
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 TRAIN = Path(__file__).resolve().parents[1] / "examples" / "train_numpy.py"
@@ -84,6 +88,96 @@ def test_each_category_from_a_realistic_log(ctx, fixture, exit_code, category, a
     lines = (LOGS / fixture).read_text().splitlines()
     for e in r.evidence:  # line numbers point at the quoted lines of the file
         assert lines[e.line_no - 1].strip().startswith(e.text[:40])
+
+
+@pytest.mark.parametrize(("fixture", "exit_code", "category", "action", "quote"), [
+    # TensorFlow on a GPU: keras-team/keras#9643, tensorflow/models#7142, Azure/MachineLearningNotebooks#880.
+    ("tf_oom_gpu.log", 1, "cuda_oom", "resume_smaller_batch",
+     "OOM when allocating tensor with shape[128,128,109,109] and type float on "
+     "/job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc"),
+    # TensorFlow on the CPU allocator is host memory: thtrieu/darkflow#873.
+    ("tf_oom_cpu.log", 1, "host_oom", "resume", "device:CPU:0 by allocator cpu"),
+    # DeepSpeed's fp16 loss scaler giving up: hiyouga/LlamaFactory#251, DeepSpeedExamples#418.
+    ("deepspeed_loss_scale_minimum.log", 1, "nan_loss", "resume_lower_lr",
+     "Exception: Current loss scale already at minimum - cannot decrease scale anymore."),
+    # The pre-2.4 allocator text under ZeRO-3: deepspeedai/DeepSpeed#3869.
+    ("deepspeed_cuda_oom.log", 1, "cuda_oom", "resume_smaller_batch",
+     "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 978.00 MiB (GPU 0;"),
+    # DeepSpeed's JIT op build, whose compiler line says "No such file or directory":
+    # deepspeedai/DeepSpeed#3094, #1846, #1127.
+    ("deepspeed_build_extension.log", 1, "import_or_env", "stop",
+     "RuntimeError: Error building extension 'cpu_adam'"),
+    # DataLoader workers on a small /dev/shm: pytorch/pytorch#5040, hkchengrex/STCN#132.
+    ("dataloader_shm_bus_error.log", 1, "host_oom", "resume",
+     "ERROR: Unexpected bus error encountered in worker."),
+    # cudaErrorSystemDriverMismatch: CompVis/stable-diffusion#439, yhlleo/DeepSegmentor#31.
+    ("driver_803_unsupported.log", 1, "driver_mismatch", "stop",
+     "Error 803: system has unsupported display driver / cuda driver combination"),
+    # A damaged shard of a download: project-baize/baize-chatbot#31, UKPLab/EasyNMT#46.
+    ("hf_unable_to_load_weights.log", 1, "checkpoint_corrupt", "resume_previous_checkpoint",
+     "OSError: Unable to load weights from pytorch checkpoint file for"),
+    # A model path that does not exist: EleutherAI/lm-evaluation-harness#995.
+    ("hf_model_identifier_missing.log", 1, "file_missing", "stop",
+     "OSError: model is not a local folder and is not a valid model identifier"),
+    # A size mismatch is a code/config difference, not a corrupt file: mbrossar/ai-imu-dr#75.
+    ("state_dict_size_mismatch.log", 1, "crashed", "resume",
+     "RuntimeError: Error(s) in loading state_dict for TORCHIEKF:"),
+])
+def test_real_tracker_messages(ctx, fixture, exit_code, category, action, quote):
+    """Messages users reported on public trackers land in the right category (SOURCES.md cites each)."""
+    r = diagnose(ctx, fixture, exit_code=exit_code)
+    assert r.category == category, r.reasoning
+    assert r.remediation.action == action
+    assert any(quote in e.text for e in r.evidence), r.evidence
+    lines = (LOGS / fixture).read_text().splitlines()
+    for e in r.evidence:
+        assert lines[e.line_no - 1].strip().startswith(e.text[:40])
+
+
+def test_tensorflow_warning_lines_are_not_the_evidence(ctx):
+    """TF's W-level OOM lines are informational; the evidence is the exception TF raises after them."""
+    r = diagnose(ctx, "tf_oom_gpu.log", exit_code=1)
+    assert [e.line_no for e in r.evidence] == [14]
+
+
+@pytest.mark.parametrize("fixture", ["tf_startup_warnings.log", "torchrun_socket_warnings.log",
+                                     "clean_run_with_warnings.log"])
+def test_noisy_healthy_logs_get_no_confident_category(ctx, fixture):
+    """Start-up noise (TF's dlerror for an optional CUDA library, c10d connect retries, DeepSpeed
+    WARNINGs) is not a failure: unknown without an exit status, succeeded with 0."""
+    assert diagnose(ctx, fixture).category == "unknown"
+    assert diagnose(ctx, fixture).confidence == "low"
+    assert diagnose(ctx, fixture, exit_code=0).category == "succeeded"
+
+
+def test_short_real_messages(ctx):
+    """One-line messages from public trackers (SOURCES.md lists them) and a warning that is not one."""
+    # huggingface/diffusers#5520
+    r = diagnose(ctx, log_tail="    with safe_open(checkpoint_file, framework=\"pt\") as f:\n"
+                 "safetensors_rust.SafetensorError: Error while deserializing header: "
+                 "HeaderTooLarge\n", exit_code=1)
+    assert r.category == "checkpoint_corrupt"
+    # verl-project/verl#3346, YuanGongND/ast#30
+    r = diagnose(ctx, log_tail="    self.file_like.write_end_of_file()\nRuntimeError: [enforce fail "
+                 "at inline_container.cc:659] . unexpected pos 2387758464 vs 2387758376\n",
+                 exit_code=1)
+    assert r.category == "disk_full"
+    # NVIDIA/nccl#934
+    r = diagnose(ctx, log_tail="torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/"
+                 "distributed/c10d/ProcessGroupNCCL.cpp:1347, remote process exited or there was a "
+                 "network error, NCCL version 2.18.5\nncclRemoteError: A call failed possibly due to "
+                 "a network error or a remote process exiting prematurely.\n", exit_code=1)
+    assert r.category == "nccl_or_distributed"
+    # easydiffusion/easydiffusion#379: error 803 as a warning; the program went on on the CPU.
+    r = diagnose(ctx, log_tail="/opt/conda/lib/python3.10/site-packages/torch/cuda/__init__.py:82: "
+                 "UserWarning: CUDA initialization: Unexpected error from cudaGetDeviceCount(). Did "
+                 "you run some cuda functions before calling NumCudaDevices() that might have "
+                 "already set an error? Error 803: system has unsupported display driver / cuda "
+                 "driver combination (Triggered internally at  /opt/conda/conda-bld/pytorch_"
+                 "1646755903507/work/c10/cuda/CUDAFunctions.cpp:112.)\n  return "
+                 "torch._C._cuda_getDeviceCount() > 0\nWARNING: No compatible GPU found. Using the "
+                 "CPU, but this will be very slow!\n")
+    assert r.category == "unknown"
 
 
 def test_oom_outranks_the_nccl_errors_it_causes(ctx):
@@ -236,3 +330,50 @@ def test_the_example_faults_are_diagnosed(ctx, tmp_path, env, category):
     r = diagnose(ctx, log_tail=proc.stdout + proc.stderr, exit_code=proc.returncode,
                  params=PARAMS, knobs=KNOBS)
     assert r.category == category, r.reasoning
+
+
+# --- `nightshift diagnose LOGFILE` ----------------------------------------------------------------
+def _audited_calls(home: Path, skill: str) -> list[AuditEvent]:
+    with Store(f"sqlite:///{home / 'nightshift.db'}").session() as s:
+        return list(s.exec(select(AuditEvent).where(AuditEvent.skill == skill,
+                                                    AuditEvent.action == "skill.start")))
+
+
+def test_cli_prints_the_verdict_with_numbered_evidence(home):
+    """The command shows category, confidence, retryability, evidence with line numbers and the fix."""
+    proc = nightshift("diagnose", str(LOGS / "cuda_oom_with_nccl_echo.log"), "--exit-code", "1")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert out.splitlines()[0].startswith("cuda_oom  confidence high, retryable yes")
+    assert "why: PyTorch ran out of GPU memory" in out
+    assert "  6: [rank0]: torch.OutOfMemoryError: CUDA out of memory." in out  # rich markup escaped
+    assert "remediation: resume_smaller_batch" in out
+    calls = _audited_calls(home, "diagnose_failure")
+    assert len(calls) == 1 and calls[0].call_id.startswith("cli-")
+    assert calls[0].payload["args"]["exit_code"] == 1
+
+
+def test_cli_json_is_the_result_model(home):
+    """--json prints the skill's result model, with signals given as a negative exit code."""
+    proc = nightshift("diagnose", str(LOGS / "host_oom_shell_killed.log"), "--exit-code", "-9",
+                      "--json")
+    assert proc.returncode == 0, proc.stderr
+    r = DiagnoseFailureResult.model_validate_json(proc.stdout)
+    assert r.category == "host_oom" and r.signal == 9 and r.evidence[0].line_no == 4
+
+
+def test_cli_unknown_is_still_exit_zero(home):
+    """A log with no recognised failure is reported as unknown, and that is not an error of the command."""
+    proc = nightshift("diagnose", str(LOGS / "tf_startup_warnings.log"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("unknown  confidence low, retryable no")
+
+
+def test_cli_missing_or_unreadable_file_exits_2_naming_it(home, tmp_path):
+    """A log that is not there (or is a folder) is an operator error: exit 2 and the path."""
+    missing = tmp_path / "nope.log"
+    proc = nightshift("diagnose", str(missing), "--exit-code", "1")
+    assert proc.returncode == 2 and str(missing) in proc.stderr
+    proc = nightshift("diagnose", str(tmp_path))
+    assert proc.returncode == 2 and str(tmp_path) in proc.stderr
+    assert _audited_calls(home, "diagnose_failure") == []

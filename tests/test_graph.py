@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 from sqlmodel import select
@@ -25,6 +24,8 @@ from nightshift.agent.planner import (
 from nightshift.agent.wiring import Wiring, local_now
 from nightshift.policies import killswitch
 from nightshift.runtime.store import AuditEvent, Job, PlannedCall
+
+from conftest import REPO
 
 
 def spec_file(tmp_path: Path, steps: int = 60, env: dict | None = None) -> Path:

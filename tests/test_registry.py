@@ -7,11 +7,12 @@ import json
 import os
 
 import pytest
-from conftest import nightshift
 from pydantic import BaseModel
 
 from nightshift.skills import base
 from nightshift.skills.base import CAPABILITIES, registry, skill
+
+from conftest import nightshift
 
 BUILTINS = {"gpu_health_check", "config_validator", "auto_resume", "launch_container", "submit_job",
             "list_jobs", "cancel_job", "resume_job", "diagnose_failure"}

@@ -9,12 +9,13 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from conftest import need
 
 from nightshift.runtime.config import Settings
 from nightshift.runtime.store import Store
 from nightshift.skills.auto_resume import auto_resume
 from nightshift.skills.base import SkillContext
+
+from conftest import need
 
 pytestmark = pytest.mark.service
 
