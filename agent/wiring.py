@@ -16,6 +16,7 @@ from nightshift.policies.gate import Gate
 from nightshift.policies.model import load_policy
 from nightshift.runtime.config import Settings, load_settings
 from nightshift.runtime.engine import Engine
+from nightshift.runtime.executor import Executor
 from nightshift.runtime.local_executor import LocalExecutor
 from nightshift.runtime.store import Store
 from nightshift.skills.base import SkillContext
@@ -40,7 +41,14 @@ class Wiring:
         return Store(self.settings.store_url, busy_timeout_s=self.settings.store.busy_timeout_s)
 
     @cached_property
-    def executor(self) -> LocalExecutor:
+    def executor(self) -> Executor:
+        ex = self.settings.executor
+        if ex.kind == "docker":
+            from nightshift.runtime.docker_executor import DockerExecutor  # needs the docker extra
+
+            return DockerExecutor(self.settings.runs_dir, base_url=ex.docker_url,
+                                  network_mode=ex.network_mode, stop_grace_s=ex.stop_grace_s,
+                                  pids_limit=ex.pids_limit)
         return LocalExecutor(self.settings.runs_dir)
 
     @cached_property

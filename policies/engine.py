@@ -194,7 +194,9 @@ def check_limits(limits: Limits, args: dict[str, Any]) -> list[tuple[str, str]]:
 
     roots = limits.mount_roots()
     if roots is not None:
-        for where, source in _mount_sources(args):
+        spec_mounts = [(f"spec.environment.{w}", src) for w, src in
+                       _mount_sources({"mounts": _dig(spec, "environment", "mounts") or []})]
+        for where, source in _mount_sources(args) + spec_mounts:
             path = expand_path(source)
             if not any(path == root or path.is_relative_to(root) for root in roots):
                 out.append(("limits.allowed_mount_roots",

@@ -27,9 +27,13 @@ class StoreSettings(BaseModel):
 
 
 class ExecutorSettings(BaseModel):
-    kind: Literal["local"] = "local"
+    kind: Literal["local", "docker"] = Field("local", description="local processes, or Docker "
+                                             "containers for specs that name an image")
     runs_dir: str | None = Field(None, description="Where attempt logs go; default $NIGHTSHIFT_HOME/runs")
     stop_grace_s: float = 10.0
+    docker_url: str | None = Field(None, description="Docker engine socket; default $DOCKER_HOST")
+    network_mode: str = Field("none", description="Container network unless the spec names one")
+    pids_limit: int | None = Field(4096, description="Max processes per container")
 
 
 class GpuSettings(BaseModel):

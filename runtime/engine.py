@@ -216,7 +216,7 @@ class Engine:
         spec = ExperimentSpec.model_validate(job.spec)
         spec.base_dir = str(Path(job.spec_path).parent) if job.spec_path else spec.base_dir
         builtins = {
-            "python": spec.environment.python or sys.executable,
+            "python": spec.environment.python or ("python3" if spec.environment.image else sys.executable),
             "checkpoint_dir": str(paths["checkpoint_dir"]),
             "metrics_file": str(paths["metrics_file"]),
             "run_dir": str(paths["workspace"]),
@@ -235,9 +235,24 @@ class Engine:
             p.mkdir(parents=True, exist_ok=True)
         env = {**spec.environment.env, "NIGHTSHIFT_JOB_ID": str(job.id),
                "NIGHTSHIFT_ATTEMPT": str(att.number), "PYTHONUNBUFFERED": "1"}
+        mounts = []
+        if spec.environment.image:
+            # In a container the code and the job's folder sit at the same paths as on the host,
+            # so the rendered argv ({checkpoint_dir}, {metrics_file}) means the same in both.
+            mounts = [{"source": str(spec.run_dir()), "target": str(spec.run_dir()), "read_only": True},
+                      {"source": str(paths["workspace"]), "target": str(paths["workspace"]),
+                       "read_only": False}]
+            if paths["checkpoint_dir"].resolve() != paths["workspace"] and not \
+                    paths["checkpoint_dir"].resolve().is_relative_to(paths["workspace"]):
+                mounts.append({"source": str(paths["checkpoint_dir"]),
+                               "target": str(paths["checkpoint_dir"]), "read_only": False})
+            mounts += [m.model_dump() for m in spec.environment.mounts]
+        res = spec.resources
         return LaunchRequest(key=f"attempt-{att.id}", argv=att.argv, cwd=str(spec.run_dir()),
                              env=env, gpus=att.gpus, log_path=att.log_path or "",
-                             image=spec.environment.image,
+                             image=spec.environment.image, mounts=mounts,
+                             network_mode=spec.environment.network_mode,
+                             memory_gb=res.host_memory_gb,
                              labels={"nightshift.job": str(job.id), "nightshift.attempt": str(att.number)})
 
     def _launch(self, att: Attempt) -> Attempt:

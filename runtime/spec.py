@@ -27,10 +27,18 @@ class CodeSpec(_Strict):
     commit: str | None = None
 
 
+class Mount(_Strict):
+    source: str = Field(description="Host folder (checked against the policy's allowed mount roots)")
+    target: str = Field(description="Absolute path inside the container")
+    read_only: bool = True
+
+
 class EnvironmentSpec(_Strict):
     image: str | None = Field(None, description="Container image, pinned by tag or digest")
     python: str | None = Field(None, description="Interpreter for {python}; default: the one running nightshift")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables")
+    mounts: list[Mount] = Field(default_factory=list, description="Data folders for container runs")
+    network_mode: str | None = Field(None, description="Container network; default: executor.network_mode")
 
 
 class Resources(_Strict):
