@@ -1,0 +1,254 @@
+"""`nightshift validate FILE`: config_validator on any training config, through the policy gate.
+
+FILE is a nightshift experiment spec or a config people write for other tools — Hugging Face
+accelerate, DeepSpeed JSON, axolotl, LitGPT, detectron2 — detected from its keys. Prints the config
+in one vocabulary, the memory estimate, then errors, warnings and suggestions. Exit 0 when valid
+(warnings allowed), 2 when invalid.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.markup import escape
+
+from nightshift.agent.console import console, error, table
+from nightshift.agent.wiring import Wiring, local_now
+from nightshift.runtime.errors import ApprovalRejected, NightshiftError, PolicyDenied
+from nightshift.runtime.training_configs import FORMATS, TrainingView
+from nightshift.skills.base import get_skill
+from nightshift.skills.config_validator import ConfigValidatorResult
+
+SKILL = "config_validator"
+
+
+def _validate_through_gate(w: Wiring, args: dict[str, Any]) -> ConfigValidatorResult:
+    """Check, wait for an approval if a rule asks for one, run: audited as the local user."""
+    skill = get_skill(SKILL)
+    skill.parse(args)
+    call_id = f"cli-{uuid.uuid4().hex[:12]}"
+    verdict = w.gate.check(w.user, skill, args, call_id, local_now())
+    if verdict.decision == "deny":
+        raise PolicyDenied(f"{SKILL}: denied by rule {verdict.rule}: {'; '.join(verdict.reasons)}")
+    if verdict.decision == "needs_approval":
+        from nightshift.agent.cli import _wait_for_approval  # the one terminal approval prompt
+
+        appr = w.gate.request_approval(w.user, skill, args, call_id, verdict, local_now())
+        request = {
+            "approval_id": appr.id,
+            "skill": SKILL,
+            "args": args,
+            "rule": verdict.rule,
+            "quorum": appr.quorum,
+        }
+        state = _wait_for_approval(w, request)
+        if state != "approved":
+            raise ApprovalRejected(f"{SKILL}: approval {appr.id} {state}; nothing ran")
+    result = w.gate.run(w.context(w.user, call_id), skill, args, verdict)
+    assert isinstance(result, ConfigValidatorResult)
+    return result
+
+
+def _num(v: float | int | None) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, float) and v.is_integer() and abs(v) >= 1:
+        return str(int(v))
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def _params(view: TrainingView) -> str:
+    if view.params is None:
+        return "unknown"
+    n = view.params
+    size = f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.1f} M"
+    return f"{size} ({view.params_source})"
+
+
+def _lora(view: TrainingView) -> str | None:
+    lora = view.lora
+    if lora is None:
+        return None
+    parts = [
+        f"r={lora.rank}",
+        f"alpha={_num(lora.alpha)}",
+        "on " + (", ".join(lora.targets) or "?"),
+    ]
+    if lora.modules_to_save:
+        parts.append("full: " + ", ".join(lora.modules_to_save))
+    if lora.trainable_params is not None:
+        parts.append(f"{lora.trainable_params / 1e6:,.1f} M trained")
+    return " ".join(parts)
+
+
+def _onoff(v: bool | None) -> str | None:
+    return None if v is None else ("on" if v else "off")
+
+
+def _from(view: TrainingView, field: str) -> str:
+    src = view.sources.get(field)
+    if src is None:
+        return ""
+    where = src.key
+    if src.file and src.file != view.path:
+        where += f" ({Path(src.file).name}"
+        where += f":{src.line})" if src.line else ")"
+    elif src.line:
+        where += f" (line {src.line})"
+    if src.auto:
+        where += ' = "auto"'
+    elif src.default:
+        where += " (default)"
+    elif src.derived:
+        where += " (derived)"
+    return where
+
+
+def _view_rows(view: TrainingView) -> list[list[Any]]:
+    rows: list[tuple[str, str, Any]] = [
+        ("model", "model", view.model),
+        ("parameters", "params", _params(view)),
+        (
+            "hidden / layers / heads / vocab",
+            "hidden",
+            " / ".join(
+                str(x) if x is not None else "?"
+                for x in (view.hidden, view.layers, view.heads, view.vocab)
+            )
+            if view.hidden or view.layers
+            else None,
+        ),
+        ("init", "init", f"{view.init} ({view.init_from})" if view.init_from else view.init),
+        ("optimizer", "optimizer", view.optimizer),
+        ("learning rate", "learning_rate", _num(view.learning_rate)),
+        ("micro-batch", "micro_batch", _num(view.micro_batch)),
+        ("gradient accumulation", "grad_accum", _num(view.grad_accum)),
+        ("global batch", "global_batch", _num(view.global_batch)),
+        ("devices", "devices", _num(view.devices)),
+        ("epochs", "epochs", _num(view.epochs)),
+        ("max steps", "max_steps", _num(view.max_steps)),
+        ("sequence length", "seq_len", _num(view.seq_len)),
+        ("precision", "precision", view.precision),
+        ("quantization", "quantization", view.quantization),
+        ("LoRA", "lora", _lora(view)),
+        ("ZeRO stage", "zero_stage", _num(view.zero_stage)),
+        (
+            "offload optimizer / params",
+            "offload_optimizer",
+            None
+            if view.offload_optimizer is None and view.offload_params is None
+            else f"{_onoff(view.offload_optimizer) or '?'} / {_onoff(view.offload_params) or '?'}",
+        ),
+        (
+            "activation checkpointing",
+            "activation_checkpointing",
+            _onoff(view.activation_checkpointing),
+        ),
+        ("seed", "seed", _num(view.seed)),
+    ]
+    out = []
+    for label, field, value in rows:
+        src = view.sources.get(field)
+        if value is None and not (src is not None and src.auto):
+            continue
+        shown = "auto" if value is None else value
+        out.append([escape(label), escape(str(shown)), escape(_from(view, field))])
+    return out
+
+
+def print_result(path: Path, r: ConfigValidatorResult) -> None:
+    """The view, the estimate, then what is wrong and what to do."""
+    view = r.view
+    if view is not None:
+        title = f"{path.name} · {view.source_format}"
+        console.print(table(title, ["field", "value", "from"], _view_rows(view)))
+        if view.auto_fields:
+            console.print(
+                '[dim]"auto" (filled at launch, unknown here):[/] '
+                + escape(", ".join(view.auto_fields)),
+                soft_wrap=True,
+            )
+        for note in view.notes:
+            console.print(f"[dim]note:[/] {escape(note)}", soft_wrap=True)
+    est = r.estimate
+    if est is not None:
+        act = "?" if est.activations_gib is None else f"{est.activations_gib:g}"
+        target = (
+            f" of {est.target_gpu_memory_gib:g} GiB ({est.target_source})"
+            if est.target_gpu_memory_gib is not None
+            else " (no target GPU known: pass --gpu-memory)"
+        )
+        console.print(
+            f"[bold]memory per GPU[/] ≈ {est.total_gib:g} GiB{escape(target)}: weights "
+            f"{est.weights_gib:g} + gradients {est.gradients_gib:g} + optimizer "
+            f"{est.optimizer_gib:g} + activations {act} GiB"
+            + (f"; {est.host_offload_gib:g} GiB offloaded to CPU" if est.host_offload_gib else ""),
+            soft_wrap=True,
+        )
+        for a in est.assumptions:
+            console.print(f"  [dim]{escape(a)}[/]", soft_wrap=True)
+    elif view is not None:
+        console.print("[bold]memory per GPU[/]: unknown (parameter count unknown)")
+    for f in r.errors:
+        console.print(f"[bold red]error[/] {escape(_where(f))}{escape(f.message)}", soft_wrap=True)
+    for f in r.warnings:
+        console.print(f"[yellow]warning[/] {escape(_where(f))}{escape(f.message)}", soft_wrap=True)
+    for s in r.suggestions:
+        console.print(f"[cyan]suggestion[/] {escape(s)}", soft_wrap=True)
+    verdict = "[bold green]valid[/]" if r.valid else "[bold red]invalid[/]"
+    console.print(f"{verdict}: {len(r.errors)} error(s), {len(r.warnings)} warning(s)")
+
+
+def _where(f: Any) -> str:
+    where = f.field or ""
+    if f.file:
+        where += f" ({Path(f.file).name}" + (f":{f.line})" if f.line else ")")
+    elif f.line:
+        where += f" (line {f.line})"
+    return f"{where}: " if where else ""
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("validate")
+    def validate(
+        file: Path = typer.Argument(
+            ...,
+            help="Experiment spec, or an accelerate/DeepSpeed/axolotl/LitGPT/detectron2 config",
+        ),
+        as_json: bool = typer.Option(False, "--json", help="Print the result as JSON"),
+        gpu_memory: float | None = typer.Option(
+            None,
+            "--gpu-memory",
+            min=0.1,
+            help="Target GPU memory in GiB (default: the smallest healthy GPU recorded)",
+        ),
+        fmt: str | None = typer.Option(
+            None, "--format", help=f"Skip detection: one of {', '.join(FORMATS)}"
+        ),
+        config: str | None = typer.Option(None, "--config", help="Config file"),
+    ) -> None:
+        """Check a training config before it runs: the numbers it implies, memory per GPU, and
+        what to change."""
+        path = file.expanduser()
+        if not path.is_file():
+            error(f"{path}: no such file")
+            raise typer.Exit(2)
+        args: dict[str, Any] = {"path": str(path.resolve())}
+        if gpu_memory is not None:
+            args["gpu_memory_gib"] = gpu_memory
+        if fmt is not None:
+            args["format"] = fmt
+        try:
+            w = Wiring.load(config)
+            result = _validate_through_gate(w, args)
+        except NightshiftError as exc:
+            error(str(exc))
+            raise typer.Exit(exc.exit_code) from None
+        if as_json:
+            print(result.model_dump_json(indent=2))
+        else:
+            print_result(path, result)
+        raise typer.Exit(0 if result.valid else 2)
