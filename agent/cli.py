@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import select
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -15,18 +13,18 @@ import yaml
 from langgraph.types import Command
 from sqlmodel import select as sql_select
 
-from nightshift.agent.api import Client
 from nightshift.agent.commands import register_all
 from nightshift.agent.console import console, error, progress_printer, table
 from nightshift.agent.daemon import DaemonLock
 from nightshift.agent.goals import load_goal, recover_goal
 from nightshift.agent.graph import build_graph, sqlite_checkpointer
 from nightshift.agent.planner import DeterministicPlanner
+from nightshift.agent.shell import call_as_user, wait_for_approval
 from nightshift.agent.summary import run_summary, thread_jobs
 from nightshift.agent.wiring import Wiring, local_now
 from nightshift.policies import killswitch
 from nightshift.runtime.config import load_settings_with_sources
-from nightshift.runtime.errors import NightshiftError, PolicyDenied
+from nightshift.runtime.errors import NightshiftError
 from nightshift.runtime.store import Approval
 from nightshift.skills.base import get_skill, registry
 
@@ -73,7 +71,7 @@ def run(goal_file: Path | None = typer.Argument(None, help="Goal file (YAML)"),
             _own_loop(w, thread)
             pending = [i for t in snap.tasks for i in t.interrupts]
             if pending:
-                result = graph.invoke(Command(resume=_wait_for_approval(w, pending[0].value)), cfg)
+                result = graph.invoke(Command(resume=wait_for_approval(w, pending[0].value)), cfg)
             elif snap.next:
                 result = graph.invoke(None, cfg)
             else:
@@ -88,7 +86,7 @@ def run(goal_file: Path | None = typer.Argument(None, help="Goal file (YAML)"),
             result = graph.invoke({"goal": goal.model_dump(mode="json"), "history": [],
                                    "on_behalf_of": w.user}, cfg)
         while "__interrupt__" in result:
-            result = graph.invoke(Command(resume=_wait_for_approval(w, result["__interrupt__"][0].value)), cfg)
+            result = graph.invoke(Command(resume=wait_for_approval(w, result["__interrupt__"][0].value)), cfg)
         # Without a daemon, this process owns the loop until every job of the goal has ended.
         w.engine.run_until_settled(thread_jobs(w, thread))
         w.engine.stop_background()  # harmless when the daemon owns the loop
@@ -110,42 +108,8 @@ def _own_loop(w: Wiring, thread: str) -> None:
     w.engine.start_background()
 
 
-def call_as_user(w: Wiring, name: str, args: dict[str, Any]):
-    """One skill call from the shell, as the local user, through the gate; waits for an approval
-    at the terminal (or from another shell) when the policy asks for one."""
-    return Client(w).call(name, args, call_id=f"cli-{uuid.uuid4().hex[:12]}",
-                          wait=lambda req: _wait_for_approval(w, req))
-
-
 def _cfg(thread: str) -> dict[str, Any]:
     return {"configurable": {"thread_id": thread}, "recursion_limit": 500}
-
-
-def _wait_for_approval(w: Wiring, req: dict[str, Any]) -> str:
-    """Ask at the terminal when there is one; otherwise (cron, CI) wait for a decision from any
-    channel until the approval is decided or expires. Returns approved | rejected | expired."""
-    aid = req["approval_id"]
-    console.print(f"[bold yellow]approval {aid} needed[/]: {req['skill']} {json.dumps(req['args'])} "
-                  f"(rule {req['rule']}, quorum {req['quorum']})\n"
-                  f"  decide from any shell: [bold]nightshift approve {aid}[/] / "
-                  f"[bold]nightshift reject {aid}[/]")
-    interactive = sys.stdin is not None and sys.stdin.isatty()
-    if interactive:
-        console.print(f"  approve as {w.user}? [y/N] ", end="")
-    while True:
-        state = w.approvals.status(aid, local_now()).state
-        if state != "pending":
-            console.print(f"  approval {aid}: {state}")
-            return state
-        if interactive and select.select([sys.stdin], [], [], 1.0)[0]:
-            answer = sys.stdin.readline().strip().lower()
-            try:
-                w.approvals.vote(aid, w.user, answer in ("y", "yes"), local_now())
-            except PolicyDenied as exc:
-                console.print(f"  [red]{exc}[/] — waiting for another approver")
-                interactive = False
-        else:
-            time.sleep(1.0)
 
 
 # ------------------------------------------------------------------------------------ skills

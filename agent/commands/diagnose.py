@@ -1,47 +1,24 @@
 """`nightshift diagnose LOGFILE`: run diagnose_failure on any saved log, through the policy gate.
 
-Also holds `call_through_gate`, the gate round trip that `nightshift tune-lr` shares: check, wait
-for an approval if a rule asks for one, run, all audited under the local user and a `cli-` call id.
 """
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 from typing import Any
 
 import typer
-from pydantic import BaseModel
 from rich.markup import escape
 
 from nightshift.agent.console import console, error
-from nightshift.agent.wiring import Wiring, local_now
-from nightshift.runtime.errors import ApprovalRejected, NightshiftError, PolicyDenied
-from nightshift.skills.base import get_skill
+from nightshift.agent.shell import call_as_user
+from nightshift.agent.wiring import Wiring
+from nightshift.runtime.errors import NightshiftError
 
 
 def say(text: str) -> None:
     """One line to the terminal, never wrapped (a log line stays whole)."""
     console.print(text, soft_wrap=True)
-
-
-def call_through_gate(w: Wiring, name: str, args: dict[str, Any]) -> BaseModel:
-    """Call one skill as the local user through the gate, as `nightshift skill` does."""
-    skill = get_skill(name)
-    skill.parse(args)
-    call_id = f"cli-{uuid.uuid4().hex[:12]}"
-    verdict = w.gate.check(w.user, skill, args, call_id, local_now())
-    if verdict.decision == "deny":
-        raise PolicyDenied(f"{name}: denied by rule {verdict.rule}: {'; '.join(verdict.reasons)}")
-    if verdict.decision == "needs_approval":
-        from nightshift.agent.cli import _wait_for_approval  # the one terminal approval prompt
-
-        appr = w.gate.request_approval(w.user, skill, args, call_id, verdict, local_now())
-        state = _wait_for_approval(w, {"approval_id": appr.id, "skill": name, "args": args,
-                                       "rule": verdict.rule, "quorum": appr.quorum})
-        if state != "approved":
-            raise ApprovalRejected(f"{name}: approval {appr.id} {state}; nothing ran")
-    return w.gate.run(w.context(w.user, call_id), skill, args, verdict)
 
 
 def readable_file(path: Path) -> Path:
@@ -95,7 +72,7 @@ def register(app: typer.Typer) -> None:
         try:
             w = Wiring.load(config)
             args = {"log_path": str(path), "exit_code": exit_code, "signal": signal}
-            result = call_through_gate(w, "diagnose_failure", args)
+            result = call_as_user(w, "diagnose_failure", args)
         except NightshiftError as exc:
             error(str(exc))
             raise typer.Exit(exc.exit_code) from None

@@ -15,8 +15,9 @@ import typer
 import yaml
 from rich.markup import escape
 
-from nightshift.agent.commands.diagnose import call_through_gate, readable_file, say
+from nightshift.agent.commands.diagnose import readable_file, say
 from nightshift.agent.console import error
+from nightshift.agent.shell import call_as_user
 from nightshift.agent.wiring import Wiring
 from nightshift.runtime.errors import NightshiftError
 from nightshift.skills.tune_lr import read_metrics_jsonl
@@ -94,7 +95,7 @@ def register(app: typer.Typer) -> None:
                      "checkpoint_steps": sorted(set(checkpoint)) or None})
         try:
             w = Wiring.load(config)
-            result = call_through_gate(w, "tune_lr", args)
+            result = call_as_user(w, "tune_lr", args)
         except NightshiftError as exc:
             error(str(exc))
             raise typer.Exit(exc.exit_code) from None

@@ -8,7 +8,6 @@ in one vocabulary, the memory estimate, then errors, warnings and suggestions. E
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -16,38 +15,17 @@ import typer
 from rich.markup import escape
 
 from nightshift.agent.console import console, error, table
-from nightshift.agent.wiring import Wiring, local_now
-from nightshift.runtime.errors import ApprovalRejected, NightshiftError, PolicyDenied
+from nightshift.agent.shell import call_as_user
+from nightshift.agent.wiring import Wiring
+from nightshift.runtime.errors import NightshiftError
 from nightshift.runtime.training_configs import FORMATS, TrainingView
-from nightshift.skills.base import get_skill
 from nightshift.skills.config_validator import ConfigValidatorResult
 
 SKILL = "config_validator"
 
 
 def _validate_through_gate(w: Wiring, args: dict[str, Any]) -> ConfigValidatorResult:
-    """Check, wait for an approval if a rule asks for one, run: audited as the local user."""
-    skill = get_skill(SKILL)
-    skill.parse(args)
-    call_id = f"cli-{uuid.uuid4().hex[:12]}"
-    verdict = w.gate.check(w.user, skill, args, call_id, local_now())
-    if verdict.decision == "deny":
-        raise PolicyDenied(f"{SKILL}: denied by rule {verdict.rule}: {'; '.join(verdict.reasons)}")
-    if verdict.decision == "needs_approval":
-        from nightshift.agent.cli import _wait_for_approval  # the one terminal approval prompt
-
-        appr = w.gate.request_approval(w.user, skill, args, call_id, verdict, local_now())
-        request = {
-            "approval_id": appr.id,
-            "skill": SKILL,
-            "args": args,
-            "rule": verdict.rule,
-            "quorum": appr.quorum,
-        }
-        state = _wait_for_approval(w, request)
-        if state != "approved":
-            raise ApprovalRejected(f"{SKILL}: approval {appr.id} {state}; nothing ran")
-    result = w.gate.run(w.context(w.user, call_id), skill, args, verdict)
+    result = call_as_user(w, SKILL, args)
     assert isinstance(result, ConfigValidatorResult)
     return result
 
