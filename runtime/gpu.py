@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
 from nightshift.runtime.config import Settings
 from nightshift.runtime.errors import SpecError
 from nightshift.runtime.yamlfile import read_yaml, validate
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 FieldStatus = Literal["ok", "unsupported", "unreadable", "absent"]
 
@@ -434,8 +435,9 @@ def _nvml_process(nv: Any, p: Any) -> GpuProcess:
 
 
 # ------------------------------------------------------------------------------------ nvidia-smi
-# Cells nvidia-smi writes instead of a value: the card lacks the field …
-_UNSUPPORTED_CELLS = {
+# Cells nvidia-smi writes instead of a value (lower case; the text parsers in nvidia_smi_text
+# also accept them without brackets): the card lacks the field …
+UNSUPPORTED_CELLS = {
     "[n/a]",
     "n/a",
     "[not supported]",
@@ -443,7 +445,7 @@ _UNSUPPORTED_CELLS = {
     "[requested functionality has been deprecated]",
 }
 # … or the read failed.
-_ERROR_CELLS = {
+ERROR_CELLS = {
     "err!",
     "[unknown error]",
     "unknown error",
@@ -499,8 +501,8 @@ class _Cell:
     def __init__(self, raw: str):
         self.raw = raw.strip()
         low = self.raw.lower()
-        self.unsupported = low in _UNSUPPORTED_CELLS or low == ""
-        self.error = low in _ERROR_CELLS or (low.startswith("[") and not self.unsupported)
+        self.unsupported = low in UNSUPPORTED_CELLS or low == ""
+        self.error = low in ERROR_CELLS or (low.startswith("[") and not self.unsupported)
 
     def number(self, kind: type) -> Any:
         text = self.raw
@@ -530,7 +532,7 @@ def _csv_rows(text: str) -> tuple[list[str], list[dict[str, _Cell]], list[str]]:
         if len(cells) != len(header):
             notes.append(line.strip())
             continue
-        rows.append({h: _Cell(v) for h, v in zip(header, cells)})
+        rows.append({h: _Cell(v) for h, v in zip(header, cells, strict=True)})
     return header, rows, notes
 
 
@@ -838,15 +840,15 @@ def make_probe(settings: Settings) -> GpuProbe:
     """The probe `settings.gpu.probe` asks for; `auto` takes the first that works here:
     NVML if it initialises, else nvidia-smi if on PATH, else the inventory if configured, else none."""
     gpu = settings.gpu
-    inventory_path = _inventory_path(settings)
+    inventory = inventory_path(settings)
     if gpu.probe == "nvml":
         return NvmlProbe()
     if gpu.probe == "nvidia-smi":
         return NvidiaSmiProbe(gpu.nvidia_smi)
     if gpu.probe == "inventory":
-        if inventory_path is None:
+        if inventory is None:
             return NoGpuProbe("gpu.probe is 'inventory' but gpu.inventory names no file")
-        return InventoryProbe(inventory_path)
+        return InventoryProbe(inventory)
     if gpu.probe == "none":
         return NoGpuProbe("gpu.probe is 'none'")
     why: list[str] = []
@@ -860,12 +862,13 @@ def make_probe(settings: Settings) -> GpuProbe:
     if ok:
         return smi
     why.append(f"nvidia-smi: {reason}")
-    if inventory_path is not None:
-        return InventoryProbe(inventory_path)
+    if inventory is not None:
+        return InventoryProbe(inventory)
     return NoGpuProbe("; ".join(why))
 
 
-def _inventory_path(settings: Settings) -> Path | None:
+def inventory_path(settings: Settings) -> Path | None:
+    """The declared inventory file, resolved against NIGHTSHIFT_HOME; None when none is configured."""
     if not settings.gpu.inventory:
         return None
     p = Path(settings.gpu.inventory).expanduser()

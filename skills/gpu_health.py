@@ -2,24 +2,46 @@
 
 The skill only reports and records; placement derives quarantine from the latest recorded verdicts.
 `judge_reading` is the pure rule set, usable without a store or a probe.
+
+Beyond what the probe reads, two rules compare it with what this machine should have, using only
+the store and the settings (never a clock of its own):
+
+- a GPU the declared inventory (`gpu.inventory`) lists, by UUID or else by index, that the probe
+  does not see is CRITICAL: "expected by the inventory, not seen by the probe";
+- a GPU that placement still knows, the latest recorded sample of its index, and that the probe no
+  longer sees (by UUID; by index for samples without one) is CRITICAL: "GPU disappeared since the
+  last check". Its CRITICAL sample is recorded, so placement keeps the index quarantined and the
+  next check reports it again, until a GPU answers at that index again.
+
+The same rules judge saved or pasted nvidia-smi output (`from_text`, `from_file`). A paste is a
+snapshot of some machine, often a colleague's, not this one: by default nothing is recorded and it
+is not compared with this machine's inventory or history, since its GPUs would otherwise quarantine
+(or clear) this machine's GPUs of the same index. `record=true` says the paste is this machine's.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
+from pathlib import Path
 from typing import Any, Literal
 
+from pydantic import BaseModel, Field, model_validator
+from sqlmodel import select
+
 from nightshift.runtime.config import HealthThresholds
+from nightshift.runtime.errors import SkillInputError, SpecError
 from nightshift.runtime.gpu import (
     ESSENTIAL_FIELDS,
     GpuReading,
+    InventoryProbe,
     ProbeResult,
+    inventory_path,
     make_probe,
     normalize_bus_id,
 )
+from nightshift.runtime.nvidia_smi_text import TextProbe
 from nightshift.runtime.store import GpuSample
 from nightshift.skills.base import SkillContext, skill
-from pydantic import BaseModel, Field
-from sqlmodel import select
 
 Verdict = Literal["OK", "WARNING", "UNKNOWN", "CRITICAL"]
 OverallVerdict = Literal["OK", "WARNING", "UNKNOWN", "CRITICAL", "NO_GPUS"]
@@ -45,13 +67,41 @@ SLOWDOWN_REASONS = (
 )
 
 
+# A pasted output larger than this is not one nvidia-smi report.
+MAX_PASTE_CHARS = 2_000_000
+
+MISSING_FROM_INVENTORY = "expected by the inventory, not seen by the probe"
+DISAPPEARED = "GPU disappeared since the last check"
+
+
 class HealthCheckInput(BaseModel):
-    """Which GPUs to check and whether to record the verdicts."""
+    """Which GPUs to check, where the readings come from, and whether to record the verdicts."""
 
     gpus: list[int] | None = Field(None, description="GPU indices to check; all GPUs when omitted")
-    record: bool = Field(
-        True, description="Record one GpuSample per GPU (placement reads the latest)"
+    record: bool | None = Field(
+        None,
+        description="Record one GpuSample per GPU (placement reads the latest). Default: yes for "
+        "this machine, no for from_text/from_file (a paste may be another machine's)",
     )
+    from_text: str | None = Field(
+        None,
+        max_length=MAX_PASTE_CHARS,
+        description="nvidia-smi output pasted by a user (`nvidia-smi -q`, the default `nvidia-smi` "
+        "table, or `--query-gpu=… --format=csv` with its header) to judge instead of this machine",
+    )
+    from_file: str | None = Field(
+        None, description="Path of a saved nvidia-smi output, judged like from_text"
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> HealthCheckInput:
+        if self.from_text is not None and self.from_file is not None:
+            raise ValueError("give from_text or from_file, not both")
+        return self
+
+    @property
+    def pasted(self) -> bool:
+        return self.from_text is not None or self.from_file is not None
 
 
 class HealthReason(BaseModel):
@@ -77,6 +127,10 @@ class GpuVerdict(BaseModel):
     )
     summary: str
     reading: GpuReading | None = None
+    missing: bool = Field(
+        default=False,
+        description="Not seen by the probe: expected by the inventory, or recorded at an earlier check",
+    )
 
 
 class HealthCheckResult(BaseModel):
@@ -291,7 +345,7 @@ def _lost_verdict(label: str, match: GpuSample | None, t: HealthThresholds) -> G
     return judge_reading(reading, t)
 
 
-def _unmatched_lost(ctx: SkillContext, result: ProbeResult) -> list[GpuVerdict]:
+def _unmatched_lost(ctx: SkillContext, result: ProbeResult, use_store: bool) -> list[GpuVerdict]:
     seen: set[str] = set()
     for g in result.gpus:
         seen |= {f"index {g.index}", g.uuid or ""}
@@ -301,7 +355,8 @@ def _unmatched_lost(ctx: SkillContext, result: ProbeResult) -> list[GpuVerdict]:
     for label in result.lost:
         if label in seen or normalize_bus_id(label) in seen:
             continue
-        out.append(_lost_verdict(label, _sample_for_bus_id(ctx, label), ctx.settings.health))
+        match = _sample_for_bus_id(ctx, label) if use_store else None
+        out.append(_lost_verdict(label, match, ctx.settings.health))
     return out
 
 
@@ -318,6 +373,144 @@ def _sample_for_bus_id(ctx: SkillContext, bus_id: str) -> GpuSample | None:
     return None
 
 
+# ------------------------------------------------------------------------------ missing GPUs
+def _latest_per_index(ctx: SkillContext) -> list[GpuSample]:
+    """The newest sample of each GPU index up to ctx.now: the GPUs as placement knows them."""
+    latest: dict[int, GpuSample] = {}
+    with ctx.store.session() as s:
+        rows = s.exec(select(GpuSample).where(GpuSample.taken_at <= ctx.now).order_by(GpuSample.id))
+        for row in rows:
+            latest[row.gpu_index] = row
+    return [latest[i] for i in sorted(latest)]
+
+
+class _Missing:
+    """Collects the GPUs the probe does not see; two findings about one GPU make one verdict."""
+
+    def __init__(self) -> None:
+        self.verdicts: list[GpuVerdict] = []
+
+    def flag(self, index: int, uuid: str | None, name: str | None, message: str) -> None:
+        reason = HealthReason(field="missing", value=True, severity="CRITICAL", message=message)
+        for v in self.verdicts:
+            same = v.uuid == uuid if (uuid and v.uuid) else v.index == index
+            if same:
+                v.reasons.append(reason)
+                v.uuid, v.name = v.uuid or uuid, v.name or name
+                v.summary = _missing_summary(v)
+                return
+        v = GpuVerdict(
+            index=index,
+            uuid=uuid,
+            name=name,
+            verdict="CRITICAL",
+            reasons=[reason],
+            summary="",
+            missing=True,
+        )
+        v.summary = _missing_summary(v)
+        self.verdicts.append(v)
+
+
+def _missing_summary(v: GpuVerdict) -> str:
+    label = f"GPU {v.index}" + (f" ({v.name})" if v.name else "")
+    return f"{label}: CRITICAL — " + "; ".join(r.message for r in v.reasons)
+
+
+def _missing_gpus(
+    ctx: SkillContext, result: ProbeResult, present: list[GpuVerdict]
+) -> tuple[list[GpuVerdict], list[str]]:
+    """GPUs the inventory declares or placement knows that the probe does not see, and notes
+    for the message (an inventory that cannot be read)."""
+    uuids = {v.uuid for v in present if v.uuid}
+    where = {v.uuid: v.index for v in present if v.uuid and v.index is not None}
+    answering = {v.index for v in present if v.index is not None}
+    # A reading without a UUID (a table paste, an inventory) can only be matched by its index.
+    anonymous = {v.index for v in present if v.index is not None and not v.uuid}
+
+    def sees(uuid: str | None, index: int) -> bool:
+        return (uuid in uuids or index in anonymous) if uuid else index in answering
+
+    found = _Missing()
+    notes: list[str] = []
+
+    path = inventory_path(ctx.settings)
+    if path is not None and result.backend != "inventory":
+        try:
+            inventory = InventoryProbe(path).load()
+        except SpecError as exc:
+            notes.append(f"inventory not compared: {exc}")
+        else:
+            for pos, g in enumerate(inventory.gpus):
+                index = pos if g.index is None else g.index
+                if not sees(g.uuid, index):
+                    what = g.uuid or f"GPU {index}"
+                    found.flag(index, g.uuid, g.name, f"{MISSING_FROM_INVENTORY} ({what}, {path})")
+
+    for sample in _latest_per_index(ctx):
+        i, uuid = sample.gpu_index, sample.uuid
+        name = (sample.data or {}).get("name")
+        when = f"{sample.taken_at:%Y-%m-%d %H:%M}"
+        if sees(uuid, i):
+            if i not in answering:
+                found.flag(
+                    i,
+                    None,
+                    name,
+                    f"no GPU answers at index {i} any more: {uuid}, recorded there at {when}, "
+                    f"now answers as GPU {where.get(uuid)}",
+                )
+        elif uuid:
+            found.flag(i, uuid, name, f"{DISAPPEARED} ({uuid}, recorded as GPU {i} at {when})")
+        else:
+            found.flag(i, None, name, f"{DISAPPEARED} (GPU {i}, recorded at {when})")
+    return found.verdicts, notes
+
+
+def _sample(v: GpuVerdict, now: datetime) -> GpuSample | None:
+    """The row that records a verdict; none for a GPU known by bus id alone or an unknown index."""
+    if v.index is None:
+        return None
+    if v.reading is not None:
+        data = v.reading.model_dump(mode="json")
+    elif v.missing:
+        data = GpuReading(index=v.index, uuid=v.uuid, name=v.name).model_dump(mode="json")
+        data["missing"] = [r.message for r in v.reasons]
+    else:
+        return None
+    return GpuSample(gpu_index=v.index, uuid=v.uuid, verdict=v.verdict, data=data, taken_at=now)
+
+
+# ----------------------------------------------------------------------------------- sources
+def _source(ctx: SkillContext, inp: HealthCheckInput) -> Any:
+    """The probe to read: a paste, a saved file, the context's probe, or the configured backend."""
+    if inp.from_text is not None:
+        return _text_probe(inp.from_text, "pasted text")
+    if inp.from_file is not None:
+        path = Path(inp.from_file).expanduser()
+        try:
+            with path.open(encoding="utf-8", errors="replace") as fh:
+                text = fh.read(MAX_PASTE_CHARS + 1)
+        except OSError as exc:
+            raise SkillInputError(
+                f"gpu_health_check: from_file: cannot read {path}: {exc.strerror or exc}"
+            ) from exc
+        if len(text) > MAX_PASTE_CHARS:
+            raise SkillInputError(
+                f"gpu_health_check: from_file: {path} is over {MAX_PASTE_CHARS} characters; "
+                "that is not one nvidia-smi output"
+            )
+        return _text_probe(text, str(path))
+    return ctx.probe if ctx.probe is not None else make_probe(ctx.settings)
+
+
+def _text_probe(text: str, source: str) -> TextProbe:
+    try:
+        return TextProbe(text, source)
+    except ValueError as exc:
+        raise SkillInputError(f"gpu_health_check: {source}: {exc}") from exc
+
+
 @skill("gpu_health_check", capability="read")
 def gpu_health_check(ctx: SkillContext, inp: HealthCheckInput) -> HealthCheckResult:
     """Check the health of this machine's GPUs: temperature, memory used/total, utilisation, power and
@@ -325,14 +518,24 @@ def gpu_health_check(ctx: SkillContext, inp: HealthCheckInput) -> HealthCheckRes
     slowdowns (thermal, power brake) and running processes. Each GPU gets a verdict OK, WARNING,
     CRITICAL or UNKNOWN with the reasons and the thresholds crossed; the overall verdict is the worst
     one, or NO_GPUS when the machine has none (plan for the CPU). A field the card does not support is
-    not a problem; a lost GPU or an unreadable essential field is never OK. Verdicts are recorded so
-    that placement avoids CRITICAL GPUs. Use it before placing work and when a job fails oddly."""
+    not a problem; a lost GPU, an unreadable essential field, or a GPU the inventory or an earlier
+    check knows but the probe no longer sees is never OK. Verdicts are recorded so that placement
+    avoids CRITICAL GPUs. Use it before placing work and when a job fails oddly. Give from_text (or
+    from_file) to judge nvidia-smi output a user pasted (`-q`, the default table or the CSV query)
+    with the same rules; a paste is not recorded unless record is true."""
     thresholds = ctx.settings.health
-    probe = ctx.probe if ctx.probe is not None else make_probe(ctx.settings)
+    probe = _source(ctx, inp)
     result: ProbeResult = probe.read()
+    # A paste is judged on its own unless the caller says it is this machine's (record=true).
+    this_machine = not inp.pasted or inp.record is True
+    record = inp.record if inp.record is not None else not inp.pasted
 
     verdicts = [judge_reading(g, thresholds) for g in result.gpus]
-    verdicts += _unmatched_lost(ctx, result)
+    verdicts += _unmatched_lost(ctx, result, use_store=this_machine)
+    notes: list[str] = []
+    if this_machine and (result.gpus or not result.error):
+        unseen, notes = _missing_gpus(ctx, result, verdicts)
+        verdicts += unseen
     if inp.gpus is not None:
         wanted = set(inp.gpus)
         verdicts = [
@@ -357,21 +560,15 @@ def gpu_health_check(ctx: SkillContext, inp: HealthCheckInput) -> HealthCheckRes
             )
 
     recorded = 0
-    if inp.record:
+    if record:
+        # GPUs not seen go first: where another GPU now answers at the same index, its sample
+        # is the newer one, and placement reads the newest per index.
+        rows = [_sample(v, ctx.now) for v in sorted(verdicts, key=lambda v: not v.missing)]
         with ctx.store.session() as s:
-            for v in verdicts:
-                if v.reading is None or v.index is None:
-                    continue
-                s.add(
-                    GpuSample(
-                        gpu_index=v.index,
-                        uuid=v.uuid,
-                        verdict=v.verdict,
-                        data=v.reading.model_dump(mode="json"),
-                        taken_at=ctx.now,
-                    )
-                )
-                recorded += 1
+            for row in rows:
+                if row is not None:
+                    s.add(row)
+                    recorded += 1
 
     if verdicts:
         overall: OverallVerdict = max((v.verdict for v in verdicts), key=SEVERITY.__getitem__)
@@ -390,6 +587,12 @@ def gpu_health_check(ctx: SkillContext, inp: HealthCheckInput) -> HealthCheckRes
         )
     if result.error and verdicts:
         message += f"\nbackend: {result.error}"
+    if result.message and verdicts:
+        message += f"\nsource: {result.message}"
+    if inp.pasted and not record:
+        message += "\nnot recorded: a paste may be another machine's"
+    for note in notes:
+        message += f"\n{note}"
     return HealthCheckResult(
         backend=result.backend,
         overall=overall,

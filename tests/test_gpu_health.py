@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import sys
 import types
 from datetime import datetime
@@ -12,6 +13,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from sqlmodel import select
+
 from nightshift.runtime.config import HealthThresholds, Settings
 from nightshift.runtime.errors import SkillInputError
 from nightshift.runtime.gpu import (
@@ -29,7 +32,8 @@ from nightshift.runtime.gpu import (
 from nightshift.runtime.store import GpuSample, Store
 from nightshift.skills.base import SkillContext
 from nightshift.skills.gpu_health import gpu_health_check, judge_reading
-from sqlmodel import select
+
+from conftest import nightshift
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nvidia_smi"
 H100_QUERY = (FIXTURES / "h100_80gb_load_query_gpu.csv").read_text()
@@ -175,7 +179,7 @@ class FakeSmi:
 
     def __init__(self, known: set[str] | None = None, extra_lines: str = "", apps: str = H100_APPS):
         header, rows = csv_table(H100_QUERY)
-        self.cells = {h.split("[")[0].strip(): (h, v) for h, v in zip(header, rows[0])}
+        self.cells = {h.split("[")[0].strip(): (h, v) for h, v in zip(header, rows[0], strict=True)}
         self.known = known if known is not None else set(self.cells)
         self.extra_lines = extra_lines
         self.apps = apps
@@ -760,3 +764,265 @@ def test_same_inputs_same_result(tmp_path):
     )
     ctx = make_ctx(tmp_path, probe=probe)
     assert gpu_health_check(ctx, {}) == gpu_health_check(ctx, {})
+
+
+# ------------------------------------------------------------------------ pasted nvidia-smi output
+H100_Q = (FIXTURES / "h100_80gb_load_q.txt").read_text()
+H100_TABLE = (FIXTURES / "h100_80gb_load_table.txt").read_text()
+
+
+def test_paste_is_judged_but_not_recorded(tmp_path):
+    """A colleague's `-q` paste gets the same verdicts; it is not this machine, so nothing is recorded."""
+    ctx = make_ctx(tmp_path, probe=NoGpuProbe())
+    out = gpu_health_check(ctx, {"from_text": H100_Q})
+    assert out.backend == "paste:q" and out.overall == "OK" and out.recorded == 0
+    [v] = out.gpus
+    assert (v.index, v.name, v.reading.memory_used_mib) == (0, "NVIDIA H100 80GB HBM3", 19818)
+    assert samples(ctx) == [] and "not recorded" in out.message
+
+
+def test_paste_recorded_when_asked(tmp_path):
+    """record=true says the saved output is this machine's: its verdicts then feed placement."""
+    path = tmp_path / "smi.txt"
+    path.write_text(H100_TABLE)
+    ctx = make_ctx(tmp_path)
+    out = gpu_health_check(ctx, {"from_file": str(path), "record": True})
+    assert out.backend == "paste:table" and out.recorded == 1
+    assert [(r.gpu_index, r.verdict) for r in samples(ctx)] == [(0, "OK")]
+
+
+def test_paste_is_not_compared_with_this_machine(tmp_path):
+    """A paste showing one GPU does not make this machine's other recorded GPUs 'disappeared'."""
+    ctx = make_ctx(tmp_path)
+    record_sample(ctx, 1, "GPU-here-1", "OK")
+    out = gpu_health_check(ctx, {"from_text": H100_Q})
+    assert [v.index for v in out.gpus] == [0] and out.overall == "OK"
+
+
+def test_lost_gpu_in_a_paste_is_not_matched_with_this_machine(tmp_path):
+    """A lost GPU in a colleague's paste is named by its bus id, never by this machine's GPU there."""
+    ctx = make_ctx(tmp_path)
+    with ctx.store.session() as s:
+        s.add(
+            GpuSample(
+                gpu_index=1, uuid="GPU-here", verdict="OK", data={"pci_bus_id": "0000:3B:00.0"}
+            )
+        )
+    lost = "Unable to determine the device handle for GPU0000:3B:00.0: GPU is lost.\n"
+    out = gpu_health_check(ctx, {"from_text": lost + H100_Q})
+    assert out.overall == "CRITICAL"
+    [gone] = [v for v in out.gpus if v.verdict == "CRITICAL"]
+    assert (gone.index, gone.uuid) == (None, None) and "0000:3B:00.0" in gone.summary
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        ({"from_text": "hello", "from_file": "x"}, "not both"),
+        ({"from_text": "hello"}, "not recognised as nvidia-smi output"),
+        ({"from_file": "/no/such/smi.txt"}, "cannot read /no/such/smi.txt"),
+    ],
+)
+def test_bad_paste_goes_back_to_the_caller(tmp_path, args, match):
+    """Two sources, text that is not nvidia-smi output, or a missing file: an input error saying so."""
+    with pytest.raises(SkillInputError, match=match):
+        gpu_health_check(make_ctx(tmp_path, probe=NoGpuProbe()), args)
+
+
+# ------------------------------------------------------------------------ GPUs the probe no longer sees
+def record_sample(ctx: SkillContext, index: int, uuid: str | None, verdict: str) -> None:
+    """A sample from an earlier check, the day before NOW."""
+    data = {"index": index, "uuid": uuid, "name": "NVIDIA H100 80GB HBM3"}
+    with ctx.store.session() as s:
+        s.add(
+            GpuSample(
+                gpu_index=index,
+                uuid=uuid,
+                verdict=verdict,
+                taken_at=datetime(2026, 12, 1),
+                data=data,
+            )
+        )
+
+
+def static_gpus(*present: int, temperature: float = 50.0) -> StaticProbe:
+    gpus = [reading(index=i, uuid=f"GPU-{i}", temperature_c=temperature) for i in present]
+    return StaticProbe(ProbeResult(backend="static", gpus=gpus))
+
+
+def test_inventory_gpu_not_seen_is_critical(tmp_path):
+    """The inventory declares two GPUs (by UUID, and by index); the probe sees one: the other is CRITICAL."""
+    (tmp_path / "inv.yaml").write_text(
+        "gpus:\n"
+        "  - {name: NVIDIA H100 80GB HBM3, uuid: GPU-0, memory_total_mib: 81559}\n"
+        "  - {name: NVIDIA H100 80GB HBM3, memory_total_mib: 81559}\n"
+        "  - {name: NVIDIA H100 80GB HBM3, uuid: GPU-7, index: 2, memory_total_mib: 81559}\n"
+    )
+    settings = Settings(home=str(tmp_path), gpu={"inventory": "inv.yaml"})
+    ctx = make_ctx(tmp_path, probe=static_gpus(0), settings=settings)
+    out = gpu_health_check(ctx, {})
+    assert out.overall == "CRITICAL"
+    by_index = {v.index: v for v in out.gpus}
+    assert by_index[0].verdict == "OK"
+    for i in (1, 2):
+        assert by_index[i].verdict == "CRITICAL" and by_index[i].missing
+        assert "expected by the inventory, not seen by the probe" in by_index[i].reasons[0].message
+    assert by_index[2].uuid == "GPU-7"
+    assert {(r.gpu_index, r.verdict) for r in samples(ctx)} == {
+        (0, "OK"),
+        (1, "CRITICAL"),
+        (2, "CRITICAL"),
+    }
+
+
+def test_unreadable_inventory_is_a_note_not_a_failure(tmp_path):
+    """A broken inventory file does not stop the check; the message says it was not compared."""
+    (tmp_path / "inv.yaml").write_text("gpus:\n  - name: A100\n    memory_total_mib: lots\n")
+    settings = Settings(home=str(tmp_path), gpu={"inventory": "inv.yaml"})
+    out = gpu_health_check(make_ctx(tmp_path, probe=static_gpus(0), settings=settings), {})
+    assert out.overall == "OK" and "inventory not compared" in out.message
+
+
+def test_disappeared_gpu_is_critical_until_it_answers_again(tmp_path):
+    """A GPU recorded earlier that the probe no longer sees is CRITICAL, stays so at the next check,
+    and clears when it answers again; placement follows the latest verdict of each index."""
+    ctx = make_ctx(tmp_path, probe=static_gpus(0, 1))
+    gpu_health_check(ctx, {})
+    ctx.probe, ctx.now = static_gpus(0), datetime(2026, 12, 2, 4, 0)
+    out = gpu_health_check(ctx, {})
+    assert out.overall == "CRITICAL"
+    [gone] = [v for v in out.gpus if v.index == 1]
+    assert gone.missing and gone.uuid == "GPU-1" and gone.reading is None
+    assert "GPU disappeared since the last check" in gone.reasons[0].message
+    [row] = [r for r in samples(ctx) if r.gpu_index == 1 and r.taken_at == ctx.now]
+    assert row.verdict == "CRITICAL" and row.uuid == "GPU-1" and row.data["missing"]
+    assert slot_verdicts(ctx) == {0: "OK", 1: "CRITICAL"}
+
+    ctx.now = datetime(2026, 12, 2, 5, 0)
+    assert gpu_health_check(ctx, {}).gpus[-1].missing  # still gone: still reported
+    ctx.probe, ctx.now = static_gpus(0, 1), datetime(2026, 12, 2, 6, 0)
+    back = gpu_health_check(ctx, {})
+    assert back.overall == "OK" and not any(v.missing for v in back.gpus)
+    assert slot_verdicts(ctx) == {0: "OK", 1: "OK"}
+
+
+def test_gpu_that_fell_off_shifts_the_indices(tmp_path):
+    """GPU 1 falls off and GPU 2 answers as index 1: GPU-1 disappeared, and index 2 no longer exists."""
+    ctx = make_ctx(tmp_path, probe=static_gpus(0, 1, 2))
+    gpu_health_check(ctx, {})
+    shifted = [reading(index=0, uuid="GPU-0"), reading(index=1, uuid="GPU-2")]
+    ctx.probe = StaticProbe(ProbeResult(backend="static", gpus=shifted))
+    ctx.now = datetime(2026, 12, 2, 4, 0)
+    out = gpu_health_check(ctx, {})
+    missing = {v.index: v.reasons[0].message for v in out.gpus if v.missing}
+    assert "GPU disappeared since the last check (GPU-1" in missing[1]
+    assert (
+        "no GPU answers at index 2 any more" in missing[2] and "now answers as GPU 1" in missing[2]
+    )
+    # Index 1 is GPU-2 now (recorded after the disappeared GPU-1); index 2 is quarantined.
+    assert slot_verdicts(ctx) == {0: "OK", 1: "OK", 2: "CRITICAL"}
+
+
+def test_missing_rules_need_a_successful_read(tmp_path):
+    """A backend that could not read at all says nothing about single GPUs: UNKNOWN, no 'disappeared'."""
+    ctx = make_ctx(tmp_path)
+    record_sample(ctx, 0, "GPU-0", "OK")
+    ctx.probe = StaticProbe(ProbeResult(backend="nvml", error="NVML could not count GPUs"))
+    out = gpu_health_check(ctx, {})
+    assert out.overall == "UNKNOWN" and out.gpus == []
+
+
+def test_gpu_filter_applies_to_missing_gpus(tmp_path):
+    """Checking only GPU 0 does not report (or record) a missing GPU 1."""
+    ctx = make_ctx(tmp_path)
+    record_sample(ctx, 1, "GPU-1", "OK")
+    ctx.probe = static_gpus(0)
+    out = gpu_health_check(ctx, {"gpus": [0]})
+    assert [v.index for v in out.gpus] == [0] and out.overall == "OK"
+
+
+# ------------------------------------------------------------------------ placement reads the latest
+def slot_verdicts(ctx: SkillContext) -> dict[int, str]:
+    from nightshift.runtime.engine import Engine
+
+    return {s.index: s.verdict for s in Engine(ctx.store, None, ctx.settings)._gpu_slots()}
+
+
+def test_placement_quarantines_critical_until_a_later_check_clears_it(tmp_path):
+    """Only the latest recorded verdict counts: a CRITICAL GPU is skipped, then used once a check says OK."""
+    from nightshift.runtime.engine import Engine
+    from nightshift.runtime.placement import PendingJob, Snapshot, place
+
+    ctx = make_ctx(tmp_path, probe=static_gpus(0, temperature=95.0))
+    assert gpu_health_check(ctx, {}).overall == "CRITICAL"
+    job = PendingJob(id=1, gpus=1, submitted_at=NOW)
+    slots = Engine(ctx.store, None, ctx.settings)._gpu_slots()
+    assert [(s.index, s.verdict) for s in slots] == [(0, "CRITICAL")]
+    held = place(Snapshot(now=NOW, pending=[job], gpus=slots))
+    assert held.starts == [] and "quarantined" in held.holds[1]
+
+    ctx.probe, ctx.now = static_gpus(0), datetime(2026, 12, 2, 4, 0)
+    assert gpu_health_check(ctx, {}).overall == "OK"
+    slots = Engine(ctx.store, None, ctx.settings)._gpu_slots()
+    assert [(s.index, s.verdict) for s in slots] == [(0, "OK")]
+    assert [s.gpus for s in place(Snapshot(now=NOW, pending=[job], gpus=slots)).starts] == [[0]]
+
+
+# ------------------------------------------------------------------------ `nightshift health`
+def test_cli_health_from_q_json(home):
+    """`health --from FILE --json` judges a saved `-q` output and prints the result model; exit 0 for OK."""
+    done = nightshift("health", "--from", str(FIXTURES / "h100_80gb_load_q.txt"), "--json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert (out["backend"], out["overall"], out["recorded"]) == ("paste:q", "OK", 0)
+    [gpu] = out["gpus"]
+    assert gpu["name"] == "NVIDIA H100 80GB HBM3" and gpu["reading"]["memory_used_mib"] == 19818
+    assert [p["pid"] for p in gpu["reading"]["processes"]] == [11327, 11328, 11345]
+
+
+Q_TEMP = "GPU Current Temp                               : 59 C"
+Q_UNREADABLE = [
+    (Q_TEMP, "GPU Current Temp : ERR!"),
+    ("GPU                                            : 100 %", "GPU : ERR!"),
+    ("Total                                          : 81559 MiB", "Total : ERR!"),
+    ("Used                                           : 19818 MiB", "Used : ERR!"),
+]
+
+
+@pytest.mark.parametrize(
+    ("edits", "overall", "code"),
+    [
+        ([("Pending                                        : No", "Pending : Yes")], "WARNING", 1),
+        ([(Q_TEMP, "GPU Current Temp : 91 C")], "CRITICAL", 2),
+        (Q_UNREADABLE, "UNKNOWN", 3),
+    ],
+)
+def test_cli_health_exit_codes(home, tmp_path, edits, overall, code):
+    """The table names the GPU and its verdict; the exit code follows the monitoring convention."""
+    text = H100_Q
+    for old, new in edits:
+        assert old in text
+        text = text.replace(old, new, 1)
+    path = tmp_path / "smi.txt"
+    path.write_text(text)
+    done = nightshift("health", "--from", str(path))
+    assert done.returncode == code, done.stdout + done.stderr
+    assert "NVIDIA H100 80GB HBM3" in done.stdout and f"overall: {overall}" in done.stdout
+
+
+def test_cli_health_unreadable_file_is_unknown(home):
+    """A check that cannot run at all exits 3 (UNKNOWN) with one clear error line."""
+    done = nightshift("health", "--from", "/no/such/smi.txt")
+    assert done.returncode == 3 and "cannot read /no/such/smi.txt" in done.stderr
+
+
+def test_cli_health_this_machine_records(home):
+    """Without --from the configured probe is read and the verdicts recorded; --no-record records none."""
+    (home / "inv.yaml").write_text(INVENTORY)
+    env = {"NIGHTSHIFT_GPU__PROBE": "inventory", "NIGHTSHIFT_GPU__INVENTORY": "inv.yaml"}
+    done = nightshift("health", "--json", env=env)
+    assert done.returncode == 2, done.stderr
+    out = json.loads(done.stdout)
+    assert (out["backend"], out["overall"], out["recorded"]) == ("inventory", "CRITICAL", 2)
+    again = json.loads(nightshift("health", "--json", "--no-record", env=env).stdout)
+    assert again["recorded"] == 0
