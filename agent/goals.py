@@ -40,6 +40,18 @@ class Step(BaseModel):
         return self
 
 
+PATH_ARGS = ("spec_path", "path", "checkpoint_dir", "log_path", "from_file", "cwd")
+
+
+def _anchor_paths(goal: "Goal") -> None:
+    """Relative paths in step arguments mean relative to the goal file, as `spec:` does."""
+    for step in goal.steps or []:
+        for key in PATH_ARGS:
+            value = step.args.get(key)
+            if isinstance(value, str) and value and not value.startswith(("$", "/", "~")):
+                step.args[key] = str((Path(goal.base_dir) / value).resolve())
+
+
 class Goal(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field("goal", pattern=r"^[A-Za-z0-9_.-]+$")
@@ -61,6 +73,7 @@ class Goal(BaseModel):
             raise ValueError("goal: train needs 'spec:' (a path or a mapping)")
         if self.goal == "recover" and self.job_id is None:
             raise ValueError("goal: recover needs 'job_id:'")
+        _anchor_paths(self)
         return self
 
     def spec_args(self) -> dict[str, Any]:

@@ -51,6 +51,8 @@ def job_observation(w: Wiring, job_id: int) -> dict[str, Any]:
         "job_id": job.id, "state": job.state, "reason": job.reason, "params": job.params,
         "knobs": spec.knobs.model_dump(exclude_none=True), "attempts": len(atts), "max_attempts": job.max_attempts,
         "checkpoint_dir": str(job_paths(w.settings, job)["checkpoint_dir"]),
+        "attempt_history": [{"number": a.number, "outcome": a.outcome, "cause": a.cause,
+                             "last_step": a.last_step} for a in atts],
         "attempt": None if last is None else {
             "number": last.number, "outcome": last.outcome, "exit_code": last.exit_code,
             "signal": last.signal, "log_path": last.log_path, "last_step": last.last_step,

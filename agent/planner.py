@@ -158,6 +158,15 @@ class DeterministicPlanner:
             return Call(skill="submit_job", args=args, why="queue the run")
         job_id = done["submit_job"].result["job_id"]
         after = history[[o.skill for o in history].index("submit_job") + 1:]
+        if not after:
+            need = done["submit_job"].result.get("gpus", 0)
+            health = done["gpu_health_check"].result or {}
+            healthy = sum(1 for g in health.get("gpus", []) if g.get("verdict") in ("OK", "WARNING"))
+            if need > healthy:
+                return Finish(ok=False, summary=(
+                    f"job {job_id} needs {need} GPU(s) but the health check found {healthy} healthy "
+                    f"({health.get('overall')}): it stays queued for a daemon to place once GPUs "
+                    "are healthy; fix them or lower resources.gpus"))
         return self._recover(job_id, after, watch=True)
 
     def _recover(self, job_id: int, history: list[Observation], watch: bool) -> Action:
@@ -194,17 +203,32 @@ class DeterministicPlanner:
                 return Finish(ok=False, summary=f"job {job_id} failed: {diag.get('category')} "
                                                 f"(not retryable). {plan}".strip())
             attempts, limit = job.get("attempts", 0), job.get("max_attempts", 1)
+            runs = job.get("attempt_history") or []
+            if len(runs) >= 2 and runs[-2].get("cause") == diag.get("category") \
+                    and runs[-2].get("last_step") == runs[-1].get("last_step"):
+                return Finish(ok=False, summary=(
+                    f"job {job_id} failed twice the same way ({diag.get('category')} at step "
+                    f"{runs[-1].get('last_step')}) despite the remedy: not retrying blindly. "
+                    f"{(diag.get('remediation') or {}).get('message', '')}".strip()))
             if attempts >= limit:
                 return Finish(ok=False, summary=f"job {job_id} failed {attempts} time(s); retries "
                                                 f"exhausted (spec.retries={limit - 1})")
-            att = job.get("attempt") or {}
-            return Call(skill="auto_resume", why="find the newest valid checkpoint",
-                        args={"checkpoint_dir": job.get("checkpoint_dir"),
-                              "current_step": att.get("last_step")})
+            if diag.get("category") == "nan_loss" and (job.get("knobs") or {}).get("learning_rate"):
+                return Call(skill="tune_lr", why="the loss went NaN: find where it diverged",
+                            args={"job_id": job_id, "mode": "divergence"})
+            return self._find_checkpoint(job, max_step=None)
+        if last.skill == "tune_lr":
+            tune = last.result or {}
+            began = tune.get("divergence_step")
+            limit = tune.get("resume_from_step")
+            if limit is None and began is not None:
+                limit = max(0, began - 2)  # the loss at step c+1 is the first measured on c's weights
+            return self._find_checkpoint(_last_watch(history), max_step=limit)
         if last.skill == "auto_resume":
             found = last.result or {}
             diag = next((o.result or {} for o in reversed(history) if o.skill == "diagnose_failure"), {})
-            changes = (diag.get("remediation") or {}).get("changes") or {}
+            tune = next((o.result or {} for o in reversed(history) if o.skill == "tune_lr"), {})
+            changes = tune.get("changes") or (diag.get("remediation") or {}).get("changes") or {}
             cause = diag.get("category")
             return Call(skill="resume_job", why=f"resume after {cause or 'pause'}",
                         args={"job_id": job_id,
@@ -212,6 +236,17 @@ class DeterministicPlanner:
                               "step": found.get("step") if found.get("found") else None,
                               "param_changes": changes})
         return Finish(ok=False, summary=f"recover: nothing planned after {last.skill}")
+
+
+    @staticmethod
+    def _find_checkpoint(job: dict[str, Any], max_step: int | None) -> Call:
+        att = job.get("attempt") or {}
+        args: dict[str, Any] = {"checkpoint_dir": job.get("checkpoint_dir"),
+                                "current_step": att.get("last_step")}
+        if max_step is not None:
+            args["max_step"] = max_step
+        return Call(skill="auto_resume", why="find the newest valid checkpoint"
+                    + (f" at or before step {max_step}" if max_step is not None else ""), args=args)
 
 
 def _last_watch(history: list[Observation]) -> dict[str, Any]:

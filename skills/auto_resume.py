@@ -101,6 +101,9 @@ class AutoResumeInput(BaseModel):
                                          "and {step}, e.g. the spec's ['--resume', '{checkpoint}']; "
                                          "default: the framework's convention")
     framework: Framework = Field("auto", description="Only consider this layout; auto: all of them")
+    max_step: int | None = Field(None, ge=0, description="Only checkpoints at or before this step "
+                                 "(e.g. before a divergence began); checkpoints of unknown step "
+                                 "are then left out")
     current_step: int | None = Field(None, ge=0, description="The step the run had reached, to say "
                                      "how many steps a resume recomputes")
 
@@ -158,8 +161,12 @@ def auto_resume(ctx: SkillContext, inp: AutoResumeInput) -> AutoResumeResult:
     candidates, skipped = _scan(folder)
     if inp.framework != "auto":
         candidates = [c for c in candidates if c.framework == inp.framework]
+    if inp.max_step is not None:
+        candidates = [c for c in candidates if c.step is not None and c.step <= inp.max_step]
     candidates.sort(key=_Candidate.sort_key)
     which = "" if inp.framework == "auto" else f"{inp.framework} "
+    if inp.max_step is not None:
+        which += f"(at or before step {inp.max_step}) "
     if not candidates:
         return AutoResumeResult(found=False, skipped=skipped, candidates=0,
                                 message=f"no {which}checkpoint in {folder}: start from scratch")

@@ -57,6 +57,10 @@ class Skill(Generic[In, Out]):
         """Validate arguments against the input model; errors name the field for the planner."""
         if isinstance(args, self.input_model):
             return args
+        unknown = sorted(set(args) - set(self.input_model.model_fields)) if isinstance(args, dict) else []
+        if unknown:
+            raise SkillInputError(f"{self.name}: unknown argument(s) {', '.join(unknown)}; it takes "
+                                  f"{', '.join(self.input_model.model_fields) or 'no arguments'}")
         try:
             return self.input_model.model_validate(args)
         except ValidationError as exc:

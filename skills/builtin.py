@@ -6,6 +6,7 @@ from nightshift.skills import (  # noqa: F401
     config_validator,
     diagnose_failure,
     gpu_health,
+    job_logs,
     launch_container,
     list_jobs,
     resume_job,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -39,7 +40,7 @@ def launch_container(ctx: SkillContext, inp: LaunchContainerInput) -> LaunchCont
     launches twice."""
     if ctx.executor is None:
         raise SkillFailed("no executor configured")
-    key = f"launch-{ctx.call_id or 'adhoc'}"
+    key = "launch-" + re.sub(r"[^A-Za-z0-9_.-]+", "-", ctx.call_id or "adhoc")
     log = inp.log_path or str(ctx.settings.runs_dir / f"{key}.log")
     req = LaunchRequest(key=key, argv=inp.argv, cwd=inp.cwd, env=inp.env, gpus=inp.gpus,
                         log_path=log, image=inp.image, user=inp.user, memory_gb=inp.memory_gb,

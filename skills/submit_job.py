@@ -37,6 +37,7 @@ class SubmitJobResult(BaseModel):
     name: str
     state: str
     params: dict[str, Any]
+    gpus: int = Field(0, description="GPUs the job asks for (spec.resources.gpus)")
     already_submitted: bool = Field(False, description="True when this call id had already queued it")
 
 
@@ -67,7 +68,8 @@ def submit_job(ctx: SkillContext, inp: SubmitJobInput) -> SubmitJobResult:
             existing = s.exec(select(Job).where(Job.submitted_by_call == ctx.call_id)).first()
             if existing:
                 return SubmitJobResult(job_id=existing.id, name=existing.name, state=existing.state,
-                                       params=existing.params, already_submitted=True)
+                                       params=existing.params, gpus=spec.resources.gpus,
+                                       already_submitted=True)
         job = Job(name=spec.name, spec=spec.model_dump(mode="json"), spec_path=path, params=params,
                   priority=spec.priority if inp.priority is None else inp.priority,
                   owner=ctx.principal, max_attempts=spec.retries + 1, submitted_by_call=ctx.call_id,
@@ -75,7 +77,8 @@ def submit_job(ctx: SkillContext, inp: SubmitJobInput) -> SubmitJobResult:
                   created_at=ctx.now, updated_at=ctx.now)
         s.add(job)
         s.flush()
-        return SubmitJobResult(job_id=job.id, name=job.name, state=job.state, params=params)
+        return SubmitJobResult(job_id=job.id, name=job.name, state=job.state, params=params,
+                               gpus=spec.resources.gpus)
 
 
 def _check_writable(spec: ExperimentSpec, spec_path: str | None, runs_dir: Path) -> None:

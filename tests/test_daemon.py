@@ -95,6 +95,9 @@ def test_nan_recovers_with_a_lower_learning_rate(home, tmp_path, daemon):
     rows = attempts(home / "nightshift.db", job)
     assert rows[0][4] == "nan_loss" and rows[-1][1] == "succeeded"
     assert rows[1][2] == 50
+    tuned = [json.loads(p)["result"] for p, in sqlite3.connect(home / "nightshift.db").execute(
+        "select payload from auditevent where action='skill.result' and skill='tune_lr'")]
+    assert tuned[0]["decision"] == "lower_lr_and_resume" and tuned[0]["divergence_step"] == 70
 
 
 def test_kill_minus_nine_and_hang_recover(home, tmp_path, daemon):

@@ -28,5 +28,5 @@ def eval_cmd(ctx: typer.Context,
 
 
 def register(app: typer.Typer) -> None:
-    app.command("eval", context_settings={"allow_extra_args": True,
-                                          "ignore_unknown_options": True})(eval_cmd)
+    app.command("eval", add_help_option=False,
+                context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(eval_cmd)
