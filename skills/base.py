@@ -57,7 +57,9 @@ class Skill(Generic[In, Out]):
         """Validate arguments against the input model; errors name the field for the planner."""
         if isinstance(args, self.input_model):
             return args
-        unknown = sorted(set(args) - set(self.input_model.model_fields)) if isinstance(args, dict) else []
+        open_model = self.input_model.model_config.get("extra") == "allow"
+        unknown = [] if open_model or not isinstance(args, dict) else \
+            sorted(set(args) - set(self.input_model.model_fields))
         if unknown:
             raise SkillInputError(f"{self.name}: unknown argument(s) {', '.join(unknown)}; it takes "
                                   f"{', '.join(self.input_model.model_fields) or 'no arguments'}")
