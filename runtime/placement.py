@@ -1,96 +1,833 @@
-"""Placement as one pure function: a snapshot of the world in, starts and hold reasons out.
+"""Placement as one pure function: a snapshot of the world in; starts, a hold reason for every
+waiting job, preemption proposals and tariff pauses out.
 
 The loop, the daemon and the simulator in `evals/` all call `place`; it reads no clock, store or
 GPU itself, so the same snapshot always gives the same decision.
+
+What it decides, in order, for each pending job:
+
+1. dependencies: a job whose `depends_on` names have not all succeeded waits on them;
+2. backoff: a job whose last attempt failed waits until its `not_before`;
+3. tariff: a cost_sensitive job starts only inside a cheap period (price at or below the
+   threshold) that it fits in before the period ends; a job longer than every cheap period in the
+   horizon starts only as one opens (within `long_job_start_grace_s`); urgent jobs ignore prices;
+4. resources, highest effective priority first (priority + `aging_per_hour` × hours waited, so a
+   low priority cannot starve): CPU slots for jobs that ask for no GPU; otherwise healthy GPUs
+   (CRITICAL and UNKNOWN are quarantined) on one host, all at once, each with the free memory the
+   job asks for — a GPU of its own, or, when the spec allows sharing, a share of a GPU that no
+   exclusive job holds, counted against the memory caps of the jobs already on it;
+5. EASY backfill: the first job that cannot start gets a reservation (the earliest time enough
+   GPUs are expected free, from running jobs' expected ends) and every later job may start now
+   only if it ends before that time or uses none of the reserved GPUs — so backfill never delays
+   the head;
+6. preemption (when `preempt_margin` is set): a blocked job whose effective priority exceeds a
+   running pausable job's (aged alike, so it cannot flip back) by at least the margin proposes
+   pausing it at a checkpoint; at most `preempt_max_per_call` jobs preempt per call.
+
+Running cost_sensitive pausable jobs get a pause proposal once their cheap period is over.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+import heapq
+from datetime import UTC, datetime, timedelta
+from typing import Literal
+from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, Field
 
+from nightshift.runtime.tariff import DAYS, Period, Tariff
 
 QUARANTINED = ("CRITICAL", "UNKNOWN")  # a GPU we cannot read is not a GPU we place work on
+CostClass = Literal["urgent", "cost_sensitive"]
+_INF = datetime.max
+_UTC_ZONE = ZoneInfo("UTC")
 
 
 class GpuSlot(BaseModel):
+    """One GPU as last recorded by gpu_health_check."""
+
     index: int
     memory_total_mib: float | None = None
     memory_used_mib: float | None = None
     verdict: str = "OK"  # latest recorded verdict; CRITICAL or UNKNOWN means quarantined
+    host: str = "localhost"  # a multi-GPU job gets all its GPUs on one host
 
 
 class PendingJob(BaseModel):
+    """A queued job, as placement needs to see it."""
+
     id: int
+    name: str = ""
     priority: int = 0
     gpus: int = 0
     gpu_memory_gb: float | None = None
     share_gpu: bool = False
+    gpu_memory_cap_gb: float | None = Field(
+        None, description="Memory cap when sharing a GPU; default gpu_memory_gb; with neither, "
+                          "the job runs alone")
     blocked_by: list[str] = Field(default_factory=list, description="unmet depends_on names")
     submitted_at: datetime
+    not_before: datetime | None = Field(None, description="Backoff: no start before this")
+    attempt: int = Field(0, description="Attempts made so far (the last one failed if not_before)")
+    cost_class: CostClass = "urgent"
+    expected_duration_s: float | None = Field(
+        None, description="From the spec or history; for a resumed job, what remains")
+    pausable: bool = True
 
 
 class RunningJob(BaseModel):
+    """A running job; the defaults describe a job that is neither preempted nor paused."""
+
     id: int
     gpus: list[int] = Field(default_factory=list)
     share_gpu: bool = False
+    name: str = ""
+    priority: int = 0
+    submitted_at: datetime | None = Field(None, description="For its aged priority; else started_at")
+    started_at: datetime | None = None
+    expected_end: datetime | None = Field(
+        None, description="Else started_at + the snapshot's default duration")
+    pausable: bool = False
+    cost_class: CostClass = "urgent"
+    gpu_memory_gb: float | None = None
+    gpu_memory_cap_gb: float | None = None
 
 
 class Snapshot(BaseModel):
+    """Everything placement may look at."""
+
     now: datetime
     pending: list[PendingJob]
     running: list[RunningJob] = Field(default_factory=list)
     gpus: list[GpuSlot] = Field(default_factory=list)
     cpu_slots: int = 1
+    tariff: Tariff | None = None
+    cost_threshold: float | None = Field(
+        None, description="Price per kWh at or below which cost_sensitive jobs run; "
+                          "None: the tariff's cheapest price")
+    tariff_horizon_h: float = Field(168.0, gt=0, description="How far ahead to look for cheap periods")
+    long_job_start_grace_s: float = Field(
+        1800.0, ge=0, description="A job longer than every cheap period starts this soon after one opens")
+    aging_per_hour: float = Field(1.0, ge=0, description="Priority points gained per hour waited")
+    preempt_margin: int | None = Field(None, ge=1, description="None: never propose preemption")
+    preempt_max_per_call: int = Field(
+        4, ge=0, description="Pending jobs that may preempt per call (no preemption storms)")
+    default_duration_s: float = Field(3600.0, gt=0, description="For jobs with no expected duration")
+    display_tz: str | None = Field(None, description="Zone of times in reasons; default the tariff's, else UTC")
 
 
 class Start(BaseModel):
+    """Start this job now on these GPUs ([] = a CPU slot)."""
+
     job_id: int
+    gpus: list[int]
+    expected_end: datetime | None = None
+    note: str = Field("", description="Why now, when it is not simply its turn (backfill, tariff)")
+
+
+class Reservation(BaseModel):
+    """The GPUs the blocked head job will get, and when they are expected free."""
+
+    job_id: int
+    at: datetime
     gpus: list[int]
 
 
+class Preempt(BaseModel):
+    """Pause `victim_job_id` at a checkpoint (modify, resumed later) so `for_job_id` can start."""
+
+    victim_job_id: int
+    for_job_id: int
+    reason: str
+
+
+class Pause(BaseModel):
+    """Pause a running cost_sensitive job at a checkpoint: its cheap period is over."""
+
+    job_id: int
+    reason: str
+    resume_at: datetime | None = None
+
+
 class Decision(BaseModel):
+    """What `place` decided; every pending job is in `starts` or `holds`, never both."""
+
     starts: list[Start] = Field(default_factory=list)
     holds: dict[int, str] = Field(default_factory=dict)
+    preemptions: list[Preempt] = Field(default_factory=list)
+    pauses: list[Pause] = Field(default_factory=list)
+    reservation: Reservation | None = None
 
 
-def place(snap: Snapshot) -> Decision:
-    """Highest priority first (ties: oldest); each job gets whole free GPUs that are not quarantined
-    and have the memory it asks for, or a CPU slot when it asks for no GPU."""
-    decision = Decision()
-    busy = {g for r in snap.running for g in r.gpus}
-    cpu_free = snap.cpu_slots - sum(1 for r in snap.running if not r.gpus)
-    order = sorted(snap.pending, key=lambda j: (-j.priority, j.submitted_at, j.id))
-    for job in order:
-        if job.blocked_by:
-            decision.holds[job.id] = f"waiting on {', '.join(job.blocked_by)}"
-            continue
-        if job.gpus == 0:
-            if cpu_free > 0:
-                cpu_free -= 1
-                decision.starts.append(Start(job_id=job.id, gpus=[]))
-            else:
-                decision.holds[job.id] = f"all {snap.cpu_slots} CPU slot(s) busy"
-            continue
-        healthy = [g for g in snap.gpus if g.verdict not in QUARANTINED]
-        if len(healthy) < job.gpus:
-            decision.holds[job.id] = (f"needs {job.gpus} GPU(s); {len(healthy)} healthy "
-                                      f"({len(snap.gpus) - len(healthy)} quarantined)")
-            continue
-        need_mib = (job.gpu_memory_gb or 0) * 1024
-        fits = [g for g in healthy if g.index not in busy and _free_mib(g) >= need_mib]
-        if len(fits) < job.gpus:
-            want = f" with {job.gpu_memory_gb:g} GiB free" if job.gpu_memory_gb else ""
-            decision.holds[job.id] = f"no {job.gpus} healthy free GPU(s){want}"
-            continue
-        chosen = [g.index for g in fits[: job.gpus]]
-        busy |= set(chosen)
-        decision.starts.append(Start(job_id=job.id, gpus=chosen))
-    return decision
+# ---------------------------------------------------------------------------------- formatting
+class _Clock:
+    """Times in reasons: HH:MM in the display zone, with the weekday or date when not today."""
+
+    def __init__(self, now: datetime, tz: ZoneInfo):
+        self.tz = tz
+        self.today = now.replace(tzinfo=UTC).astimezone(tz).date()
+        self._seen: dict[datetime, str] = {}
+
+    def __call__(self, t: datetime) -> str:
+        got = self._seen.get(t)
+        if got is None:
+            got = self._seen[t] = self._format(t)
+        return got
+
+    def _format(self, t: datetime) -> str:
+        loc = t.replace(tzinfo=UTC).astimezone(self.tz)
+        days = (loc.date() - self.today).days
+        if days == 0:
+            return f"{loc:%H:%M}"
+        if 0 < days < 7:
+            return f"{DAYS[loc.weekday()].capitalize()} {loc:%H:%M}"
+        return f"{loc:%Y-%m-%d %H:%M}"
 
 
-def _free_mib(g: GpuSlot) -> float:
+def _hours(seconds: float) -> str:
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.3g} h"
+
+
+def _gpu_list(ids: list[int]) -> str:
+    return ("GPU " if len(ids) == 1 else "GPUs ") + ",".join(str(i) for i in sorted(ids))
+
+
+def _gb(x: float) -> str:
+    return f"{x:g}"
+
+
+def free_mib(g: GpuSlot) -> float:
     if g.memory_total_mib is None:
         return 0.0
     return g.memory_total_mib - (g.memory_used_mib or 0.0)
+
+
+# ---------------------------------------------------------------------------------- GPU state
+class _Gpu:
+    __slots__ = ("idx", "host", "total", "free", "excl", "caps", "jobs")
+
+    def __init__(self, g: GpuSlot):
+        self.idx, self.host = g.index, g.host
+        self.total = g.memory_total_mib or 0.0
+        self.free = max(0.0, free_mib(g))
+        self.excl = False  # an exclusive job holds it
+        self.caps = 0.0  # memory caps (MiB) of the sharing jobs on it
+        self.jobs: list[tuple[datetime, float]] = []  # (expected end, cap MiB) of jobs on it
+
+
+class _Request:
+    """What a GPU job asks of each GPU: `need` MiB free, alone or sharing with a cap."""
+
+    __slots__ = ("k", "need", "shared", "cap", "key")
+
+    def __init__(self, k: int, mem_gb: float | None, share: bool, cap_gb: float | None):
+        cap = cap_gb if cap_gb is not None else mem_gb
+        self.k = k
+        self.shared = bool(share and cap is not None)  # sharing without any cap is not safe
+        self.cap = cap * 1024 if self.shared and cap is not None else 0.0
+        self.need = max((mem_gb or 0.0) * 1024, self.cap)
+        self.key = (k, self.need, self.shared)
+
+
+class _Cluster:
+    def __init__(self, snap: Snapshot, ends_of: dict[int, datetime]):
+        self.now = snap.now
+        self.gpus: dict[int, _Gpu] = {}
+        self.quarantined = 0
+        for g in snap.gpus:
+            if g.verdict in QUARANTINED:
+                self.quarantined += 1
+            else:
+                self.gpus[g.index] = _Gpu(g)
+        for r in snap.running:
+            cap_gb = r.gpu_memory_cap_gb if r.gpu_memory_cap_gb is not None else r.gpu_memory_gb
+            shared = r.share_gpu and cap_gb is not None
+            for i in r.gpus:
+                g = self.gpus.get(i)
+                if g is None:
+                    continue
+                self._occupy(g, shared, (cap_gb or 0.0) * 1024, ends_of[r.id])
+        self.free_excl: dict[str, list[int]] = {}  # per host, GPUs nobody uses, by index
+        self.sharing: dict[str, list[int]] = {}  # per host, GPUs only sharing jobs use
+        for g in sorted(self.gpus.values(), key=lambda g: g.idx):
+            if not g.jobs:
+                self.free_excl.setdefault(g.host, []).append(g.idx)
+            elif not g.excl:
+                self.sharing.setdefault(g.host, []).append(g.idx)
+        per_host: dict[str, int] = {}
+        for g in self.gpus.values():
+            per_host[g.host] = per_host.get(g.host, 0) + 1
+        self.hosts = sorted(per_host)  # a fixed order: set order would vary between processes
+        self.most_per_host = max(per_host.values(), default=0)
+        self.largest_mib = max((g.total for g in self.gpus.values()), default=0.0)
+
+    @staticmethod
+    def _occupy(g: _Gpu, shared: bool, cap: float, end: datetime) -> None:
+        if shared:
+            g.caps += cap
+        else:
+            g.excl = True
+        g.jobs.append((end, cap if shared else 0.0))
+
+    def impossible(self, req: _Request) -> str | None:
+        """Why the request can never be met on these healthy GPUs, or None."""
+        if req.k > self.most_per_host:
+            q = f" ({self.quarantined} quarantined)" if self.quarantined else ""
+            if len(self.hosts) <= 1:
+                return f"needs {req.k} GPU(s); {self.most_per_host} healthy{q}"
+            return (f"needs {req.k} GPU(s) on one host; at most {self.most_per_host} healthy on "
+                    f"any host{q}")
+        if req.need > self.largest_mib and req.need > 0:
+            return (f"needs {_gb(req.need / 1024)} GiB per GPU; the largest healthy GPU has "
+                    f"{_gb(self.largest_mib / 1024)} GiB")
+        return None
+
+    def pick(self, req: _Request, avoid: set[int], allow_avoid: bool) -> list[int] | None:
+        """k GPUs on one host that fit now: those not in `avoid` first, then (if allowed) those in
+        it; a sharing job prefers GPUs already shared, keeping whole GPUs for exclusive jobs."""
+        k, need = req.k, req.need
+        for host in self.hosts:
+            first: list[int] = []
+            later: list[int] = []
+            pools = (self.sharing.get(host, ()), self.free_excl.get(host, ())) if req.shared \
+                else (self.free_excl.get(host, ()),)
+            for pool in pools:
+                for i in pool:
+                    g = self.gpus[i]
+                    if g.free - g.caps < need:
+                        continue
+                    if i in avoid:
+                        if allow_avoid and len(later) < k:
+                            later.append(i)
+                    else:
+                        first.append(i)
+                        if len(first) == k:
+                            return first
+            if allow_avoid and len(first) + len(later) >= k:
+                return first + later[: k - len(first)]
+        return None
+
+    def take(self, req: _Request, ids: list[int], end: datetime) -> None:
+        for i in ids:
+            g = self.gpus[i]
+            was_free = not g.jobs
+            self._occupy(g, req.shared, req.cap, end)
+            if was_free:
+                self.free_excl[g.host].remove(i)
+                if req.shared:
+                    self.sharing.setdefault(g.host, []).append(i)
+                    self.sharing[g.host].sort()
+
+    def claim(self, ids: list[int]) -> None:
+        """GPUs promised to a preempting job: nobody else may take the free ones among them."""
+        for i in ids:
+            g = self.gpus[i]
+            g.excl = True
+            if not g.jobs:
+                g.jobs.append((_INF, 0.0))
+                self.free_excl[g.host].remove(i)
+            elif i in self.sharing.get(g.host, ()):
+                self.sharing[g.host].remove(i)
+
+    def ready_at(self, g: _Gpu, req: _Request) -> datetime:
+        """Earliest expected time `g` could take `req`, if jobs end when expected. Memory freed by
+        an ending job is taken to be that job's (so a GPU whose jobs all ended has all of it)."""
+        if not g.jobs:
+            return self.now if g.free >= req.need else _INF
+        if g.excl or not req.shared:
+            return max(e for e, _ in g.jobs) if g.total >= req.need else _INF
+        avail = g.free - g.caps
+        if avail >= req.need:
+            return self.now
+        for end, cap in sorted(g.jobs):
+            avail += cap
+            if avail >= req.need:
+                return end
+        return max(e for e, _ in g.jobs) if g.total >= req.need else _INF
+
+    def reserve(self, req: _Request, claimed: set[int]) -> tuple[datetime, list[int]] | None:
+        best: tuple[datetime, list[int]] | None = None
+        by_host: dict[str, list[tuple[datetime, int]]] = {}
+        for g in self.gpus.values():
+            if g.idx in claimed:
+                continue
+            t = self.ready_at(g, req)
+            if t is not _INF:
+                by_host.setdefault(g.host, []).append((t, g.idx))
+        for times in by_host.values():
+            if len(times) < req.k:
+                continue
+            times.sort()
+            at = times[req.k - 1][0]
+            if best is None or at < best[0]:
+                best = (max(at, self.now), [i for _, i in times[: req.k]])
+        return best
+
+
+# ---------------------------------------------------------------------------------- tariff gate
+class _TariffGate:
+    """Whether a cost_sensitive job may start now, and which running ones must pause."""
+
+    def __init__(self, snap: Snapshot, tariff: Tariff, clock: _Clock):
+        self.now, self.clock = snap.now, clock
+        self.grace = snap.long_job_start_grace_s
+        self.threshold = (snap.cost_threshold if snap.cost_threshold is not None
+                          else tariff.cheapest_price())
+        self.horizon_h = snap.tariff_horizon_h
+        self.currency = tariff.currency
+        self.periods = tariff.cheap_periods(snap.now, self.threshold,
+                                            timedelta(hours=snap.tariff_horizon_h))
+        ps = self.periods
+        self.current: Period | None = ps[0] if ps and ps[0].start <= snap.now else None
+        self.future = [p for p in ps if p.start > snap.now]
+        self.longest = max((p.seconds for p in ps), default=0.0)
+        self.left = (self.current.end - snap.now).total_seconds() if self.current else 0.0
+        self.since_open = (snap.now - self.current.start).total_seconds() if self.current else 0.0
+        self._memo: dict[tuple[float, bool], str | None] = {}
+
+    def hold(self, dur: float, pausable: bool) -> str | None:
+        """None when the job may start now; else why it waits."""
+        if self.current is not None and dur <= self.left:
+            return None
+        key = (dur, pausable)
+        if key not in self._memo:
+            self._memo[key] = self._why(dur)
+        return self._memo[key]
+
+    def _why(self, dur: float) -> str | None:
+        if not self.periods:
+            return (f"held for off-peak: no price at or below {self.threshold:g} {self.currency}"
+                    f"/kWh in the next {self.horizon_h:g} h")
+        fits = next((p for p in self.future if p.seconds >= dur), None)
+        if fits is not None:
+            why = f"held for off-peak until {self.clock(fits.start)}"
+            if self.current is not None:
+                why += (f" (needs {_hours(dur)}; this cheap period ends at "
+                        f"{self.clock(self.current.end)})")
+            return why
+        if dur <= self.longest:  # only the cheap period under way was long enough
+            return (f"held for off-peak: no cheap period in the next {self.horizon_h:g} h is "
+                    f"left long enough for {_hours(dur)}")
+        # Longer than every cheap period ahead: it starts as one opens.
+        if self.current is not None and self.since_open <= self.grace:
+            return None
+        longer = f"{_hours(dur)} expected, longer than every cheap period: starts as one opens"
+        if not self.future:
+            return (f"held for off-peak: {longer}, and none opens in the next "
+                    f"{self.horizon_h:g} h")
+        return f"held for off-peak until {self.clock(self.future[0].start)} ({longer})"
+
+    def start_note(self, dur: float, pausable: bool) -> str:
+        if self.current is None or dur <= self.left:
+            return ""
+        then = "pauses at a checkpoint then" if pausable else "runs through it (not pausable)"
+        return (f"cheap period opened at {self.clock(self.current.start)}; the {_hours(dur)} job "
+                f"{then}, cheap period ends at {self.clock(self.current.end)}")
+
+    def pause(self, job: RunningJob) -> Pause | None:
+        if self.current is not None or job.cost_class != "cost_sensitive" or not job.pausable:
+            return None
+        resume = self.future[0].start if self.future else None
+        then = f"resume at {self.clock(resume)}" if resume else "resume in the next cheap period"
+        return Pause(job_id=job.id, resume_at=resume, reason=(
+            f"cheap period over (price above {self.threshold:g} {self.currency}/kWh): pause at a "
+            f"checkpoint, {then}"))
+
+
+# ---------------------------------------------------------------------------------- place
+Entry = tuple[float, float, int, float, PendingJob]  # (−aged priority, −waited s, id, duration s, job)
+_CPU: tuple = (0,)  # the request of every job that asks for no GPU
+
+
+def _effective(priority: int, since: datetime | None, now: datetime, rate_s: float) -> float:
+    if since is None:
+        return float(priority)
+    return priority + rate_s * (now - since).total_seconds()
+
+
+def place(snap: Snapshot) -> Decision:
+    """Starts, a hold reason for every waiting job, preemption proposals and tariff pauses."""
+    return _Placer(snap).run()
+
+
+class _Bucket:
+    """The eligible jobs that make one request; sorted best first once more than one is needed."""
+
+    __slots__ = ("raw", "items", "pos", "sorted", "short_only")
+
+    def __init__(self, raw: tuple, items: list[Entry]):
+        self.raw, self.items = raw, items
+        self.pos = 0  # index of its entry on the heap, once sorted
+        self.sorted = False
+        self.short_only = False  # only jobs that end before the reservation are left in it
+
+
+class _Placer:
+    """One call of `place`. Jobs are visited best first, merged from per-request buckets, and a
+    bucket whose fate is settled (say, no GPU has 40 GiB free outside the reservation, and no
+    preemption can help) has all its remaining jobs held at once: 10,000 waiting jobs cost
+    little more than the few that could still start."""
+
+    def __init__(self, snap: Snapshot):
+        self.snap = snap
+        self.now = snap.now
+        tz = ZoneInfo(snap.display_tz) if snap.display_tz else (
+            snap.tariff.tz if snap.tariff is not None else _UTC_ZONE)
+        self.clock = _Clock(snap.now, tz)
+        self.default_s = snap.default_duration_s
+        self.rate_s = snap.aging_per_hour / 3600.0
+        self.starts: list[Start] = []
+        self.holds: dict[int, str] = {}
+        self.preemptions: list[Preempt] = []
+        self.pauses: list[Pause] = []
+        self.gate: _TariffGate | None = None  # built once a cost_sensitive job needs it
+        if snap.tariff is not None and any(r.cost_class == "cost_sensitive" for r in snap.running):
+            self.gate = _TariffGate(snap, snap.tariff, self.clock)
+        self.reservation: Reservation | None = None
+        self.res_left = 0.0  # seconds from now to the reservation
+        self.reserved: set[int] = set()
+        self.claimed: set[int] = set()
+        self.victims: _Victims | None = None
+        self.cluster: _Cluster | None = None
+        self.cpu_free = snap.cpu_slots - sum(1 for r in snap.running if not r.gpus)
+        self.cpu_reason = f"all {snap.cpu_slots} CPU slot(s) busy"
+        self.margin = snap.preempt_margin or 0
+        self.preempt_budget = snap.preempt_max_per_call
+        # Failures only grow within one call (starts and claims only take resources away), so
+        # a request that failed once fails for every later job that makes it.
+        self.requests: dict[tuple, _Request] = {}
+        self.reasons: dict[tuple, str] = {}
+        self.res_reasons: dict[tuple, str] = {}
+        self.fail_clear: set[tuple] = set()  # fits nowhere outside the reservation
+        self.fail_any: set[tuple] = set()  # fits nowhere at all
+        self.fail_preempt: set[tuple] = set()
+        self.fail_reserve: set[tuple] = set()
+        self.never: set[tuple] = set()  # requests no healthy GPU set can ever meet
+
+    def run(self) -> Decision:
+        if self.gate is not None:
+            for r in self.snap.running:
+                p = self.gate.pause(r)
+                if p is not None:
+                    self.pauses.append(p)
+        buckets = self._screen()
+        if buckets:
+            self._setup(any(raw is not _CPU for raw in buckets))
+            self._allocate(buckets)
+        return Decision.model_construct(starts=self.starts, holds=self.holds,
+                                        preemptions=self.preemptions, pauses=self.pauses,
+                                        reservation=self.reservation)
+
+    def _screen(self) -> dict[tuple, list[Entry]]:
+        """Dependencies, backoff and tariff, in any order; the rest bucketed by request."""
+        now, holds, clock, gate = self.now, self.holds, self.clock, self.gate
+        default_s, rate_s, tariff = self.default_s, self.rate_s, self.snap.tariff
+        buckets: dict[tuple, list[Entry]] = {}
+        for j in self.snap.pending:
+            f = j.__dict__  # the field values; half the cost of attribute access on a model
+            jid = f["id"]
+            if f["blocked_by"]:
+                holds[jid] = "waiting on " + ", ".join(f["blocked_by"])
+                continue
+            nb = f["not_before"]
+            if nb is not None and nb > now:
+                holds[jid] = (f"backoff until {clock(nb)} after attempt {f['attempt']}"
+                              if f["attempt"] else f"not before {clock(nb)}")
+                continue
+            dur = f["expected_duration_s"] or default_s
+            if tariff is not None and f["cost_class"] == "cost_sensitive":
+                if gate is None:
+                    gate = self.gate = _TariffGate(self.snap, tariff, clock)
+                why = gate.hold(dur, f["pausable"])
+                if why is not None:
+                    holds[jid] = why
+                    continue
+            wait = (now - f["submitted_at"]).total_seconds()
+            k = f["gpus"]
+            raw = (k, f["gpu_memory_gb"], f["share_gpu"], f["gpu_memory_cap_gb"]) if k else _CPU
+            entry = (-(f["priority"] + rate_s * wait), -wait, jid, dur, j)
+            got = buckets.get(raw)
+            if got is None:
+                buckets[raw] = [entry]
+            else:
+                got.append(entry)
+        return buckets
+
+    def _setup(self, any_gpu: bool) -> None:
+        snap, now = self.snap, self.now
+        if not any_gpu:
+            return
+        default_end = timedelta(seconds=self.default_s)
+        ends_of: dict[int, datetime] = {}
+        for r in snap.running:
+            end = r.expected_end or ((r.started_at or now) + default_end)
+            ends_of[r.id] = end if end > now else now  # overdue: could end any moment
+        self.cluster = _Cluster(snap, ends_of)
+        if snap.preempt_margin is not None:
+            victims = _Victims(self.cluster, sorted(
+                ((_effective(r.priority, r.submitted_at or r.started_at, now, self.rate_s), r)
+                 for r in snap.running if r.pausable and r.gpus), key=lambda v: (v[0], v[1].id)))
+            self.victims = victims or None
+
+    def _allocate(self, buckets: dict[tuple, list[Entry]]) -> None:
+        """Visit jobs best first; hold what is left of a bucket once its outcome is settled."""
+        holds = self.holds
+        order = [_Bucket(raw, items) for raw, items in buckets.items()]
+        heap = [(min(b.items), i) for i, b in enumerate(order)]
+        heapq.heapify(heap)
+        while heap:
+            entry, bi = heapq.heappop(heap)
+            b = order[bi]
+            self._one(entry, b.raw)
+            if not b.sorted:  # its first visit: the entry was its minimum
+                b.items = [e for e in b.items if e is not entry]
+                b.pos = -1
+            if b.pos + 1 >= len(b.items):
+                continue
+            why_short, why_long = self._settled(b.raw)
+            if why_short is not None and why_short == why_long:
+                holds.update(dict.fromkeys([e[2] for e in b.items[b.pos + 1:]], why_short))
+                continue
+            if why_long is not None and not b.short_only:
+                left = self.res_left
+                rest = b.items[b.pos + 1:]
+                holds.update(dict.fromkeys([e[2] for e in rest if e[3] > left], why_long))
+                b.items = [e for e in rest if e[3] <= left]
+                b.pos, b.sorted, b.short_only = -1, False, True
+            if why_short is not None:
+                holds.update(dict.fromkeys([e[2] for e in b.items[b.pos + 1:]], why_short))
+                continue
+            if b.pos + 1 >= len(b.items):
+                continue
+            if not b.sorted:
+                b.items.sort()
+                b.sorted = True
+            b.pos += 1
+            heapq.heappush(heap, (b.items[b.pos], bi))
+
+    def _settled(self, raw: tuple) -> tuple[str | None, str | None]:
+        """Why every later job of this request will be held, as far as this call can already
+        tell: (for jobs that end before the reservation, for jobs that would run past it)."""
+        if raw is _CPU:
+            return (self.cpu_reason, self.cpu_reason) if self.cpu_free <= 0 else (None, None)
+        key = self.requests[raw].key
+        if key in self.never:
+            return self.reasons[key], self.reasons[key]
+        if self.reservation is None or (self.victims is not None and key not in self.fail_preempt):
+            return None, None
+        long = self._past_reservation(key) if key in self.fail_clear else None
+        return (self.reasons[key] if key in self.fail_any else None), long
+
+    def _why_held(self, key: tuple, dur: float) -> str:
+        """Order-independent: a job that would run past the reservation is told so; one that
+        would not (it may use the reserved GPUs) found no GPU at all."""
+        if self.reservation is not None and dur > self.res_left and key not in self.never:
+            return self._past_reservation(key)
+        return self.reasons[key]
+
+    def _past_reservation(self, key: tuple) -> str:
+        got = self.res_reasons.get(key)
+        if got is None:
+            res = self.reservation
+            assert res is not None
+            got = self.res_reasons[key] = (
+                f"{self.reasons[key]} outside {_gpu_list(res.gpus)}, reserved for job "
+                f"{res.job_id} from {self.clock(res.at)}, and it would run past that")
+        return got
+
+    def _one(self, entry: Entry, raw: tuple) -> None:
+        """Start one job, or say why it waits (proposing preemption or taking the reservation)."""
+        neg_eff, _, _, dur, j = entry
+        now, holds = self.now, self.holds
+        if raw is _CPU:
+            if self.cpu_free > 0:
+                self.cpu_free -= 1
+                self.starts.append(Start(job_id=j.id, gpus=[],
+                                         expected_end=now + timedelta(seconds=dur),
+                                         note=_note(self.gate, j, dur)))
+            else:
+                holds[j.id] = self.cpu_reason
+            return
+        cluster = self.cluster
+        assert cluster is not None
+        req = self.requests.get(raw)
+        if req is None:
+            req = self.requests[raw] = _Request(*raw)
+            if req.key not in self.reasons:
+                never = cluster.impossible(req)
+                self.reasons[req.key] = never or _no_fit(req)
+                if never:
+                    self.never.add(req.key)
+                    for failed in (self.fail_clear, self.fail_any, self.fail_preempt,
+                                   self.fail_reserve):
+                        failed.add(req.key)
+        key = req.key
+        fail_any, fail_clear = self.fail_any, self.fail_clear
+
+        ids: list[int] | None = None
+        note = ""
+        res = self.reservation
+        if res is None:
+            if key not in fail_any:
+                ids = cluster.pick(req, self.reserved, True)
+                if ids is None:
+                    fail_any.add(key)
+                    fail_clear.add(key)  # fits nowhere, so nowhere outside a reservation either
+        else:
+            if key not in fail_clear:
+                ids = cluster.pick(req, self.reserved, False)
+                if ids is None:
+                    fail_clear.add(key)
+                else:
+                    note = f"backfill ahead of job {res.job_id} on GPUs it does not need"
+            if ids is None and key not in fail_any and dur <= self.res_left:
+                ids = cluster.pick(req, self.reserved, True)
+                if ids is None:
+                    fail_any.add(key)
+                else:
+                    note = (f"backfill ahead of job {res.job_id}: ends before its reservation "
+                            f"at {self.clock(res.at)}")
+        if ids is not None:
+            end = now + timedelta(seconds=dur)
+            cluster.take(req, ids, end)
+            tnote = _note(self.gate, j, dur)
+            self.starts.append(Start(job_id=j.id, gpus=ids, expected_end=end,
+                                     note="; ".join(n for n in (note, tnote) if n)))
+            return
+
+        # Blocked. Preempt lower-priority pausable work, if allowed and it would help.
+        eff = -neg_eff
+        victims = self.victims
+        if victims is not None and (eff < victims.lowest + self.margin or self.preempt_budget <= 0):
+            victims = self.victims = None  # sorted: no later job outranks a victim by the margin
+        if victims is not None and key not in self.fail_preempt:
+            plan = victims.plan(req, eff - self.margin, self.reserved | self.claimed)
+            if plan is None:
+                self.fail_preempt.add(key)
+            else:
+                self._preempt(j, eff, plan)
+                return
+
+        if res is None and key not in self.fail_reserve:
+            got = cluster.reserve(req, self.claimed)
+            if got is None:
+                self.fail_reserve.add(key)
+            else:
+                at, gids = got
+                self.reservation = Reservation(job_id=j.id, at=at, gpus=sorted(gids))
+                self.reserved, self.res_left = set(gids), (at - now).total_seconds()
+                holds[j.id] = (f"{self.reasons[key]}; {_gpu_list(gids)} reserved for it from "
+                               f"{self.clock(at)}")
+                return
+        holds[j.id] = self._why_held(key, dur)
+
+    def _preempt(self, j: PendingJob, eff: float,
+                 plan: tuple[list[tuple[float, RunningJob]], list[int]]) -> None:
+        chosen, gpu_ids = plan
+        assert self.cluster is not None and self.victims is not None
+        self.preempt_budget -= 1
+        self.cluster.claim(gpu_ids)
+        self.claimed.update(gpu_ids)
+        self.victims.drop(chosen)
+        if not self.victims:
+            self.victims = None
+        for veff, v in chosen:
+            self.preemptions.append(Preempt(victim_job_id=v.id, for_job_id=j.id, reason=(
+                f"job {j.id}{_named(j.name)} at priority {eff:.1f} outranks job {v.id}"
+                f"{_named(v.name)} at {veff:.1f} by {self.margin} or more: pause it at a "
+                "checkpoint and resume it later")))
+        self.holds[j.id] = (f"preempting job(s) {', '.join(str(v.id) for _, v in chosen)} for "
+                            f"it: waiting for them to pause at a checkpoint ({_gpu_list(gpu_ids)})")
+        if self.reservation is None:
+            self.reservation = Reservation(job_id=j.id, at=self.now, gpus=sorted(gpu_ids))
+            self.reserved, self.res_left = set(gpu_ids), 0.0
+
+
+def _named(name: str) -> str:
+    return f" ({name})" if name else ""
+
+
+def _note(gate: _TariffGate | None, j: PendingJob, dur: float) -> str:
+    if gate is None or j.cost_class != "cost_sensitive":
+        return ""
+    return gate.start_note(dur, j.pausable)
+
+
+def _no_fit(req: _Request) -> str:
+    mem = f" with {_gb(req.need / 1024)} GiB free" if req.need else " free"
+    share = " to share" if req.shared else ""
+    if req.k == 1:
+        return f"no healthy GPU{mem}{share}"
+    return f"no {req.k} healthy GPUs{mem}{' each' if req.need else ''}{share} on one host"
+
+
+class _Victims:
+    """Running pausable GPU jobs that preemption may pause, per host, lowest aged priority first."""
+
+    def __init__(self, cluster: _Cluster, victims: list[tuple[float, RunningJob]]):
+        self.cluster = cluster
+        self.lowest = victims[0][0] if victims else float("inf")
+        self.by_host: dict[str, list[tuple[float, RunningJob]]] = {}
+        for v in victims:
+            g = cluster.gpus.get(v[1].gpus[0])
+            if g is not None:
+                self.by_host.setdefault(g.host, []).append(v)
+
+    def __bool__(self) -> bool:
+        return bool(self.by_host)
+
+    def drop(self, gone: list[tuple[float, RunningJob]]) -> None:
+        ids = {v[1].id for v in gone}
+        hosts = {self.cluster.gpus[v[1].gpus[0]].host for v in gone}
+        for host in hosts & self.by_host.keys():
+            kept = [v for v in self.by_host[host] if v[1].id not in ids]
+            if kept:
+                self.by_host[host] = kept
+            else:
+                del self.by_host[host]
+        self.lowest = min((vs[0][0] for vs in self.by_host.values()), default=float("inf"))
+
+    def plan(self, req: _Request, max_eff: float, forbidden: set[int]
+             ) -> tuple[list[tuple[float, RunningJob]], list[int]] | None:
+        """Jobs to pause so that `req` gets a place: on one host, lowest aged priority first,
+        only jobs at or below `max_eff`, only as many as it takes (a GPU frees when every job on
+        it pauses). None when pausing all of them would not be enough."""
+        cluster = self.cluster
+        best: tuple[tuple[float, int, str], list[tuple[float, RunningJob]], list[int]] | None = None
+        for host, vs in self.by_host.items():
+            if vs[0][0] > max_eff:
+                continue
+            free = [i for i in cluster.free_excl.get(host, ())
+                    if i not in forbidden and cluster.gpus[i].free >= req.need]
+            left: dict[int, int] = {}
+            vacated: list[int] = []
+            chosen: list[tuple[float, RunningJob]] = []
+            enough = False
+            for v in vs:
+                if v[0] > max_eff:
+                    break
+                gpus = v[1].gpus
+                if forbidden.intersection(gpus):
+                    continue
+                chosen.append(v)
+                for i in gpus:
+                    g = cluster.gpus.get(i)
+                    if g is None:
+                        continue
+                    n = left[i] = left.get(i, len(g.jobs)) - 1
+                    if n == 0 and g.total >= req.need:
+                        vacated.append(i)
+                if vacated and len(vacated) + len(free) >= req.k:
+                    enough = True
+                    break
+            if not enough:
+                continue
+            picked = (vacated + free)[: req.k]
+            needed = [v for v in chosen if not set(v[1].gpus).isdisjoint(picked)]
+            score = (max(v[0] for v in needed), len(needed), host)
+            if best is None or score < best[0]:
+                best = (score, needed, picked)
+        return None if best is None else (best[1], best[2])

@@ -1,0 +1,547 @@
+"""Scale: how nightshift holds up with a deep queue.
+
+    python -m nightshift.evals.bench_scale            # the sizes reported in docs/benchmarks.md
+    python -m nightshift.evals.bench_scale --quick    # small sizes: a smoke test (seconds)
+    nightshift eval scale [--quick]                   # the same, through the CLI
+
+(a) submissions per second into one SQLite store from 4 processes through the library API
+    (`nightshift.agent.api.Client().submit`: policy gate, audit, store), then a check that no job
+    was lost or duplicated; beside it, one process alone (what contention costs) and the same
+    rows written straight into the store (the ceiling the gate and the audit leave room for);
+(b) one `place()` call on an in-memory snapshot of 10,000 pending jobs and 512 GPUs (median, min
+    and max over repeats);
+(c) the time to load that snapshot from the store (`load_snapshot` below);
+(d) resident memory of a daemon-like process: a Store and an Engine over a store with 10,000
+    queued jobs, after one tick; and of the same process loading the snapshot and placing.
+
+Prints a table and writes the figures as CSV (`--csv`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy import String, func, insert, select
+from sqlalchemy.orm import aliased
+
+from nightshift.runtime.backoff import Backoff
+from nightshift.runtime.placement import (
+    GpuSlot,
+    PendingJob,
+    RunningJob,
+    Snapshot,
+    place,
+)
+from nightshift.runtime.spec import ExperimentSpec
+from nightshift.runtime.store import Attempt, GpuSample, Job, Store
+from nightshift.runtime.tariff import PriceWindow, Tariff
+
+NOW = datetime(2026, 12, 2, 3, 0)  # naive UTC, like the store
+FAILED_OUTCOMES = ("failed", "lost", "timeout", "stalled")  # outcomes that earn a backoff
+GPUS_PER_HOST = 8
+GPU_MIB = 81920.0
+
+
+def night_tariff() -> Tariff:
+    return Tariff(timezone="Europe/Berlin", currency="EUR", windows=[
+        PriceWindow(name="night", start="23:00", end="07:00", price_per_kwh=0.12),
+        PriceWindow(name="day", start="07:00", end="23:00", price_per_kwh=0.35)])
+
+
+# ------------------------------------------------------------------------------ synthetic world
+def synthetic_snapshot(n_pending: int = 10_000, n_gpus: int = 512, seed: int = 0,
+                       now: datetime = NOW, preempt_margin: int | None = 5) -> Snapshot:
+    """A busy cluster: 8-GPU hosts, 2 % quarantined, all but 16 GPUs running 1-8 GPU jobs; a
+    queue of mixed requests (CPU, 1-8 GPUs, 20-70 GiB, some sharing with caps), 10 % waiting on a
+    dependency, 5 % in backoff, 20 % cost-sensitive under a night tariff, submitted over two days."""
+    rnd = random.Random(seed)
+    gpus = [GpuSlot(index=i, host=f"h{i // GPUS_PER_HOST}", memory_total_mib=GPU_MIB,
+                    memory_used_mib=rnd.choice([0.0, 0.0, 0.0, 500.0]),
+                    verdict="CRITICAL" if rnd.random() < 0.02 else "OK") for i in range(n_gpus)]
+    running: list[RunningJob] = []
+    i, rid = 0, 1_000_000
+    while i < n_gpus - 16:
+        host_end = (i // GPUS_PER_HOST + 1) * GPUS_PER_HOST
+        ids = list(range(i, min(i + rnd.choice([1, 1, 2, 4, 8]), host_end)))
+        running.append(RunningJob(
+            id=rid, name=f"run{rid}", gpus=ids, priority=rnd.randint(0, 10),
+            submitted_at=now - timedelta(hours=10), started_at=now - timedelta(hours=rnd.random() * 5),
+            expected_end=now + timedelta(hours=rnd.random() * 8), pausable=rnd.random() < 0.5))
+        rid += 1
+        i += len(ids)
+    pending = []
+    for j in range(n_pending):
+        r = rnd.random()
+        backoff = 0.10 <= r < 0.15
+        pending.append(PendingJob(
+            id=j + 1, name=f"exp{j}", priority=rnd.randint(0, 10),
+            gpus=rnd.choice([0, 1, 1, 1, 2, 2, 4, 8]), gpu_memory_gb=rnd.choice([None, 20, 40, 70]),
+            share_gpu=rnd.random() < 0.1, gpu_memory_cap_gb=rnd.choice([None, 10, 20]),
+            blocked_by=["prep"] if r < 0.10 else [],
+            not_before=now + timedelta(minutes=30) if backoff else None, attempt=1 if backoff else 0,
+            submitted_at=now - timedelta(hours=rnd.random() * 48),
+            cost_class="cost_sensitive" if rnd.random() < 0.2 else "urgent",
+            expected_duration_s=rnd.choice([None, 600, 3600, 4 * 3600, 12 * 3600])))
+    return Snapshot(now=now, pending=pending, running=running, gpus=gpus, cpu_slots=4,
+                    tariff=night_tariff(), preempt_margin=preempt_margin)
+
+
+def bench_spec(i: int, rnd: random.Random) -> dict[str, Any]:
+    """A valid spec, as submit_job stores it (model_dump(mode="json"))."""
+    r = rnd.random()
+    spec = ExperimentSpec(
+        name=f"exp{i % 200}", command=["{python}", "train.py", "--lr", "{lr}"],
+        parameters={"lr": 1e-3}, priority=rnd.randint(0, 10),
+        resources={"gpus": rnd.choice([0, 1, 1, 1, 2, 2, 4, 8]),
+                   "gpu_memory_gb": rnd.choice([None, 20, 40, 70]),
+                   "share_gpu": r < 0.1, "gpu_memory_cap_gb": 20 if r < 0.1 else None,
+                   "expected_duration_min": rnd.choice([None, 10, 60, 240, 720])},
+        cost_class="cost_sensitive" if rnd.random() < 0.2 else "urgent",
+        checkpoint={"dir": "ckpt"}, depends_on=["prep"] if 0.1 <= r < 0.2 else [])
+    return spec.model_dump(mode="json")
+
+
+def populate(store: Store, n_queued: int, n_gpus: int, seed: int = 0, now: datetime = NOW) -> None:
+    """Fill a store the way a long night leaves it: `n_queued` queued jobs (5 % retrying after a
+    failed attempt), one running job per busy GPU group, a history of succeeded jobs, and the
+    latest health sample of every GPU (recorded twice: the table keeps history)."""
+    rnd = random.Random(seed)
+    jobs, attempts = [], []
+    job_id = 0
+
+    def job(state: str, spec: dict[str, Any], created: datetime) -> int:
+        nonlocal job_id
+        job_id += 1
+        jobs.append({"id": job_id, "name": spec["name"], "spec": spec, "params": {"lr": 1e-3},
+                     "state": state, "priority": spec["priority"], "owner": "bench",
+                     "max_attempts": 3, "submitted_by_call": f"bench-{job_id}",
+                     "created_at": created, "updated_at": created, "spec_path": None,
+                     "resume_from": None, "resume_step": None, "reason": None})
+        return job_id
+
+    for i in range(200):  # history: succeeded runs give expected durations by name
+        spec = bench_spec(i, rnd)
+        start = now - timedelta(days=2, minutes=i)
+        jid = job("succeeded", spec, start)
+        attempts.append({"job_id": jid, "number": 1, "state": "exited", "outcome": "succeeded",
+                         "started_at": start, "ended_at": start + timedelta(minutes=30 + i % 90),
+                         "gpus": [], "handle": {}, "argv": [], "params": {}})
+    gpu = 0
+    while gpu < n_gpus - 16:
+        spec = bench_spec(rnd.randrange(10_000), rnd)
+        spec["resources"]["gpus"] = k = min(rnd.choice([1, 1, 2, 4, 8]), n_gpus - 16 - gpu)
+        spec["depends_on"] = []
+        jid = job("running", spec, now - timedelta(hours=10))
+        attempts.append({"job_id": jid, "number": 1, "state": "running", "outcome": None,
+                         "started_at": now - timedelta(hours=rnd.random() * 5), "ended_at": None,
+                         "gpus": list(range(gpu, gpu + k)), "handle": {"pid": 0},
+                         "argv": ["python"], "params": {}})
+        gpu += k
+    for i in range(n_queued):
+        spec = bench_spec(i, rnd)
+        jid = job("queued", spec, now - timedelta(hours=rnd.random() * 48))
+        if rnd.random() < 0.05:
+            attempts.append({"job_id": jid, "number": 1, "state": "exited", "outcome": "failed",
+                             "started_at": now - timedelta(minutes=20),
+                             "ended_at": now - timedelta(minutes=5), "gpus": [0], "handle": {},
+                             "argv": [], "params": {}})
+    samples = [{"gpu_index": g, "host": "localhost", "verdict": v, "taken_at": now - timedelta(minutes=m),
+                "data": {"memory_total_mib": GPU_MIB, "memory_used_mib": 0.0}}
+               for m in (10, 1) for g in range(n_gpus)
+               for v in [("CRITICAL" if g % 50 == 7 else "OK")]]
+    with store.session() as s:
+        s.execute(insert(Job), jobs)
+        s.execute(insert(Attempt), [{"metrics_offset": 0, "start_step": 0, "executor": "local",
+                                     **a} for a in attempts])
+        s.execute(insert(GpuSample), samples)
+
+
+# ------------------------------------------------------------------------------ the loader
+# What placement reads of a stored spec (model_dump(mode="json") of an ExperimentSpec).
+SPEC_FIELDS: tuple[tuple[str, ...], ...] = (
+    ("resources", "gpus"), ("resources", "gpu_memory_gb"), ("resources", "share_gpu"),
+    ("resources", "gpu_memory_cap_gb"), ("resources", "expected_duration_min"), ("cost_class",),
+    ("pausable",), ("checkpoint", "dir"), ("timeout_min",), ("depends_on",))
+
+
+def _pluck(spec: dict[str, Any]) -> list[Any]:
+    out = []
+    for path in SPEC_FIELDS:
+        v: Any = spec
+        for part in path:
+            v = v.get(part) if isinstance(v, dict) else None
+        out.append(v)
+    return out
+
+
+def load_snapshot(store: Store, now: datetime, *, cpu_slots: int = 1,
+                  backoff: Backoff | None = None, tariff: Tariff | None = None,
+                  cost_threshold: float | None = None, aging_per_hour: float = 1.0,
+                  preempt_margin: int | None = None, default_duration_s: float = 3600.0,
+                  scope: set[int] | None = None) -> Snapshot:
+    """The placement snapshot from the store in five queries.
+
+    Specs were validated at submit, so they are read as stored, not validated again; on SQLite
+    only the fields placement needs leave the database (one `json_extract` with several paths:
+    decoding each whole spec costs ten times more). Expected duration: the spec's
+    `expected_duration_min`, else the median of this name's succeeded attempts, else the
+    snapshot default; a job resumed from a checkpoint expects what remains after its earlier
+    attempts; a running job ends by its timeout at the latest. Backoff: a queued job whose last
+    attempt failed waits until `backoff.not_before(ended_at, number, job_id)`. A job may be
+    paused only when its spec allows it and it has a checkpoint to resume from. GPUs: the
+    latest health sample of each (host, index), not the whole sample history."""
+    backoff = backoff or Backoff()
+    active = ("queued", "running")
+    with store.session() as s:
+        conn = s.connection()
+        sqlite = conn.dialect.name == "sqlite"
+        fields = (func.json_extract(Job.spec, *("$." + ".".join(p) for p in SPEC_FIELDS),
+                                    type_=String) if sqlite else Job.spec)
+        jobs = conn.execute(select(Job.id, Job.name, Job.priority, Job.state, Job.created_at,
+                                   Job.resume_from, fields.label("fields"))
+                            .where(Job.state.in_(active))).all()
+        succeeded = set(conn.execute(select(Job.name).where(Job.state == "succeeded")
+                                     .distinct()).scalars())
+        atts = conn.execute(select(Attempt.job_id, Attempt.number, Attempt.outcome, Attempt.gpus,
+                                   Attempt.started_at, Attempt.ended_at)
+                            .join(Job, Job.id == Attempt.job_id).where(Job.state.in_(active))
+                            .order_by(Attempt.job_id, Attempt.number)).all()
+        other = aliased(Job)
+        history = conn.execute(select(Job.name, Attempt.started_at, Attempt.ended_at)
+                               .join(Job, Job.id == Attempt.job_id)
+                               .where(Attempt.outcome == "succeeded",
+                                      Job.name.in_(select(other.name)
+                                                   .where(other.state.in_(active))))).all()
+        latest = select(func.max(GpuSample.id)).group_by(GpuSample.host, GpuSample.gpu_index)
+        samples = conn.execute(select(GpuSample.gpu_index, GpuSample.host, GpuSample.verdict,
+                                      GpuSample.data).where(GpuSample.id.in_(latest))
+                               .order_by(GpuSample.host, GpuSample.gpu_index)).all()
+
+    took: dict[str, list[float]] = {}
+    for name, started, ended in history:
+        if ended is not None:
+            took.setdefault(name, []).append((ended - started).total_seconds())
+    typical = {name: statistics.median(v) for name, v in took.items()}
+    last: dict[int, Any] = {}
+    ran_s: dict[int, float] = {}
+    for a in atts:
+        last[a.job_id] = a
+        if a.ended_at is not None:
+            ran_s[a.job_id] = ran_s.get(a.job_id, 0.0) + (a.ended_at - a.started_at).total_seconds()
+
+    pending: list[PendingJob] = []
+    running: list[RunningJob] = []
+    for j in jobs:
+        (gpus, mem, share, cap, minutes, cost_class, pausable, ckpt, timeout_min,
+         depends_on) = json.loads(j.fields) if sqlite else _pluck(j.fields)
+        expected = minutes * 60.0 if minutes else typical.get(j.name)
+        att = last.get(j.id)
+        common = {"id": j.id, "name": j.name, "priority": j.priority, "share_gpu": bool(share),
+                  "gpu_memory_cap_gb": cap, "cost_class": cost_class or "urgent",
+                  "pausable": pausable is not False and ckpt is not None}
+        if j.state == "queued":
+            if expected is not None and j.resume_from:
+                expected = max(60.0, expected - ran_s.get(j.id, 0.0))
+            failed = att is not None and att.outcome in FAILED_OUTCOMES and att.ended_at
+            pending.append(PendingJob(
+                **common, gpus=gpus or 0, gpu_memory_gb=mem,
+                blocked_by=[d for d in depends_on or () if d not in succeeded],
+                submitted_at=j.created_at, expected_duration_s=expected,
+                attempt=att.number if att is not None else 0,
+                not_before=backoff.not_before(att.ended_at, att.number, j.id) if failed else None))
+        else:
+            started = att.started_at if att is not None and att.ended_at is None else None
+            end = None
+            if started is not None:
+                if expected is not None:
+                    end = started + timedelta(seconds=expected)
+                if timeout_min:
+                    limit = started + timedelta(minutes=timeout_min)
+                    end = min(end, limit) if end is not None else limit
+            running.append(RunningJob(
+                **common, gpus=list(att.gpus) if started is not None else [],
+                gpu_memory_gb=mem, submitted_at=j.created_at, started_at=started,
+                expected_end=end))
+    slots = [GpuSlot(index=r.gpu_index, host=r.host, verdict=r.verdict,
+                     memory_total_mib=(r.data or {}).get("memory_total_mib"),
+                     memory_used_mib=(r.data or {}).get("memory_used_mib")) for r in samples]
+    return Snapshot(now=now, pending=pending, running=running, gpus=slots, cpu_slots=cpu_slots,
+                    tariff=tariff, cost_threshold=cost_threshold, aging_per_hour=aging_per_hour,
+                    preempt_margin=preempt_margin, default_duration_s=default_duration_s)
+
+
+# ------------------------------------------------------------------------------ measurements
+@dataclass
+class Row:
+    what: str
+    value: float
+    unit: str
+    goal: str = ""
+    detail: str = ""
+
+
+def _rss_mib() -> tuple[float, float]:
+    """(VmRSS, VmHWM) of this process in MiB, from /proc/self/status."""
+    got = {}
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                key, value = line.split(":")
+                got[key] = float(value.split()[0]) / 1024
+    return got.get("VmRSS", 0.0), got.get("VmHWM", 0.0)
+
+
+def _child(args: list[str], env: dict[str, str], **kw: Any) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "nightshift.evals.bench_scale", *args],
+                            env=env, text=True, stdout=subprocess.PIPE, stdin=subprocess.PIPE,
+                            **kw)
+
+
+def submit_worker(proc: int, count: int, raw: bool) -> None:
+    """One submitting process: build the client, say ready, wait for go, submit, report."""
+    from nightshift.agent.api import Client
+    from nightshift.skills.base import get_skill
+
+    client = Client()
+    client.w.gate  # noqa: B018 - built now, not on the first (timed) submission
+    get_skill("submit_job")
+    spec = ExperimentSpec(name="bench", command=["{python}", "-c", "pass"],
+                          resources={"gpus": 1}).model_dump(mode="json")
+    store = client.w.store
+    print("ready", flush=True)
+    sys.stdin.readline()
+    t0 = time.perf_counter()
+    for i in range(count):
+        call_id = f"bench-{proc}-{i}"
+        if raw:
+            with store.session() as s:
+                s.add(Job(name="bench", spec=spec, params={}, submitted_by_call=call_id))
+        else:
+            client.submit(spec=spec, call_id=call_id)
+    print(json.dumps({"seconds": time.perf_counter() - t0}), flush=True)
+
+
+def bench_submit(procs: int, per_proc: int, *, raw: bool = False) -> Row:
+    """`procs` processes submitting `per_proc` jobs each into one fresh store, started together."""
+    with tempfile.TemporaryDirectory(prefix="ns-bench-") as tmp:
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith("NIGHTSHIFT_")},
+               "NIGHTSHIFT_HOME": tmp}
+        Store(f"sqlite:///{tmp}/nightshift.db").engine.dispose()  # the schema, created once
+        kids = [_child(["--submit-worker", str(p), str(per_proc)] + (["--raw"] if raw else []),
+                       env) for p in range(procs)]
+        for kid in kids:
+            assert kid.stdout is not None
+            line = kid.stdout.readline().strip()
+            if line != "ready":
+                kid.wait()
+                raise RuntimeError(f"a submitting process failed to start (exit {kid.returncode})")
+        t0 = time.perf_counter()
+        for kid in kids:
+            assert kid.stdin is not None
+            kid.stdin.write("go\n")
+            kid.stdin.flush()
+        took = []
+        for kid in kids:
+            out, _ = kid.communicate()
+            if kid.returncode:
+                raise RuntimeError(f"a submitting process exited with {kid.returncode}")
+            took.append(json.loads(out.strip().splitlines()[-1])["seconds"])
+        wall = max(took)  # from "go" to the last process's last submission, without exits
+        assert wall <= time.perf_counter() - t0
+        store = Store(f"sqlite:///{tmp}/nightshift.db")
+        with store.session() as s:
+            calls = list(s.execute(select(Job.submitted_by_call)).scalars())
+        store.engine.dispose()
+    want = {f"bench-{p}-{i}" for p in range(procs) for i in range(per_proc)}
+    lost, dup = len(want - set(calls)), len(calls) - len(set(calls))
+    if lost or dup or len(calls) != len(want):
+        raise RuntimeError(f"{lost} submissions lost, {dup} duplicated, {len(calls)} rows for "
+                           f"{len(want)} submissions")
+    total = procs * per_proc
+    how = "rows straight into the store (no gate, no audit)" if raw else "Client().submit"
+    return Row(f"submissions/s, {procs} process{'es' if procs > 1 else ''}, {how}", total / wall,
+               "jobs/s", ">= 1,000/s" if procs == 4 and not raw else "",
+               f"{total} jobs in {wall:.2f} s; none lost or duplicated")
+
+
+def bench_place(snap: Snapshot, repeats: int) -> Row:
+    place(snap)  # warm: the first call pays for imports and caches
+    times, cpu = [], []
+    d = None
+    for _ in range(repeats):
+        c0, t0 = time.process_time(), time.perf_counter()
+        d = place(snap)
+        times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    assert d is not None
+    ms = [t * 1000 for t in times]
+    return Row(f"place(): {len(snap.pending):,} pending, {len(snap.gpus)} GPUs, "
+               f"{len(snap.running)} running", statistics.median(ms), "ms (median)", "<= 20 ms",
+               f"min {min(ms):.1f}, max {max(ms):.1f} ms over {repeats}; CPU median "
+               f"{statistics.median(cpu) * 1000:.1f} ms; {len(d.starts)} starts, "
+               f"{len(d.holds)} holds, {len(d.preemptions)} preemptions")
+
+
+def bench_load(url: str, repeats: int) -> tuple[Row, Row]:
+    store = Store(url)
+    load_snapshot(store, NOW)  # warm the page cache and SQLAlchemy's statement cache
+    times = []
+    snap = None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        snap = load_snapshot(store, NOW, cpu_slots=4, tariff=night_tariff(), preempt_margin=5)
+        times.append(time.perf_counter() - t0)
+    assert snap is not None
+    ms = [t * 1000 for t in times]
+    load = Row(f"load_snapshot(): {len(snap.pending):,} queued jobs from SQLite",
+               statistics.median(ms), "ms (median)", "",
+               f"min {min(ms):.0f}, max {max(ms):.0f} ms over {repeats}; {len(snap.running)} "
+               f"running, {len(snap.gpus)} GPUs")
+    placed = bench_place(snap, repeats)
+    placed.what = "place() on the loaded snapshot"
+    placed.goal = ""
+    store.engine.dispose()
+    return load, placed
+
+
+class NullExecutor:
+    """Starts nothing: every run it is asked about is running. For measuring the loop alone."""
+
+    kind = "null"
+
+    def start(self, req: Any) -> dict[str, Any]:
+        return {"key": req.key}
+
+    def find(self, key: str) -> dict[str, Any] | None:
+        return None
+
+    def poll(self, handle: dict[str, Any]) -> Any:
+        from nightshift.runtime.executor import RunStatus
+
+        return RunStatus(state="running")
+
+    def stop(self, handle: dict[str, Any], grace_s: float = 10.0) -> Any:
+        from nightshift.runtime.executor import RunStatus
+
+        return RunStatus(state="exited", exit_code=0)
+
+    def logs(self, handle: dict[str, Any], tail: int = 200) -> str:
+        return ""
+
+    def render(self, req: Any) -> str:
+        return ""
+
+
+def rss_worker(url: str, mode: str, home: str) -> None:
+    """Report this process's memory holding a Store and an Engine over `url` after one tick
+    ("tick"), or after loading the snapshot and placing it ("place")."""
+    from nightshift.runtime.config import Settings
+    from nightshift.runtime.engine import Engine
+
+    base = _rss_mib()[0]
+    store = Store(url)
+    engine = Engine(store, NullExecutor(), Settings(home=home), clock=lambda: NOW)
+    t0 = time.perf_counter()
+    if mode == "tick":
+        holds = engine.tick()
+        n = len(holds)
+    else:
+        snap = load_snapshot(store, NOW, cpu_slots=4, tariff=night_tariff(), preempt_margin=5)
+        n = len(place(snap).holds)
+    took = time.perf_counter() - t0
+    rss, hwm = _rss_mib()
+    print(json.dumps({"base": base, "rss": rss, "hwm": hwm, "seconds": took, "holds": n}))
+
+
+def bench_rss(url: str, n_queued: int) -> list[Row]:
+    rows = []
+    for mode, what in (("tick", "Engine.tick() as the engine is today"),
+                       ("place", "load_snapshot() + place()")):
+        with tempfile.TemporaryDirectory(prefix="ns-rss-") as tmp:
+            db = Path(tmp) / "nightshift.db"
+            shutil.copy(url[len("sqlite:///"):], db)
+            env = {**{k: v for k, v in os.environ.items() if not k.startswith("NIGHTSHIFT_")},
+                   "NIGHTSHIFT_HOME": tmp}
+            out = subprocess.run([sys.executable, "-m", "nightshift.evals.bench_scale",
+                                  "--rss-worker", f"sqlite:///{db}", mode, tmp],
+                                 env=env, capture_output=True, text=True, check=True)
+        got = json.loads(out.stdout.strip().splitlines()[-1])
+        rows.append(Row(f"daemon memory, {n_queued:,} queued: {what}", got["hwm"], "MiB (peak)",
+                        "", f"RSS {got['rss']:.0f} MiB after (interpreter and imports: "
+                        f"{got['base']:.0f} MiB); took {got['seconds'] * 1000:.0f} ms; "
+                        f"{got['holds']} holds"))
+    return rows
+
+
+def run(quick: bool, csv_path: str | None, console: Console) -> list[Row]:
+    procs = 4
+    per_proc = 25 if quick else 250
+    n_pending, n_gpus = (1_000, 64) if quick else (10_000, 512)
+    repeats = 5 if quick else 31
+    rows = [bench_submit(procs, per_proc), bench_submit(1, per_proc),
+            bench_submit(procs, per_proc, raw=True)]
+    rows.append(bench_place(synthetic_snapshot(n_pending, n_gpus), repeats))
+    with tempfile.TemporaryDirectory(prefix="ns-load-") as tmp:
+        url = f"sqlite:///{tmp}/nightshift.db"
+        store = Store(url)
+        populate(store, n_pending, n_gpus)
+        store.engine.dispose()
+        rows.extend(bench_load(url, repeats))
+        rows.extend(bench_rss(url, n_pending))
+
+    table = Table(title=f"nightshift scale ({'quick' if quick else 'full'}; "
+                        f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]})")
+    for col in ("measure", "value", "unit", "goal", "detail"):
+        table.add_column(col, justify="right" if col == "value" else "left", overflow="fold")
+    for r in rows:
+        table.add_row(r.what, f"{r.value:,.1f}", r.unit, r.goal, r.detail)
+    console.print(table)
+    if csv_path:
+        with open(csv_path, "w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(["measure", "value", "unit", "goal", "detail"])
+            for r in rows:
+                w.writerow([r.what, f"{r.value:.3f}", r.unit, r.goal, r.detail])
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="nightshift eval scale", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke test")
+    parser.add_argument("--csv", default="bench_scale.csv", help="where to write the figures "
+                        "(default: bench_scale.csv; '' for none)")
+    parser.add_argument("--submit-worker", nargs=2, metavar=("PROC", "COUNT"),
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--raw", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--rss-worker", nargs=3, metavar=("URL", "MODE", "HOME"),
+                        help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.submit_worker:
+        submit_worker(int(args.submit_worker[0]), int(args.submit_worker[1]), args.raw)
+        return 0
+    if args.rss_worker:
+        rss_worker(*args.rss_worker)
+        return 0
+    run(args.quick, args.csv or None, Console())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
