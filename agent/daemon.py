@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,11 +20,12 @@ from typing import Any
 from langgraph.types import Command
 from sqlmodel import func, select
 
+from nightshift.agent.api import Client
 from nightshift.agent.goals import recover_goal
 from nightshift.agent.graph import build_graph, sqlite_checkpointer
 from nightshift.agent.planner import DeterministicPlanner, Planner
 from nightshift.agent.wiring import Wiring, local_now
-from nightshift.runtime.errors import OperatorError
+from nightshift.runtime.errors import NightshiftError, OperatorError
 from nightshift.runtime.store import Attempt, Job
 
 
@@ -79,6 +81,8 @@ class Daemon:
         self.lock = DaemonLock(w.settings.home_path)
         self.stop_event = threading.Event()
         self._finished: set[str] = set()  # recovery threads known to be over
+        self.client = Client(w, principal="system")
+        self._last_health = float("-inf")
 
     def run(self, *, max_ticks: int | None = None) -> None:
         """Tick until stopped (SIGTERM/SIGINT set `stop_event`). Runs keep going when the daemon
@@ -98,9 +102,34 @@ class Daemon:
             self.lock.release()
 
     def step(self) -> None:
+        self._health_check_if_due()
         self.w.engine.tick()
+        self._preempt()
         for job_id, attempts in self._needing_recovery():
             self._recover(job_id, attempts)
+
+    def _health_check_if_due(self) -> None:
+        """GPU verdicts are what placement quarantines by; keep them fresh, as a system read."""
+        now = time.monotonic()
+        if now - self._last_health < self.w.settings.loop.health_interval_min * 60:
+            return
+        self._last_health = now
+        try:
+            self.client.call("gpu_health_check", {})
+        except NightshiftError as exc:  # a failed check is recorded in the audit; keep going
+            self.say("health", {"error": str(exc)})
+
+    def _preempt(self) -> None:
+        """Placement only proposes; each pause passes the gate as a `modify` by `system`."""
+        decision = self.w.engine.last_decision
+        for p in decision.preemptions if decision else []:
+            try:
+                self.client.call("pause_job", {"job_id": p.victim_job_id,
+                                               "reason": f"preempted for job {p.for_job_id}: {p.reason}"})
+            except NightshiftError as exc:
+                self.say("preempt", {"job_id": p.victim_job_id, "error": str(exc)})
+        if decision:
+            decision.preemptions = []  # acted on (or refused); the next tick proposes afresh
 
     def _needing_recovery(self) -> list[tuple[int, int]]:
         with self.w.store.session() as s:

@@ -79,8 +79,19 @@ class Wiring:
         return Engine(self.store, self.executor, self.settings, on_event=on_event, paused=paused)
 
     def energy_pricing(self) -> tuple[object, str | None]:
-        """(cost_of(start, end, kwh), currency) from the configured tariff, or (None, None)."""
-        return None, None
+        """(cost_of(start, end, kwh), currency) from the configured tariff, or (None, None).
+        An attempt's energy is spread evenly over its run time across the price windows."""
+        tariff = self.settings.tariff
+        if tariff is None:
+            return None, None
+
+        def cost_of(start: datetime, end: datetime, kwh: float) -> float:
+            hours = (end - start).total_seconds() / 3600
+            if hours <= 0:
+                return kwh * tariff.price_at(start)
+            return tariff.energy_cost(start, end, kwh * 1000 / hours)
+
+        return cost_of, tariff.currency
 
     @property
     def user(self) -> str:

@@ -13,7 +13,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, Field, ValidationError
 
+from nightshift.runtime.backoff import Backoff
 from nightshift.runtime.errors import ConfigError
+from nightshift.runtime.tariff import Tariff
 
 
 def nightshift_home() -> Path:
@@ -61,6 +63,22 @@ class PolicySettings(BaseModel):
 class LoopSettings(BaseModel):
     poll_interval_s: float = 0.5
     cpu_slots: int = Field(1, ge=1, description="CPU-only jobs that may run at once")
+    health_interval_min: float = Field(10.0, gt=0, description="The daemon checks GPU health this often")
+
+
+class SchedulerSettings(BaseModel):
+    """How placement weighs and holds queued work (see runtime/placement.py)."""
+
+    aging_per_hour: float = Field(1.0, ge=0, description="Priority points a waiting job gains per hour")
+    preempt_margin: int | None = Field(None, ge=1, description="Pause a running pausable job for a "
+                                       "waiting one this much more urgent; None: never preempt")
+    preempt_max_per_call: int = Field(4, ge=1)
+    default_duration_min: float = Field(60.0, gt=0, description="For jobs with no expectation or history")
+    cost_threshold_per_kwh: float | None = Field(None, ge=0, description="cost_sensitive jobs start "
+                                                 "at or below this price; None: the cheapest band")
+    tariff_horizon_h: float = Field(168.0, gt=0)
+    long_job_start_grace_min: float = Field(30.0, ge=0)
+    display_tz: str | None = Field(None, description="Zone for times in hold reasons; default: the tariff's")
 
 
 class Settings(BaseModel):
@@ -71,6 +89,9 @@ class Settings(BaseModel):
     health: HealthThresholds = HealthThresholds()
     policy: PolicySettings = PolicySettings()
     loop: LoopSettings = LoopSettings()
+    scheduler: SchedulerSettings = SchedulerSettings()
+    retry: Backoff = Backoff()
+    tariff: Tariff | None = Field(None, description="Time-of-use price windows; None: no tariff holds")
 
     @property
     def home_path(self) -> Path:

@@ -23,9 +23,10 @@ from sqlmodel import select
 from nightshift.runtime.config import Settings
 from nightshift.runtime.early_stop import median_rule, patience_exhausted
 from nightshift.runtime.executor import Executor, LaunchRequest, RunStatus
-from nightshift.runtime.placement import GpuSlot, PendingJob, RunningJob, Snapshot, place
+from nightshift.runtime.placement import Decision, place
+from nightshift.runtime.snapshot import load_snapshot
 from nightshift.runtime.spec import ExperimentSpec
-from nightshift.runtime.store import Attempt, GpuSample, Job, MetricPoint, Store, utcnow
+from nightshift.runtime.store import Attempt, Job, MetricPoint, Store, utcnow
 
 ACTIVE = ("queued", "running")
 # How a job stands after an attempt the loop ended on purpose (anything else unclean: failed).
@@ -73,6 +74,7 @@ class Engine:
         self.scope: Callable[[], set[int]] | None = None
         # Passive: another process (the daemon) owns the loop; only read the store.
         self.passive = False
+        self.last_decision: Decision | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -88,7 +90,7 @@ class Engine:
                 with self.store.session() as s:
                     queued = list(s.exec(select(Job).where(Job.state == "queued")))
                 holds = {j.id: why for j in queued}
-                self._record_holds(queued, holds)
+                self._record_holds([j.id for j in queued], holds)
                 return holds
             return self.place_queued(now)
 
@@ -136,56 +138,52 @@ class Engine:
 
     # ------------------------------------------------------------------ placement
     def place_queued(self, now: datetime) -> dict[int, str]:
-        with self.store.session() as s:
-            queued = list(s.exec(select(Job).where(Job.state == "queued")))
-            if self.scope is not None:
-                mine = self.scope()
-                queued = [j for j in queued if j.id in mine]
-            running = list(s.exec(select(Job).where(Job.state == "running")))
-            succeeded = {j.name for j in s.exec(select(Job).where(Job.state == "succeeded"))}
-            run_attempts = {a.job_id: a for a in s.exec(select(Attempt).where(
-                Attempt.state.in_(("starting", "running"))))}
-        if not queued:
+        """Load the snapshot, call the one placement function, carry out its starts and the
+        pauses the spec allowed (the cheap window closed); keep preemption proposals for the
+        daemon, which passes them through the policy gate."""
+        sched = self.settings.scheduler
+        snap = load_snapshot(
+            self.store, now, cpu_slots=self.settings.loop.cpu_slots, backoff=self.settings.retry,
+            tariff=self.settings.tariff, cost_threshold=sched.cost_threshold_per_kwh,
+            aging_per_hour=sched.aging_per_hour, preempt_margin=sched.preempt_margin,
+            default_duration_s=sched.default_duration_min * 60,
+            scope=self.scope() if self.scope is not None else None)
+        snap = snap.model_copy(update={
+            "tariff_horizon_h": sched.tariff_horizon_h, "preempt_max_per_call": sched.preempt_max_per_call,
+            "long_job_start_grace_s": sched.long_job_start_grace_min * 60,
+            "display_tz": sched.display_tz})
+        if not snap.pending and not snap.running:
             return {}
-        pending = []
-        for job in queued:
-            spec = ExperimentSpec.model_validate(job.spec)
-            pending.append(PendingJob(
-                id=job.id, priority=job.priority, gpus=spec.resources.gpus,
-                gpu_memory_gb=spec.resources.gpu_memory_gb, share_gpu=spec.resources.share_gpu,
-                blocked_by=[d for d in spec.depends_on if d not in succeeded],
-                submitted_at=job.created_at))
-        snap = Snapshot(
-            now=now, pending=pending, gpus=self._gpu_slots() if any(p.gpus for p in pending) else [],
-            running=[RunningJob(id=j.id, gpus=run_attempts[j.id].gpus if j.id in run_attempts else [])
-                     for j in running],
-            cpu_slots=self.settings.loop.cpu_slots)
         decision = place(snap)
-        self._record_holds(queued, decision.holds)
+        self.last_decision = decision
+        self._record_holds([p.id for p in snap.pending], decision.holds)
         for start in decision.starts:
             self.start_attempt(start.job_id, start.gpus, now)
+        for pause in decision.pauses:
+            self.pause_job(pause.job_id, now, outcome="paused", why=pause.reason)
         return decision.holds
 
-    def _record_holds(self, queued: list[Job], holds: dict[int, str]) -> None:
+    def pause_job(self, job_id: int, now: datetime, *, outcome: str, why: str) -> bool:
+        """Stop a job's live attempt at its last checkpoint; the job becomes `paused` and the
+        recover playbook requeues it from that checkpoint. False when nothing was running."""
+        with self.store.session() as s:
+            att = s.exec(select(Attempt).where(Attempt.job_id == job_id,
+                                               Attempt.state == "running")).first()
+        if att is None:
+            return False
+        self._stop_for(att, now, outcome, why)
+        return True
+
+    def _record_holds(self, pending: list[int], holds: dict[int, str]) -> None:
         """Keep each waiting job's reason in the store for `nightshift jobs`; write only changes."""
-        changed = {j.id: holds.get(j.id) for j in queued if j.hold_reason != holds.get(j.id)}
-        if not changed:
+        if not pending:
             return
         with self.store.session() as s:
-            for job in s.exec(select(Job).where(Job.id.in_(list(changed)))):
+            rows = s.exec(select(Job.id, Job.hold_reason).where(Job.id.in_(pending))).all()
+            changed = {jid: holds.get(jid) for jid, old in rows if old != holds.get(jid)}
+            for job in s.exec(select(Job).where(Job.id.in_(list(changed)))) if changed else []:
                 job.hold_reason = changed[job.id]
                 s.add(job)
-
-    def _gpu_slots(self) -> list[GpuSlot]:
-        """GPUs as last recorded by gpu_health_check; a machine never checked has none to place on."""
-        latest: dict[int, GpuSample] = {}
-        with self.store.session() as s:
-            for row in s.exec(select(GpuSample).order_by(GpuSample.id)):
-                latest[row.gpu_index] = row
-        return [GpuSlot(index=i, verdict=r.verdict,
-                        memory_total_mib=(r.data.get("memory_total_mib") if r.data else None),
-                        memory_used_mib=(r.data.get("memory_used_mib") if r.data else None))
-                for i, r in sorted(latest.items())]
 
     # ------------------------------------------------------------------ starting
     def start_attempt(self, job_id: int, gpus: list[int], now: datetime) -> Attempt:

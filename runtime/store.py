@@ -43,7 +43,6 @@ class Job(SQLModel, table=True):
     resume_from: str | None = None
     resume_step: int | None = None
     max_attempts: int = 3
-    not_before: NaiveDatetime | None = Field(default=None, description="backoff: not placed before this")
     group: str | None = Field(default=None, index=True, description="trials of one sweep share a group")
     hold_reason: str | None = None  # why a queued job waits, as of the loop's last tick
     submitted_by_call: str | None = Field(default=None, unique=True)

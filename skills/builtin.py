@@ -9,6 +9,7 @@ from nightshift.skills import (  # noqa: F401
     job_logs,
     launch_container,
     list_jobs,
+    pause_job,
     resume_job,
     submit_job,
     tune_lr,

@@ -942,28 +942,32 @@ def test_gpu_filter_applies_to_missing_gpus(tmp_path):
 
 
 # ------------------------------------------------------------------------ placement reads the latest
-def slot_verdicts(ctx: SkillContext) -> dict[int, str]:
-    from nightshift.runtime.engine import Engine
+def gpu_slots(ctx: SkillContext):
+    """The GPUs as the loop's placement snapshot sees them (latest sample per GPU)."""
+    from nightshift.runtime.snapshot import load_snapshot
 
-    return {s.index: s.verdict for s in Engine(ctx.store, None, ctx.settings)._gpu_slots()}
+    return load_snapshot(ctx.store, NOW).gpus
+
+
+def slot_verdicts(ctx: SkillContext) -> dict[int, str]:
+    return {s.index: s.verdict for s in gpu_slots(ctx)}
 
 
 def test_placement_quarantines_critical_until_a_later_check_clears_it(tmp_path):
     """Only the latest recorded verdict counts: a CRITICAL GPU is skipped, then used once a check says OK."""
-    from nightshift.runtime.engine import Engine
     from nightshift.runtime.placement import PendingJob, Snapshot, place
 
     ctx = make_ctx(tmp_path, probe=static_gpus(0, temperature=95.0))
     assert gpu_health_check(ctx, {}).overall == "CRITICAL"
     job = PendingJob(id=1, gpus=1, submitted_at=NOW)
-    slots = Engine(ctx.store, None, ctx.settings)._gpu_slots()
+    slots = gpu_slots(ctx)
     assert [(s.index, s.verdict) for s in slots] == [(0, "CRITICAL")]
     held = place(Snapshot(now=NOW, pending=[job], gpus=slots))
     assert held.starts == [] and "quarantined" in held.holds[1]
 
     ctx.probe, ctx.now = static_gpus(0), datetime(2026, 12, 2, 4, 0)
     assert gpu_health_check(ctx, {}).overall == "OK"
-    slots = Engine(ctx.store, None, ctx.settings)._gpu_slots()
+    slots = gpu_slots(ctx)
     assert [(s.index, s.verdict) for s in slots] == [(0, "OK")]
     assert [s.gpus for s in place(Snapshot(now=NOW, pending=[job], gpus=slots)).starts] == [[0]]
 
