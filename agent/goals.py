@@ -43,7 +43,7 @@ class Step(BaseModel):
 PATH_ARGS = ("spec_path", "path", "checkpoint_dir", "log_path", "from_file", "cwd")
 
 
-def _anchor_paths(goal: "Goal") -> None:
+def _anchor_paths(goal: Goal) -> None:
     """Relative paths in step arguments mean relative to the goal file, as `spec:` does."""
     for step in goal.steps or []:
         for key in PATH_ARGS:

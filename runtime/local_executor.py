@@ -24,10 +24,11 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
+from pydantic import BaseModel, ValidationError
+
 from nightshift.runtime.errors import OperatorError, SkillFailed
 from nightshift.runtime.executor import LaunchRequest, RunStatus
 from nightshift.runtime.supervise import write_exit_file
-from pydantic import BaseModel, ValidationError
 
 _KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 _SECRET_RE = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
@@ -265,7 +266,7 @@ class LocalExecutor:
         env = {**req.env, "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in req.gpus),
                "NIGHTSHIFT_RUN_KEY": req.key}
         shown = " ".join(
-            f"{k}={'***' if _SECRET_RE.search(k) else shlex.quote(v)}" for k, v in env.items())
+            f"{k}={'***' if _SECRET_RE.search(k) and k != 'NIGHTSHIFT_RUN_KEY' else shlex.quote(v)}" for k, v in env.items())
         gpus = ",".join(str(g) for g in req.gpus) or "none"
         return (f"[local {req.key}] cd {shlex.quote(req.cwd)} && {shown} {shlex.join(req.argv)}"
                 f" >> {shlex.quote(req.log_path)} 2>&1  (gpus: {gpus})")
