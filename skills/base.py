@@ -12,6 +12,7 @@ import inspect
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 from datetime import datetime
 from importlib.metadata import entry_points
 from typing import Any, Generic, Literal, TypeVar
@@ -118,11 +119,16 @@ def registry() -> dict[str, Skill]:
     from nightshift.skills import builtin  # noqa: F401  (imports register the built-ins)
 
     found = dict(_BUILTINS)
-    for ep in entry_points(group="nightshift.skills"):
-        obj = ep.load()
-        if isinstance(obj, Skill):
-            found.setdefault(obj.name, obj)
+    for obj in _entry_point_skills():
+        found.setdefault(obj.name, obj)
     return found
+
+
+@cache
+def _entry_point_skills() -> tuple[Skill, ...]:
+    """Scanned once per process: walking the installed distributions costs milliseconds."""
+    loaded = (ep.load() for ep in entry_points(group="nightshift.skills"))
+    return tuple(obj for obj in loaded if isinstance(obj, Skill))
 
 
 def get_skill(name: str) -> Skill:

@@ -76,10 +76,12 @@ def test_third_party_skill_through_entry_point(tmp_path, monkeypatch, home):
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: thirdparty-skill\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text("[nightshift.skills]\nhello = thirdparty_skill:hello\n")
     monkeypatch.syspath_prepend(str(tmp_path))
+    base._entry_point_skills.cache_clear()  # installed after this process first looked
     try:
         assert registry()["hello_world"].capability == "read"
     finally:
         base._BUILTINS.pop("hello_world", None)
+        base._entry_point_skills.cache_clear()
     env = {"PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     assert "hello_world" in nightshift("skills", env=env).stdout
     res = nightshift("skill", "hello_world", "--arg", "name=ada", "--json", env=env)
