@@ -199,8 +199,8 @@ class AuditLog:
 
     def _write_anchor(self, event_id: int, digest: str) -> None:
         """Atomically replace the anchor; never move it back (appends may finish out of order).
-        Not fsynced, like the store's own commits (WAL, synchronous=NORMAL): after a power cut
-        the anchor may trail the database, which verify accepts, but never lead it."""
+        Not fsynced, like the store's own commits (WAL, synchronous=NORMAL): a power cut can cost
+        either its last writes; an anchor trailing the database is accepted by verify."""
         path = self.anchor_path
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
