@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import typer
-import yaml
 from langgraph.types import Command
 from sqlmodel import select as sql_select
 
@@ -19,7 +18,7 @@ from nightshift.agent.daemon import DaemonLock
 from nightshift.agent.goals import load_goal, recover_goal
 from nightshift.agent.graph import build_graph, sqlite_checkpointer
 from nightshift.agent.planner import DeterministicPlanner
-from nightshift.agent.shell import call_as_user, wait_for_approval
+from nightshift.agent.shell import call_as_user, parse_key_values, wait_for_approval
 from nightshift.agent.summary import run_summary, thread_jobs
 from nightshift.agent.wiring import Wiring, local_now
 from nightshift.policies import killswitch
@@ -134,14 +133,7 @@ def skill_cmd(name: str,
     try:
         w = Wiring.load(config)
         get_skill(name)  # an unknown name fails before any argument is parsed
-        args: dict[str, Any] = {}
-        for item in arg:
-            key, sep, value = item.partition("=")
-            if not sep or not key:
-                error(f"--arg {item!r}: expected key=value")
-                raise typer.Exit(2)
-            args[key] = yaml.safe_load(value) if value else ""
-        result = call_as_user(w, name, args)
+        result = call_as_user(w, name, parse_key_values(arg))
         if as_json:
             print(result.model_dump_json(indent=2))
         else:

@@ -10,12 +10,14 @@ import time
 import uuid
 from typing import Any
 
+import typer
+import yaml
 from pydantic import BaseModel
 
 from nightshift.agent.api import Client
 from nightshift.agent.console import console
 from nightshift.agent.wiring import Wiring, local_now
-from nightshift.runtime.errors import PolicyDenied
+from nightshift.runtime.errors import NightshiftError, PolicyDenied, SpecError
 
 
 def wait_for_approval(w: Wiring, req: dict[str, Any]) -> str:
@@ -50,3 +52,25 @@ def call_as_user(w: Wiring, name: str, args: dict[str, Any]) -> BaseModel:
     at the terminal (or from another shell) when the policy asks for one."""
     return Client(w).call(name, args, call_id=f"cli-{uuid.uuid4().hex[:12]}",
                           wait=lambda req: wait_for_approval(w, req))
+
+
+def call_or_exit(config: str | None, name: str, args: dict[str, Any]) -> BaseModel:
+    """call_as_user for a command: a NightshiftError becomes one error line and its exit code."""
+    from nightshift.agent.console import error
+
+    try:
+        return call_as_user(Wiring.load(config), name, args)
+    except NightshiftError as exc:
+        error(str(exc))
+        raise typer.Exit(exc.exit_code) from None
+
+
+def parse_key_values(items: list[str], option: str = "--arg") -> dict[str, Any]:
+    """`k=v` items with YAML values (`lr=1e-3` is a float, `gpus=[0,1]` a list)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SpecError(f"{option} {item!r}: expected key=value")
+        out[key] = yaml.safe_load(value) if value else ""
+    return out

@@ -56,8 +56,9 @@ from pathlib import Path
 from typing import BinaryIO, Literal
 
 import numpy as np
-from nightshift.skills.base import SkillContext, skill
 from pydantic import BaseModel, Field
+
+from nightshift.skills.base import SkillContext, skill
 
 Framework = Literal["auto", "nightshift", "pytorch", "lightning", "huggingface", "safetensors",
                     "tensorflow", "orbax"]

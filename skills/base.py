@@ -12,8 +12,8 @@ import inspect
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cache
 from datetime import datetime
+from functools import cache
 from importlib.metadata import entry_points
 from typing import Any, Generic, Literal, TypeVar
 

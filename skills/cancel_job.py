@@ -8,6 +8,7 @@ from sqlmodel import select
 from nightshift.runtime.errors import SkillFailed
 from nightshift.runtime.store import Attempt, Job
 from nightshift.skills.base import SkillContext, skill
+from nightshift.skills.live_runs import stop_attempt
 
 
 class CancelJobInput(BaseModel):
@@ -37,15 +38,5 @@ def cancel_job(ctx: SkillContext, inp: CancelJobInput) -> CancelJobResult:
         s.add(job)
         live = s.exec(select(Attempt).where(Attempt.job_id == job.id,
                                             Attempt.state.in_(("starting", "running")))).first()
-    stopped = None
-    if live is not None:
-        if ctx.executor is None:
-            raise SkillFailed("a run is live but no executor was given to stop it")
-        status = ctx.executor.stop(live.handle, grace_s=ctx.settings.executor.stop_grace_s)
-        with ctx.store.session() as s:
-            att = s.get(Attempt, live.id)
-            att.state, att.outcome = "stopped", "cancelled"
-            att.exit_code, att.signal, att.ended_at = status.exit_code, status.signal, ctx.now
-            s.add(att)
-        stopped = live.number
+    stopped = stop_attempt(ctx, live, "cancelled") if live is not None else None
     return CancelJobResult(job_id=inp.job_id, before=before, after="cancelled", stopped_attempt=stopped)

@@ -8,7 +8,6 @@ from pydantic import BaseModel, Field
 
 from nightshift.runtime.engine import job_paths
 from nightshift.runtime.errors import SkillFailed
-from nightshift.runtime.store import Job
 from nightshift.skills.base import SkillContext, skill
 
 

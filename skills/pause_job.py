@@ -10,6 +10,7 @@ from nightshift.runtime.errors import SkillFailed
 from nightshift.runtime.spec import ExperimentSpec
 from nightshift.runtime.store import Attempt, Job
 from nightshift.skills.base import SkillContext, skill
+from nightshift.skills.live_runs import stop_attempt
 
 
 class PauseJobInput(BaseModel):
@@ -48,13 +49,6 @@ def pause_job(ctx: SkillContext, inp: PauseJobInput) -> PauseJobResult:
     if live is None:
         return PauseJobResult(job_id=inp.job_id, before="running", after="paused",
                               stopped_attempt=None, last_step=None)
-    if ctx.executor is None:
-        raise SkillFailed("a run is live but no executor was given to stop it")
-    status = ctx.executor.stop(live.handle, grace_s=ctx.settings.executor.stop_grace_s)
-    with ctx.store.session() as s:
-        att = s.get(Attempt, live.id)
-        att.state, att.outcome = "stopped", "preempted"
-        att.exit_code, att.signal, att.ended_at = status.exit_code, status.signal, ctx.now
-        s.add(att)
     return PauseJobResult(job_id=inp.job_id, before="running", after="paused",
-                          stopped_attempt=live.number, last_step=live.last_step)
+                          stopped_attempt=stop_attempt(ctx, live, "preempted"),
+                          last_step=live.last_step)

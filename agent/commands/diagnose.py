@@ -11,9 +11,7 @@ import typer
 from rich.markup import escape
 
 from nightshift.agent.console import console, error
-from nightshift.agent.shell import call_as_user
-from nightshift.agent.wiring import Wiring
-from nightshift.runtime.errors import NightshiftError
+from nightshift.agent.shell import call_or_exit
 
 
 def say(text: str) -> None:
@@ -69,13 +67,8 @@ def register(app: typer.Typer) -> None:
                  config: str | None = typer.Option(None, "--config", help="Config file")) -> None:
         """Say why a run ended, from its saved log: category, evidence lines, what to do next."""
         path = readable_file(logfile)
-        try:
-            w = Wiring.load(config)
-            args = {"log_path": str(path), "exit_code": exit_code, "signal": signal}
-            result = call_as_user(w, "diagnose_failure", args)
-        except NightshiftError as exc:
-            error(str(exc))
-            raise typer.Exit(exc.exit_code) from None
+        result = call_or_exit(config, "diagnose_failure",
+                              {"log_path": str(path), "exit_code": exit_code, "signal": signal})
         if as_json:
             print(result.model_dump_json(indent=2))
         else:

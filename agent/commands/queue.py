@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import typer
-import yaml
 from sqlmodel import select
 
 from nightshift.agent.api import Client
 from nightshift.agent.console import console, error, table
+from nightshift.agent.shell import parse_key_values
 from nightshift.agent.wiring import Wiring
 from nightshift.runtime.errors import NightshiftError, SpecError
 from nightshift.runtime.spec import load_spec
@@ -49,12 +49,7 @@ def submit(spec: Path = typer.Argument(..., help="Experiment spec (YAML)"),
             raise typer.Exit(2)
         if cost not in (None, "urgent", "cost_sensitive"):
             raise SpecError(f"--cost {cost!r}: use urgent or cost_sensitive")
-        overrides: dict[str, Any] = {}
-        for item in param:
-            k, sep, v = item.partition("=")
-            if not sep:
-                raise SpecError(f"--param {item!r}: expected key=value")
-            overrides[k] = yaml.safe_load(v)
+        overrides = parse_key_values(param, "--param")
         trials = [{**t, **overrides} for t in parsed.grid()]
         group = f"{parsed.name}-{uuid.uuid4().hex[:8]}" if len(trials) > 1 else None
         ids = []

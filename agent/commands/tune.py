@@ -12,13 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import typer
-import yaml
 from rich.markup import escape
 
 from nightshift.agent.commands.diagnose import readable_file, say
 from nightshift.agent.console import error
-from nightshift.agent.shell import call_as_user
-from nightshift.agent.wiring import Wiring
+from nightshift.agent.shell import call_or_exit, parse_key_values
 from nightshift.runtime.errors import NightshiftError
 from nightshift.skills.tune_lr import read_metrics_jsonl
 
@@ -84,21 +82,14 @@ def register(app: typer.Typer) -> None:
         except OSError as exc:
             error(f"{path}: cannot be read ({exc.strerror or exc})")
             raise typer.Exit(2) from None
-        args: dict[str, Any] = {}
-        for item in arg:
-            key, sep, value = item.partition("=")
-            if not sep or not key:
-                error(f"--arg {item!r}: expected key=value")
-                raise typer.Exit(2)
-            args[key] = yaml.safe_load(value) if value else ""
-        args.update({"mode": mode, "points": points, "current_lr": lr, "knob": knob,
-                     "checkpoint_steps": sorted(set(checkpoint)) or None})
         try:
-            w = Wiring.load(config)
-            result = call_as_user(w, "tune_lr", args)
+            args = parse_key_values(arg)
         except NightshiftError as exc:
             error(str(exc))
             raise typer.Exit(exc.exit_code) from None
+        args.update({"mode": mode, "points": points, "current_lr": lr, "knob": knob,
+                     "checkpoint_steps": sorted(set(checkpoint)) or None})
+        result = call_or_exit(config, "tune_lr", args)
         if as_json:
             print(result.model_dump_json(indent=2))
         else:

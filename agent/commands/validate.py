@@ -15,19 +15,11 @@ import typer
 from rich.markup import escape
 
 from nightshift.agent.console import console, error, table
-from nightshift.agent.shell import call_as_user
-from nightshift.agent.wiring import Wiring
-from nightshift.runtime.errors import NightshiftError
+from nightshift.agent.shell import call_or_exit
 from nightshift.runtime.training_configs import FORMATS, TrainingView
 from nightshift.skills.config_validator import ConfigValidatorResult
 
 SKILL = "config_validator"
-
-
-def _validate_through_gate(w: Wiring, args: dict[str, Any]) -> ConfigValidatorResult:
-    result = call_as_user(w, SKILL, args)
-    assert isinstance(result, ConfigValidatorResult)
-    return result
 
 
 def _num(v: float | int | None) -> str | None:
@@ -219,12 +211,8 @@ def register(app: typer.Typer) -> None:
             args["gpu_memory_gib"] = gpu_memory
         if fmt is not None:
             args["format"] = fmt
-        try:
-            w = Wiring.load(config)
-            result = _validate_through_gate(w, args)
-        except NightshiftError as exc:
-            error(str(exc))
-            raise typer.Exit(exc.exit_code) from None
+        result = call_or_exit(config, SKILL, args)
+        assert isinstance(result, ConfigValidatorResult)
         if as_json:
             print(result.model_dump_json(indent=2))
         else:
