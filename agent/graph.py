@@ -74,8 +74,8 @@ def build_graph(w: Wiring, planner: Planner, *, checkpointer: Any = None,
             stored = s.get(PlannedCall, call_id)
         if stored is not None:  # decided before a crash: replay the same decision, never re-ask
             action: Call | Watch | Finish = (
-                Watch(job_id=stored.args["job_id"]) if stored.skill == "@watch"
-                else Call(skill=stored.skill, args=stored.args))
+                Watch(job_id=stored.args["job_id"], wait=stored.args.get("wait", True))
+                if stored.skill == "@watch" else Call(skill=stored.skill, args=stored.args))
         else:
             action = planner.next(goal, history)
             if isinstance(action, Finish):
@@ -83,8 +83,8 @@ def build_graph(w: Wiring, planner: Planner, *, checkpointer: Any = None,
             with w.store.session() as s:
                 s.add(PlannedCall(call_id=call_id, thread_id=thread, principal=AGENT,
                                   skill="@watch" if isinstance(action, Watch) else action.skill,
-                                  args={"job_id": action.job_id} if isinstance(action, Watch)
-                                  else action.args))
+                                  args={"job_id": action.job_id, "wait": action.wait}
+                                  if isinstance(action, Watch) else action.args))
         step_id = None
         if goal.steps is not None and len(history) < len(goal.steps):
             step_id = goal.steps[len(history)].id
@@ -177,7 +177,8 @@ def build_graph(w: Wiring, planner: Planner, *, checkpointer: Any = None,
                 say("attempt", {"job_id": job_id, "number": a.number, "state": a.state,
                                 "last_step": a.last_step, "last_loss": a.last_loss})
 
-        w.engine.run_until_settled([job_id], on_tick=tick)
+        if p.get("wait", True):
+            w.engine.run_until_settled([job_id], on_tick=tick)
         obs = job_observation(w, job_id)
         with w.store.session() as s:
             row = s.get(PlannedCall, p["call_id"])
@@ -222,4 +223,5 @@ def sqlite_checkpointer(w: Wiring) -> SqliteSaver:
     w.settings.home_path.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(str(w.settings.home_path / "graph.db"), check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")  # as durable as the store it sits beside
     return SqliteSaver(conn)

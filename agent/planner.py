@@ -26,6 +26,7 @@ class Call(BaseModel):
 class Watch(BaseModel):
     kind: Literal["watch"] = "watch"
     job_id: int
+    wait: bool = Field(True, description="Wait until the job settles; False: just look at it now")
     why: str = ""
 
 
@@ -175,7 +176,9 @@ class DeterministicPlanner:
         if history and history[-1].skill == "resume_job" and not watch:
             r = history[-1].result or {}
             return Finish(ok=True, summary=f"job {job_id} requeued from step {r.get('resume_step')}")
-        if not history or history[-1].skill in ("resume_job", "submit_job"):
+        if not history:  # the daemon hands over a settled job and must not block on it
+            return Watch(job_id=job_id, wait=watch, why="look at the job")
+        if history[-1].skill in ("resume_job", "submit_job"):
             return Watch(job_id=job_id, why="wait for the run to end")
         last = history[-1]
         if last.kind == "watch":
