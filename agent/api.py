@@ -25,6 +25,11 @@ class Client:
              wait: Callable[[dict[str, Any]], str] | None = None) -> BaseModel:
         """Run one skill through the gate. A call that needs approval is refused unless `wait` is
         given: it receives the approval request and returns approved | rejected | expired."""
+        with self.w.audit.batch():
+            return self._call(skill_name, args, call_id, wait)
+
+    def _call(self, skill_name: str, args: dict[str, Any], call_id: str | None,
+              wait: Callable[[dict[str, Any]], str] | None) -> BaseModel:
         skill = get_skill(skill_name)
         skill.parse(args)
         cid = call_id or f"api-{uuid.uuid4().hex}"

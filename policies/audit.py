@@ -18,10 +18,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from nightshift.runtime.errors import StoreError
-from nightshift.runtime.store import AuditEvent, Store, dumps, utcnow
 from pydantic import BaseModel
 from sqlmodel import Session, col, select
+
+from nightshift.runtime.errors import StoreError
+from nightshift.runtime.store import AuditEvent, Store, dumps, utcnow
 
 try:
     import fcntl
@@ -88,6 +89,21 @@ class AuditLog:
         self.store = store
         self.anchor_path = Path(anchor_path)
         self.clock = clock
+        self._deferred: tuple[int, str] | None = None
+        self._depth = 0
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Appends inside write the anchor once, at the end (one call's verdict, start and
+        result). Each event is committed as it is appended; only the anchor waits."""
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            if self._depth == 0 and self._deferred is not None:
+                pending, self._deferred = self._deferred, None
+                self._write_anchor(*pending)
 
     def now_iso(self) -> str:
         return iso_utc(self.clock())
@@ -110,7 +126,10 @@ class AuditLog:
             s.add(ev)
             s.flush()
         assert ev.id is not None
-        self._write_anchor(ev.id, ev.hash)
+        if self._depth:
+            self._deferred = (ev.id, ev.hash)
+        else:
+            self._write_anchor(ev.id, ev.hash)
         return ev
 
     def events(self, *, actor: str | None = None, action: str | None = None,
