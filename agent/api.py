@@ -59,3 +59,9 @@ class Client:
         if priority is not None:
             args["priority"] = priority
         return self.call("submit_job", args, call_id=call_id).job_id  # type: ignore[attr-defined]
+
+    def submit_many(self, items: list[dict[str, Any]], *, call_id: str | None = None) -> list[int]:
+        """Queue many jobs as one audited decision (each item as submit_job takes it): all
+        validated and limit-checked, then stored in one transaction. Returns their ids."""
+        result = self.call("submit_jobs", {"items": items}, call_id=call_id)
+        return [j.job_id for j in result.jobs]  # type: ignore[attr-defined]

@@ -197,7 +197,10 @@ def _child(args: list[str], env: dict[str, str], **kw: Any) -> subprocess.Popen:
                             **kw)
 
 
-def submit_worker(proc: int, count: int, raw: bool) -> None:
+BATCH = 100  # jobs per submit_many call in the batch measurement
+
+
+def submit_worker(proc: int, count: int, raw: bool, batch: bool = False) -> None:
     """One submitting process: build the client, say ready, wait for go, submit, report."""
     from nightshift.agent.api import Client
     from nightshift.skills.base import get_skill
@@ -211,7 +214,11 @@ def submit_worker(proc: int, count: int, raw: bool) -> None:
     print("ready", flush=True)
     sys.stdin.readline()
     t0 = time.perf_counter()
-    for i in range(count):
+    if batch:
+        for b in range(0, count, BATCH):
+            client.submit_many([{"spec": spec} for _ in range(min(BATCH, count - b))],
+                               call_id=f"bench-{proc}-b{b}")
+    for i in range(0 if batch else count):
         call_id = f"bench-{proc}-{i}"
         if raw:
             with store.session() as s:
@@ -221,14 +228,14 @@ def submit_worker(proc: int, count: int, raw: bool) -> None:
     print(json.dumps({"seconds": time.perf_counter() - t0}), flush=True)
 
 
-def bench_submit(procs: int, per_proc: int, *, raw: bool = False) -> Row:
+def bench_submit(procs: int, per_proc: int, *, raw: bool = False, batch: bool = False) -> Row:
     """`procs` processes submitting `per_proc` jobs each into one fresh store, started together."""
     with tempfile.TemporaryDirectory(prefix="ns-bench-") as tmp:
         env = {**{k: v for k, v in os.environ.items() if not k.startswith("NIGHTSHIFT_")},
                "NIGHTSHIFT_HOME": tmp}
         Store(f"sqlite:///{tmp}/nightshift.db").engine.dispose()  # the schema, created once
-        kids = [_child(["--submit-worker", str(p), str(per_proc)] + (["--raw"] if raw else []),
-                       env) for p in range(procs)]
+        kids = [_child(["--submit-worker", str(p), str(per_proc)] + (["--raw"] if raw else [])
+                       + (["--batch"] if batch else []), env) for p in range(procs)]
         for kid in kids:
             assert kid.stdout is not None
             line = kid.stdout.readline().strip()
@@ -252,13 +259,15 @@ def bench_submit(procs: int, per_proc: int, *, raw: bool = False) -> Row:
         with store.session() as s:
             calls = list(s.execute(select(Job.submitted_by_call)).scalars())
         store.engine.dispose()
-    want = {f"bench-{p}-{i}" for p in range(procs) for i in range(per_proc)}
+    want = ({f"bench-{p}-b{b - b % BATCH}#{b % BATCH}" for p in range(procs) for b in range(per_proc)}
+            if batch else {f"bench-{p}-{i}" for p in range(procs) for i in range(per_proc)})
     lost, dup = len(want - set(calls)), len(calls) - len(set(calls))
     if lost or dup or len(calls) != len(want):
         raise RuntimeError(f"{lost} submissions lost, {dup} duplicated, {len(calls)} rows for "
                            f"{len(want)} submissions")
     total = procs * per_proc
-    how = "rows straight into the store (no gate, no audit)" if raw else "Client().submit"
+    how = ("rows straight into the store (no gate, no audit)" if raw else
+           f"Client().submit_many, {BATCH} per call" if batch else "Client().submit")
     return Row(f"submissions/s, {procs} process{'es' if procs > 1 else ''}, {how}", total / wall,
                "jobs/s", ">= 1,000/s" if procs == 4 and not raw else "",
                f"{total} jobs in {wall:.2f} s; none lost or duplicated")
@@ -378,8 +387,8 @@ def run(quick: bool, csv_path: str | None, console: Console) -> list[Row]:
     per_proc = 25 if quick else 250
     n_pending, n_gpus = (1_000, 64) if quick else (10_000, 512)
     repeats = 5 if quick else 31
-    rows = [bench_submit(procs, per_proc), bench_submit(1, per_proc),
-            bench_submit(procs, per_proc, raw=True)]
+    rows = [bench_submit(procs, per_proc), bench_submit(procs, per_proc, batch=True),
+            bench_submit(1, per_proc), bench_submit(procs, per_proc, raw=True)]
     rows.append(bench_place(synthetic_snapshot(n_pending, n_gpus), repeats))
     with tempfile.TemporaryDirectory(prefix="ns-load-") as tmp:
         url = f"sqlite:///{tmp}/nightshift.db"
@@ -414,11 +423,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--submit-worker", nargs=2, metavar=("PROC", "COUNT"),
                         help=argparse.SUPPRESS)
     parser.add_argument("--raw", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--batch", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--rss-worker", nargs=3, metavar=("URL", "MODE", "HOME"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.submit_worker:
-        submit_worker(int(args.submit_worker[0]), int(args.submit_worker[1]), args.raw)
+        submit_worker(int(args.submit_worker[0]), int(args.submit_worker[1]), args.raw, args.batch)
         return 0
     if args.rss_worker:
         rss_worker(*args.rss_worker)

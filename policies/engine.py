@@ -13,11 +13,12 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
+from pydantic import BaseModel, Field
+
 from nightshift.policies.model import Limits, Policy, Principal, expand_path, load_policy
 from nightshift.runtime.errors import SpecError
 from nightshift.skills.base import Skill
-import yaml
-from pydantic import BaseModel, Field
 
 
 class Verdict(BaseModel):
@@ -164,6 +165,15 @@ def _spec_file(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_limits(limits: Limits, args: dict[str, Any]) -> list[tuple[str, str]]:
+    """Every limit the arguments break, for a call and for each of a batch call's `items`."""
+    found = _check_one(limits, args)
+    for i, item in enumerate(args.get("items") or []):
+        if isinstance(item, dict):
+            found += [(rule, f"items[{i}]: {why}") for rule, why in _check_one(limits, item)]
+    return found
+
+
+def _check_one(limits: Limits, args: dict[str, Any]) -> list[tuple[str, str]]:
     """Every limit the arguments break: (rule id, reason naming the argument, limit and fix).
 
     Looks at top-level `gpus` (a count or a list of ids), `gpu_ids`, `image`, `mounts` (strings

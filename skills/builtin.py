@@ -12,5 +12,6 @@ from nightshift.skills import (  # noqa: F401
     pause_job,
     resume_job,
     submit_job,
+    submit_jobs,
     tune_lr,
 )

@@ -49,11 +49,8 @@ def resolve_spec(spec_path: str | None, spec: dict[str, Any] | None) -> tuple[Ex
     return parsed, None
 
 
-@skill("submit_job", capability="launch")
-def submit_job(ctx: SkillContext, inp: SubmitJobInput) -> SubmitJobResult:
-    """Queue an experiment from a spec (file or mapping) with optional parameter overrides and
-    priority. Returns at once with the job id; the scheduler starts it when a slot is free. The same
-    call id never queues twice."""
+def build_job(ctx: SkillContext, inp: SubmitJobInput, call_key: str | None) -> tuple[Job, ExperimentSpec]:
+    """A validated, not yet stored Job for one submission (shared by submit_job and submit_jobs)."""
     spec, path = resolve_spec(inp.spec_path, inp.spec)
     unknown = set(inp.params) - set(spec.parameters) - set(spec.search_space or {})
     if unknown:
@@ -63,22 +60,32 @@ def submit_job(ctx: SkillContext, inp: SubmitJobInput) -> SubmitJobResult:
     if inp.cost_class is not None:
         spec.cost_class = inp.cost_class
     _check_writable(spec, path, ctx.settings.runs_dir)
+    job = Job(name=spec.name, spec=spec.model_dump(mode="json"), spec_path=path, params=params,
+              priority=spec.priority if inp.priority is None else inp.priority,
+              owner=ctx.principal, max_attempts=spec.retries + 1, submitted_by_call=call_key,
+              group=inp.group, created_at=ctx.now, updated_at=ctx.now)
+    return job, spec
+
+
+def job_result(job: Job, spec: ExperimentSpec, already: bool = False) -> SubmitJobResult:
+    return SubmitJobResult(job_id=job.id, name=job.name, state=job.state, params=job.params,
+                           gpus=spec.resources.gpus, already_submitted=already)
+
+
+@skill("submit_job", capability="launch")
+def submit_job(ctx: SkillContext, inp: SubmitJobInput) -> SubmitJobResult:
+    """Queue an experiment from a spec (file or mapping) with optional parameter overrides and
+    priority. Returns at once with the job id; the scheduler starts it when a slot is free. The same
+    call id never queues twice."""
+    job, spec = build_job(ctx, inp, ctx.call_id)
     with ctx.store.session() as s:
         if ctx.call_id:
             existing = s.exec(select(Job).where(Job.submitted_by_call == ctx.call_id)).first()
             if existing:
-                return SubmitJobResult(job_id=existing.id, name=existing.name, state=existing.state,
-                                       params=existing.params, gpus=spec.resources.gpus,
-                                       already_submitted=True)
-        job = Job(name=spec.name, spec=spec.model_dump(mode="json"), spec_path=path, params=params,
-                  priority=spec.priority if inp.priority is None else inp.priority,
-                  owner=ctx.principal, max_attempts=spec.retries + 1, submitted_by_call=ctx.call_id,
-                  group=inp.group,
-                  created_at=ctx.now, updated_at=ctx.now)
+                return job_result(existing, spec, already=True)
         s.add(job)
         s.flush()
-        return SubmitJobResult(job_id=job.id, name=job.name, state=job.state, params=params,
-                               gpus=spec.resources.gpus)
+        return job_result(job, spec)
 
 
 def _check_writable(spec: ExperimentSpec, spec_path: str | None, runs_dir: Path) -> None:

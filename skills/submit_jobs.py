@@ -1,0 +1,39 @@
+"""submit_jobs: queue many experiments as one decision (a sweep's trials, a night's batch)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+from sqlmodel import select
+
+from nightshift.runtime.store import Job
+from nightshift.skills.base import SkillContext, skill
+from nightshift.skills.submit_job import SubmitJobInput, SubmitJobResult, build_job, job_result
+
+
+class SubmitJobsInput(BaseModel):
+    items: list[SubmitJobInput] = Field(min_length=1, max_length=10_000,
+                                        description="One submit_job argument set per job")
+
+
+class SubmitJobsResult(BaseModel):
+    jobs: list[SubmitJobResult]
+
+
+@skill("submit_jobs", capability="launch")
+def submit_jobs(ctx: SkillContext, inp: SubmitJobsInput) -> SubmitJobsResult:
+    """Queue several experiments at once, all or none: every item is validated before any job is
+    stored, then all are stored in one transaction. The policy checks every item's limits. The
+    same call id never queues them twice."""
+    built = [build_job(ctx, item, f"{ctx.call_id}#{i}" if ctx.call_id else None)
+             for i, item in enumerate(inp.items)]
+    with ctx.store.session() as s:
+        if ctx.call_id:
+            keys = [job.submitted_by_call for job, _ in built]
+            existing = {j.submitted_by_call: j for j in s.exec(
+                select(Job).where(Job.submitted_by_call.in_(keys)))}
+            if existing:
+                return SubmitJobsResult(jobs=[job_result(existing[j.submitted_by_call], spec, True)
+                                              for j, spec in built if j.submitted_by_call in existing])
+        s.add_all([job for job, _ in built])
+        s.flush()
+        return SubmitJobsResult(jobs=[job_result(job, spec) for job, spec in built])
