@@ -52,13 +52,16 @@ def submit(spec: Path = typer.Argument(..., help="Experiment spec (YAML)"),
         overrides = parse_key_values(param, "--param")
         trials = [{**t, **overrides} for t in parsed.grid()]
         group = f"{parsed.name}-{uuid.uuid4().hex[:8]}" if len(trials) > 1 else None
-        ids = []
+        items: list[dict[str, Any]] = []
         for params in trials:
             args: dict[str, Any] = {"spec_path": str(spec.resolve()), "params": params,
                                     "group": group, "cost_class": cost}
             if priority is not None:
                 args["priority"] = _priority(priority)
-            ids.append(client.call("submit_job", args).job_id)  # type: ignore[attr-defined]
+            items.append(args)
+        # One trial is one submit_job; a sweep's trials are one decision, all or none.
+        ids = (client.submit_many(items) if len(items) > 1 else
+               [client.call("submit_job", items[0]).job_id])  # type: ignore[attr-defined]
     except NightshiftError as exc:
         error(str(exc))
         raise typer.Exit(exc.exit_code) from None
