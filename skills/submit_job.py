@@ -49,8 +49,10 @@ def resolve_spec(spec_path: str | None, spec: dict[str, Any] | None) -> tuple[Ex
     return parsed, None
 
 
-def build_job(ctx: SkillContext, inp: SubmitJobInput, call_key: str | None) -> tuple[Job, ExperimentSpec]:
-    """A validated, not yet stored Job for one submission (shared by submit_job and submit_jobs)."""
+def build_job(ctx: SkillContext, inp: SubmitJobInput, call_key: str | None,
+              checked: set[str] | None = None) -> tuple[Job, ExperimentSpec]:
+    """A validated, not yet stored Job for one submission (shared by submit_job and submit_jobs;
+    `checked` remembers folders already found writable within one batch)."""
     spec, path = resolve_spec(inp.spec_path, inp.spec)
     unknown = set(inp.params) - set(spec.parameters) - set(spec.search_space or {})
     if unknown:
@@ -59,7 +61,7 @@ def build_job(ctx: SkillContext, inp: SubmitJobInput, call_key: str | None) -> t
     params = {**spec.parameters, **inp.params}
     if inp.cost_class is not None:
         spec.cost_class = inp.cost_class
-    _check_writable(spec, path, ctx.settings.runs_dir)
+    _check_writable(spec, path, ctx.settings.runs_dir, checked)
     job = Job(name=spec.name, spec=spec.model_dump(mode="json"), spec_path=path, params=params,
               priority=spec.priority if inp.priority is None else inp.priority,
               owner=ctx.principal, max_attempts=spec.retries + 1, submitted_by_call=call_key,
@@ -88,11 +90,16 @@ def submit_job(ctx: SkillContext, inp: SubmitJobInput) -> SubmitJobResult:
         return job_result(job, spec)
 
 
-def _check_writable(spec: ExperimentSpec, spec_path: str | None, runs_dir: Path) -> None:
+def _check_writable(spec: ExperimentSpec, spec_path: str | None, runs_dir: Path,
+                    checked: set[str] | None = None) -> None:
     """Refuse at submit, not at 3 a.m.: the run must be able to write its checkpoints."""
     target, field = runs_dir, "executor.runs_dir (config)"
     if spec.checkpoint and Path(spec.checkpoint.dir).is_absolute():
         target, field = Path(spec.checkpoint.dir), "checkpoint.dir"
+    if checked is not None:
+        if str(target) in checked:
+            return
+        checked.add(str(target))
     try:
         target.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=target):

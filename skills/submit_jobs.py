@@ -24,7 +24,8 @@ def submit_jobs(ctx: SkillContext, inp: SubmitJobsInput) -> SubmitJobsResult:
     """Queue several experiments at once, all or none: every item is validated before any job is
     stored, then all are stored in one transaction. The policy checks every item's limits. The
     same call id never queues them twice."""
-    built = [build_job(ctx, item, f"{ctx.call_id}#{i}" if ctx.call_id else None)
+    checked: set[str] = set()
+    built = [build_job(ctx, item, f"{ctx.call_id}#{i}" if ctx.call_id else None, checked)
              for i, item in enumerate(inp.items)]
     with ctx.store.session() as s:
         if ctx.call_id:
