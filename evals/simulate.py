@@ -1,0 +1,964 @@
+"""Trace-driven scheduler simulation: real GPU-cluster traces replayed through the placement
+function the daemon uses, against FIFO and EASY-backfill baselines.
+
+    python -m nightshift.evals.simulate                  # default sampled windows, load 0.8
+    python -m nightshift.evals.simulate --quick          # small windows: a smoke test (seconds)
+    python -m nightshift.evals.simulate --full           # the whole traces (tens of minutes)
+    nightshift eval simulate --load 0.6,0.8,1.0          # the same through the CLI, with a sweep
+
+Traces (copied into evals/data/traces/ with their SOURCES.md): Microsoft Philly (ATC'19), one row
+per job; Alibaba GPU v2023 (ATC'23), one row per pod, and its node list. A discrete-event loop
+advances from event to event (arrivals, completions, GPU health changes, and for the tariff-aware
+policy the tariff's window boundaries) and calls `nightshift.runtime.placement.place` at each
+event time at which something could change: the very function object the daemon calls.
+
+Policies, all on the same cluster, trace window, health events and seeded job attributes:
+
+* fifo — place() with no priorities, no aging and no tariff, keeping only the starts that come
+  before the first job it could not start (place() has no switch for "no backfill", so the
+  simulator drops its backfill starts; jobs are chosen in queue order, so the kept prefix is
+  exactly what strict FIFO starts);
+* easy — place() as it is with no priorities, no aging, no tariff and no preemption: EASY
+  backfill, one reservation for the job at the head, estimates from the users' overestimates;
+* priority — nightshift without the tariff: trace priorities with aging, and backfill (an
+  ablation, to tell the ordering's effect from the tariff's);
+* nightshift — place() as the daemon configures it by default: trace priorities (Alibaba's QoS
+  class) with aging of 1 point per hour, backfill, and tariff holding of the seeded
+  cost-sensitive jobs (with the pauses at the cheap period's end that place() proposes).
+
+Declared, since the traces do not say (see docs/benchmarks.md for the reasons): hosts of 8 GPUs
+for Philly, Alibaba's hosts drawn from its node list's GPUs-per-node mix; a cluster size giving
+the offered load asked for; jobs wider than the widest host dropped and counted; 300 W per busy
+GPU; a three-band time-of-use tariff in the trace's own clock; user runtime estimates = truth x a
+seeded log-uniform factor in [1, 4]; 25 % of jobs cost-sensitive; deadline = submit + 30 min +
+U(1.5, 4) x runtime; 1 % of GPU time quarantined by seeded health events (6 h mean); a tariff
+pause costs 5 min of redone work; preemption off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import csv
+import functools
+import gzip
+import heapq
+import math
+import os
+import random
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from nightshift.runtime import placement  # place() is looked up here at every call
+from nightshift.runtime.placement import GpuSlot, PendingJob, RunningJob, Snapshot, Start
+from nightshift.runtime.tariff import PriceWindow, Tariff
+
+DATA = Path(__file__).resolve().parent / "data" / "traces"
+PHILLY_FILE = DATA / "pollux_adaptdl_philly_jobs.csv.gz"
+ALIBABA_PODS = DATA / "alibaba_gpu_v2023_openb_pod_list_default.csv"
+ALIBABA_NODES = DATA / "alibaba_gpu_v2023_openb_node_list_gpu_node.csv"
+ALIBABA_ORIGIN = datetime(2023, 7, 3)  # declared: the trace counts seconds from its start only
+QOS_PRIORITY = {"Guaranteed": 2, "LS": 2, "Burstable": 1, "BE": 0}
+TRACES = ("philly", "alibaba")
+WINDOW_DAYS = {"philly": 7.0, "alibaba": 14.0}  # default sampled windows
+QUICK_DAYS = {"philly": 0.5, "alibaba": 1.0}
+PHILLY_GPUS_PER_HOST = 8
+GPU_MIB = 32768.0  # every simulated GPU: 32 GiB; a sharing pod's cap is its fraction of it
+DAY = 86400.0
+HORIZON_S = 400 * DAY  # a run stops this long after its window ends; what is left is "unfinished"
+
+DONE, HEALTH, TICK = 0, 1, 2  # event kinds, in the order they apply at one instant
+
+
+def tariff() -> Tariff:
+    """The three-band time-of-use tariff, every day alike, in the trace's own clock (zone UTC,
+    so no daylight-saving shifts): valley 23:00-07:00, shoulder, peak 17:00-21:00."""
+    return Tariff(timezone="UTC", currency="EUR", windows=[
+        PriceWindow(name="valley", start="23:00", end="07:00", price_per_kwh=0.10),
+        PriceWindow(name="shoulder", start="07:00", end="17:00", price_per_kwh=0.20),
+        PriceWindow(name="peak", start="17:00", end="21:00", price_per_kwh=0.35),
+        PriceWindow(name="evening", start="21:00", end="23:00", price_per_kwh=0.20)])
+
+
+# ---------------------------------------------------------------------------------- traces
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    """One job as the trace gives it; times in seconds from the trace's origin."""
+
+    id: int  # 1-based row number in the file
+    submit_s: float
+    duration_s: float  # the run time the trace recorded: the truth the simulation replays
+    gpus: int
+    share: float = 1.0  # fraction of each GPU a GPU-sharing pod asks for; 1.0: whole GPUs
+    priority: int = 0
+    censored: bool = False  # still running when the trace ends: the duration is a lower bound
+
+
+@dataclass
+class Trace:
+    """A parsed trace: jobs sorted by submit time (then row), and the rows it left out."""
+
+    name: str
+    origin: datetime  # local wall time of second 0
+    jobs: list[TraceJob]
+    rows: int
+    excluded: dict[str, int] = field(default_factory=dict)
+    host_sizes: list[int] | None = None  # GPUs per node of the traced cluster, where known
+
+
+def load_philly(path: Path = PHILLY_FILE) -> Trace:
+    """Philly: `timestamp` (local wall time) is the submit, `duration` seconds, `num_gpus`."""
+    with gzip.open(path, "rt", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    stamps = [datetime.fromisoformat(r["timestamp"]) for r in rows]
+    origin = min(stamps).replace(hour=0, minute=0, second=0, microsecond=0)
+    jobs = [TraceJob(id=i, submit_s=(ts - origin).total_seconds(), duration_s=float(r["duration"]),
+                     gpus=int(r["num_gpus"]))
+            for i, (r, ts) in enumerate(zip(rows, stamps, strict=True), 1)]
+    jobs.sort(key=lambda j: (j.submit_s, j.id))
+    return Trace("philly", origin, jobs, rows=len(rows))
+
+
+def load_alibaba(pods: Path = ALIBABA_PODS, nodes: Path = ALIBABA_NODES) -> Trace:
+    """Alibaba GPU v2023: submit = `creation_time`, run time = `deletion_time - scheduled_time`.
+    CPU-only pods and pods that never started (no `scheduled_time`) are left out and counted;
+    pods still running when the trace ends are kept with the run time seen (censored)."""
+    with open(pods, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    end = max(int(r["deletion_time"]) for r in rows if r["deletion_time"])
+    excluded = {"cpu_only": 0, "never_started": 0}
+    jobs: list[TraceJob] = []
+    for i, r in enumerate(rows, 1):
+        k = int(r["num_gpu"])
+        if k == 0:
+            excluded["cpu_only"] += 1
+            continue
+        if not r["scheduled_time"]:
+            excluded["never_started"] += 1
+            continue
+        start, stop, milli = int(r["scheduled_time"]), int(r["deletion_time"]), int(r["gpu_milli"])
+        jobs.append(TraceJob(id=i, submit_s=float(r["creation_time"]),
+                             duration_s=float(max(1, stop - start)), gpus=k,
+                             share=milli / 1000 if k == 1 and 0 < milli < 1000 else 1.0,
+                             priority=QOS_PRIORITY.get(r["qos"], 0), censored=stop >= end))
+    jobs.sort(key=lambda j: (j.submit_s, j.id))
+    with open(nodes, newline="") as fh:
+        host_sizes = [int(r["gpu"]) for r in csv.DictReader(fh)]
+    return Trace("alibaba", ALIBABA_ORIGIN, jobs, rows=len(rows), excluded=excluded,
+                 host_sizes=host_sizes)
+
+
+LOADERS = {"philly": load_philly, "alibaba": load_alibaba}
+
+
+@functools.cache
+def load_trace(name: str) -> Trace:
+    """A trace by name, parsed once per process (callers must not change it)."""
+    return LOADERS[name]()
+
+
+# ---------------------------------------------------------------------------------- setup
+@dataclass(frozen=True, slots=True)
+class SimJob:
+    """A trace job and what the simulation adds to it by seeded rule."""
+
+    id: int
+    submit_s: float
+    duration_s: float
+    gpus: int
+    share: float
+    priority: int
+    censored: bool
+    overestimate: float  # the user's estimate is duration_s x this (>= 1)
+    cost_sensitive: bool
+    deadline_s: float
+
+
+@dataclass(frozen=True)
+class Options:
+    """Knobs that are the same for every policy of a run."""
+
+    seed: int = 0
+    cost_fraction: float = 0.25
+    max_overestimate: float = 4.0
+    health_fraction: float = 0.01  # share of GPU time quarantined
+    health_mean_h: float = 6.0  # mean length of one quarantine
+    gpu_watts: float = 300.0
+    pause_overhead_s: float = 300.0  # work redone after a tariff pause (since the last checkpoint)
+    max_pending: int = 5000  # pending jobs passed to one place() call, best first
+    tick_s: float = 0.0  # an extra policy tick at this cadence; 0: events only
+
+
+@dataclass
+class Setup:
+    """One trace window on one sized cluster: the input of every policy's run."""
+
+    trace: str
+    origin: datetime
+    window: tuple[float, float]
+    load: float
+    jobs: list[SimJob]
+    hosts: list[int]  # GPUs per host
+    counts: dict[str, int]
+    opts: Options
+
+    @property
+    def gpus(self) -> int:
+        return sum(self.hosts)
+
+
+def seeded_jobs(trace: Trace, opts: Options) -> list[SimJob]:
+    """Every trace job with its estimate factor (log-uniform in [1, max]), cost-sensitive mark
+    (probability `cost_fraction`) and deadline (submit + 30 min + U(1.5, 4) x run time), drawn in
+    trace order from one generator seeded by (seed, trace), so a job keeps its draws whatever the
+    window, the load or the policy."""
+    rnd = random.Random(f"{opts.seed}:{trace.name}:jobs")
+    top = math.log(max(1.0, opts.max_overestimate))
+    out = []
+    for j in trace.jobs:
+        f, cs, slack = math.exp(rnd.uniform(0.0, top)), rnd.random(), rnd.uniform(1.5, 4.0)
+        out.append(SimJob(j.id, j.submit_s, j.duration_s, j.gpus, j.share, j.priority, j.censored,
+                          f, cs < opts.cost_fraction, j.submit_s + 1800.0 + slack * j.duration_s))
+    return out
+
+
+def pick_window(trace: Trace, days: float | None, seed: int) -> tuple[float, float]:
+    """[start, end) in trace seconds: `days` long, starting at the submit time of a seeded
+    random job (so windows fall where the jobs are); None: the whole trace."""
+    first, last = trace.jobs[0].submit_s, trace.jobs[-1].submit_s
+    if days is None:
+        return first, last + 1.0
+    span = days * DAY
+    starts = [j.submit_s for j in trace.jobs if j.submit_s + span <= last] or [first]
+    t0 = random.Random(f"{seed}:{trace.name}:window").choice(starts)
+    return t0, t0 + span
+
+
+def size_cluster(trace: Trace, jobs: list[SimJob], window: tuple[float, float], load: float,
+                 gpus_per_host: int | None, seed: int) -> tuple[list[int], list[SimJob], int]:
+    """Hosts whose GPUs make the offered load Σ gpus x share x run time / (GPUs x window) equal
+    `load`. Philly: hosts of 8 GPUs; Alibaba: node sizes drawn (seeded) from its node list;
+    `gpus_per_host` overrides both (0: one host holding every GPU, at least the widest job).
+    Jobs wider than the widest host are dropped: returns (hosts, kept jobs, dropped count)."""
+    span = window[1] - window[0]
+    if gpus_per_host == 0:
+        demand = sum(j.gpus * j.share * j.duration_s for j in jobs)
+        need = max(1, math.ceil(demand / (load * span)), max((j.gpus for j in jobs), default=1))
+        return [need], jobs, 0
+    sizes = ([gpus_per_host] if gpus_per_host else trace.host_sizes or [PHILLY_GPUS_PER_HOST])
+    widest = max(sizes)
+    kept = [j for j in jobs if j.gpus <= widest]
+    demand = sum(j.gpus * j.share * j.duration_s for j in kept)
+    need = max(1, math.ceil(demand / (load * span)))
+    pool = list(sizes)
+    random.Random(f"{seed}:{trace.name}:hosts").shuffle(pool)
+    hosts: list[int] = []
+    while sum(hosts) < need:
+        hosts.append(pool[len(hosts) % len(pool)])
+    wanted = max((j.gpus for j in kept), default=1)
+    if max(hosts) < wanted:  # the cluster must hold its widest job
+        hosts.append(min(s for s in sizes if s >= wanted))
+    return hosts, kept, len(jobs) - len(kept)
+
+
+def make_setups(names: list[str], loads: list[float], days: dict[str, float | None],
+                gpus_per_host: int | None, opts: Options) -> list[Setup]:
+    setups = []
+    for name in names:
+        trace = load_trace(name)
+        window = pick_window(trace, days[name], opts.seed)
+        jobs = [j for j in seeded_jobs(trace, opts) if window[0] <= j.submit_s < window[1]]
+        for load in loads:
+            hosts, kept, dropped = size_cluster(trace, jobs, window, load, gpus_per_host, opts.seed)
+            counts = {"rows": trace.rows, **trace.excluded, "in_window": len(jobs),
+                      "dropped": dropped, "censored": sum(j.censored for j in kept)}
+            setups.append(Setup(name, trace.origin, window, load, kept, hosts, counts, opts))
+    return setups
+
+
+# ---------------------------------------------------------------------------------- policies
+@dataclass(frozen=True)
+class Policy:
+    """How a run drives place(): which of its features are on."""
+
+    name: str
+    fifo: bool  # keep only the starts before the first job place() could not start
+    aging_per_hour: float
+    priorities: bool  # use the trace's priorities (else every job has priority 0)
+    tariff: bool  # hold cost-sensitive jobs for cheap hours (and honour the pauses)
+
+
+POLICIES = {
+    "fifo": Policy("fifo", fifo=True, aging_per_hour=0.0, priorities=False, tariff=False),
+    "easy": Policy("easy", fifo=False, aging_per_hour=0.0, priorities=False, tariff=False),
+    "priority": Policy("priority", fifo=False, aging_per_hour=1.0, priorities=True, tariff=False),
+    "nightshift": Policy("nightshift", fifo=False, aging_per_hour=1.0, priorities=True, tariff=True),
+}
+
+
+# ---------------------------------------------------------------------------------- the loop
+class _Job:
+    """A job's state during one run."""
+
+    __slots__ = ("sj", "key", "model", "rem", "first_start", "seg_start", "done", "ran", "epoch",
+                 "gpus", "shared")
+
+    def __init__(self, sj: SimJob, key: tuple, model: PendingJob):
+        self.sj, self.key, self.model = sj, key, model
+        self.rem = sj.duration_s  # actual run time still to go
+        self.first_start: float | None = None
+        self.seg_start = 0.0
+        self.done: float | None = None
+        self.ran = 0.0  # seconds spent running, over all its segments
+        self.epoch = 0  # bumped on every start and pause: a completion event of an older one is stale
+        self.gpus: list[int] = []
+        self.shared = sj.share < 1.0
+
+
+class _Boundaries:
+    """Instants (trace seconds) at which the tariff's price changes, computed a fortnight at a
+    time from `Tariff.pieces`."""
+
+    def __init__(self, tar: Tariff, origin: datetime):
+        self.tar, self.origin = tar, origin
+        self.times: list[float] = []
+        self.upto = -1.0
+
+    def after(self, t: float) -> float:
+        """The first boundary strictly after t."""
+        while not self.times or self.times[-1] <= t:
+            lo = max(t, self.upto)
+            hi = lo + 14 * DAY
+            for p in self.tar.pieces(self.origin + timedelta(seconds=lo - DAY),
+                                     self.origin + timedelta(seconds=hi)):
+                s = (p.start - self.origin).total_seconds()
+                if s > lo - DAY and s > t and (not self.times or s > self.times[-1]):
+                    self.times.append(s)
+            self.upto = hi
+        return self.times[bisect.bisect_right(self.times, t)]
+
+
+@dataclass
+class RunResult:
+    """What one policy did on one setup."""
+
+    trace: str
+    load: float
+    policy: str
+    metrics: dict[str, float]
+    queue: list[tuple[float, int]]  # (trace seconds, pending jobs), at each change
+    delays: list[float]  # queueing delay of every completed job, seconds
+    first_start: dict[int, float]  # job id -> when it first started (trace seconds)
+
+
+class _Run:
+    """One policy over one setup."""
+
+    def __init__(self, setup: Setup, policy: Policy):
+        self.setup, self.policy, self.opts = setup, policy, setup.opts
+        self.origin = setup.origin
+        self.tariff = tariff() if policy.tariff else None
+        self.rate = policy.aging_per_hour / 3600.0
+        n = setup.gpus
+        self.slots: list[GpuSlot] = []
+        gid = 0
+        for h, size in enumerate(setup.hosts):
+            for _ in range(size):
+                self.slots.append(GpuSlot.model_construct(
+                    index=gid, host=f"h{h:05d}", memory_total_mib=GPU_MIB, memory_used_mib=0.0,
+                    verdict="OK"))
+                gid += 1
+        self.healthy = [True] * n
+        self.njobs = [0] * n
+        self.load = [0.0] * n
+        self.excl = [False] * n
+        self.min_share = min((j.share for j in setup.jobs), default=1.0)
+        self.room = [0, n, 0]  # GPUs with [no room, a whole GPU free, room to share]
+        self.heap: list[tuple[float, int, int, object]] = []
+        self.seq = 0
+        self.jobs: dict[int, _Job] = {}
+        self.queue: list[tuple] = []  # keys of pending jobs, best first
+        self.running: dict[int, RunningJob] = {}
+        self.cs_running = 0
+        self.left = len(setup.jobs)
+        self.segments: list[tuple[float, float, float]] = []  # (start, end, GPUs x share)
+        self.queue_series: list[tuple[float, int]] = []
+        self.health_rnd = [random.Random(f"{setup.opts.seed}:{setup.trace}:{setup.load}:gpu{i}")
+                           for i in range(n)]
+        self.calls = 0
+        self.pauses = 0
+        self.queue_cap_hits = 0
+
+    # -------------------------------------------------------------- bookkeeping
+    def _push(self, t: float, kind: int, payload: object) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, kind, self.seq, payload))
+
+    def _room(self, i: int) -> int:
+        if not self.healthy[i]:
+            return 0
+        if self.njobs[i] == 0:
+            return 1
+        if self.excl[i] or 1.0 - self.load[i] < self.min_share - 1e-9:
+            return 0
+        return 2
+
+    def _gpu(self, i: int, d_jobs: int, d_load: float, excl: bool | None) -> None:
+        self.room[self._room(i)] -= 1
+        self.njobs[i] += d_jobs
+        self.load[i] = max(0.0, self.load[i] + d_load) if self.njobs[i] else 0.0
+        if excl is not None:
+            self.excl[i] = excl
+        if self.njobs[i] == 0:
+            self.excl[i] = False
+        self.room[self._room(i)] += 1
+
+    def _dt(self, t: float) -> datetime:
+        return self.origin + timedelta(seconds=t)
+
+    def _pending_model(self, sj: SimJob, expected_s: float) -> PendingJob:
+        pol = self.policy
+        cs = pol.tariff and sj.cost_sensitive
+        return PendingJob.model_construct(
+            id=sj.id, priority=sj.priority if pol.priorities else 0, gpus=sj.gpus,
+            share_gpu=sj.share < 1.0,
+            gpu_memory_cap_gb=sj.share * GPU_MIB / 1024 if sj.share < 1.0 else None,
+            submitted_at=self._dt(sj.submit_s), expected_duration_s=expected_s,
+            cost_class="cost_sensitive" if cs else "urgent", pausable=True)
+
+    # -------------------------------------------------------------- events
+    def _arrive(self, sj: SimJob) -> None:
+        prio = sj.priority if self.policy.priorities else 0
+        # place() ranks by priority + rate x (now - submit): a fixed order, whatever `now` is
+        key = (-(prio - self.rate * sj.submit_s), sj.submit_s, sj.id)
+        j = _Job(sj, key, self._pending_model(sj, sj.duration_s * sj.overestimate))
+        self.jobs[sj.id] = j
+        bisect.insort(self.queue, key)
+
+    def _start(self, s: Start, t: float) -> None:
+        j = self.jobs[s.job_id]
+        del self.queue[bisect.bisect_left(self.queue, j.key)]
+        if j.first_start is None:
+            j.first_start = t
+        j.seg_start, j.gpus = t, list(s.gpus)
+        j.epoch += 1
+        self._push(t + j.rem, DONE, (j.sj.id, j.epoch))
+        m = j.model
+        self.running[j.sj.id] = RunningJob.model_construct(
+            id=m.id, gpus=j.gpus, share_gpu=m.share_gpu, name="", priority=m.priority,
+            submitted_at=m.submitted_at, started_at=self._dt(t), expected_end=s.expected_end,
+            pausable=m.pausable, cost_class=m.cost_class, gpu_memory_gb=None,
+            gpu_memory_cap_gb=m.gpu_memory_cap_gb)
+        if m.cost_class == "cost_sensitive":
+            self.cs_running += 1
+        for i in j.gpus:
+            self._gpu(i, 1, j.sj.share, not j.shared)
+
+    def _stop(self, j: _Job, t: float) -> None:
+        m = self.running.pop(j.sj.id)
+        if m.cost_class == "cost_sensitive":
+            self.cs_running -= 1
+        self.segments.append((j.seg_start, t, j.sj.gpus * j.sj.share))
+        j.ran += t - j.seg_start
+        for i in j.gpus:
+            self._gpu(i, -1, -j.sj.share, None)
+        j.gpus = []
+
+    def _complete(self, jid: int, epoch: int, t: float) -> None:
+        j = self.jobs[jid]
+        if j.epoch != epoch or jid not in self.running:
+            return  # paused since: this completion is stale
+        self._stop(j, t)
+        j.done = t
+        self.left -= 1
+
+    def _pause(self, jid: int, t: float) -> None:
+        """A tariff pause at a checkpoint: back to the queue with what remains, plus the work
+        redone since the last checkpoint; the estimate stays the user's factor x what remains."""
+        j = self.jobs.get(jid)
+        if j is None or jid not in self.running:
+            return
+        self._stop(j, t)
+        j.epoch += 1
+        j.rem = j.rem - (t - j.seg_start) + self.opts.pause_overhead_s
+        j.model = self._pending_model(j.sj, j.rem * j.sj.overestimate)
+        bisect.insort(self.queue, j.key)
+        self.pauses += 1
+
+    def _health(self, i: int, t: float) -> None:
+        """Flip GPU i between healthy and quarantined (CRITICAL); schedule its next flip. Each
+        GPU draws from its own seeded generator, so every policy sees the same events."""
+        up = not self.healthy[i]
+        self.room[self._room(i)] -= 1
+        self.healthy[i] = up
+        self.room[self._room(i)] += 1
+        old = self.slots[i]
+        self.slots[i] = GpuSlot.model_construct(
+            index=old.index, host=old.host, memory_total_mib=GPU_MIB, memory_used_mib=0.0,
+            verdict="OK" if up else "CRITICAL")
+        self._push(t + self._health_gap(i, up), HEALTH, i)
+
+    def _health_gap(self, i: int, up: bool) -> float:
+        frac = self.opts.health_fraction
+        down_mean = self.opts.health_mean_h * 3600.0
+        rnd = self.health_rnd[i]
+        return rnd.expovariate(1.0 / (down_mean * (1 - frac) / frac if up else down_mean))
+
+    # -------------------------------------------------------------- decisions
+    def _snapshot(self, t: float, keys: list[tuple]) -> Snapshot:
+        return Snapshot.model_construct(
+            now=self._dt(t), pending=[self.jobs[k[2]].model for k in keys],
+            running=list(self.running.values()), gpus=self.slots, cpu_slots=1, tariff=self.tariff,
+            cost_threshold=None, tariff_horizon_h=168.0, long_job_start_grace_s=1800.0,
+            aging_per_hour=self.policy.aging_per_hour, preempt_margin=None,
+            preempt_max_per_call=4, default_duration_s=3600.0, display_tz=None)
+
+    def _decide(self, t: float, tick: bool) -> None:
+        can_start = bool(self.queue) and (self.room[1] or self.room[2])
+        may_pause = tick and self.cs_running > 0
+        if not (can_start or may_pause):
+            return  # place() could start nothing and propose no pause: skip the call
+        if self.policy.fifo:
+            self._decide_fifo(t)
+            return
+        cap = self.opts.max_pending
+        if len(self.queue) > cap:
+            self.queue_cap_hits += 1
+        self.calls += 1
+        d = placement.place(self._snapshot(t, self.queue[:cap]))
+        for p in d.pauses:
+            self._pause(p.job_id, t)
+        for s in d.starts:
+            self._start(s, t)
+
+    def _decide_fifo(self, t: float) -> None:
+        """Strict FIFO through place(): a prefix of the queue in, and only the starts before the
+        first job it could not start kept; a bigger prefix while every job of one started."""
+        chunk = 64
+        while self.queue and (self.room[1] or self.room[2]):
+            keys = self.queue[:chunk]
+            self.calls += 1
+            d = placement.place(self._snapshot(t, keys))
+            by_id = {s.job_id: s for s in d.starts}
+            kept = []
+            for k in keys:
+                s = by_id.get(k[2])
+                if s is None:
+                    break
+                kept.append(s)
+            for s in kept:
+                self._start(s, t)
+            if len(kept) < len(keys):
+                return
+            chunk *= 2
+
+    # -------------------------------------------------------------- run
+    def run(self) -> RunResult:
+        wall = time.perf_counter()
+        setup, opts = self.setup, self.opts
+        arrivals = setup.jobs  # sorted by submit time
+        w0, w1 = setup.window
+        n = setup.gpus
+        if opts.health_fraction > 0:
+            for i in range(n):
+                self._push(w0 + self._health_gap(i, True), HEALTH, i)
+        bounds = _Boundaries(self.tariff, self.origin) if self.tariff is not None else None
+        ticking = bounds is not None or opts.tick_s > 0
+
+        def next_tick(t: float) -> float:
+            nxt = math.inf
+            if bounds is not None:
+                nxt = bounds.after(t)
+            if opts.tick_s > 0:
+                nxt = min(nxt, (math.floor(t / opts.tick_s) + 1) * opts.tick_s)
+            return nxt
+
+        if ticking:
+            self._push(next_tick(w0), TICK, None)
+        ptr, total = 0, len(arrivals)
+        last_q = -1
+        t = w0
+        while self.left > 0:
+            t_next = self.heap[0][0] if self.heap else math.inf
+            if ptr < total:
+                t_next = min(t_next, arrivals[ptr].submit_s)
+            if t_next == math.inf or t_next > w1 + HORIZON_S:
+                break
+            t = t_next
+            tick = False
+            while self.heap and self.heap[0][0] <= t:
+                _, kind, _, payload = heapq.heappop(self.heap)
+                if kind == DONE:
+                    jid, epoch = payload  # type: ignore[misc]
+                    self._complete(jid, epoch, t)
+                elif kind == HEALTH:
+                    self._health(payload, t)  # type: ignore[arg-type]
+                elif not tick:
+                    tick = True
+                    self._push(next_tick(t), TICK, None)
+            while ptr < total and arrivals[ptr].submit_s <= t:
+                self._arrive(arrivals[ptr])
+                ptr += 1
+            self._decide(t, tick)
+            if len(self.queue) != last_q:
+                last_q = len(self.queue)
+                self.queue_series.append((t, last_q))
+        return self._result(time.perf_counter() - wall, t)
+
+    # -------------------------------------------------------------- metrics
+    def _result(self, wall_s: float, t_end: float) -> RunResult:
+        setup, opts = self.setup, self.opts
+        w0, w1 = setup.window
+        done = [j for j in self.jobs.values() if j.done is not None]
+        finished = [j for j in done if not j.sj.censored]
+        jct = np.array([j.done - j.sj.submit_s for j in finished]) / 3600.0
+        delays = [j.done - j.sj.submit_s - j.ran for j in done]
+        dh = np.array(delays) / 3600.0
+        busy = sum(g * (min(b, w1) - max(a, w0)) for a, b, g in self.segments if b > w0 and a < w1)
+        kwh, cost = _energy(self.segments, opts.gpu_watts, self.origin)
+        valley = tariff().cheapest_price()
+        misses = sum(1 for j in finished if j.done > j.sj.deadline_s)
+        marked = [j.done - j.sj.submit_s for j in finished if j.sj.cost_sensitive]
+        others = [j.done - j.sj.submit_s for j in finished if not j.sj.cost_sensitive]
+
+        def pct(a: np.ndarray, q: float) -> float:
+            return float(np.percentile(a, q)) if a.size else math.nan
+
+        m = {
+            "gpus": setup.gpus, "hosts": len(setup.hosts), "jobs": len(setup.jobs),
+            "completed": len(done), "unfinished": len(setup.jobs) - len(done),
+            "dropped": setup.counts["dropped"], "censored": setup.counts["censored"],
+            "util": busy / (setup.gpus * (w1 - w0)),
+            "jct_mean_h": float(jct.mean()) if jct.size else math.nan,
+            "jct_p50_h": pct(jct, 50), "jct_p95_h": pct(jct, 95),
+            # the same seeded jobs under every policy; only nightshift holds the marked ones
+            "jct_mean_cost_sensitive_h": float(np.mean(marked)) / 3600.0 if marked else math.nan,
+            "jct_mean_other_h": float(np.mean(others)) / 3600.0 if others else math.nan,
+            "delay_mean_h": float(dh.mean()) if dh.size else math.nan,
+            "delay_p50_h": pct(dh, 50), "delay_p95_h": pct(dh, 95),
+            "energy_kwh": kwh, "cost": cost, "cost_lower_bound": kwh * valley,
+            "cost_ratio": cost / (kwh * valley) if kwh else math.nan,
+            "deadline_misses": misses,
+            "deadline_miss_rate": misses / len(finished) if finished else math.nan,
+            "pauses": self.pauses, "place_calls": self.calls, "queue_cap_hits": self.queue_cap_hits,
+            "makespan_h": (max((j.done for j in done), default=w0) - w0) / 3600.0,
+            "wall_s": wall_s,
+        }
+        starts = {jid: j.first_start for jid, j in self.jobs.items() if j.first_start is not None}
+        return RunResult(setup.trace, setup.load, self.policy.name, m, self.queue_series, delays,
+                         starts)
+
+
+def _energy(segments: list[tuple[float, float, float]], watts: float,
+            origin: datetime) -> tuple[float, float]:
+    """(kWh, cost) of busy GPUs: Σ GPUs x watts x time, priced by the tariff's pieces through a
+    prefix sum of price x hours (the same as `Tariff.energy_cost` per segment, in one pass)."""
+    if not segments:
+        return 0.0, 0.0
+    lo = min(a for a, _, _ in segments)
+    hi = max(b for _, b, _ in segments)
+    pieces = tariff().pieces(origin + timedelta(seconds=lo), origin + timedelta(seconds=hi))
+    starts = [(p.start - origin).total_seconds() for p in pieces]
+    prices = [p.price for p in pieces]
+    cum = [0.0]
+    for p in pieces:
+        cum.append(cum[-1] + p.price * (p.end - p.start).total_seconds() / 3600.0)
+
+    def integral(t: float) -> float:  # Σ price x hours over [lo, t)
+        i = max(0, bisect.bisect_right(starts, t) - 1)
+        return cum[i] + prices[i] * (t - starts[i]) / 3600.0
+
+    kw = watts / 1000.0
+    kwh = sum(g * (b - a) for a, b, g in segments) * kw / 3600.0
+    cost = sum(g * (integral(b) - integral(a)) for a, b, g in segments) * kw
+    return kwh, cost
+
+
+def simulate(setup: Setup, policy: Policy | str) -> RunResult:
+    """Run one policy over one setup."""
+    pol = POLICIES[policy] if isinstance(policy, str) else policy
+    return _Run(setup, pol).run()
+
+
+def _unit(args: tuple[Setup, str]) -> RunResult:
+    return simulate(*args)
+
+
+# ---------------------------------------------------------------------------------- output
+TIME_COLUMNS = [
+    ("gpus", "GPUs", "{:.0f}"), ("jobs", "jobs", "{:.0f}"), ("util", "util", "{:.1%}"),
+    ("jct_mean_h", "JCT mean h", "{:.2f}"), ("jct_p50_h", "p50", "{:.2f}"),
+    ("jct_p95_h", "p95", "{:.1f}"), ("jct_mean_other_h", "urgent", "{:.2f}"),
+    ("jct_mean_cost_sensitive_h", "c-s", "{:.2f}"), ("delay_mean_h", "wait mean h", "{:.2f}"),
+    ("delay_p50_h", "p50", "{:.2f}"), ("delay_p95_h", "p95", "{:.2f}"),
+    ("deadline_misses", "missed", "{:.0f}"),
+]
+COST_COLUMNS = [
+    ("energy_kwh", "MWh", "{:.2f}"), ("cost", "cost EUR", "{:,.0f}"),
+    ("cost_lower_bound", "bound EUR", "{:,.0f}"), ("cost_ratio", "ratio", "{:.3f}"),
+    ("pauses", "pauses", "{:.0f}"), ("dropped", "dropped", "{:.0f}"),
+    ("censored", "censored", "{:.0f}"), ("unfinished", "unfinished", "{:.0f}"),
+    ("place_calls", "place() calls", "{:.0f}"), ("wall_s", "wall s", "{:.1f}"),
+]
+
+
+def _cell(key: str, fmt: str, v: float) -> str:
+    if isinstance(v, float) and math.isnan(v):
+        return "–"
+    return fmt.format(v / 1000 if key == "energy_kwh" else v)
+
+
+def results_tables(results: list[RunResult]) -> list[Table]:
+    """Two tables, one row per trace x load x policy: time (JCT in hours, split by the seeded
+    cost-sensitive mark; waits) and energy (cost, the all-valley bound, pauses, counts)."""
+    tables = []
+    for title, cols in (("Trace-driven scheduler simulation: time", TIME_COLUMNS),
+                        ("… energy and counts", COST_COLUMNS)):
+        table = Table(title=title)
+        for head in ("trace", "load", "policy"):
+            table.add_column(head)
+        for _, head, _ in cols:
+            table.add_column(head, justify="right")
+        for r in results:
+            table.add_row(r.trace, f"{r.load:g}", r.policy,
+                          *(_cell(k, f, r.metrics[k]) for k, _, f in cols))
+        tables.append(table)
+    return tables
+
+
+HEADLINE = (("jct_mean_h", "JCT mean"), ("delay_mean_h", "wait mean"), ("util", "utilisation"),
+            ("cost", "energy cost"), ("deadline_misses", "deadline misses"))
+
+
+def headline(results: list[RunResult]) -> list[dict[str, object]]:
+    """nightshift / baseline for each trace and load: below 1 is lower for nightshift."""
+    by = {(r.trace, r.load, r.policy): r.metrics for r in results}
+    rows = []
+    for (trace, load, pol), m in by.items():
+        if pol != "nightshift":
+            continue
+        for base in ("fifo", "easy"):
+            b = by.get((trace, load, base))
+            if b is None:
+                continue
+            row: dict[str, object] = {"trace": trace, "load": load, "versus": base}
+            for k, _ in HEADLINE:
+                row[k] = m[k] / b[k] if b[k] else math.nan
+            rows.append(row)
+    return rows
+
+
+def headline_table(rows: list[dict[str, object]]) -> Table:
+    table = Table(title="nightshift ÷ baseline (below 1: lower for nightshift)")
+    for head in ("trace", "load", "versus", *(h for _, h in HEADLINE)):
+        table.add_column(head, justify="right")
+    for r in rows:
+        table.add_row(str(r["trace"]), f"{r['load']:g}", str(r["versus"]),
+                      *(f"{r[k]:.3f}" for k, _ in HEADLINE))
+    return table
+
+
+def write_csv(path: Path, results: list[RunResult], setups: list[Setup]) -> None:
+    by = {(s.trace, s.load): s for s in setups}
+    keys = list(results[0].metrics) if results else []
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["trace", "load", "policy", "window_start", "window_end", "seed", *keys])
+        for r in results:
+            s = by[(r.trace, r.load)]
+            w.writerow([r.trace, r.load, r.policy, (s.origin + timedelta(seconds=s.window[0])).isoformat(),
+                        (s.origin + timedelta(seconds=s.window[1])).isoformat(), s.opts.seed,
+                        *(f"{r.metrics[k]:.6g}" for k in keys)])
+
+
+STYLE = {"fifo": ("tab:gray", "s", "-"), "easy": ("tab:blue", "^", "--"),
+         "priority": ("tab:green", "v", ":"), "nightshift": ("tab:orange", "o", "-")}
+
+
+def write_plots(out: Path, results: list[RunResult], setups: list[Setup]) -> list[Path]:
+    """queue length over time per policy, CDF of queueing delay (at the load nearest 0.8), and
+    cost against mean queueing delay (every trace, load and policy)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    traces = list(dict.fromkeys(r.trace for r in results))
+    loads = sorted({r.load for r in results})
+    shown = min(loads, key=lambda x: abs(x - 0.8))
+    windows = {(s.trace, s.load): s.window for s in setups}
+    paths = []
+
+    fig, axes = plt.subplots(1, len(traces), figsize=(5.2 * len(traces), 3.6), squeeze=False)
+    for ax, trace in zip(axes[0], traces, strict=True):
+        w0, w1 = windows[(trace, shown)]
+        runs = [r for r in results if r.trace == trace and r.load == shown]
+        end = max((t for r in runs for t, q in r.queue if q), default=w1)
+        end = min(max(end, w1), w1 + (w1 - w0))  # the window, and as much again of its drain
+        for r in runs:
+            ts = [(t - w0) / DAY for t, _ in r.queue if t <= end]
+            qs = [q for t, q in r.queue if t <= end]
+            step = max(1, len(ts) // 4000)
+            color, _, ls = STYLE.get(r.policy, ("k", ".", "-"))
+            ax.step(ts[::step], qs[::step], where="post", color=color, ls=ls, lw=1.0,
+                    label=r.policy)
+        ax.axvline((w1 - w0) / DAY, color="k", lw=0.6, ls=":")
+        ax.set(title=f"{trace} (load {shown:g})", xlabel="days from window start",
+               ylabel="jobs waiting")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    paths.append(out / "simulate_queue.png")
+    fig.savefig(paths[-1], dpi=90)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(1, len(traces), figsize=(5.2 * len(traces), 3.6), squeeze=False)
+    for ax, trace in zip(axes[0], traces, strict=True):
+        for r in results:
+            if r.trace != trace or r.load != shown or not r.delays:
+                continue
+            d = np.sort(np.maximum(np.array(r.delays), 60.0))
+            y = np.arange(1, d.size + 1) / d.size
+            color, _, ls = STYLE.get(r.policy, ("k", ".", "-"))
+            step = max(1, d.size // 3000)
+            ax.step(d[::step] / 3600.0, y[::step], where="post", color=color, ls=ls, lw=1.2,
+                    label=r.policy)
+        ax.set_xscale("log")
+        ax.set(title=f"{trace} (load {shown:g})", xlabel="queueing delay, h (under 1 min shown at 1 min)",
+               ylabel="fraction of jobs", ylim=(0, 1.01))
+        ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    paths.append(out / "simulate_delay_cdf.png")
+    fig.savefig(paths[-1], dpi=90)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(1, len(traces), figsize=(5.2 * len(traces), 3.6), squeeze=False)
+    for ax, trace in zip(axes[0], traces, strict=True):
+        for r in results:
+            if r.trace != trace:
+                continue
+            color, marker, _ = STYLE.get(r.policy, ("k", ".", "-"))
+            ax.scatter(r.metrics["delay_mean_h"], r.metrics["cost_ratio"], color=color,
+                       marker=marker, label=r.policy if r.load == shown else None)
+            if len(loads) > 1:
+                ax.annotate(f"{r.load:g}", (r.metrics["delay_mean_h"], r.metrics["cost_ratio"]),
+                            fontsize=7, xytext=(3, 3), textcoords="offset points")
+        ax.axhline(1.0, color="k", lw=0.6, ls=":")
+        ax.set_xscale("log")
+        ax.set(title=trace, xlabel="mean queueing delay, h (log)",
+               ylabel="energy cost ÷ all-valley lower bound")
+        ax.set_ylim(bottom=0.95)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    paths.append(out / "simulate_cost_delay.png")
+    fig.savefig(paths[-1], dpi=90)
+    plt.close(fig)
+    return paths
+
+
+# ---------------------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="nightshift eval simulate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--traces", default=",".join(TRACES), help="comma list (default: both)")
+    parser.add_argument("--policies", default=",".join(POLICIES), help="comma list (default: all)")
+    parser.add_argument("--load", default="0.8", help="offered load(s), comma list: 0.6,0.8,1.0")
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="small windows (a smoke test)")
+    size.add_argument("--full", action="store_true", help="the whole traces")
+    size.add_argument("--window-days", type=float, help="window length for every trace")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--gpus-per-host", type=int, default=None,
+                        help="hosts of this size for every trace (0: one host); default: Philly 8, "
+                             "Alibaba its node list's mix")
+    parser.add_argument("--cost-sensitive", type=float, default=Options.cost_fraction,
+                        help="fraction of jobs marked cost-sensitive (seeded)")
+    parser.add_argument("--overestimate", type=float, default=Options.max_overestimate,
+                        help="estimates = run time x a log-uniform factor in [1, this]")
+    parser.add_argument("--health", type=float, default=Options.health_fraction,
+                        help="fraction of GPU time quarantined by health events (0: none)")
+    parser.add_argument("--gpu-watts", type=float, default=Options.gpu_watts)
+    parser.add_argument("--max-pending", type=int, default=Options.max_pending,
+                        help="pending jobs passed to one place() call, best first")
+    parser.add_argument("--tick-min", type=float, default=0.0,
+                        help="also call the policy at this cadence (default: events only)")
+    parser.add_argument("--jobs", type=int, default=None, help="worker processes (default: CPUs)")
+    parser.add_argument("--out", default="evals/out", help="directory for the CSV and plots")
+    parser.add_argument("--no-plots", action="store_true")
+    args = parser.parse_args(argv)
+
+    names = [t.strip() for t in args.traces.split(",") if t.strip()]
+    pols = [p.strip() for p in args.policies.split(",") if p.strip()]
+    bad = [n for n in names if n not in LOADERS] + [p for p in pols if p not in POLICIES]
+    if bad:
+        parser.error(f"unknown trace or policy: {', '.join(bad)} (traces: {', '.join(TRACES)}; "
+                     f"policies: {', '.join(POLICIES)})")
+    loads = [float(x) for x in args.load.split(",") if x.strip()]
+    if not loads or any(x <= 0 for x in loads):
+        parser.error("--load: positive numbers, e.g. 0.6,0.8,1.0")
+    if not 0 <= args.health < 1 or not 0 <= args.cost_sensitive <= 1 or args.overestimate < 1:
+        parser.error("--health in [0, 1), --cost-sensitive in [0, 1], --overestimate >= 1")
+    if args.full:
+        days: dict[str, float | None] = dict.fromkeys(names, None)
+    elif args.window_days:
+        days = dict.fromkeys(names, args.window_days)
+    else:
+        days = {n: (QUICK_DAYS if args.quick else WINDOW_DAYS)[n] for n in names}
+    opts = Options(seed=args.seed, cost_fraction=args.cost_sensitive,
+                   max_overestimate=args.overestimate, health_fraction=args.health,
+                   gpu_watts=args.gpu_watts, max_pending=args.max_pending,
+                   tick_s=args.tick_min * 60.0)
+    console = Console()
+    t0 = time.perf_counter()
+    setups = make_setups(names, loads, days, args.gpus_per_host, opts)
+    for s in setups:
+        c = s.counts
+        console.print(
+            f"{s.trace} load {s.load:g}: window {s.origin + timedelta(seconds=s.window[0]):%Y-%m-%d %H:%M}"
+            f" + {(s.window[1] - s.window[0]) / DAY:g} d, {len(s.jobs)} jobs on {s.gpus} GPUs "
+            f"({len(s.hosts)} hosts); dropped {c['dropped']} wider than a host, {c['censored']} "
+            f"censored" + (f"; trace: {c['cpu_only']} CPU-only and {c['never_started']} "
+                           "never-started pods left out" if "cpu_only" in c else ""))
+    units = [(s, p) for s in setups for p in pols]
+    workers = args.jobs or min(len(units), os.cpu_count() or 1)
+    if workers > 1:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            results = list(pool.map(_unit, units))
+    else:
+        results = [_unit(u) for u in units]
+    for table in results_tables(results):
+        console.print(table)
+    heads = headline(results)
+    if heads:
+        console.print(headline_table(heads))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(out / "simulate.csv", results, setups)
+    written = [out / "simulate.csv"]
+    if heads:
+        with open(out / "simulate_headline.csv", "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(heads[0]))
+            w.writeheader()
+            w.writerows(heads)
+        written.append(out / "simulate_headline.csv")
+    if not args.no_plots:
+        written += write_plots(out, results, setups)
+    unfinished = sum(int(r.metrics["unfinished"]) for r in results)
+    note = f"; {unfinished} job(s) unfinished at the horizon" if unfinished else ""
+    console.print(f"wrote {', '.join(str(p) for p in written)} in "
+                  f"{time.perf_counter() - t0:.1f} s{note}")
+    return 0
+
+
+__all__ = ["Options", "Policy", "POLICIES", "RunResult", "Setup", "Trace", "TraceJob",
+           "load_alibaba", "load_philly", "main", "make_setups", "simulate"]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
