@@ -28,7 +28,6 @@ Everything runs in a temporary NIGHTSHIFT_HOME; nothing reaches the network or a
 from __future__ import annotations
 
 import argparse
-import csv
 import shutil
 import statistics
 import sys
@@ -37,6 +36,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from nightshift.evals.output import write_csv
 
 INVENTORY = """\
 gpus:
@@ -201,12 +202,6 @@ def print_table(rows: list[dict[str, Any]], title: str) -> None:
     console.print(t)
 
 
-def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as f:
-        wr = csv.DictWriter(f, fieldnames=list(rows[0]))
-        wr.writeheader()
-        wr.writerows(rows)
 
 
 def plot(step: dict[str, list[float]], path: Path) -> bool:

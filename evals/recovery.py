@@ -61,7 +61,6 @@ Measured per run, from the store (nightshift) or the loop's own bookkeeping (nai
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import random
 import shutil
@@ -79,6 +78,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from nightshift.evals.output import write_csv
 
 FAULTS = ("oom", "nan", "crash", "kill", "hang", "corrupt_checkpoint", "missing_data", "none")
 TRANSIENT = {"crash", "kill", "hang", "corrupt_checkpoint"}
@@ -570,12 +571,6 @@ def print_table(rows: list[dict[str, Any]], title: str) -> None:
     console.print(t)
 
 
-def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as f:
-        wr = csv.DictWriter(f, fieldnames=list(rows[0]))
-        wr.writeheader()
-        wr.writerows(rows)
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> bool:

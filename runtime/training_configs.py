@@ -468,7 +468,8 @@ def _tuple(v: Any) -> Any:
     return v
 
 
-def _number(v: Any) -> float | None:
+def as_number(v: Any) -> float | None:
+    """YAML reads `3e-4` as a string; accept numbers written either way, reject bools."""
     if isinstance(v, bool):
         return None
     try:
@@ -610,7 +611,7 @@ class _Builder:
             return str(value) if isinstance(value, (str, int, float)) else None
         if kind == "bool":
             return _truthy(value)
-        n = _number(value)
+        n = as_number(value)
         if n is None:
             return None
         if kind == "int":
@@ -973,9 +974,9 @@ def _load_axolotl(b: _Builder) -> None:
     accum = b.take("grad_accum", "gradient_accumulation_steps", "int")
     if accum is None and "grad_accum" not in b.sources:
         total, tdoc = b.raw("batch_size")
-        if tdoc is not None and micro and _number(total):
+        if tdoc is not None and micro and as_number(total):
             b.derive(
-                "grad_accum", int(_number(total) or 0) // micro, "batch_size ÷ micro_batch_size"
+                "grad_accum", int(as_number(total) or 0) // micro, "batch_size ÷ micro_batch_size"
             )
         else:
             b.set("grad_accum", 1, FieldSource(key="gradient_accumulation_steps", default=True))
@@ -1085,10 +1086,10 @@ def _load_litgpt(b: _Builder) -> None:
     nodes = b.take("_nodes", "num_nodes", "int", default=1) or 1
     if ddoc is None:
         b.set("devices", nodes, FieldSource(key="devices", default=True))
-    elif _is_auto(dev) or _number(dev) == -1:
+    elif _is_auto(dev) or as_number(dev) == -1:
         b.sources["devices"] = b.where("devices", ddoc).model_copy(update={"auto": True})
         b.notes.append(f"devices {dev!r}: every GPU the machine has, known only at launch")
-    elif (n := _number(dev)) is not None and n == int(n) and n > 0:
+    elif (n := as_number(dev)) is not None and n == int(n) and n > 0:
         b.set("devices", int(n) * nodes, b.where("devices", ddoc))
     else:
         b.issue("error", "devices", f"{dev!r} is not a GPU count", ddoc)
@@ -1410,13 +1411,13 @@ def view_from_spec(
     put("momentum", ("momentum",), "float")
     for names, scale in ((PARAMS_MILLIONS, 1e6), (PARAMS_BILLIONS, 1e9), (PARAMS_COUNT, 1.0)):
         found = _param(spec, names)
-        if found is not None and (n := _number(found[1])) is not None and n > 0:
+        if found is not None and (n := as_number(found[1])) is not None and n > 0:
             v["params"], v["params_source"] = int(round(n * scale)), "declared"
             sources["params"] = FieldSource(key=f"parameters.{found[0]}", file=path)
             break
     notes: list[str] = []
     rank = _param(spec, LORA_RANK)
-    if rank is not None and (r := _number(rank[1])):
+    if rank is not None and (r := as_number(rank[1])):
         alpha = _param(spec, LORA_ALPHA)
         given = _param(spec, ("lora_target_modules", "lora_targets"))
         if given is not None:
@@ -1426,7 +1427,7 @@ def view_from_spec(
             targets = ["q", "v"]
             notes.append("no lora_target_modules parameter: PEFT's default for Llama, q and v")
         v["lora"] = LoraView(
-            rank=int(r), alpha=_number(alpha[1]) if alpha else None, targets=targets
+            rank=int(r), alpha=as_number(alpha[1]) if alpha else None, targets=targets
         )
         sources["lora"] = FieldSource(key=f"parameters.{rank[0]}", file=path)
     if spec.resources.gpus > 0:

@@ -15,7 +15,6 @@ mount roots) are read to advise, never to block: the policy layer enforces them 
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Any
 
@@ -31,6 +30,7 @@ from nightshift.runtime.training_configs import (
     Format,
     LoraView,
     TrainingView,
+    as_number,
     detect_format,
     load_training_view,
     lora_trainable_params,
@@ -230,15 +230,6 @@ def _param(
     return None
 
 
-def _number(v: Any) -> float | None:
-    """YAML reads `3e-4` as a string; accept numbers written either way, reject bools."""
-    if isinstance(v, bool):
-        return None
-    try:
-        out = float(v)
-    except (TypeError, ValueError):
-        return None
-    return out if math.isfinite(out) else None
 
 
 def _optimizer_family(name: str) -> str | None:
@@ -319,7 +310,7 @@ def _check_lr(spec: ExperimentSpec, warnings: list[Finding], suggestions: list[s
     if found is None:
         return
     name, raw = found
-    lr = _number(raw)
+    lr = as_number(raw)
     if lr is None:
         if not (isinstance(raw, str) and raw.strip().lower() == "auto"):
             warnings.append(
