@@ -53,12 +53,14 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import numpy as np
+from pydantic import PrivateAttr
 from rich.console import Console
 from rich.table import Table
 
+from nightshift.evals.output import write_csv
 from nightshift.runtime import placement  # place() is looked up here at every call
 from nightshift.runtime.placement import GpuSlot, PendingJob, RunningJob, Snapshot, Start
-from nightshift.runtime.tariff import PriceWindow, Tariff
+from nightshift.runtime.tariff import Period, PriceWindow, Tariff
 
 DATA = Path(__file__).resolve().parent / "data" / "traces"
 PHILLY_FILE = DATA / "pollux_adaptdl_philly_jobs.csv.gz"
@@ -77,14 +79,43 @@ HORIZON_S = 400 * DAY  # a run stops this long after its window ends; what is le
 DONE, HEALTH, TICK = 0, 1, 2  # event kinds, in the order they apply at one instant
 
 
-def tariff() -> Tariff:
+def tariff(cls: type[Tariff] = Tariff) -> Tariff:
     """The three-band time-of-use tariff, every day alike, in the trace's own clock (zone UTC,
     so no daylight-saving shifts): valley 23:00-07:00, shoulder, peak 17:00-21:00."""
-    return Tariff(timezone="UTC", currency="EUR", windows=[
+    return cls(timezone="UTC", currency="EUR", windows=[
         PriceWindow(name="valley", start="23:00", end="07:00", price_per_kwh=0.10),
         PriceWindow(name="shoulder", start="07:00", end="17:00", price_per_kwh=0.20),
         PriceWindow(name="peak", start="17:00", end="21:00", price_per_kwh=0.35),
         PriceWindow(name="evening", start="21:00", end="23:00", price_per_kwh=0.20)])
+
+
+class _SimTariff(Tariff):
+    """The same tariff, answering `cheap_periods` from a table built by `Tariff.cheap_periods`
+    itself over a long stretch (refilled when a query leaves it) instead of recomputing three
+    weeks of price pieces at every call: place() asks at every event, and that recomputation was
+    most of a tariff-aware run's time. Answers equal Tariff's (a test compares them) as long as
+    no cheap period is longer than a week; with one that long it falls back to Tariff's."""
+
+    _tables: dict[float, tuple] = PrivateAttr(default_factory=dict)  # threshold -> table
+
+    def cheap_periods(self, t_utc: datetime, threshold: float,
+                      horizon: timedelta = timedelta(days=7)) -> list[Period]:
+        table = self._tables
+        got = table.get(threshold)
+        end = t_utc + horizon
+        if got is None or not (got[0] <= t_utc and end <= got[1]):
+            lo, hi = t_utc - timedelta(days=8), end + timedelta(days=60)
+            periods = Tariff.cheap_periods(self, lo, threshold, hi - lo)
+            if any(p.end - p.start >= timedelta(days=6) for p in periods):
+                return Tariff.cheap_periods(self, t_utc, threshold, horizon)
+            got = table[threshold] = (lo, hi, periods, [p.end for p in periods])
+        _, _, periods, ends = got
+        out = []
+        for p in periods[bisect.bisect_right(ends, t_utc):]:
+            if p.start >= end:
+                break
+            out.append(p)
+        return out
 
 
 # ---------------------------------------------------------------------------------- traces
@@ -364,7 +395,7 @@ class _Run:
     def __init__(self, setup: Setup, policy: Policy):
         self.setup, self.policy, self.opts = setup, policy, setup.opts
         self.origin = setup.origin
-        self.tariff = tariff() if policy.tariff else None
+        self.tariff = tariff(_SimTariff) if policy.tariff else None
         self.rate = policy.aging_per_hour / 3600.0
         n = setup.gpus
         self.slots: list[GpuSlot] = []
@@ -765,17 +796,17 @@ def headline_table(rows: list[dict[str, object]]) -> Table:
     return table
 
 
-def write_csv(path: Path, results: list[RunResult], setups: list[Setup]) -> None:
+def csv_rows(results: list[RunResult], setups: list[Setup]) -> list[dict[str, object]]:
+    """One row per trace x load x policy: the window, the seed and every metric."""
     by = {(s.trace, s.load): s for s in setups}
-    keys = list(results[0].metrics) if results else []
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["trace", "load", "policy", "window_start", "window_end", "seed", *keys])
-        for r in results:
-            s = by[(r.trace, r.load)]
-            w.writerow([r.trace, r.load, r.policy, (s.origin + timedelta(seconds=s.window[0])).isoformat(),
-                        (s.origin + timedelta(seconds=s.window[1])).isoformat(), s.opts.seed,
-                        *(f"{r.metrics[k]:.6g}" for k in keys)])
+    rows = []
+    for r in results:
+        s = by[(r.trace, r.load)]
+        rows.append({"trace": r.trace, "load": r.load, "policy": r.policy,
+                     "window_start": (s.origin + timedelta(seconds=s.window[0])).isoformat(),
+                     "window_end": (s.origin + timedelta(seconds=s.window[1])).isoformat(),
+                     "seed": s.opts.seed, **{k: f"{v:.6g}" for k, v in r.metrics.items()}})
+    return rows
 
 
 STYLE = {"fifo": ("tab:gray", "s", "-"), "easy": ("tab:blue", "^", "--"),
@@ -789,6 +820,7 @@ def write_plots(out: Path, results: list[RunResult], setups: list[Setup]) -> lis
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     traces = list(dict.fromkeys(r.trace for r in results))
     loads = sorted({r.load for r in results})
@@ -851,6 +883,9 @@ def write_plots(out: Path, results: list[RunResult], setups: list[Setup]) -> lis
                             fontsize=7, xytext=(3, 3), textcoords="offset points")
         ax.axhline(1.0, color="k", lw=0.6, ls=":")
         ax.set_xscale("log")
+        ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0), numticks=20))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set(title=trace, xlabel="mean queueing delay, h (log)",
                ylabel="energy cost ÷ all-valley lower bound")
         ax.set_ylim(bottom=0.95)
@@ -939,13 +974,10 @@ def main(argv: list[str] | None = None) -> int:
         console.print(headline_table(heads))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    write_csv(out / "simulate.csv", results, setups)
+    write_csv(out / "simulate.csv", csv_rows(results, setups))
     written = [out / "simulate.csv"]
     if heads:
-        with open(out / "simulate_headline.csv", "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=list(heads[0]))
-            w.writeheader()
-            w.writerows(heads)
+        write_csv(out / "simulate_headline.csv", heads)
         written.append(out / "simulate_headline.csv")
     if not args.no_plots:
         written += write_plots(out, results, setups)
@@ -956,8 +988,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["Options", "Policy", "POLICIES", "RunResult", "Setup", "Trace", "TraceJob",
-           "load_alibaba", "load_philly", "main", "make_setups", "simulate"]
+__all__ = ["Options", "Policy", "POLICIES", "RunResult", "Setup", "Tariff", "Trace", "TraceJob",
+           "load_alibaba", "load_philly", "load_trace", "main", "make_setups", "simulate"]
 
 
 if __name__ == "__main__":

@@ -52,17 +52,73 @@ class Resources(_Strict):
 
 
 class CheckpointSpec(_Strict):
-    dir: str = Field(description="Folder the run writes checkpoints into (relative to the run dir)")
+    dir: str = Field(description="Folder the run writes checkpoints into, or a framework's run "
+                     "root above them (relative to the run dir); searched a few levels deep")
     resume_arg: list[str] = Field(default_factory=lambda: ["--resume", "{checkpoint}"],
                                   description="argv appended on resume; {checkpoint} is the path")
     every_steps: int | None = Field(None, gt=0)
+    steps_per_epoch: int | None = Field(None, gt=0, description="For checkpoints that record "
+                                        "only an epoch: step = epoch x steps_per_epoch")
+    keep_good: int = Field(1, ge=0, le=100, description="Generations of nightshift's own copy of "
+                           "the newest checkpoint taken while the metrics were finite (kept in the "
+                           "job's folder, so a diverged or torn overwrite is never the only copy); "
+                           "0: keep none")
+
+
+class DivergenceSpec(_Strict):
+    """Stop a run while it runs once its metrics diverge (tune_lr's rules), before it overwrites
+    good checkpoints with bad weights."""
+
+    enabled: bool = True
+    window: int = Field(20, ge=1, le=10_000, description="Points averaged to smooth metrics.name")
+    k: float = Field(4.0, gt=1, allow_inf_nan=False,
+                     description="Diverged when the smoothed metric exceeds k x its running "
+                     "minimum (mode min only); any non-finite value diverges at once")
+    also: list[str] = Field(default_factory=lambda: ["grad_norm"],
+                            description="Other metrics whose non-finite value means divergence")
+
+
+MetricSource = Literal["auto", "jsonl", "log", "lightning_csv", "hf_trainer_state", "tensorboard"]
 
 
 class MetricSpec(_Strict):
-    file: str | None = Field("metrics.jsonl", description="JSONL file the run appends metrics to")
-    name: str = "loss"
+    source: MetricSource = Field(
+        "auto", description="Where metrics come from. auto: the JSONL file if it appears, the "
+        "regexes over the log if given, and Lightning metrics.csv, Hugging Face "
+        "trainer_state.json and TensorBoard event files found in the job's folder")
+    file: str | None = Field("metrics.jsonl", description="The JSONL file ({metrics_file}); for "
+                             "the other file sources, the file or folder to read (relative to "
+                             "the job's folder)")
+    name: str = Field("loss", description="The metric watched for progress, early stopping, "
+                      "divergence and reports")
     mode: Literal["min", "max"] = "min"
-    regex: str | None = Field(None, description="Alternatively, a regex on the log with groups step and value")
+    regex: str | list[str] | None = Field(
+        None, description="Regexes over the run's stdout/stderr: groups step and value (value is "
+        "metrics.name), or step and any named metrics, e.g. "
+        "'iter (?P<step>\\d+): loss (?P<loss>\\S+)'; several for train and eval lines")
+    progress: Literal["either", "metrics", "output"] = Field(
+        "either", description="What counts as progress for stall_min: a new metric point, new "
+        "log output, or either")
+    divergence: DivergenceSpec = DivergenceSpec()
+
+    @field_validator("regex")
+    @classmethod
+    def _regexes_compile(cls, v: str | list[str] | None) -> str | list[str] | None:
+        for i, pattern in enumerate([v] if isinstance(v, str) else v or []):
+            where = "" if isinstance(v, str) else f"[{i}]"
+            try:
+                rx = re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"regex{where} does not compile: {exc}") from None
+            groups = set(rx.groupindex)
+            if "step" not in groups or len(groups) < 2:
+                raise ValueError(f"regex{where} needs a named group 'step' and at least one "
+                                 "more: 'value' (for metrics.name) or a metric's name, e.g. "
+                                 "(?P<step>\\d+) ... (?P<loss>\\S+)")
+        return v
+
+    def regexes(self) -> list[str]:
+        return [self.regex] if isinstance(self.regex, str) else list(self.regex or [])
 
 
 class EarlyStopSpec(_Strict):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import gzip
 import math
+import random
 from collections import Counter
 from datetime import datetime, timedelta
 
@@ -64,7 +65,6 @@ def test_same_seed_gives_identical_results():
 
 
 # ------------------------------------------------------------------------------ backfill
-@pytest.mark.slow
 @pytest.mark.parametrize("trace,days,load", [("philly", 2.0, 1.0), ("alibaba", 1.0, 1.0)])
 def test_backfill_never_delays_the_head_jobs_reservation(monkeypatch, trace, days, load):
     """Record the head's reservation when first set: it starts no later, under EASY and nightshift.
@@ -196,6 +196,18 @@ def test_energy_cost_is_the_tariffs_energy_cost():
     assert math.isclose(kwh, sum(g * (b - a) for a, b, g in segments) * 0.3 / 3600)
 
 
+def test_simulation_tariff_answers_cheap_periods_like_the_tariff():
+    """place() gets a Tariff subclass with a table of cheap periods: same answers as Tariff's."""
+    plain, fast = S.tariff(), S.tariff(S._SimTariff)
+    assert isinstance(fast, S.Tariff) and fast.windows == plain.windows
+    rnd = random.Random(7)
+    for _ in range(400):
+        t = datetime(2017, 9, 4) + timedelta(seconds=rnd.uniform(0, 200 * 86400))
+        threshold = rnd.choice([0.10, 0.20, 0.35])
+        horizon = timedelta(hours=rnd.choice([1, 24, 168, 500]))
+        assert fast.cheap_periods(t, threshold, horizon) == plain.cheap_periods(t, threshold, horizon)
+
+
 def test_seeded_rules_mark_the_documented_fractions(philly):
     """About 25 % cost-sensitive, estimates 1-4x the run time, deadlines after submit + run time."""
     jobs = S.seeded_jobs(philly, S.Options())
@@ -206,7 +218,6 @@ def test_seeded_rules_mark_the_documented_fractions(philly):
 
 
 # ------------------------------------------------------------------------------ end to end
-@pytest.mark.slow
 def test_quick_run_writes_csv_and_plots(tmp_path):
     """`--quick` runs every trace and policy and writes the CSV, the ratios and three PNGs."""
     assert S.main(["--quick", "--jobs", "1", "--out", str(tmp_path)]) == 0
