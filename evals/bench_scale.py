@@ -165,7 +165,7 @@ def populate(store: Store, n_queued: int, n_gpus: int, seed: int = 0, now: datet
                for v in [("CRITICAL" if g % 50 == 7 else "OK")]]
     with store.session() as s:
         s.execute(insert(Job), jobs)
-        s.execute(insert(Attempt), [{"metrics_offset": 0, "start_step": 0, "executor": "local",
+        s.execute(insert(Attempt), [{"metrics_offset": 0, "metrics_cursor": {}, "start_step": 0, "executor": "local",
                                      **a} for a in attempts])
         s.execute(insert(GpuSample), samples)
 

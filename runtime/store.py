@@ -20,7 +20,13 @@ from sqlmodel import JSON, Column, Field, Session, SQLModel, create_engine, sele
 
 from nightshift.runtime.errors import StoreError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Explicit, ordered migrations: version N -> N+1 as plain SQL, run once in one transaction.
+MIGRATIONS: dict[int, list[str]] = {
+    1: ["ALTER TABLE attempt ADD COLUMN metrics_cursor JSON NOT NULL DEFAULT '{}'",
+        "ALTER TABLE attempt ADD COLUMN evidence VARCHAR",
+        "ALTER TABLE attempt ADD COLUMN first_bad_step INTEGER"],
+}
 
 
 def utcnow() -> datetime:
@@ -71,8 +77,14 @@ class Attempt(SQLModel, table=True):
     last_step: int | None = None
     last_loss: float | None = None
     metrics_offset: int = 0  # where this attempt's lines start in the job's metrics file
+    # Where each metric source was last read (runtime.metric_sources), so tailing is incremental
+    # and survives a restart; also what the good-checkpoint keeper last copied.
+    metrics_cursor: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    evidence: str | None = None  # what the monitor saw: the first bad metric, the leftovers stopped
+    first_bad_step: int | None = None  # the first step whose metrics diverged
     last_progress_at: NaiveDatetime | None = None
-    # succeeded | failed | early_stopped | timeout | stalled | paused | preempted | cancelled
+    # succeeded | failed | lost | diverged | early_stopped | timeout | stalled | paused |
+    # preempted | cancelled
     outcome: str | None = None
     cause: str | None = None  # the diagnosed failure category, recorded by the recovery that followed
     energy_kwh: float | None = None
@@ -199,10 +211,28 @@ class Store:
         found = self.get_kv("schema_version")
         if found is None:
             self.set_kv("schema_version", str(SCHEMA_VERSION))
+        elif found.isdigit() and int(found) < SCHEMA_VERSION and all(
+                v in MIGRATIONS for v in range(int(found), SCHEMA_VERSION)):
+            self._migrate(int(found))
         elif found != str(SCHEMA_VERSION):
             raise StoreError(f"the store at {url} has schema version {found}; this nightshift "
                              f"uses {SCHEMA_VERSION}. Migrations are explicit: back up the file "
                              "and run the matching migration, or point NIGHTSHIFT_HOME elsewhere")
+
+    def _migrate(self, found: int) -> None:
+        """Bring an older store up to SCHEMA_VERSION. Each step is idempotent (a column that a
+        racing process already added is left as it is), so two processes opening an old store
+        at once both end at the same schema."""
+        for version in range(found, SCHEMA_VERSION):
+            for statement in MIGRATIONS[version]:
+                try:
+                    with self.engine.begin() as conn:
+                        conn.exec_driver_sql(statement)
+                except OperationalError as exc:
+                    if "duplicate column" not in str(exc.orig):
+                        raise StoreError(f"migrating the store at {self.url} from schema "
+                                         f"{version}: {exc.orig}") from exc
+        self.set_kv("schema_version", str(SCHEMA_VERSION))
 
     @contextmanager
     def session(self) -> Iterator[Session]:
