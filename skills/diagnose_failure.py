@@ -6,49 +6,88 @@ to a bounded length.
 
 How a verdict is reached, in this order:
 
-1. What the monitor knows wins: `monitor_says` preempted / stalled / timeout is the category (the
-   monitor stopped the process or saw the platform do it); log signatures are still reported.
+1. What the monitor knows wins: `monitor_says` preempted / stalled / timeout / lost is the
+   category (the monitor stopped the process, saw the platform do it, or lost sight of it: its
+   supervisor, process group or machine went away); `diverged` (the monitor's own metrics check
+   saw a NaN / exploding loss, `monitor_detail` says what) is nan_loss. Log signatures are still
+   reported.
 2. Exit status 0 (and no signal) is `succeeded`, whatever the log says; lines that look like
    errors are quoted so a human can check the outputs.
-3. Strong signatures (the exact text real tools print: PyTorch, NCCL, CUDA, the kernel, Python;
-   never on informational lines: `NCCL INFO ...`, Python `...Warning: ...`, and the I / W levels
-   of TensorFlow's, glog's, c10's and DeepSpeed's loggers),
+3. Strong signatures (the exact text real tools print: PyTorch, NCCL, CUDA, the kernel, Python,
+   argparse, Hydra; never on informational lines: `NCCL INFO ...`, Python `...Warning: ...`, and
+   the I / W levels of TensorFlow's, glog's, c10's and DeepSpeed's loggers),
    by category priority — the root cause first: driver_mismatch, cuda_oom, host_oom, disk_full,
-   checkpoint_corrupt, nan_loss, import_or_env, cuda_runtime_error, nccl_or_distributed,
-   file_missing. (One rank's OOM makes the other ranks report NCCL errors; a full disk makes a
-   checkpoint corrupt; so the cause outranks its echo.)
-4. Weak signatures: a bare `Killed` line from the shell, a metrics line with a NaN loss.
-5. The exit status: SIGKILL (or exit 137) → host_oom, most often the kernel OOM killer; SIGTERM
-   (143) → preempted; 126/127 → import_or_env.
-6. A Python traceback or exception line with a failing exit → crashed.
-7. Other signals (SIGSEGV, SIGABRT, SIGBUS) → crashed. Otherwise unknown: no confident guess.
+   checkpoint_corrupt, nan_loss, import_or_env, config_error, cuda_runtime_error, killed,
+   nccl_or_distributed, file_missing. (One rank's OOM makes the other ranks report NCCL errors; a
+   full disk makes a checkpoint corrupt; the OOM killer's SIGKILL is reported by the launcher as
+   exit code -9; so the cause outranks its echo.)
+4. Weak signatures: TensorFlow's OOM reported only at its W level, a bare `Killed` line from the
+   shell, a metrics line with a NaN loss.
+5. The exit status, read as evidence rather than a verdict: SIGKILL (or exit 137) is `killed` —
+   the OOM killer or a person — unless the kernel log (`kernel_log`, or the injectable
+   `KERNEL_LOG_READER`; never read by default) has an OOM-killer line, which makes it host_oom;
+   SIGTERM (143) → preempted; 126/127 → import_or_env.
+6. A Python traceback or exception line with a failing exit → crashed; with no exit status at
+   all, an uncaught exception at the end of the log → crashed (low confidence).
+7. Other signals (SIGSEGV, SIGABRT, SIGBUS) → crashed; a torchrun failure summary that names no
+   error → nccl_or_distributed (low confidence). Otherwise unknown: no confident guess.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 import signal as signal_module
+import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
+try:  # the regular-expression parser, to find each signature's literal keys (3.11+ names first)
+    import re._constants as _sre_constants
+    import re._parser as _sre_parse
+except ImportError:  # pragma: no cover - Python < 3.11
+    import sre_constants as _sre_constants  # type: ignore[no-redef]
+    import sre_parse as _sre_parse  # type: ignore[no-redef]
+
 from nightshift.skills.base import SkillContext, skill
 
 Category = Literal["cuda_oom", "host_oom", "nan_loss", "nccl_or_distributed", "cuda_runtime_error",
                    "file_missing", "checkpoint_corrupt", "disk_full", "driver_mismatch",
-                   "import_or_env", "preempted", "stalled", "timeout", "crashed", "unknown",
-                   "succeeded"]
+                   "import_or_env", "config_error", "killed", "lost", "preempted", "stalled",
+                   "timeout", "crashed", "unknown", "succeeded"]
 Action = Literal["resume", "resume_smaller_batch", "resume_lower_lr", "resume_previous_checkpoint",
                  "stop"]
+MonitorSays = Literal["preempted", "stalled", "timeout", "lost", "diverged"]
 
 MAX_LOG_BYTES = 2 * 1024 * 1024  # the tail that is examined
 MAX_COUNT_BYTES = 256 * 1024 * 1024  # up to this much before the tail is counted for line numbers
+MAX_KERNEL_LOG_BYTES = 256 * 1024  # the tail of the kernel log that is examined
+MAX_MATCH_CHARS = 4096  # a longer line is matched on its first and last half of this
 MAX_EVIDENCE = 5
+TAIL_LINES = 15  # "the log ends in": within its last this many non-blank lines
 MAX_LINE_CHARS = 300
 LR_FACTOR = 0.5
+
+# How the kernel log is read when the caller gives none: None (the default) reads nothing. A
+# deployment that may read it installs one, e.g. `diagnose_failure_module.KERNEL_LOG_READER =
+# read_dmesg`; tests inject a function that returns fixed text.
+KERNEL_LOG_READER: Callable[[], str | None] | None = None
+
+
+def read_dmesg(timeout_s: float = 2.0) -> str | None:
+    """The kernel ring buffer as `dmesg` prints it, or None where it cannot be read (containers
+    and unprivileged users often cannot). Not installed by default; see KERNEL_LOG_READER."""
+    try:
+        proc = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=timeout_s,
+                              check=False, errors="replace")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout if proc.returncode == 0 and proc.stdout else None
 
 
 class DiagnoseFailureInput(BaseModel):
@@ -61,9 +100,14 @@ class DiagnoseFailureInput(BaseModel):
                                   "signal (Python's convention); 128+N = signal N (the shell's)")
     signal: int | None = Field(None, ge=0, le=64, description="The signal that ended it, if known "
                                "(0 or None: none)")
-    monitor_says: Literal["preempted", "stalled", "timeout"] | None = Field(
+    monitor_says: MonitorSays | None = Field(
         None, description="What the monitor knows: it or the platform stopped the attempt "
-        "(preempted), no progress (stalled), the spec's timeout passed (timeout)")
+        "(preempted), no progress (stalled), the spec's timeout passed (timeout), the process's "
+        "supervisor, process group or machine went away (lost), its metrics diverged (diverged)")
+    monitor_detail: str | None = Field(None, max_length=2000, description="The monitor's own "
+                                       "evidence, e.g. 'metrics diverged: loss is nan at step 412'")
+    kernel_log: str | None = Field(None, description="Kernel log text (dmesg) the caller read, "
+                                   "if any: an OOM-killer line there explains a SIGKILL")
     params: dict[str, Any] | None = Field(None, description="The attempt's parameter values")
     knobs: dict[str, str] | None = Field(None, description="The spec's knobs: learning_rate / "
                                          "micro_batch / grad_accum → parameter name")
@@ -76,8 +120,11 @@ class DiagnoseFailureInput(BaseModel):
 
 
 class EvidenceLine(BaseModel):
-    line_no: int = Field(description="1-based line number in the log (in the file for log_path)")
+    line_no: int = Field(description="1-based line number in the log (in the file for log_path); "
+                         "for source kernel_log, in the kernel log; 0 for the monitor's evidence")
     text: str
+    source: Literal["log", "kernel_log", "monitor"] = Field("log", description="Where the line "
+                                                            "is from")
 
 
 class Remediation(BaseModel):
@@ -107,13 +154,15 @@ class Signature:
     strong: bool = True
     retryable: bool | None = None  # overrides the category's default
     action: str | None = None
+    on_info: bool = False  # also matches informational lines (only weak signatures do)
 
 
 def _sig(category: str, pattern: str, meaning: str, **kw: Any) -> Signature:
     return Signature(category, re.compile(pattern, re.IGNORECASE | re.MULTILINE), meaning, **kw)
 
 
-# Each pattern is text the named tool really prints (tests/fixtures/logs/SOURCES.md cites them).
+# Each pattern is text the named tool really prints (tests/fixtures/logs/SOURCES.md and the corpus's
+# sources.yaml files cite where).
 SIGNATURES: tuple[Signature, ...] = (
     # cudaErrorInsufficientDriver's text; torch/cuda/__init__.py's driver checks; NVML's init error.
     _sig("driver_mismatch", r"CUDA driver version is insufficient for CUDA runtime version",
@@ -131,26 +180,40 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("driver_mismatch", r"system has unsupported display driver / cuda driver combination",
          "the NVIDIA kernel driver does not match the CUDA driver library (cudaErrorSystemDriver"
          "Mismatch, 803)"),
-    # c10/cuda/CUDACachingAllocator.cpp; XLA's allocator; cuBLAS handle creation.
+    # c10/cuda/CUDACachingAllocator.cpp; XLA's allocator; cuBLAS / cuDNN handles; Caffe; the driver API.
     _sig("cuda_oom", r"torch\.(?:cuda\.)?OutOfMemoryError", "PyTorch ran out of GPU memory"),
     _sig("cuda_oom", r"CUDA out of memory", "the GPU ran out of memory"),
     _sig("cuda_oom", r"CUDA error: out of memory", "the GPU ran out of memory"),
     _sig("cuda_oom", r"RESOURCE_EXHAUSTED: Out of memory while trying to allocate",
          "XLA ran out of device memory"),
     _sig("cuda_oom", r"CUBLAS_STATUS_ALLOC_FAILED", "cuBLAS could not allocate GPU memory"),
+    _sig("cuda_oom", r"CUDNN_STATUS_ALLOC_FAILED", "cuDNN could not allocate GPU memory"),
     _sig("cuda_oom", r"Cuda failure '?out of memory", "NCCL could not allocate GPU memory"),
+    _sig("cuda_oom", r"error == cudaSuccess \(2 vs\. 0\)\s*out of memory",
+         "the GPU ran out of memory (cudaErrorMemoryAllocation, as Caffe reports it)"),
+    _sig("cuda_oom", r"\bcudaErrorMemoryAllocation\b|\bCUDA_ERROR_OUT_OF_MEMORY\b",
+         "the GPU ran out of memory"),
     # TensorFlow's ResourceExhaustedError; on a CPU device it is host memory (host_oom below).
     _sig("cuda_oom", r"OOM when allocating tensor(?!.*(?:device:CPU|by allocator cpu\b))",
          "TensorFlow ran out of GPU memory (ResourceExhaustedError)"),
-    # mm/oom_kill.c (dmesg); Slurm's cgroup plugin; Python; C++; torch's DataLoader.
+    # mm/oom_kill.c (dmesg); Slurm's cgroup plugin; Kubernetes; Python; C++; torch's DataLoader.
     _sig("host_oom", r"Out of memory: Kill(?:ed)? process \d+",
          "the kernel OOM killer killed a process for lack of host memory"),
     _sig("host_oom", r"Memory cgroup out of memory: Kill(?:ed)? process",
          "the container's memory limit was hit and the OOM killer killed a process"),
     _sig("host_oom", r"invoked oom-killer", "the kernel OOM killer ran"),
+    _sig("host_oom", r"\boom-kill:constraint=", "the kernel OOM killer chose a process to kill"),
+    _sig("host_oom", r"\bKilled process \d+ \([^)\n]*\),? total-vm:",
+         "the kernel OOM killer killed a process for lack of host memory"),
+    _sig("host_oom", r"oom_reaper: reaped process \d+", "the kernel reaped an OOM-killed process"),
     _sig("host_oom", r"oom[-_]kill event", "the batch system saw an OOM kill"),
+    _sig("host_oom", r"killed by the cgroup out-of-memory handler",
+         "the batch system's memory limit was hit"),
+    _sig("host_oom", r"\bOOMKilled\b", "the container was OOM-killed (its memory limit was hit)"),
     _sig("host_oom", r"^(?:\[[^\]\n]*\]:?\s*)*MemoryError\b", "Python could not allocate host memory"),
     _sig("host_oom", r"std::bad_alloc", "a C++ allocation of host memory failed"),
+    _sig("host_oom", r"\[Errno 12\] Cannot allocate memory|DefaultCPUAllocator: (?:can't allocate "
+         r"memory|not enough memory)", "an allocation of host memory failed (ENOMEM)"),
     _sig("host_oom", r"OOM when allocating tensor.*(?:device:CPU|by allocator cpu\b)",
          "TensorFlow ran out of host memory (ResourceExhaustedError on the CPU allocator)"),
     # torch/utils/data: a worker's SIGBUS on a full /dev/shm (a container's small --shm-size).
@@ -162,9 +225,10 @@ SIGNATURES: tuple[Signature, ...] = (
          "or use fewer workers"),
     _sig("host_oom", r"DataLoader worker \(pid \d+\) is killed by signal: Killed",
          "a DataLoader worker was SIGKILLed, most often by the OOM killer"),
-    # errno 28 / 122 as Python and the C library print them; torch.save's writer.
+    # errno 28 / 122 as Python, Rust (safetensors) and the C library print them; torch.save's writer.
     _sig("disk_full", r"No space left on device", "a write failed: the disk is full"),
-    _sig("disk_full", r"\[Errno 28\]", "a write failed: the disk is full (ENOSPC)"),
+    _sig("disk_full", r"\[Errno 28\]|\bkind: StorageFull\b",
+         "a write failed: the disk is full (ENOSPC)"),
     _sig("disk_full", r"Disk quota exceeded", "a write failed: the disk quota is used up"),
     _sig("disk_full", r"PytorchStreamWriter failed writing file",
          "torch.save could not write the checkpoint (most often a full disk)"),
@@ -174,16 +238,20 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("checkpoint_corrupt", r"PytorchStreamReader failed reading (?:zip archive|file)",
          "torch.load found a truncated or corrupt checkpoint"),
     _sig("checkpoint_corrupt", r"UnpicklingError: (?:invalid load key|pickle data was truncated)",
-         "a pickled checkpoint is truncated or corrupt"),
+         "a pickled checkpoint is truncated or corrupt (or is not a checkpoint: an HTML page, a "
+         "git-lfs pointer)"),
     _sig("checkpoint_corrupt", r"SafetensorError: Error while deserializing header",
          "a safetensors file is truncated or corrupt"),
+    _sig("checkpoint_corrupt", r"unexpected EOF, expected \d+ more bytes\. The file might be "
+         r"corrupted", "torch.load found a truncated checkpoint"),
     _sig("checkpoint_corrupt", r"DataLossError", "TensorFlow found a corrupt checkpoint"),
     _sig("checkpoint_corrupt", r"BadZipFile", "a zip-based checkpoint is truncated or corrupt"),
     # transformers / diffusers `load_state_dict`, wrapping torch.load's failure.
     _sig("checkpoint_corrupt", r"Unable to load weights from (?:pytorch )?checkpoint file",
          "transformers could not read a weights file (a truncated download or checkpoint)"),
-    # our examples/train_numpy.py and many loops; autograd anomaly mode; fairseq; Lightning.
-    _sig("nan_loss", r"\bloss (?:is|became|=) ?(?:nan|inf|-inf)\b", "the loss diverged"),
+    # our examples/train_numpy.py and many loops; autograd anomaly mode; fairseq; Lightning;
+    # torchvision's detection references; TensorFlow's check_numerics.
+    _sig("nan_loss", r"\bloss (?:is|was|became|=) ?(?:nan|inf|-inf)\b", "the loss diverged"),
     _sig("nan_loss", r"\bnon-finite loss\b", "the loss diverged"),
     _sig("nan_loss", r"returned nan values in its \d+(?:st|nd|rd|th) output",
          "autograd found NaN in a backward pass"),
@@ -193,73 +261,151 @@ SIGNATURES: tuple[Signature, ...] = (
          "DeepSpeed's fp16 loss scaling collapsed (overflow at the minimum scale): the loss "
          "diverged"),
     _sig("nan_loss", r"Detected nan and/or inf values in", "parameters became NaN/inf"),
+    _sig("nan_loss", r"The loss returned in `?training_step`? is (?:nan|inf)",
+         "Lightning stopped on a non-finite loss"),
+    _sig("nan_loss", r"Tensor had (?:NaN|Inf) values", "TensorFlow's check_numerics found NaN/inf"),
     _sig("nan_loss", r"^FloatingPointError\b", "a floating-point check failed"),
-    # Python's import system; the dynamic loader; the shell; a PyTorch build without this GPU's arch.
+    # Python's import system; the dynamic loader; the shell; a PyTorch build without this GPU's arch;
+    # torch.utils.cpp_extension's JIT build (DeepSpeed's op builder) and nvcc's host-compiler check.
     _sig("import_or_env", r"ModuleNotFoundError: No module named", "a Python package is missing"),
     _sig("import_or_env", r"^(?:\[[^\]\n]*\]:?\s*)*ImportError\b", "an import failed"),
     _sig("import_or_env", r"cannot open shared object file", "a shared library is missing"),
     _sig("import_or_env", r"undefined symbol: ", "a shared library does not match its caller"),
-    _sig("import_or_env", r"version `GLIBC_[\d.]+' not found", "the C library is too old"),
+    _sig("import_or_env", r"version `GLIBC(?:XX)?_[\d.]+' not found",
+         "the C / C++ runtime library is too old"),
     _sig("import_or_env", r": command not found", "the program to run is not installed"),
-    # torch.utils.cpp_extension's JIT build, as DeepSpeed's op builder (cpu_adam, fused_adam) uses it.
     _sig("import_or_env", r"Error building extension '[\w.]+'", "a C++/CUDA extension could not "
          "be compiled (a compiler, the CUDA toolkit or headers are missing or do not match)"),
+    _sig("import_or_env", r"Command '\['ninja', '-v'[^\]]*\]' returned non-zero exit status",
+         "a C++/CUDA extension could not be compiled (ninja failed)"),
+    _sig("import_or_env", r"CUDA_HOME environment variable is not set",
+         "the CUDA toolkit is not installed or CUDA_HOME is not set"),
+    _sig("import_or_env", r"#error -- unsupported GNU version|error: command '[^'\n]*nvcc' failed",
+         "nvcc cannot build with this host compiler (the CUDA toolkit and gcc do not match)"),
+    _sig("import_or_env", r"compiled with different CUDA (?:major )?versions|The detected CUDA "
+         r"version \([\d.]+\) mismatches the version that was used to compile PyTorch",
+         "the installed packages were built for different CUDA versions"),
+    _sig("import_or_env", r"Failed to import [\w.]+ because of the following error",
+         "an import failed"),
     _sig("import_or_env", r"no kernel image is available for execution on the device",
          "the installed PyTorch was not built for this GPU's architecture"),
-    # the CUDA runtime's error strings, as PyTorch raises them; the NVIDIA kernel module (dmesg).
+    # argparse's parser.error; nanoGPT's configurator; yacs; Hydra / OmegaConf; transformers.
+    _sig("config_error", r": error: (?:unrecognized arguments|the following arguments are "
+         r"required|argument [^:\n]+: (?:invalid|expected|ambiguous|not allowed)|invalid choice)",
+         "the command line is wrong: argparse rejected it"),
+    _sig("config_error", r"\bargparse\.Argument(?:Type)?Error\b",
+         "the command line is wrong: argparse rejected it"),
+    _sig("config_error", r"^\s*exec\(open\(['\"]configurator\.py['\"]\)\.read\(\)\)",
+         "nanoGPT's configurator rejected an override (a value of the wrong type, or a malformed "
+         "--key=value)"),
+    _sig("config_error", r"AssertionError: Invalid type .* for key|Non-existent config key",
+         "the config (yacs) has a key or a value of the wrong type"),
+    _sig("config_error", r"Could not override '[^'\n]+'|\bConfigCompositionException\b"
+         r"|Error merging override|Key '[^'\n]+' (?:is )?not in struct|\bMissingConfigException\b"
+         r"|omegaconf\.errors\.(?:ConfigAttributeError|ConfigKeyError|MissingMandatoryValue|"
+         r"ValidationError|ConfigTypeError)",
+         "the Hydra / OmegaConf config or an override of it is invalid"),
+    _sig("config_error", r"^(?:\[[^\]\n]*\]:?\s*)*ValueError: --\w[\w-]* ",
+         "an argument's value is invalid (the program names the flag)"),
+    _sig("config_error", r"Some specified arguments are not used by the HfArgumentParser",
+         "the command line has arguments the training script does not define"),
+    # the CUDA runtime's error strings, as PyTorch, Caffe, thrust, Kaldi raise them; kernel asserts;
+    # the NVIDIA kernel module (dmesg).
     _sig("cuda_runtime_error", r"device-side assert triggered",
          "a kernel assertion failed, most often an index out of range (e.g. a label >= the number "
          "of classes): a bug in the code or data", retryable=False, action="stop"),
-    _sig("cuda_runtime_error", r"CUDA error: an illegal memory access was encountered",
+    _sig("cuda_runtime_error", r"\.cu:\d+: .*block: \[[\d,]+\], thread: \[[\d,]+\] Assertion .* "
+         r"failed", "a kernel assertion failed, most often an index out of range (e.g. a label >= "
+         "the number of classes): a bug in the code or data", retryable=False, action="stop"),
+    _sig("cuda_runtime_error", r"an illegal memory access was encountered",
          "a kernel accessed memory it must not (a bug, or a failing GPU)"),
     _sig("cuda_runtime_error", r"CUDA error: (?!out of memory)[a-z]", "a CUDA call failed"),
+    _sig("cuda_runtime_error", r"unspecified launch failure|\bmisaligned address\b",
+         "a CUDA kernel failed (a bug, or a failing GPU)"),
+    _sig("cuda_runtime_error", r"\bcudaError(?!MemoryAllocation)[A-Z]\w+|\bCUDA error \d+ \[",
+         "a CUDA call failed"),
+    _sig("cuda_runtime_error", r"error == cudaSuccess \(\d+ vs\. 0\)", "a CUDA call failed"),
     _sig("cuda_runtime_error", r"CUBLAS_STATUS_EXECUTION_FAILED", "a cuBLAS kernel failed"),
     _sig("cuda_runtime_error", r"NVRM: Xid \(", "the driver reported an Xid (GPU) error"),
-    _sig("cuda_runtime_error", r"GPU has fallen off the bus", "the GPU dropped off the PCIe bus"),
+    _sig("cuda_runtime_error", r"fallen off the bus", "the GPU dropped off the PCIe bus"),
     _sig("cuda_runtime_error", r"uncorrectable ECC error", "the GPU reported an ECC error"),
+    # A SIGKILL as the launchers report it: torchrun's elastic agent, torch.multiprocessing, the
+    # DeepSpeed launcher. Evidence of a kill, not of who sent it (host_oom outranks it).
+    _sig("killed", r"failed \(exitcode: -9\)|\bexitcode\s*: -9\b|Signal 9 \(SIGKILL\) received by "
+         r"PID|terminated with signal SIGKILL|exits with return code = -9|got signal: 9\b",
+         "a worker was SIGKILLed (as its launcher reports it): the kernel OOM killer or a person"),
     # torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp and NCCL's ncclGetErrorString; gloo; store.
     _sig("nccl_or_distributed", r"NCCL error", "a NCCL collective failed"),
     _sig("nccl_or_distributed", r"\bnccl(?:System|Internal|UnhandledCuda|Remote)Error\b",
          "a NCCL collective failed"),
     _sig("nccl_or_distributed", r"unhandled (?:system|cuda) error \(run with NCCL_DEBUG=INFO",
          "a NCCL collective failed"),
+    _sig("nccl_or_distributed", r"NCCL communicator was aborted|ProcessGroupNCCL's watchdog got "
+         r"stuck", "a NCCL communicator was torn down (a collective failed or hung)"),
     _sig("nccl_or_distributed", r"remote process exited or there was a network error",
          "a peer rank died or the network failed"),
-    _sig("nccl_or_distributed", r"Watchdog caught collective operation timeout",
+    _sig("nccl_or_distributed", r"Watchdog caught collective operation timeout"
+         r"|ProcessGroupNCCL::WorkNCCL::checkTimeout|Exception raised from ncclCommWatchdog",
          "a collective hung until the NCCL watchdog timed out"),
-    _sig("nccl_or_distributed", r"\bDist(?:Backend|Network|Store)Error\b",
+    _sig("nccl_or_distributed", r"NCCL WARN NET/\w+ ?: Got completion from peer .* with status="
+         r"|NCCL WARN Call to \w+ failed", "NCCL's network transport failed"),
+    _sig("nccl_or_distributed", r"\bDist(?:Backend|Network|Store)Error\b"
+         r"|\bRendezvous(?:Connection|Timeout|Closed)Error\b",
          "torch.distributed failed"),
+    _sig("nccl_or_distributed", r"\[c10d\] The client socket has timed out|TCP client failed to "
+         r"connect|connect\(\) timed out\. Original timeout was|Timed out initializing process "
+         r"group", "a rank could not reach the rendezvous / TCPStore in time"),
+    _sig("nccl_or_distributed", r"^(?:\[[^\]\n]*\]:?\s*)*RuntimeError: Connection reset by peer",
+         "a peer rank's connection dropped"),
     _sig("nccl_or_distributed", r"gloo/transport/tcp/pair\.cc.*Connection (?:closed|reset) by peer",
          "a peer rank's connection dropped"),
-    # FileNotFoundError / errno 2.
+    # FileNotFoundError / errno 2 (not a debugger's missing source file); transformers' hub lookup.
     _sig("file_missing", r"FileNotFoundError", "a file or folder the run needs does not exist"),
-    _sig("file_missing", r"No such file or directory", "a file or folder the run needs does not exist"),
-    # transformers' hub resolution of `from_pretrained(name_or_path)`.
+    _sig("file_missing", r"\[Errno 2\] No such file or directory|No such file or directory: ['\"]",
+         "a file or folder the run needs does not exist"),
     _sig("file_missing", r"is not a local folder and is not a valid model identifier",
          "the model path or Hub id does not exist (or is a private repository and no token was "
          "given)"),
-    # Weak: what a shell prints for any SIGKILLed child; a NaN in a metrics line.
-    _sig("host_oom", r"^(?:.*\bline \d+: +\d+ )?Killed\b(?!\s+process)", "the process was SIGKILLed "
-         "(the shell's report), most often by the kernel OOM killer", strong=False),
+    # Weak: TensorFlow's OOM when only its W-level lines report it; what a shell prints for any
+    # SIGKILLed child; a NaN in a metrics line.
+    _sig("cuda_oom", r"OOM when allocating tensor(?!.*(?:device:CPU|by allocator cpu\b))",
+         "TensorFlow ran out of GPU memory (reported at its warning level)", strong=False,
+         on_info=True),
+    _sig("host_oom", r"OOM when allocating tensor.*(?:device:CPU|by allocator cpu\b)",
+         "TensorFlow ran out of host memory (reported at its warning level)", strong=False,
+         on_info=True),
+    _sig("killed", r"^(?:.*\bline \d+: +\d+ )?Killed\b(?!\s+process)", "the process was SIGKILLed "
+         "(the shell's report): the kernel OOM killer or a person", strong=False),
     _sig("nan_loss", r"[\"']?loss[\"']?\s*[:=]\s*(?:nan|inf)\b", "a logged loss is NaN/inf",
          strong=False),
+    _sig("nan_loss", r"\bgrad(?:ient)?[_ ]norm[\"']?\s*[:=]?\s*(?:nan|inf)\b",
+         "a logged gradient norm is NaN/inf", strong=False),
 )
 
 STRONG_PRIORITY = ("driver_mismatch", "cuda_oom", "host_oom", "disk_full", "checkpoint_corrupt",
-                   "nan_loss", "import_or_env", "cuda_runtime_error", "nccl_or_distributed",
-                   "file_missing")
-WEAK_PRIORITY = ("host_oom", "nan_loss")
+                   "nan_loss", "import_or_env", "config_error", "cuda_runtime_error", "killed",
+                   "nccl_or_distributed", "file_missing")
+WEAK_PRIORITY = ("cuda_oom", "host_oom", "killed", "nan_loss")
+# What the kernel logs when its OOM killer acts (mm/oom_kill.c), looked for in the kernel log.
+_KERNEL_OOM = re.compile(r"Out of memory: Kill(?:ed)? process|Memory cgroup out of memory"
+                         r"|invoked oom-killer|oom-kill:constraint=|oom_reaper: reaped process"
+                         r"|\bKilled process \d+ \([^)\n]*\),? total-vm:", re.IGNORECASE)
 
 # An exception line (optionally behind torchrun's "[rank0]:" prefixes) or a fatal C-level report.
 _EXCEPTION_LINE = re.compile(r"^(?:\[[^\]\n]*\]:?\s*)*(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|"
                              r"Interrupt|Exit)(?::.*)?$")
 _TRACEBACK = re.compile(r"^(?:\[[^\]\n]*\]:?\s*)*Traceback \(most recent call last\):")
 _FATAL_C = re.compile(r"Segmentation fault|core dumped|Fatal Python error|^Aborted\b|Bus error")
+# torchrun's report that a worker failed, which says nothing of why (the rank's own log does).
+_LAUNCHER = re.compile(r"\bChildFailedError\b|Root Cause \(first observed failure\)"
+                       r"|elastic\.multiprocessing\.api:\s*failed \(exitcode: -?\d+\)"
+                       r"|multiprocessing\.api: \[ERROR\] failed \(exitcode: -?\d+\)")
+
 # Lines that inform rather than fail: NCCL's INFO chatter (it reports, e.g., an optional plugin
 # that "cannot open shared object file"), Python warnings, and the INFO / WARNING levels of the
 # C++ loggers and launchers (TensorFlow reports a missing optional CUDA library, or an allocation
-# that "is not a failure", at W). They are never evidence; the error they foreshadow, if any, is
-# raised again on a line of its own.
+# that "is not a failure", at W). They are never strong evidence; the error they foreshadow, if
+# any, is raised again on a line of its own.
 _INFORMATIONAL = re.compile(
     r"\bNCCL INFO\b|\b[A-Z]\w*Warning: "
     # absl / TensorFlow / XLA: `2024-02-25 18:52:47.991396: W tensorflow/...] ...` (I and W only)
@@ -282,6 +428,10 @@ DEFAULTS: dict[str, tuple[bool, str, str]] = {
         ("resume from the last checkpoint; if it is killed again, lower host memory use "
          "(fewer DataLoader workers, smaller prefetch or host-side batch) or ask for "
          "more host memory")),
+    "killed": (True, "resume",
+        ("resume from the last checkpoint: the process was SIGKILLed by the kernel OOM killer "
+         "(check dmesg) or by a person or the platform; if it is killed again at the same "
+         "place, treat it as host memory (fewer DataLoader workers, more host memory)")),
     "nan_loss": (True, "resume_lower_lr",
         ("resume from the last checkpoint written before the loss went NaN with a lower "
          "learning rate (tune_lr can pick it); checkpoints written after the divergence "
@@ -308,6 +458,14 @@ DEFAULTS: dict[str, tuple[bool, str, str]] = {
     "import_or_env": (False, "stop",
         ("the environment is broken (missing package, library or program): fix the image "
          "or virtual environment, then resubmit")),
+    "config_error": (False, "stop",
+        ("the run's command line or config is invalid (an unknown or missing argument, a "
+         "value of the wrong type): fix the spec's command or config, then resubmit; "
+         "retrying unchanged fails the same way")),
+    "lost": (True, "resume",
+        ("resume from the last checkpoint: the process's supervisor, process group or "
+         "machine went away, so its end was not seen; check the machine before resuming "
+         "there")),
     "preempted": (True, "resume",
         ("resume from the last checkpoint when resources allow")),
     "stalled": (True, "resume",
@@ -326,23 +484,34 @@ DEFAULTS: dict[str, tuple[bool, str, str]] = {
         ("nothing to recover: the run finished")),
 }
 
+_MONITOR_WHY = {
+    "preempted": "the monitor reports that the attempt was preempted (stopped by nightshift or by "
+                 "the platform)",
+    "stalled": "the monitor saw no progress for longer than the stall limit and stopped the attempt",
+    "timeout": "the attempt ran past the spec's timeout and was stopped",
+    "lost": "the monitor lost the attempt: its supervisor, process group or machine went away, so "
+            "how it ended was not seen",
+    "diverged": "the monitor's metrics check saw the training diverge",
+}
+
 
 @skill("diagnose_failure", capability="read")
 def diagnose_failure(ctx: SkillContext, inp: DiagnoseFailureInput) -> DiagnoseFailureResult:
-    """Classify why a training attempt ended — cuda_oom, host_oom, nan_loss, nccl_or_distributed,
-    cuda_runtime_error, file_missing, checkpoint_corrupt, disk_full, driver_mismatch,
-    import_or_env, preempted, stalled, timeout, crashed, unknown or succeeded — from its log tail
-    (or log file), exit code, signal and what the monitor saw. Returns the log lines that show it,
-    the reasoning, whether a retry can help, and a remediation: resume, resume_smaller_batch,
-    resume_lower_lr, resume_previous_checkpoint or stop, with concrete parameter changes when the
-    attempt's params and the spec's knobs are given. Log text is treated as data only."""
+    """Classify why a training attempt ended — cuda_oom, host_oom, killed, nan_loss,
+    nccl_or_distributed, cuda_runtime_error, file_missing, checkpoint_corrupt, disk_full,
+    driver_mismatch, import_or_env, config_error, lost, preempted, stalled, timeout, crashed,
+    unknown or succeeded — from its log tail (or log file), exit code, signal, what the monitor saw
+    and (optionally) the kernel log. Returns the log lines that show it, the reasoning, whether a
+    retry can help, and a remediation: resume, resume_smaller_batch, resume_lower_lr,
+    resume_previous_checkpoint or stop, with concrete parameter changes when the attempt's params
+    and the spec's knobs are given. Log text is treated as data only."""
     lines, first_line_no, log_note = _read_log(inp)
     lines = [_ANSI.sub("", line) for line in lines]  # colour codes would hide line starts
     sig = _signal_of(inp.exit_code, inp.signal)
     failed_exit = (inp.exit_code not in (None, 0)) or sig is not None
     hits = _match(lines)
     strong = {c: h for c, h in hits.items() if any(s.strong for s, _ in h)}
-    weak = {c: h for c, h in hits.items() if c not in strong}
+    weak = {c: [p for p in h if not p[0].strong] for c, h in hits.items() if c not in strong}
 
     def ev(pairs: list[tuple[Signature | None, int]]) -> list[EvidenceLine]:
         seen, out = set(), []
@@ -355,17 +524,35 @@ def diagnose_failure(ctx: SkillContext, inp: DiagnoseFailureInput) -> DiagnoseFa
     status = _describe_status(inp.exit_code, sig)
     notes = [n for n in (log_note,) if n]
 
+    def result(cat: str, confidence: str, evidence: list[EvidenceLine], reasoning: str,
+               override: Signature | None = None) -> DiagnoseFailureResult:
+        if cat == "killed":  # a SIGKILL: the kernel log may say it was the OOM killer
+            oom = _kernel_oom(inp, notes)
+            if oom:
+                kev = [EvidenceLine(line_no=n, text=_clean(t), source="kernel_log") for n, t in oom]
+                return _result("host_oom", "high", (evidence + kev)[:MAX_EVIDENCE],
+                               f"the kernel log shows the OOM killer at work ({_clean(oom[-1][1])})"
+                               f"; {reasoning}", inp, sig, notes)
+        return _result(cat, confidence, evidence, reasoning, inp, sig, notes, override=override)
+
     if inp.monitor_says:
-        cat = inp.monitor_says
-        why = {"preempted": "the monitor reports that the attempt was preempted (stopped by "
-                            "nightshift or by the platform)",
-               "stalled": "the monitor saw no progress for longer than the stall limit and "
-                          "stopped the attempt",
-               "timeout": "the attempt ran past the spec's timeout and was stopped"}[cat]
-        also = _first_category(strong) or _first_category(weak, WEAK_PRIORITY)
-        pairs = (strong.get(also) or weak.get(also) or []) if also else []
-        extra = (f"; the log also shows {also} ({_most_specific(pairs).meaning})" if pairs else "")
-        return _result(cat, "high", ev(pairs), why + extra + f"; {status}", inp, sig, notes)
+        says = inp.monitor_says
+        cat = "nan_loss" if says == "diverged" else says
+        why = _MONITOR_WHY[says]
+        detail = [EvidenceLine(line_no=0, text=_clean(inp.monitor_detail), source="monitor")] \
+            if inp.monitor_detail and inp.monitor_detail.strip() else []
+        if detail:
+            why += f" ({detail[0].text})"
+        if says == "diverged":
+            pairs = strong.get("nan_loss") or weak.get("nan_loss") or []
+            extra = f"; the log agrees: {_most_specific(pairs).meaning}" if pairs else ""
+        else:
+            also = _first_category(strong) or _first_category(weak, WEAK_PRIORITY)
+            pairs = (strong.get(also) or weak.get(also) or []) if also else []
+            extra = (f"; the log also shows {also} ({_most_specific(pairs).meaning})"
+                     if pairs else "")
+        return _result(cat, "high", (detail + ev(pairs))[:MAX_EVIDENCE], why + extra
+                       + f"; {status}", inp, sig, notes)
 
     if inp.exit_code == 0 and sig is None:
         errorish = [(None, i) for i, line in enumerate(lines)
@@ -374,53 +561,65 @@ def diagnose_failure(ctx: SkillContext, inp: DiagnoseFailureInput) -> DiagnoseFa
         if strong or errorish:
             reasoning += ("; the log has lines that look like errors (quoted), but the run "
                           "completed: check its outputs if in doubt")
-        pairs = [p for h in strong.values() for p in h] + errorish
+        pairs = [p for h in strong.values() for p in h if not p[0].on_info] + errorish
         return _result("succeeded", "high", ev(sorted(pairs, key=lambda p: p[1])), reasoning, inp,
                        sig, notes)
 
     cat = _first_category(strong)
     if cat:
-        pairs = strong[cat]
+        pairs = [p for p in strong[cat] if not p[0].on_info]  # a W-level line is no evidence here
         others = [c for c in STRONG_PRIORITY if c in strong and c != cat]
         reasoning = f"{_most_specific(pairs).meaning}; {status}"
         if others:
             reasoning += (f"; the log also shows {', '.join(others)}, read as consequences of "
                           f"{cat}")
-        return _result(cat, "high", ev(pairs), reasoning, inp, sig, notes,
-                       override=_override(pairs))
+        return result(cat, "high", ev(pairs), reasoning, override=_override(pairs))
 
     cat = _first_category(weak, WEAK_PRIORITY)
     if cat:
         pairs = weak[cat]
-        return _result(cat, "medium", ev(pairs), f"{_most_specific(pairs).meaning}; {status}", inp,
-                       sig, notes)
+        return result(cat, "medium", ev(pairs), f"{_most_specific(pairs).meaning}; {status}")
 
     if sig == signal_module.SIGKILL:
-        return _result("host_oom", "medium", [], f"{status}, and the log shows no other cause; "
-                       "a SIGKILL with no error is most often the kernel OOM killer (check dmesg "
-                       "or the container's memory events); kill -9 by a person or the platform "
-                       "looks the same", inp, sig, notes)
+        return result("killed", "medium", [], f"{status}, and the log shows no other cause: the "
+                      "kernel OOM killer (no OOM-killer line was seen; check dmesg or the "
+                      "container's memory events) or a kill -9 by a person or the platform")
     if sig == signal_module.SIGTERM:
-        return _result("preempted", "medium", [], f"{status}: something asked the process to "
-                       "stop (the platform, the batch system, or a person), and the log shows no "
-                       "error", inp, sig, notes)
+        return result("preempted", "medium", [], f"{status}: something asked the process to "
+                      "stop (the platform, the batch system, or a person), and the log shows no "
+                      "error")
     if inp.exit_code in (126, 127) and sig is None:
-        return _result("import_or_env", "medium", [], f"{status}: the shell's code for a command "
-                       "that was not found or not executable", inp, sig, notes)
+        return result("import_or_env", "medium", [], f"{status}: the shell's code for a command "
+                      "that was not found or not executable")
 
-    exc_lines = [i for i, line in enumerate(lines) if _EXCEPTION_LINE.match(line.strip())]
+    exc_lines = [i for i, line in enumerate(lines)
+                 if _EXCEPTION_LINE.match(line.strip()) and not _LAUNCHER.search(line)]
     tb_lines = [i for i, line in enumerate(lines) if _TRACEBACK.match(line)]
     fatal = [i for i, line in enumerate(lines) if _FATAL_C.search(line)]
-    if failed_exit and (exc_lines or tb_lines or fatal):
-        picked = (exc_lines[-2:] if exc_lines else []) + fatal[-1:] or tb_lines[-1:]
-        last = _clean(lines[picked[-1]]) if picked else "a traceback"
-        return _result("crashed", "medium", ev([(None, i) for i in sorted(picked)]),
-                       f"{status}, after an error that matches no known signature: {last}", inp,
-                       sig, notes)
+    launcher = [i for i, line in enumerate(lines) if _LAUNCHER.search(line)]
+    if failed_exit and (exc_lines or fatal):
+        picked = (exc_lines[-2:] if exc_lines else []) + fatal[-1:]
+        last = _clean(lines[picked[-1]])
+        return result("crashed", "medium", ev([(None, i) for i in sorted(picked)]),
+                      f"{status}, after an error that matches no known signature: {last}")
+    if failed_exit and launcher:
+        return result("nccl_or_distributed", "low", ev([(None, i) for i in launcher[-2:]]),
+                      f"{status}: the distributed launcher reports that a worker failed, without "
+                      "its error (read each rank's own log)")
+    if failed_exit and tb_lines:
+        return result("crashed", "medium", ev([(None, tb_lines[-1])]),
+                      f"{status}, after an error that matches no known signature: a traceback")
     if sig in (signal_module.SIGSEGV, signal_module.SIGABRT, signal_module.SIGBUS):
-        return _result("crashed", "medium", [], f"{status}: a native crash (a bug in an extension, "
-                       "or a broken installation)", inp, sig, notes)
+        return result("crashed", "medium", [], f"{status}: a native crash (a bug in an extension, "
+                      "or a broken installation)")
 
+    if inp.exit_code is None and sig is None and tb_lines and exc_lines:
+        # No exit status, but the log ends in an uncaught exception: that says it crashed.
+        tail = [i for i, line in enumerate(lines) if line.strip()][-TAIL_LINES:]
+        if tail and exc_lines[-1] >= tail[0] and exc_lines[-1] > tb_lines[0]:
+            return result("crashed", "low", ev([(None, i) for i in exc_lines[-2:]]),
+                          "no exit status was given, but the log ends in an uncaught exception "
+                          f"that matches no known signature: {_clean(lines[exc_lines[-1]])}")
     if failed_exit:
         reasoning = f"{status}, and nothing in the log explains it"
     elif inp.exit_code is None and sig is None:
@@ -428,8 +627,7 @@ def diagnose_failure(ctx: SkillContext, inp: DiagnoseFailureInput) -> DiagnoseFa
                      + ("; it has an error line that matches no signature" if exc_lines else ""))
     else:
         reasoning = status
-    return _result("unknown", "low", ev([(None, i) for i in exc_lines[-2:]]), reasoning, inp, sig,
-                   notes)
+    return result("unknown", "low", ev([(None, i) for i in exc_lines[-2:]]), reasoning)
 
 
 # --- helpers ------------------------------------------------------------------------------------
@@ -494,16 +692,130 @@ def _describe_status(exit_code: int | None, sig: int | None) -> str:
 
 
 def _match(lines: list[str]) -> dict[str, list[tuple[Signature, int]]]:
+    """Per category, the (signature, line index) pairs found: each line is claimed by the first
+    signature in table order that matches it (informational lines only by on_info ones). Only the
+    signatures whose literal keys occur in a line are tried on it; `_match_naive` is the
+    reference this must equal (on ASCII text: Unicode case folding aside)."""
+    capped = [_cap(line) for line in lines]
+    lowered = "\n".join(line.lower() for line in capped)
+    starts, pos = [], 0
+    for line in capped:  # lower() keeps the length of ASCII; recount from the lowered lines
+        starts.append(pos)
+        pos += len(line.lower()) + 1
+    candidates: dict[int, set[int]] = {}
+    for key, sig_indices in _KEYS:
+        at = lowered.find(key)
+        while at != -1:
+            li = bisect.bisect_right(starts, at) - 1
+            candidates.setdefault(li, set()).update(sig_indices)
+            at = lowered.find(key, starts[li + 1]) if li + 1 < len(starts) else -1
+    for j in _UNKEYED:
+        for li in range(len(capped)):
+            candidates.setdefault(li, set()).add(j)
     hits: dict[str, list[tuple[Signature, int]]] = {}
-    for i, line in enumerate(lines):
-        if _INFORMATIONAL.search(line):
-            continue
-        for s in SIGNATURES:
+    for li in sorted(candidates):
+        line = capped[li]
+        info = bool(_INFORMATIONAL.search(line))
+        for j in sorted(candidates[li]):
+            s = SIGNATURES[j]
+            if info and not s.on_info:
+                continue
             if s.pattern.search(line):
-                hits.setdefault(s.category, []).append((s, i))
+                hits.setdefault(s.category, []).append((s, li))
                 break
     # Within a category, strong evidence first, then by line.
     return {c: sorted(h, key=lambda p: (not p[0].strong, p[1])) for c, h in hits.items()}
+
+
+def _match_naive(lines: list[str]) -> dict[str, list[tuple[Signature, int]]]:
+    """Every signature on every line, in table order: what `_match` computes, slowly."""
+    hits: dict[str, list[tuple[Signature, int]]] = {}
+    for i, line in enumerate(lines):
+        line = _cap(line)
+        info = bool(_INFORMATIONAL.search(line))
+        for s in SIGNATURES:
+            if info and not s.on_info:
+                continue
+            if s.pattern.search(line):
+                hits.setdefault(s.category, []).append((s, i))
+                break
+    return {c: sorted(h, key=lambda p: (not p[0].strong, p[1])) for c, h in hits.items()}
+
+
+def _cap(line: str) -> str:
+    """A line longer than MAX_MATCH_CHARS is matched on its head and tail (bounded work)."""
+    if len(line) <= MAX_MATCH_CHARS:
+        return line
+    half = MAX_MATCH_CHARS // 2
+    return line[:half] + " … " + line[-half:]
+
+
+def _literal_keys(pattern: re.Pattern[str]) -> set[str] | None:
+    """Lower-case literal strings of which every match of `pattern` contains at least one (the
+    longest mandatory literal run of each top-level alternative), or None if none is found."""
+
+    def needed(seq: Any) -> set[str] | None:
+        run: list[str] = []
+        best, groups = "", []
+        for op, av in list(seq) + [(None, None)]:
+            if op is _sre_constants.LITERAL:
+                run.append(chr(av))
+                continue
+            if len(run) > len(best):
+                best = "".join(run)
+            run = []
+            if op is _sre_constants.BRANCH:
+                groups.append(av[1])
+            elif op is _sre_constants.SUBPATTERN:
+                groups.append([av[-1]])
+        if len(best) >= 3:
+            return {best.lower()}
+        for alternatives in groups:  # a mandatory group: one key from each of its alternatives
+            keys: set[str] = set()
+            for alt in alternatives:
+                k = needed(alt)
+                if k is None:
+                    break
+                keys |= k
+            else:
+                return keys
+        return None
+
+    return needed(_sre_parse.parse(pattern.pattern, pattern.flags))
+
+
+def _index_keys() -> tuple[tuple[tuple[str, tuple[int, ...]], ...], tuple[int, ...]]:
+    by_key: dict[str, list[int]] = {}
+    unkeyed = []
+    for j, s in enumerate(SIGNATURES):
+        keys = _literal_keys(s.pattern)
+        if keys is None:
+            unkeyed.append(j)
+            continue
+        for k in keys:
+            by_key.setdefault(k, []).append(j)
+    return tuple((k, tuple(v)) for k, v in sorted(by_key.items())), tuple(unkeyed)
+
+
+def _kernel_oom(inp: DiagnoseFailureInput, notes: list[str]) -> list[tuple[int, str]]:
+    """The kernel log's OOM-killer lines (line number, text), the last three; [] when the kernel
+    log was not given and no reader is installed, could not be read, or shows none."""
+    text = inp.kernel_log
+    if text is None and KERNEL_LOG_READER is not None:
+        try:
+            text = KERNEL_LOG_READER()
+        except Exception as exc:  # noqa: BLE001 - a reader's failure is a note, not a crash
+            notes.append(f"the kernel log could not be read ({type(exc).__name__})")
+            text = None
+    if not text:
+        return []
+    start_line = 1
+    if len(text) > MAX_KERNEL_LOG_BYTES:
+        start_line = text.count("\n", 0, len(text) - MAX_KERNEL_LOG_BYTES) + 2
+        text = text[-MAX_KERNEL_LOG_BYTES:].split("\n", 1)[-1]
+    found = [(start_line + n, line) for n, line in enumerate(text.splitlines())
+             if _KERNEL_OOM.search(line[:MAX_MATCH_CHARS])]
+    return found[-3:]
 
 
 def _most_specific(pairs: list[tuple[Signature, int]]) -> Signature:
@@ -580,3 +892,6 @@ def _remediation(category: str, action: str, message: str,
                                message=f"{message}: {lr_name} {lr} → {new}")
         return Remediation(action="resume_lower_lr", factors=factors, message=message)
     return Remediation(action=action, message=message)
+
+
+_KEYS, _UNKEYED = _index_keys()

@@ -210,19 +210,109 @@ def test_device_side_assert_is_not_retried(ctx):
     assert r.retryable is False and r.remediation.action == "stop"
 
 
-def test_sigkill_without_evidence_is_host_oom(ctx):
-    """A bare SIGKILL is most often the OOM killer, and the reasoning says so."""
+def test_sigkill_without_evidence_is_killed(ctx):
+    """A bare SIGKILL is evidence of a kill, not of who sent it: the OOM killer or a person."""
     for kw in ({"exit_code": -9}, {"exit_code": 137}, {"signal": 9}):
         r = diagnose(ctx, log_tail="step 100 loss 0.42\nstep 200 loss 0.31\n", **kw)
-        assert r.category == "host_oom" and r.signal == 9
+        assert r.category == "killed" and r.signal == 9
         assert "OOM killer" in r.reasoning and r.confidence == "medium"
+        assert r.retryable and r.remediation.action == "resume"
 
 
-def test_shell_killed_line_is_host_oom(ctx):
-    """bash's `Killed` report is weaker evidence of the OOM killer than the kernel's own line."""
+def test_shell_killed_line_is_killed(ctx):
+    """bash's `Killed` report says the process was SIGKILLed, not that memory ran out."""
     r = diagnose(ctx, "host_oom_shell_killed.log", exit_code=137)
-    assert r.category == "host_oom" and r.confidence == "medium"
+    assert r.category == "killed" and r.confidence == "medium"
     assert r.evidence[0].line_no == 4
+
+
+def test_sigkill_with_an_oom_line_in_the_log_is_host_oom(ctx):
+    """The kernel's OOM-killer line in the log itself turns the kill into host_oom."""
+    log = ("Killed\n[2059991.491542] Out of memory: Killed process 25315 (python3) total-vm:"
+           "53312244kB, anon-rss:31451456kB\n")
+    r = diagnose(ctx, log_tail=log, exit_code=137)
+    assert r.category == "host_oom" and r.confidence == "high"
+    assert "Out of memory: Killed process 25315" in r.evidence[0].text
+
+
+def test_kernel_log_given_by_the_caller_explains_a_sigkill(ctx):
+    """An OOM-killer line in the kernel log the caller read makes a SIGKILL host_oom; other kernel
+    lines do not."""
+    kmsg = ("[1.0] usb 1-1: new high-speed USB device\n"
+            "[441280.839852] Out of memory: Killed process 698405 (python) total-vm:49978204kB\n")
+    for kw in ({"log_tail": "step 10\n"}, {"log_tail": "step 10\nKilled\n"},
+               {"log_tail": "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: "
+                            "-9) local_rank: 0 (pid: 6914) of binary: /usr/bin/python3\n"}):
+        r = diagnose(ctx, exit_code=-9, kernel_log=kmsg, **kw)
+        assert r.category == "host_oom", r.reasoning
+        k = [e for e in r.evidence if e.source == "kernel_log"]
+        assert k and k[0].line_no == 2 and "Killed process 698405" in k[0].text
+    r = diagnose(ctx, log_tail="step 10\n", exit_code=-9, kernel_log="[1.0] usb 1-1: new device\n")
+    assert r.category == "killed"
+
+
+def test_kernel_log_reader_is_injectable_and_off_by_default(ctx, monkeypatch):
+    """Nothing reads the kernel log unless a reader is installed; a failing reader is a note."""
+    import nightshift.skills.diagnose_failure as mod
+
+    assert mod.KERNEL_LOG_READER is None
+    monkeypatch.setattr(mod, "KERNEL_LOG_READER", lambda: "[5.1] Memory cgroup out of memory: "
+                        "Killed process 4182 (python) total-vm:812044kB\n")
+    assert diagnose(ctx, log_tail="step 1\n", signal=9).category == "host_oom"
+    assert diagnose(ctx, log_tail="step 1\n", exit_code=1).category == "unknown"  # not a kill
+
+    def broken() -> str:
+        raise PermissionError("dmesg: read kernel buffer failed: Operation not permitted")
+
+    monkeypatch.setattr(mod, "KERNEL_LOG_READER", broken)
+    r = diagnose(ctx, log_tail="step 1\n", signal=9)
+    assert r.category == "killed" and "kernel log could not be read" in r.reasoning
+
+
+def test_launcher_exit_minus_9_is_killed(ctx):
+    """torchrun reporting a worker's exit code -9 is a SIGKILL, whatever torchrun itself exits with."""
+    log = ("> initializing model parallel with size 1\n"
+           "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 0 "
+           "(pid: 6914) of binary: /usr/bin/python3\nTraceback (most recent call last):\n"
+           "  File \"/usr/local/bin/torchrun\", line 8, in <module>\n    sys.exit(main())\n"
+           "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n")
+    r = diagnose(ctx, log_tail=log, exit_code=1)
+    assert r.category == "killed" and r.confidence == "high" and r.evidence[0].line_no == 2
+
+
+def test_config_errors_are_not_retried(ctx):
+    """argparse, nanoGPT's configurator and Hydra rejecting the run's arguments: stop and fix."""
+    for log, code in (
+        ("usage: train.py [-h] --name NAME\ntrain.py: error: the following arguments are "
+         "required: --name\n", 2),
+        ("train.py: error: unrecognized arguments: --local_rank=0\n", 2),
+        ("Traceback (most recent call last):\n  File \"train.py\", line 23, in <module>\n"
+         "    exec(open('configurator.py').read()) # overrides from command line or config file\n"
+         "  File \"<string>\", line 31, in <module>\nAssertionError\n", 1),
+        ("Could not override 'trainer.gpus'.\nTo append to your config use +trainer.gpus=0\n"
+         "Key 'gpus' is not in struct\n    full_key: trainer.gpus\n", 1),
+    ):
+        r = diagnose(ctx, log_tail=log, exit_code=code)
+        assert r.category == "config_error", (log, r.reasoning)
+        assert r.retryable is False and r.remediation.action == "stop" and r.evidence
+
+
+def test_monitor_lost_and_diverged(ctx):
+    """lost: the supervisor or machine went away (resume); diverged: the monitor's own NaN check,
+    quoted from monitor_detail, with a lower learning rate."""
+    lost = diagnose(ctx, log_tail="step 5 loss 1.0\n", monitor_says="lost")
+    assert lost.category == "lost" and lost.retryable and lost.remediation.action == "resume"
+    div = diagnose(ctx, log_tail="step 411 loss 2.1\n", exit_code=-15, monitor_says="diverged",
+                   monitor_detail="metrics diverged: loss is nan at step 412",
+                   params=PARAMS, knobs=KNOBS)
+    assert div.category == "nan_loss" and div.remediation.action == "resume_lower_lr"
+    assert div.remediation.changes == {"lr": 0.005}
+    assert div.evidence[0].source == "monitor" and div.evidence[0].line_no == 0
+    assert "loss is nan at step 412" in div.evidence[0].text and "step 412" in div.reasoning
+    # A preemption with the monitor's own words keeps its category and quotes them.
+    pre = diagnose(ctx, log_tail="step 5\n", exit_code=-15, monitor_says="preempted",
+                   monitor_detail="spot instance reclaimed")
+    assert pre.category == "preempted" and pre.evidence[0].text == "spot instance reclaimed"
 
 
 def test_clean_exit_is_succeeded_even_with_warnings(ctx):
@@ -296,7 +386,7 @@ def test_log_tail_and_log_path_together_are_refused(ctx):
 def test_missing_log_file_is_reported_not_raised(ctx, tmp_path):
     """A log that was never written still gets a verdict from the exit status."""
     r = diagnose_failure(ctx, {"log_path": str(tmp_path / "nope.log"), "exit_code": -9})
-    assert r.category == "host_oom" and "could not be read" in r.reasoning
+    assert r.category == "killed" and "could not be read" in r.reasoning
 
 
 def test_long_log_line_numbers_count_the_whole_file(ctx, tmp_path):
@@ -321,7 +411,7 @@ def _run_example(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.
     ({"NIGHTSHIFT_FAULT_OOM_AT_STEP": "5", "NIGHTSHIFT_FAULT_OOM_ABOVE_BATCH": "16"}, "cuda_oom"),
     ({"NIGHTSHIFT_FAULT_NAN_AT_STEP": "5", "NIGHTSHIFT_FAULT_NAN_ABOVE_LR": "0.001"}, "nan_loss"),
     ({"NIGHTSHIFT_FAULT_CRASH_AT_STEP": "5"}, "crashed"),
-    ({"NIGHTSHIFT_FAULT_KILL_AT_STEP": "5"}, "host_oom"),
+    ({"NIGHTSHIFT_FAULT_KILL_AT_STEP": "5"}, "killed"),
 ])
 def test_the_example_faults_are_diagnosed(ctx, tmp_path, env, category):
     """The quickstart's injected faults, from a real process, land in the category recovery expects."""
@@ -359,7 +449,7 @@ def test_cli_json_is_the_result_model(home):
                       "--json")
     assert proc.returncode == 0, proc.stderr
     r = DiagnoseFailureResult.model_validate_json(proc.stdout)
-    assert r.category == "host_oom" and r.signal == 9 and r.evidence[0].line_no == 4
+    assert r.category == "killed" and r.signal == 9 and r.evidence[0].line_no == 4
 
 
 def test_cli_unknown_is_still_exit_zero(home):

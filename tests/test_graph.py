@@ -172,7 +172,7 @@ def test_train_playbook_recovers_from_sigkill(w, tmp_path):
     assert out["finish"]["ok"], out["finish"]
     hist = [Observation.model_validate(o) for o in out["history"]]
     diag = next(o for o in hist if o.skill == "diagnose_failure").result
-    assert diag["category"] == "host_oom"  # SIGKILL with no other evidence: the OOM killer's mark
+    assert diag["category"] == "killed"  # SIGKILL with no other evidence: the OOM killer or a person
     resume = next(o for o in hist if o.skill == "resume_job").result
     assert resume["resume_step"] == 40
     atts = w.store.attempts(1)
