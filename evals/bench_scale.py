@@ -334,6 +334,9 @@ class NullExecutor:
 
         return RunStatus(state="exited", exit_code=0)
 
+    def cleanup(self, handle: dict[str, Any], grace_s: float = 10.0) -> list[int]:
+        return []
+
     def logs(self, handle: dict[str, Any], tail: int = 200) -> str:
         return ""
 

@@ -5,8 +5,8 @@ The container is the record: its name comes from the request key, so creating it
 makes `start` idempotent across processes, and its labels (`nightshift.key`, `nightshift.log_path`)
 let any later process find it again and learn where its log goes. Docker keeps the exit code and
 the output of an ended container, so a restarted daemon re-attaches by label and still learns how
-a run ended. Containers are never pulled, never removed by the executor, and get no network unless
-the request (or the executor's default) names one.
+a run ended. Containers are never pulled, removed only by `cleanup` (before a relaunch), and get no
+network unless the request (or the executor's default) names one.
 
 The run's log file is the same as for a local run: the container's stdout and stderr, copied
 incrementally (a background thread while this process watches, and on every `poll`, `logs` and
@@ -339,6 +339,25 @@ class DockerExecutor:
                 self._update_state(h, stopped_grace_s=grace)
                 container.stop(timeout=max(0, math.ceil(grace)))
         return self.poll(handle)
+
+    def cleanup(self, handle: dict[str, Any], grace_s: float | None = None) -> list[int]:
+        """Stop and remove the run's container if it still exists (its output copied first), so
+        a relaunch never runs beside it; [] or the container's main pid when it was running."""
+        h = self._handle(handle)
+        grace = self.stop_grace_s if grace_s is None else grace_s
+        with self._errors(f"cleaning up container {h.name}"):
+            container = self._get(h.container_id)
+            if container is None:
+                return []
+            pid = int(container.attrs.get("State", {}).get("Pid") or 0)
+            if container.status in ("running", "paused", "restarting"):
+                self._update_state(h, stopped_grace_s=grace)
+                container.stop(timeout=max(0, math.ceil(grace)))
+            else:
+                pid = 0
+            self._copy_logs(h)
+            container.remove(force=True)
+        return [pid] if pid else []
 
     # ---------------------------------------------------------------------------------- logs
     def logs(self, handle: dict[str, Any], tail: int = 200) -> str:

@@ -41,6 +41,9 @@ class RunStatus(BaseModel):
     exit_code: int | None = None
     signal: int | None = None
     detail: str | None = None
+    leftovers: list[int] = Field(
+        default_factory=list, description="pids of the run's processes still alive although the "
+        "run is lost (e.g. re-parented after its supervisor was killed); `cleanup` stops them")
 
 
 class Executor(Protocol):
@@ -53,6 +56,11 @@ class Executor(Protocol):
     def poll(self, handle: dict[str, Any]) -> RunStatus: ...
 
     def stop(self, handle: dict[str, Any], grace_s: float = 10.0) -> RunStatus: ...
+
+    def cleanup(self, handle: dict[str, Any], grace_s: float = 10.0) -> list[int]:
+        """Stop whatever is left of the run (SIGTERM, then SIGKILL after grace_s), running or
+        lost, so a relaunch never trains beside a survivor; the pids stopped, [] if none."""
+        ...
 
     def logs(self, handle: dict[str, Any], tail: int = 200) -> str: ...
 

@@ -4,7 +4,15 @@ Each run is started under `nightshift.runtime.supervise`, which records the exit
 so any later process (a restarted daemon, the CLI) can learn how a run ended from its handle, not
 only the process that started it. Handles are JSON files under `<runs_dir>/handles/`, which makes
 `start` idempotent on the request key even across processes, and each handle carries the process
-start time, so a recycled pid is never mistaken for our run.
+start time and the boot id, so a recycled pid (or a reboot) is never mistaken for our run.
+
+A training program can outlive its supervisor: the supervisor or its group SIGKILLed, or a
+descendant that started its own session (a daemonised data loader). Such a survivor keeps its GPU
+and writes into the run's checkpoints, so before a relaunch it must be found and stopped. Three
+pieces of evidence find it: the process group, the child pid the supervisor records next to the
+exit file, and the env marker (NIGHTSHIFT_ATTEMPT_KEY and NIGHTSHIFT_ATTEMPT_ID) that every
+process of the run inherits. `poll` reports survivors of a lost run as `leftovers`, `cleanup` and
+`stop` stop them, and nothing is signalled unless one of these proves it belongs to the run.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import json
 import os
 import pwd
 import re
+import secrets
 import shlex
 import shutil
 import signal
@@ -24,17 +33,27 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
+import psutil
 from pydantic import BaseModel, ValidationError
 
 from nightshift.runtime.errors import OperatorError, SkillFailed
 from nightshift.runtime.executor import LaunchRequest, RunStatus
-from nightshift.runtime.supervise import write_exit_file
+from nightshift.runtime.supervise import child_file, write_exit_file
 
 _KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 _SECRET_RE = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 _POLL_INTERVAL_S = 0.05
+_RESCAN_INTERVAL_S = 0.5
 _KILL_WAIT_S = 5.0
-LOST_DETAIL = "process gone without an exit record (killed with SIGKILL, or the machine restarted)"
+_FINISH_WAIT_S = 1.0
+# Two reads of one process's create_time agree to float noise; a recycled pid started elsewhen.
+_CTIME_TOLERANCE_S = 0.05
+ATTEMPT_KEY_ENV = "NIGHTSHIFT_ATTEMPT_KEY"
+ATTEMPT_ID_ENV = "NIGHTSHIFT_ATTEMPT_ID"
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+LOST_DETAIL = ("supervisor and its process group gone without an exit record (SIGKILL of the "
+               "group, or OOM killer)")
+REBOOT_DETAIL = "the machine restarted (boot id changed)"
 
 
 class LocalHandle(BaseModel):
@@ -49,6 +68,10 @@ class LocalHandle(BaseModel):
     log_path: str
     argv: list[str]
     cwd: str
+    # Absent from handles written before leftovers were tracked; those still poll and stop.
+    create_time: float | None = None  # the supervisor's psutil create_time
+    boot_id: str | None = None  # /proc/sys/kernel/random/boot_id at launch
+    attempt_id: str | None = None  # NIGHTSHIFT_ATTEMPT_ID of every process of this launch
 
 
 class ExitRecord(BaseModel):
@@ -70,8 +93,51 @@ def _proc_stat(pid: int) -> tuple[str, int] | None:
     return fields[0], int(fields[19])  # field 3 is fields[0], so field 22 is fields[19]
 
 
-def _has_proc() -> bool:
-    return Path("/proc/self/stat").exists()
+def _boot_id() -> str | None:
+    try:
+        return Path(BOOT_ID_PATH).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _create_time(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+def _recorded(pid: int, ticks: int | None, ctime: float | None) -> psutil.Process | None:
+    """The live process `pid` if it is the one recorded (same start), else None.
+
+    Clock ticks after boot are exact and immune to clock steps, so they win when recorded;
+    create_time (wall clock) is the check where they are not.
+    """
+    if pid <= 1:
+        return None
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        if ticks is not None:
+            stat = _proc_stat(pid)
+            return proc if stat is not None and stat[1] == ticks else None
+        if ctime is not None and abs(proc.create_time() - ctime) > _CTIME_TOLERANCE_S:
+            return None
+    except psutil.Error:
+        return None
+    return proc
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _pids(pids: list[int]) -> str:
+    return ("process " if len(pids) == 1 else "processes ") + ", ".join(map(str, pids))
 
 
 def _read_tail(path: Path, lines: int, block: int = 65536) -> str:
@@ -119,12 +185,14 @@ class LocalExecutor:
             return self._launch(req)
 
     def _launch(self, req: LaunchRequest) -> dict[str, Any]:
-        env = self._env(req)
+        attempt_id = secrets.token_hex(8)
+        env = self._env(req, attempt_id)
         self._validate(req, env)
         cwd = str(Path(req.cwd).expanduser().resolve())
         self.exits_dir.mkdir(parents=True, exist_ok=True)
         exit_file = self.exits_dir / f"{req.key}.json"
         exit_file.unlink(missing_ok=True)  # a stale record from a launch whose handle was removed
+        Path(child_file(str(exit_file))).unlink(missing_ok=True)
         log_path = Path(os.path.abspath(Path(req.log_path).expanduser()))
         log_path.parent.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-P", "-m", "nightshift.runtime.supervise",
@@ -138,20 +206,24 @@ class LocalExecutor:
             raise SkillFailed(f"could not start the run supervisor for {req.key}: {exc}") from exc
         # Read the start time before anything can reap the child: a zombie still has its stat.
         stat = _proc_stat(proc.pid)
+        ctime = _create_time(proc.pid)
         # Reap the supervisor when it ends, so no zombie lingers in a long-lived daemon.
         threading.Thread(target=proc.wait, name=f"nightshift-reap-{req.key}", daemon=True).start()
         handle = LocalHandle(key=req.key, pid=proc.pid, pgid=proc.pid,
                              start_time=stat[1] if stat else None, exit_file=str(exit_file),
-                             log_path=str(log_path), argv=list(req.argv), cwd=cwd)
+                             log_path=str(log_path), argv=list(req.argv), cwd=cwd,
+                             create_time=ctime, boot_id=_boot_id(), attempt_id=attempt_id)
         data = handle.model_dump()
         self._write_json(self._handle_file(req.key), data)
         return data
 
     @staticmethod
-    def _env(req: LaunchRequest) -> dict[str, str]:
+    def _env(req: LaunchRequest, attempt_id: str) -> dict[str, str]:
+        # The markers are inherited by every descendant, also those that leave the group.
         return {**os.environ, **req.env,
                 "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in req.gpus),
-                "NIGHTSHIFT_RUN_KEY": req.key}
+                "NIGHTSHIFT_RUN_KEY": req.key, ATTEMPT_KEY_ENV: req.key,
+                ATTEMPT_ID_ENV: attempt_id}
 
     @staticmethod
     def _validate(req: LaunchRequest, env: dict[str, str]) -> None:
@@ -202,59 +274,151 @@ class LocalExecutor:
                 "remove it only if no run with that key is still running") from exc
 
     def poll(self, handle: dict[str, Any]) -> RunStatus:
-        """running while the supervisor lives; exited once it recorded the exit; otherwise lost."""
+        """running while the supervisor lives; exited once it recorded the exit; otherwise lost,
+        with the run's processes still alive as `leftovers` and the detail saying what is left."""
         h = self._handle(handle)
         record = self._read_exit(h)
         if record is not None:
             return record
+        if self._other_boot(h):
+            return RunStatus(state="lost", detail=REBOOT_DETAIL)
         if self._supervisor_alive(h):
             return RunStatus(state="running")
         record = self._read_exit(h)  # it may have written the record and exited just now
         if record is not None:
             return record
-        return RunStatus(state="lost", detail=LOST_DETAIL)
+        return self._lost(h)
+
+    def _lost(self, h: LocalHandle) -> RunStatus:
+        found = self._survivors(h)
+        left = sorted(found)
+        child = self._child(h)
+        if child is not None and child.pid in found:
+            detail = f"supervisor killed; training process {child.pid} still running (re-parented)"
+            others = [pid for pid in left if pid != child.pid]
+            if others:
+                detail += f"; also {_pids(others)} of the run"
+        elif any(why == "group" for _, why in found.values()):
+            detail = f"supervisor killed; {_pids(left)} of its process group still running"
+        elif left:
+            detail = f"{LOST_DETAIL}; {_pids(left)} of the run still running (left the group)"
+        else:
+            detail = LOST_DETAIL
+        return RunStatus(state="lost", detail=detail, leftovers=left)
 
     # ---------------------------------------------------------------------------------- stop
     def stop(self, handle: dict[str, Any], grace_s: float = 10.0) -> RunStatus:
-        """SIGTERM the process group, SIGKILL it after `grace_s`; safe when already ended."""
+        """SIGTERM every process of the run, SIGKILL them after `grace_s`; safe when ended."""
         h = self._handle(handle)
-        sent: int | None = None
-        if not self._ended(h):
-            sent = signal.SIGTERM
-            self._killpg(h, signal.SIGTERM)
-            if not self._wait_ended(h, grace_s):
-                sent = signal.SIGKILL
-                self._killpg(h, signal.SIGKILL)
-                self._wait_ended(h, _KILL_WAIT_S)
+        _, sent = self._terminate(h, grace_s)
         status = self.poll(h.model_dump())
         if status.state == "lost" and sent is not None:
             # We know why it ended: record it, so later polls say "stopped" rather than "lost".
-            name = signal.Signals(sent).name
-            write_exit_file(h.exit_file, {
-                "exit_code": None, "signal": int(sent),
-                "detail": f"stopped with {name}; the supervisor ended before recording the exit"})
+            self._record_stop(h, sent, "stopped")
             status = self.poll(h.model_dump())
         return status
 
-    def _ended(self, h: LocalHandle) -> bool:
-        return not self._supervisor_alive(h) and not self._group_has_live_members(h)
+    def cleanup(self, handle: dict[str, Any], grace_s: float = 10.0) -> list[int]:
+        """Stop everything left of the run (group, recorded child, marked processes), running or
+        lost, so that a relaunch never trains beside a survivor; the pids stopped."""
+        h = self._handle(handle)
+        running = (self._read_exit(h) is None and not self._other_boot(h)
+                   and self._supervisor_alive(h))
+        stopped, sent = self._terminate(h, grace_s)
+        # A lost run stays lost (that is the evidence); a running one we ended is recorded.
+        if running and sent is not None and self.poll(h.model_dump()).state == "lost":
+            self._record_stop(h, sent, "stopped by cleanup")
+        return stopped
 
-    def _wait_ended(self, h: LocalHandle, timeout_s: float) -> bool:
-        deadline = time.monotonic() + max(0.0, timeout_s)
-        while True:
-            if self._ended(h):
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(_POLL_INTERVAL_S)
+    @staticmethod
+    def _record_stop(h: LocalHandle, sent: int, how: str) -> None:
+        name = signal.Signals(sent).name
+        write_exit_file(h.exit_file, {
+            "exit_code": None, "signal": int(sent),
+            "detail": f"{how} with {name}; the supervisor ended before recording the exit"})
 
-    def _killpg(self, h: LocalHandle, sig: int) -> None:
-        if not self._group_is_ours(h):
-            return
+    def _terminate(self, h: LocalHandle, grace_s: float) -> tuple[list[int], int | None]:
+        """SIGTERM each process of the run once, SIGKILL what is left after `grace_s`; the pids
+        signalled and the last signal sent (None when nothing was left)."""
+        stopped: set[int] = set()
+        sent: int | None = None
+        if self._read_exit(h) is not None:  # the supervisor recorded the exit and is ending
+            deadline = time.monotonic() + _FINISH_WAIT_S
+            while self._supervisor_alive(h) and time.monotonic() < deadline:
+                time.sleep(_POLL_INTERVAL_S / 5)
+        for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, _KILL_WAIT_S)):
+            targets = self._survivors(h)
+            if not targets:
+                break
+            sent = sig
+            signalled: set[int] = set()
+            deadline = time.monotonic() + max(0.0, wait_s)
+            next_scan = 0.0
+            while targets:
+                # The supervisor last: it ignores SIGTERM and records how its child ended.
+                for pid in sorted(targets, key=lambda p: (p == h.pid, p)):
+                    if pid not in signalled:
+                        try:
+                            targets[pid][0].send_signal(sig)  # psutil refuses a recycled pid
+                        except psutil.Error:
+                            pass
+                        signalled.add(pid)
+                stopped |= signalled
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(_POLL_INTERVAL_S)
+                targets = {pid: t for pid, t in targets.items() if _alive(t[0])}
+                if not targets or time.monotonic() >= next_scan:
+                    # Rescan: a process may have forked, or one we missed may now be visible.
+                    targets = self._survivors(h)
+                    next_scan = time.monotonic() + _RESCAN_INTERVAL_S
+            else:
+                break
+        return sorted(stopped), sent
+
+    def _survivors(self, h: LocalHandle) -> dict[int, tuple[psutil.Process, str]]:
+        """The live processes of this run, each with why it is ours ("child", "group" or
+        "marker"); other users' processes cannot be read and are never ours."""
+        if self._other_boot(h):
+            return {}  # its pids belong to processes of this boot now
+        found: dict[int, tuple[psutil.Process, str]] = {}
+        child = self._child(h)
+        if child is not None:
+            found[child.pid] = (child, "child")
+        group = h.pgid if self._group_is_ours(h) else None
+        me = os.getpid()
+        for proc in psutil.process_iter():
+            if proc.pid in found or proc.pid == me or proc.pid <= 1:
+                continue
+            try:
+                if proc.status() == psutil.STATUS_ZOMBIE:
+                    continue
+                if group is not None and os.getpgid(proc.pid) == group:
+                    found[proc.pid] = (proc, "group")
+                elif h.attempt_id is not None:
+                    env = proc.environ()
+                    if (env.get(ATTEMPT_ID_ENV) == h.attempt_id
+                            and env.get(ATTEMPT_KEY_ENV) == h.key):
+                        found[proc.pid] = (proc, "marker")
+            except (psutil.Error, OSError):
+                continue
+        return found
+
+    def _child(self, h: LocalHandle) -> psutil.Process | None:
+        """The child the supervisor recorded, if it still lives and is the same process."""
         try:
-            os.killpg(h.pgid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+            rec = json.loads(Path(child_file(h.exit_file)).read_text(encoding="utf-8"))
+            pid, ctime = int(rec["pid"]), rec["create_time"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        if ctime is None or self._other_boot(h):
+            return None  # without its start time a pid proves nothing
+        return _recorded(pid, None, float(ctime))
+
+    @staticmethod
+    def _other_boot(h: LocalHandle) -> bool:
+        now = _boot_id()
+        return h.boot_id is not None and now is not None and now != h.boot_id
 
     # ---------------------------------------------------------------------------------- logs
     def logs(self, handle: dict[str, Any], tail: int = 200) -> str:
@@ -264,9 +428,11 @@ class LocalExecutor:
     def render(self, req: LaunchRequest) -> str:
         """One line saying what would run, for a dry run; for display only, never executed."""
         env = {**req.env, "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in req.gpus),
-               "NIGHTSHIFT_RUN_KEY": req.key}
+               "NIGHTSHIFT_RUN_KEY": req.key, ATTEMPT_KEY_ENV: req.key}
+        ours = ("NIGHTSHIFT_RUN_KEY", ATTEMPT_KEY_ENV)
         shown = " ".join(
-            f"{k}={'***' if _SECRET_RE.search(k) and k != 'NIGHTSHIFT_RUN_KEY' else shlex.quote(v)}" for k, v in env.items())
+            f"{k}={'***' if _SECRET_RE.search(k) and k not in ours else shlex.quote(v)}"
+            for k, v in env.items())
         gpus = ",".join(str(g) for g in req.gpus) or "none"
         return (f"[local {req.key}] cd {shlex.quote(req.cwd)} && {shown} {shlex.join(req.argv)}"
                 f" >> {shlex.quote(req.log_path)} 2>&1  (gpus: {gpus})")
@@ -310,21 +476,7 @@ class LocalExecutor:
     @staticmethod
     def _supervisor_alive(h: LocalHandle) -> bool:
         """True while the supervisor process of this handle (same pid and start time) lives."""
-        if not _has_proc():
-            try:
-                os.kill(h.pid, 0)
-            except ProcessLookupError:
-                return False
-            except PermissionError:
-                return True
-            return True
-        stat = _proc_stat(h.pid)
-        if stat is None:
-            return False
-        state, start_time = stat
-        if state in ("Z", "X", "x"):  # a zombie has ended; its parent has not reaped it yet
-            return False
-        return h.start_time is None or start_time == h.start_time
+        return _recorded(h.pid, h.start_time, h.create_time) is not None
 
     @staticmethod
     def _group_is_ours(h: LocalHandle) -> bool:
@@ -333,30 +485,12 @@ class LocalExecutor:
         Linux never hands out a pid still in use as a process-group id, so if a process with
         that pid exists but started at another time, our group is gone.
         """
-        stat = _proc_stat(h.pgid)
-        return stat is None or h.start_time is None or stat[1] == h.start_time
-
-    def _group_has_live_members(self, h: LocalHandle) -> bool:
-        """True while any non-zombie process of the run's group lives (e.g. data-loader workers)."""
-        if not self._group_is_ours(h):
-            return False
-        if not _has_proc():
-            try:
-                os.killpg(h.pgid, 0)
-            except (ProcessLookupError, PermissionError):
-                return False
-            return True
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            try:
-                raw = Path(entry.path, "stat").read_text()
-            except (FileNotFoundError, ProcessLookupError, PermissionError):
-                continue
-            fields = raw[raw.rindex(")") + 2:].split()
-            if int(fields[2]) == h.pgid and fields[0] not in ("Z", "X", "x"):
-                return True
-        return False
+        if h.start_time is not None:
+            stat = _proc_stat(h.pgid)  # a zombie leader still has its stat
+            return stat is None or stat[1] == h.start_time
+        ctime = _create_time(h.pgid)
+        return ctime is None or h.create_time is None or (
+            abs(ctime - h.create_time) <= _CTIME_TOLERANCE_S)
 
     @staticmethod
     def _write_json(path: Path, data: dict[str, Any]) -> None:

@@ -8,8 +8,10 @@ could otherwise never learn a run's exit code. The local executor therefore laun
 This supervisor starts argv as its child in the same process group, ignores SIGTERM and SIGINT
 itself (so a `killpg` reaches the child while the supervisor stays to record the outcome), waits,
 and writes `{"exit_code": int|null, "signal": int|null}` atomically to PATH. It exits with the
-child's code, or 128+N when the child died from signal N. Only the standard library is imported,
-so start-up stays fast.
+child's code, or 128+N when the child died from signal N. Right after starting the child it writes
+`{"pid": int, "create_time": float|null}` to PATH.child, so that if the supervisor itself is
+killed, the child it leaves behind can still be found (and told apart from a recycled pid). Only
+the standard library is imported before the child starts, so start-up stays fast.
 """
 
 from __future__ import annotations
@@ -25,6 +27,21 @@ from typing import Any
 
 EXIT_NOT_FOUND = 127
 EXIT_NOT_EXECUTABLE = 126
+
+
+def child_file(exit_file: str) -> str:
+    """Where the supervisor records which process it started."""
+    return f"{exit_file}.child"
+
+
+def _create_time(pid: int) -> float | None:
+    """psutil's create_time, imported only after the child has started."""
+    try:
+        import psutil
+
+        return psutil.Process(pid).create_time()
+    except Exception:  # noqa: BLE001 - no psutil, or no such process: the env marker still finds it
+        return None
 
 
 def write_exit_file(path: str, record: dict[str, Any]) -> None:
@@ -75,6 +92,11 @@ def main(args: list[str] | None = None) -> int:
         write_exit_file(exit_file, {"exit_code": code, "signal": None, "detail": detail})
         return code
 
+    try:
+        write_exit_file(child_file(exit_file), {"pid": child.pid,
+                                                "create_time": _create_time(child.pid)})
+    except OSError as exc:  # the run matters more than the record; the env marker still finds it
+        print(f"nightshift supervise: cannot record the child: {exc}", file=sys.stderr, flush=True)
     returncode = child.wait()  # PEP 475: retried after our no-op signal handlers run
     if returncode < 0:
         record: dict[str, Any] = {"exit_code": None, "signal": -returncode}

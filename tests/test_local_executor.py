@@ -142,7 +142,8 @@ def test_reattach_from_another_process(ex: LocalExecutor, tmp_path: Path) -> Non
     assert poll_elsewhere()["state"] == "running"
     go.touch()
     wait_for(lambda: ex.poll(ex.find("long")).state == "exited")
-    assert poll_elsewhere() == {"state": "exited", "exit_code": 7, "signal": None, "detail": None}
+    assert poll_elsewhere() == {"state": "exited", "exit_code": 7, "signal": None, "detail": None,
+                               "leftovers": []}
 
 
 def test_sigkill_of_the_whole_group_is_lost(ex: LocalExecutor, tmp_path: Path) -> None:
