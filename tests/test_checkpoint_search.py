@@ -1,0 +1,115 @@
+"""Checkpoint search below a run root, on files the real libraries wrote: torch.save in nanoGPT's
+shape (step under `iter_num`), safetensors with NaN weights, a transformers model and TrainerState
+saved as Trainer saves a checkpoint-N folder, nested a few levels down. (Lightning's version_K
+folders and Trainer's own checkpoint-N folders are searched in tests/test_real_programs.py, which
+runs those programs under nightshift.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import need
+from test_auto_resume import ctx  # noqa: F401 (the fixture)
+
+from nightshift.runtime import checkpoints
+from nightshift.skills.auto_resume import auto_resume
+
+
+@pytest.fixture(scope="module")
+def torch():
+    return need("torch", "writing checkpoints with torch.save")
+
+
+def nanogpt_ckpt(torch, path: Path, iter_num: int, bad: bool = False) -> Path:
+    model = torch.nn.Linear(4, 4)
+    if bad:
+        with torch.no_grad():
+            model.weight[0, 0] = float("nan")
+    opt = torch.optim.AdamW(model.parameters())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
+                "model_args": {"n_layer": 1}, "iter_num": iter_num, "best_val_loss": 1.5,
+                "config": {"learning_rate": 3e-3}}, path)
+    return path
+
+
+def test_step_from_iter_num_nested_and_newest_first(torch, tmp_path):
+    nanogpt_ckpt(torch, tmp_path / "a" / "out" / "ckpt.pt", 250)
+    nanogpt_ckpt(torch, tmp_path / "b" / "ckpt.pt", 100)
+    found = checkpoints.scan(tmp_path)
+    assert [(f.step, f.step_from, f.framework) for f in found] == [
+        (250, "metadata", "pytorch"), (100, "metadata", "pytorch")]
+    assert checkpoints.verify(found[0]) is None and checkpoints.nonfinite(found[0]) is None
+
+
+def test_torn_and_nan_checkpoints_are_passed_over(torch, ctx, tmp_path):
+    nanogpt_ckpt(torch, tmp_path / "run" / "ckpt_100.pt", 100)
+    nan = nanogpt_ckpt(torch, tmp_path / "run" / "ckpt_200.pt", 200, bad=True)
+    torn = nanogpt_ckpt(torch, tmp_path / "run" / "ckpt_300.pt", 300)
+    torn.write_bytes(torn.read_bytes()[: torn.stat().st_size // 2])
+    r = auto_resume(ctx, {"checkpoint_dir": str(tmp_path)})
+    assert r.step == 100 and r.path.endswith("ckpt_100.pt")
+    reasons = {Path(s.path).name: s.reason for s in r.skipped}
+    assert "zip" in reasons["ckpt_300.pt"]
+    assert "NaN" in reasons["ckpt_200.pt"] and "model.weight" in reasons["ckpt_200.pt"]
+    assert str(nan) in [s.path for s in r.skipped]
+    kept = auto_resume(ctx, {"checkpoint_dir": str(tmp_path), "reject_nonfinite": False})
+    assert kept.step == 200
+
+
+def test_safetensors_nan_and_epoch_steps(torch, ctx, tmp_path):
+    st = need("safetensors.torch", "writing safetensors files")
+    st.save_file({"w": torch.tensor([1.0, float("inf")])}, str(tmp_path / "model_step_20.safetensors"))
+    st.save_file({"w": torch.ones(2)}, str(tmp_path / "model_step_10.safetensors"))
+    torch.save({"state_dict": {"w": torch.ones(2)}, "epoch": 3}, tmp_path / "last.pth")
+    found = checkpoints.scan(tmp_path, steps_per_epoch=5)
+    assert [(f.path.name, f.step, f.step_from) for f in found] == [
+        ("model_step_20.safetensors", 20, "name"), ("last.pth", 15, "metadata"),
+        ("model_step_10.safetensors", 10, "name")]
+    assert "inf" in checkpoints.nonfinite(found[0])
+    r = auto_resume(ctx, {"checkpoint_dir": str(tmp_path), "steps_per_epoch": 5})
+    assert r.step == 15
+
+
+def test_hf_checkpoint_folder_two_levels_down(torch, ctx, tmp_path):
+    transformers = need("transformers", "saving a model as Trainer does")
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        n_layer=1, n_embd=8, n_head=2, vocab_size=16, n_positions=8))
+    for step in (50, 100):
+        folder = tmp_path / "runs" / "exp1" / "hf_out" / f"checkpoint-{step}"
+        model.save_pretrained(folder)  # Trainer writes the weights first ...
+        transformers.TrainerState(global_step=step).save_to_json(str(folder / "trainer_state.json"))
+    (tmp_path / "runs" / "exp1" / "hf_out" / "checkpoint-100" / "trainer_state.json").unlink()
+    r = auto_resume(ctx, {"checkpoint_dir": str(tmp_path / "runs")})  # ... its state last
+    assert r.framework == "huggingface" and r.step == 50 and r.step_from == "trainer_state"
+    assert "trainer_state.json" in r.skipped[0].reason
+    assert r.command is None
+    plan = auto_resume(ctx, {"checkpoint_dir": str(tmp_path / "runs"), "command": ["train.py"]})
+    assert plan.command == ["train.py", "--resume_from_checkpoint", plan.path]
+
+
+def test_symlinks_out_of_the_root_and_the_depth_bound(torch, tmp_path):
+    outside = nanogpt_ckpt(torch, tmp_path / "elsewhere" / "ckpt_900.pt", 900).parent
+    root = tmp_path / "root"
+    nanogpt_ckpt(torch, root / "a" / "b" / "c" / "ckpt_5.pt", 5)
+    (root / "link").symlink_to(outside)
+    assert [f.step for f in checkpoints.scan(root)] == [5]
+    assert [f.step for f in checkpoints.scan(root, allowed_roots=[tmp_path])] == [900, 5]
+    assert checkpoints.scan(root, max_depth=2) == []
+
+
+def test_tensorflow_prefix_needs_every_shard(tmp_path):
+    """Built by hand (TensorFlow does not install here): the index footer and the shards."""
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "ckpt-2"\n'
+                                         'all_model_checkpoint_paths: "ckpt-1"\n'
+                                         'all_model_checkpoint_paths: "ckpt-2"\n')
+    for n in (1, 2):
+        (tmp_path / f"ckpt-{n}.index").write_bytes(b"\0" * 40 + checkpoints.TF_TABLE_MAGIC)
+        (tmp_path / f"ckpt-{n}.data-00000-of-00002").write_bytes(b"x" * 10)
+    (tmp_path / "ckpt-1.data-00001-of-00002").write_bytes(b"y" * 10)
+    found = checkpoints.scan(tmp_path)
+    assert [(f.step, len(f.files)) for f in found] == [(2, 2), (1, 3)]
+    assert "missing" in checkpoints.verify(found[0])
+    assert checkpoints.verify(found[1]) is None
