@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from nightshift.runtime.config import Settings
 from nightshift.runtime.store import Store
 from nightshift.skills.auto_resume import auto_resume, inject_resume_args

@@ -10,11 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from conftest import need
-from test_auto_resume import ctx  # noqa: F401 (the fixture)
-
 from nightshift.runtime import checkpoints
+from nightshift.runtime.config import Settings
+from nightshift.runtime.store import Store
 from nightshift.skills.auto_resume import auto_resume
+from nightshift.skills.base import SkillContext
+
+from conftest import need
+
+
+@pytest.fixture
+def ctx(tmp_path) -> SkillContext:
+    return SkillContext(store=Store(f"sqlite:///{tmp_path}/s.db"), settings=Settings(home=str(tmp_path)))
 
 
 @pytest.fixture(scope="module")
