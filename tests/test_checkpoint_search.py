@@ -6,6 +6,7 @@ runs those programs under nightshift.)"""
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,8 @@ from conftest import need
 
 @pytest.fixture
 def ctx(tmp_path) -> SkillContext:
-    return SkillContext(store=Store(f"sqlite:///{tmp_path}/s.db"), settings=Settings(home=str(tmp_path)))
+    return SkillContext(store=Store(f"sqlite:///{tmp_path}/s.db"), settings=Settings(home=str(tmp_path)),
+                        now=datetime(2026, 12, 2, 3, 0))
 
 
 @pytest.fixture(scope="module")
