@@ -11,13 +11,14 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import col, select
+
 from nightshift.policies.audit import AuditLog, iso_utc, job_id_of, write_transaction
 from nightshift.policies.engine import PolicyEngine
 from nightshift.runtime.errors import OperatorError, PolicyDenied
 from nightshift.runtime.store import Approval, Store, dumps
 from nightshift.skills.base import Skill
-from sqlalchemy.exc import IntegrityError
-from sqlmodel import col, select
 
 _TABLE = Approval.__tablename__
 

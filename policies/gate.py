@@ -9,6 +9,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from pydantic import BaseModel
+
 from nightshift.policies.approvals import Approvals
 from nightshift.policies.audit import AuditLog, job_id_of
 from nightshift.policies.engine import PolicyEngine, Verdict
@@ -16,7 +18,6 @@ from nightshift.policies.killswitch import pause_info
 from nightshift.runtime.errors import ApprovalRejected, Paused, PolicyDenied
 from nightshift.runtime.store import Approval, Store, dumps
 from nightshift.skills.base import Skill, SkillContext
-from pydantic import BaseModel
 
 
 class Gate:

@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+
 from nightshift.runtime.config import nightshift_home
 from nightshift.runtime.errors import SpecError
 from nightshift.runtime.yamlfile import line_of, read_yaml, validate
 from nightshift.skills.base import Capability
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 DEFAULT_POLICY = "default.yaml"
 

@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+
 from nightshift.policies.approvals import Approvals, UnknownApproval
 from nightshift.policies.audit import AuditLog
 from nightshift.policies.engine import PolicyEngine

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+
 from nightshift.policies.audit import GENESIS, AuditLog
 from nightshift.runtime.store import Store
 

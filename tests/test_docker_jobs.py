@@ -8,10 +8,11 @@ import shutil
 
 import pytest
 import yaml
-from conftest import REPO, write_spec
 
 from nightshift.agent.api import Client
 from nightshift.agent.wiring import Wiring
+
+from conftest import REPO, write_spec
 
 pytestmark = pytest.mark.service
 pytest_plugins = ["docker_service"]

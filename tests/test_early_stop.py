@@ -4,11 +4,12 @@ success with reason early_stopped, not a failure."""
 from __future__ import annotations
 
 import pytest
-from conftest import write_spec
 
 from nightshift.agent.api import Client
 from nightshift.agent.wiring import Wiring
 from nightshift.runtime.early_stop import median_rule, patience_exhausted
+
+from conftest import write_spec
 
 
 def test_patience_counts_evaluations_without_real_improvement():

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from nightshift.runtime.errors import OperatorError
 from nightshift.runtime.executor import LaunchRequest, RunStatus
 from nightshift.runtime.local_executor import LocalExecutor

@@ -12,9 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import need
 from nightshift.runtime import metric_sources as ms
 from nightshift.runtime.spec import MetricSpec
+
+from conftest import need
 
 NANOGPT = MetricSpec(source="log", regex=[
     r"iter (?P<step>\d+): loss (?P<loss>[^,\s]+), time",

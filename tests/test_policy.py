@@ -7,12 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel, ConfigDict
+
 from nightshift.policies.engine import PolicyEngine, image_allowed
 from nightshift.policies.model import Condition, Policy, load_policy
 from nightshift.runtime.errors import SpecError
 from nightshift.skills import base
 from nightshift.skills.base import Skill, SkillContext, skill
-from pydantic import BaseModel, ConfigDict
 
 
 class AnyArgs(BaseModel):

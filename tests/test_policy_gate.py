@@ -6,6 +6,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel, ConfigDict
+
 from nightshift.policies import killswitch
 from nightshift.policies.approvals import Approvals
 from nightshift.policies.audit import AuditLog
@@ -16,7 +18,6 @@ from nightshift.runtime.errors import ApprovalRejected, Paused, PolicyDenied, Sk
 from nightshift.runtime.store import Store
 from nightshift.skills import base
 from nightshift.skills.base import Skill, SkillContext, skill
-from pydantic import BaseModel, ConfigDict
 
 T0 = datetime(2026, 12, 2, 3, 0)
 RAN: list[str] = []

@@ -3,9 +3,9 @@ its test command."""
 
 from __future__ import annotations
 
-from conftest import REPO
-
 from nightshift.runtime.config import load_settings
+
+from conftest import REPO
 
 README = (REPO / "README.md").read_text()
 

@@ -4,12 +4,13 @@ every item is held to the policy's limits."""
 from __future__ import annotations
 
 import pytest
-from conftest import REPO
+from sqlmodel import select
 
 from nightshift.agent.api import Client
 from nightshift.runtime.errors import PolicyDenied, SpecError
 from nightshift.runtime.store import AuditEvent, Job
-from sqlmodel import select
+
+from conftest import REPO
 
 SPEC = str(REPO / "examples/specs/quickstart.yaml")
 

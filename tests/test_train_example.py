@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from nightshift.examples import train_numpy
 from nightshift.runtime.spec import load_spec
 
