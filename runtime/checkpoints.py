@@ -22,8 +22,8 @@ step (`step=N`, `iter_N`, a trailing `_N`) counts only when the file records non
 
 Order: by step, newest first, never by file time; unknown steps last. Completeness is checked on the
 data: zip CRCs and torch's data.pkl, safetensors byte coverage, HF folders (trainer_state.json is
-written last), TF `.index` footers and every data shard, orbax commit markers. TF files were not
-checked against files TensorFlow wrote (TensorFlow does not install here).
+written last), TF `.index` tables against their data shards (every tensor's bytes inside its
+shard, see tf_bundle), orbax commit markers.
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
+
+from nightshift.runtime import tf_bundle
 
 # Tie-break order at equal steps (the order of the table above).
 FRAMEWORK_ORDER = ("nightshift", "huggingface", "lightning", "pytorch", "safetensors",
@@ -552,6 +554,28 @@ def _verify_tf_prefix(prefix: Path) -> str | None:
     missing = sorted(set(range(total)) - present)
     if missing:
         return f"data shard(s) {missing} of {total} missing"
+    return _tf_extents(prefix, index, total)
+
+
+def _tf_extents(prefix: Path, index: Path, total: int) -> str | None:
+    """Every tensor the index lists lies inside its shard: a shard cut short is caught here."""
+    try:
+        read = tf_bundle.extents(index)
+    except (OSError, tf_bundle.BadIndex) as exc:
+        return f"{index.name}: {exc}"
+    if read is None:
+        return None  # protobuf is not installed: the index is not read (footer and shards only)
+    num_shards, tensors = read
+    if num_shards != total:
+        return f"{index.name} names {num_shards} data shard(s), the files {total}"
+    sizes: dict[int, int] = {}
+    for t in tensors:
+        if t.shard not in sizes:
+            shard = prefix.parent / f"{prefix.name}.data-{t.shard:05d}-of-{total:05d}"
+            sizes[t.shard] = shard.stat().st_size if shard.is_file() else -1
+        if t.offset + t.size > sizes[t.shard]:
+            return (f"data shard {t.shard} is cut short: tensor {t.tensor!r} needs bytes up to "
+                    f"{t.offset + t.size}, the file has {max(sizes[t.shard], 0)}")
     return None
 
 
@@ -597,14 +621,23 @@ def _torch_nonfinite(path: Path) -> str | None:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception:  # noqa: BLE001 (not loadable without code, or torn: verify says why)
         return None
+    if isinstance(obj, dict) and any(k in obj for k in WEIGHT_KEYS):
+        obj = {k: obj[k] for k in WEIGHT_KEYS if k in obj}  # the model's weights, nothing else
     return _first_bad_torch(_tensors(obj, ""))
+
+
+# Where the model's weights are in a checkpoint dict: Lightning's state_dict, nanoGPT's model...
+# The rest is trainer state with legitimate infinities (ModelCheckpoint's kth_value starts at inf).
+WEIGHT_KEYS = ("state_dict", "model", "model_state_dict", "module", "ema", "net")
+# Trainer state skipped where the weights are not under one of those keys.
+NOT_WEIGHTS = ("optim", "scheduler", "callback", "loops", "hyper_parameters")
 
 
 def _tensors(obj: object, prefix: str) -> Iterator[tuple[str, object]]:
     if isinstance(obj, dict):
         for k, v in obj.items():
-            if "optim" in str(k).lower() or "scheduler" in str(k).lower():
-                continue  # the weights decide; optimizer moments are not resumed from alone
+            if any(word in str(k).lower() for word in NOT_WEIGHTS):
+                continue  # the weights decide; optimizer moments, callbacks are not weights
             yield from _tensors(v, f"{prefix}{k}.")
     elif isinstance(obj, (list, tuple)):
         for i, v in enumerate(obj):

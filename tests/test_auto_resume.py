@@ -1,5 +1,5 @@
 """auto_resume across checkpoint layouts, built byte for byte in tmp_path: real zip archives the
-way torch.save writes them, real safetensors headers, TensorFlow index files with the table magic,
+way torch.save writes them, real safetensors headers, checkpoints TensorFlow wrote (recorded fixtures),
 orbax step folders, and the example's own .npz checkpoints from a real crashed run."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shutil
 import struct
 import subprocess
 import sys
@@ -92,14 +93,20 @@ def hf_checkpoint(folder: Path, step: int, *, state: bool = True) -> Path:
     return folder
 
 
-TF_MAGIC = struct.pack("<Q", 0xDB4775248B80FB57)
+
+
+TF_FIXTURES = Path(__file__).parent / "fixtures" / "checkpoints" / "tensorflow"
 
 
 def tf_checkpoint(folder: Path, prefix: str, *, shards: int = 1, drop_shard: int | None = None) -> None:
-    (folder / f"{prefix}.index").write_bytes(b"\x00" * 200 + b"\x01\x02" * 20 + TF_MAGIC)
-    for i in range(shards):
+    """A checkpoint TensorFlow wrote (tests/fixtures/checkpoints/tensorflow/make.py), renamed to
+    `prefix`: one data shard (model_dir) or three (sharded)."""
+    src = TF_FIXTURES / ("model_dir/train/ckpt-3" if shards == 1 else "sharded/ckpt-1")
+    n = 1 if shards == 1 else 3
+    shutil.copy(f"{src}.index", folder / f"{prefix}.index")
+    for i in range(n):
         if i != drop_shard:
-            (folder / f"{prefix}.data-{i:05d}-of-{shards:05d}").write_bytes(PAYLOAD)
+            shutil.copy(f"{src}.data-{i:05d}-of-{n:05d}", folder / f"{prefix}.data-{i:05d}-of-{n:05d}")
 
 
 def set_mtime(path: Path, when: float) -> None:
@@ -254,7 +261,7 @@ def test_tensorflow_checkpoint_index(ctx, tmp_path):
              resume_arg=["--restore", "{checkpoint}", "--initial-step", "{step}"])
     assert r.framework == "tensorflow" and r.step == 2 and r.path == str(tmp_path / "ckpt-2")
     assert r.command == ["python", "train.py", "--restore", r.path, "--initial-step", "2"]
-    assert "[1] of 2 missing" in r.skipped[0].reason
+    assert "[1] of 3 missing" in r.skipped[0].reason
     (tmp_path / "ckpt-2.index").write_bytes(b"\x00" * 100)  # cut before its footer
     assert plan(ctx, tmp_path).step == 1
 

@@ -1,6 +1,7 @@
 """Checkpoint search below a run root, on files the real libraries wrote: torch.save in nanoGPT's
 shape (step under `iter_num`), safetensors with NaN weights, a transformers model and TrainerState
-saved as Trainer saves a checkpoint-N folder, nested a few levels down. (Lightning's version_K
+saved as Trainer saves a checkpoint-N folder, nested a few levels down, and TensorFlow's own
+checkpoints (recorded fixtures). (Lightning's version_K
 folders and Trainer's own checkpoint-N folders are searched in tests/test_real_programs.py, which
 runs those programs under nightshift.)"""
 
@@ -10,6 +11,8 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nightshift.runtime import checkpoints
 from nightshift.runtime.config import Settings
@@ -109,16 +112,59 @@ def test_symlinks_out_of_the_root_and_the_depth_bound(torch, tmp_path):
     assert checkpoints.scan(root, max_depth=2) == []
 
 
-def test_tensorflow_prefix_needs_every_shard(tmp_path):
-    """Built by hand (TensorFlow does not install here): the index footer and the shards."""
-    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "ckpt-2"\n'
-                                         'all_model_checkpoint_paths: "ckpt-1"\n'
-                                         'all_model_checkpoint_paths: "ckpt-2"\n')
-    for n in (1, 2):
-        (tmp_path / f"ckpt-{n}.index").write_bytes(b"\0" * 40 + checkpoints.TF_TABLE_MAGIC)
-        (tmp_path / f"ckpt-{n}.data-00000-of-00002").write_bytes(b"x" * 10)
-    (tmp_path / "ckpt-1.data-00001-of-00002").write_bytes(b"y" * 10)
-    found = checkpoints.scan(tmp_path)
-    assert [(f.step, len(f.files)) for f in found] == [(2, 2), (1, 3)]
-    assert "missing" in checkpoints.verify(found[0])
-    assert checkpoints.verify(found[1]) is None
+def test_trainer_state_infinities_are_not_weights(torch, tmp_path):
+    """Lightning saves ModelCheckpoint's kth_value, which starts at inf, beside the weights: only
+    the weights (state_dict, model, ...) decide whether a checkpoint is finite. The real Lightning
+    file is checked in tests/test_real_programs.py."""
+    callbacks = {"ModelCheckpoint{'monitor': None}": {"kth_value": torch.tensor(float("inf"))}}
+    torch.save({"state_dict": {"w": torch.ones(2)}, "global_step": 80, "callbacks": callbacks},
+               tmp_path / "epoch=1-step=80.ckpt")
+    torch.save({"state_dict": {"w": torch.tensor([float("nan")])}, "global_step": 120,
+                "callbacks": callbacks}, tmp_path / "epoch=2-step=120.ckpt")
+    bad, good = checkpoints.scan(tmp_path)
+    assert checkpoints.nonfinite(good) is None
+    assert "state_dict.w" in checkpoints.nonfinite(bad)
+
+
+# --- TensorFlow: files TensorFlow 2.21 wrote (tests/fixtures/checkpoints/tensorflow/make.py) ----
+TF_FIXTURES = Path(__file__).parent / "fixtures" / "checkpoints" / "tensorflow"
+
+
+def test_tf_model_dir_newest_whole_checkpoint_below_the_root(ctx, tmp_path):
+    """The `checkpoint` index file sits in model_dir/train/; given model_dir, the newest prefix is
+    found; one whose data shard was cut short is passed over for the one before."""
+    import shutil
+
+    root = shutil.copytree(TF_FIXTURES / "model_dir", tmp_path / "model_dir")
+    r = auto_resume(ctx, {"checkpoint_dir": str(root)})
+    assert (r.framework, r.step, Path(r.path).name) == ("tensorflow", 3, "ckpt-3")
+    data = root / "train" / "ckpt-3.data-00000-of-00001"
+    data.write_bytes(data.read_bytes()[:-100])  # the index is intact, the data is not
+    r = auto_resume(ctx, {"checkpoint_dir": str(root)})
+    assert r.step == 2 and "cut short" in r.skipped[0].reason, r.skipped
+
+
+def test_tf_every_shard_of_a_sharded_checkpoint_is_checked(tmp_path):
+    import shutil
+
+    root = shutil.copytree(TF_FIXTURES / "sharded", tmp_path / "sharded")
+    found, = checkpoints.scan(root)
+    assert checkpoints.verify(found) is None
+    middle = root / "ckpt-1.data-00001-of-00003"
+    middle.write_bytes(middle.read_bytes()[:1000])
+    assert "data shard 1 is cut short" in checkpoints.verify(found)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(min_value=0, max_value=1015), st.binary(min_size=1, max_size=8))
+def test_a_damaged_tf_index_is_a_reason_never_a_crash(tmp_path_factory, at, junk):
+    import shutil
+
+    root = shutil.copytree(TF_FIXTURES / "model_dir", tmp_path_factory.mktemp("tf") / "m")
+    index = root / "train" / "ckpt-3.index"
+    raw = bytearray(index.read_bytes())
+    raw[at:at + len(junk)] = junk
+    index.write_bytes(bytes(raw))
+    found = next(f for f in checkpoints.scan(root) if f.step == 3)
+    reason = checkpoints.verify(found)
+    assert reason is None or isinstance(reason, str)
