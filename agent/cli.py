@@ -9,15 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from langgraph.types import Command
 from sqlmodel import select as sql_select
 
 from nightshift.agent.commands import register_all
 from nightshift.agent.console import console, error, progress_printer, table
-from nightshift.agent.daemon import DaemonLock
 from nightshift.agent.goals import load_goal, recover_goal
-from nightshift.agent.graph import build_graph, sqlite_checkpointer
-from nightshift.agent.planner import DeterministicPlanner
 from nightshift.agent.shell import call_as_user, parse_key_values, wait_for_approval
 from nightshift.agent.summary import run_summary, thread_jobs
 from nightshift.agent.wiring import Wiring, local_now
@@ -51,6 +47,13 @@ def run(goal_file: Path | None = typer.Argument(None, help="Goal file (YAML)"),
         recover: int | None = typer.Option(None, "--recover", help="Run the recover playbook on job N"),
         config: str | None = ConfigOpt) -> None:
     """Run a goal file end to end (or resume an interrupted run)."""
+    # The agent's graph (LangGraph, LangChain) is imported by the commands that run it only: it
+    # takes a second, and every other command would pay it.
+    from langgraph.types import Command
+
+    from nightshift.agent.graph import build_graph, sqlite_checkpointer
+    from nightshift.agent.planner import DeterministicPlanner
+
     try:
         w = Wiring.load(config)
         if sum(x is not None for x in (goal_file, resume, recover)) != 1:
@@ -99,6 +102,8 @@ def run(goal_file: Path | None = typer.Argument(None, help="Goal file (YAML)"),
 def _own_loop(w: Wiring, thread: str) -> None:
     """Without a daemon, run the scheduler/monitor loop in this process, starting only this goal's
     jobs; with one, submit and watch through the store and leave the loop to it."""
+    from nightshift.agent.daemon import DaemonLock
+
     if DaemonLock.held(w.settings.home_path):
         console.print("[dim]a nightshift daemon is running: it places and watches the jobs[/]")
         w.engine.passive = True

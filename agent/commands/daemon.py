@@ -7,7 +7,6 @@ import signal
 import typer
 
 from nightshift.agent.console import console, error
-from nightshift.agent.daemon import Daemon
 from nightshift.agent.wiring import Wiring
 from nightshift.runtime.errors import NightshiftError
 
@@ -16,6 +15,8 @@ def daemon(config: str | None = typer.Option(None, "--config"),
            max_ticks: int | None = typer.Option(None, "--max-ticks", hidden=True)) -> None:
     """Place, start, watch and recover jobs until stopped (SIGTERM or Ctrl-C). Runs keep going
     while it is down; the next daemon re-attaches to them. See README for a systemd unit."""
+    from nightshift.agent.daemon import Daemon  # LangGraph: imported by the commands that use it
+
     try:
         w = Wiring.load(config)
         d = Daemon(w, on_progress=lambda kind, data: kind == "recover" and console.print(
