@@ -46,17 +46,21 @@ def job_observation(w: Wiring, job_id: int) -> dict[str, Any]:
             return {"job_id": job_id, "state": "missing", "reason": f"no job {job_id}"}
         atts = list(s.exec(select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.number)))
     spec = ExperimentSpec.model_validate(job.spec)
+    paths = job_paths(w.settings, job)
     last = atts[-1] if atts else None
     return {
         "job_id": job.id, "state": job.state, "reason": job.reason, "params": job.params,
         "knobs": spec.knobs.model_dump(exclude_none=True), "attempts": len(atts), "max_attempts": job.max_attempts,
-        "checkpoint_dir": str(job_paths(w.settings, job)["checkpoint_dir"]),
+        "checkpoint_dir": str(paths["checkpoint_dir"]),
+        "good_checkpoint_dir": str(paths["good_checkpoints"]),
+        "steps_per_epoch": spec.checkpoint.steps_per_epoch if spec.checkpoint else None,
         "attempt_history": [{"number": a.number, "outcome": a.outcome, "cause": a.cause,
                              "last_step": a.last_step} for a in atts],
         "attempt": None if last is None else {
             "number": last.number, "outcome": last.outcome, "exit_code": last.exit_code,
             "signal": last.signal, "log_path": last.log_path, "last_step": last.last_step,
-            "start_step": last.start_step},
+            "start_step": last.start_step, "evidence": last.evidence,
+            "first_bad_step": last.first_bad_step},
     }
 
 

@@ -80,6 +80,9 @@ def action_from_tool_call(tool_call: dict[str, Any]) -> Action:
     return Call(skill=name, args=args, why="planned by model")
 
 
+# Attempt outcomes the monitor decided; diagnose_failure takes its word for them.
+MONITOR_OUTCOMES = ("stalled", "timeout", "lost", "diverged")
+
 REF = re.compile(r"^\$\{([A-Za-z0-9_-]+)\.([A-Za-z0-9_.]+)\}$")
 
 
@@ -193,11 +196,14 @@ class DeterministicPlanner:
             if state != "failed":
                 return Finish(ok=False, summary=f"job {job_id} is {state}: {job.get('reason')}")
             att = job.get("attempt") or {}
-            monitor = att.get("outcome") if att.get("outcome") in ("stalled", "timeout") else None
-            return Call(skill="diagnose_failure", why=f"attempt {att.get('number')} failed",
-                        args={"log_path": att.get("log_path"), "exit_code": att.get("exit_code"),
-                              "signal": att.get("signal"), "monitor_says": monitor,
-                              "params": job.get("params"), "knobs": job.get("knobs")})
+            monitor = att.get("outcome") if att.get("outcome") in MONITOR_OUTCOMES else None
+            args = {"log_path": att.get("log_path"), "exit_code": att.get("exit_code"),
+                    "signal": att.get("signal"), "monitor_says": monitor,
+                    "params": job.get("params"), "knobs": job.get("knobs")}
+            if monitor and att.get("evidence"):
+                args["monitor_detail"] = att["evidence"]
+            return Call(skill="diagnose_failure", why=f"attempt {att.get('number')} "
+                        f"{att.get('outcome') or 'failed'}", args=args)
         if last.skill == "diagnose_failure":
             diag = last.result or {}
             job = _last_watch(history)
@@ -208,7 +214,9 @@ class DeterministicPlanner:
             attempts, limit = job.get("attempts", 0), job.get("max_attempts", 1)
             runs = job.get("attempt_history") or []
             if len(runs) >= 2 and runs[-2].get("cause") == diag.get("category") \
+                    and runs[-1].get("last_step") is not None \
                     and runs[-2].get("last_step") == runs[-1].get("last_step"):
+                # No progress between the two attempts; an unknown step is not the same step.
                 return Finish(ok=False, summary=(
                     f"job {job_id} failed twice the same way ({diag.get('category')} at step "
                     f"{runs[-1].get('last_step')}) despite the remedy: not retrying blindly. "
@@ -219,13 +227,18 @@ class DeterministicPlanner:
             if diag.get("category") == "nan_loss" and (job.get("knobs") or {}).get("learning_rate"):
                 return Call(skill="tune_lr", why="the loss went NaN: find where it diverged",
                             args={"job_id": job_id, "mode": "divergence"})
-            return self._find_checkpoint(job, max_step=None)
+            bad = (job.get("attempt") or {}).get("first_bad_step")
+            return self._find_checkpoint(job, max_step=None if bad is None else max(0, bad - 2))
         if last.skill == "tune_lr":
             tune = last.result or {}
             began = tune.get("divergence_step")
-            limit = tune.get("resume_from_step")
-            if limit is None and began is not None:
-                limit = max(0, began - 2)  # the loss at step c+1 is the first measured on c's weights
+            # Not tune's resume_from_step: it knows only the checkpoints recorded in the store
+            # (nightshift's kept copies); auto_resume searches every file at or before the bound.
+            # The loss at step c+1 is the first measured on c's weights.
+            limit = None if began is None else max(0, began - 2)
+            bad = (_last_watch(history).get("attempt") or {}).get("first_bad_step")
+            if bad is not None:  # what the monitor saw first bounds what tune_lr read
+                limit = max(0, bad - 2) if limit is None else min(limit, max(0, bad - 2))
             return self._find_checkpoint(_last_watch(history), max_step=limit)
         if last.skill == "auto_resume":
             found = last.result or {}
@@ -246,6 +259,10 @@ class DeterministicPlanner:
         att = job.get("attempt") or {}
         args: dict[str, Any] = {"checkpoint_dir": job.get("checkpoint_dir"),
                                 "current_step": att.get("last_step")}
+        if job.get("good_checkpoint_dir"):  # nightshift's own copies of good checkpoints
+            args["search_dirs"] = [job["good_checkpoint_dir"]]
+        if job.get("steps_per_epoch"):
+            args["steps_per_epoch"] = job["steps_per_epoch"]
         if max_step is not None:
             args["max_step"] = max_step
         return Call(skill="auto_resume", why="find the newest valid checkpoint"

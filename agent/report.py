@@ -38,11 +38,16 @@ class Report(BaseModel):
     energy_kwh: float | None = Field(None, description="None when no attempt had a meter or a declared draw")
     energy_cost: float | None = None
     currency: str | None = None
+    kept_checkpoint_bytes: int = Field(0, description="Disk taken by nightshift's own copies of "
+                                       "good checkpoints (runs/job-N/good-checkpoints/) of these jobs")
 
 
 def build_report(store: Store, since: datetime, until: datetime,
-                 cost_of: Any = None, currency: str | None = None) -> Report:
-    """`cost_of(start, end, kwh)` prices an attempt's energy (a tariff); None leaves cost out."""
+                 cost_of: Any = None, currency: str | None = None,
+                 kept_bytes_of: Any = None) -> Report:
+    """`cost_of(start, end, kwh)` prices an attempt's energy (a tariff); None leaves cost out.
+    `kept_bytes_of(job)` is the disk its kept good checkpoints take (the only figure read from
+    disk, not the store)."""
     with store.session() as s:
         atts = list(s.exec(select(Attempt).where(Attempt.started_at < until,
                                                  (Attempt.ended_at.is_(None)) | (Attempt.ended_at >= since))))
@@ -81,7 +86,9 @@ def build_report(store: Store, since: datetime, until: datetime,
     return Report(since=since, until=until, jobs=lines, states=dict(Counter(j.state for j in lines)),
                   attempts=len(atts), failures_by_cause=dict(causes), recoveries=recoveries,
                   gpu_hours=round(gpu_h, 4), cpu_hours=round(cpu_h, 4), energy_kwh=kwh,
-                  energy_cost=cost, currency=currency if cost is not None else None)
+                  energy_cost=cost, currency=currency if cost is not None else None,
+                  kept_checkpoint_bytes=sum(kept_bytes_of(j) for j in jobs.values())
+                  if kept_bytes_of else 0)
 
 
 def to_markdown(r: Report, plot_name: str | None = None) -> str:
@@ -93,6 +100,7 @@ def to_markdown(r: Report, plot_name: str | None = None) -> str:
             "- energy: " + ("not measured (no meter, no declared power)" if r.energy_kwh is None
                             else f"{r.energy_kwh:.3f} kWh"
                             + (f" · cost {r.energy_cost:.2f} {r.currency}" if r.energy_cost is not None else "")),
+            f"- disk: {r.kept_checkpoint_bytes / 2**20:.1f} MiB in kept good checkpoints",
             ""]
     if r.failures_by_cause:
         out += ["## Failures by cause", "", "| cause | attempts |", "| --- | --- |"]

@@ -73,6 +73,7 @@ from nightshift.agent.planner import (
 from nightshift.agent.wiring import Wiring, local_now
 from nightshift.policies import killswitch
 from nightshift.policies.model import DEFAULT_POLICY
+from nightshift.runtime.backoff import Backoff
 from nightshift.runtime.config import (
     ExecutorSettings,
     GpuSettings,
@@ -558,6 +559,8 @@ def _build_world(case: Case, home: Path, world_dir: Path) -> Settings:
         gpu=GpuSettings(probe="inventory", inventory=str(inventory)),
         loop=LoopSettings(poll_interval_s=0.05),
         executor=ExecutorSettings(stop_grace_s=2.0),
+        # the cases judge calls and end states, not the wait before a retry (30 s by default)
+        retry=Backoff(base_s=0.5),
         policy=PolicySettings(file=str(policy_file) if policy_file else None, principal=APPROVER))
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from nightshift.runtime.spec import MetricSpec
 
@@ -28,34 +29,41 @@ class Divergence:
 def first_divergence(spec: MetricSpec, points: Sequence[tuple[int, str, float]]) -> Divergence | None:
     """The first divergence in this attempt's points (step, name, value), in the order logged:
     whichever comes first, a non-finite value or the onset of an explosion before it."""
+    return scan(spec, points, None)[0]
+
+
+def scan(spec: MetricSpec, points: Sequence[tuple[int, str, float]],
+         state: dict[str, Any] | None) -> tuple[Divergence | None, dict[str, Any]]:
+    """first_divergence over points that arrive a few at a time: `state` (JSON, None at the start
+    of an attempt) carries the running minimum and the last window between calls, so each tick
+    costs the new points only, however long the run."""
     rule = spec.divergence
+    state = {"best": None, "recent": [], **(state or {})}
     if not rule.enabled:
-        return None
+        return None, state
     watched = {spec.name, *rule.also}
-    cut = next((i for i, (_, name, value) in enumerate(points)
-                if name in watched and not math.isfinite(value)), None)
-    finite = points if cut is None else points[:cut]
-    explosion = _explosion(spec, finite) if spec.mode == "min" else None
-    if explosion is not None or cut is None:
-        return explosion
-    step, name, value = points[cut]
-    return Divergence(step, name, value, f"{name} is {value} at step {step} (not finite)")
-
-
-def _explosion(spec: MetricSpec, points: Sequence[tuple[int, str, float]]) -> Divergence | None:
-    rule = spec.divergence
-    series = [(step, value) for step, name, value in points if name == spec.name]
-    best: float | None = None
-    for i in range(len(series)):
-        recent = series[max(0, i - rule.window + 1): i + 1]
+    best: float | None = state["best"]
+    recent: list[list[float]] = [list(r) for r in state["recent"]]
+    found: Divergence | None = None
+    for step, name, value in points:
+        if name in watched and not math.isfinite(value):
+            found = Divergence(step, name, value, f"{name} is {value} at step {step} (not finite)")
+            break
+        if name != spec.name or spec.mode != "min":
+            continue
+        recent = [*recent, [step, value]][-rule.window:]
         smooth = sum(v for _, v in recent) / len(recent)
         if best is not None and best > 0 and smooth > rule.k * best:
-            onset, value = next(((s, v) for s, v in recent if v > rule.k * best), series[i])
-            return Divergence(onset, spec.name, value,
-                              f"{spec.name} averaged over the last {len(recent)} points is "
-                              f"{smooth:.4g} at step {series[i][0]}, {smooth / best:.3g}x its "
-                              f"running minimum {best:.4g} (k = {rule.k:g}); first above the "
-                              f"limit at step {onset} ({value:.4g})")
-        if best is None or smooth < best:
+            onset, first = next(((int(s), v) for s, v in recent if v > rule.k * best),
+                                (step, value))
+            found = Divergence(onset, spec.name, first,
+                               f"{spec.name} averaged over the last {len(recent)} points is "
+                               f"{smooth:.4g} at step {step}, {smooth / best:.3g}x its running "
+                               f"minimum {best:.4g} (k = {rule.k:g}); first above the limit at "
+                               f"step {onset} ({first:.4g})")
+            break
+        # the running minimum counts full windows only: the first few points of a run (or of a
+        # resumed attempt) are single noisy batches, and their minimum is no baseline
+        if len(recent) == rule.window and (best is None or smooth < best):
             best = smooth
-    return None
+    return found, {"best": best, "recent": recent}

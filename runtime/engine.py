@@ -9,7 +9,7 @@ imports nothing above it).
 
 from __future__ import annotations
 
-import json
+import math
 import sys
 import threading
 import time
@@ -18,15 +18,17 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlmodel import select
+from sqlmodel import func, select
 
+from nightshift.runtime import checkpoints, divergence, keeper, metric_sources
 from nightshift.runtime.config import Settings
+from nightshift.runtime.divergence import Divergence
 from nightshift.runtime.early_stop import median_rule, patience_exhausted
 from nightshift.runtime.executor import Executor, LaunchRequest, RunStatus
 from nightshift.runtime.placement import Decision, place
 from nightshift.runtime.snapshot import load_snapshot
 from nightshift.runtime.spec import ExperimentSpec
-from nightshift.runtime.store import Attempt, Job, MetricPoint, Store, utcnow
+from nightshift.runtime.store import Attempt, CheckpointRecord, Job, MetricPoint, Store, utcnow
 
 ACTIVE = ("queued", "running")
 # How a job stands after an attempt the loop ended on purpose (anything else unclean: failed).
@@ -58,7 +60,15 @@ def job_paths(settings: Settings, job: Job) -> dict[str, Path]:
         "workspace": ws,
         "checkpoint_dir": ckpt if ckpt.is_absolute() else ws / ckpt,
         "metrics_file": metrics if metrics.is_absolute() else ws / metrics,
+        "good_checkpoints": keeper.good_dir(ws),
     }
+
+
+def metric_roots(paths: dict[str, Path]) -> list[Path]:
+    """Where metric files a program writes are looked for: the job's folder, and the checkpoint
+    folder when it lies elsewhere."""
+    ws, ckpt = paths["workspace"], paths["checkpoint_dir"]
+    return [ws] if ckpt.is_relative_to(ws) else [ws, ckpt]
 
 
 class Engine:
@@ -195,22 +205,33 @@ class Engine:
                 raise ValueError(f"job {job_id} is not queued")
             number = len(list(s.exec(select(Attempt.id).where(Attempt.job_id == job_id)))) + 1
             paths = job_paths(self.settings, job)
-            metrics_file = paths["metrics_file"]
+            spec = ExperimentSpec.model_validate(job.spec)
+            log_path = paths["workspace"] / f"attempt-{number}.log"
+            cursor = metric_sources.start_cursor(
+                spec.metrics, log_path=log_path, metrics_file=paths["metrics_file"],
+                search_roots=metric_roots(paths), min_step=job.resume_step or 0)
             att = Attempt(job_id=job_id, number=number, gpus=gpus, params=dict(job.params),
                           start_step=job.resume_step or 0, started_at=now, last_progress_at=now,
-                          metrics_offset=metrics_file.stat().st_size if metrics_file.exists() else 0,
-                          log_path=str(paths["workspace"] / f"attempt-{number}.log"))
+                          metrics_cursor={"metrics": cursor}, log_path=str(log_path))
             s.add(att)
             job.state, job.updated_at, job.reason, job.hold_reason = "running", now, None, None
             s.add(job)
             s.flush()
-            att.argv = self.render_argv(job, paths)
+            checkpoint = job.resume_from and keeper.restore(job.resume_from, paths["workspace"],
+                                                            number)
+            att.argv = self.render_argv(job, paths, checkpoint)
             s.add(att)
+        if checkpoint and checkpoint != job.resume_from:
+            # A kept good copy was put back where the program wrote it (many programs only ever
+            # load their own fixed path).
+            self.on_event("checkpoint.restored", {"job_id": job_id, "from": job.resume_from,
+                                                  "to": checkpoint, "attempt": number})
         self.on_event("job.state", {"job_id": job_id, "before": "queued", "after": "running",
                                     "attempt": number, "gpus": gpus, "argv": att.argv})
         return self._launch(att)
 
-    def render_argv(self, job: Job, paths: dict[str, Path]) -> list[str]:
+    def render_argv(self, job: Job, paths: dict[str, Path],
+                    checkpoint: str | None = None) -> list[str]:
         spec = ExperimentSpec.model_validate(job.spec)
         spec.base_dir = str(Path(job.spec_path).parent) if job.spec_path else spec.base_dir
         builtins = {
@@ -221,7 +242,8 @@ class Engine:
         }
         argv = spec.render(job.params, builtins)
         if job.resume_from and spec.checkpoint:
-            extra = {**builtins, "checkpoint": job.resume_from, "step": str(job.resume_step or 0)}
+            extra = {**builtins, "checkpoint": checkpoint or job.resume_from,
+                     "step": str(job.resume_step or 0)}
             argv += [a.format(**extra) for a in spec.checkpoint.resume_arg]
         return argv
 
@@ -256,6 +278,7 @@ class Engine:
     def _launch(self, att: Attempt) -> Attempt:
         job = self.store.job(att.job_id)
         assert job is not None
+        self._stop_leftovers(att)
         try:
             handle = self.executor.start(self._request(att, job))
         except Exception as exc:  # the run never started: record why, leave recovery to the agent
@@ -268,6 +291,20 @@ class Engine:
             row.handle, row.state, row.executor = handle, "running", self.executor.kind
             s.add(row)
         return self._attempt(att.id)
+
+    def _stop_leftovers(self, att: Attempt) -> None:
+        """Two copies of one job never train at once: before a launch, stop whatever is left of
+        the job's earlier attempts (an orphaned training process whose supervisor was killed)."""
+        with self.store.session() as s:
+            earlier = list(s.exec(select(Attempt).where(Attempt.job_id == att.job_id,
+                                                        Attempt.id != att.id)))
+        for old in earlier:
+            if not old.handle or old.handle.get("kind") != self.executor.kind:
+                continue
+            stopped = self.executor.cleanup(old.handle, grace_s=self.settings.executor.stop_grace_s)
+            if stopped:
+                self.on_event("leftovers.stopped", {"job_id": att.job_id, "attempt": old.number,
+                                                    "pids": stopped, "before_attempt": att.number})
 
     def recover_starting(self) -> None:
         """Finish launches that a crashed process recorded but may not have started."""
@@ -287,13 +324,22 @@ class Engine:
             running = list(s.exec(select(Attempt).where(Attempt.state == "running")))
         for att in running:
             job = self.store.job(att.job_id)
-            status = self.executor.poll(att.handle)
-            self._read_metrics(att, job, now)
-            att = self._attempt(att.id)
-            if status.state != "running":
-                self._finish(att.id, status, now)
-                continue
             spec = ExperimentSpec.model_validate(job.spec)
+            status = self.executor.poll(att.handle)
+            bad = self._read_metrics(att, job, spec, now)
+            att = self._attempt(att.id)
+            if bad is not None:
+                self._diverged(att, status, bad, now)
+                continue
+            self._keep_good(att, job, spec)
+            if status.state != "running":
+                final = None if status.exit_code != 0 else self._final_value(att, spec)
+                if final is not None and not math.isfinite(final):
+                    self._finish(att.id, status, now, outcome="failed", reason=(
+                        f"exited with code 0, but its final {spec.metrics.name} is {final}"))
+                else:
+                    self._finish(att.id, status, now)
+                continue
             stop_early = self._early_stop_reason(att, job, spec)
             if stop_early:
                 self._stop_for(att, now, "early_stopped", stop_early)
@@ -302,7 +348,100 @@ class Engine:
             elif spec.stall_min and att.last_progress_at and \
                     now - att.last_progress_at > timedelta(minutes=spec.stall_min):
                 self._stop_for(att, now, "stalled",
-                               f"no progress for stall_min={spec.stall_min:g} minutes")
+                               f"no progress for stall_min={spec.stall_min:g} minutes "
+                               f"(metrics.progress={spec.metrics.progress})")
+
+    def _stop_lost(self, att: Attempt) -> None:
+        """A lost attempt can no longer be watched: stop what is left of it now (an orphaned
+        training process holding its GPU), and say so in its evidence."""
+        stopped = self.executor.cleanup(att.handle, grace_s=self.settings.executor.stop_grace_s)
+        if not stopped:
+            return
+        with self.store.session() as s:
+            row = s.get(Attempt, att.id)
+            row.evidence = f"{row.evidence or 'lost'}; stopped what was left of it: pids {stopped}"
+            s.add(row)
+        att.evidence = row.evidence
+        self.on_event("leftovers.stopped", {"job_id": att.job_id, "attempt": att.number,
+                                            "pids": stopped})
+
+    def _final_value(self, att: Attempt, spec: ExperimentSpec) -> float | None:
+        """The attempt's last recorded value of metrics.name: NaN for a non-finite one (stored as
+        null), None when it recorded none."""
+        with self.store.session() as s:
+            row = s.exec(select(MetricPoint).where(
+                MetricPoint.attempt_id == att.id, MetricPoint.name == spec.metrics.name)
+                .order_by(MetricPoint.id.desc())).first()
+        if row is None:
+            return None
+        return math.nan if row.value is None else row.value
+
+    def _diverged(self, att: Attempt, status: RunStatus, bad: Divergence, now: datetime) -> None:
+        """Stop a diverged run at once (before it overwrites good checkpoints); a run that already
+        ended with a diverged metric, even with exit code 0, did not succeed."""
+        why = f"metrics diverged (spec.metrics.divergence): {bad.why}"
+        with self.store.session() as s:
+            row = s.get(Attempt, att.id)
+            row.first_bad_step = bad.step
+            row.evidence = why
+            s.add(row)
+        job = self.store.job(att.job_id)
+        # the copies of step b - 1 and later were measured by the diverging loss: not good ones
+        dropped = keeper.drop_from(job_paths(self.settings, job)["workspace"], bad.step - 1)
+        if dropped:
+            self.on_event("checkpoint.dropped", {"job_id": att.job_id, "attempt": att.number,
+                                                 "steps": dropped, "why": "diverged"})
+        if status.state == "running":
+            self._stop_for(att, now, "diverged", why)
+        else:
+            self._finish(att.id, status, now, outcome="diverged",
+                         reason=why + (" (the process exited with code 0)"
+                                       if status.exit_code == 0 else ""))
+
+    def _keep_good(self, att: Attempt, job: Job, spec: ExperimentSpec) -> None:
+        """Copy the newest checkpoint once a finite metric point has measured it (see keeper),
+        then prune: a copy is confirmed once the divergence window of finite points followed it
+        (or it is older than this attempt's start)."""
+        if spec.checkpoint is None or spec.checkpoint.keep_good == 0 or att.last_step is None:
+            return
+        rule = spec.metrics.divergence
+        confirm = rule.window if rule.enabled else 1
+
+        def measured_after(step: int) -> int:
+            with self.store.session() as s:
+                return s.exec(select(func.count()).select_from(MetricPoint).where(
+                    MetricPoint.attempt_id == att.id, MetricPoint.name == spec.metrics.name,
+                    MetricPoint.value.is_not(None), MetricPoint.step > step)).one()
+
+        paths = job_paths(self.settings, job)
+        root, ws = paths["checkpoint_dir"], paths["workspace"]
+        good = paths["good_checkpoints"].resolve()
+        done = att.metrics_cursor.get("kept") or []
+        for found in checkpoints.scan(root, steps_per_epoch=spec.checkpoint.steps_per_epoch):
+            if found.path.resolve().is_relative_to(good) or found.step is None:
+                continue
+            if found.step >= att.last_step or measured_after(found.step) == 0:
+                continue  # no finite point has measured these weights yet
+            sig = keeper.signature(found)
+            if not sig or sig == done:
+                break  # the newest measured checkpoint is already copied
+            if checkpoints.verify(found) is not None:
+                continue  # torn or half-written: the one before may do
+            copy = keeper.keep(found, root, ws)
+            if copy is None:
+                break  # changed while copied: next tick
+            with self.store.session() as s:
+                row = s.get(Attempt, att.id)
+                row.metrics_cursor = {**row.metrics_cursor, "kept": sig}
+                s.add(row)
+                s.add(CheckpointRecord(job_id=job.id, attempt_id=att.id, step=found.step,
+                                       path=str(copy), valid=True))
+            self.on_event("checkpoint.kept", {"job_id": job.id, "attempt": att.number,
+                                              "step": found.step, "from": str(found.path),
+                                              "copy": str(copy)})
+            break
+        keeper.prune(ws, spec.checkpoint.keep_good,
+                     lambda step: step < att.start_step or measured_after(step) >= confirm)
 
     def _early_stop_reason(self, att: Attempt, job: Job, spec: ExperimentSpec) -> str | None:
         rule = spec.early_stopping
@@ -339,41 +478,49 @@ class Engine:
         status = self.executor.stop(att.handle, grace_s=self.settings.executor.stop_grace_s)
         self._finish(att.id, status, now, outcome=outcome, reason=why)
 
-    def _read_metrics(self, att: Attempt, job: Job, now: datetime) -> None:
-        spec = ExperimentSpec.model_validate(job.spec)
-        path = job_paths(self.settings, job)["metrics_file"]
-        if not path.exists():
-            return
-        with open(path, "rb") as f:
-            f.seek(att.metrics_offset)
-            chunk = f.read()
-        end = chunk.rfind(b"\n")
-        if end < 0:
-            return
-        points, last_step, last_loss = [], att.last_step, att.last_loss
-        for raw in chunk[: end + 1].splitlines():
-            try:
-                rec = json.loads(raw)
-            except ValueError:
-                continue  # a torn or foreign line is data we skip, never an instruction
-            if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
-                continue
-            last_step = rec["step"]
-            for name, value in rec.items():
-                if name == "step" or not isinstance(value, (int, float)) or isinstance(value, bool):
-                    continue
-                v = float(value)
-                points.append(MetricPoint(attempt_id=att.id, job_id=att.job_id, step=rec["step"],
-                                          name=name, value=v if v == v else None))
-                if name == spec.metrics.name:
-                    last_loss = v
+    def _read_metrics(self, att: Attempt, job: Job, spec: ExperimentSpec,
+                      now: datetime) -> Divergence | None:
+        """Read what the program wrote since the last tick (any metric source); record the
+        points and the progress; return the divergence if the metrics diverged."""
+        paths = job_paths(self.settings, job)
+        log_path = Path(att.log_path or paths["workspace"] / f"attempt-{att.number}.log")
+        cursor = att.metrics_cursor.get("metrics")
+        if cursor is None:  # an attempt recorded before metric cursors: JSONL from its offset
+            cursor = metric_sources.start_cursor(
+                spec.metrics, log_path=log_path, metrics_file=paths["metrics_file"],
+                search_roots=metric_roots(paths), min_step=att.start_step)
+        got = metric_sources.read_new(spec.metrics, log_path=log_path,
+                                      metrics_file=paths["metrics_file"],
+                                      search_roots=metric_roots(paths), cursor=cursor)
+        name = spec.metrics.name
+        points = [MetricPoint(attempt_id=att.id, job_id=att.job_id, step=p.step, name=p.name,
+                              value=p.value if math.isfinite(p.value) else None)
+                  for p in got.points]
+        progress = {"either": bool(got.points) or got.output_bytes > 0,
+                    "metrics": bool(got.points), "output": got.output_bytes > 0}
+        bad, state = None, att.metrics_cursor.get("divergence")
+        if att.first_bad_step is None and got.points:
+            bad, state = divergence.scan(spec.metrics, [(p.step, p.name, p.value)
+                                                        for p in got.points], state)
         with self.store.session() as s:
-            row = s.get(Attempt, att.id)
-            row.metrics_offset = att.metrics_offset + end + 1
+            row = s.get(Attempt, att.id)  # points, cursor and detector state: one transaction
+            row.metrics_cursor = {**row.metrics_cursor, "metrics": got.cursor, "divergence": state}
             if points:
                 s.add_all(points)
-                row.last_step, row.last_loss, row.last_progress_at = last_step, last_loss, now
+                row.last_step = max([p.step for p in got.points]
+                                    + ([row.last_step] if row.last_step is not None else []))
+                mine = [p.value for p in got.points if p.name == name]
+                if mine:
+                    row.last_loss = mine[-1] if math.isfinite(mine[-1]) else None
+            if progress[spec.metrics.progress]:
+                row.last_progress_at = now
             s.add(row)
+        if bad is not None:
+            where = next((p.where for p in got.points if p.step == bad.step and p.name == bad.name
+                          and p.where), None)
+            if where:
+                bad = Divergence(bad.step, bad.name, bad.value, f"{bad.why} ({where})")
+        return bad
 
     def _finish(self, attempt_id: int, status: RunStatus, now: datetime, *, outcome: str | None = None,
                 reason: str | None = None) -> None:
@@ -383,6 +530,9 @@ class Engine:
                 return
             job = s.get(Job, att.job_id)
             ok = status.state == "exited" and status.exit_code == 0 and outcome is None
+            if outcome is None and status.state == "lost":
+                outcome = "lost"
+                att.evidence = status.detail
             att.outcome = outcome or ("succeeded" if ok else "failed")
             att.state = {"exited": "exited", "lost": "lost"}.get(status.state, "stopped")
             att.exit_code, att.signal, att.ended_at = status.exit_code, status.signal, now
@@ -397,6 +547,8 @@ class Engine:
                 job.updated_at = now
             s.add(att)
             s.add(job)
+        if att.outcome == "lost":
+            self._stop_lost(att)
         self.on_event("job.state", {"job_id": job.id, "before": before, "after": job.state,
                                     "attempt": att.number, "outcome": att.outcome,
                                     "exit_code": att.exit_code, "signal": att.signal,

@@ -59,10 +59,10 @@ class CheckpointSpec(_Strict):
     every_steps: int | None = Field(None, gt=0)
     steps_per_epoch: int | None = Field(None, gt=0, description="For checkpoints that record "
                                         "only an epoch: step = epoch x steps_per_epoch")
-    keep_good: int = Field(1, ge=0, le=100, description="Generations of nightshift's own copy of "
-                           "the newest checkpoint taken while the metrics were finite (kept in the "
-                           "job's folder, so a diverged or torn overwrite is never the only copy); "
-                           "0: keep none")
+    keep_good: int = Field(1, ge=0, le=100, description="Confirmed generations of nightshift's "
+                           "own copies of checkpoints taken while the metrics were finite (in the "
+                           "job's folder, so a diverged or torn overwrite is never the only copy; "
+                           "newer unconfirmed copies are kept too); 0: keep none")
 
 
 class DivergenceSpec(_Strict):

@@ -11,6 +11,8 @@ from nightshift.skills import (  # noqa: F401
     list_jobs,
     pause_job,
     resume_job,
+    retry_job,
+    show_job,
     submit_job,
     submit_jobs,
     tune_lr,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 from sqlmodel import select
 
-from nightshift.runtime.errors import SkillFailed
+from nightshift.runtime.errors import SkillInputError
 from nightshift.runtime.store import Attempt, Job
 from nightshift.skills.base import SkillContext, skill
 from nightshift.skills.live_runs import stop_attempt
@@ -30,7 +30,7 @@ def cancel_job(ctx: SkillContext, inp: CancelJobInput) -> CancelJobResult:
     with ctx.store.session() as s:
         job = s.get(Job, inp.job_id)
         if job is None:
-            raise SkillFailed(f"no job {inp.job_id}; `nightshift status` lists jobs")
+            raise SkillInputError(f"no job {inp.job_id}; `nightshift status` lists jobs")
         before = job.state
         if before not in ("queued", "running", "failed"):
             return CancelJobResult(job_id=job.id, before=before, after=before)

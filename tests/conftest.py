@@ -5,8 +5,10 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -43,6 +45,9 @@ def home(tmp_path, monkeypatch) -> Path:
         if key.startswith("NIGHTSHIFT_") and "__" in key:
             monkeypatch.delenv(key)
     monkeypatch.setenv("NIGHTSHIFT_LOOP__POLL_INTERVAL_S", "0.1")
+    # The wait before a retry is 30 s by default (doubling); the waits are tested on their own
+    # (test_backoff, test_placement), and a second here keeps every recovery test short.
+    monkeypatch.setenv("NIGHTSHIFT_RETRY__BASE_S", "1")
     return h
 
 
@@ -84,3 +89,21 @@ def write_spec(tmp_path: Path, *, steps: int, env: dict[str, str] | None = None,
     path = tmp_path / file
     path.write_text(yaml.safe_dump(spec))
     return path
+
+
+def store_row(db: Path, query: str, timeout: float = 60.0, proc: subprocess.Popen | None = None):
+    """Poll a nightshift store until `query` returns a row (failing early if `proc`, the
+    nightshift process being watched, ends first)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc is not None and proc.poll() is not None:
+            out = proc.stdout.read() if proc.stdout else ""
+            raise AssertionError(f"nightshift ended early:\n{out[-4000:]}")
+        try:
+            got = sqlite3.connect(db).execute(query).fetchone() if db.exists() else None
+        except sqlite3.OperationalError:
+            got = None
+        if got:
+            return got
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for: {query}")

@@ -64,3 +64,35 @@ def test_an_explosion_before_a_nan_is_the_onset():
     values = [1.0] * 10 + [100.0] * 3 + [math.nan]
     got = first_divergence(MetricSpec(divergence={"window": 3}), series(values))
     assert got is not None and got.step == 11
+
+
+def test_the_first_noisy_batches_of_a_resumed_attempt_are_no_baseline():
+    """A resumed attempt whose first batch happens to be very low is not judged against it: the
+    running minimum counts only full windows (seen in a preempted run resumed at step 150)."""
+    values = [0.026, 0.09, 0.116, 0.29, 0.12, 0.1, 0.11, 0.09]
+    assert first_divergence(MetricSpec(divergence={"window": 3}), series(values, start=150)) is None
+    assert first_divergence(MetricSpec(divergence={"window": 3}),
+                            series(values + [9.0] * 3, start=150)) is not None
+
+
+@given(st.lists(st.floats(min_value=0.001, max_value=1e6, allow_nan=False) | st.just(math.nan),
+                max_size=80),
+       st.lists(st.integers(min_value=1, max_value=15), max_size=20))
+def test_reading_a_few_points_a_tick_gives_the_same_verdict_as_all_at_once(values, cuts):
+    """The loop feeds the rule a tick's points at a time, its state round-tripped through JSON
+    (the store) between ticks: the verdict is the one over the whole series."""
+    import json
+
+    from nightshift.runtime.divergence import scan
+
+    spec = MetricSpec(divergence={"window": 4})
+    points = series(values)
+    whole = first_divergence(spec, points)
+    state, got, i = None, None, 0
+    for n in [*cuts, len(points)]:
+        got, state = scan(spec, points[i:i + n], state)
+        state = json.loads(json.dumps(state))
+        i += n
+        if got is not None or i >= len(points):
+            break
+    assert got == whole

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, nightshift, write_spec
+from conftest import REPO, nightshift, store_row, write_spec
 
 pytestmark = pytest.mark.slow
 
@@ -27,18 +27,7 @@ def start_run(goal: Path) -> subprocess.Popen:
 
 
 def wait_for(query: str, db: Path, timeout: float = 60.0):
-    """Poll the store until `query` returns a row."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if db.exists():
-            try:
-                row = sqlite3.connect(db).execute(query).fetchone()
-            except sqlite3.OperationalError:
-                row = None
-            if row:
-                return row
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for: {query}")
+    return store_row(db, query, timeout)
 
 
 def thread_of(db: Path) -> str:

@@ -21,6 +21,9 @@ def test_report_after_a_crash_and_a_recovery(home, tmp_path):
     assert r["recoveries"] == 1
     assert r["cpu_hours"] > 0 and r["gpu_hours"] == 0
     assert r["energy_kwh"] is None  # no meter and no declared draw: not invented
+    good = home / "runs" / "job-1" / "good-checkpoints"
+    on_disk = sum(p.stat().st_size for p in good.rglob("*") if p.is_file())
+    assert r["kept_checkpoint_bytes"] == on_disk > 0
     md = tmp_path / "night.md"
     res = nightshift("report", "--markdown", str(md))
     assert res.returncode == 0, res.stderr

@@ -9,6 +9,8 @@ import typer
 from nightshift.agent.console import console, table
 from nightshift.agent.report import build_report, default_window, plot_metrics, to_markdown
 from nightshift.agent.wiring import Wiring, local_now
+from nightshift.runtime import keeper
+from nightshift.runtime.engine import job_paths
 
 
 def report(hours: float = typer.Option(24.0, "--hours", help="Look back this many hours"),
@@ -18,7 +20,8 @@ def report(hours: float = typer.Option(24.0, "--hours", help="Look back this man
     """Jobs, attempts, failures by cause, recoveries, GPU-hours, kWh and cost."""
     w = Wiring.load(config)
     since, until = default_window(local_now(), hours)
-    r = build_report(w.store, since, until, *w.energy_pricing())
+    r = build_report(w.store, since, until, *w.energy_pricing(), kept_bytes_of=lambda job: sum(
+        k["bytes"] for k in keeper.kept(job_paths(w.settings, job)["workspace"])))
     if as_json:
         print(r.model_dump_json(indent=2))
         return

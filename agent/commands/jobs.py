@@ -1,0 +1,151 @@
+"""`nightshift show | logs | cancel | retry JOB`: the everyday commands on one job, each one skill
+call through the policy gate (audited; cancel asks for approval as the policy says)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.markup import escape
+
+from nightshift.agent.console import console, table
+from nightshift.agent.shell import call_or_exit
+
+ConfigOpt = typer.Option(None, "--config", help="Config file")
+FOLLOW_POLL_S = 0.5
+
+
+def _steps(a: Any) -> str:
+    return f"{a.start_step}→{'?' if a.last_step is None else a.last_step}"
+
+
+def show(job_id: int = typer.Argument(..., help="The job"),
+         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON"),
+         config: str | None = ConfigOpt) -> None:
+    """One job in full: every attempt with its steps, cause, evidence, the steps the next attempt
+    lost, parameter changes and the checkpoint it resumed from (what `sacct` gives a Slurm user)."""
+    r: Any = call_or_exit(config, "show_job", {"job_id": job_id})
+    if as_json:
+        print(r.model_dump_json(indent=2))
+        return
+    console.print(f"[bold]job {r.job_id}[/] {escape(r.name)}: [bold]{r.state}[/]"
+                  + (f" — {escape(r.reason)}" if r.reason else ""))
+    console.print(f"  owner {r.owner}, priority {r.priority}, attempts {len(r.attempts)} of at "
+                  f"most {r.max_attempts}, steps lost in all {r.steps_lost_total}")
+    console.print(f"  folder {r.workspace}\n  checkpoints {r.checkpoint_dir}")
+    if r.resume_from or r.resume_step:
+        console.print(f"  next attempt resumes from {r.resume_from} (step {r.resume_step})")
+    for k in r.good_checkpoints:
+        console.print(f"  kept good checkpoint: step {k.step}, {k.bytes / 1e6:.1f} MB, {k.path}")
+    rows = []
+    for a in r.attempts:
+        changes = ", ".join(f"{k} {c.before}→{c.after}" for k, c in a.param_changes.items())
+        how = a.outcome or a.state
+        if a.signal:
+            how += f" (signal {a.signal})"
+        elif a.exit_code not in (None, 0):
+            how += f" (exit {a.exit_code})"
+        rows.append([a.number, a.started_at.strftime("%m-%d %H:%M:%S"),
+                     None if a.duration_s is None else f"{a.duration_s:.0f}s", _steps(a), how,
+                     a.cause, a.steps_lost, changes or None,
+                     a.resumed_from and f"{a.resumed_from} @ {a.resumed_from_step}"])
+    console.print(table("attempts", ["#", "started", "ran", "steps", "ended", "cause", "lost",
+                                     "changed", "resumed from"], rows))
+    for a in r.attempts:
+        if a.evidence:
+            console.print(f"  attempt {a.number}: {escape(a.evidence)}", soft_wrap=True)
+
+
+def logs(job_id: int = typer.Argument(..., help="The job"),
+         attempt: int | None = typer.Option(None, "--attempt", help="Attempt number; default: "
+                                            "the latest"),
+         tail: int = typer.Option(100, "--tail", "-n", help="Lines from the end"),
+         follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines "
+                                     "until Ctrl-C"),
+         config: str | None = ConfigOpt) -> None:
+    """The end of a job's log (stdout and stderr of one attempt); -f follows it as it grows."""
+    args: dict[str, Any] = {"job_id": job_id, "tail": tail}
+    if attempt is not None:
+        args["attempt"] = attempt
+    r: Any = call_or_exit(config, "job_logs", args)
+    for line in r.lines:
+        console.out(line, highlight=False)  # log text is data: printed, never interpreted
+    if not follow or not r.log_path:
+        if r.log_path is None:
+            console.print(f"job {job_id} has no attempt yet, so no log")
+        return
+    _follow(Path(r.log_path), r.end_offset)
+
+
+def _follow(path: Path, offset: int) -> None:
+    """Print what is appended to the log after `offset` (where the gated call above stopped
+    reading), whole lines, until Ctrl-C."""
+    pending = b""
+    try:
+        while True:
+            size = path.stat().st_size if path.exists() else 0
+            if size < offset:
+                offset = 0  # truncated and rewritten
+            if size > offset:
+                with open(path, "rb") as f:
+                    f.seek(offset)
+                    chunk = f.read(size - offset)
+                offset += len(chunk)
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    console.out(line.decode("utf-8", "replace"), highlight=False)
+            time.sleep(FOLLOW_POLL_S)
+    except KeyboardInterrupt:
+        pass
+
+
+def cancel(job_id: int = typer.Argument(..., help="The job"),
+           reason: str = typer.Option("cancelled by operator", "--reason"),
+           as_json: bool = typer.Option(False, "--json"),
+           config: str | None = ConfigOpt) -> None:
+    """End a job for good, stopping its running attempt (asks for approval as the policy says)."""
+    from nightshift.agent.console import error
+    from nightshift.agent.wiring import Wiring
+
+    # Nobody is asked to approve the cancel of a job that does not exist or has already ended;
+    # cancel_job checks again when it runs.
+    job = Wiring.load(config).store.job(job_id)
+    if job is None:
+        error(f"no job {job_id}; `nightshift jobs` lists the jobs")
+        raise typer.Exit(2)
+    if job.state in ("succeeded", "failed", "cancelled"):
+        console.print(f"job {job_id} is {job.state}: nothing to cancel")
+        return
+    r: Any = call_or_exit(config, "cancel_job", {"job_id": job_id, "reason": reason})
+    if as_json:
+        print(r.model_dump_json(indent=2))
+    elif r.before == r.after:
+        console.print(f"job {job_id} is {r.after}: nothing to cancel")
+    else:
+        console.print(f"job {job_id}: {r.before} → {r.after}"
+                      + (f" (attempt {r.stopped_attempt} stopped)" if r.stopped_attempt else ""))
+
+
+def retry(job_id: int = typer.Argument(..., help="A failed job"),
+          from_scratch: bool = typer.Option(False, "--from-scratch", help="Start at step 0, "
+                                            "not from the job's resume point"),
+          as_json: bool = typer.Option(False, "--json"),
+          config: str | None = ConfigOpt) -> None:
+    """One more attempt of a failed job, even when its retries ran out or recovery gave up."""
+    r: Any = call_or_exit(config, "retry_job", {"job_id": job_id, "from_scratch": from_scratch})
+    if as_json:
+        print(r.model_dump_json(indent=2))
+        return
+    where = (f"from {r.resume_from} (step {r.resume_step})" if r.resume_from
+             else "from scratch")
+    console.print(f"job {job_id}: {r.before} → {r.after}, attempt {r.attempts + 1} will start "
+                  f"{where}; max attempts {r.max_attempts_before} → {r.max_attempts_after}"
+                  + (" (this call had already requeued it)" if r.already_done else ""))
+
+
+def register(app: typer.Typer) -> None:
+    for command in (show, logs, cancel, retry):
+        app.command()(command)

@@ -1,0 +1,116 @@
+"""`nightshift show | logs | cancel | retry JOB` as a user types them: real CLI subprocesses over
+a real SQLite store, every call through the gate and in the audit, errors as one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import timedelta
+
+import pytest
+
+from nightshift.agent.wiring import Wiring
+from nightshift.runtime.spec import load_spec
+from nightshift.runtime.store import Attempt, Job, utcnow
+
+from conftest import REPO, nightshift
+
+
+@pytest.fixture
+def failed_job(home):
+    """A job whose two attempts failed: the first killed at step 120, the second (resumed from the
+    step-100 checkpoint with a lower lr) diverged at step 140; its retries are used up."""
+    w = Wiring.load()
+    spec = load_spec(REPO / "examples/specs/quickstart.yaml").model_dump(mode="json")
+    t0 = utcnow() - timedelta(hours=1)
+    with w.store.session() as s:
+        job = Job(name="quickstart", spec=spec, params={"lr": 0.1}, state="failed", owner="me",
+                  reason="failed twice the same way", max_attempts=2, resume_step=100,
+                  resume_from=str(home / "ck" / "step_00000100.npz"))
+        s.add(job)
+        s.commit()
+        s.refresh(job)
+        logs = []
+        for n, (start, last, params, argv_tail) in enumerate(
+                [(0, 120, {"lr": 0.1}, []),
+                 (100, 140, {"lr": 0.05}, ["--resume", str(home / "ck" / "step_00000100.npz")])],
+                start=1):
+            log = home / f"attempt-{n}.log"
+            log.write_text("".join(f"line {i} of attempt {n}\n" for i in range(300)))
+            logs.append(log)
+            s.add(Attempt(job_id=job.id, number=n, state="exited", outcome="failed",
+                          params=params, argv=["python", "train.py", *argv_tail],
+                          start_step=start, last_step=last, log_path=str(log), signal=9 if n == 1
+                          else None, exit_code=None if n == 1 else 0,
+                          evidence=None if n == 1 else "metrics diverged: loss is nan at step 131",
+                          first_bad_step=None if n == 1 else 131, cause="killed" if n == 1
+                          else "nan_loss", started_at=t0 + timedelta(minutes=20 * n),
+                          ended_at=t0 + timedelta(minutes=20 * n + 5)))
+        s.commit()
+        return job.id, logs
+
+
+def test_show_gives_every_attempt_as_sacct_would(failed_job):
+    job_id, _ = failed_job
+    r = nightshift("show", str(job_id), "--json")
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["state"] == "failed" and [a["number"] for a in got["attempts"]] == [1, 2]
+    first, second = got["attempts"]
+    assert first["steps_lost"] == 20  # reached 120, the next attempt started from 100
+    assert second["param_changes"] == {"lr": {"before": 0.1, "after": 0.05}}
+    assert second["resumed_from"].endswith("step_00000100.npz") and second["first_bad_step"] == 131
+    table = nightshift("show", str(job_id))
+    assert table.returncode == 0 and "loss is nan at step 131" in table.stdout
+    assert "nan_loss" in table.stdout and "lr 0.1→0.05" in table.stdout
+
+
+def test_logs_tail_attempt_and_follow(failed_job):
+    job_id, logs = failed_job
+    r = nightshift("logs", str(job_id), "--attempt", "1", "-n", "3")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [f"line {i} of attempt 1" for i in (297, 298, 299)]
+    env = {**os.environ, "COLUMNS": "200"}
+    proc = subprocess.Popen([sys.executable, "-m", "nightshift.agent.cli", "logs", str(job_id),
+                             "-f", "-n", "1"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "line 299 of attempt 2"
+        with logs[1].open("a") as f:
+            f.write("a new line\nhalf a li")
+        assert proc.stdout.readline().strip() == "a new line"
+        time.sleep(0.3)
+        with logs[1].open("a") as f:
+            f.write("ne\n")
+        assert proc.stdout.readline().strip() == "half a line"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=20)
+    assert "Traceback" not in proc.stderr.read()
+
+
+def test_retry_requeues_once_and_is_audited(failed_job):
+    job_id, _ = failed_job
+    r = nightshift("retry", str(job_id), "--json")
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert (got["before"], got["after"]) == ("failed", "queued")
+    assert got["max_attempts_after"] == 3 and got["resume_step"] == 100
+    again = nightshift("retry", str(job_id))
+    assert again.returncode != 0 and "already queued" in again.stderr + again.stdout
+    assert "Traceback" not in again.stderr
+    audit = nightshift("audit", "show", "--job", str(job_id))
+    assert "retry_job" in audit.stdout
+    with Wiring.load().store.session() as s:
+        assert s.get(Job, job_id).state == "queued"
+
+
+@pytest.mark.parametrize("command", ["show", "logs", "retry", "cancel"])
+def test_a_job_that_does_not_exist_is_one_line(home, command):
+    r = nightshift(command, "999")
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "999" in r.stderr and "Traceback" not in r.stderr
