@@ -130,7 +130,12 @@ def test_trainer_state_infinities_are_not_weights(torch, tmp_path):
 TF_FIXTURES = Path(__file__).parent / "fixtures" / "checkpoints" / "tensorflow"
 
 
-def test_tf_model_dir_newest_whole_checkpoint_below_the_root(ctx, tmp_path):
+@pytest.fixture
+def protobuf():
+    return need("google.protobuf", "the TF .index entries are decoded with protobuf")
+
+
+def test_tf_model_dir_newest_whole_checkpoint_below_the_root(protobuf, ctx, tmp_path):
     """The `checkpoint` index file sits in model_dir/train/; given model_dir, the newest prefix is
     found; one whose data shard was cut short is passed over for the one before."""
     import shutil
@@ -144,7 +149,7 @@ def test_tf_model_dir_newest_whole_checkpoint_below_the_root(ctx, tmp_path):
     assert r.step == 2 and "cut short" in r.skipped[0].reason, r.skipped
 
 
-def test_tf_every_shard_of_a_sharded_checkpoint_is_checked(tmp_path):
+def test_tf_every_shard_of_a_sharded_checkpoint_is_checked(protobuf, tmp_path):
     import shutil
 
     root = shutil.copytree(TF_FIXTURES / "sharded", tmp_path / "sharded")
