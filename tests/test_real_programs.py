@@ -67,12 +67,18 @@ def training_process(db: Path, number: int) -> psutil.Process:
     return supervisor.children()[0]
 
 
-def kill_once_and_finish(db: Path, proc: subprocess.Popen, after_step: int) -> tuple[int, int, float]:
-    """SIGKILL attempt 1's training process once it passed after_step; wait for attempt 2 to
-    train and nightshift to finish. (step at the kill, step resumed at, seconds to training.)"""
+def kill_once_and_finish(db: Path, proc: subprocess.Popen, after_step: int,
+                         target: str = "process") -> tuple[int, int, float]:
+    """SIGKILL attempt 1's training process (or its whole process group, supervisor included)
+    once it passed after_step; wait for attempt 2 to train. (step at the kill, step resumed at,
+    seconds to training again.)"""
     row(db, f"select 1 from attempt where number=1 and last_step >= {after_step}", proc=proc)
     at, = row(db, "select last_step from attempt where number=1")
-    training_process(db, 1).send_signal(signal.SIGKILL)
+    child = training_process(db, 1)
+    if target == "process":
+        child.send_signal(signal.SIGKILL)
+    else:
+        os.killpg(os.getpgid(child.pid), signal.SIGKILL)
     killed = time.monotonic()
     resumed, = row(db, "select start_step from attempt where number=2 and last_step is not null",
                    proc=proc)
@@ -174,52 +180,64 @@ def test_a_steady_printer_is_not_stalled_and_a_hang_is(home, tmp_path):
 
 FRAMEWORKS = {
     # Lightning writes checkpoints and metrics.csv under lightning_logs/version_N/ of the root it
-    # is given; the resumed run is the next version_N, read too.
-    "lightning": (("lightning",), "programs_lightning.yaml",
-                  {"max_steps": 200, "every_n_train_steps": 40, "sleep_ms": 20}, 195),
+    # is given; the resumed run is the next version_N, read too. CSVLogger flushes every 25 steps.
+    "lightning": {"modules": ("lightning",), "spec": "programs_lightning.yaml",
+                  "run": {"max_steps": 200, "every_n_train_steps": 40, "sleep_ms": 20},
+                  "final": 195, "diverge": {"lr": 50.0, "max_steps": 300, "sleep_ms": 20},
+                  "bad_metric": "grad_norm", "seen_within": 25 + 5},
     # Trainer's checkpoint-N/ folders right below output_dir (trainer_state.json written last);
-    # the resumed run's TensorBoard events are in a new runs/ folder, read too.
-    "hf": (("transformers", "tensorboard"), "programs_hf.yaml",
-           {"max_steps": 160, "save_steps": 40, "sleep_ms": 30}, 160),
+    # the resumed run's TensorBoard events are in a new runs/ folder, read too. With lr 1e5 its
+    # train/loss reads 0.0 (logging_nan_inf_filter) while train/grad_norm is nan.
+    "hf": {"modules": ("transformers", "tensorboard"), "spec": "programs_hf.yaml",
+           "run": {"max_steps": 160, "save_steps": 40, "sleep_ms": 30}, "final": 160,
+           "diverge": {"lr": 1e5, "max_steps": 300, "save_steps": 20, "sleep_ms": 30},
+           "bad_metric": "train/grad_norm", "seen_within": 5},
 }
 
 
-@pytest.mark.parametrize("program", list(FRAMEWORKS))
-def test_framework_program_killed_resumes_from_its_newest_checkpoint(program, home, tmp_path):
-    """Killed mid-run, the program resumes from the newest whole checkpoint its framework wrote,
-    at the step the checkpoint holds (global_step), loses at most one interval, and finishes."""
-    modules, template, params, final = FRAMEWORKS[program]
-    for module in modules:
+def framework(program: str) -> dict:
+    f = FRAMEWORKS[program]
+    for module in f["modules"]:
         need(module, f"the {program} example program uses {module}")
+    return f
+
+
+@pytest.mark.parametrize("target", ["process", "group"])
+@pytest.mark.parametrize("program", list(FRAMEWORKS))
+def test_framework_program_killed_resumes_from_its_newest_checkpoint(program, target, home,
+                                                                     tmp_path):
+    """Killed mid-run (the training process: `killed`; its whole group, supervisor too: `lost`),
+    the program resumes from the newest whole checkpoint its framework wrote, at the step the
+    checkpoint holds (global_step), loses at most one interval, and finishes."""
+    f = framework(program)
     db = home / "nightshift.db"
-    proc = start(tmp_path, spec_file(tmp_path, SPECS / template, **params))
-    at, resumed, seconds = kill_once_and_finish(db, proc, after_step=90)
+    proc = start(tmp_path, spec_file(tmp_path, SPECS / f["spec"], **f["run"]))
+    at, resumed, seconds = kill_once_and_finish(db, proc, after_step=90, target=target)
     out = finish(proc)
     assert proc.returncode == 0, out
     rows = attempts(db)
-    print(f"\n[{program}] SIGKILL at ~step {at}: resumed at {resumed} ({at - resumed} steps "
-          f"lost), training again {seconds:.1f} s after the kill")
-    assert [r[1] for r in rows] == ["failed", "succeeded"] and rows[0][4] == "killed", rows
+    print(f"\n[{program}] SIGKILL of the {target} at ~step {at}: resumed at {resumed} "
+          f"({at - resumed} steps lost), training again {seconds:.1f} s after the kill")
+    want = ("failed", "killed") if target == "process" else ("lost", "lost")
+    assert [r[1] for r in rows] == [want[0], "succeeded"] and rows[0][4] == want[1], rows
     assert resumed % 40 == 0 and 0 <= at - resumed <= 40 + 10
-    assert rows[1][3] >= final  # the resumed run's metrics were read to the end
+    assert rows[1][3] >= f["final"]  # the resumed run's metrics were read to the end
 
 
-def test_hf_trainer_nan_hidden_by_its_filter_is_caught_and_stopped(home, tmp_path):
-    """With lr 1e5 the Trainer's train/loss reads 0.0 (logging_nan_inf_filter) while its
-    train/grad_norm is nan, and the program would run on and exit 0: nightshift reads the event
-    files, stops it at the first nan grad norm and diagnoses nan_loss."""
-    need("transformers", "train_hf.py is a transformers.Trainer program")
-    need("tensorboard", "train_hf.py reports to TensorBoard")
+@pytest.mark.parametrize("program", list(FRAMEWORKS))
+def test_framework_program_divergence_is_caught_and_stopped(program, home, tmp_path):
+    """A learning rate that makes the loss non-finite at once: the program would train on and exit
+    0; nightshift reads the framework's own metric files, stops it within the framework's flush
+    interval of the first non-finite value, and diagnoses nan_loss."""
+    f = framework(program)
     db = home / "nightshift.db"
-    spec = spec_file(tmp_path, SPECS / "programs_hf.yaml", lr=1e5, max_steps=300, save_steps=20,
-                     sleep_ms=30)
+    spec = spec_file(tmp_path, SPECS / f["spec"], **f["diverge"])
     data = yaml.safe_load(spec.read_text())
     data["retries"] = 0
     spec.write_text(yaml.safe_dump(data))
-    proc = start(tmp_path, spec)
-    out = finish(proc)
-    rows = attempts(db)
-    first = rows[0]
-    print(f"\n[hf] nan grad norm first at step {first[7]}, stopped at step {first[3]} of 300")
-    assert first[1] == "diverged" and first[4] == "nan_loss", (rows, out)
-    assert "train/grad_norm" in first[6] and first[3] < 300
+    out = finish(start(tmp_path, spec))
+    first = attempts(db)[0]
+    print(f"\n[{program}] {f['bad_metric']} non-finite first at step {first[7]}, stopped at step "
+          f"{first[3]} of 300")
+    assert first[1] == "diverged" and first[4] == "nan_loss", (first, out)
+    assert f["bad_metric"] in first[6] and first[3] - first[7] <= f["seen_within"], first
