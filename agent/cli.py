@@ -274,5 +274,15 @@ def config_show(config: str | None = ConfigOpt) -> None:
 
 register_all(app)
 
+def main() -> None:
+    """The `nightshift` command: any NightshiftError a command leaves uncaught is one error line
+    and its exit code, never a traceback."""
+    try:
+        app()
+    except NightshiftError as exc:
+        error(str(exc))
+        raise SystemExit(exc.exit_code) from None
+
+
 if __name__ == "__main__":
-    app()
+    main()

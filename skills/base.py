@@ -20,7 +20,7 @@ from typing import Any, Generic, Literal, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from nightshift.runtime.config import Settings
-from nightshift.runtime.errors import SkillInputError, UnknownSkill
+from nightshift.runtime.errors import ConfigError, SkillInputError, UnknownSkill
 from nightshift.runtime.store import Store
 
 Capability = Literal["read", "launch", "modify", "destroy"]
@@ -86,9 +86,6 @@ class Skill(Generic[In, Out]):
         }
 
 
-_BUILTINS: dict[str, Skill] = {}
-
-
 def skill(name: str, *, capability: Capability) -> Callable[[Callable[[SkillContext, Any], Any]], Skill]:
     """Turn a typed function into a Skill; models come from its annotations, the description from
     its docstring. Checked when the module is imported, so a malformed skill never registers."""
@@ -107,28 +104,40 @@ def skill(name: str, *, capability: Capability) -> Callable[[Callable[[SkillCont
         doc = inspect.cleandoc(fn.__doc__ or "")
         if not doc:
             raise TypeError(f"skill {name}: needs a docstring; the planner reads it")
-        made = Skill(name, doc, capability, inp, out, fn)
-        _BUILTINS[name] = made
-        return made
+        return Skill(name, doc, capability, inp, out, fn)
 
     return wrap
 
 
 def registry() -> dict[str, Skill]:
-    """Built-in skills plus any installed package's `nightshift.skills` entry points."""
-    from nightshift.skills import builtin  # noqa: F401  (imports register the built-ins)
+    """The built-in skills (an explicit table, skills/builtin.py) plus installed packages'
+    `nightshift.skills` entry points. An entry point may add a skill, never replace one: a name
+    that is a built-in's or another entry point's is refused, naming the package, because a
+    replacement could declare a weaker capability and slip past the policy."""
+    from nightshift.skills.builtin import BUILTINS
 
-    found = dict(_BUILTINS)
-    for obj in _entry_point_skills():
-        found.setdefault(obj.name, obj)
+    found = dict(BUILTINS)
+    for obj, where in _entry_point_skills():
+        if obj.name in found:
+            clash = "a built-in skill" if obj.name in BUILTINS else "another package's skill"
+            raise ConfigError(
+                f"the installed entry point {where} declares skill '{obj.name}', which is {clash}: "
+                "refused (an entry point may add skills, not replace them); uninstall that "
+                "package or rename its skill")
+        found[obj.name] = obj
     return found
 
 
 @cache
-def _entry_point_skills() -> tuple[Skill, ...]:
+def _entry_point_skills() -> tuple[tuple[Skill, str], ...]:
     """Scanned once per process: walking the installed distributions costs milliseconds."""
-    loaded = (ep.load() for ep in entry_points(group="nightshift.skills"))
-    return tuple(obj for obj in loaded if isinstance(obj, Skill))
+    out = []
+    for ep in entry_points(group="nightshift.skills"):
+        obj = ep.load()
+        if isinstance(obj, Skill):
+            dist = ep.dist.name if ep.dist is not None else "?"
+            out.append((obj, f"'{ep.name} = {ep.value}' of {dist}"))
+    return tuple(out)
 
 
 def get_skill(name: str) -> Skill:

@@ -12,7 +12,6 @@ from pydantic import BaseModel, ConfigDict
 from nightshift.policies.engine import PolicyEngine, image_allowed
 from nightshift.policies.model import Condition, Policy, load_policy
 from nightshift.runtime.errors import SpecError
-from nightshift.skills import base
 from nightshift.skills.base import Skill, SkillContext, skill
 
 
@@ -25,15 +24,14 @@ class Echo(BaseModel):
 
 
 def make_skill(name: str, capability: str) -> Skill:
-    """A tiny skill built with the real decorator, then taken out of the global registry so that
-    tests listing the built-in skills never see it."""
+    """A tiny skill built with the real decorator (which registers nothing: the built-ins are an
+    explicit table)."""
 
     def fn(ctx: SkillContext, inp: AnyArgs) -> Echo:
         """Echo the arguments back (test skill)."""
         return Echo(args=inp.model_dump())
 
     made = skill(name, capability=capability)(fn)  # type: ignore[arg-type]
-    base._BUILTINS.pop(name, None)
     return made
 
 
