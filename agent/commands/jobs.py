@@ -3,6 +3,7 @@ call through the policy gate (audited; cancel asks for approval as the policy sa
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,9 @@ def logs(job_id: int = typer.Argument(..., help="The job"),
 def _follow(path: Path, offset: int) -> None:
     """Print what is appended to the log after `offset` (where the gated call above stopped
     reading), whole lines, until Ctrl-C."""
+    # Ctrl-C ends the follow even when this process was started with SIGINT ignored (as a shell
+    # does for a command it runs in the background), which would leave it running for ever.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     pending = b""
     try:
         while True:
