@@ -326,12 +326,13 @@ class Engine:
             job = self.store.job(att.job_id)
             spec = ExperimentSpec.model_validate(job.spec)
             status = self.executor.poll(att.handle)
-            bad = self._read_metrics(att, job, spec, now)
+            bad, new_points = self._read_metrics(att, job, spec, now)
             att = self._attempt(att.id)
             if bad is not None:
                 self._diverged(att, status, bad, now)
                 continue
-            self._keep_good(att, job, spec)
+            if new_points:  # nothing is newly measured or confirmed without new points
+                self._keep_good(att, job, spec)
             if status.state != "running":
                 final = None if status.exit_code != 0 else self._final_value(att, spec)
                 if final is not None and not math.isfinite(final):
@@ -479,9 +480,10 @@ class Engine:
         self._finish(att.id, status, now, outcome=outcome, reason=why)
 
     def _read_metrics(self, att: Attempt, job: Job, spec: ExperimentSpec,
-                      now: datetime) -> Divergence | None:
+                      now: datetime) -> tuple[Divergence | None, bool]:
         """Read what the program wrote since the last tick (any metric source); record the
-        points and the progress; return the divergence if the metrics diverged."""
+        points and the progress; return the divergence if the metrics diverged, and whether any
+        point was new."""
         paths = job_paths(self.settings, job)
         log_path = Path(att.log_path or paths["workspace"] / f"attempt-{att.number}.log")
         cursor = att.metrics_cursor.get("metrics")
@@ -520,7 +522,7 @@ class Engine:
                           and p.where), None)
             if where:
                 bad = Divergence(bad.step, bad.name, bad.value, f"{bad.why} ({where})")
-        return bad
+        return bad, bool(got.points)
 
     def _finish(self, attempt_id: int, status: RunStatus, now: datetime, *, outcome: str | None = None,
                 reason: str | None = None) -> None:
