@@ -1,26 +1,56 @@
-"""Settings: one pydantic model, defaults that make the embedded default work with no file at all.
+"""Settings: one pydantic-settings model, defaults that make the embedded default work with no file.
 
-Precedence (highest first): environment `NIGHTSHIFT_<SECTION>__<KEY>`, `$NIGHTSHIFT_HOME/config.yaml`
-(or an explicit path), built-in defaults. `sources()` says where each effective value came from.
+`load_settings()` reads, highest precedence first: init kwargs (only `home`, which is always
+`nightshift_home()`), the environment `NIGHTSHIFT_<SECTION>__<KEY>` (pydantic-settings'
+`env_prefix="NIGHTSHIFT_"`, `env_nested_delimiter="__"`), `$NIGHTSHIFT_HOME/config.yaml` (or an
+explicit path; pydantic-settings' YAML source) and the built-in defaults. It also says where each
+effective value came from, and turns every problem into one `ConfigError` naming the field and
+its source.
+
+Environment values are strings that pydantic coerces in lax mode (`0.2` to a float, `2` to an
+int); a list, mapping or section (`NIGHTSHIFT_TARIFF__WINDOWS`, `NIGHTSHIFT_RETRY`) is JSON, and
+`null` is None. Other `NIGHTSHIFT_*` variables (the attempt markers the executors set for child
+processes, the example's fault switches) are not settings and are ignored, as are unknown keys.
+
+A `Settings(...)` built in code reads neither the environment nor a file: it is exactly its
+arguments over the defaults, so a test or an eval that builds one is not changed by the shell
+it runs in.
 """
 
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Callable
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+    YamlConfigSettingsSource,
+)
 
 from nightshift.runtime.backoff import Backoff
 from nightshift.runtime.errors import ConfigError
 from nightshift.runtime.tariff import Tariff
 
+ENV_PREFIX = "NIGHTSHIFT_"
+ENV_DELIMITER = "__"
+
+
+def _home_from(raw: str | os.PathLike[str] | None) -> Path:
+    return Path(raw or Path.home() / ".nightshift").expanduser()
+
 
 def nightshift_home() -> Path:
     """The state folder: `$NIGHTSHIFT_HOME`, else `~/.nightshift`."""
-    return Path(os.environ.get("NIGHTSHIFT_HOME") or Path.home() / ".nightshift").expanduser()
+    return _home_from(os.environ.get("NIGHTSHIFT_HOME"))
 
 
 class StoreSettings(BaseModel):
@@ -81,8 +111,19 @@ class SchedulerSettings(BaseModel):
     display_tz: str | None = Field(None, description="Zone for times in hold reasons; default: the tariff's")
 
 
-class Settings(BaseModel):
-    home: str
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter=ENV_DELIMITER,
+        env_parse_none_str="null",
+        env_ignore_empty=True,  # `NIGHTSHIFT_X= cmd` unsets, as an empty NIGHTSHIFT_HOME does
+        # Not every NIGHTSHIFT_* variable, nor every key of a config file, is a setting.
+        extra="ignore",
+        validate_default=False,  # BaseSettings' default is True; these defaults are ours, and valid
+    )
+
+    home: str = Field(default_factory=lambda: str(nightshift_home()),
+                      description="The state folder: $NIGHTSHIFT_HOME, default ~/.nightshift")
     store: StoreSettings = StoreSettings()
     executor: ExecutorSettings = ExecutorSettings()
     gpu: GpuSettings = GpuSettings()
@@ -92,6 +133,11 @@ class Settings(BaseModel):
     scheduler: SchedulerSettings = SchedulerSettings()
     retry: Backoff = Backoff()
     tariff: Tariff | None = Field(None, description="Time-of-use price windows; None: no tariff holds")
+
+    @field_validator("home", mode="before")
+    @classmethod
+    def _expand_home(cls, v: Any) -> Any:
+        return str(_home_from(v)) if v is None or isinstance(v, str | os.PathLike) else v
 
     @property
     def home_path(self) -> Path:
@@ -105,49 +151,174 @@ class Settings(BaseModel):
     def runs_dir(self) -> Path:
         return Path(self.executor.runs_dir) if self.executor.runs_dir else self.home_path / "runs"
 
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        load = _LOADING.get()
+        if load is None:  # built in code: its arguments over the defaults, nothing else
+            return (init_settings,)
+        env_vars = getattr(env_settings, "env_vars", None)
+        if isinstance(env_vars, dict):  # it matches every variable against every field: only ours
+            env_settings.env_vars = {k: v for k, v in env_vars.items()  # type: ignore[attr-defined]
+                                     if k.upper().startswith(ENV_PREFIX)}
+        sources: list[Any] = [init_settings, _Recorded(env_settings, load.env, _env_failure)]
+        if load.file is not None:
+            sources.append(_Recorded(_YamlFile(settings_cls, yaml_file=load.file), load.from_file))
+        return tuple(sources)
 
-def _env_overrides() -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for key, value in os.environ.items():
-        if not key.startswith("NIGHTSHIFT_") or "__" not in key:
-            continue
-        section, _, field = key[len("NIGHTSHIFT_"):].lower().partition("__")
-        out.setdefault(section, {})[field] = yaml.safe_load(value) if value else value
+
+# ------------------------------------------------------------------------------------ loading
+class _Load:
+    """One `load_settings` call: the config file to read, and what each source contributed."""
+
+    def __init__(self, file: Path | None):
+        self.file = file
+        self.env: dict[str, Any] = {}
+        self.from_file: dict[str, Any] = {}
+
+
+_LOADING: ContextVar[_Load | None] = ContextVar("nightshift_settings_load", default=None)
+
+
+class _Recorded:
+    """A settings source whose values are kept for `load_settings_with_sources`."""
+
+    def __init__(self, source: Callable[[], dict[str, Any]], into: dict[str, Any],
+                 on_error: Callable[[SettingsError], ConfigError] | None = None):
+        self.source, self.into, self.on_error = source, into, on_error
+        self.__name__ = type(source).__name__
+
+    def __call__(self) -> dict[str, Any]:
+        try:
+            data = self.source()
+        except SettingsError as exc:
+            if self.on_error is None:
+                raise
+            raise self.on_error(exc) from exc
+        self.into.update(data)
+        return data
+
+
+class _YamlFile(YamlConfigSettingsSource):
+    """pydantic-settings' YAML source, whose every problem is a ConfigError naming the file."""
+
+    def _read_file(self, file_path: Any) -> dict[str, Any]:
+        try:
+            loaded = yaml.safe_load(Path(file_path).read_text(encoding="utf-8"))
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            why = getattr(exc, "problem", None) or str(exc)
+            raise ConfigError(f"{file_path}: not valid YAML{at}: {why}") from exc
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{file_path}: cannot be read: {exc}") from exc
+        if loaded is None:
+            return {}
+        if not isinstance(loaded, dict) or not all(isinstance(k, str) for k in loaded):
+            raise ConfigError(f"{file_path}: expected a mapping of sections")
+        if "home" in loaded:
+            raise ConfigError(f"{file_path}: 'home' cannot be set in the config file, which lives "
+                              "in it; set NIGHTSHIFT_HOME")
+        # `loop:` with nothing under it is the section at its defaults, as is leaving it out.
+        return {section: values for section, values in loaded.items() if values is not None}
+
+
+def _env_names() -> dict[str, str]:
+    """NIGHTSHIFT_* variables, upper-cased → as spelled (pydantic-settings ignores the case)."""
+    return {k.upper(): k for k in os.environ if k.upper().startswith(ENV_PREFIX)}
+
+
+def _env_vars_for(section: str, names: dict[str, str] | None = None) -> list[str]:
+    """The environment variables (as spelled there) that set config section `section`."""
+    whole, nested = f"{ENV_PREFIX}{section}".upper(), f"{ENV_PREFIX}{section}{ENV_DELIMITER}".upper()
+    names = _env_names() if names is None else names
+    return sorted(k for up, k in names.items() if up == whole or up.startswith(nested))
+
+
+_FIELD_IN_MESSAGE = re.compile(r'field "([^"]+)"')
+
+
+def _env_failure(exc: SettingsError) -> ConfigError:
+    """A value pydantic-settings could not decode (bad JSON for a list, mapping or section)."""
+    m = _FIELD_IN_MESSAGE.search(str(exc))
+    section = m.group(1) if m else "?"
+    cause = exc.__cause__
+    while cause is not None and cause.__cause__ is not None:  # down to json's own message
+        cause = cause.__cause__
+    why = f"not valid JSON ({cause})" if cause else str(exc)
+    names = ", ".join(_env_vars_for(section)) or f"{ENV_PREFIX}{section.upper()}"
+    return ConfigError(f"config field {section}: {why} (from env {names})")
+
+
+def _env_name(section: str, key: str, names: dict[str, str]) -> str:
+    """The variable that set `section.key`: NIGHTSHIFT_SECTION__KEY, or the whole section's."""
+    nested, whole = f"{ENV_PREFIX}{section}{ENV_DELIMITER}{key}".upper(), f"{ENV_PREFIX}{section}".upper()
+    return names.get(nested) or names.get(whole, whole)
+
+
+def _origins(load: _Load) -> dict[str, str]:
+    """'section' and 'section.key' → where the value came from; the environment wins."""
+    out: dict[str, str] = {}
+    file = str(load.file)
+    for section, values in load.from_file.items():
+        out[section] = file
+        for k in values if isinstance(values, dict) else ():
+            out[f"{section}.{k}"] = file
+    names = _env_names() if load.env else {}
+    for section, values in load.env.items():
+        if section == "home":
+            continue  # the state folder: NIGHTSHIFT_HOME, which load_settings passes itself
+        out[section] = f"env {', '.join(_env_vars_for(section, names)) or ENV_PREFIX + section.upper()}"
+        for k in values if isinstance(values, dict) else ():
+            out[f"{section}.{k}"] = f"env {_env_name(section, k, names)}"
     return out
+
+
+def _origin_of(loc: tuple[Any, ...], origins: dict[str, str]) -> str:
+    """The source of the value at `loc`, or of the nearest enclosing value that has one."""
+    for n in range(len(loc), 0, -1):
+        key = ".".join(str(p) for p in loc[:n])
+        if key in origins:
+            return origins[key]
+    return "defaults"
 
 
 def load_settings(path: str | Path | None = None) -> Settings:
     """Defaults ← config file ← environment. Raises ConfigError naming the field."""
-    settings, _ = load_settings_with_sources(path)
-    return settings
+    return _load(path)[0]
 
 
 def load_settings_with_sources(path: str | Path | None = None) -> tuple[Settings, dict[str, str]]:
+    """The settings, and 'section.key' → the config file or `env NIGHTSHIFT_SECTION__KEY` that
+    set it (keys at their defaults are absent)."""
+    settings, load = _load(path)
+    return settings, {k: v for k, v in _origins(load).items() if "." in k}
+
+
+def _load(path: str | Path | None) -> tuple[Settings, _Load]:
     home = nightshift_home()
-    cfg_path = Path(path) if path else home / "config.yaml"
-    data: dict[str, Any] = {}
-    sources: dict[str, str] = {}
-    if cfg_path.exists():
-        try:
-            loaded = yaml.safe_load(cfg_path.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{cfg_path}: not valid YAML: {exc}") from exc
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{cfg_path}: expected a mapping of sections")
-        for section, values in loaded.items():
-            data[section] = dict(values or {})
-            for k in values or {}:
-                sources[f"{section}.{k}"] = str(cfg_path)
-    elif path:
+    cfg_path = Path(path).expanduser() if path else home / "config.yaml"
+    if path and not cfg_path.exists():
         raise ConfigError(f"--config {cfg_path}: file not found")
-    for section, values in _env_overrides().items():
-        data.setdefault(section, {}).update(values)
-        for k in values:
-            sources[f"{section}.{k}"] = f"env NIGHTSHIFT_{section.upper()}__{k.upper()}"
+    if cfg_path.exists() and not cfg_path.is_file():
+        raise ConfigError(f"{cfg_path}: not a file")
+    load = _Load(cfg_path if cfg_path.exists() else None)
+    token = _LOADING.set(load)
     try:
-        settings = Settings(home=str(home), **data)
+        settings = Settings(home=str(home))
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        raise ConfigError(f"config field {where}: {first['msg']} (from {sources.get(where, 'defaults')})") from exc
-    return settings, sources
+        source = _origin_of(first["loc"], _origins(load))
+        raise ConfigError(f"config field {where}: {first['msg']} (from {source})") from exc
+    except SettingsError as exc:  # not raised by the sources above; kept one line all the same
+        raise ConfigError(f"config: {exc}") from exc
+    finally:
+        _LOADING.reset(token)
+    return settings, load

@@ -21,7 +21,6 @@ what it is given.
 from __future__ import annotations
 
 import calendar
-import fcntl
 import math
 import os
 import re
@@ -37,6 +36,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
+from nightshift.runtime import locks
 from nightshift.runtime.errors import OperatorError, SkillFailed
 from nightshift.runtime.executor import LaunchRequest, RunStatus
 from nightshift.runtime.local_executor import _SECRET_RE, _read_tail
@@ -405,8 +405,7 @@ class DockerExecutor:
     def _copy_logs(self, h: DockerHandle) -> None:
         """Append the container's output that no process has copied yet to the log file."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        with (self.state_dir / f"{h.name}.lock").open("a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with locks.exclusive(self.state_dir / f"{h.name}.lock"):
             state = self._read_state(h)
             since = state.cut_ns // 10**9
             stream = self._docker().api.logs(h.container_id, stdout=True, stderr=True,
@@ -496,8 +495,7 @@ class DockerExecutor:
 
     def _update_state(self, h: DockerHandle, **changes: Any) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        with (self.state_dir / f"{h.name}.lock").open("a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with locks.exclusive(self.state_dir / f"{h.name}.lock"):
             self._write_state(h, self._read_state(h).model_copy(update=changes))
 
     # ------------------------------------------------------------------------------ helpers

@@ -17,7 +17,6 @@ process of the run inherits. `poll` reports survivors of a lost run as `leftover
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import pwd
@@ -36,6 +35,7 @@ from typing import Any, Literal
 import psutil
 from pydantic import BaseModel, ValidationError
 
+from nightshift.runtime import locks
 from nightshift.runtime.errors import OperatorError, SkillFailed
 from nightshift.runtime.executor import LaunchRequest, RunStatus
 from nightshift.runtime.supervise import child_file, write_exit_file
@@ -177,8 +177,7 @@ class LocalExecutor:
         self._check_key(req.key)
         self.handles_dir.mkdir(parents=True, exist_ok=True)
         # The lock makes "look for a handle, else launch" atomic across processes.
-        with (self.handles_dir / f"{req.key}.lock").open("a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with locks.exclusive(self.handles_dir / f"{req.key}.lock"):
             existing = self.find(req.key)
             if existing is not None:
                 return existing

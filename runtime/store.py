@@ -1,32 +1,38 @@
 """The durable state: sqlmodel tables over SQLite (WAL) by default, any SQLAlchemy URL for a team.
 
 Every other part reads and writes jobs, attempts, metrics, checkpoints, GPU samples, approvals,
-audit events and planned calls through these tables. The schema is created on first use.
+audit events and planned calls through these tables. The schema is Alembic's revisions in
+`nightshift.runtime.migrations`, applied when a store is opened: a fresh database gets them all,
+an older store the ones it lacks, under an inter-process lock so that processes opening a store
+at the same moment end with one schema. An up-to-date store costs one read.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from pydantic import NaiveDatetime
-from sqlalchemy import event
-from sqlalchemy.exc import OperationalError
+from sqlalchemy import Connection, event, inspect, text
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
 from sqlmodel import JSON, Column, Field, Session, SQLModel, create_engine, select
 
 from nightshift.runtime.errors import StoreError
+from nightshift.runtime.migrations import BASELINE, HEAD, SCRIPT_LOCATION
 
-SCHEMA_VERSION = 2
-# Explicit, ordered migrations: version N -> N+1 as plain SQL, run once in one transaction.
-MIGRATIONS: dict[int, list[str]] = {
-    1: ["ALTER TABLE attempt ADD COLUMN metrics_cursor JSON NOT NULL DEFAULT '{}'",
-        "ALTER TABLE attempt ADD COLUMN evidence VARCHAR",
-        "ALTER TABLE attempt ADD COLUMN first_bad_step INTEGER"],
+# Stores from before Alembic say which create_all made them in keyvalue `schema_version`: "2" is
+# the baseline revision; "1" lacks these attempt columns (release 0.1.0 added them in place).
+_SCHEMA_1_COLUMNS = {
+    "metrics_cursor": "ALTER TABLE attempt ADD COLUMN metrics_cursor JSON NOT NULL DEFAULT '{}'",
+    "evidence": "ALTER TABLE attempt ADD COLUMN evidence VARCHAR",
+    "first_bad_step": "ALTER TABLE attempt ADD COLUMN first_bad_step INTEGER",
 }
+# pg_advisory_xact_lock key serialising migrations on a PostgreSQL store ("nshtmigr").
+_PG_MIGRATE_LOCK = 0x6E7368746D696772
 
 
 def utcnow() -> datetime:
@@ -133,13 +139,21 @@ class Approval(SQLModel, table=True):
     requester: str
     rule: str
     quorum: int = 1
-    # pending → approved | rejected | expired
+    # pending → approved | rejected | expired; approved → executing → executed | failed
     state: str = Field(default="pending", index=True)
     votes: list = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
     thread_id: str | None = None
     created_at: NaiveDatetime = Field(default_factory=utcnow)
     expires_at: NaiveDatetime | None = None
     decided_at: NaiveDatetime | None = None
+    result: dict | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    error: str | None = None
+    executed_at: NaiveDatetime | None = None
+    claimed_by: str | None = None
+    claimed_at: NaiveDatetime | None = None
+    files: dict = Field(default_factory=dict,
+                        sa_column=Column(JSON, nullable=False, server_default="{}"))
+    requested_via: str = Field(default="api", sa_column_kwargs={"server_default": "api"})
 
 
 class AuditEvent(SQLModel, table=True):
@@ -181,58 +195,132 @@ class KeyValue(SQLModel, table=True):
 
 
 class Store:
-    """Opens the database, creates the schema, hands out sessions."""
+    """Opens the database, brings its schema to the newest revision, hands out sessions."""
 
     def __init__(self, url: str, busy_timeout_s: float = 30.0):
         self.url = url
-        if url.startswith("sqlite:///"):
-            path = Path(url[len("sqlite:///"):])
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise StoreError(f"cannot create the store folder {path.parent}: {exc}") from exc
-            self.engine = create_engine(
-                url, connect_args={"check_same_thread": False, "timeout": busy_timeout_s}
-            )
-
-            @event.listens_for(self.engine, "connect")
-            def _pragmas(dbapi_conn, _record):  # noqa: ANN001
-                cur = dbapi_conn.cursor()
-                cur.execute("PRAGMA journal_mode=WAL")
-                cur.execute("PRAGMA synchronous=NORMAL")
-                cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
-                cur.close()
-        else:
-            self.engine = create_engine(url)
+        self.busy_timeout_s = busy_timeout_s
+        self._db_path: Path | None = None
         try:
-            SQLModel.metadata.create_all(self.engine)
-        except OperationalError as exc:
-            raise StoreError(f"cannot open the store at {url}: {exc.orig}") from exc
-        found = self.get_kv("schema_version")
-        if found is None:
-            self.set_kv("schema_version", str(SCHEMA_VERSION))
-        elif found.isdigit() and int(found) < SCHEMA_VERSION and all(
-                v in MIGRATIONS for v in range(int(found), SCHEMA_VERSION)):
-            self._migrate(int(found))
-        elif found != str(SCHEMA_VERSION):
-            raise StoreError(f"the store at {url} has schema version {found}; this nightshift "
-                             f"uses {SCHEMA_VERSION}. Migrations are explicit: back up the file "
-                             "and run the matching migration, or point NIGHTSHIFT_HOME elsewhere")
+            if url.startswith("sqlite:///"):
+                path = Path(url[len("sqlite:///"):])
+                if path.name and str(path) != ":memory:":
+                    self._db_path = path
+                    try:
+                        path.parent.mkdir(parents=True, exist_ok=True)
+                    except OSError as exc:
+                        raise StoreError(f"cannot create the store folder {path.parent}: {exc}"
+                                         ) from exc
+                self.engine = create_engine(
+                    url, connect_args={"check_same_thread": False, "timeout": busy_timeout_s}
+                )
 
-    def _migrate(self, found: int) -> None:
-        """Bring an older store up to SCHEMA_VERSION. Each step is idempotent (a column that a
-        racing process already added is left as it is), so two processes opening an old store
-        at once both end at the same schema."""
-        for version in range(found, SCHEMA_VERSION):
-            for statement in MIGRATIONS[version]:
-                try:
-                    with self.engine.begin() as conn:
-                        conn.exec_driver_sql(statement)
-                except OperationalError as exc:
-                    if "duplicate column" not in str(exc.orig):
-                        raise StoreError(f"migrating the store at {self.url} from schema "
-                                         f"{version}: {exc.orig}") from exc
-        self.set_kv("schema_version", str(SCHEMA_VERSION))
+                @event.listens_for(self.engine, "connect")
+                def _pragmas(dbapi_conn, _record):  # noqa: ANN001
+                    cur = dbapi_conn.cursor()
+                    cur.execute("PRAGMA journal_mode=WAL")
+                    cur.execute("PRAGMA synchronous=NORMAL")
+                    cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+                    cur.close()
+            else:
+                self.engine = create_engine(url)
+        except (ArgumentError, NoSuchModuleError, ImportError) as exc:
+            raise StoreError(f"cannot open the store at {url}: {exc}. Fix store.url, or install "
+                             "the database driver it names") from None
+        self._open_schema()
+
+    # The schema ---------------------------------------------------------------------------
+
+    def _open_schema(self) -> None:
+        """Leave the schema at HEAD. The common case, a store already there, is one read and no
+        lock; anything else is decided again under the migration lock."""
+        try:
+            with self.engine.connect() as conn:
+                if _revisions(conn) == {HEAD}:
+                    return
+        except OperationalError as exc:
+            raise StoreError(f"cannot open the store at {self.url}: {exc.orig}. Check that the "
+                             "path or server is reachable and writable, or set store.url (or "
+                             "NIGHTSHIFT_HOME) to another store") from exc
+        # Only here, and before the lock: loading Alembic takes longer than the read above.
+        from alembic.config import Config
+        from alembic.script import ScriptDirectory
+
+        cfg = Config()
+        cfg.set_main_option("script_location", SCRIPT_LOCATION)
+        known = {s.revision for s in ScriptDirectory.from_config(cfg).walk_revisions()}
+        with self._migrate_lock():
+            try:
+                self._migrate(cfg, known)
+            except OperationalError as exc:
+                raise StoreError(f"cannot bring the store at {self.url} to schema {HEAD}: "
+                                 f"{exc.orig}; nothing was changed. Retry, or restore the store "
+                                 "from a backup") from exc
+
+    def _migrate_lock(self) -> AbstractContextManager[object]:
+        """SQLite: a file lock beside the database (other URLs lock inside the transaction)."""
+        if self._db_path is None:
+            return nullcontext()
+        # Imported here: filelock takes ~20 ms to import, which the fast path never needs.
+        from nightshift.runtime import locks
+
+        lock = self._db_path.with_name(self._db_path.name + ".migrate.lock")
+        return locks.exclusive(lock, timeout=self.busy_timeout_s, error=StoreError)
+
+    def _migrate(self, cfg: Any, known: set[str]) -> None:
+        """Upgrade to HEAD in one transaction: all of it or, on any error, none of it."""
+        from alembic import command
+
+        with self.engine.connect() as conn:
+            dialect = conn.dialect.name
+            if dialect == "sqlite":  # pysqlite would run DDL outside any transaction
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+            elif dialect == "postgresql":
+                conn.execute(text(f"SET LOCAL lock_timeout = {int(self.busy_timeout_s * 1000)}"))
+                conn.execute(text("SELECT pg_advisory_xact_lock(:key)"),
+                             {"key": _PG_MIGRATE_LOCK})
+            found = _revisions(conn)  # again: another process may have migrated meanwhile
+            if found == {HEAD}:
+                return
+            cfg.attributes["connection"] = conn
+            if found is None:
+                if self._adopt_pre_alembic(conn):
+                    command.stamp(cfg, BASELINE)
+            elif not found <= known:
+                raise StoreError(
+                    f"the store at {self.url} has schema revision "
+                    f"{', '.join(sorted(found - known))}, which this nightshift does not know "
+                    f"(it knows up to {HEAD}): a newer release upgraded it. Upgrade nightshift "
+                    "to that release, or point store.url (or NIGHTSHIFT_HOME) at another store; "
+                    "the store was not changed")
+            command.upgrade(cfg, "head")
+            conn.commit()
+
+    def _adopt_pre_alembic(self, conn: Connection) -> bool:
+        """True if the database is a store made before Alembic (now brought to the baseline,
+        ready to stamp); False if it has none of our tables (a fresh one)."""
+        tables = set(inspect(conn).get_table_names())
+        if not tables & set(SQLModel.metadata.tables):
+            return False
+        version = None
+        if "keyvalue" in tables:
+            version = conn.execute(text("SELECT value FROM keyvalue WHERE key = 'schema_version'")
+                                   ).scalar()
+        if version == "1":
+            have = {c["name"] for c in inspect(conn).get_columns("attempt")}
+            for column, statement in _SCHEMA_1_COLUMNS.items():
+                if column not in have:
+                    conn.exec_driver_sql(statement)
+            # What release 0.1.0 would have recorded, should it open the store again.
+            conn.execute(text("UPDATE keyvalue SET value = '2' WHERE key = 'schema_version'"))
+        elif version != "2":
+            raise StoreError(
+                f"the store at {self.url} has nightshift tables but "
+                + ("no schema version" if version is None else f"schema version {version!r}")
+                + " and no alembic_version table, so its schema is unknown; the store was not "
+                "changed. Point store.url (or NIGHTSHIFT_HOME) at another store, or restore "
+                "this one from a backup")
+        return True
 
     @contextmanager
     def session(self) -> Iterator[Session]:
@@ -286,6 +374,13 @@ class Store:
             if name:
                 q = q.where(MetricPoint.name == name)
             return list(s.exec(q.order_by(MetricPoint.id)))
+
+
+def _revisions(conn: Connection) -> set[str] | None:
+    """The revisions in `alembic_version`; None when the table is missing (no Alembic yet)."""
+    if not inspect(conn).has_table("alembic_version"):
+        return None
+    return set(conn.execute(text("SELECT version_num FROM alembic_version")).scalars())
 
 
 def dumps(obj: Any) -> str:
