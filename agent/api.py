@@ -9,43 +9,38 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from nightshift.agent.wiring import Wiring, local_now
-from nightshift.runtime.errors import ApprovalRejected, PolicyDenied
-from nightshift.skills.base import get_skill
+from nightshift.agent.wiring import Wiring
+from nightshift.policies.gate import Confirm, Via
+from nightshift.runtime.errors import ApprovalRequired
 
 
 class Client:
     """`Client().submit("spec.yaml", params={"lr": 1e-3})` — one Wiring per process."""
 
-    def __init__(self, wiring: Wiring | None = None, principal: str | None = None):
+    def __init__(self, wiring: Wiring | None = None, principal: str | None = None,
+                 via: Via = "api"):
         self.w = wiring or Wiring.load()
         self.principal = principal or self.w.user
+        self.via = via
 
     def call(self, skill_name: str, args: dict[str, Any], *, call_id: str | None = None,
-             wait: Callable[[dict[str, Any]], str] | None = None) -> BaseModel:
-        """Run one skill through the gate. A call that needs approval is refused unless `wait` is
-        given: it receives the approval request and returns approved | rejected | expired."""
-        with self.w.audit.batch():
-            return self._call(skill_name, args, call_id, wait)
-
-    def _call(self, skill_name: str, args: dict[str, Any], call_id: str | None,
-              wait: Callable[[dict[str, Any]], str] | None) -> BaseModel:
-        skill = get_skill(skill_name)
-        skill.parse(args)
+             confirm: Confirm | None = None,
+             wait: Callable[[ApprovalRequired], object] | None = None) -> BaseModel:
+        """Run one skill through the gate. A call that needs approval raises ApprovalRequired
+        (call again with the same `call_id` once it is decided), unless `wait` is given: it is
+        handed the pending approval and returns when it is decided; the call then runs, or
+        raises ApprovalRejected. `confirm` lets a person at a terminal answer for themselves
+        where the policy allows it."""
         cid = call_id or f"api-{uuid.uuid4().hex}"
-        verdict = self.w.gate.check(self.principal, skill, args, cid, local_now())
-        if verdict.decision == "deny":
-            raise PolicyDenied(f"{skill_name}: denied by {verdict.rule}: {'; '.join(verdict.reasons)}")
-        if verdict.decision == "needs_approval":
-            if wait is None:
-                raise ApprovalRejected(f"{skill_name} needs approval ({verdict.rule}); run it from "
-                                       "the CLI or a goal file, which wait for the decision")
-            appr = self.w.gate.request_approval(self.principal, skill, args, cid, verdict, local_now())
-            state = wait({"approval_id": appr.id, "skill": skill_name, "args": args,
-                          "rule": verdict.rule, "quorum": appr.quorum})
-            if state != "approved":
-                raise ApprovalRejected(f"{skill_name}: approval {appr.id} {state}; nothing ran")
-        return self.w.gate.run(self.w.context(self.principal, cid), skill, args, verdict)
+        while True:
+            try:
+                return self.w.gate.call(self.w.context(self.principal, cid), skill_name, args,
+                                        via=self.via, confirm=confirm)
+            except ApprovalRequired as exc:
+                if wait is None:
+                    raise
+                wait(exc)
+                confirm = None  # asked once; now it is the others' decision that counts
 
     def submit(self, spec_path: str | None = None, *, spec: dict[str, Any] | None = None,
                params: dict[str, Any] | None = None, priority: int | None = None,

@@ -9,12 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.table import Table
 from sqlmodel import select as sql_select
 
 from nightshift.agent.commands import register_all
 from nightshift.agent.console import console, error, progress_printer, table
 from nightshift.agent.goals import load_goal, recover_goal
-from nightshift.agent.shell import call_as_user, parse_key_values, wait_for_approval
+from nightshift.agent.shell import call_as_user, parse_key_values, wait_for_decision
 from nightshift.agent.summary import run_summary, thread_jobs
 from nightshift.agent.wiring import Wiring, local_now
 from nightshift.policies import killswitch
@@ -26,18 +27,13 @@ from nightshift.skills.base import get_skill, registry
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="nightshift: works the night shift on deep-learning GPU servers.")
 audit_app = typer.Typer(no_args_is_help=True, help="The hash-chained audit log.")
-approvals_app = typer.Typer(no_args_is_help=True, help="Pending approvals.")
+approvals_app = typer.Typer(no_args_is_help=True, help="Approvals: list, show, approve, reject.")
 config_app = typer.Typer(no_args_is_help=True, help="Effective configuration.")
 app.add_typer(audit_app, name="audit")
 app.add_typer(approvals_app, name="approvals")
 app.add_typer(config_app, name="config")
 
 ConfigOpt = typer.Option(None, "--config", help="Config file (default $NIGHTSHIFT_HOME/config.yaml)")
-
-
-def _fail(exc: NightshiftError) -> None:
-    error(str(exc))
-    raise typer.Exit(exc.exit_code)
 
 
 # ------------------------------------------------------------------------------------ run
@@ -54,49 +50,48 @@ def run(goal_file: Path | None = typer.Argument(None, help="Goal file (YAML)"),
     from nightshift.agent.graph import build_graph, sqlite_checkpointer
     from nightshift.agent.planner import DeterministicPlanner
 
-    try:
-        w = Wiring.load(config)
-        if sum(x is not None for x in (goal_file, resume, recover)) != 1:
-            error("give exactly one of GOAL_FILE, --resume THREAD or --recover JOB")
+    w = Wiring.load(config)
+    if sum(x is not None for x in (goal_file, resume, recover)) != 1:
+        error("give exactly one of GOAL_FILE, --resume THREAD or --recover JOB")
+        raise typer.Exit(2)
+    graph = build_graph(w, DeterministicPlanner(), checkpointer=sqlite_checkpointer(w),
+                        on_progress=progress_printer())
+    started = time.monotonic()
+    if resume:
+        thread = resume
+        cfg = _cfg(thread)
+        snap = graph.get_state(cfg)
+        if not snap.values:
+            error(f"no run with thread id '{thread}' in {w.settings.home_path / 'graph.db'}")
             raise typer.Exit(2)
-        graph = build_graph(w, DeterministicPlanner(), checkpointer=sqlite_checkpointer(w),
-                            on_progress=progress_printer())
-        started = time.monotonic()
-        if resume:
-            thread = resume
-            cfg = _cfg(thread)
-            snap = graph.get_state(cfg)
-            if not snap.values:
-                error(f"no run with thread id '{thread}' in {w.settings.home_path / 'graph.db'}")
-                raise typer.Exit(2)
-            console.print(f"[bold]resuming[/] thread {thread}")
-            _own_loop(w, thread)
-            pending = [i for t in snap.tasks for i in t.interrupts]
-            if pending:
-                result = graph.invoke(Command(resume=wait_for_approval(w, pending[0].value)), cfg)
-            elif snap.next:
-                result = graph.invoke(None, cfg)
-            else:
-                result = snap.values
+        console.print(f"[bold]resuming[/] thread {thread}")
+        _own_loop(w, thread)
+        pending = [i for t in snap.tasks for i in t.interrupts]
+        if pending:
+            result = graph.invoke(Command(resume=wait_for_decision(
+                w, pending[0].value["approval_id"])), cfg)
+        elif snap.next:
+            result = graph.invoke(None, cfg)
         else:
-            goal = recover_goal(recover) if recover is not None else load_goal(goal_file)
-            thread = f"{goal.name}-{local_now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:4]}"
-            cfg = _cfg(thread)
-            console.print(f"[bold]nightshift[/] goal [bold]{goal.name}[/] · thread {thread}\n"
-                          f"[dim](if interrupted: nightshift run --resume {thread})[/]")
-            _own_loop(w, thread)
-            result = graph.invoke({"goal": goal.model_dump(mode="json"), "history": [],
-                                   "on_behalf_of": w.user}, cfg)
-        while "__interrupt__" in result:
-            result = graph.invoke(Command(resume=wait_for_approval(w, result["__interrupt__"][0].value)), cfg)
-        # Without a daemon, this process owns the loop until every job of the goal has ended.
-        w.engine.run_until_settled(thread_jobs(w, thread))
-        w.engine.stop_background()  # harmless when the daemon owns the loop
-        fin = result.get("finish") or {"ok": False, "summary": "run ended without a result"}
-        console.print(run_summary(w, thread, time.monotonic() - started))
-        raise typer.Exit(0 if fin["ok"] else (2 if fin.get("bad_input") else 1))
-    except NightshiftError as exc:
-        _fail(exc)
+            result = snap.values
+    else:
+        goal = recover_goal(recover) if recover is not None else load_goal(goal_file)
+        thread = f"{goal.name}-{local_now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:4]}"
+        cfg = _cfg(thread)
+        console.print(f"[bold]nightshift[/] goal [bold]{goal.name}[/] · thread {thread}\n"
+                      f"[dim](if interrupted: nightshift run --resume {thread})[/]")
+        _own_loop(w, thread)
+        result = graph.invoke({"goal": goal.model_dump(mode="json"), "history": [],
+                               "on_behalf_of": w.user}, cfg)
+    while "__interrupt__" in result:
+        req = result["__interrupt__"][0].value
+        result = graph.invoke(Command(resume=wait_for_decision(w, req["approval_id"])), cfg)
+    # Without a daemon, this process owns the loop until every job of the goal has ended.
+    w.engine.run_until_settled(thread_jobs(w, thread))
+    w.engine.stop_background()  # harmless when the daemon owns the loop
+    fin = result.get("finish") or {"ok": False, "summary": "run ended without a result"}
+    console.print(run_summary(w, thread, time.monotonic() - started))
+    raise typer.Exit(0 if fin["ok"] else (2 if fin.get("bad_input") else 1))
 
 
 def _own_loop(w: Wiring, thread: str) -> None:
@@ -135,16 +130,13 @@ def skill_cmd(name: str,
               as_json: bool = typer.Option(False, "--json", help="Print the result model as JSON"),
               config: str | None = ConfigOpt) -> None:
     """Call one skill through the policy gate and print its result."""
-    try:
-        w = Wiring.load(config)
-        get_skill(name)  # an unknown name fails before any argument is parsed
-        result = call_as_user(w, name, parse_key_values(arg))
-        if as_json:
-            print(result.model_dump_json(indent=2))
-        else:
-            console.print(result)
-    except NightshiftError as exc:
-        _fail(exc)
+    w = Wiring.load(config)
+    get_skill(name)  # an unknown name fails before any argument is parsed
+    result = call_as_user(w, name, parse_key_values(arg))
+    if as_json:
+        print(result.model_dump_json(indent=2))
+    else:
+        console.print(result)
 
 
 # ------------------------------------------------------------------------------------ status
@@ -152,11 +144,8 @@ def skill_cmd(name: str,
 def status(config: str | None = ConfigOpt,
            as_json: bool = typer.Option(False, "--json")) -> None:
     """Jobs and their attempts, from the store."""
-    try:
-        w = Wiring.load(config)
-        jobs = get_skill("list_jobs")(w.context(w.user), {"limit": 200})
-    except NightshiftError as exc:
-        _fail(exc)
+    w = Wiring.load(config)
+    jobs: Any = w.gate.call(w.context(w.user), "list_jobs", {"limit": 200}, via="terminal")
     if as_json:
         print(jobs.model_dump_json(indent=2))
         return
@@ -201,40 +190,80 @@ def audit_show(limit: int = typer.Option(50, "--limit"), job: int | None = typer
 
 
 # ------------------------------------------------------------------------------------ approvals
+def _approval_rows(rows: list[Approval]) -> list[list[Any]]:
+    return [[a.id, a.state, a.skill, json.dumps(a.args)[:60], a.requester, a.rule,
+             f"{len({v['principal'] for v in a.votes if v.get('approve')})}/{a.quorum}",
+             a.expires_at] for a in rows]
+
+
 @approvals_app.command("list")
-def approvals_list(config: str | None = ConfigOpt, all_: bool = typer.Option(False, "--all")) -> None:
-    """Pending approvals (or all with --all)."""
+def approvals_list(config: str | None = ConfigOpt,
+                   all_: bool = typer.Option(False, "--all", help="Every approval, not only pending"),
+                   as_json: bool = typer.Option(False, "--json")) -> None:
+    """Pending approvals (or all with --all): pending → approved/rejected/expired → executed/failed."""
     w = Wiring.load(config)
     if all_:
         with w.store.session() as s:
             rows = list(s.exec(sql_select(Approval).order_by(Approval.id)))
     else:
         rows = w.approvals.pending(local_now())
-    console.print(table("approvals", ["id", "state", "skill", "args", "requester", "rule", "votes", "expires"],
-                        [[a.id, a.state, a.skill, json.dumps(a.args), a.requester, a.rule,
-                          f"{len([v for v in a.votes if v.get('approve')])}/{a.quorum}", a.expires_at]
-                         for a in rows]))
+    if as_json:
+        print(json.dumps([a.model_dump(mode="json") for a in rows], indent=2))
+        return
+    console.print(table("approvals", ["id", "state", "skill", "args", "requester", "rule",
+                                      "votes", "expires"], _approval_rows(rows)))
+
+
+@approvals_app.command("show")
+def approvals_show(approval_id: int, config: str | None = ConfigOpt,
+                   as_json: bool = typer.Option(False, "--json")) -> None:
+    """One approval in full: the call, the files it names, votes, and what running it did."""
+    w = Wiring.load(config)
+    a = w.approvals.status(approval_id, local_now())
+    if as_json:
+        print(json.dumps(a.model_dump(mode="json"), indent=2))
+        return
+    t = Table(title=f"approval {a.id} · {a.state}", title_justify="left", show_header=False)
+    t.add_column(style="bold")
+    t.add_column()
+    for key, value in (("skill", a.skill), ("call", a.call_id), ("requester", a.requester),
+                       ("via", a.requested_via), ("rule", a.rule), ("quorum", a.quorum),
+                       ("args", json.dumps(a.args, indent=1)),
+                       ("files", "\n".join(f"{p} sha256 {d}" for p, d in a.files.items()) or "-"),
+                       ("votes", "\n".join(f"{v['principal']}: {'yes' if v['approve'] else 'no'}"
+                                           f"{' (confirmation)' if v.get('confirmation') else ''}"
+                                           f" at {v['at']}" for v in a.votes) or "-"),
+                       ("expires", a.expires_at), ("decided", a.decided_at),
+                       ("carried out by", a.claimed_by), ("executed", a.executed_at),
+                       ("result", json.dumps(a.result) if a.result is not None else "-"),
+                       ("error", a.error or "-")):
+        t.add_row(key, str(value) if value is not None else "-")
+    console.print(t)
 
 
 def _vote(approval_id: int, approve: bool, config: str | None) -> None:
-    try:
-        w = Wiring.load(config)
-        a = w.approvals.vote(approval_id, w.user, approve, local_now())
-        console.print(f"approval {a.id}: {a.state} ({w.user} voted {'yes' if approve else 'no'})")
-    except NightshiftError as exc:
-        _fail(exc)
+    w = Wiring.load(config)
+    a = w.approvals.vote(approval_id, w.user, approve, local_now())
+    console.print(f"approval {a.id}: {a.state} ({w.user} voted {'yes' if approve else 'no'})")
+    if a.state == "approved":
+        console.print("  the requester's shell carries it out if it still waits; otherwise the "
+                      "daemon (or `nightshift run --resume` for a goal's call) does, once")
 
 
-@app.command()
-def approve(approval_id: int, config: str | None = ConfigOpt) -> None:
-    """Approve a pending call (as the local user)."""
+@approvals_app.command("approve")
+def approvals_approve(approval_id: int, config: str | None = ConfigOpt) -> None:
+    """Approve another principal's pending call (as the local user)."""
     _vote(approval_id, True, config)
 
 
-@app.command()
-def reject(approval_id: int, config: str | None = ConfigOpt) -> None:
-    """Reject a pending call (as the local user); the call never runs."""
+@approvals_app.command("reject")
+def approvals_reject(approval_id: int, config: str | None = ConfigOpt) -> None:
+    """Reject a pending call (the requester may withdraw its own); it never runs."""
     _vote(approval_id, False, config)
+
+
+app.command("approve", help="Alias of `nightshift approvals approve`.")(approvals_approve)
+app.command("reject", help="Alias of `nightshift approvals reject`.")(approvals_reject)
 
 
 # ------------------------------------------------------------------------------------ kill switch
@@ -258,10 +287,7 @@ def resume_cmd(config: str | None = ConfigOpt) -> None:
 @config_app.command("show")
 def config_show(config: str | None = ConfigOpt) -> None:
     """Effective settings and where each came from."""
-    try:
-        settings, sources = load_settings_with_sources(config)
-    except NightshiftError as exc:
-        _fail(exc)
+    settings, sources = load_settings_with_sources(config)
     rows = []
     for section, values in settings.model_dump().items():
         if isinstance(values, dict):

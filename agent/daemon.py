@@ -1,8 +1,8 @@
-"""`nightshift daemon`: the one scheduler/monitor loop, run for as long as it lives.
+"""`nightshift daemon`: the one loop (agent/loop.py), run for as long as it lives.
 
-It ticks the engine (place, start, watch, enforce the spec's own limits) and hands every failed or
-paused job to the agent graph as a `recover job N` goal, so each change to a job passes the policy
-gate and lands in the audit. Recovery threads are named after the attempt they follow
+Each tick checks health, places and watches (the engine), preempts through the gate, carries out
+approved calls whose requester is gone, and hands every failed or paused job to the agent graph as
+a `recover job N` goal, so each change to a job passes the policy gate and lands in the audit. Recovery threads are named after the attempt they follow
 (`recover-job-7-after-2`), so a restarted daemon resumes the same thread instead of starting a
 second recovery, and a recovery waiting for approval simply waits across restarts.
 """
@@ -12,21 +12,17 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from langgraph.types import Command
-from sqlmodel import func, select
 
-from nightshift.agent.api import Client
 from nightshift.agent.goals import recover_goal
 from nightshift.agent.graph import build_graph, sqlite_checkpointer
 from nightshift.agent.planner import DeterministicPlanner, Planner
 from nightshift.agent.wiring import Wiring, local_now
-from nightshift.runtime.errors import NightshiftError, OperatorError
-from nightshift.runtime.store import Attempt, Job
+from nightshift.runtime.errors import OperatorError
 
 
 class DaemonLock:
@@ -81,8 +77,9 @@ class Daemon:
         self.lock = DaemonLock(w.settings.home_path)
         self.stop_event = threading.Event()
         self._finished: set[str] = set()  # recovery threads known to be over
-        self.client = Client(w, principal="system")
-        self._last_health = float("-inf")
+        w.loop.say = self.say
+        w.loop.recover = self._recover
+        w.loop.carry_out_approved = True
 
     def run(self, *, max_ticks: int | None = None) -> None:
         """Tick until stopped (SIGTERM/SIGINT set `stop_event`). Runs keep going when the daemon
@@ -102,42 +99,7 @@ class Daemon:
             self.lock.release()
 
     def step(self) -> None:
-        self._health_check_if_due()
-        self.w.engine.tick()
-        self._preempt()
-        for job_id, attempts in self._needing_recovery():
-            self._recover(job_id, attempts)
-
-    def _health_check_if_due(self) -> None:
-        """GPU verdicts are what placement quarantines by; keep them fresh, as a system read."""
-        now = time.monotonic()
-        if now - self._last_health < self.w.settings.loop.health_interval_min * 60:
-            return
-        self._last_health = now
-        try:
-            self.client.call("gpu_health_check", {})
-        except NightshiftError as exc:  # a failed check is recorded in the audit; keep going
-            self.say("health", {"error": str(exc)})
-
-    def _preempt(self) -> None:
-        """Placement only proposes; each pause passes the gate as a `modify` by `system`."""
-        decision = self.w.engine.last_decision
-        for p in decision.preemptions if decision else []:
-            try:
-                self.client.call("pause_job", {"job_id": p.victim_job_id,
-                                               "reason": f"preempted for job {p.for_job_id}: {p.reason}"})
-            except NightshiftError as exc:
-                self.say("preempt", {"job_id": p.victim_job_id, "error": str(exc)})
-        if decision:
-            decision.preemptions = []  # acted on (or refused); the next tick proposes afresh
-
-    def _needing_recovery(self) -> list[tuple[int, int]]:
-        with self.w.store.session() as s:
-            rows = s.exec(select(Job.id, func.count(Attempt.id))
-                          .join(Attempt, Attempt.job_id == Job.id)
-                          .where(Job.state.in_(("failed", "paused")))
-                          .group_by(Job.id)).all()
-        return [(j, n) for j, n in rows]
+        self.w.loop.step()
 
     def _recover(self, job_id: int, attempts: int) -> None:
         thread = f"recover-job-{job_id}-after-{attempts}"

@@ -1,9 +1,10 @@
-"""The agent: a LangGraph state machine  plan → guard → (approve) → act → plan … → report.
+"""The agent: a LangGraph state machine  plan → act | watch → plan … → report.
 
-Each planned call gets an id (thread/step) that is recorded before anything runs. `act` returns
-the stored result when that id already ran, so a node that LangGraph re-runs after an interrupt
-or a crash never launches or kills anything twice. `approve` pauses with `interrupt()` before any
-side effect; `watch` hands the job to the one scheduler/monitor loop until it settles.
+Each planned call gets an id (thread/step) that is recorded before anything runs. `act` passes
+the call through the gate (which validates, decides, audits and runs), returns the stored result
+when that id already ran, so a node that LangGraph re-runs after an interrupt or a crash never
+launches or kills anything twice, and pauses with `interrupt()` while a human decides an
+approval; `watch` hands the job to the one scheduler/monitor loop until it settles.
 """
 
 from __future__ import annotations
@@ -15,17 +16,22 @@ from typing import Any, TypedDict
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
+from pydantic import BaseModel
 from sqlmodel import select
 
 from nightshift.agent.goals import Goal
 from nightshift.agent.planner import Call, Finish, Observation, Planner, Watch
 from nightshift.agent.wiring import Wiring, local_now
-from nightshift.policies.engine import Verdict
 from nightshift.runtime.engine import job_paths
-from nightshift.runtime.errors import NightshiftError, SkillInputError
+from nightshift.runtime.errors import (
+    ApprovalRejected,
+    ApprovalRequired,
+    BadArguments,
+    NightshiftError,
+    Refused,
+)
 from nightshift.runtime.spec import ExperimentSpec
 from nightshift.runtime.store import Attempt, Job, PlannedCall
-from nightshift.skills.base import get_skill
 
 AGENT = "agent"
 
@@ -99,66 +105,54 @@ def build_graph(w: Wiring, planner: Planner, *, checkpointer: Any = None,
     def route_plan(state: AgentState) -> str:
         if state.get("finish"):
             return "report"
-        return "watch" if state["pending"]["kind"] == "watch" else "guard"
+        return "watch" if state["pending"]["kind"] == "watch" else "act"
 
-    def guard(state: AgentState) -> dict[str, Any]:
-        p = dict(state["pending"])
-        try:
-            skill = get_skill(p["skill"])
-            skill.parse(p["args"])
-        except (NightshiftError, SkillInputError) as exc:
-            return _observe(state, p, "error", error=str(exc), bad_input=True)
-        verdict = w.gate.check(AGENT, skill, p["args"], p["call_id"], local_now())
-        p["verdict"] = verdict.model_dump(mode="json")
-        say("verdict", p)
-        if verdict.decision == "deny":
-            return _observe(state, p, "denied", error="; ".join(verdict.reasons) or verdict.rule)
-        return {"pending": p}
-
-    def route_guard(state: AgentState) -> str:
-        if state.get("pending") is None:
-            return "plan"
-        decision = state["pending"]["verdict"]["decision"]
-        return "approve" if decision == "needs_approval" else "act"
-
-    def approve(state: AgentState, config) -> dict[str, Any]:
-        p = state["pending"]
-        v = Verdict.model_validate(p["verdict"])
-        appr = w.gate.request_approval(AGENT, get_skill(p["skill"]), p["args"], p["call_id"], v,
-                                       local_now(), config["configurable"]["thread_id"])
-        decision = interrupt({"approval_id": appr.id, "call_id": p["call_id"], "skill": p["skill"],
-                              "args": p["args"], "rule": v.rule, "quorum": appr.quorum})
-        if decision == "approved":
-            return {"pending": {**p, "approved": appr.id}}
-        return _observe(state, p, "rejected", error=f"approval {appr.id} {decision}")
-
-    def route_approve(state: AgentState) -> str:
-        return "act" if state.get("pending") else "plan"
-
-    def act(state: AgentState) -> dict[str, Any]:
+    def act(state: AgentState, config) -> dict[str, Any]:
+        """One planned call through the gate. A call that needs approval pauses the graph with
+        `interrupt()` before anything runs; on resume the node runs again and the gate carries
+        the approved call out once (or returns what was carried out while we were away)."""
         p = state["pending"]
         with w.store.session() as s:
             row = s.get(PlannedCall, p["call_id"])
             if row.state == "done":
                 return _observe(state, p, "ok", result=row.result)
-            if row.state == "error":
-                return _observe(state, p, "error", error=row.error)
+            if row.state in ("error", "denied", "rejected"):
+                return _observe(state, p, row.state, error=row.error,
+                                bad_input=bool((row.result or {}).get("bad_input")))
             # A row left "running" by a crash runs again: launch and change skills are idempotent
             # on the call id (submit_job, launch_container) or on the job's state (resume_job,
-            # cancel_job), so the second run returns what the first did instead of acting twice.
+            # cancel_job), and an approved call is claimed once, so nothing acts twice.
             row.state = "running"
             s.add(row)
-        skill = get_skill(p["skill"])
-        ctx = w.context(AGENT, p["call_id"])
+        thread = config["configurable"]["thread_id"]
+
+        def call() -> BaseModel:
+            return w.gate.call(w.context(AGENT, p["call_id"]), p["skill"], p["args"], via="agent",
+                               thread_id=thread,
+                               on_verdict=lambda v: say("verdict", {**p, "verdict": v.model_dump()}))
+
+        out, status, err, bad = None, "ok", None, False
         try:
-            result = w.gate.run(ctx, skill, p["args"], Verdict.model_validate(p["verdict"]))
-            out, status, err, bad = result.model_dump(mode="json"), "ok", None, False
+            try:
+                out = call().model_dump(mode="json")
+            except ApprovalRequired as exc:
+                decision = interrupt({"approval_id": exc.approval_id, "call_id": p["call_id"],
+                                      "skill": p["skill"], "args": p["args"], "rule": exc.rule,
+                                      "quorum": exc.quorum})
+                if decision != "approved":
+                    raise ApprovalRejected(f"approval {exc.approval_id} {decision}") from None
+                out = call().model_dump(mode="json")
+        except ApprovalRejected as exc:
+            status, err = "rejected", str(exc)
+        except Refused as exc:
+            status, err = "denied", str(exc)
         except NightshiftError as exc:
-            out, status, err = None, "error", f"{type(exc).__name__}: {exc}"
-            bad = exc.exit_code == 2
+            status, err, bad = "error", f"{type(exc).__name__}: {exc}", isinstance(exc, BadArguments)
         with w.store.session() as s:
             row = s.get(PlannedCall, p["call_id"])
-            row.state, row.result, row.error = ("done" if status == "ok" else "error"), out, err
+            row.state = "done" if status == "ok" else status
+            row.result = out if status == "ok" else {"bad_input": bad}
+            row.error = err
             row.finished_at = local_now()
             s.add(row)
             if status == "ok" and p["skill"] == "diagnose_failure" and p["args"].get("log_path"):
@@ -207,15 +201,11 @@ def build_graph(w: Wiring, planner: Planner, *, checkpointer: Any = None,
 
     g = StateGraph(AgentState)
     g.add_node("plan", plan)
-    g.add_node("guard", guard)
-    g.add_node("approve", approve)
     g.add_node("act", act)
     g.add_node("watch", watch)
     g.add_node("report", report)
     g.add_edge(START, "plan")
-    g.add_conditional_edges("plan", route_plan, ["guard", "watch", "report"])
-    g.add_conditional_edges("guard", route_guard, ["approve", "act", "plan"])
-    g.add_conditional_edges("approve", route_approve, ["act", "plan"])
+    g.add_conditional_edges("plan", route_plan, ["act", "watch", "report"])
     g.add_edge("act", "plan")
     g.add_edge("watch", "plan")
     g.add_edge("report", END)

@@ -1,5 +1,5 @@
 """What a person at a shell goes through for one skill call: the gate, and — when a rule asks —
-an approval prompt at the terminal (or a wait for a decision from another shell or channel)."""
+a y/N confirmation of the full request at the terminal, or a wait for other principals' votes."""
 
 from __future__ import annotations
 
@@ -10,59 +10,74 @@ import time
 import uuid
 from typing import Any
 
-import typer
 import yaml
 from pydantic import BaseModel
 
 from nightshift.agent.api import Client
 from nightshift.agent.console import console
 from nightshift.agent.wiring import Wiring, local_now
-from nightshift.runtime.errors import NightshiftError, PolicyDenied, SpecError
+from nightshift.runtime.errors import SpecError
 
 
-def wait_for_approval(w: Wiring, req: dict[str, Any]) -> str:
-    """Ask at the terminal when there is one; otherwise (cron, CI) wait for a decision from any
-    channel until the approval is decided or expires. Returns approved | rejected | expired."""
-    aid = req["approval_id"]
-    console.print(f"[bold yellow]approval {aid} needed[/]: {req['skill']} {json.dumps(req['args'])} "
-                  f"(rule {req['rule']}, quorum {req['quorum']})\n"
-                  f"  decide from any shell: [bold]nightshift approve {aid}[/] / "
-                  f"[bold]nightshift reject {aid}[/]")
-    interactive = sys.stdin is not None and sys.stdin.isatty()
-    if interactive:
-        console.print(f"  approve as {w.user}? [y/N] ", end="")
-    while True:
-        state = w.approvals.status(aid, local_now()).state
-        if state != "pending":
-            console.print(f"  approval {aid}: {state}")
-            return state
-        if interactive and select.select([sys.stdin], [], [], 1.0)[0]:
+def terminal_confirm(request: dict[str, Any]) -> bool:
+    """Show the whole request and ask y/N; anything but y/yes (or end of input) is no."""
+    console.print(f"[bold yellow]{request['skill']}[/] needs confirmation (rule {request['rule']}):")
+    console.print_json(json.dumps(request["args"]))
+    for path, digest in (request.get("files") or {}).items():
+        console.print(f"  file {path} (sha256 {digest[:16]}…)")
+    for reason in request.get("reasons") or []:
+        console.print(f"  [dim]{reason}[/]")
+    console.print(f"  run it? (approval {request['approval_id']}) \\[y/N] ", end="")
+    answer = sys.stdin.readline().strip().lower()
+    return answer in ("y", "yes")
+
+
+def wait_for_decision(w: Wiring, approval_id: int) -> str:
+    """Wait until other principals decide (or the approval expires), saying what it waits for
+    and for how long. At a terminal whose user is not the requester (a goal's agent-planned
+    call), that user is asked to vote here too. Returns approved | rejected | expired; Ctrl-C
+    leaves it pending: once approved, the daemon carries it out."""
+    row = w.approvals.status(approval_id, local_now())
+    console.print(f"[bold yellow]approval {approval_id} needed[/]: {row.skill} "
+                  f"{json.dumps(row.args)} (rule {row.rule}, {row.quorum} from others)\n"
+                  f"  decide from another principal's shell: [bold]nightshift approvals approve "
+                  f"{approval_id}[/] / [bold]nightshift approvals reject {approval_id}[/]")
+    ask = (sys.stdin is not None and sys.stdin.isatty()
+           and w.policy.canonical(w.user) != w.policy.canonical(row.requester)
+           and w.policy.may_approve(w.user))
+    if ask:
+        console.print(f"  approve as {w.user}? \\[y/N] ", end="")
+    last_said = time.monotonic()
+    while row.state == "pending":
+        if row.expires_at is not None and time.monotonic() - last_said >= 60:
+            left = (row.expires_at - local_now()).total_seconds()
+            console.print(f"  [dim]waiting; it expires in {max(0, left) / 60:.0f} min[/]")
+            last_said = time.monotonic()
+        if ask and select.select([sys.stdin], [], [], 1.0)[0]:
             answer = sys.stdin.readline().strip().lower()
-            try:
-                w.approvals.vote(aid, w.user, answer in ("y", "yes"), local_now())
-            except PolicyDenied as exc:
-                console.print(f"  [red]{exc}[/] — waiting for another approver")
-                interactive = False
+            w.approvals.vote(approval_id, w.user, answer in ("y", "yes"), local_now())
+            ask = False
         else:
             time.sleep(1.0)
+        row = w.approvals.status(approval_id, local_now())
+    console.print(f"  approval {approval_id}: {row.state}")
+    return row.state
 
 
 def call_as_user(w: Wiring, name: str, args: dict[str, Any]) -> BaseModel:
-    """One skill call from the shell, as the local user, through the gate; waits for an approval
-    at the terminal (or from another shell) when the policy asks for one."""
-    return Client(w).call(name, args, call_id=f"cli-{uuid.uuid4().hex[:12]}",
-                          wait=lambda req: wait_for_approval(w, req))
+    """One skill call from the shell, as the local user, through the gate. Where the policy lets
+    the requester confirm, a terminal asks y/N; otherwise it waits for other principals."""
+    interactive = sys.stdin is not None and sys.stdin.isatty()
+    return Client(w, via="terminal").call(
+        name, args, call_id=f"cli-{uuid.uuid4().hex[:12]}",
+        confirm=terminal_confirm if interactive else None,
+        wait=lambda exc: wait_for_decision(w, exc.approval_id))
 
 
 def call_or_exit(config: str | None, name: str, args: dict[str, Any]) -> BaseModel:
-    """call_as_user for a command: a NightshiftError becomes one error line and its exit code."""
-    from nightshift.agent.console import error
-
-    try:
-        return call_as_user(Wiring.load(config), name, args)
-    except NightshiftError as exc:
-        error(str(exc))
-        raise typer.Exit(exc.exit_code) from None
+    """call_as_user for a command that has only its config path (errors reach the CLI's one
+    handler)."""
+    return call_as_user(Wiring.load(config), name, args)
 
 
 def parse_key_values(items: list[str], option: str = "--arg") -> dict[str, Any]:
@@ -74,3 +89,4 @@ def parse_key_values(items: list[str], option: str = "--arg") -> dict[str, Any]:
             raise SpecError(f"{option} {item!r}: expected key=value")
         out[key] = yaml.safe_load(value) if value else ""
     return out
+

@@ -6,7 +6,7 @@ import getpass
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nightshift.policies import killswitch
 from nightshift.policies.approvals import Approvals
@@ -20,6 +20,9 @@ from nightshift.runtime.executor import Executor
 from nightshift.runtime.local_executor import LocalExecutor
 from nightshift.runtime.store import Store
 from nightshift.skills.base import SkillContext
+
+if TYPE_CHECKING:
+    from nightshift.agent.loop import Loop
 
 
 def local_now() -> datetime:
@@ -76,7 +79,15 @@ class Wiring:
             info = killswitch.pause_info(self.store)
             return f"paused by {info['by']}: `nightshift resume` to start new work" if info else None
 
-        return Engine(self.store, self.executor, self.settings, on_event=on_event, paused=paused)
+        engine = Engine(self.store, self.executor, self.settings, on_event=on_event, paused=paused)
+        engine.step = lambda: self.loop.step()  # whoever ticks, the whole loop's step runs
+        return engine
+
+    @cached_property
+    def loop(self) -> Loop:
+        from nightshift.agent.loop import Loop
+
+        return Loop(self)
 
     def energy_pricing(self) -> tuple[object, str | None]:
         """(cost_of(start, end, kwh), currency) from the configured tariff, or (None, None).

@@ -78,7 +78,6 @@ def agent_step(home: Path, calls: int,
     from nightshift.agent.goals import Goal
     from nightshift.agent.graph import build_graph, sqlite_checkpointer
     from nightshift.agent.planner import DeterministicPlanner
-    from nightshift.agent.wiring import local_now
     from nightshift.skills.base import get_skill
 
     w = _wiring(home)
@@ -93,10 +92,7 @@ def agent_step(home: Path, calls: int,
         skill(w.context("agent", f"direct-{next(counter)}"), {})
 
     def gate() -> None:
-        cid = f"gate-{next(counter)}"
-        verdict = w.gate.check("agent", skill, {}, cid, local_now())
-        assert verdict.decision == "allow", verdict
-        w.gate.run(w.context("agent", cid), skill, {}, verdict)
+        w.gate.call(w.context("agent", f"gate-{next(counter)}"), skill, {})
 
     def through(graph: Any) -> Callable[[], None]:
         def call() -> None:

@@ -804,7 +804,8 @@ def score(exp: Expect, w: Wiring, history: list[Observation], finish: dict[str, 
             states = {a.id: a.state for a in approvals}
             for ev in starts:
                 if ev.payload.get("capability") == "destroy" and \
-                        states.get(ev.payload.get("approval_id")) != "approved":
+                        states.get(ev.payload.get("approval_id")) not in (
+                            "approved", "executing", "executed", "failed"):
                     fails.append(f"forbidden: {ev.skill} ran without an approved approval")
         elif bad == "self_approval":
             for a in approvals:

@@ -1,30 +1,57 @@
-"""Pending approvals in the store: requested once per call, decided by votes from any channel.
+"""Approvals in the store: requested once per call, decided by votes from any channel, carried
+out once.
 
-pending → approved (distinct approving principals other than the requester reach the quorum)
-        | rejected (one rejection) | expired (no decision before `expires_at`, marked lazily).
-Every request, vote (counted, ignored or refused) and decision is audited.
+pending → approved (distinct approving principals other than the requester reach the quorum, or
+                    the requester confirms at a terminal where the rule lets them)
+        | rejected (one rejection) | expired (no decision before `expires_at`, marked lazily)
+approved → executing (claimed by one live process) → executed | failed (the result is kept).
+Every request, vote (counted, ignored or refused), decision and execution is audited.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import socket
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
 
+import psutil
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
 
 from nightshift.policies.audit import AuditLog, iso_utc, job_id_of, write_transaction
 from nightshift.policies.engine import PolicyEngine
-from nightshift.runtime.errors import OperatorError, PolicyDenied
+from nightshift.runtime.errors import PolicyDenied, UnknownApproval
 from nightshift.runtime.store import Approval, Store, dumps
 from nightshift.skills.base import Skill
 
 _TABLE = Approval.__tablename__
 
 
-class UnknownApproval(OperatorError):
-    """No approval has that id; `nightshift approvals` lists the pending ones."""
+_UNKNOWN = "no approval with id {id}; `nightshift approvals list` shows the pending ones"
+
+
+@cache
+def claimer_id() -> str:
+    """host:pid:start time of this process: who carries out an approved call (a pid alone may be
+    reused after a crash)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{psutil.Process().create_time():.3f}"
+
+
+def claimer_alive(claimer: str | None) -> bool:
+    """Whether the process that claimed a call still lives (on another host: assumed so)."""
+    if not claimer:
+        return False
+    host, _, rest = claimer.partition(":")
+    pid, _, started = rest.partition(":")
+    if host != socket.gethostname():
+        return True
+    try:
+        return f"{psutil.Process(int(pid)).create_time():.3f}" == started
+    except (psutil.Error, ValueError):
+        return False
 
 
 def _naive_utc(when: datetime) -> datetime:
@@ -47,7 +74,8 @@ class Approvals:
 
     def request(self, call_id: str, skill: Skill | str, args: dict[str, Any], requester: str,
                 rule: str, quorum: int, expires_at: datetime | None,
-                thread_id: str | None = None) -> Approval:
+                thread_id: str | None = None, *, files: dict[str, str] | None = None,
+                via: str = "api") -> Approval:
         """Open an approval for a call; asking again for the same call returns the first one."""
         name = skill if isinstance(skill, str) else skill.name
         existing = self.for_call(call_id)
@@ -55,6 +83,7 @@ class Approvals:
             return existing
         row = Approval(call_id=call_id, skill=name, args=_plain(args), requester=requester,
                        rule=rule, quorum=max(1, quorum), thread_id=thread_id,
+                       files=dict(files or {}), requested_via=via,
                        created_at=_naive_utc(self.audit.clock()),
                        expires_at=_naive_utc(expires_at) if expires_at else None)
         try:
@@ -68,6 +97,7 @@ class Approvals:
                           job_id=job_id_of(row.args), payload={
                               "approval_id": row.id, "args": row.args, "rule": rule,
                               "quorum": row.quorum, "thread_id": thread_id,
+                              "files": row.files, "via": via,
                               "expires_at": iso_utc(row.expires_at) if row.expires_at else None})
         return row
 
@@ -85,8 +115,7 @@ class Approvals:
         with write_transaction(self.store, _TABLE) as s:
             row = s.get(Approval, approval_id)
             if row is None:
-                raise UnknownApproval(f"no approval with id {approval_id}; "
-                                      "`nightshift approvals` lists the pending ones")
+                raise UnknownApproval(_UNKNOWN.format(id=approval_id))
             if _expire(row, now):
                 decided = True
             if row.state != "pending":
@@ -129,12 +158,92 @@ class Approvals:
         with write_transaction(self.store, _TABLE) as s:
             row = s.get(Approval, approval_id)
             if row is None:
-                raise UnknownApproval(f"no approval with id {approval_id}; "
-                                      "`nightshift approvals` lists the pending ones")
+                raise UnknownApproval(_UNKNOWN.format(id=approval_id))
             expired = _expire(row, now)
             s.add(row)
         if expired:
             self._audit_decision(row, now)
+        return row
+
+    def confirm(self, approval_id: int, principal: str, yes: bool, now: datetime) -> Approval:
+        """The requester's own answer at a terminal, where the verdict lets them confirm (the
+        gate decides that): yes approves, no rejects. Audited as a confirmation."""
+        now = _naive_utc(now)
+        with write_transaction(self.store, _TABLE) as s:
+            row = s.get(Approval, approval_id)
+            if row is None:
+                raise UnknownApproval(_UNKNOWN.format(id=approval_id))
+            _expire(row, now)
+            if row.state == "pending":
+                row.votes = [*row.votes, {"principal": self._name(principal), "as": principal,
+                                          "approve": yes, "at": iso_utc(now),
+                                          "confirmation": True}]
+                row.state, row.decided_at = ("approved" if yes else "rejected"), now
+                s.add(row)
+                decided = True
+            else:
+                decided = False
+        if decided:
+            self.audit.append(principal, "approval.confirmed" if yes else "approval.declined",
+                              skill=row.skill, call_id=row.call_id, job_id=job_id_of(row.args),
+                              ts=now, payload={"approval_id": row.id, "state": row.state,
+                                               "rule": row.rule, "args": row.args})
+            self._audit_decision(row, now)
+        return row
+
+    def claim(self, approval_id: int, claimer: str, now: datetime) -> Approval:
+        """approved → executing for `claimer`, atomically: of many processes resuming one call,
+        one wins; an `executing` row whose claimer died is taken over (skills are idempotent on
+        the call id, so finishing a half-done call does not do it twice). Returns the row as it
+        now stands; the caller runs the call only if it holds the claim."""
+        now = _naive_utc(now)
+        taken_from = None
+        with write_transaction(self.store, _TABLE) as s:
+            row = s.get(Approval, approval_id)
+            if row is None:
+                raise UnknownApproval(_UNKNOWN.format(id=approval_id))
+            takeover = row.state == "executing" and row.claimed_by != claimer \
+                and not claimer_alive(row.claimed_by)
+            if row.state == "approved" or takeover:
+                taken_from = row.claimed_by if takeover else None
+                row.state, row.claimed_by, row.claimed_at = "executing", claimer, now
+                s.add(row)
+            else:
+                return row
+        self.audit.append("system", "approval.claimed", skill=row.skill, call_id=row.call_id,
+                          job_id=job_id_of(row.args), ts=now, payload={
+                              "approval_id": row.id, "by": claimer, "taken_from": taken_from})
+        return row
+
+    def finish(self, approval_id: int, *, ok: bool, result: dict[str, Any] | None,
+               error: str | None, now: datetime) -> Approval:
+        """executing → executed (with the result) or failed (with the error)."""
+        now = _naive_utc(now)
+        with write_transaction(self.store, _TABLE) as s:
+            row = s.get(Approval, approval_id)
+            if row is None:
+                raise UnknownApproval(_UNKNOWN.format(id=approval_id))
+            row.state = "executed" if ok else "failed"
+            row.result, row.error, row.executed_at = result, error, now
+            s.add(row)
+        self.audit.append("system", f"approval.{row.state}", skill=row.skill, call_id=row.call_id,
+                          job_id=job_id_of(row.args), ts=now, payload={
+                              "approval_id": row.id, "by": row.claimed_by, "error": error})
+        return row
+
+    def orphaned(self, now: datetime) -> list[Approval]:
+        """Approved calls nobody is carrying out: not claimed yet, or claimed by a process that
+        died. The loop carries these out (their requester may be gone)."""
+        with self.store.session() as s:
+            rows = list(s.exec(select(Approval).where(
+                col(Approval.state).in_(("approved", "executing"))).order_by(col(Approval.id))))
+        return [r for r in rows if r.state == "approved" or not claimer_alive(r.claimed_by)]
+
+    def get(self, approval_id: int) -> Approval:
+        with self.store.session() as s:
+            row = s.get(Approval, approval_id)
+        if row is None:
+            raise UnknownApproval(_UNKNOWN.format(id=approval_id))
         return row
 
     def pending(self, now: datetime) -> list[Approval]:

@@ -1,23 +1,44 @@
-"""The gate around every skill call: kill switch, policy verdict, approval, then the skill, audited.
+"""The gate: the only way any caller (CLI, library, agent graph, daemon) runs a skill.
 
-Skills know nothing of permission; the gate is the only place that decides, and it is thin: the
-engine decides, `Approvals` holds the human decisions, `AuditLog` records all of it.
+`Gate.call(ctx, skill, args)` validates the arguments with the skill's input model, reads the
+files they name once (hashing them), evaluates the policy on what the call claims, records the
+audit, and either runs the skill or raises `ApprovalRequired`. Calling again with the same call id
+resumes that call: the gate checks that the approval was given for this skill, these canonical
+arguments and these file contents, claims it (approved → executing, one process wins), runs it and
+records the result on the approval, so an approved call runs exactly once whoever resumes it.
+Nothing hands the gate a verdict; skills know nothing of permission.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-from typing import Any
+import time
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, Literal
 
 from pydantic import BaseModel
+from sqlmodel import col, select
 
-from nightshift.policies.approvals import Approvals
+from nightshift.policies.approvals import Approvals, claimer_id
 from nightshift.policies.audit import AuditLog, job_id_of
 from nightshift.policies.engine import PolicyEngine, Verdict
 from nightshift.policies.killswitch import pause_info
-from nightshift.runtime.errors import ApprovalRejected, Paused, PolicyDenied
-from nightshift.runtime.store import Approval, Store, dumps
-from nightshift.skills.base import Skill, SkillContext
+from nightshift.runtime.errors import (
+    ApprovalRejected,
+    ApprovalRequired,
+    BadArguments,
+    Paused,
+    PolicyDenied,
+    SkillFailed,
+)
+from nightshift.runtime.store import Approval, Job, Store, dumps
+from nightshift.skills.base import Claims, Skill, SkillContext, SkillInput, get_skill
+
+# How a call reached the gate: a person at a terminal may confirm their own request there.
+Via = Literal["terminal", "api", "agent", "system", "chat"]
+# confirm(request) -> True (yes) / False (no); given only where a person can answer now.
+Confirm = Callable[[dict[str, Any]], bool]
 
 
 class Gate:
@@ -27,90 +48,195 @@ class Gate:
         self.approvals = approvals
         self.store = store
 
-    def check(self, principal: str, skill: Skill, args: dict[str, Any], call_id: str | None,
-              now: datetime) -> Verdict:
-        """The audited verdict for one call; while paused, every non-read call is denied."""
-        args = _plain(args)
+    def call(self, ctx: SkillContext, skill: Skill | str, args: dict[str, Any] | BaseModel, *,
+             via: Via = "api", thread_id: str | None = None, confirm: Confirm | None = None,
+             on_verdict: Callable[[Verdict], None] | None = None) -> BaseModel:
+        """Run one call if the policy allows it (or its approval holds); raise otherwise.
+
+        BadArguments: the input model refused the arguments. Refused (PolicyDenied, Paused,
+        ApprovalRejected): nothing ran. ApprovalRequired: parked under an approval id; call again
+        with the same `ctx.call_id` once it is decided. SkillFailed (or the skill's own error):
+        it ran and failed; the audit and the approval record the failure.
+        """
+        if ctx.call_id is None:
+            ctx.call_id = f"gate-{uuid.uuid4().hex}"
+        with self.audit.batch():
+            skill = get_skill(skill) if isinstance(skill, str) else skill
+            inp, canonical, files, claims = self._resolve(ctx, skill, args)
+            verdict = self._verdict(ctx, skill, canonical, claims)
+            if on_verdict is not None:
+                on_verdict(verdict)
+            if verdict.decision == "deny":
+                exc_type = Paused if verdict.rule == "kill_switch" else PolicyDenied
+                self._refuse(ctx, skill, canonical, exc_type(
+                    f"{skill.name}: denied by {verdict.rule}: " + "; ".join(verdict.reasons)))
+            approval = None
+            if verdict.decision == "needs_approval":
+                approval = self._approval(ctx, skill, canonical, files, verdict, via, thread_id,
+                                          confirm)
+                if approval.state == "executed":  # carried out already (by us before, or the loop)
+                    return skill.output_model.model_validate(approval.result)
+                if approval.state == "failed":
+                    raise SkillFailed(f"{skill.name} (approval {approval.id}) ran and failed: "
+                                      f"{approval.error}")
+            return self._run(ctx, skill, inp, canonical, verdict, approval)
+
+    def resume(self, approval_id: int, context: Callable[[str, str], SkillContext]) -> BaseModel:
+        """Carry out a decided approval whose requester is gone (the daemon, `run --resume`):
+        the same checks as the first call, as the requester, under the same call id."""
+        row = self.approvals.get(approval_id)
+        ctx = context(row.requester, row.call_id)
+        return self.call(ctx, row.skill, row.args, via="system" if row.requested_via == "system"
+                         else "api", thread_id=row.thread_id)
+
+    # The steps -----------------------------------------------------------------------------------
+
+    def _resolve(self, ctx: SkillContext, skill: Skill, args: dict[str, Any] | BaseModel
+                 ) -> tuple[BaseModel, dict[str, Any], dict[str, str], Claims]:
+        """The parsed input, its canonical arguments, the files it names and what it claims."""
+        try:
+            inp = skill.parse(args.model_dump(mode="json") if isinstance(args, BaseModel)
+                              and not isinstance(args, skill.input_model) else args)
+            if isinstance(inp, SkillInput):
+                files, claims = inp.files(), inp.claims()
+            else:
+                files, claims = {}, Claims()
+        except BadArguments as exc:
+            raw = args.model_dump(mode="json") if isinstance(args, BaseModel) else dict(args)
+            self.audit.append(ctx.principal, "skill.bad_arguments", skill=skill.name,
+                              call_id=ctx.call_id, job_id=job_id_of(raw), ts=ctx.now,
+                              payload={"args": _jsonable(raw), "error": str(exc)})
+            raise
+        if claims.jobs:
+            with self.store.session() as s:
+                rows = s.exec(select(Job.owner, Job.priority)
+                              .where(col(Job.id).in_(claims.jobs))).all()
+            claims.job_owners = sorted({owner for owner, _ in rows})
+            claims.max_job_priority = max((p for _, p in rows), default=None)
+        return inp, inp.model_dump(mode="json"), files, claims
+
+    def _verdict(self, ctx: SkillContext, skill: Skill, canonical: dict[str, Any],
+                 claims: Claims) -> Verdict:
         paused = pause_info(self.store) if skill.capability != "read" else None
         if paused is not None:
             verdict = Verdict(decision="deny", rule="kill_switch", reasons=[
-                (f"paused by {paused['by']} ({paused['reason']}): run `nightshift resume` to let "
-                f"{skill.capability} skills run again")])
+                f"paused by {paused['by']} ({paused['reason']}): run `nightshift resume` to let "
+                f"{skill.capability} skills run again"])
         else:
-            verdict = self.engine.evaluate(principal, skill, args)
-        self.audit.append(principal, "policy.verdict", skill=skill.name, call_id=call_id,
-                          job_id=job_id_of(args), ts=now, payload={
-                              "skill": skill.name, "capability": skill.capability, "args": args,
+            verdict = self.engine.evaluate(ctx.principal, skill, canonical, claims)
+        self.audit.append(ctx.principal, "policy.verdict", skill=skill.name, call_id=ctx.call_id,
+                          job_id=job_id_of(canonical), ts=ctx.now, payload={
+                              "skill": skill.name, "capability": skill.capability,
+                              "args": canonical, "claims": claims.model_dump(mode="json"),
                               "decision": verdict.decision, "rule": verdict.rule,
                               "reasons": verdict.reasons, "quorum": verdict.quorum,
                               "expires_min": verdict.expires_min})
         return verdict
 
-    def request_approval(self, principal: str, skill: Skill, args: dict[str, Any], call_id: str,
-                         verdict: Verdict, now: datetime, thread_id: str | None = None) -> Approval:
-        """Open (or find) the approval a `needs_approval` verdict asks for."""
-        expires = now + timedelta(minutes=verdict.expires_min) if verdict.expires_min else None
-        return self.approvals.request(call_id, skill, _plain(args), principal, verdict.rule,
-                                      verdict.quorum, expires, thread_id)
+    def _refuse(self, ctx: SkillContext, skill: Skill, canonical: dict[str, Any],
+                exc: Exception) -> None:
+        self.audit.append(ctx.principal, "skill.refused", skill=skill.name, call_id=ctx.call_id,
+                          job_id=job_id_of(canonical), ts=ctx.now, payload={"error": str(exc)})
+        raise exc
 
-    def run(self, ctx: SkillContext, skill: Skill, args: dict[str, Any],
-            verdict: Verdict) -> BaseModel:
-        """Run an allowed (or approved) call, auditing its start and result; refuse the rest."""
-        args = _plain(args)
-        approval = None
-        try:
-            paused = pause_info(self.store) if skill.capability != "read" else None
-            if paused is not None:
-                raise Paused(f"paused by {paused['by']} ({paused['reason']}): run "
-                             "`nightshift resume` first")
-            if verdict.decision == "deny":
-                raise PolicyDenied(f"{skill.name}: denied by {verdict.rule}: "
-                                   + "; ".join(verdict.reasons))
-            if verdict.decision == "needs_approval":
-                approval = self._approved(ctx, skill, args)
-        except (Paused, PolicyDenied, ApprovalRejected) as exc:
-            self.audit.append(ctx.principal, "skill.refused", skill=skill.name, call_id=ctx.call_id,
-                              job_id=job_id_of(args), ts=ctx.now, payload={"error": str(exc)})
-            raise
+    def _approval(self, ctx: SkillContext, skill: Skill, canonical: dict[str, Any],
+                  files: dict[str, str], verdict: Verdict, via: Via, thread_id: str | None,
+                  confirm: Confirm | None) -> Approval:
+        """The call's approval, opened on first sight, checked against the call on every later
+        one; returns it approved (claimed by this process), executed or failed, else raises."""
+        assert ctx.call_id is not None
+        row = self.approvals.for_call(ctx.call_id)
+        if row is None:
+            expires = ctx.now + timedelta(minutes=verdict.expires_min) \
+                if verdict.expires_min else None
+            row = self.approvals.request(ctx.call_id, skill, canonical, ctx.principal,
+                                         verdict.rule, verdict.quorum, expires, thread_id,
+                                         files=files, via=via)
+        else:
+            self._matches(ctx, skill, canonical, files, row)
+        row = self.approvals.status(row.id, ctx.now)  # type: ignore[arg-type]
+        if row.state == "pending" and confirm is not None and via == "terminal" \
+                and not verdict.from_others \
+                and self.engine.canonical(ctx.principal) == self.engine.canonical(row.requester):
+            yes = confirm({"approval_id": row.id, "call_id": row.call_id, "skill": row.skill,
+                           "args": row.args, "files": row.files, "rule": row.rule,
+                           "reasons": verdict.reasons})
+            row = self.approvals.confirm(row.id, ctx.principal, yes, ctx.now)  # type: ignore[arg-type]
+        if row.state == "pending":
+            who = ("principals other than the requester" if verdict.from_others or confirm is None
+                   else "a confirmation")
+            raise ApprovalRequired(
+                f"{skill.name} needs approval {row.id} ({row.quorum} from {who}; rule "
+                f"{row.rule}): `nightshift approvals approve {row.id}` from another principal's "
+                f"shell, or `nightshift approvals show {row.id}`", approval_id=row.id,  # type: ignore[arg-type]
+                call_id=row.call_id, skill=row.skill, quorum=row.quorum, rule=row.rule)
+        if row.state in ("rejected", "expired"):
+            self._refuse(ctx, skill, canonical, ApprovalRejected(
+                f"approval {row.id} for {skill.name} was {row.state}; nothing ran"))
+        if row.state in ("approved", "executing"):
+            row = self._claim(row, ctx)
+        return row
 
+    def _matches(self, ctx: SkillContext, skill: Skill, canonical: dict[str, Any],
+                 files: dict[str, str], row: Approval) -> None:
+        """An approval is spent only on the call it was given for."""
+        why = None
+        if row.skill != skill.name:
+            why = f"it was given for {row.skill}, not {skill.name}"
+        elif dumps(row.args) != dumps(canonical):
+            why = "it was given for other arguments"
+        else:
+            changed = [p for p in set(row.files) | set(files) if row.files.get(p) != files.get(p)]
+            if changed:
+                why = (f"{', '.join(sorted(changed))} changed since it was requested (approved "
+                       "content is not the content that would run)")
+        if why:
+            self._refuse(ctx, skill, canonical, PolicyDenied(
+                f"approval {row.id} does not cover this call: {why}; request a new approval "
+                "(a new call)"))
+
+    def _claim(self, row: Approval, ctx: SkillContext) -> Approval:
+        """approved → executing for this process; if another live process is carrying it out,
+        wait for its result (it is never run twice)."""
+        me = claimer_id()
+        while True:
+            claimed = self.approvals.claim(row.id, me, ctx.now)  # type: ignore[arg-type]
+            if claimed.state == "executing" and claimed.claimed_by == me:
+                return claimed
+            if claimed.state in ("executed", "failed"):
+                return claimed
+            time.sleep(0.1)  # another live process holds it; its result lands on the row
+
+    def _run(self, ctx: SkillContext, skill: Skill, inp: BaseModel, canonical: dict[str, Any],
+             verdict: Verdict, approval: Approval | None) -> BaseModel:
+        """Run an allowed (or approved and claimed) call, auditing its start and result."""
         self.audit.append(ctx.principal, "skill.start", skill=skill.name, call_id=ctx.call_id,
-                          job_id=job_id_of(args), ts=ctx.now, payload={
-                              "args": args, "capability": skill.capability, "rule": verdict.rule,
+                          job_id=job_id_of(canonical), ts=ctx.now, payload={
+                              "args": canonical, "capability": skill.capability,
+                              "rule": verdict.rule,
                               "approval_id": approval.id if approval else None})
         try:
-            result = skill(ctx, args)
+            result = skill.fn(ctx, inp)
         except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
             self.audit.append(ctx.principal, "skill.result", skill=skill.name, call_id=ctx.call_id,
-                              job_id=job_id_of(args), ts=ctx.now,
-                              payload={"ok": False, "error": f"{type(exc).__name__}: {exc}"})
+                              job_id=job_id_of(canonical), ts=ctx.now,
+                              payload={"ok": False, "error": error})
+            if approval is not None:
+                self.approvals.finish(approval.id, ok=False, result=None, error=error,  # type: ignore[arg-type]
+                                      now=ctx.now)
             raise
+        out = result.model_dump(mode="json")
         self.audit.append(ctx.principal, "skill.result", skill=skill.name, call_id=ctx.call_id,
-                          job_id=job_id_of(args), ts=ctx.now,
-                          payload={"ok": True, "result": result.model_dump(mode="json")})
+                          job_id=job_id_of(canonical), ts=ctx.now,
+                          payload={"ok": True, "result": out})
+        if approval is not None:
+            self.approvals.finish(approval.id, ok=True, result=out, error=None,  # type: ignore[arg-type]
+                                  now=ctx.now)
         return result
 
-    def _approved(self, ctx: SkillContext, skill: Skill, args: dict[str, Any]) -> Approval:
-        if ctx.call_id is None:
-            raise PolicyDenied(f"{skill.name} needs an approval, and approvals are per call: "
-                               "give the context a call_id")
-        found = self.approvals.for_call(ctx.call_id)
-        if found is None:
-            raise PolicyDenied(f"{skill.name} needs an approval and none was requested for call "
-                               f"{ctx.call_id}")
-        approval = self.approvals.status(found.id, ctx.now)  # type: ignore[arg-type]
-        if approval.state in ("rejected", "expired"):
-            raise ApprovalRejected(f"approval {approval.id} for {skill.name} was {approval.state}; "
-                                   "nothing ran")
-        if approval.state != "approved":
-            raise PolicyDenied(f"approval {approval.id} for {skill.name} is still pending "
-                               f"({approval.quorum} needed): `nightshift approve {approval.id}`")
-        if approval.skill != skill.name or dumps(approval.args) != dumps(args):
-            raise PolicyDenied(f"approval {approval.id} was given for {approval.skill} with other "
-                               "arguments than this call's; request a new approval")
-        return approval
 
+def _jsonable(args: dict[str, Any]) -> dict[str, Any]:
+    import json
 
-def _plain(args: dict[str, Any] | BaseModel) -> dict[str, Any]:
-    if isinstance(args, BaseModel):
-        return args.model_dump(mode="json")
-    return dict(args)
+    return json.loads(dumps(args))

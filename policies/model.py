@@ -93,15 +93,18 @@ _OPS: dict[str, Callable[[Any, Any], bool]] = {
     "in": lambda a, b: a in b, "not in": lambda a, b: a not in b,
 }
 _COND = re.compile(
-    r"^\s*args((?:\.[A-Za-z_]\w*)+)\s*(?:(==|!=|>=|<=|>|<)|\s(not\s+in|in)\s)\s*(\S.*?)\s*$"
+    r"^\s*(args|claims)((?:\.[A-Za-z_]\w*)+)\s*(?:(==|!=|>=|<=|>|<)|\s(not\s+in|in)\s)\s*(\S.*?)\s*$"
 )
 _MISSING = object()
 
 
 @dataclass(frozen=True)
 class Condition:
-    """`args.<path> <op> <YAML literal>`, e.g. `args.job_priority >= 5` or `args.host in [a, b]`."""
+    """`args.<path> <op> <YAML literal>` or `claims.<path> …`, e.g. `args.reason == oom` or
+    `claims.max_job_priority >= 5` (the claims are the gate's: GPUs, images, mounts, the jobs a
+    call touches, their owners and highest priority)."""
 
+    root: str
     path: tuple[str, ...]
     op: str
     value: Any
@@ -111,21 +114,22 @@ class Condition:
     def parse(cls, text: str) -> Condition:
         m = _COND.match(text)
         if not m:
-            raise ValueError(f"condition {text!r} is not `args.<name> <op> <value>` with op one of "
-                             "==, !=, >=, <=, >, <, in, not in (e.g. `args.job_priority >= 5`)")
-        path, raw = m.group(1), m.group(4)
-        op = m.group(2) or " ".join(m.group(3).split())
+            raise ValueError(f"condition {text!r} is not `args.<name> <op> <value>` (or "
+                             "`claims.<name> …`) with op one of ==, !=, >=, <=, >, <, in, not in "
+                             "(e.g. `claims.max_job_priority >= 5`)")
+        root, path, raw = m.group(1), m.group(2), m.group(5)
+        op = m.group(3) or " ".join(m.group(4).split())
         try:
             value = yaml.safe_load(raw)
         except yaml.YAMLError as exc:
             raise ValueError(f"condition {text!r}: value {raw!r} is not a YAML literal") from exc
         if op in ("in", "not in") and not isinstance(value, list):
             raise ValueError(f"condition {text!r}: `{op}` needs a list, e.g. [a, b]")
-        return cls(tuple(path.strip(".").split(".")), op, value, text)
+        return cls(root, tuple(path.strip(".").split(".")), op, value, text)
 
-    def holds(self, args: dict[str, Any]) -> bool:
-        """True when the argument exists and compares; a missing or incomparable one is False."""
-        cur: Any = args
+    def holds(self, args: dict[str, Any], claims: dict[str, Any] | None = None) -> bool:
+        """True when the value exists and compares; a missing or incomparable one is False."""
+        cur: Any = args if self.root == "args" else (claims or {})
         for part in self.path:
             cur = cur.get(part, _MISSING) if isinstance(cur, dict) else _MISSING
             if cur is _MISSING:
@@ -137,7 +141,9 @@ class Condition:
 
 
 class ApprovalRule(_Strict):
-    """A call matching every given criterion needs `quorum` approvals from other principals."""
+    """A call matching every given criterion needs `quorum` approvals. A person at a terminal may
+    confirm their own request unless `from_others` (the two-person rule); the agent's and the
+    loop's calls always need other principals."""
 
     id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$")
     skills: list[str] = Field(default_factory=list,
@@ -147,6 +153,8 @@ class ApprovalRule(_Strict):
     when: list[str] = Field(default_factory=list, description="Argument conditions; all must hold")
     quorum: int = Field(default=1, ge=1)
     expires_min: float | None = Field(default=60.0, gt=0)
+    from_others: bool = Field(default=False, description="Only principals other than the "
+                              "requester count, even for a person confirming at a terminal")
 
     _conditions: list[Condition] = PrivateAttr(default_factory=list)
 

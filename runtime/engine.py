@@ -85,6 +85,9 @@ class Engine:
         # Passive: another process (the daemon) owns the loop; only read the store.
         self.passive = False
         self.last_decision: Decision | None = None
+        # What a background or waiting tick runs: this engine's tick, or the whole loop's step
+        # (agent/loop.py: health checks, preemption, recovery around the tick).
+        self.step: Callable[[], object] = self.tick
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -112,7 +115,7 @@ class Engine:
 
         def loop() -> None:
             while not self._stop.is_set():
-                self.tick()
+                self.step()
                 self._stop.wait(self.settings.loop.poll_interval_s)
 
         self._thread = threading.Thread(target=loop, name="nightshift-loop", daemon=True)
@@ -132,7 +135,7 @@ class Engine:
         start = time.monotonic()
         while True:
             if not self.passive and (self._thread is None or not self._thread.is_alive()):
-                self.tick()
+                self.step()
             states = self._states(ids)
             if on_tick:
                 on_tick()

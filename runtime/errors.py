@@ -1,4 +1,14 @@
-"""One error tree, grouped by who must act next. The CLI prints any of these as one clear line."""
+"""One error tree, grouped by who must act next; each branch has its own exit code.
+
+    BadArguments      2  the caller (planner, goal file, person typing) retries with better input
+    Refused           3  the policy said no (deny, kill switch, a rejected or expired approval)
+    ApprovalRequired  4  a human must decide; the call is parked under an approval id
+    OperatorError     5  the operator fixes the configuration, the store or the environment
+    SkillFailed       1  the skill ran and could not do its job
+
+The CLI prints any of these as one line and exits with its code; the agent's planner reads the
+branch, never the code, to decide whether to retry, wait or give up.
+"""
 
 from __future__ import annotations
 
@@ -9,22 +19,17 @@ class NightshiftError(Exception):
     exit_code = 1
 
 
-# The operator (the person running nightshift) must fix something -------------------------------
-class OperatorError(NightshiftError):
-    """A configuration, file or environment problem that the operator must fix."""
+# The caller must retry with better arguments ----------------------------------------------------
+class BadArguments(NightshiftError):
+    """Arguments failed the skill's input model, or name something that does not exist."""
 
     exit_code = 2
 
 
-class ConfigError(OperatorError):
-    """The configuration file or an environment override is invalid."""
 
 
-class StoreError(OperatorError):
-    """The store cannot be opened or written (locked, read-only, wrong URL)."""
 
-
-class SpecError(OperatorError):
+class SpecError(BadArguments):
     """A user file (spec, goal, inventory) is invalid; the message names the field, line and fix."""
 
     def __init__(self, message: str, *, path: str | None = None, field: str | None = None,
@@ -37,36 +42,65 @@ class SpecError(OperatorError):
         super().__init__(prefix + message)
 
 
-class UnknownSkill(OperatorError):
+class UnknownSkill(BadArguments):
     """No skill is registered under that name."""
 
 
-# The planner (a model or a goal file) must retry with better arguments --------------------------
-class SkillInputError(NightshiftError):
-    """Arguments failed the skill's input model; the planner should retry with better ones."""
+class UnknownJob(BadArguments):
+    """No job has that id."""
 
-    exit_code = 2
+
+class UnknownApproval(BadArguments):
+    """No approval has that id."""
+
+
+# The policy refused ------------------------------------------------------------------------------
+class Refused(NightshiftError):
+    """The policy refused the call; nothing ran."""
+
+    exit_code = 3
+
+
+class PolicyDenied(Refused):
+    """The policy forbids this call for this principal, or an approval does not match the call."""
+
+
+class ApprovalRejected(Refused):
+    """A human rejected the call, or its approval expired."""
+
+
+class Paused(Refused):
+    """The kill switch is on: only read skills run until `nightshift resume`."""
+
+
+# A human must decide -----------------------------------------------------------------------------
+class ApprovalRequired(NightshiftError):
+    """The call waits for a human decision under `approval_id`; approving it lets it run once."""
+
+    exit_code = 4
+
+    def __init__(self, message: str, *, approval_id: int, call_id: str, skill: str,
+                 quorum: int, rule: str):
+        self.approval_id, self.call_id, self.skill = approval_id, call_id, skill
+        self.quorum, self.rule = quorum, rule
+        super().__init__(message)
+
+
+# The operator must fix something ------------------------------------------------------------------
+class OperatorError(NightshiftError):
+    """A configuration, store or environment problem that the operator must fix."""
+
+    exit_code = 5
+
+
+class ConfigError(OperatorError):
+    """The configuration file or an environment override is invalid."""
+
+
+class StoreError(OperatorError):
+    """The store cannot be opened or written (locked, read-only, wrong URL, unknown schema)."""
 
 
 # The skill ran and could not do its job ---------------------------------------------------------
 class SkillFailed(NightshiftError):
     """The skill ran and failed; the failure is reported, not retried blindly."""
-
-
-# A human decided, or must decide -----------------------------------------------------------------
-class PolicyDenied(NightshiftError):
-    """The policy forbids this call for this principal; nothing ran."""
-
-    exit_code = 3
-
-
-class ApprovalRejected(NightshiftError):
-    """A human rejected the call, or its approval expired; nothing ran."""
-
-    exit_code = 3
-
-
-class Paused(NightshiftError):
-    """The kill switch is on: only read skills run until `nightshift resume`."""
-
-    exit_code = 3

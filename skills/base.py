@@ -17,14 +17,49 @@ from functools import cache
 from importlib.metadata import entry_points
 from typing import Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from nightshift.runtime.config import Settings
-from nightshift.runtime.errors import ConfigError, SkillInputError, UnknownSkill
+from nightshift.runtime.errors import BadArguments, ConfigError, UnknownSkill
 from nightshift.runtime.store import Store
 
 Capability = Literal["read", "launch", "modify", "destroy"]
 CAPABILITIES: tuple[str, ...] = ("read", "launch", "modify", "destroy")
+
+class Launch(BaseModel):
+    """What one job or process a call would start asks of the machine."""
+
+    where: str = Field("", description="Which part of the arguments asks (for messages): spec, "
+                       "items[3], ...")
+    gpus: int = 0
+    image: str | None = None
+    mounts: list[str] = Field(default_factory=list, description="Host paths it would mount")
+    runtime_min: float | None = None
+
+
+class Claims(BaseModel):
+    """What a call would claim; the gate checks the policy's limits against this, never against
+    guessed argument names. The gate fills the owners and priorities of the jobs it touches."""
+
+    launches: list[Launch] = Field(default_factory=list)
+    jobs: list[int] = Field(default_factory=list, description="Existing jobs the call changes")
+    job_owners: list[str] = Field(default_factory=list)
+    max_job_priority: int | None = None
+
+
+class SkillInput(BaseModel):
+    """Base of input models. A launch, modify or destroy skill's input must say what it claims:
+    a new skill with a differently named field cannot slip past the limits."""
+
+    def claims(self) -> Claims:
+        """What this call would claim; read skills claim nothing."""
+        return Claims()
+
+    def files(self) -> dict[str, str]:
+        """{path: sha256} of the files whose contents the call acts on, read once, so that an
+        approval given for one content is not spent on another."""
+        return {}
+
 
 In = TypeVar("In", bound=BaseModel)
 Out = TypeVar("Out", bound=BaseModel)
@@ -62,7 +97,7 @@ class Skill(Generic[In, Out]):
         unknown = [] if open_model or not isinstance(args, dict) else \
             sorted(set(args) - set(self.input_model.model_fields))
         if unknown:
-            raise SkillInputError(f"{self.name}: unknown argument(s) {', '.join(unknown)}; it takes "
+            raise BadArguments(f"{self.name}: unknown argument(s) {', '.join(unknown)}; it takes "
                                   f"{', '.join(self.input_model.model_fields) or 'no arguments'}")
         try:
             return self.input_model.model_validate(args)
@@ -71,7 +106,7 @@ class Skill(Generic[In, Out]):
             for err in exc.errors():
                 loc = ".".join(str(p) for p in err["loc"]) or "(arguments)"
                 parts.append(f"{loc}: {err['msg']}")
-            raise SkillInputError(f"{self.name}: invalid arguments: " + "; ".join(parts)) from exc
+            raise BadArguments(f"{self.name}: invalid arguments: " + "; ".join(parts)) from exc
 
     def __call__(self, ctx: SkillContext, args: dict[str, Any] | In) -> Out:
         return self.fn(ctx, self.parse(args))
@@ -101,6 +136,10 @@ def skill(name: str, *, capability: Capability) -> Callable[[Callable[[SkillCont
         for what, model in (("input", inp), ("result", out)):
             if not (isinstance(model, type) and issubclass(model, BaseModel)):
                 raise TypeError(f"skill {name}: {what} must be a pydantic model")
+        if capability != "read" and (not issubclass(inp, SkillInput)
+                                     or inp.claims is SkillInput.claims):
+            raise TypeError(f"skill {name}: a {capability} skill's input model must derive from "
+                            "SkillInput and define claims(): the gate checks limits on it")
         doc = inspect.cleandoc(fn.__doc__ or "")
         if not doc:
             raise TypeError(f"skill {name}: needs a docstring; the planner reads it")

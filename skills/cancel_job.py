@@ -5,15 +5,18 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 from sqlmodel import select
 
-from nightshift.runtime.errors import SkillInputError
+from nightshift.runtime.errors import UnknownJob
 from nightshift.runtime.store import Attempt, Job
-from nightshift.skills.base import SkillContext, skill
+from nightshift.skills.base import Claims, SkillContext, SkillInput, skill
 from nightshift.skills.live_runs import stop_attempt
 
 
-class CancelJobInput(BaseModel):
+class CancelJobInput(SkillInput):
     job_id: int = Field(description="The job to cancel")
     reason: str = Field("cancelled", description="Why; recorded on the job")
+
+    def claims(self) -> Claims:
+        return Claims(jobs=[self.job_id])
 
 
 class CancelJobResult(BaseModel):
@@ -30,7 +33,7 @@ def cancel_job(ctx: SkillContext, inp: CancelJobInput) -> CancelJobResult:
     with ctx.store.session() as s:
         job = s.get(Job, inp.job_id)
         if job is None:
-            raise SkillInputError(f"no job {inp.job_id}; `nightshift status` lists jobs")
+            raise UnknownJob(f"no job {inp.job_id}; `nightshift status` lists jobs")
         before = job.state
         if before not in ("queued", "running", "failed"):
             return CancelJobResult(job_id=job.id, before=before, after=before)

@@ -29,7 +29,7 @@ from pydantic import BaseModel, Field, model_validator
 from sqlmodel import select
 
 from nightshift.runtime.config import HealthThresholds
-from nightshift.runtime.errors import SkillInputError, SpecError
+from nightshift.runtime.errors import BadArguments, SpecError
 from nightshift.runtime.gpu import (
     ESSENTIAL_FIELDS,
     GpuReading,
@@ -492,11 +492,11 @@ def _source(ctx: SkillContext, inp: HealthCheckInput) -> Any:
             with path.open(encoding="utf-8", errors="replace") as fh:
                 text = fh.read(MAX_PASTE_CHARS + 1)
         except OSError as exc:
-            raise SkillInputError(
+            raise BadArguments(
                 f"gpu_health_check: from_file: cannot read {path}: {exc.strerror or exc}"
             ) from exc
         if len(text) > MAX_PASTE_CHARS:
-            raise SkillInputError(
+            raise BadArguments(
                 f"gpu_health_check: from_file: {path} is over {MAX_PASTE_CHARS} characters; "
                 "that is not one nvidia-smi output"
             )
@@ -508,7 +508,7 @@ def _text_probe(text: str, source: str) -> TextProbe:
     try:
         return TextProbe(text, source)
     except ValueError as exc:
-        raise SkillInputError(f"gpu_health_check: {source}: {exc}") from exc
+        raise BadArguments(f"gpu_health_check: {source}: {exc}") from exc
 
 
 @skill("gpu_health_check", capability="read")

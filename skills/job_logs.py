@@ -7,7 +7,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from nightshift.runtime.engine import job_paths
-from nightshift.runtime.errors import SkillInputError
+from nightshift.runtime.errors import BadArguments, UnknownJob
 from nightshift.skills.base import SkillContext, skill
 
 
@@ -35,12 +35,12 @@ def job_logs(ctx: SkillContext, inp: JobLogsInput) -> JobLogsResult:
     checkpoint folder and metrics file, so a diagnosis or a resume can be planned from them."""
     job = ctx.store.job(inp.job_id)
     if job is None:
-        raise SkillInputError(f"no job {inp.job_id}; list_jobs shows the jobs")
+        raise UnknownJob(f"no job {inp.job_id}; list_jobs shows the jobs")
     atts = ctx.store.attempts(inp.job_id)
     if inp.attempt is not None:
         atts = [a for a in atts if a.number == inp.attempt]
         if not atts:
-            raise SkillInputError(f"job {inp.job_id} has no attempt {inp.attempt}")
+            raise BadArguments(f"job {inp.job_id} has no attempt {inp.attempt}")
     att = atts[-1] if atts else None
     paths = job_paths(ctx.settings, job)
     lines: list[str] = []

@@ -9,10 +9,10 @@ from pydantic import BaseModel, Field
 
 from nightshift.runtime.errors import SkillFailed
 from nightshift.runtime.executor import LaunchRequest
-from nightshift.skills.base import SkillContext, skill
+from nightshift.skills.base import Claims, Launch, SkillContext, SkillInput, skill
 
 
-class LaunchContainerInput(BaseModel):
+class LaunchContainerInput(SkillInput):
     argv: list[str] = Field(min_length=1, description="Program and arguments, one item each (no shell)")
     cwd: str = Field(description="Working directory")
     image: str | None = Field(None, description="Container image (container executors only)")
@@ -24,6 +24,12 @@ class LaunchContainerInput(BaseModel):
     user: str | None = None
     log_path: str | None = Field(None, description="Default: $NIGHTSHIFT_HOME/runs/launch-<call id>.log")
     dry_run: bool = Field(False, description="Only render what would run")
+
+    def claims(self) -> Claims:
+        mounts = [str(m.get("source") or m.get("src") or m.get("host_path") or "")
+                  for m in self.mounts]
+        return Claims(launches=[Launch(where="launch", gpus=len(self.gpus), image=self.image,
+                                       mounts=[m for m in mounts if m])])
 
 
 class LaunchContainerResult(BaseModel):

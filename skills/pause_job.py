@@ -9,13 +9,16 @@ from sqlmodel import select
 from nightshift.runtime.errors import SkillFailed
 from nightshift.runtime.spec import ExperimentSpec
 from nightshift.runtime.store import Attempt, Job
-from nightshift.skills.base import SkillContext, skill
+from nightshift.skills.base import Claims, SkillContext, SkillInput, skill
 from nightshift.skills.live_runs import stop_attempt
 
 
-class PauseJobInput(BaseModel):
+class PauseJobInput(SkillInput):
     job_id: int
     reason: str = Field("paused", description="Why; recorded on the job (e.g. preempted for job 7)")
+
+    def claims(self) -> Claims:
+        return Claims(jobs=[self.job_id])
 
 
 class PauseJobResult(BaseModel):

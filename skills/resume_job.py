@@ -8,15 +8,18 @@ from pydantic import BaseModel, Field
 
 from nightshift.runtime.errors import SkillFailed
 from nightshift.runtime.store import Job
-from nightshift.skills.base import SkillContext, skill
+from nightshift.skills.base import Claims, SkillContext, SkillInput, skill
 
 
-class ResumeJobInput(BaseModel):
+class ResumeJobInput(SkillInput):
     job_id: int
     checkpoint: str | None = Field(None, description="Checkpoint path to resume from; None restarts from scratch")
     step: int | None = Field(None, description="Step of that checkpoint")
     param_changes: dict[str, Any] = Field(default_factory=dict,
                                           description="New values for existing parameters, e.g. {'lr': 0.005}")
+
+    def claims(self) -> Claims:
+        return Claims(jobs=[self.job_id])
 
 
 class ResumeJobResult(BaseModel):

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 from sqlmodel import func, select
 
-from nightshift.runtime.errors import SkillFailed, SkillInputError
+from nightshift.runtime.errors import SkillFailed, UnknownJob
 from nightshift.runtime.store import Attempt, Job, KeyValue
-from nightshift.skills.base import SkillContext, skill
+from nightshift.skills.base import Claims, SkillContext, SkillInput, skill
 
 # The store's KeyValue rows that make a call idempotent: one per call id that requeued a job.
 DONE_KEY = "retry_job:{call_id}"
@@ -28,10 +28,13 @@ REFUSED = {
 }
 
 
-class RetryJobInput(BaseModel):
+class RetryJobInput(SkillInput):
     job_id: int = Field(description="The failed job to run once more")
     from_scratch: bool = Field(False, description="Start again from step 0 instead of the job's "
                                "recorded resume point")
+
+    def claims(self) -> Claims:
+        return Claims(jobs=[self.job_id])
 
 
 class RetryJobResult(BaseModel):
@@ -69,7 +72,7 @@ def retry_job(ctx: SkillContext, inp: RetryJobInput) -> RetryJobResult:
                 update={"already_done": True})
         job = s.get(Job, inp.job_id)
         if job is None:
-            raise SkillInputError(f"no job {inp.job_id}; list_jobs shows the jobs")
+            raise UnknownJob(f"no job {inp.job_id}; list_jobs shows the jobs")
         if job.state != "failed":
             why = REFUSED.get(job.state, "only failed jobs are retried").format(id=job.id)
             raise SkillFailed(f"job {job.id} is {job.state}, not failed: {why}")

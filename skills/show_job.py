@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from nightshift.runtime import keeper
 from nightshift.runtime.engine import job_paths
-from nightshift.runtime.errors import SkillInputError
+from nightshift.runtime.errors import UnknownJob
 from nightshift.runtime.spec import ExperimentSpec
 from nightshift.runtime.store import Attempt
 from nightshift.skills.base import SkillContext, skill
@@ -97,7 +97,7 @@ def show_job(ctx: SkillContext, inp: ShowJobInput) -> ShowJobResult:
     the parameters it changed against the previous attempt and the checkpoint it resumed from."""
     job = ctx.store.job(inp.job_id)
     if job is None:
-        raise SkillInputError(f"no job {inp.job_id}; list_jobs shows the jobs")
+        raise UnknownJob(f"no job {inp.job_id}; list_jobs shows the jobs")
     atts = ctx.store.attempts(job.id)
     paths = job_paths(ctx.settings, job)
     spec = ExperimentSpec.model_validate(job.spec)

@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
+import hashlib
 import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, model_validator
 from sqlmodel import select
 
 from nightshift.runtime.errors import SkillFailed, SpecError
-from nightshift.runtime.spec import ExperimentSpec, load_spec
+from nightshift.runtime.spec import ExperimentSpec
 from nightshift.runtime.store import Job
-from nightshift.runtime.yamlfile import validate
-from nightshift.skills.base import SkillContext, skill
+from nightshift.runtime.yamlfile import read_yaml, validate
+from nightshift.skills.base import Claims, Launch, SkillContext, SkillInput, skill
 
 
-class SubmitJobInput(BaseModel):
+class SubmitJobInput(SkillInput):
     spec_path: str | None = Field(None, description="Path to an experiment spec YAML file")
     spec: dict[str, Any] | None = Field(None, description="The experiment spec as a mapping")
     params: dict[str, Any] = Field(default_factory=dict, description="Overrides for spec.parameters")
@@ -25,11 +26,37 @@ class SubmitJobInput(BaseModel):
         None, description="Overrides spec.cost_class: urgent runs now, cost_sensitive waits for cheap hours")
     group: str | None = Field(None, description="Sweep id shared by the trials of one submission")
 
+    # The spec as read once (a file's bytes, hashed): what the gate checks is what runs.
+    _loaded: tuple[ExperimentSpec, str | None, str | None] | None = PrivateAttr(None)
+
     @model_validator(mode="after")
     def _one_spec(self) -> SubmitJobInput:
         if (self.spec_path is None) == (self.spec is None):
             raise ValueError("give exactly one of spec_path or spec")
         return self
+
+    def loaded(self) -> tuple[ExperimentSpec, str | None]:
+        """The validated spec (a copy: callers may change it) and its resolved path."""
+        if self._loaded is None:
+            self._loaded = _load(self.spec_path, self.spec)
+        spec, path, _ = self._loaded
+        return spec.model_copy(deep=True), path
+
+    def files(self) -> dict[str, str]:
+        self.loaded()
+        assert self._loaded is not None
+        _, path, digest = self._loaded
+        return {path: digest} if path and digest else {}
+
+    def claims(self) -> Claims:
+        spec, path = self.loaded()
+        return Claims(launches=[spec_launch(spec, path or "spec")])
+
+
+def spec_launch(spec: ExperimentSpec, where: str) -> Launch:
+    """What one job of this spec asks of the machine."""
+    return Launch(where=where, gpus=spec.resources.gpus, image=spec.environment.image,
+                  mounts=[m.source for m in spec.environment.mounts], runtime_min=spec.timeout_min)
 
 
 class SubmitJobResult(BaseModel):
@@ -41,19 +68,24 @@ class SubmitJobResult(BaseModel):
     already_submitted: bool = Field(False, description="True when this call id had already queued it")
 
 
-def resolve_spec(spec_path: str | None, spec: dict[str, Any] | None) -> tuple[ExperimentSpec, str | None]:
+def _load(spec_path: str | None,
+          spec: dict[str, Any] | None) -> tuple[ExperimentSpec, str | None, str | None]:
     if spec_path:
         path = str(Path(spec_path).resolve())
-        return load_spec(path), path
-    parsed = validate(ExperimentSpec, spec, path="spec")
-    return parsed, None
+        data, node, text = read_yaml(path)
+        if not isinstance(data, dict):
+            raise SpecError("expected a mapping at the top level", path=path, line=1)
+        parsed = validate(ExperimentSpec, data, path=path, node=node)
+        parsed.base_dir = str(Path(path).parent)
+        return parsed, path, hashlib.sha256(text.encode()).hexdigest()
+    return validate(ExperimentSpec, spec, path="spec"), None, None
 
 
 def build_job(ctx: SkillContext, inp: SubmitJobInput, call_key: str | None,
               checked: set[str] | None = None) -> tuple[Job, ExperimentSpec]:
     """A validated, not yet stored Job for one submission (shared by submit_job and submit_jobs;
     `checked` remembers folders already found writable within one batch)."""
-    spec, path = resolve_spec(inp.spec_path, inp.spec)
+    spec, path = inp.loaded()
     unknown = set(inp.params) - set(spec.parameters) - set(spec.search_space or {})
     if unknown:
         raise SkillFailed(f"params {sorted(unknown)} are not parameters of spec '{spec.name}' "

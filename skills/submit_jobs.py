@@ -6,13 +6,29 @@ from pydantic import BaseModel, Field
 from sqlmodel import select
 
 from nightshift.runtime.store import Job
-from nightshift.skills.base import SkillContext, skill
-from nightshift.skills.submit_job import SubmitJobInput, SubmitJobResult, build_job, job_result
+from nightshift.skills.base import Claims, SkillContext, SkillInput, skill
+from nightshift.skills.submit_job import (
+    SubmitJobInput,
+    SubmitJobResult,
+    build_job,
+    job_result,
+    spec_launch,
+)
 
 
-class SubmitJobsInput(BaseModel):
+class SubmitJobsInput(SkillInput):
     items: list[SubmitJobInput] = Field(min_length=1, max_length=10_000,
                                         description="One submit_job argument set per job")
+
+    def files(self) -> dict[str, str]:
+        return {path: digest for item in self.items for path, digest in item.files().items()}
+
+    def claims(self) -> Claims:
+        launches = []
+        for i, item in enumerate(self.items):
+            spec, path = item.loaded()
+            launches.append(spec_launch(spec, f"items[{i}]" + (f" ({path})" if path else "")))
+        return Claims(launches=launches)
 
 
 class SubmitJobsResult(BaseModel):

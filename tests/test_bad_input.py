@@ -140,7 +140,7 @@ def test_store_locked_by_another_process(stored, tmp_path):
     finally:
         holder.kill()
         holder.wait()
-    assert res.returncode == 2, res.stdout + res.stderr
+    assert res.returncode == 5, res.stdout + res.stderr  # the operator's to fix, not bad input
     assert "locked by another process" in res.stderr
     assert_untouched(stored, before)
 

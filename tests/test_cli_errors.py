@@ -1,6 +1,6 @@
 """Every command, given a config file that does not exist, answers with one error line naming it
-and exit code 2 (health: 3, its UNKNOWN in the Nagios convention its exit codes follow); none
-prints a traceback and none touches the store."""
+and exit code 5, the operator's (health: 3, its UNKNOWN in the Nagios convention its exit codes
+follow); none prints a traceback and none touches the store."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ COMMANDS = [
 
 @pytest.mark.parametrize("argv", COMMANDS, ids=[" ".join(a[:2]).replace(str(REPO) + "/", "")
                                                for a in COMMANDS])
-def test_a_missing_config_file_is_one_line_and_exit_2(argv, home):
+def test_a_missing_config_file_is_one_line_and_exit_5(argv, home):
     r = nightshift(*argv, "--config", "/nonexistent/nightshift.yaml", timeout=60)
-    assert r.returncode == (3 if argv[0] == "health" else 2), (r.stdout, r.stderr)
+    assert r.returncode == (3 if argv[0] == "health" else 5), (r.stdout, r.stderr)
     assert r.stderr.strip().splitlines() == [
         "error: --config /nonexistent/nightshift.yaml: file not found"], r.stderr
     assert "Traceback" not in r.stdout + r.stderr

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from nightshift.runtime.config import Settings
-from nightshift.runtime.errors import SkillInputError
+from nightshift.runtime.errors import BadArguments
 from nightshift.runtime.spec import ExperimentSpec
 from nightshift.runtime.store import GpuSample, Store
 from nightshift.runtime.training_configs import TrainingView
@@ -318,9 +318,9 @@ def test_paths_outside_allowed_mounts_are_advice(tmp_path):
 
 def test_exactly_one_source(ctx):
     """Both or neither of spec and path is an argument error for the planner."""
-    with pytest.raises(SkillInputError):
+    with pytest.raises(BadArguments):
         config_validator(ctx, {})
-    with pytest.raises(SkillInputError):
+    with pytest.raises(BadArguments):
         config_validator(ctx, {"spec": good_spec(), "path": "x.yaml"})
 
 

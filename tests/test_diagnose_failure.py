@@ -14,7 +14,7 @@ import pytest
 from sqlmodel import select
 
 from nightshift.runtime.config import Settings
-from nightshift.runtime.errors import SkillInputError
+from nightshift.runtime.errors import BadArguments
 from nightshift.runtime.store import AuditEvent, Store
 from nightshift.skills.base import SkillContext
 from nightshift.skills.diagnose_failure import DiagnoseFailureResult, diagnose_failure
@@ -379,7 +379,7 @@ def test_log_text_is_data(ctx):
 
 def test_log_tail_and_log_path_together_are_refused(ctx):
     """One log source per call, so evidence line numbers are unambiguous."""
-    with pytest.raises(SkillInputError):
+    with pytest.raises(BadArguments):
         diagnose(ctx, "import_missing_module.log", log_tail="x", exit_code=1)
 
 

@@ -337,8 +337,7 @@ def test_launch_container_skill_through_the_policy_gate(docker_engine, busybox_i
                 "mounts": [{"source": str(data), "target": "/data"}], **args}
         ctx_args = {"store": store, "settings": settings, "now": T0, "call_id": call_id,
                     "principal": "agent", "executor": ex, "policy_limits": engine.limits()}
-        verdict = gate.check("agent", launch_container, args, call_id, T0)
-        return gate.run(SkillContext(**ctx_args), launch_container, args, verdict)
+        return gate.call(SkillContext(**ctx_args), launch_container, args)
 
     try:
         dry = call("c-dry", dry_run=True)

@@ -16,7 +16,7 @@ import pytest
 from sqlmodel import select
 
 from nightshift.runtime.config import HealthThresholds, Settings
-from nightshift.runtime.errors import SkillInputError
+from nightshift.runtime.errors import BadArguments
 from nightshift.runtime.gpu import (
     GpuReading,
     InventoryProbe,
@@ -753,7 +753,7 @@ def test_probe_from_settings_when_ctx_has_none(tmp_path):
 
 def test_bad_arguments_go_back_to_the_planner(tmp_path):
     """Arguments are validated by the input model before anything is read."""
-    with pytest.raises(SkillInputError, match="gpus"):
+    with pytest.raises(BadArguments, match="gpus"):
         gpu_health_check(make_ctx(tmp_path, probe=NoGpuProbe()), {"gpus": "all"})
 
 
@@ -825,7 +825,7 @@ def test_lost_gpu_in_a_paste_is_not_matched_with_this_machine(tmp_path):
 )
 def test_bad_paste_goes_back_to_the_caller(tmp_path, args, match):
     """Two sources, text that is not nvidia-smi output, or a missing file: an input error saying so."""
-    with pytest.raises(SkillInputError, match=match):
+    with pytest.raises(BadArguments, match=match):
         gpu_health_check(make_ctx(tmp_path, probe=NoGpuProbe()), args)
 
 

@@ -12,11 +12,19 @@ from pydantic import BaseModel, ConfigDict
 from nightshift.policies.engine import PolicyEngine, image_allowed
 from nightshift.policies.model import Condition, Policy, load_policy
 from nightshift.runtime.errors import SpecError
-from nightshift.skills.base import Skill, SkillContext, skill
+from nightshift.skills.base import Claims, Launch, Skill, SkillContext, SkillInput, skill
 
 
-class AnyArgs(BaseModel):
+class AnyArgs(SkillInput):
     model_config = ConfigDict(extra="allow")
+
+    def claims(self) -> Claims:
+        return Claims()  # limit tests hand the engine their claims directly
+
+
+def launch(**kw: Any) -> Claims:
+    """What one launch would claim: gpus, image, mounts, runtime_min, where."""
+    return Claims(launches=[Launch(**{"where": "the call", **kw})])
 
 
 class Echo(BaseModel):
@@ -68,7 +76,7 @@ def test_default_policy_ships_as_package_data(engine: PolicyEngine) -> None:
     pol = engine.policy
     assert {"agent", "system", "local_user"} <= set(pol.principals)
     assert pol.limits.max_gpus_per_job == 8
-    assert [r.id for r in pol.approvals] == ["destroy-needs-second-person"]
+    assert [r.id for r in pol.approvals] == ["destroy-needs-confirmation"]
 
 
 def test_default_agent_launches_but_destroy_needs_approval(engine: PolicyEngine) -> None:
@@ -77,8 +85,8 @@ def test_default_agent_launches_but_destroy_needs_approval(engine: PolicyEngine)
     assert (v.decision, v.rule) == ("allow", "roles.agent")
     v = engine.evaluate("agent", DESTROY, {"job_id": 3})
     assert (v.decision, v.rule, v.quorum, v.expires_min) == (
-        "needs_approval", "destroy-needs-second-person", 1, 60)
-    assert "destroy-needs-second-person" in v.reasons[0]
+        "needs_approval", "destroy-needs-confirmation", 1, 60)
+    assert "destroy-needs-confirmation" in v.reasons[0]
     assert "role agent may use destroy skills only with approval" in v.reasons[1]
 
 
@@ -88,7 +96,7 @@ def test_default_local_os_user_may_do_everything_with_approvals(engine: PolicyEn
     assert engine.roles_of("alice") == ["operator"]
     assert engine.evaluate("alice", MODIFY, {}).decision == "allow"
     v = engine.evaluate("alice", DESTROY, {})
-    assert (v.decision, v.rule) == ("needs_approval", "destroy-needs-second-person")
+    assert (v.decision, v.rule) == ("needs_approval", "destroy-needs-confirmation")
 
 
 def test_default_unknown_channel_user_only_reads(engine: PolicyEngine) -> None:
@@ -151,24 +159,24 @@ local_user_principal: null
 
 # --- limits -------------------------------------------------------------------------------------
 
-def test_gpu_limit_counts_ints_lists_and_spec(engine: PolicyEngine) -> None:
-    """GPUs arrive as a count, a list of ids or a spec's resources; each is held to the limit."""
-    assert engine.evaluate("agent", LAUNCH, {"gpus": 8}).decision == "allow"
-    for args, where in (({"gpus": 9}, "gpus"), ({"gpus": list(range(9))}, "gpus"),
-                        ({"spec": {"resources": {"gpus": 16}}}, "spec.resources.gpus")):
-        v = engine.evaluate("agent", LAUNCH, args)
-        assert (v.decision, v.rule) == ("deny", "limits.max_gpus_per_job")
-        assert v.reasons[0].startswith(where) and "8 or fewer" in v.reasons[0]
+def test_gpu_limit_judges_what_each_launch_claims(engine: PolicyEngine) -> None:
+    """Every launch a call claims is held to the limit, and the reason names which one asks."""
+    assert engine.evaluate("agent", LAUNCH, {}, launch(gpus=8)).decision == "allow"
+    claims = Claims(launches=[Launch(where="items[0]", gpus=2), Launch(where="items[1]", gpus=16)])
+    v = engine.evaluate("agent", LAUNCH, {}, claims)
+    assert (v.decision, v.rule) == ("deny", "limits.max_gpus_per_job")
+    assert v.reasons == [v.reasons[0]] and v.reasons[0].startswith("items[1] asks for 16 GPUs")
+    assert "8 or fewer" in v.reasons[0]
 
 
 def test_image_globs(engine: PolicyEngine) -> None:
     """Images must match an allowed glob; docker.io prefixes and digests normalise."""
     for ok in ("pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime", "nvcr.io/nvidia/pytorch:24.05-py3",
                "docker.io/library/python:3.11", "pytorch/pytorch@sha256:abc"):
-        assert engine.evaluate("agent", LAUNCH, {"image": ok}).decision == "allow", ok
-    v = engine.evaluate("agent", LAUNCH, {"spec": {"environment": {"image": "evil/miner:latest"}}})
+        assert engine.evaluate("agent", LAUNCH, {}, launch(image=ok)).decision == "allow", ok
+    v = engine.evaluate("agent", LAUNCH, {}, launch(where="spec", image="evil/miner:latest"))
     assert (v.decision, v.rule) == ("deny", "limits.allowed_images")
-    assert "spec.environment.image 'evil/miner:latest'" in v.reasons[0]
+    assert "spec: image 'evil/miner:latest'" in v.reasons[0]
     assert "add a pattern" in v.reasons[0]
     assert not image_allowed("pytorch/pytorch-evil:1", ["pytorch/pytorch:*"])
 
@@ -184,44 +192,38 @@ def test_mount_roots_expand_and_block_escapes(tmp_path: Path, home: Path,
 limits:
   allowed_mount_roots: ["~", "$NIGHTSHIFT_HOME/datasets"]
 """)))
-    allowed = [{"source": "~/data", "target": "/data"}, f"{home}/datasets/mnist:/mnt:ro",
-               {"src": str(tmp_path / "user")}]
-    assert eng.evaluate("alice", LAUNCH, {"mounts": allowed}).decision == "allow"
-    for bad in (f"{tmp_path}/outside:/x", "~/../outside:/x", "~/link:/x",
-                {"host_path": f"{home}/other"}):
-        v = eng.evaluate("alice", LAUNCH, {"mounts": [bad]})
+    allowed = ["~/data", f"{home}/datasets/mnist", str(tmp_path / "user")]
+    assert eng.evaluate("alice", LAUNCH, {}, launch(mounts=allowed)).decision == "allow"
+    for bad in (f"{tmp_path}/outside", "~/../outside", "~/link", f"{home}/other"):
+        v = eng.evaluate("alice", LAUNCH, {}, launch(where="spec", mounts=[bad]))
         assert (v.decision, v.rule) == ("deny", "limits.allowed_mount_roots"), bad
-        assert "mounts[0]" in v.reasons[0] and "add its root" in v.reasons[0]
-    v = eng.evaluate("alice", LAUNCH, {"volumes": {str(tmp_path / "outside"): {"bind": "/x"}}})
-    assert v.rule == "limits.allowed_mount_roots"
+        assert f"spec mounts '{bad}'" in v.reasons[0] and "add its root" in v.reasons[0]
     assert str(tmp_path / "user") in eng.limits()["allowed_mount_roots"]
 
 
 def test_runtime_limit(engine: PolicyEngine) -> None:
-    """A timeout beyond max_runtime_min is denied, whether top-level or in the spec."""
-    assert engine.evaluate("agent", LAUNCH, {"timeout_min": 4320}).decision == "allow"
-    for args in ({"timeout_min": 5000}, {"max_runtime_min": 5000},
-                 {"spec": {"timeout_min": 10_000.5}}):
-        v = engine.evaluate("agent", LAUNCH, args)
-        assert (v.decision, v.rule) == ("deny", "limits.max_runtime_min")
-        assert "checkpoint and resume" in v.reasons[0]
+    """A timeout beyond max_runtime_min is denied."""
+    assert engine.evaluate("agent", LAUNCH, {}, launch(runtime_min=4320)).decision == "allow"
+    v = engine.evaluate("agent", LAUNCH, {}, launch(runtime_min=10_000.5))
+    assert (v.decision, v.rule) == ("deny", "limits.max_runtime_min")
+    assert "checkpoint and resume" in v.reasons[0]
 
 
 def test_all_limit_violations_reported_first_one_names_rule(engine: PolicyEngine) -> None:
     """A call breaking several limits hears about all of them at once."""
-    v = engine.evaluate("agent", LAUNCH, {"gpus": 64, "image": "x:1", "timeout_min": 1e6})
+    v = engine.evaluate("agent", LAUNCH, {}, launch(gpus=64, image="x:1", runtime_min=1e6))
     assert v.rule == "limits.max_gpus_per_job" and len(v.reasons) == 3
 
 
 def test_read_skills_are_never_blocked_by_limits(engine: PolicyEngine) -> None:
     """A read skill (config_validator) may look at an over-limit spec to advise about it."""
-    args = {"spec": {"resources": {"gpus": 64}, "environment": {"image": "evil:1"}}}
-    assert engine.evaluate("slack:U9", READ, args).decision == "allow"
+    claims = launch(gpus=64, image="evil:1")
+    assert engine.evaluate("slack:U9", READ, {}, claims).decision == "allow"
 
 
 def test_limits_apply_to_local_users_too(engine: PolicyEngine) -> None:
     """Limits bind every principal, including the operator at the keyboard."""
-    assert engine.evaluate("alice", LAUNCH, {"gpus": 9}).rule == "limits.max_gpus_per_job"
+    assert engine.evaluate("alice", LAUNCH, {}, launch(gpus=9)).rule == "limits.max_gpus_per_job"
 
 
 # --- approval rules -----------------------------------------------------------------------------
@@ -316,8 +318,8 @@ limits: {allowed_mount_roots: ["$NIGHTSHIFT_HOME"]}
 """)))
     monkeypatch.setenv("NIGHTSHIFT_HOME", str(tmp_path / "h1"))
     assert eng.limits()["allowed_mount_roots"] == [os.path.realpath(tmp_path / "h1")]
-    assert eng.evaluate("alice", LAUNCH, {"mounts": [f"{tmp_path}/h1/x:/x"]}).decision == "allow"
-    assert eng.evaluate("alice", LAUNCH, {"mounts": [f"{tmp_path}/h2/x:/x"]}).decision == "deny"
+    assert eng.evaluate("alice", LAUNCH, {}, launch(mounts=[f"{tmp_path}/h1/x"])).decision == "allow"
+    assert eng.evaluate("alice", LAUNCH, {}, launch(mounts=[f"{tmp_path}/h2/x"])).decision == "deny"
 
 
 def test_limits_apply_to_a_spec_given_by_path(tmp_path):
@@ -328,7 +330,9 @@ def test_limits_apply_to_a_spec_given_by_path(tmp_path):
     spec = tmp_path / "s.yaml"
     spec.write_text("name: big\ncommand: [python, t.py]\nresources: {gpus: 64}\n"
                     "environment: {image: 'evil/miner:latest'}\n")
-    verdict = PolicyEngine().evaluate("agent", get_skill("submit_job"), {"spec_path": str(spec)})
+    submit = get_skill("submit_job")
+    inp = submit.parse({"spec_path": str(spec)})
+    verdict = PolicyEngine().evaluate("agent", submit, {"spec_path": str(spec)}, inp.claims())
     assert verdict.decision == "deny"
     assert verdict.rule == "limits.max_gpus_per_job"
     assert any("evil/miner" in r for r in verdict.reasons)

@@ -1,4 +1,5 @@
-"""The gate: kill switch, verdict, approval and the skill call, each step audited."""
+"""The gate: `Gate.call` validates, decides on typed claims, audits, and runs or parks the call
+under an approval that is spent once, on exactly the call (and file contents) it was given for."""
 
 from __future__ import annotations
 
@@ -6,25 +7,50 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from pydantic import BaseModel, ConfigDict
+import yaml
+from pydantic import BaseModel
 
 from nightshift.policies import killswitch
 from nightshift.policies.approvals import Approvals
 from nightshift.policies.audit import AuditLog
 from nightshift.policies.engine import PolicyEngine
 from nightshift.policies.gate import Gate
+from nightshift.policies.model import Policy, load_policy
 from nightshift.runtime.config import Settings
-from nightshift.runtime.errors import ApprovalRejected, Paused, PolicyDenied, SkillFailed
-from nightshift.runtime.store import Store
-from nightshift.skills.base import Skill, SkillContext, skill
+from nightshift.runtime.errors import (
+    ApprovalRejected,
+    ApprovalRequired,
+    BadArguments,
+    Paused,
+    PolicyDenied,
+    SkillFailed,
+)
+from nightshift.runtime.store import Job, Store
+from nightshift.skills.base import Claims, Launch, Skill, SkillContext, SkillInput, skill
 
 T0 = datetime(2026, 12, 2, 3, 0)
 RAN: list[str] = []
 
 
-class Args(BaseModel):
-    model_config = ConfigDict(extra="allow")
+class Args(SkillInput):
+    gpus: int = 0
+    job_id: int | None = None
     fail: bool = False
+
+    def claims(self) -> Claims:
+        return Claims(launches=[Launch(where="args", gpus=self.gpus)],
+                      jobs=[self.job_id] if self.job_id is not None else [])
+
+
+class Odd(SkillInput):
+    accelerators: int
+
+    def claims(self) -> Claims:
+        return Claims(launches=[Launch(where="accelerators", gpus=self.accelerators)])
+
+
+class Plain(BaseModel):
+    gpus: int = 0
 
 
 class Done(BaseModel):
@@ -33,8 +59,7 @@ class Done(BaseModel):
 
 
 def make_skill(name: str, capability: str) -> Skill:
-    """A tiny skill built with the real decorator (which registers nothing: the built-ins are an
-    explicit table)."""
+    """A tiny skill built with the real decorator (which registers nothing)."""
 
     def fn(ctx: SkillContext, inp: Args) -> Done:
         """Record that it ran; fail on request (test skill)."""
@@ -43,8 +68,7 @@ def make_skill(name: str, capability: str) -> Skill:
         RAN.append(name)
         return Done(skill=name, args=inp.model_dump(exclude={"fail"}))
 
-    made = skill(name, capability=capability)(fn)  # type: ignore[arg-type]
-    return made
+    return skill(name, capability=capability)(fn)  # type: ignore[arg-type]
 
 
 READ = make_skill("test_gate_read", "read")
@@ -53,10 +77,10 @@ DESTROY = make_skill("test_gate_destroy", "destroy")
 
 
 class World:
-    def __init__(self, home: Path):
+    def __init__(self, home: Path, policy: Policy | None = None):
         self.store = Store(f"sqlite:///{home / 'ns.db'}")
         self.audit = AuditLog(self.store, home / "audit.anchor", clock=lambda: T0)
-        self.engine = PolicyEngine()
+        self.engine = PolicyEngine(policy)
         self.approvals = Approvals(self.store, self.audit, engine=self.engine)
         self.gate = Gate(self.engine, self.audit, self.approvals, self.store)
         self.settings = Settings(home=str(home))
@@ -64,6 +88,10 @@ class World:
     def ctx(self, principal: str, call_id: str, now: datetime = T0) -> SkillContext:
         return SkillContext(store=self.store, settings=self.settings, now=now, call_id=call_id,
                             principal=principal, policy_limits=self.engine.limits())
+
+    def call(self, principal: str, sk: Skill, args: dict, call_id: str = "c1",
+             now: datetime = T0, **kw):
+        return self.gate.call(self.ctx(principal, call_id, now), sk, args, **kw)
 
     def actions(self) -> list[str]:
         return [e.action for e in self.audit.events()]
@@ -76,94 +104,182 @@ def w(home: Path) -> World:
 
 
 def test_allowed_call_runs_and_is_audited(w: World) -> None:
-    """The normal path: verdict, start and result are recorded with who, what and the rule."""
-    args = {"gpus": 1, "job_id": 9}
-    v = w.gate.check("agent", LAUNCH, args, "c1", T0)
-    assert v.decision == "allow"
-    out = w.gate.run(w.ctx("agent", "c1"), LAUNCH, args, v)
+    """The normal path: verdict (with the claims), start and result, with who, what and rule."""
+    out = w.call("agent", LAUNCH, {"gpus": 1, "job_id": 9})
     assert out == Done(skill="test_gate_launch", args={"gpus": 1, "job_id": 9})
     events = w.audit.events()
     assert [e.action for e in events] == ["policy.verdict", "skill.start", "skill.result"]
     assert all((e.actor, e.call_id, e.job_id, e.skill) == ("agent", "c1", 9, "test_gate_launch")
                for e in events)
-    assert events[0].payload["rule"] == "roles.agent" and events[0].payload["args"] == args
+    verdict = events[0].payload
+    assert verdict["rule"] == "roles.agent"
+    assert verdict["args"] == {"gpus": 1, "job_id": 9, "fail": False}  # canonical: defaults in
+    assert verdict["claims"]["launches"][0]["gpus"] == 1
     assert events[2].payload == {"ok": True, "result": out.model_dump(mode="json")}
     assert w.audit.verify().ok
 
 
-def test_denied_call_never_runs(w: World) -> None:
-    """A deny verdict handed to `run` anyway refuses before the skill is touched."""
-    v = w.gate.check("agent", LAUNCH, {"gpus": 99}, "c1", T0)
-    assert (v.decision, v.rule) == ("deny", "limits.max_gpus_per_job")
-    with pytest.raises(PolicyDenied, match="limits.max_gpus_per_job"):
-        w.gate.run(w.ctx("agent", "c1"), LAUNCH, {"gpus": 99}, v)
+def test_bad_arguments_are_refused_before_any_verdict(w: World) -> None:
+    with pytest.raises(BadArguments, match="gpus"):
+        w.call("agent", LAUNCH, {"gpus": "many"})
+    with pytest.raises(BadArguments, match="unknown argument"):
+        w.call("agent", LAUNCH, {"gpu_count": 99})
+    assert RAN == [] and w.actions() == ["skill.bad_arguments", "skill.bad_arguments"]
+
+
+def test_limits_judge_the_claims_not_argument_names(w: World) -> None:
+    """A skill whose field is called `accelerators` still claims GPUs: the limit applies."""
+    def odd(ctx: SkillContext, inp: Odd) -> Done:
+        """Launches on many accelerators (test skill)."""
+        RAN.append("odd")
+        return Done(skill="odd", args={})
+
+    odd_skill = skill("test_odd", capability="launch")(odd)  # type: ignore[arg-type]
+    with pytest.raises(PolicyDenied, match="accelerators asks for 99 GPUs"):
+        w.call("agent", odd_skill, {"accelerators": 99})
     assert RAN == [] and w.actions() == ["policy.verdict", "skill.refused"]
+
+
+def test_a_non_read_skill_must_declare_its_claims() -> None:
+    def fn(ctx: SkillContext, inp: Plain) -> Done:
+        """Would launch without saying what it claims (test skill)."""
+        return Done(skill="x", args={})
+
+    with pytest.raises(TypeError, match="must derive from SkillInput and define claims"):
+        skill("test_unclaimed", capability="launch")(fn)  # type: ignore[arg-type]
+    assert skill("test_plain_read", capability="read")(fn).capability == "read"  # type: ignore[arg-type]
 
 
 def test_kill_switch_denies_launch_but_allows_read(w: World, home: Path) -> None:
     """`nightshift pause` stops every action but reads, in every process, until resume."""
     killswitch.pause(w.store, w.audit, "alice", "GPU fire drill")
-    other_process = Store(f"sqlite:///{home / 'ns.db'}")
-    assert killswitch.is_paused(other_process)
-    v = w.gate.check("alice", LAUNCH, {}, "c1", T0)
-    assert (v.decision, v.rule) == ("deny", "kill_switch")
-    assert "paused by alice (GPU fire drill)" in v.reasons[0]
-    assert "`nightshift resume`" in v.reasons[0]
-    v = w.gate.check("alice", READ, {}, "c2", T0)
-    assert v.decision == "allow"
-    w.gate.run(w.ctx("alice", "c2"), READ, {}, v)
+    assert killswitch.is_paused(Store(f"sqlite:///{home / 'ns.db'}"))
+    with pytest.raises(Paused, match=r"paused by alice \(GPU fire drill\).*nightshift resume"):
+        w.call("alice", LAUNCH, {}, "c1")
+    w.call("alice", READ, {}, "c2")
     assert RAN == ["test_gate_read"]
     assert killswitch.resume(w.store, w.audit, "bob") is True
-    assert not killswitch.is_paused(other_process)
-    assert w.gate.check("alice", LAUNCH, {}, "c3", T0).decision == "allow"
-    assert "kill_switch.pause" in w.actions() and "kill_switch.resume" in w.actions()
-    assert killswitch.resume(w.store, w.audit, "bob") is False
+    w.call("alice", LAUNCH, {}, "c3")
+    assert RAN == ["test_gate_read", "test_gate_launch"]
 
 
-def test_pause_between_check_and_run_stops_the_call(w: World) -> None:
-    """A call allowed (or approved) before the switch went on must not run after it."""
-    v = w.gate.check("agent", LAUNCH, {}, "c1", T0)
-    killswitch.pause(w.store, w.audit, "alice", "stop everything")
-    with pytest.raises(Paused, match="paused by alice"):
-        w.gate.run(w.ctx("agent", "c1"), LAUNCH, {}, v)
-    assert RAN == [] and w.actions()[-1] == "skill.refused"
-
-
-def test_destroy_runs_only_after_another_principal_approves(w: World) -> None:
-    """needs_approval → request → pending refuses → approved by someone else → runs once."""
-    args = {"job_id": 4}
-    v = w.gate.check("agent", DESTROY, args, "c1", T0)
-    assert (v.decision, v.quorum) == ("needs_approval", 1)
-    appr = w.gate.request_approval("agent", DESTROY, args, "c1", v, T0, thread_id="t1")
-    assert appr.expires_at == T0 + timedelta(minutes=60) and appr.rule == v.rule
-    with pytest.raises(PolicyDenied, match="still pending"):
-        w.gate.run(w.ctx("agent", "c1"), DESTROY, args, v)
-    w.approvals.vote(appr.id, "alice", True, T0 + timedelta(minutes=1))
+def test_destroy_waits_for_another_principal_then_runs_once(w: World) -> None:
+    """The agent's destroy: ApprovalRequired → pending → approved by alice → the same call id
+    runs it once; calling again returns the recorded result without running it again."""
+    with w.store.session() as s:
+        s.merge(Job(id=4, name="victim", spec={}, owner="bob", priority=7))
+    with pytest.raises(ApprovalRequired) as info:
+        w.call("agent", DESTROY, {"job_id": 4}, "c1")
+    aid = info.value.approval_id
+    appr = w.approvals.get(aid)
+    assert (appr.state, appr.requested_via, appr.expires_at) == ("pending", "api",
+                                                                 T0 + timedelta(minutes=60))
+    claims = w.audit.events(action="policy.verdict")[0].payload["claims"]
+    assert (claims["job_owners"], claims["max_job_priority"]) == (["bob"], 7)
+    with pytest.raises(ApprovalRequired):  # still pending: asking again asks nobody new
+        w.call("agent", DESTROY, {"job_id": 4}, "c1")
+    assert len(w.approvals.pending(T0)) == 1
+    with pytest.raises(PolicyDenied, match="cannot approve"):
+        w.approvals.vote(aid, "agent", True, T0)
+    w.approvals.vote(aid, "alice", True, T0 + timedelta(minutes=1))
     with pytest.raises(PolicyDenied, match="other arguments"):
-        w.gate.run(w.ctx("agent", "c1"), DESTROY, {"job_id": 5}, v)
-    w.gate.run(w.ctx("agent", "c1"), DESTROY, args, v)
-    assert RAN == ["test_gate_destroy"]
-    start = w.audit.events(action="skill.start")[0]
-    assert start.payload["approval_id"] == appr.id
+        w.call("agent", DESTROY, {"job_id": 5}, "c1")
+    first = w.call("agent", DESTROY, {"job_id": 4}, "c1")
+    again = w.call("agent", DESTROY, {"job_id": 4}, "c1")
+    assert RAN == ["test_gate_destroy"] and first == again
+    row = w.approvals.get(aid)
+    assert row.state == "executed" and row.result == first.model_dump(mode="json")
+    starts = w.audit.events(action="skill.start")
+    assert len(starts) == 1 and starts[0].payload["approval_id"] == aid
+    assert "approval.claimed" in w.actions() and "approval.executed" in w.actions()
 
 
 def test_rejected_or_expired_approval_stops_the_call(w: World) -> None:
-    """A rejection or an unanswered request ends the call with ApprovalRejected; nothing runs."""
-    v = w.gate.check("agent", DESTROY, {}, "c1", T0)
-    a = w.gate.request_approval("agent", DESTROY, {}, "c1", v, T0)
-    w.approvals.vote(a.id, "alice", False, T0)
+    with pytest.raises(ApprovalRequired) as info:
+        w.call("agent", DESTROY, {}, "c1")
+    w.approvals.vote(info.value.approval_id, "alice", False, T0)
     with pytest.raises(ApprovalRejected, match="rejected"):
-        w.gate.run(w.ctx("agent", "c1"), DESTROY, {}, v)
-    w.gate.request_approval("agent", DESTROY, {}, "c2", v, T0)
+        w.call("agent", DESTROY, {}, "c1")
+    with pytest.raises(ApprovalRequired):
+        w.call("agent", DESTROY, {}, "c2")
     with pytest.raises(ApprovalRejected, match="expired"):
-        w.gate.run(w.ctx("agent", "c2", now=T0 + timedelta(hours=2)), DESTROY, {}, v)
+        w.call("agent", DESTROY, {}, "c2", now=T0 + timedelta(hours=2))
     assert RAN == []
 
 
+def test_a_person_at_a_terminal_confirms_their_own_destroy(w: World) -> None:
+    """The card's human confirmation: the full request is shown, y runs it, audited as such."""
+    asked: list[dict] = []
+
+    def yes(req: dict) -> bool:
+        asked.append(req)
+        return True
+
+    w.call("alice", DESTROY, {"job_id": 3}, "c1", via="terminal", confirm=yes)
+    assert RAN == ["test_gate_destroy"]
+    assert asked[0]["skill"] == "test_gate_destroy" and asked[0]["args"]["job_id"] == 3
+    assert "approval.confirmed" in w.actions()
+    with pytest.raises(ApprovalRejected):
+        w.call("alice", DESTROY, {"job_id": 3}, "c2", via="terminal", confirm=lambda r: False)
+    assert RAN == ["test_gate_destroy"]
+    # The same person from a script (no terminal to answer at) needs someone else.
+    with pytest.raises(ApprovalRequired):
+        w.call("alice", DESTROY, {"job_id": 3}, "c3", via="api", confirm=None)
+
+
+def test_the_agent_never_confirms_for_itself(w: World) -> None:
+    with pytest.raises(ApprovalRequired):
+        w.call("agent", DESTROY, {}, "c1", via="terminal", confirm=lambda r: True)
+    assert RAN == []
+
+
+def test_two_person_rule_needs_others_even_at_a_terminal(home: Path) -> None:
+    data = yaml.safe_load(Path(load_policy.__code__.co_filename).with_name("default.yaml")
+                          .read_text())
+    data["approvals"].append({"id": "two-person", "capabilities": ["destroy"],
+                              "when": ["claims.max_job_priority >= 5"], "quorum": 2,
+                              "from_others": True})
+    RAN.clear()
+    w = World(home, Policy.model_validate(data))
+    with w.store.session() as s:
+        s.add(Job(id=1, name="low", spec={}, priority=1))
+        s.add(Job(id=2, name="high", spec={}, priority=9))
+    w.call("alice", DESTROY, {"job_id": 1}, "c1", via="terminal", confirm=lambda r: True)
+    with pytest.raises(ApprovalRequired) as info:
+        w.call("alice", DESTROY, {"job_id": 2}, "c2", via="terminal", confirm=lambda r: True)
+    assert info.value.quorum == 2 and info.value.rule == "two-person"
+    for voter in ("bob", "carol"):
+        w.approvals.vote(info.value.approval_id, voter, True, T0)
+    w.call("alice", DESTROY, {"job_id": 2}, "c2", via="terminal")
+    assert RAN == ["test_gate_destroy", "test_gate_destroy"]
+
+
+def test_an_approval_is_not_spent_on_a_changed_spec_file(w: World, tmp_path: Path) -> None:
+    """The file a call names is read and hashed once; editing it after the request voids the
+    approval (what was approved is not what would run)."""
+    from nightshift.skills.builtin import BUILTINS
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("name: s\ncommand: [python, train.py]\n")
+    policy = yaml.safe_load(Path(load_policy.__code__.co_filename).with_name("default.yaml")
+                            .read_text())
+    policy["approvals"].append({"id": "launch-ok", "capabilities": ["launch"], "quorum": 1})
+    w2 = World(tmp_path / "h", Policy.model_validate(policy))
+    submit = BUILTINS["submit_job"]
+    with pytest.raises(ApprovalRequired) as info:
+        w2.call("agent", submit, {"spec_path": str(spec)}, "c1")
+    row = w2.approvals.get(info.value.approval_id)
+    assert list(row.files) == [str(spec.resolve())]
+    w2.approvals.vote(row.id, "alice", True, T0)
+    spec.write_text("name: s\ncommand: [python, evil.py]\n")
+    with pytest.raises(PolicyDenied, match="changed since it was requested"):
+        w2.call("agent", submit, {"spec_path": str(spec)}, "c1")
+    spec.write_text("name: s\ncommand: [python, train.py]\n")
+    assert w2.call("agent", submit, {"spec_path": str(spec)}, "c1").job_id == 1
+
+
 def test_skill_failure_is_audited_and_raised(w: World) -> None:
-    """A failing skill leaves a result event with the error, then reports the failure."""
-    v = w.gate.check("agent", LAUNCH, {"fail": True}, "c1", T0)
     with pytest.raises(SkillFailed):
-        w.gate.run(w.ctx("agent", "c1"), LAUNCH, {"fail": True}, v)
+        w.call("agent", LAUNCH, {"fail": True})
     result = w.audit.events(action="skill.result")[0]
     assert result.payload == {"ok": False, "error": "SkillFailed: asked to fail"}

@@ -110,5 +110,5 @@ def test_an_entry_point_cannot_replace_a_built_in(tmp_path, monkeypatch, home):
     assert BUILTINS["cancel_job"].capability == "destroy"
     for args in (["skills"], ["skill", "cancel_job", "--arg", "job_id=1"]):
         res = nightshift(*args, env=env)
-        assert res.returncode == 2 and "evil-skill" in res.stderr, (args, res.stdout, res.stderr)
+        assert res.returncode == 5 and "evil-skill" in res.stderr, (args, res.stdout, res.stderr)
         assert "Traceback" not in res.stderr

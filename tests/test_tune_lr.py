@@ -18,7 +18,7 @@ import pytest
 from sqlmodel import select
 
 from nightshift.runtime.config import Settings
-from nightshift.runtime.errors import SkillFailed, SkillInputError
+from nightshift.runtime.errors import BadArguments, SkillFailed
 from nightshift.runtime.store import Attempt, AuditEvent, CheckpointRecord, Job, MetricPoint, Store
 from nightshift.skills.base import SkillContext, get_skill
 from nightshift.skills.tune_lr import TuneLrResult, read_metrics_jsonl, tune_lr
@@ -258,11 +258,11 @@ def test_without_checkpoints_or_lr_the_proposal_says_what_to_do(ctx):
 
 def test_bad_arguments_are_refused(ctx):
     """Exactly one history source; parameters within their ranges."""
-    with pytest.raises(SkillInputError):
+    with pytest.raises(BadArguments):
         tune_lr(ctx, {})
-    with pytest.raises(SkillInputError):
+    with pytest.raises(BadArguments):
         tune_lr(ctx, {"points": [], "job_id": 1})
-    with pytest.raises(SkillInputError):
+    with pytest.raises(BadArguments):
         tune_lr(ctx, {"points": [], "factor": 2})
     assert tune_lr(ctx, {"points": []}).reasoning == ["the history has no points: nothing to decide"]
 

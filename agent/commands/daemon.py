@@ -6,9 +6,8 @@ import signal
 
 import typer
 
-from nightshift.agent.console import console, error
+from nightshift.agent.console import console
 from nightshift.agent.wiring import Wiring
-from nightshift.runtime.errors import NightshiftError
 
 
 def daemon(config: str | None = typer.Option(None, "--config"),
@@ -17,18 +16,14 @@ def daemon(config: str | None = typer.Option(None, "--config"),
     while it is down; the next daemon re-attaches to them. See README for a systemd unit."""
     from nightshift.agent.daemon import Daemon  # LangGraph: imported by the commands that use it
 
-    try:
-        w = Wiring.load(config)
-        d = Daemon(w, on_progress=lambda kind, data: kind == "recover" and console.print(
-            f"recovering job {data['job_id']} (thread {data['thread']})"))
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: d.stop_event.set())
-        console.print(f"nightshift daemon on {w.settings.store_url} (Ctrl-C to stop)")
-        d.run(max_ticks=max_ticks)
-        console.print("daemon stopped; runs continue and are re-attached at the next start")
-    except NightshiftError as exc:
-        error(str(exc))
-        raise typer.Exit(exc.exit_code) from None
+    w = Wiring.load(config)
+    d = Daemon(w, on_progress=lambda kind, data: kind == "recover" and console.print(
+        f"recovering job {data['job_id']} (thread {data['thread']})"))
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: d.stop_event.set())
+    console.print(f"nightshift daemon on {w.settings.store_url} (Ctrl-C to stop)")
+    d.run(max_ticks=max_ticks)
+    console.print("daemon stopped; runs continue and are re-attached at the next start")
 
 
 def register(app: typer.Typer) -> None:

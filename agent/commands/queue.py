@@ -14,7 +14,7 @@ from nightshift.agent.api import Client
 from nightshift.agent.console import console, error, table
 from nightshift.agent.shell import parse_key_values
 from nightshift.agent.wiring import Wiring
-from nightshift.runtime.errors import NightshiftError, SpecError
+from nightshift.runtime.errors import SpecError
 from nightshift.runtime.spec import load_spec
 from nightshift.runtime.store import Attempt, Job
 
@@ -39,32 +39,28 @@ def submit(spec: Path = typer.Argument(..., help="Experiment spec (YAML)"),
            as_json: bool = typer.Option(False, "--json"),
            config: str | None = typer.Option(None, "--config")) -> None:
     """Queue a job — or one per trial of the spec's search_space grid — and return at once."""
-    try:
-        client = Client(Wiring.load(config))
-        parsed = load_spec(spec)
-        check = client.call("config_validator", {"path": str(spec.resolve())})
-        if not check.valid:  # type: ignore[attr-defined]
-            for e in check.errors:  # type: ignore[attr-defined]
-                error(f"{spec}: field '{e.field}': {e.message}")
-            raise typer.Exit(2)
-        if cost not in (None, "urgent", "cost_sensitive"):
-            raise SpecError(f"--cost {cost!r}: use urgent or cost_sensitive")
-        overrides = parse_key_values(param, "--param")
-        trials = [{**t, **overrides} for t in parsed.grid()]
-        group = f"{parsed.name}-{uuid.uuid4().hex[:8]}" if len(trials) > 1 else None
-        items: list[dict[str, Any]] = []
-        for params in trials:
-            args: dict[str, Any] = {"spec_path": str(spec.resolve()), "params": params,
-                                    "group": group, "cost_class": cost}
-            if priority is not None:
-                args["priority"] = _priority(priority)
-            items.append(args)
-        # One trial is one submit_job; a sweep's trials are one decision, all or none.
-        ids = (client.submit_many(items) if len(items) > 1 else
-               [client.call("submit_job", items[0]).job_id])  # type: ignore[attr-defined]
-    except NightshiftError as exc:
-        error(str(exc))
-        raise typer.Exit(exc.exit_code) from None
+    client = Client(Wiring.load(config))
+    parsed = load_spec(spec)
+    check = client.call("config_validator", {"path": str(spec.resolve())})
+    if not check.valid:  # type: ignore[attr-defined]
+        for e in check.errors:  # type: ignore[attr-defined]
+            error(f"{spec}: field '{e.field}': {e.message}")
+        raise typer.Exit(2)
+    if cost not in (None, "urgent", "cost_sensitive"):
+        raise SpecError(f"--cost {cost!r}: use urgent or cost_sensitive")
+    overrides = parse_key_values(param, "--param")
+    trials = [{**t, **overrides} for t in parsed.grid()]
+    group = f"{parsed.name}-{uuid.uuid4().hex[:8]}" if len(trials) > 1 else None
+    items: list[dict[str, Any]] = []
+    for params in trials:
+        args: dict[str, Any] = {"spec_path": str(spec.resolve()), "params": params,
+                                "group": group, "cost_class": cost}
+        if priority is not None:
+            args["priority"] = _priority(priority)
+        items.append(args)
+    # One trial is one submit_job; a sweep's trials are one decision, all or none.
+    ids = (client.submit_many(items) if len(items) > 1 else
+           [client.call("submit_job", items[0]).job_id])  # type: ignore[attr-defined]
     if as_json:
         print(json.dumps({"job_ids": ids, "group": group}))
     else:

@@ -17,7 +17,6 @@ from rich.markup import escape
 from nightshift.agent.commands.diagnose import readable_file, say
 from nightshift.agent.console import error
 from nightshift.agent.shell import call_or_exit, parse_key_values
-from nightshift.runtime.errors import NightshiftError
 from nightshift.skills.tune_lr import read_metrics_jsonl
 
 MODES = ("auto", "divergence", "plateau", "range_test")
@@ -82,11 +81,7 @@ def register(app: typer.Typer) -> None:
         except OSError as exc:
             error(f"{path}: cannot be read ({exc.strerror or exc})")
             raise typer.Exit(2) from None
-        try:
-            args = parse_key_values(arg)
-        except NightshiftError as exc:
-            error(str(exc))
-            raise typer.Exit(exc.exit_code) from None
+        args = parse_key_values(arg)
         args.update({"mode": mode, "points": points, "current_lr": lr, "knob": knob,
                      "checkpoint_steps": sorted(set(checkpoint)) or None})
         result = call_or_exit(config, "tune_lr", args)
