@@ -9,7 +9,6 @@ second recovery, and a recovery waiting for approval simply waits across restart
 
 from __future__ import annotations
 
-import fcntl
 import os
 import threading
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from nightshift.agent.goals import recover_goal
 from nightshift.agent.graph import build_graph, sqlite_checkpointer
 from nightshift.agent.planner import DeterministicPlanner, Planner
 from nightshift.agent.wiring import Wiring, local_now
+from nightshift.runtime import locks
 from nightshift.runtime.errors import OperatorError
 
 
@@ -30,41 +30,25 @@ class DaemonLock:
 
     def __init__(self, home: Path):
         self.path = home / "daemon.lock"
-        self._fd: int | None = None
+        self._held: locks.Held | None = None
 
     def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+        held = locks.try_exclusive(self.path)
+        if held is None:
             raise OperatorError(f"another nightshift daemon holds {self.path} (pid "
-                                f"{self.path.read_text().strip() or '?'}); stop it first") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
-        self._fd = fd
+                                f"{locks.note(self.path) or '?'}); stop it first")
+        held.write_note(str(os.getpid()))
+        self._held = held
 
     def release(self) -> None:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+        if self._held is not None:
+            self._held.release()
+            self._held = None
 
     @staticmethod
     def held(home: Path) -> bool:
         """Whether a live daemon holds the lock (a stale file from a killed one does not count)."""
-        path = home / "daemon.lock"
-        if not path.exists():
-            return False
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        finally:
-            os.close(fd)
-        return False
+        return locks.is_held(home / "daemon.lock")
 
 
 class Daemon:

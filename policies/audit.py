@@ -19,15 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
+from sqlalchemy import insert
 from sqlmodel import Session, col, select
 
+from nightshift.runtime import locks
 from nightshift.runtime.errors import StoreError
 from nightshift.runtime.store import AuditEvent, Store, dumps, utcnow
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - not POSIX
-    fcntl = None  # type: ignore[assignment]
 
 GENESIS = "0" * 64
 _PAGE = 1000
@@ -113,24 +110,41 @@ class AuditLog:
                payload: dict[str, Any] | None = None,
                ts: str | datetime | None = None) -> AuditEvent:
         """Append one event; safe from several processes at once. Returns the stored event."""
-        stamp = iso_utc(ts) if isinstance(ts, datetime) else (ts or self.now_iso())
-        # Canonical round trip: what is hashed is exactly what the JSON column gives back.
-        body = json.loads(dumps(payload or {}))
+        return self.append_many([{"actor": actor, "action": action, "skill": skill,
+                                  "call_id": call_id, "job_id": job_id, "payload": payload,
+                                  "ts": ts}])[0]
+
+    def append_many(self, items: list[dict[str, Any]]) -> list[AuditEvent]:
+        """Append several events (each with append's keywords) in one write transaction: one
+        call's verdict and start land together, chained in order."""
+        rows = []
+        for it in items:
+            ts = it.get("ts")
+            stamp = iso_utc(ts) if isinstance(ts, datetime) else (ts or self.now_iso())
+            # Canonical round trip: what is hashed is exactly what the JSON column gives back.
+            body = json.loads(dumps(it.get("payload") or {}))
+            rows.append({"ts": stamp, "actor": it["actor"], "action": it["action"],
+                         "skill": it.get("skill"), "call_id": it.get("call_id"),
+                         "job_id": it.get("job_id"), "payload": body})
+        table = AuditEvent.__table__  # type: ignore[attr-defined]
         with write_transaction(self.store, AuditEvent.__tablename__) as s:
-            last = s.exec(select(AuditEvent).order_by(col(AuditEvent.id).desc()).limit(1)).first()
-            prev = last.hash if last else GENESIS
-            ev = AuditEvent(ts=stamp, actor=actor, action=action, skill=skill, call_id=call_id,
-                            job_id=job_id, payload=body, prev_hash=prev,
-                            hash=event_hash(prev, stamp, actor, action, skill, call_id, job_id,
-                                            body))
-            s.add(ev)
-            s.flush()
-        assert ev.id is not None
+            conn = s.connection()
+            last = conn.execute(select(table.c.hash).order_by(table.c.id.desc()).limit(1)).first()
+            prev = last[0] if last else GENESIS
+            for r in rows:
+                r["prev_hash"] = prev
+                r["hash"] = prev = event_hash(prev, r["ts"], r["actor"], r["action"], r["skill"],
+                                              r["call_id"], r["job_id"], r["payload"])
+            ids = conn.execute(insert(table).returning(table.c.id, sort_by_parameter_order=True),
+                               rows).scalars().all()
+        events = [AuditEvent(id=i, **r) for i, r in zip(ids, rows, strict=True)]
+        newest = events[-1]
+        assert newest.id is not None
         if self._depth:
-            self._deferred = (ev.id, ev.hash)
+            self._deferred = (newest.id, newest.hash)
         else:
-            self._write_anchor(ev.id, ev.hash)
-        return ev
+            self._write_anchor(newest.id, newest.hash)
+        return events
 
     def events(self, *, actor: str | None = None, action: str | None = None,
                skill: str | None = None, call_id: str | None = None, job_id: int | None = None,
@@ -223,9 +237,7 @@ class AuditLog:
         path = self.anchor_path
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path.with_name(path.name + ".lock"), "a") as lock:
-                if fcntl is not None:
-                    fcntl.flock(lock, fcntl.LOCK_EX)
+            with locks.exclusive(path.with_name(path.name + ".lock"), error=StoreError):
                 current = self.anchor()
                 if current is not None and current["id"] >= event_id:
                     return

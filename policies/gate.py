@@ -63,15 +63,19 @@ class Gate:
         with self.audit.batch():
             skill = get_skill(skill) if isinstance(skill, str) else skill
             inp, canonical, files, claims = self._resolve(ctx, skill, args)
-            verdict = self._verdict(ctx, skill, canonical, claims)
+            verdict, event = self._verdict(ctx, skill, canonical, claims)
             if on_verdict is not None:
                 on_verdict(verdict)
             if verdict.decision == "deny":
                 exc_type = Paused if verdict.rule == "kill_switch" else PolicyDenied
                 self._refuse(ctx, skill, canonical, exc_type(
-                    f"{skill.name}: denied by {verdict.rule}: " + "; ".join(verdict.reasons)))
+                    f"{skill.name}: denied by {verdict.rule}: " + "; ".join(verdict.reasons)),
+                    before=[event])
             approval = None
+            if verdict.decision == "allow":  # the verdict and the start in one transaction
+                return self._run(ctx, skill, inp, canonical, verdict, None, before=[event])
             if verdict.decision == "needs_approval":
+                self.audit.append_many([event])
                 approval = self._approval(ctx, skill, canonical, files, verdict, via, thread_id,
                                           confirm)
                 if approval.state == "executed":  # carried out already (by us before, or the loop)
@@ -116,7 +120,8 @@ class Gate:
         return inp, inp.model_dump(mode="json"), files, claims
 
     def _verdict(self, ctx: SkillContext, skill: Skill, canonical: dict[str, Any],
-                 claims: Claims) -> Verdict:
+                 claims: Claims) -> tuple[Verdict, dict[str, Any]]:
+        """The verdict and its audit event (appended by the caller with what follows it)."""
         paused = pause_info(self.store) if skill.capability != "read" else None
         if paused is not None:
             verdict = Verdict(decision="deny", rule="kill_switch", reasons=[
@@ -124,19 +129,16 @@ class Gate:
                 f"{skill.capability} skills run again"])
         else:
             verdict = self.engine.evaluate(ctx.principal, skill, canonical, claims)
-        self.audit.append(ctx.principal, "policy.verdict", skill=skill.name, call_id=ctx.call_id,
-                          job_id=job_id_of(canonical), ts=ctx.now, payload={
-                              "skill": skill.name, "capability": skill.capability,
-                              "args": canonical, "claims": claims.model_dump(mode="json"),
-                              "decision": verdict.decision, "rule": verdict.rule,
-                              "reasons": verdict.reasons, "quorum": verdict.quorum,
-                              "expires_min": verdict.expires_min})
-        return verdict
+        return verdict, _event(ctx, skill, canonical, "policy.verdict", {
+            "skill": skill.name, "capability": skill.capability, "args": canonical,
+            "claims": claims.model_dump(mode="json"), "decision": verdict.decision,
+            "rule": verdict.rule, "reasons": verdict.reasons, "quorum": verdict.quorum,
+            "expires_min": verdict.expires_min})
 
     def _refuse(self, ctx: SkillContext, skill: Skill, canonical: dict[str, Any],
-                exc: Exception) -> None:
-        self.audit.append(ctx.principal, "skill.refused", skill=skill.name, call_id=ctx.call_id,
-                          job_id=job_id_of(canonical), ts=ctx.now, payload={"error": str(exc)})
+                exc: Exception, before: list[dict[str, Any]] | None = None) -> None:
+        self.audit.append_many([*(before or []), _event(ctx, skill, canonical, "skill.refused",
+                                                        {"error": str(exc)})])
         raise exc
 
     def _approval(self, ctx: SkillContext, skill: Skill, canonical: dict[str, Any],
@@ -208,13 +210,13 @@ class Gate:
             time.sleep(0.1)  # another live process holds it; its result lands on the row
 
     def _run(self, ctx: SkillContext, skill: Skill, inp: BaseModel, canonical: dict[str, Any],
-             verdict: Verdict, approval: Approval | None) -> BaseModel:
-        """Run an allowed (or approved and claimed) call, auditing its start and result."""
-        self.audit.append(ctx.principal, "skill.start", skill=skill.name, call_id=ctx.call_id,
-                          job_id=job_id_of(canonical), ts=ctx.now, payload={
-                              "args": canonical, "capability": skill.capability,
-                              "rule": verdict.rule,
-                              "approval_id": approval.id if approval else None})
+             verdict: Verdict, approval: Approval | None,
+             before: list[dict[str, Any]] | None = None) -> BaseModel:
+        """Run an allowed (or approved and claimed) call, auditing its start and result: one
+        transaction before the side effect, one after."""
+        self.audit.append_many([*(before or []), _event(ctx, skill, canonical, "skill.start", {
+            "args": canonical, "capability": skill.capability, "rule": verdict.rule,
+            "approval_id": approval.id if approval else None})])
         try:
             result = skill.fn(ctx, inp)
         except Exception as exc:
@@ -234,6 +236,13 @@ class Gate:
             self.approvals.finish(approval.id, ok=True, result=out, error=None,  # type: ignore[arg-type]
                                   now=ctx.now)
         return result
+
+
+def _event(ctx: SkillContext, skill: Skill, canonical: dict[str, Any], action: str,
+           payload: dict[str, Any]) -> dict[str, Any]:
+    return {"actor": ctx.principal, "action": action, "skill": skill.name,
+            "call_id": ctx.call_id, "job_id": job_id_of(canonical), "ts": ctx.now,
+            "payload": payload}
 
 
 def _jsonable(args: dict[str, Any]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ at the same moment end with one schema. An up-to-date store costs one read.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import UTC, datetime
@@ -33,6 +34,16 @@ _SCHEMA_1_COLUMNS = {
 }
 # pg_advisory_xact_lock key serialising migrations on a PostgreSQL store ("nshtmigr").
 _PG_MIGRATE_LOCK = 0x6E7368746D696772
+
+
+def _lock_retries(budget_s: float) -> Iterator[float | None]:
+    """Waits between tries of a step that met a lock, within `budget_s`; None on the last."""
+    spent, wait = 0.0, 0.05
+    while spent + wait < budget_s:
+        yield wait
+        spent += wait
+        wait = min(wait * 2, 1.0)
+    yield None
 
 
 def utcnow() -> datetime:
@@ -239,9 +250,12 @@ class Store:
                 if _revisions(conn) == {HEAD}:
                     return
         except OperationalError as exc:
-            raise StoreError(f"cannot open the store at {self.url}: {exc.orig}. Check that the "
-                             "path or server is reachable and writable, or set store.url (or "
-                             "NIGHTSHIFT_HOME) to another store") from exc
+            # A fresh SQLite file that another process is switching to WAL (or migrating) is
+            # "locked" even to this read: decide under the migration lock instead, after it.
+            if "locked" not in str(exc.orig):
+                raise StoreError(f"cannot open the store at {self.url}: {exc.orig}. Check that the "
+                                 "path or server is reachable and writable, or set store.url (or "
+                                 "NIGHTSHIFT_HOME) to another store") from exc
         # Only here, and before the lock: loading Alembic takes longer than the read above.
         from alembic.config import Config
         from alembic.script import ScriptDirectory
@@ -251,7 +265,14 @@ class Store:
         known = {s.revision for s in ScriptDirectory.from_config(cfg).walk_revisions()}
         with self._migrate_lock():
             try:
-                self._migrate(cfg, known)
+                for wait in _lock_retries(self.busy_timeout_s):
+                    try:
+                        self._migrate(cfg, known)
+                        break
+                    except OperationalError as exc:  # a reader mid-way through its first open
+                        if "locked" not in str(exc.orig) or wait is None:
+                            raise
+                        time.sleep(wait)
             except OperationalError as exc:
                 raise StoreError(f"cannot bring the store at {self.url} to schema {HEAD}: "
                                  f"{exc.orig}; nothing was changed. Retry, or restore the store "
