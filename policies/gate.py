@@ -109,7 +109,7 @@ class Gate:
             raw = args.model_dump(mode="json") if isinstance(args, BaseModel) else dict(args)
             self.audit.append(ctx.principal, "skill.bad_arguments", skill=skill.name,
                               call_id=ctx.call_id, job_id=job_id_of(raw), ts=ctx.now,
-                              payload={"args": _jsonable(raw), "error": str(exc)})
+                              payload={"args": raw, "error": str(exc)})
             raise
         if claims.jobs:
             with self.store.session() as s:
@@ -244,8 +244,3 @@ def _event(ctx: SkillContext, skill: Skill, canonical: dict[str, Any], action: s
             "call_id": ctx.call_id, "job_id": job_id_of(canonical), "ts": ctx.now,
             "payload": payload}
 
-
-def _jsonable(args: dict[str, Any]) -> dict[str, Any]:
-    import json
-
-    return json.loads(dumps(args))

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from nightshift.runtime.errors import SpecError
-from nightshift.runtime.yamlfile import load_model
+from nightshift.runtime.yamlfile import load_model_text
 
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 # Filled by nightshift itself, never by a parameter.
@@ -217,6 +217,11 @@ def _fmt(v: Any) -> str:
 
 
 def load_spec(path: str | Path) -> ExperimentSpec:
-    spec = load_model(ExperimentSpec, path)
+    return load_spec_text(path)[0]
+
+
+def load_spec_text(path: str | Path) -> tuple[ExperimentSpec, str]:
+    """The spec and the file's text, read once."""
+    spec, text = load_model_text(ExperimentSpec, path)
     spec.base_dir = str(Path(path).resolve().parent)
-    return spec
+    return spec, text

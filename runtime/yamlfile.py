@@ -62,7 +62,12 @@ def validate(model: type[M], data: Any, *, path: str | None = None, node: yaml.N
 
 
 def load_model(model: type[M], path: str | Path) -> M:
-    data, node, _ = read_yaml(path)
+    return load_model_text(model, path)[0]
+
+
+def load_model_text(model: type[M], path: str | Path) -> tuple[M, str]:
+    """The validated model and the text it was read from (to hash what was checked)."""
+    data, node, text = read_yaml(path)
     if not isinstance(data, dict):
         raise SpecError("expected a mapping at the top level", path=str(path), line=1)
-    return validate(model, data, path=str(path), node=node)
+    return validate(model, data, path=str(path), node=node), text

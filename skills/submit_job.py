@@ -11,9 +11,9 @@ from pydantic import BaseModel, Field, PrivateAttr, model_validator
 from sqlmodel import select
 
 from nightshift.runtime.errors import SkillFailed, SpecError
-from nightshift.runtime.spec import ExperimentSpec
+from nightshift.runtime.spec import ExperimentSpec, load_spec_text
 from nightshift.runtime.store import Job
-from nightshift.runtime.yamlfile import read_yaml, validate
+from nightshift.runtime.yamlfile import validate
 from nightshift.skills.base import Claims, Launch, SkillContext, SkillInput, skill
 
 
@@ -72,11 +72,7 @@ def _load(spec_path: str | None,
           spec: dict[str, Any] | None) -> tuple[ExperimentSpec, str | None, str | None]:
     if spec_path:
         path = str(Path(spec_path).resolve())
-        data, node, text = read_yaml(path)
-        if not isinstance(data, dict):
-            raise SpecError("expected a mapping at the top level", path=path, line=1)
-        parsed = validate(ExperimentSpec, data, path=path, node=node)
-        parsed.base_dir = str(Path(path).parent)
+        parsed, text = load_spec_text(path)
         return parsed, path, hashlib.sha256(text.encode()).hexdigest()
     return validate(ExperimentSpec, spec, path="spec"), None, None
 

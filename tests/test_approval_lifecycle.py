@@ -11,6 +11,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from nightshift.agent.wiring import Wiring
 from nightshift.runtime.store import Approval, Job
 
@@ -52,6 +54,17 @@ def approvals(w: Wiring) -> list[Approval]:
 
 def starts(w: Wiring, call_id: str) -> int:
     return len(w.audit.events(action="skill.start", call_id=call_id))
+
+
+def agent_cancel_approved(w: Wiring, job_id: int, call_id: str) -> int:
+    """The agent asks to cancel `job_id` (parked for approval) and alice approves; the id."""
+    from nightshift.agent.api import Client
+    from nightshift.runtime.errors import ApprovalRequired
+
+    with pytest.raises(ApprovalRequired) as info:
+        Client(w, principal="agent").call("cancel_job", {"job_id": job_id}, call_id=call_id)
+    w.approvals.vote(info.value.approval_id, "alice", True, w.context("alice").now)
+    return info.value.approval_id
 
 
 def test_requester_killed_after_asking_the_daemon_carries_the_call_out_once(home):
@@ -100,14 +113,7 @@ def test_processes_resuming_one_approved_call_run_it_once(home):
     return its recorded result."""
     job_id = queued_job(home)
     w = Wiring.load()
-    from nightshift.agent.api import Client
-    from nightshift.runtime.errors import ApprovalRequired
-
-    try:
-        Client(w, principal="agent").call("cancel_job", {"job_id": job_id}, call_id="race-1")
-    except ApprovalRequired as exc:
-        aid = exc.approval_id
-    w.approvals.vote(aid, "alice", True, w.context("alice").now)
+    aid = agent_cancel_approved(w, job_id, "race-1")
     code = ("import json, sys; from nightshift.agent.api import Client; "
             f"r = Client(principal='agent').call('cancel_job', {{'job_id': {job_id}}}, "
             "call_id='race-1'); print(json.dumps(r.model_dump()))")
@@ -124,18 +130,12 @@ def test_processes_resuming_one_approved_call_run_it_once(home):
 def test_a_claim_left_by_a_killed_process_is_taken_over(home):
     """A process killed after claiming an approved call (mid-run) leaves it `executing`; the
     loop sees the claimer is dead and finishes the call (idempotent on the call id)."""
+    from nightshift.policies.approvals import claimer_id
+
     job_id = queued_job(home)
     w = Wiring.load()
-    from nightshift.agent.api import Client
-    from nightshift.policies.approvals import claimer_id
-    from nightshift.runtime.errors import ApprovalRequired
-
-    try:
-        Client(w, principal="agent").call("cancel_job", {"job_id": job_id}, call_id="dead-1")
-    except ApprovalRequired as exc:
-        aid = exc.approval_id
+    aid = agent_cancel_approved(w, job_id, "dead-1")
     now = w.context("alice").now
-    w.approvals.vote(aid, "alice", True, now)
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     host, _, _ = claimer_id().split(":")
