@@ -6,23 +6,20 @@ import json
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.table import Table
-from sqlmodel import select as sql_select
 
 from nightshift.agent.commands import register_all
-from nightshift.agent.console import console, error, progress_printer, table
-from nightshift.agent.goals import load_goal, recover_goal
-from nightshift.agent.shell import call_as_user, parse_key_values, wait_for_decision
-from nightshift.agent.summary import run_summary, thread_jobs
-from nightshift.agent.wiring import Wiring, local_now
-from nightshift.policies import killswitch
-from nightshift.runtime.config import load_settings_with_sources
+from nightshift.agent.console import console, error, table
 from nightshift.runtime.errors import NightshiftError
-from nightshift.runtime.store import Approval
-from nightshift.skills.base import get_skill, registry
+
+if TYPE_CHECKING:
+    from nightshift.agent.wiring import Wiring
+    from nightshift.runtime.store import Approval
+
+# A command imports what it needs when it runs: the store (SQLAlchemy), the policy stack and the
+# agent's graph (LangGraph) take a second or more to import, and `--help` or `jobs` would pay it.
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="nightshift: works the night shift on deep-learning GPU servers.")
@@ -47,8 +44,13 @@ def run(goal_file: Path | None = typer.Argument(None, help="Goal file (YAML)"),
     # takes a second, and every other command would pay it.
     from langgraph.types import Command
 
+    from nightshift.agent.console import progress_printer
+    from nightshift.agent.goals import load_goal, recover_goal
     from nightshift.agent.graph import build_graph, sqlite_checkpointer
     from nightshift.agent.planner import DeterministicPlanner
+    from nightshift.agent.shell import wait_for_decision
+    from nightshift.agent.summary import run_summary, thread_jobs
+    from nightshift.agent.wiring import Wiring, local_now
 
     w = Wiring.load(config)
     if sum(x is not None for x in (goal_file, resume, recover)) != 1:
@@ -98,6 +100,7 @@ def _own_loop(w: Wiring, thread: str) -> None:
     """Without a daemon, run the scheduler/monitor loop in this process, starting only this goal's
     jobs; with one, submit and watch through the store and leave the loop to it."""
     from nightshift.agent.daemon import DaemonLock
+    from nightshift.agent.summary import thread_jobs
 
     if DaemonLock.held(w.settings.home_path):
         console.print("[dim]a nightshift daemon is running: it places and watches the jobs[/]")
@@ -115,6 +118,8 @@ def _cfg(thread: str) -> dict[str, Any]:
 @app.command("skills")
 def skills_cmd(as_json: bool = typer.Option(False, "--json")) -> None:
     """List registered skills with their capability."""
+    from nightshift.skills.base import registry
+
     found = registry()
     if as_json:
         console.print_json(json.dumps([s.tool_schema() for s in found.values()]))
@@ -130,6 +135,10 @@ def skill_cmd(name: str,
               as_json: bool = typer.Option(False, "--json", help="Print the result model as JSON"),
               config: str | None = ConfigOpt) -> None:
     """Call one skill through the policy gate and print its result."""
+    from nightshift.agent.shell import call_as_user, parse_key_values
+    from nightshift.agent.wiring import Wiring
+    from nightshift.skills.base import get_skill
+
     w = Wiring.load(config)
     get_skill(name)  # an unknown name fails before any argument is parsed
     result = call_as_user(w, name, parse_key_values(arg))
@@ -144,6 +153,9 @@ def skill_cmd(name: str,
 def status(config: str | None = ConfigOpt,
            as_json: bool = typer.Option(False, "--json")) -> None:
     """Jobs and their attempts, from the store."""
+    from nightshift.agent.wiring import Wiring
+    from nightshift.policies import killswitch
+
     w = Wiring.load(config)
     jobs: Any = w.gate.call(w.context(w.user), "list_jobs", {"limit": 200}, via="terminal")
     if as_json:
@@ -166,6 +178,8 @@ def status(config: str | None = ConfigOpt,
 @audit_app.command("verify")
 def audit_verify(config: str | None = ConfigOpt) -> None:
     """Check the hash chain and the anchor; OK, or the first bad event."""
+    from nightshift.agent.wiring import Wiring
+
     w = Wiring.load(config)
     res = w.audit.verify()
     if res.ok:
@@ -176,9 +190,11 @@ def audit_verify(config: str | None = ConfigOpt) -> None:
 
 
 @audit_app.command("show")
-def audit_show(limit: int = typer.Option(50, "--limit"), job: int | None = typer.Option(None, "--job"),
+def audit_show(limit: int = typer.Option(50, "--limit", min=1), job: int | None = typer.Option(None, "--job"),
                as_json: bool = typer.Option(False, "--json"), config: str | None = ConfigOpt) -> None:
     """Print the newest audit events."""
+    from nightshift.agent.wiring import Wiring
+
     w = Wiring.load(config)
     events = list(reversed(w.audit.events(limit=limit, job_id=job, newest_first=True)))
     if as_json:
@@ -201,10 +217,15 @@ def approvals_list(config: str | None = ConfigOpt,
                    all_: bool = typer.Option(False, "--all", help="Every approval, not only pending"),
                    as_json: bool = typer.Option(False, "--json")) -> None:
     """Pending approvals (or all with --all): pending → approved/rejected/expired → executed/failed."""
+    from sqlmodel import select
+
+    from nightshift.agent.wiring import Wiring, local_now
+    from nightshift.runtime.store import Approval
+
     w = Wiring.load(config)
     if all_:
         with w.store.session() as s:
-            rows = list(s.exec(sql_select(Approval).order_by(Approval.id)))
+            rows = list(s.exec(select(Approval).order_by(Approval.id)))
     else:
         rows = w.approvals.pending(local_now())
     if as_json:
@@ -218,6 +239,10 @@ def approvals_list(config: str | None = ConfigOpt,
 def approvals_show(approval_id: int, config: str | None = ConfigOpt,
                    as_json: bool = typer.Option(False, "--json")) -> None:
     """One approval in full: the call, the files it names, votes, and what running it did."""
+    from rich.table import Table
+
+    from nightshift.agent.wiring import Wiring, local_now
+
     w = Wiring.load(config)
     a = w.approvals.status(approval_id, local_now())
     if as_json:
@@ -242,6 +267,8 @@ def approvals_show(approval_id: int, config: str | None = ConfigOpt,
 
 
 def _vote(approval_id: int, approve: bool, config: str | None) -> None:
+    from nightshift.agent.wiring import Wiring, local_now
+
     w = Wiring.load(config)
     a = w.approvals.vote(approval_id, w.user, approve, local_now())
     console.print(f"approval {a.id}: {a.state} ({w.user} voted {'yes' if approve else 'no'})")
@@ -271,6 +298,9 @@ app.command("reject", help="Alias of `nightshift approvals reject`.")(approvals_
 def pause(reason: str = typer.Option("paused by operator", "--reason"),
           config: str | None = ConfigOpt) -> None:
     """Kill switch: stop every action but reads until `nightshift resume`."""
+    from nightshift.agent.wiring import Wiring
+    from nightshift.policies import killswitch
+
     w = Wiring.load(config)
     killswitch.pause(w.store, w.audit, w.user, reason)
     console.print("[bold red]paused[/]: only read skills run until `nightshift resume`")
@@ -279,6 +309,9 @@ def pause(reason: str = typer.Option("paused by operator", "--reason"),
 @app.command("resume")
 def resume_cmd(config: str | None = ConfigOpt) -> None:
     """Lift the kill switch."""
+    from nightshift.agent.wiring import Wiring
+    from nightshift.policies import killswitch
+
     w = Wiring.load(config)
     killswitch.resume(w.store, w.audit, w.user)
     console.print("[green]resumed[/]")
@@ -287,6 +320,8 @@ def resume_cmd(config: str | None = ConfigOpt) -> None:
 @config_app.command("show")
 def config_show(config: str | None = ConfigOpt) -> None:
     """Effective settings and where each came from."""
+    from nightshift.runtime.config import load_settings_with_sources
+
     settings, sources = load_settings_with_sources(config)
     rows = []
     for section, values in settings.model_dump().items():
@@ -299,6 +334,7 @@ def config_show(config: str | None = ConfigOpt) -> None:
 
 
 register_all(app)
+
 
 def main() -> None:
     """The `nightshift` command: any NightshiftError a command leaves uncaught is one error line

@@ -18,6 +18,7 @@ def error(message: str) -> None:
 def progress_printer(verbose: bool = False):
     """A callback for the graph that turns its events into readable lines."""
     seen_ticks: dict[int, tuple] = {}
+    said_wait: dict[tuple[int, int], int] = {}
 
     def show(kind: str, data: dict[str, Any]) -> None:
         if kind == "plan" and data.get("kind") == "call":
@@ -37,6 +38,21 @@ def progress_printer(verbose: bool = False):
                 seen_ticks[data["job_id"]] = key
                 console.print(f"    attempt {data['number']}: step {data.get('last_step')}"
                               f" loss {_num(data.get('last_loss'))}")
+        elif kind == "backoff":
+            # The retry backoff is silent otherwise: say what it waits for, then count down.
+            left = max(0, round(data["seconds_left"]))
+            key = (data["job_id"], data["attempt"])
+            before = said_wait.get(key)
+            if before is None:
+                how = data["outcome"] + (f", exit {data['exit_code']}"
+                                         if data.get("exit_code") not in (None, 0) else "")
+                console.print(f"    attempt {data['attempt']} {how}: attempt "
+                              f"{data['attempt'] + 1} starts in {left} s (retry backoff; "
+                              "retry_wait_s in the spec, retry.base_s in the config)")
+                said_wait[key] = left
+            elif left < before and (left % 5 == 0 or left <= 3):
+                console.print(f"      … {left} s")
+                said_wait[key] = left
         elif kind == "finish":
             colour = "green" if data["ok"] else "red"
             console.print(f"[bold {colour}]{'done' if data['ok'] else 'failed'}:[/] {data['summary']}")

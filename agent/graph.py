@@ -30,6 +30,7 @@ from nightshift.runtime.errors import (
     NightshiftError,
     Refused,
 )
+from nightshift.runtime.snapshot import FAILED_OUTCOMES
 from nightshift.runtime.spec import ExperimentSpec
 from nightshift.runtime.store import Attempt, Job, PlannedCall
 
@@ -74,23 +75,25 @@ def build_graph(w: Wiring, planner: Planner, *, checkpointer: Any = None,
                 on_progress: Callable[[str, dict[str, Any]], None] | None = None):
     """Compile the agent graph over the given wiring and planner."""
     say = on_progress or (lambda kind, data: None)
+    # Calls this process planned and has not finished: act need not read their rows back.
+    fresh: set[str] = set()
 
     def plan(state: AgentState, config) -> dict[str, Any]:
         thread = config["configurable"]["thread_id"]
         goal = Goal.model_validate(state["goal"])
         history = [Observation.model_validate(o) for o in state.get("history", [])]
         call_id = f"{thread}/{len(history) + 1}"
+        # One transaction: look for the decision, or record the new one before anything acts.
         with w.store.session() as s:
             stored = s.get(PlannedCall, call_id)
-        if stored is not None:  # decided before a crash: replay the same decision, never re-ask
-            action: Call | Watch | Finish = (
-                Watch(job_id=stored.args["job_id"], wait=stored.args.get("wait", True))
-                if stored.skill == "@watch" else Call(skill=stored.skill, args=stored.args))
-        else:
-            action = planner.next(goal, history)
-            if isinstance(action, Finish):
-                return {"pending": None, "finish": action.model_dump()}
-            with w.store.session() as s:
+            if stored is not None:  # decided before a crash: replay the same decision, never re-ask
+                action: Call | Watch | Finish = (
+                    Watch(job_id=stored.args["job_id"], wait=stored.args.get("wait", True))
+                    if stored.skill == "@watch" else Call(skill=stored.skill, args=stored.args))
+            else:
+                action = planner.next(goal, history)
+                if isinstance(action, Finish):
+                    return {"pending": None, "finish": action.model_dump()}
                 s.add(PlannedCall(call_id=call_id, thread_id=thread, principal=AGENT,
                                   skill="@watch" if isinstance(action, Watch) else action.skill,
                                   args={"job_id": action.job_id, "wait": action.wait}
@@ -98,6 +101,8 @@ def build_graph(w: Wiring, planner: Planner, *, checkpointer: Any = None,
         step_id = None
         if goal.steps is not None and len(history) < len(goal.steps):
             step_id = goal.steps[len(history)].id
+        if stored is None:
+            fresh.add(call_id)
         pending = {"call_id": call_id, "step_id": step_id, **action.model_dump()}
         say("plan", pending)
         return {"pending": pending, "finish": None}
@@ -112,18 +117,17 @@ def build_graph(w: Wiring, planner: Planner, *, checkpointer: Any = None,
         `interrupt()` before anything runs; on resume the node runs again and the gate carries
         the approved call out once (or returns what was carried out while we were away)."""
         p = state["pending"]
-        with w.store.session() as s:
-            row = s.get(PlannedCall, p["call_id"])
+        if p["call_id"] not in fresh:  # a replay (another process, a crash): it may be done
+            row = w.store.planned_call(p["call_id"])
             if row.state == "done":
                 return _observe(state, p, "ok", result=row.result)
             if row.state in ("error", "denied", "rejected"):
                 return _observe(state, p, row.state, error=row.error,
                                 bad_input=bool((row.result or {}).get("bad_input")))
-            # A row left "running" by a crash runs again: launch and change skills are idempotent
-            # on the call id (submit_job, launch_container) or on the job's state (resume_job,
-            # cancel_job), and an approved call is claimed once, so nothing acts twice.
-            row.state = "running"
-            s.add(row)
+            # A row still "planned" after a crash runs again: launch and change skills are
+            # idempotent on the call id (submit_job, launch_container) or on the job's state
+            # (resume_job, cancel_job), and an approved call is claimed once, so nothing acts
+            # twice.
         thread = config["configurable"]["thread_id"]
 
         def call() -> BaseModel:
@@ -155,6 +159,7 @@ def build_graph(w: Wiring, planner: Planner, *, checkpointer: Any = None,
             row.error = err
             row.finished_at = local_now()
             s.add(row)
+            fresh.discard(p["call_id"])
             if status == "ok" and p["skill"] == "diagnose_failure" and p["args"].get("log_path"):
                 # Bookkeeping for reports: the diagnosed cause on the attempt whose log it read.
                 att = s.exec(select(Attempt).where(Attempt.log_path == p["args"]["log_path"])).first()
@@ -174,6 +179,14 @@ def build_graph(w: Wiring, planner: Planner, *, checkpointer: Any = None,
                 a = atts[-1]
                 say("attempt", {"job_id": job_id, "number": a.number, "state": a.state,
                                 "last_step": a.last_step, "last_loss": a.last_loss})
+                if a.outcome in FAILED_OUTCOMES and a.ended_at is not None:
+                    job = w.store.job(job_id)
+                    if job is not None and job.state == "queued":  # a retry, after the backoff
+                        at = w.settings.retry.not_before(a.ended_at, a.number, job_id,
+                                                         job.spec.get("retry_wait_s"))
+                        say("backoff", {"job_id": job_id, "attempt": a.number,
+                                        "outcome": a.outcome, "exit_code": a.exit_code,
+                                        "seconds_left": (at - local_now()).total_seconds()})
 
         if p.get("wait", True):
             w.engine.run_until_settled([job_id], on_tick=tick)

@@ -54,6 +54,13 @@ class Observation(BaseModel):
     step_id: str | None = None
 
 
+def _ok_result(obs: Observation) -> dict[str, Any]:
+    """The result of an observation the planner has checked is ok: the graph records one for
+    every successful call and watch."""
+    assert obs.result is not None, f"observation {obs.call_id} is ok but has no result"
+    return obs.result
+
+
 class Planner(Protocol):
     name: str
 
@@ -121,7 +128,7 @@ class DeterministicPlanner:
         if goal.goal == "health":
             if not history:
                 return Call(skill="gpu_health_check", args={}, why="goal: health")
-            return Finish(ok=True, summary=history[-1].result.get("message", "health checked"))
+            return Finish(ok=True, summary=_ok_result(history[-1]).get("message", "health checked"))
         if goal.goal == "recover":
             return self._recover(goal.job_id, history, watch=goal.watch)
         return self._train(goal, history)
@@ -160,10 +167,11 @@ class DeterministicPlanner:
             if goal.priority is not None:
                 args["priority"] = goal.priority
             return Call(skill="submit_job", args=args, why="queue the run")
-        job_id = done["submit_job"].result["job_id"]
+        submitted = _ok_result(done["submit_job"])
+        job_id = submitted["job_id"]
         after = history[[o.skill for o in history].index("submit_job") + 1:]
         if not after:
-            need = done["submit_job"].result.get("gpus", 0)
+            need = submitted.get("gpus", 0)
             health = done["gpu_health_check"].result or {}
             healthy = sum(1 for g in health.get("gpus", []) if g.get("verdict") in ("OK", "WARNING"))
             if need > healthy:

@@ -8,15 +8,15 @@ import select
 import sys
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
-from pydantic import BaseModel
-
-from nightshift.agent.api import Client
 from nightshift.agent.console import console
-from nightshift.agent.wiring import Wiring, local_now
-from nightshift.runtime.errors import SpecError
+from nightshift.runtime.errors import BadArguments
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from nightshift.agent.wiring import Wiring
 
 
 def terminal_confirm(request: dict[str, Any]) -> bool:
@@ -37,6 +37,8 @@ def wait_for_decision(w: Wiring, approval_id: int) -> str:
     and for how long. At a terminal whose user is not the requester (a goal's agent-planned
     call), that user is asked to vote here too. Returns approved | rejected | expired; Ctrl-C
     leaves it pending: once approved, the daemon carries it out."""
+    from nightshift.agent.wiring import local_now
+
     row = w.approvals.status(approval_id, local_now())
     console.print(f"[bold yellow]approval {approval_id} needed[/]: {row.skill} "
                   f"{json.dumps(row.args)} (rule {row.rule}, {row.quorum} from others)\n"
@@ -67,6 +69,8 @@ def wait_for_decision(w: Wiring, approval_id: int) -> str:
 def call_as_user(w: Wiring, name: str, args: dict[str, Any]) -> BaseModel:
     """One skill call from the shell, as the local user, through the gate. Where the policy lets
     the requester confirm, a terminal asks y/N; otherwise it waits for other principals."""
+    from nightshift.agent.api import Client
+
     interactive = sys.stdin is not None and sys.stdin.isatty()
     return Client(w, via="terminal").call(
         name, args, call_id=f"cli-{uuid.uuid4().hex[:12]}",
@@ -77,16 +81,20 @@ def call_as_user(w: Wiring, name: str, args: dict[str, Any]) -> BaseModel:
 def call_or_exit(config: str | None, name: str, args: dict[str, Any]) -> BaseModel:
     """call_as_user for a command that has only its config path (errors reach the CLI's one
     handler)."""
+    from nightshift.agent.wiring import Wiring
+
     return call_as_user(Wiring.load(config), name, args)
 
 
 def parse_key_values(items: list[str], option: str = "--arg") -> dict[str, Any]:
     """`k=v` items with YAML values (`lr=1e-3` is a float, `gpus=[0,1]` a list)."""
+    import yaml
+
     out: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise SpecError(f"{option} {item!r}: expected key=value")
+            raise BadArguments(f"{option} {item!r}: expected key=value")
         out[key] = yaml.safe_load(value) if value else ""
     return out
 

@@ -8,7 +8,7 @@ from pydantic import BaseModel
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
-from sqlmodel import select
+from sqlmodel import col, select
 
 from nightshift.agent.wiring import Wiring
 from nightshift.runtime.spec import ExperimentSpec
@@ -47,14 +47,16 @@ def job_outcome(w: Wiring, job_id: int) -> JobOutcome:
 
 
 def thread_jobs(w: Wiring, thread: str) -> list[int]:
-    """Jobs this goal run submitted or recovered."""
+    """Jobs this goal run submitted or recovered: those of its calls done or under way (a call
+    refused or failed, say one naming a job that does not exist, touched none)."""
     ids: list[int] = []
     with w.store.session() as s:
-        for call in s.exec(select(PlannedCall).where(PlannedCall.thread_id == thread)
+        for call in s.exec(select(PlannedCall).where(PlannedCall.thread_id == thread,
+                                                     col(PlannedCall.state).in_(("done", "planned")))
                            .order_by(PlannedCall.created_at)):
             jid: Any = (call.result or {}).get("job_id") if call.skill == "submit_job" \
                 else call.args.get("job_id")
-            if isinstance(jid, int) and jid not in ids:
+            if isinstance(jid, int) and jid not in ids and s.get(Job, jid) is not None:
                 ids.append(jid)
     return ids
 

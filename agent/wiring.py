@@ -1,4 +1,6 @@
-"""Builds the parts a command needs from the settings: store, executor, loop, policy gate, audit."""
+"""Builds the parts a command needs from the settings: store, executor, loop, policy gate, audit.
+Each part is built, and its modules imported, when first asked for: `nightshift jobs` needs the
+store only, and the policy stack and the engine would double its start-up time."""
 
 from __future__ import annotations
 
@@ -8,21 +10,18 @@ from datetime import UTC, datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from nightshift.policies import killswitch
-from nightshift.policies.approvals import Approvals
-from nightshift.policies.audit import AuditLog
-from nightshift.policies.engine import PolicyEngine
-from nightshift.policies.gate import Gate
-from nightshift.policies.model import load_policy
 from nightshift.runtime.config import Settings, load_settings
-from nightshift.runtime.engine import Engine
-from nightshift.runtime.executor import Executor
-from nightshift.runtime.local_executor import LocalExecutor
-from nightshift.runtime.store import Store
-from nightshift.skills.base import SkillContext
 
 if TYPE_CHECKING:
     from nightshift.agent.loop import Loop
+    from nightshift.policies.approvals import Approvals
+    from nightshift.policies.audit import AuditLog
+    from nightshift.policies.engine import PolicyEngine
+    from nightshift.policies.gate import Gate
+    from nightshift.runtime.engine import Engine
+    from nightshift.runtime.executor import Executor
+    from nightshift.runtime.store import Store
+    from nightshift.skills.base import SkillContext
 
 
 def local_now() -> datetime:
@@ -40,6 +39,8 @@ class Wiring:
 
     @cached_property
     def store(self) -> Store:
+        from nightshift.runtime.store import Store
+
         self.settings.home_path.mkdir(parents=True, exist_ok=True)
         return Store(self.settings.store_url, busy_timeout_s=self.settings.store.busy_timeout_s)
 
@@ -52,26 +53,42 @@ class Wiring:
             return DockerExecutor(self.settings.runs_dir, base_url=ex.docker_url,
                                   network_mode=ex.network_mode, stop_grace_s=ex.stop_grace_s,
                                   pids_limit=ex.pids_limit)
+        from nightshift.runtime.local_executor import LocalExecutor
+
         return LocalExecutor(self.settings.runs_dir)
 
     @cached_property
     def audit(self) -> AuditLog:
-        return AuditLog(self.store, self.settings.home_path / "audit.anchor")
+        from nightshift.policies.audit import AuditLog
+
+        a = self.settings.audit
+        return AuditLog(self.store, self.settings.home_path / "audit.anchor",
+                        anchor_every=a.anchor_every_events, anchor_lag_s=a.anchor_lag_s)
 
     @cached_property
     def approvals(self) -> Approvals:
+        from nightshift.policies.approvals import Approvals
+
         return Approvals(self.store, self.audit, engine=self.policy)
 
     @cached_property
     def policy(self) -> PolicyEngine:
+        from nightshift.policies.engine import PolicyEngine
+        from nightshift.policies.model import load_policy
+
         return PolicyEngine(load_policy(self.settings.policy.file))
 
     @cached_property
     def gate(self) -> Gate:
+        from nightshift.policies.gate import Gate
+
         return Gate(self.policy, self.audit, self.approvals, self.store)
 
     @cached_property
     def engine(self) -> Engine:
+        from nightshift.policies import killswitch
+        from nightshift.runtime.engine import Engine
+
         def on_event(action: str, payload: dict[str, Any]) -> None:
             self.audit.append("system", action, job_id=payload.get("job_id"), payload=payload)
 
@@ -110,6 +127,8 @@ class Wiring:
         return self.settings.policy.principal or getpass.getuser()
 
     def context(self, principal: str, call_id: str | None = None) -> SkillContext:
+        from nightshift.skills.base import SkillContext
+
         return SkillContext(store=self.store, settings=self.settings, now=local_now(),
                             call_id=call_id, principal=principal, executor=self.executor,
                             policy_limits=self.policy.limits())

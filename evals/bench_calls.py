@@ -457,15 +457,16 @@ def _fmt(m: dict[str, Any]) -> str:
 
 
 def print_table(result: dict[str, Any]) -> None:
-    from rich.console import Console
+    from rich.console import Console, JustifyMethod
     from rich.table import Table
 
     meta = result["meta"]
     table = Table(title=f"nightshift per-call costs ({'quick' if meta['quick'] else 'full'}; "
                         f"commit {meta['commit'] or '?'}; {meta['cpus']} CPUs, Python "
                         f"{meta['python']}, SQLite {meta['sqlite']}; {meta['seconds']:.0f} s)")
-    for col, justify in (("measure", "left"), ("value", "right"), ("goal", "left"),
-                         ("met?", "left")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("measure", "left"), ("value", "right"), ("goal", "left"), ("met?", "left"))
+    for col, justify in columns:
         table.add_column(col, justify=justify, overflow="fold")
     for m in result["measures"].values():
         met = "" if m["met"] is None else ("yes" if m["met"] else "no")

@@ -47,6 +47,7 @@ import math
 import os
 import random
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -77,6 +78,8 @@ DAY = 86400.0
 HORIZON_S = 400 * DAY  # a run stops this long after its window ends; what is left is "unfinished"
 
 DONE, HEALTH, TICK = 0, 1, 2  # event kinds, in the order they apply at one instant
+# An event's payload: (job id, epoch) for DONE, the GPU index for HEALTH, None for TICK.
+_Payload = tuple[int, int] | int | None
 
 
 def tariff(cls: type[Tariff] = Tariff) -> Tariff:
@@ -186,7 +189,7 @@ def load_alibaba(pods: Path = ALIBABA_PODS, nodes: Path = ALIBABA_NODES) -> Trac
                  host_sizes=host_sizes)
 
 
-LOADERS = {"philly": load_philly, "alibaba": load_alibaba}
+LOADERS: dict[str, Callable[[], Trace]] = {"philly": load_philly, "alibaba": load_alibaba}
 
 
 @functools.cache
@@ -412,7 +415,7 @@ class _Run:
         self.excl = [False] * n
         self.min_share = min((j.share for j in setup.jobs), default=1.0)
         self.room = [0, n, 0]  # GPUs with [no room, a whole GPU free, room to share]
-        self.heap: list[tuple[float, int, int, object]] = []
+        self.heap: list[tuple[float, int, int, _Payload]] = []
         self.seq = 0
         self.jobs: dict[int, _Job] = {}
         self.queue: list[tuple] = []  # keys of pending jobs, best first
@@ -428,7 +431,7 @@ class _Run:
         self.queue_cap_hits = 0
 
     # -------------------------------------------------------------- bookkeeping
-    def _push(self, t: float, kind: int, payload: object) -> None:
+    def _push(self, t: float, kind: int, payload: _Payload) -> None:
         self.seq += 1
         heapq.heappush(self.heap, (t, kind, self.seq, payload))
 
@@ -627,10 +630,12 @@ class _Run:
             while self.heap and self.heap[0][0] <= t:
                 _, kind, _, payload = heapq.heappop(self.heap)
                 if kind == DONE:
-                    jid, epoch = payload  # type: ignore[misc]
+                    assert isinstance(payload, tuple)
+                    jid, epoch = payload
                     self._complete(jid, epoch, t)
                 elif kind == HEALTH:
-                    self._health(payload, t)  # type: ignore[arg-type]
+                    assert isinstance(payload, int)
+                    self._health(payload, t)
                 elif not tick:
                     tick = True
                     self._push(next_tick(t), TICK, None)
@@ -647,17 +652,17 @@ class _Run:
     def _result(self, wall_s: float, t_end: float) -> RunResult:
         setup, opts = self.setup, self.opts
         w0, w1 = setup.window
-        done = [j for j in self.jobs.values() if j.done is not None]
-        finished = [j for j in done if not j.sj.censored]
-        jct = np.array([j.done - j.sj.submit_s for j in finished]) / 3600.0
-        delays = [j.done - j.sj.submit_s - j.ran for j in done]
+        done = [(j, j.done) for j in self.jobs.values() if j.done is not None]  # (job, when)
+        finished = [(j, d) for j, d in done if not j.sj.censored]
+        jct = np.array([d - j.sj.submit_s for j, d in finished]) / 3600.0
+        delays = [d - j.sj.submit_s - j.ran for j, d in done]
         dh = np.array(delays) / 3600.0
         busy = sum(g * (min(b, w1) - max(a, w0)) for a, b, g in self.segments if b > w0 and a < w1)
         kwh, cost = _energy(self.segments, opts.gpu_watts, self.origin)
         valley = tariff().cheapest_price()
-        misses = sum(1 for j in finished if j.done > j.sj.deadline_s)
-        marked = [j.done - j.sj.submit_s for j in finished if j.sj.cost_sensitive]
-        others = [j.done - j.sj.submit_s for j in finished if not j.sj.cost_sensitive]
+        misses = sum(1 for j, d in finished if d > j.sj.deadline_s)
+        marked = [d - j.sj.submit_s for j, d in finished if j.sj.cost_sensitive]
+        others = [d - j.sj.submit_s for j, d in finished if not j.sj.cost_sensitive]
 
         def pct(a: np.ndarray, q: float) -> float:
             return float(np.percentile(a, q)) if a.size else math.nan
@@ -679,7 +684,7 @@ class _Run:
             "deadline_misses": misses,
             "deadline_miss_rate": misses / len(finished) if finished else math.nan,
             "pauses": self.pauses, "place_calls": self.calls, "queue_cap_hits": self.queue_cap_hits,
-            "makespan_h": (max((j.done for j in done), default=w0) - w0) / 3600.0,
+            "makespan_h": (max((d for _, d in done), default=w0) - w0) / 3600.0,
             "wall_s": wall_s,
         }
         starts = {jid: j.first_start for jid, j in self.jobs.items() if j.first_start is not None}

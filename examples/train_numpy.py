@@ -291,7 +291,8 @@ def save_checkpoint(folder: Path, step: int, loss: float, params: dict[str, np.n
     fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
+            # numpy's stub: mypy matches **arrays against savez's allow_pickle: bool too.
+            np.savez(f, **arrays)  # type: ignore[arg-type]
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, final)

@@ -31,6 +31,7 @@ from nightshift.runtime.errors import (
     Paused,
     PolicyDenied,
     SkillFailed,
+    UnknownJob,
 )
 from nightshift.runtime.store import Approval, Job, Store, dumps
 from nightshift.skills.base import Claims, Skill, SkillContext, SkillInput, get_skill
@@ -60,30 +61,29 @@ class Gate:
         """
         if ctx.call_id is None:
             ctx.call_id = f"gate-{uuid.uuid4().hex}"
-        with self.audit.batch():
-            skill = get_skill(skill) if isinstance(skill, str) else skill
-            inp, canonical, files, claims = self._resolve(ctx, skill, args)
-            verdict, event = self._verdict(ctx, skill, canonical, claims)
-            if on_verdict is not None:
-                on_verdict(verdict)
-            if verdict.decision == "deny":
-                exc_type = Paused if verdict.rule == "kill_switch" else PolicyDenied
-                self._refuse(ctx, skill, canonical, exc_type(
-                    f"{skill.name}: denied by {verdict.rule}: " + "; ".join(verdict.reasons)),
-                    before=[event])
-            approval = None
-            if verdict.decision == "allow":  # the verdict and the start in one transaction
-                return self._run(ctx, skill, inp, canonical, verdict, None, before=[event])
-            if verdict.decision == "needs_approval":
-                self.audit.append_many([event])
-                approval = self._approval(ctx, skill, canonical, files, verdict, via, thread_id,
-                                          confirm)
-                if approval.state == "executed":  # carried out already (by us before, or the loop)
-                    return skill.output_model.model_validate(approval.result)
-                if approval.state == "failed":
-                    raise SkillFailed(f"{skill.name} (approval {approval.id}) ran and failed: "
-                                      f"{approval.error}")
-            return self._run(ctx, skill, inp, canonical, verdict, approval)
+        skill = get_skill(skill) if isinstance(skill, str) else skill
+        inp, canonical, files, claims = self._resolve(ctx, skill, args)
+        verdict, event = self._verdict(ctx, skill, canonical, claims)
+        if on_verdict is not None:
+            on_verdict(verdict)
+        if verdict.decision == "deny":
+            exc_type = Paused if verdict.rule == "kill_switch" else PolicyDenied
+            self._refuse(ctx, skill, canonical, exc_type(
+                f"{skill.name}: denied by {verdict.rule}: " + "; ".join(verdict.reasons)),
+                before=[event])
+        approval = None
+        if verdict.decision == "allow":  # the verdict and the start in one transaction
+            return self._run(ctx, skill, inp, canonical, verdict, None, before=[event])
+        if verdict.decision == "needs_approval":
+            self.audit.append_many([event])
+            approval = self._approval(ctx, skill, canonical, files, verdict, via, thread_id,
+                                      confirm)
+            if approval.state == "executed":  # carried out already (by us before, or the loop)
+                return skill.output_model.model_validate(approval.result)
+            if approval.state == "failed":
+                raise SkillFailed(f"{skill.name} (approval {approval.id}) ran and failed: "
+                                  f"{approval.error}")
+        return self._run(ctx, skill, inp, canonical, verdict, approval)
 
     def resume(self, approval_id: int, context: Callable[[str, str], SkillContext]) -> BaseModel:
         """Carry out a decided approval whose requester is gone (the daemon, `run --resume`):
@@ -105,19 +105,28 @@ class Gate:
                 files, claims = inp.files(), inp.claims()
             else:
                 files, claims = {}, Claims()
+            if claims.jobs:
+                self._claim_jobs(claims)
         except BadArguments as exc:
             raw = args.model_dump(mode="json") if isinstance(args, BaseModel) else dict(args)
             self.audit.append(ctx.principal, "skill.bad_arguments", skill=skill.name,
                               call_id=ctx.call_id, job_id=job_id_of(raw), ts=ctx.now,
                               payload={"args": raw, "error": str(exc)})
             raise
-        if claims.jobs:
-            with self.store.session() as s:
-                rows = s.exec(select(Job.owner, Job.priority)
-                              .where(col(Job.id).in_(claims.jobs))).all()
-            claims.job_owners = sorted({owner for owner, _ in rows})
-            claims.max_job_priority = max((p for _, p in rows), default=None)
         return inp, inp.model_dump(mode="json"), files, claims
+
+    def _claim_jobs(self, claims: Claims) -> None:
+        """The owners and highest priority of the jobs a call touches; a job that does not exist
+        is a bad argument (the caller retries), never a call to approve."""
+        with self.store.session() as s:
+            rows = s.exec(select(Job.id, Job.owner, Job.priority)
+                          .where(col(Job.id).in_(claims.jobs))).all()
+        missing = sorted(set(claims.jobs) - {job_id for job_id, _, _ in rows})
+        if missing:
+            raise UnknownJob(f"no job {', '.join(map(str, missing))}; `nightshift jobs` lists "
+                             "the jobs")
+        claims.job_owners = sorted({owner for _, owner, _ in rows})
+        claims.max_job_priority = max((p for _, _, p in rows), default=None)
 
     def _verdict(self, ctx: SkillContext, skill: Skill, canonical: dict[str, Any],
                  claims: Claims) -> tuple[Verdict, dict[str, Any]]:

@@ -28,9 +28,11 @@ class Backoff(BaseModel):
         return backoff_delay_s(attempt, job_id, self.base_s, self.factor, self.cap_s,
                                self.jitter_frac)
 
-    def not_before(self, ended_at: datetime, attempt: int, job_id: int) -> datetime:
-        return not_before(ended_at, attempt, job_id, self.base_s, self.factor, self.cap_s,
-                          self.jitter_frac)
+    def not_before(self, ended_at: datetime, attempt: int, job_id: int,
+                   base_s: float | None = None) -> datetime:
+        """`base_s`: a spec's own first wait (its `retry_wait_s`) instead of this section's."""
+        return not_before(ended_at, attempt, job_id, self.base_s if base_s is None else base_s,
+                          self.factor, self.cap_s, self.jitter_frac)
 
 
 def unit_jitter(job_id: int, attempt: int) -> float:

@@ -39,7 +39,7 @@ import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO
 
 import numpy as np
 
@@ -205,7 +205,9 @@ def _scan_folder(folder: Path, steps_per_epoch: int | None) -> tuple[list[Found]
             elif re.fullmatch(r"\d+", name) or (
                     re.fullmatch(r"[A-Za-z]\w*_\d+", name)
                     and any((entry / mk).exists() for mk in ORBAX_MARKERS)):
-                step = int(re.search(r"(\d+)$", name).group(1))
+                digits = re.search(r"(\d+)$", name)
+                assert digits is not None  # both patterns above end in digits
+                step = int(digits.group(1))
                 found.append(Found(entry, "orbax", step, _files_of(entry), "folder"))
             continue
         if name == "checkpoint":
@@ -355,7 +357,7 @@ _MEMO_OPS = {"BINPUT", "LONG_BINPUT", "PUT", "MEMOIZE"}
 _MAX_OPS = 500_000
 
 
-def _pickle_ops(f: BinaryIO) -> list[tuple[str, object]]:
+def _pickle_ops(f: IO[bytes]) -> list[tuple[str, object]]:
     """The opcodes of one pickle up to its STOP; ValueError when it ends early or is not a pickle."""
     ops = []
     for op, arg, _ in pickletools.genops(f):
@@ -367,7 +369,7 @@ def _pickle_ops(f: BinaryIO) -> list[tuple[str, object]]:
     raise ValueError("pickle ended before STOP")
 
 
-def _pickled_step(f: BinaryIO, steps_per_epoch: int | None = None) -> int | None:
+def _pickled_step(f: IO[bytes], steps_per_epoch: int | None = None) -> int | None:
     """The first integer stored under one of STEP_KEYS in one pickle, scanning opcodes only;
     else `epoch` x steps_per_epoch when that is given."""
     found: dict[str, int] = {}

@@ -58,6 +58,13 @@ class StoreSettings(BaseModel):
     busy_timeout_s: float = Field(30.0, gt=0, description="How long a write waits for another process's lock")
 
 
+class AuditSettings(BaseModel):
+    """How far the audit anchor may trail the log (policies/audit.py: group commit)."""
+
+    anchor_every_events: int = Field(1000, ge=1, description="Rewrite the anchor after this many events")
+    anchor_lag_s: float = Field(0.2, ge=0, description="…or this long after an event; 0: every event")
+
+
 class ExecutorSettings(BaseModel):
     kind: Literal["local", "docker"] = Field("local", description="local processes, or Docker "
                                              "containers for specs that name an image")
@@ -125,6 +132,7 @@ class Settings(BaseSettings):
     home: str = Field(default_factory=lambda: str(nightshift_home()),
                       description="The state folder: $NIGHTSHIFT_HOME, default ~/.nightshift")
     store: StoreSettings = StoreSettings()
+    audit: AuditSettings = AuditSettings()
     executor: ExecutorSettings = ExecutorSettings()
     gpu: GpuSettings = GpuSettings()
     health: HealthThresholds = HealthThresholds()

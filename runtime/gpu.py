@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import functools
 import re
 import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, Self
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -65,10 +66,10 @@ class GpuProcess(BaseModel):
     )
 
 
-class GpuReading(BaseModel):
-    """One GPU as a backend read it. None plus `unsupported`/`unreadable` says why a value is missing."""
+class _GpuFields(BaseModel):
+    """The fields of a GPU reading; `index` may be left out only in a declared inventory."""
 
-    index: int
+    index: int | None = None
     uuid: str | None = None
     name: str | None = None
     pci_bus_id: str | None = None
@@ -106,7 +107,7 @@ class GpuReading(BaseModel):
     )
 
     @model_validator(mode="after")
-    def _missing_means_none(self) -> GpuReading:
+    def _missing_means_none(self) -> Self:
         for name in (*self.unsupported, *self.unreadable):
             if name not in VALUE_FIELDS:
                 raise ValueError(f"'{name}' is not a reading field")
@@ -125,6 +126,12 @@ class GpuReading(BaseModel):
     @property
     def label(self) -> str:
         return f"GPU {self.index}" + (f" ({self.name})" if self.name else "")
+
+
+class GpuReading(_GpuFields):
+    """One GPU as a backend read it. None plus `unsupported`/`unreadable` says why a value is missing."""
+
+    index: int
 
 
 _META_FIELDS = {
@@ -571,7 +578,7 @@ def _reading_from_row(row: dict[str, _Cell], position: int) -> GpuReading:
         if cell is not None and not cell.unsupported and not cell.error:
             values[name] = cell.raw
     for key, (name, kind) in _NUMERIC.items():
-        put(name, row.get(key), lambda c, k=kind: c.number(k))
+        put(name, row.get(key), functools.partial(_Cell.number, kind=kind))
     limit = row.get("enforced.power.limit")
     if limit is None or limit.unsupported:
         limit = row.get("power.limit") or limit
@@ -764,14 +771,16 @@ def _run_argv(argv: list[str], timeout_s: float) -> tuple[int, str, str]:
 
 
 # ------------------------------------------------------------------------------------- inventory
-class InventoryGpu(GpuReading):
-    """A declared GPU: name and memory are required, any current value may be declared too."""
+class InventoryGpu(_GpuFields):
+    """A declared GPU: name and memory are required, any current value may be declared too.
+
+    `index` (inherited, optional) defaults to the GPU's position in the list.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
-    index: int | None = None  # type: ignore[assignment]  (defaults to the position in the list)
-    name: str  # type: ignore[assignment]
-    memory_total_mib: int  # type: ignore[assignment]
+    name: str
+    memory_total_mib: int
 
 
 class Inventory(BaseModel):

@@ -20,14 +20,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from filelock import FileLock, Timeout
 
 from nightshift.runtime.errors import OperatorError
 
 # Newer filelock falls back to a soft lock where a filesystem has no flock; we want an error there.
-_NATIVE_ONLY = ({"fallback_to_soft": False}
-                if "fallback_to_soft" in inspect.signature(FileLock.__init__).parameters else {})
+_NATIVE_ONLY: dict[str, Any] = (
+    {"fallback_to_soft": False}
+    if "fallback_to_soft" in inspect.signature(FileLock.__init__).parameters else {})
 
 
 class Held:

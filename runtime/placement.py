@@ -237,11 +237,11 @@ class _Cluster:
         self.now = snap.now
         self.gpus: dict[int, _Gpu] = {}
         self.quarantined = 0
-        for g in snap.gpus:
-            if g.verdict in QUARANTINED:
+        for slot in snap.gpus:
+            if slot.verdict in QUARANTINED:
                 self.quarantined += 1
             else:
-                self.gpus[g.index] = _Gpu(g)
+                self.gpus[slot.index] = _Gpu(slot)
         for r in snap.running:
             cap_gb = r.gpu_memory_cap_gb if r.gpu_memory_cap_gb is not None else r.gpu_memory_gb
             shared = r.share_gpu and cap_gb is not None

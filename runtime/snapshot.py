@@ -24,7 +24,7 @@ FAILED_OUTCOMES = ("failed", "lost", "timeout", "stalled")  # outcomes that earn
 SPEC_FIELDS: tuple[tuple[str, ...], ...] = (
     ("resources", "gpus"), ("resources", "gpu_memory_gb"), ("resources", "share_gpu"),
     ("resources", "gpu_memory_cap_gb"), ("resources", "expected_duration_min"), ("cost_class",),
-    ("pausable",), ("checkpoint", "dir"), ("timeout_min",), ("depends_on",))
+    ("pausable",), ("checkpoint", "dir"), ("timeout_min",), ("depends_on",), ("retry_wait_s",))
 
 
 def _pluck(spec: dict[str, Any]) -> list[Any]:
@@ -96,7 +96,7 @@ def load_snapshot(store: Store, now: datetime, *, cpu_slots: int = 1,
     running: list[RunningJob] = []
     for j in jobs:
         (gpus, mem, share, cap, minutes, cost_class, pausable, ckpt, timeout_min,
-         depends_on) = json.loads(j.fields) if sqlite else _pluck(j.fields)
+         depends_on, retry_wait_s) = json.loads(j.fields) if sqlite else _pluck(j.fields)
         expected = minutes * 60.0 if minutes else typical.get(j.name)
         att = last.get(j.id)
         common = {"id": j.id, "name": j.name, "priority": j.priority, "share_gpu": bool(share),
@@ -107,13 +107,15 @@ def load_snapshot(store: Store, now: datetime, *, cpu_slots: int = 1,
                 continue
             if expected is not None and j.resume_from:
                 expected = max(60.0, expected - ran_s.get(j.id, 0.0))
-            failed = att is not None and att.outcome in FAILED_OUTCOMES and att.ended_at
+            not_before = None
+            if att is not None and att.outcome in FAILED_OUTCOMES and att.ended_at:
+                not_before = backoff.not_before(att.ended_at, att.number, j.id, retry_wait_s)
             pending.append(PendingJob(
                 **common, gpus=gpus or 0, gpu_memory_gb=mem,
                 blocked_by=[d for d in depends_on or () if d not in succeeded],
                 submitted_at=j.created_at, expected_duration_s=expected,
                 attempt=att.number if att is not None else 0,
-                not_before=backoff.not_before(att.ended_at, att.number, j.id) if failed else None))
+                not_before=not_before))
         else:
             started = att.started_at if att is not None and att.ended_at is None else None
             end = None
@@ -124,7 +126,7 @@ def load_snapshot(store: Store, now: datetime, *, cpu_slots: int = 1,
                     limit = started + timedelta(minutes=timeout_min)
                     end = min(end, limit) if end is not None else limit
             running.append(RunningJob(
-                **common, gpus=list(att.gpus) if started is not None else [],
+                **common, gpus=list(att.gpus) if att is not None and started is not None else [],
                 gpu_memory_gb=mem, submitted_at=j.created_at, started_at=started,
                 expected_end=end))
     slots = [GpuSlot(index=r.gpu_index, host=r.host, verdict=r.verdict,

@@ -152,6 +152,9 @@ class ExperimentSpec(_Strict):
     priority: int = 0
     cost_class: Literal["urgent", "cost_sensitive"] = "urgent"
     retries: int = Field(2, ge=0, le=100)
+    retry_wait_s: float | None = Field(None, ge=0, description="Wait before the first retry "
+                                       "(then doubling, as the config's retry section says); "
+                                       "default: retry.base_s, 30 s")
     timeout_min: float | None = Field(None, gt=0)
     stall_min: float | None = Field(None, gt=0)
     depends_on: list[str] = Field(default_factory=list)

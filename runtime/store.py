@@ -50,6 +50,9 @@ def utcnow() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
+JOB_STATES = ("queued", "running", "paused", "succeeded", "failed", "cancelled")
+
+
 class Job(SQLModel, table=True):
     """One experiment to run to completion, across as many attempts as recovery needs."""
 
@@ -190,7 +193,7 @@ class PlannedCall(SQLModel, table=True):
     skill: str
     args: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     principal: str
-    # planned → running → done | error | denied | rejected
+    # planned → done | error | denied | rejected (a row found planned after a crash runs again)
     state: str = "planned"
     result: dict | None = Field(default=None, sa_column=Column(JSON))
     error: str | None = None
@@ -220,8 +223,9 @@ class Store:
                     try:
                         path.parent.mkdir(parents=True, exist_ok=True)
                     except OSError as exc:
-                        raise StoreError(f"cannot create the store folder {path.parent}: {exc}"
-                                         ) from exc
+                        raise StoreError(
+                            f"cannot create the store folder {path.parent}: "
+                            f"{exc.strerror or exc}; fix store.url (or NIGHTSHIFT_HOME)") from exc
                 self.engine = create_engine(
                     url, connect_args={"check_same_thread": False, "timeout": busy_timeout_s}
                 )
@@ -352,15 +356,19 @@ class Store:
                 s.commit()
             except OperationalError as exc:
                 s.rollback()
-                if "locked" in str(exc.orig):
-                    raise StoreError(
-                        f"the store {self.url} stayed locked by another process past the busy "
-                        "timeout (store.busy_timeout_s); nothing was written. Find the holder "
-                        "with `fuser` on the file, or retry") from exc
+                self.raise_if_busy(exc)
                 raise
             except Exception:
                 s.rollback()
                 raise
+
+    def raise_if_busy(self, exc: OperationalError) -> None:
+        """A lock held past busy_timeout_s is the operator's to solve, not a crash."""
+        if "locked" in str(exc.orig):
+            raise StoreError(
+                f"the store {self.url} stayed locked by another process past the busy timeout "
+                "(store.busy_timeout_s); nothing was written. Find the holder with `fuser` on "
+                "the file, or retry") from exc
 
     # Small helpers used by several layers -------------------------------------------------
 
@@ -380,6 +388,13 @@ class Store:
                 s.add(row)
             else:
                 s.add(KeyValue(key=key, value=value))
+
+    def planned_call(self, call_id: str) -> PlannedCall:
+        with self.session() as s:
+            row = s.get(PlannedCall, call_id)
+        if row is None:
+            raise StoreError(f"planned call {call_id} is missing from the store {self.url}")
+        return row
 
     def job(self, job_id: int) -> Job | None:
         with self.session() as s:

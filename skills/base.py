@@ -121,6 +121,13 @@ class Skill(Generic[In, Out]):
         }
 
 
+def _model_hint(name: str, what: str, hint: Any) -> type[BaseModel]:
+    """The annotation `hint` of a skill's input or result, checked to be a pydantic model."""
+    if not (isinstance(hint, type) and issubclass(hint, BaseModel)):
+        raise TypeError(f"skill {name}: {what} must be a pydantic model")
+    return hint
+
+
 def skill(name: str, *, capability: Capability) -> Callable[[Callable[[SkillContext, Any], Any]], Skill]:
     """Turn a typed function into a Skill; models come from its annotations, the description from
     its docstring. Checked when the module is imported, so a malformed skill never registers."""
@@ -132,10 +139,8 @@ def skill(name: str, *, capability: Capability) -> Callable[[Callable[[SkillCont
         params = list(inspect.signature(fn).parameters)
         if len(params) != 2:
             raise TypeError(f"skill {name}: takes (ctx, input), got {params}")
-        inp, out = hints.get(params[1]), hints.get("return")
-        for what, model in (("input", inp), ("result", out)):
-            if not (isinstance(model, type) and issubclass(model, BaseModel)):
-                raise TypeError(f"skill {name}: {what} must be a pydantic model")
+        inp = _model_hint(name, "input", hints.get(params[1]))
+        out = _model_hint(name, "result", hints.get("return"))
         if capability != "read" and (not issubclass(inp, SkillInput)
                                      or inp.claims is SkillInput.claims):
             raise TypeError(f"skill {name}: a {capability} skill's input model must derive from "

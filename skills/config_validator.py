@@ -329,7 +329,7 @@ def _check_lr(spec: ExperimentSpec, warnings: list[Finding], suggestions: list[s
         return
     opt = _param(spec, OPTIMIZER)
     family = _optimizer_family(str(opt[1])) if opt else None
-    if family is None or family not in LR_RANGES:
+    if opt is None or family is None or family not in LR_RANGES:
         return
     lo, hi = LR_RANGES[family]
     if not lo <= lr <= hi:
@@ -687,14 +687,14 @@ def estimate_memory(source: ExperimentSpec | TrainingView) -> MemoryEstimate | N
 def _activation_bytes(view: TrainingView, act_bytes: float) -> tuple[float | None, float | None]:
     """(transformer layers, logits) in bytes for the view's micro-batch; None where unknown."""
     mb, seq, hidden, layers = view.micro_batch, view.seq_len, view.hidden, view.layers
-    if view.model_kind == "cnn" or None in (mb, seq, hidden, layers):
+    if view.model_kind == "cnn" or mb is None or seq is None or hidden is None or layers is None:
         return None, None
     scale = act_bytes / 2
     if view.activation_checkpointing:
-        layer_b = (2 * layers + 34) * seq * mb * hidden * scale  # type: ignore[operator]
+        layer_b = (2 * layers + 34) * seq * mb * hidden * scale
     else:
-        layer_b = 34 * seq * mb * hidden * layers * scale  # type: ignore[operator]
-    logits = seq * mb * view.vocab * 4 if view.vocab else None  # type: ignore[operator]
+        layer_b = 34 * seq * mb * hidden * layers * scale
+    logits = seq * mb * view.vocab * 4 if view.vocab else None
     return layer_b, logits
 
 

@@ -40,7 +40,7 @@ import math
 import re
 import signal as signal_module
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -513,8 +513,9 @@ def diagnose_failure(ctx: SkillContext, inp: DiagnoseFailureInput) -> DiagnoseFa
     strong = {c: h for c, h in hits.items() if any(s.strong for s, _ in h)}
     weak = {c: [p for p in h if not p[0].strong] for c, h in hits.items() if c not in strong}
 
-    def ev(pairs: list[tuple[Signature | None, int]]) -> list[EvidenceLine]:
-        seen, out = set(), []
+    def ev(pairs: Sequence[tuple[Signature | None, int]]) -> list[EvidenceLine]:
+        seen: set[int] = set()
+        out: list[EvidenceLine] = []
         for _, i in pairs:
             if i not in seen and len(out) < MAX_EVIDENCE:
                 seen.add(i)
@@ -537,7 +538,7 @@ def diagnose_failure(ctx: SkillContext, inp: DiagnoseFailureInput) -> DiagnoseFa
 
     if inp.monitor_says:
         says = inp.monitor_says
-        cat = "nan_loss" if says == "diverged" else says
+        monitor_cat = "nan_loss" if says == "diverged" else says
         why = _MONITOR_WHY[says]
         detail = [EvidenceLine(line_no=0, text=_clean(inp.monitor_detail), source="monitor")] \
             if inp.monitor_detail and inp.monitor_detail.strip() else []
@@ -551,18 +552,19 @@ def diagnose_failure(ctx: SkillContext, inp: DiagnoseFailureInput) -> DiagnoseFa
             pairs = (strong.get(also) or weak.get(also) or []) if also else []
             extra = (f"; the log also shows {also} ({_most_specific(pairs).meaning})"
                      if pairs else "")
-        return _result(cat, "high", (detail + ev(pairs))[:MAX_EVIDENCE], why + extra
+        return _result(monitor_cat, "high", (detail + ev(pairs))[:MAX_EVIDENCE], why + extra
                        + f"; {status}", inp, sig, notes)
 
     if inp.exit_code == 0 and sig is None:
-        errorish = [(None, i) for i, line in enumerate(lines)
+        errorish: list[tuple[Signature | None, int]] = [(None, i) for i, line in enumerate(lines)
                     if _EXCEPTION_LINE.match(line.strip()) or _TRACEBACK.match(line)]
         reasoning = "the process exited with status 0"
         if strong or errorish:
             reasoning += ("; the log has lines that look like errors (quoted), but the run "
                           "completed: check its outputs if in doubt")
-        pairs = [p for h in strong.values() for p in h if not p[0].on_info] + errorish
-        return _result("succeeded", "high", ev(sorted(pairs, key=lambda p: p[1])), reasoning, inp,
+        shown: list[tuple[Signature | None, int]] = [
+            p for h in strong.values() for p in h if not p[0].on_info] + errorish
+        return _result("succeeded", "high", ev(sorted(shown, key=lambda p: p[1])), reasoning, inp,
                        sig, notes)
 
     cat = _first_category(strong)
@@ -866,7 +868,7 @@ def _remediation(category: str, action: str, message: str,
         factors = {"micro_batch": 0.5, "grad_accum": 2.0}
         mb_name, mb = current("micro_batch")
         ga_name, ga = current("grad_accum")
-        if isinstance(mb, int) and not isinstance(mb, bool):
+        if mb_name is not None and isinstance(mb, int) and not isinstance(mb, bool):
             if mb <= 1:
                 return Remediation(action="stop", factors={}, message="the micro-batch is already "
                                    "1: each example needs less memory (shorter sequences, "

@@ -1,7 +1,7 @@
 """tune_lr: deterministic learning-rate decisions from a run's metric history.
 
-It proposes and never applies: a new learning rate reaches a job as a `modify` (update_job_params)
-or a `launch` (resume_job) through the queue skills and the policy gate. Same points and
+It proposes and never applies: a new learning rate reaches a job as resume_job's `param_changes`
+(a `launch`, through the policy gate), from the checkpoint it names. Same points and
 parameters, same answer: no clock, no randomness, nothing read but the given points (or the job's
 recorded metrics).
 
@@ -120,7 +120,7 @@ class EvidencePoint(BaseModel):
 
 
 class TuneLrResult(BaseModel):
-    """The proposal. Nothing is applied: `changes` is what update_job_params or resume_job would
+    """The proposal. Nothing is applied: `changes` is what resume_job's `param_changes` would
     set, and `resume_from_step` the checkpoint to go back to (None: continue, or start over when
     reasoning says so)."""
 
@@ -158,7 +158,7 @@ def tune_lr(ctx: SkillContext, inp: TuneLrInput) -> TuneLrResult:
     began; on a plateau (no improvement for `patience` points) reduce-on-plateau or a warm restart;
     on an LR range test's curve a suggested lr (steepest descent of the smoothed loss, at most the
     lr at the minimum / 10). Deterministic, with the reasoning and the points it used. It only
-    proposes: apply `changes` with update_job_params or resume_job."""
+    proposes: apply `changes` with resume_job (its `param_changes`)."""
     knob, current, checkpoints = inp.knob, inp.current_lr, inp.checkpoint_steps
     if inp.job_id is not None:
         raw, knob, job_lr, recorded = _from_store(ctx, inp.job_id, knob)
@@ -263,20 +263,22 @@ def _divergence(points: list[_Point], inp: TuneLrInput, current: float | None,
                           f"step {p.step}, is {ratio:.3g}× its running minimum {_g(smooth[best])} "
                           f"(step {points[best].step}), above k = {inp.k:g}")
         g = grads[i]
-        if reason is None and g is not None and gbest is not None and grads[gbest]:
-            gratio = g / grads[gbest]  # type: ignore[operator]
+        if reason is None and g is not None and gbest is not None and (gmin := grads[gbest]):
+            gratio = g / gmin
             if gratio > inp.grad_k:
                 reason = (f"the grad norm averaged over the last {len(gvals)} points, {_g(g)} at "
                           f"step {p.step}, is {gratio:.3g}× its running minimum "
-                          f"{_g(grads[gbest])} (step {points[gbest].step}), above grad_k = "
+                          f"{_g(gmin)} (step {points[gbest].step}), above grad_k = "
                           f"{inp.grad_k:g}")
         if reason is not None:
             _diverged(points, inp, current, checkpoints, out, i, best, gbest, smooth, grads, reason)
             return
         if math.isfinite(smooth[i]) and (best is None or smooth[i] < smooth[best]):
             best = i
-        if g is not None and (gbest is None or g < grads[gbest]):  # type: ignore[operator]
-            gbest = i
+        if g is not None:
+            prev = grads[gbest] if gbest is not None else None  # not None: set only with a g
+            if prev is None or g < prev:
+                gbest = i
     if best is not None and worst_ratio > 0:
         out.reasoning.append(
             f"no divergence: every loss is finite, and the loss averaged over {w} points rose at "
@@ -315,7 +317,7 @@ def _diverged(points: list[_Point], inp: TuneLrInput, current: float | None,
     if current is not None:
         proposed = current * inp.factor
         why = f"{_g(current)} × factor {inp.factor:g}"
-        if healthy_lr is not None and healthy_lr < proposed:
+        if best is not None and healthy_lr is not None and healthy_lr < proposed:
             proposed = healthy_lr
             why = (f"the lr in effect at the loss's running minimum (step {points[best].step}), "
                    f"{_g(healthy_lr)}, which is below {_g(current)} × factor {inp.factor:g}")
@@ -455,22 +457,23 @@ def _last_lr_jump(points: list[_Point]) -> int:
 def _is_range_test(points: list[_Point]) -> bool:
     """A geometric sweep: every point has an lr, each one the previous times a near-constant ratio
     above 1, covering at least RANGE_TEST_MIN_RISE×."""
-    lrs = [p.lr for p in points]
-    if len(lrs) < RANGE_TEST_MIN_POINTS or any(lr is None for lr in lrs):
+    lrs = [p.lr for p in points if p.lr is not None]
+    if len(points) < RANGE_TEST_MIN_POINTS or len(lrs) < len(points):
         return False
-    logs = [math.log(b / a) for a, b in pairwise(lrs)]  # type: ignore[operator]
+    logs = [math.log(b / a) for a, b in pairwise(lrs)]
     if min(logs) <= 0:
         return False
-    return max(logs) <= 2 * min(logs) and lrs[-1] / lrs[0] >= RANGE_TEST_MIN_RISE  # type: ignore[operator]
+    return max(logs) <= 2 * min(logs) and lrs[-1] / lrs[0] >= RANGE_TEST_MIN_RISE
 
 
 def _range_test(points: list[_Point], inp: TuneLrInput, out: _Outcome) -> None:
     curve = [p for p in points if p.lr is not None]
+    curve_lrs = [p.lr for p in curve if p.lr is not None]  # the same points' learning rates
     if len(curve) < RANGE_TEST_MIN_POINTS:
         out.reasoning.append(f"range test: {len(curve)} point(s) carry a learning rate; at least "
                              f"{RANGE_TEST_MIN_POINTS} are needed")
         return
-    if any(b.lr <= a.lr for a, b in pairwise(curve)):  # type: ignore[operator]
+    if any(b <= a for a, b in pairwise(curve_lrs)):
         out.reasoning.append("range test: the learning rate does not rise from point to point, so "
                              "this is not an LR range test's curve: no suggestion")
         return
@@ -491,7 +494,7 @@ def _range_test(points: list[_Point], inp: TuneLrInput, out: _Outcome) -> None:
         lowest = min(lowest, s)
     kept = curve[:len(smooth)]
     skip_start, skip_end = len(kept) // 10, 5
-    lrs, losses = [p.lr for p in kept][skip_start:-skip_end], smooth[skip_start:-skip_end]
+    lrs, losses = curve_lrs[:len(kept)][skip_start:-skip_end], smooth[skip_start:-skip_end]
     out.analysis = "range_test"
     out.reasoning.append(f"range test: {len(curve)} points, lr {_g(curve[0].lr)} to "
                          f"{_g(curve[-1].lr)}; the loss smoothed by an exponentially weighted "
@@ -502,12 +505,12 @@ def _range_test(points: list[_Point], inp: TuneLrInput, out: _Outcome) -> None:
                              "suggestion (sweep more steps, or from a lower start)")
         return
     i_min = min(range(len(losses)), key=losses.__getitem__)
-    slopes = [(losses[j + 1] - losses[j]) / math.log(lrs[j + 1] / lrs[j])  # type: ignore[operator]
+    slopes = [(losses[j + 1] - losses[j]) / math.log(lrs[j + 1] / lrs[j])
               for j in range(len(lrs) - 1)]
     i_steep = min(range(len(slopes)), key=slopes.__getitem__)
     lr_min, lr_steep = lrs[i_min], lrs[i_steep]
-    bound = lr_min / 10  # type: ignore[operator]
-    out.lr_at_min_loss, out.steepest_lr = _round(lr_min), _round(lr_steep)  # type: ignore[arg-type]
+    bound = lr_min / 10
+    out.lr_at_min_loss, out.steepest_lr = _round(lr_min), _round(lr_steep)
     out.reasoning.append(f"points {skip_start + 1}–{skip_start + len(lrs)} are read (the first "
                          f"tenth and the last {skip_end} are set aside)")
     out.reasoning.append(f"the smoothed loss is lowest, {_g(losses[i_min])}, at lr {_g(lr_min)} "
@@ -521,13 +524,13 @@ def _range_test(points: list[_Point], inp: TuneLrInput, out: _Outcome) -> None:
         out.reasoning.append(f"the smoothed loss falls fastest, {slopes[i_steep]:.3g} per unit of "
                              f"log(lr), at lr {_g(lr_steep)} (step "
                              f"{kept[skip_start + i_steep].step})")
-        suggestion = min(lr_steep, bound)  # type: ignore[type-var]
+        suggestion = min(lr_steep, bound)
         out.reasoning.append(
             f"suggested learning rate {_g(suggestion)}: "
             + ("the steepest descent, below the bound" if suggestion == lr_steep
                else "the bound, since the steepest descent lies above it"))
     out.decision = "suggest_lr"
-    out.suggested_lr = out.new_lr = _round(suggestion)  # type: ignore[arg-type]
+    out.suggested_lr = out.new_lr = _round(suggestion)
     if suggestion < inp.min_lr:
         out.suggested_lr = out.new_lr = _round(inp.min_lr)
         out.reasoning.append(f"raised to min_lr {_g(inp.min_lr)}")

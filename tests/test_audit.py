@@ -8,6 +8,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -161,6 +162,7 @@ def test_rewritten_chain_detected_by_anchor(db: Path, tmp_path: Path) -> None:
 def test_missing_anchor_with_events_is_not_ok(log: AuditLog) -> None:
     """Deleting the anchor to hide a truncation must itself be reported."""
     fill(log, 2)
+    log.flush()
     log.anchor_path.unlink()
     res = log.verify()
     assert not res.ok and "anchor file" in res.reason
@@ -169,11 +171,74 @@ def test_missing_anchor_with_events_is_not_ok(log: AuditLog) -> None:
 def test_anchor_is_replaced_atomically_and_never_moves_back(log: AuditLog) -> None:
     """The anchor is written whole (tmp + rename) and an out-of-order writer cannot rewind it."""
     fill(log, 3)
+    log.flush()
     head = log.head()
     log._write_anchor(2, "0" * 64)
     assert log.anchor() == {"id": 3, "hash": head.hash}
     assert sorted(p.name for p in log.anchor_path.parent.iterdir()
                   if p.name.startswith("audit.anchor")) == ["audit.anchor", "audit.anchor.lock"]
+
+
+def test_the_anchor_trails_by_at_most_anchor_every_events(db: Path, tmp_path: Path) -> None:
+    """Group commit: a process's first append anchors at once, then every anchor_every-th; in
+    between, another process's verify finds the chain whole and counts the events after the
+    anchor, saying what they are."""
+    anchor = tmp_path / "audit.anchor"
+    log = AuditLog(Store(f"sqlite:///{db}"), anchor, clock=Clock(), anchor_every=4,
+                   anchor_lag_s=600)
+    fill(log, 1)
+    assert log.anchor()["id"] == 1
+    fill(log, 3)
+    assert log.anchor()["id"] == 1  # three behind: not yet
+    fill(log, 1)
+    assert log.anchor()["id"] == 5
+    fill(log, 2)
+    other = AuditLog(Store(f"sqlite:///{db}"), anchor)
+    res = other.verify()
+    assert (res.ok, res.count, res.unanchored) == (True, 7, 2), res
+    assert "the anchor names event 5 and the newest 2 come after it" in res.reason
+    assert "would not be noticed" in res.reason
+    assert log.verify().unanchored == 0  # verify anchors its own process's events first
+    assert other.verify().reason.endswith("chain and anchor intact")
+
+
+def test_the_anchor_catches_up_within_anchor_lag_s_without_more_appends(log: AuditLog,
+                                                                        db: Path,
+                                                                        tmp_path: Path) -> None:
+    quiet = AuditLog(Store(f"sqlite:///{db}"), tmp_path / "audit.anchor", anchor_every=1000,
+                     anchor_lag_s=0.05)
+    fill(quiet, 3)
+    deadline = time.monotonic() + 10
+    while quiet.anchor()["id"] != 3:
+        assert time.monotonic() < deadline, quiet.anchor()
+        time.sleep(0.01)
+
+
+KILLED_WRITER = textwrap.dedent("""
+    import os, signal, sys
+    from nightshift.policies.audit import AuditLog
+    from nightshift.runtime.store import Store
+    db, anchor = sys.argv[1:]
+    log = AuditLog(Store("sqlite:///" + db), anchor, anchor_every=100, anchor_lag_s=600)
+    for i in range(10):
+        log.append("writer", "test.killed", payload={"i": i})
+    os.kill(os.getpid(), signal.SIGKILL)
+""")
+
+
+def test_a_writer_killed_between_anchors_leaves_a_trail_the_next_append_anchors(
+        db: Path, tmp_path: Path) -> None:
+    anchor = tmp_path / "audit.anchor"
+    proc = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(db), str(anchor)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -9, proc.stderr
+    log = AuditLog(Store(f"sqlite:///{db}"), anchor)
+    assert log.anchor()["id"] == 1  # its first append, and no later one
+    res = log.verify()
+    assert (res.ok, res.count, res.unanchored) == (True, 10, 9), res
+    log.append("alice", "test.after")
+    res = log.verify()
+    assert (res.ok, res.count, res.unanchored) == (True, 11, 0), res
 
 
 WRITER = textwrap.dedent("""

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 from pydantic import BaseModel
+from sqlmodel import select
 
 from nightshift.policies import killswitch
 from nightshift.policies.approvals import Approvals
@@ -24,8 +25,9 @@ from nightshift.runtime.errors import (
     Paused,
     PolicyDenied,
     SkillFailed,
+    UnknownJob,
 )
-from nightshift.runtime.store import Job, Store
+from nightshift.runtime.store import Approval, Job, Store
 from nightshift.skills.base import Claims, Launch, Skill, SkillContext, SkillInput, skill
 
 T0 = datetime(2026, 12, 2, 3, 0)
@@ -99,8 +101,22 @@ class World:
 
 @pytest.fixture
 def w(home: Path) -> World:
+    """A world whose store holds jobs 1-9, for the calls that name one."""
     RAN.clear()
-    return World(home)
+    world = World(home)
+    with world.store.session() as s:
+        for i in range(1, 10):
+            s.add(Job(id=i, name=f"job-{i}", spec={}, owner="alice"))
+    return world
+
+
+def test_a_call_on_a_job_that_does_not_exist_is_a_bad_argument_never_an_approval(w: World):
+    """cancel of job 99: the caller is told there is no such job; nothing is asked of a human."""
+    with pytest.raises(UnknownJob, match="no job 99"):
+        w.call("agent", DESTROY, {"job_id": 99}, "c1")
+    assert RAN == [] and w.actions() == ["skill.bad_arguments"]
+    with w.store.session() as s:
+        assert s.exec(select(Approval)).all() == []
 
 
 def test_allowed_call_runs_and_is_audited(w: World) -> None:

@@ -386,7 +386,7 @@ def test_cli_prints_the_decision_for_a_person(home):
     assert lines[1] == "learning rate: 1 → 0.01"
     assert lines[2] == ("divergence: began at step 102, detected at step 103; resume from the "
                         "checkpoint of step 100")
-    assert "changes: lr = 0.01  (apply with update_job_params or resume_job)" in lines
+    assert "changes: lr = 0.01  (apply with resume_job: param_changes)" in lines
 
 
 def test_cli_modes_and_extra_parameters(home):

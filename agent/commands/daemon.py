@@ -7,7 +7,6 @@ import signal
 import typer
 
 from nightshift.agent.console import console
-from nightshift.agent.wiring import Wiring
 
 
 def daemon(config: str | None = typer.Option(None, "--config"),
@@ -15,6 +14,7 @@ def daemon(config: str | None = typer.Option(None, "--config"),
     """Place, start, watch and recover jobs until stopped (SIGTERM or Ctrl-C). Runs keep going
     while it is down; the next daemon re-attaches to them. See README for a systemd unit."""
     from nightshift.agent.daemon import Daemon  # LangGraph: imported by the commands that use it
+    from nightshift.agent.wiring import Wiring
 
     w = Wiring.load(config)
     d = Daemon(w, on_progress=lambda kind, data: kind == "recover" and console.print(

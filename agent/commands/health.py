@@ -4,18 +4,18 @@ monitoring-style exit code."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import typer
 from rich.markup import escape
 
 from nightshift.agent.console import console, error, table
 from nightshift.agent.shell import call_as_user
-from nightshift.agent.wiring import Wiring
 from nightshift.runtime.errors import NightshiftError
-from nightshift.runtime.gpu import GpuReading
-from nightshift.skills.base import get_skill
-from nightshift.skills.gpu_health import GpuVerdict, HealthCheckResult
+
+if TYPE_CHECKING:
+    from nightshift.runtime.gpu import GpuReading
+    from nightshift.skills.gpu_health import GpuVerdict, HealthCheckResult
 
 # The Nagios plugin convention, which monitoring systems read: 0 OK, 1 WARNING, 2 CRITICAL,
 # 3 UNKNOWN. A machine without GPUs is fine (0); a check that could not run at all is UNKNOWN.
@@ -76,6 +76,9 @@ def health(
 def _check(
     from_file: Path | None, record: bool | None, gpus: list[int], config: str | None
 ) -> HealthCheckResult:
+    from nightshift.agent.wiring import Wiring
+    from nightshift.skills.base import get_skill
+
     w = Wiring.load(config)
     skill = get_skill("gpu_health_check")
     args: dict[str, Any] = {}
@@ -85,7 +88,7 @@ def _check(
         args["record"] = record
     if gpus:
         args["gpus"] = gpus
-    return cast(HealthCheckResult, call_as_user(w, skill.name, args))
+    return cast("HealthCheckResult", call_as_user(w, skill.name, args))
 
 
 def _coloured(verdict: str) -> str:

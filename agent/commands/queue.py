@@ -8,15 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from sqlmodel import select
 
-from nightshift.agent.api import Client
 from nightshift.agent.console import console, error, table
 from nightshift.agent.shell import parse_key_values
-from nightshift.agent.wiring import Wiring
-from nightshift.runtime.errors import SpecError
-from nightshift.runtime.spec import load_spec
-from nightshift.runtime.store import Attempt, Job
+from nightshift.runtime.errors import BadArguments
 
 PRIORITIES = {"high": 10, "normal": 0, "low": -10}
 
@@ -29,7 +24,7 @@ def _priority(value: str | None) -> int | None:
     try:
         return int(value)
     except ValueError:
-        raise SpecError(f"--priority {value!r}: use high, normal, low or an integer") from None
+        raise BadArguments(f"--priority {value!r}: use high, normal, low or an integer") from None
 
 
 def submit(spec: Path = typer.Argument(..., help="Experiment spec (YAML)"),
@@ -39,6 +34,10 @@ def submit(spec: Path = typer.Argument(..., help="Experiment spec (YAML)"),
            as_json: bool = typer.Option(False, "--json"),
            config: str | None = typer.Option(None, "--config")) -> None:
     """Queue a job — or one per trial of the spec's search_space grid — and return at once."""
+    from nightshift.agent.api import Client
+    from nightshift.agent.wiring import Wiring
+    from nightshift.runtime.spec import load_spec
+
     client = Client(Wiring.load(config))
     parsed = load_spec(spec)
     check = client.call("config_validator", {"path": str(spec.resolve())})
@@ -47,7 +46,7 @@ def submit(spec: Path = typer.Argument(..., help="Experiment spec (YAML)"),
             error(f"{spec}: field '{e.field}': {e.message}")
         raise typer.Exit(2)
     if cost not in (None, "urgent", "cost_sensitive"):
-        raise SpecError(f"--cost {cost!r}: use urgent or cost_sensitive")
+        raise BadArguments(f"--cost {cost!r}: use urgent or cost_sensitive")
     overrides = parse_key_values(param, "--param")
     trials = [{**t, **overrides} for t in parsed.grid()]
     group = f"{parsed.name}-{uuid.uuid4().hex[:8]}" if len(trials) > 1 else None
@@ -72,6 +71,14 @@ def jobs(state: list[str] = typer.Option([], "--state", help="Only these states"
          as_json: bool = typer.Option(False, "--json"),
          config: str | None = typer.Option(None, "--config")) -> None:
     """Queue, running and finished jobs, with why each waiting job waits."""
+    from sqlmodel import select
+
+    from nightshift.agent.wiring import Wiring
+    from nightshift.runtime.store import JOB_STATES, Attempt, Job
+
+    unknown = [x for x in state if x not in JOB_STATES]
+    if unknown:
+        raise BadArguments(f"--state {unknown[0]!r}: use one of {', '.join(JOB_STATES)}")
     w = Wiring.load(config)
     with w.store.session() as s:
         q = select(Job).order_by(Job.id)

@@ -7,17 +7,18 @@ from pathlib import Path
 import typer
 
 from nightshift.agent.console import console, table
-from nightshift.agent.report import build_report, default_window, plot_metrics, to_markdown
-from nightshift.agent.wiring import Wiring, local_now
-from nightshift.runtime import keeper
-from nightshift.runtime.engine import job_paths
 
 
-def report(hours: float = typer.Option(24.0, "--hours", help="Look back this many hours"),
+def report(hours: float = typer.Option(24.0, "--hours", min=0.01, help="Look back this many hours"),
            markdown: Path | None = typer.Option(None, "--markdown", help="Write Markdown (+ PNG plot) here"),
            as_json: bool = typer.Option(False, "--json"),
            config: str | None = typer.Option(None, "--config")) -> None:
     """Jobs, attempts, failures by cause, recoveries, GPU-hours, kWh and cost."""
+    from nightshift.agent.report import build_report, default_window, plot_metrics, to_markdown
+    from nightshift.agent.wiring import Wiring, local_now
+    from nightshift.runtime import keeper
+    from nightshift.runtime.engine import job_paths
+
     w = Wiring.load(config)
     since, until = default_window(local_now(), hours)
     r = build_report(w.store, since, until, *w.energy_pricing(), kept_bytes_of=lambda job: sum(

@@ -17,7 +17,6 @@ from rich.markup import escape
 from nightshift.agent.commands.diagnose import readable_file, say
 from nightshift.agent.console import error
 from nightshift.agent.shell import call_or_exit, parse_key_values
-from nightshift.skills.tune_lr import read_metrics_jsonl
 
 MODES = ("auto", "divergence", "plateau", "range_test")
 
@@ -51,7 +50,7 @@ def print_proposal(r: Any, skipped: int) -> None:
                           f"lr {_num(e.lr)} — {escape(e.note)}")
     if r.changes:
         changes = ", ".join(f"{k} = {v:g}" for k, v in r.changes.items())
-        say(f"changes: {escape(changes)}  (apply with update_job_params or resume_job)")
+        say(f"changes: {escape(changes)}  (apply with resume_job: param_changes)")
 
 
 def register(app: typer.Typer) -> None:
@@ -75,6 +74,8 @@ def register(app: typer.Typer) -> None:
         if mode not in MODES:
             error(f"--mode {mode!r}: expected one of {', '.join(MODES)}")
             raise typer.Exit(2)
+        from nightshift.skills.tune_lr import read_metrics_jsonl
+
         path = readable_file(metrics)
         try:
             points, skipped = read_metrics_jsonl(path, loss_name)

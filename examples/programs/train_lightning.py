@@ -108,13 +108,13 @@ class LitAutoEncoder(L.LightningModule):
         self.log("val_loss", F.mse_loss(self.decoder(self.encoder(x)), x))
 
     def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr, momentum=0.9)
+        return torch.optim.SGD(self.parameters(), lr=self.hparams["lr"], momentum=0.9)
 
     def on_train_start(self) -> None:
         # After a resume Lightning has restored the checkpointed optimiser, lr included: the lr
         # this run was started with wins (see the module docstring).
         for group in self.trainer.optimizers[0].param_groups:
-            group["lr"] = self.hparams.lr
+            group["lr"] = self.hparams["lr"]
 
 
 class SleepPerBatch(Callback):
