@@ -71,6 +71,13 @@ def job_observation(w: Wiring, job_id: int) -> dict[str, Any]:
     }
 
 
+def _pending(state: AgentState) -> dict[str, Any]:
+    """The call plan decided; act and watch run only after plan set one."""
+    p = state["pending"]
+    assert p is not None
+    return p
+
+
 def build_graph(w: Wiring, planner: Planner, *, checkpointer: Any = None,
                 on_progress: Callable[[str, dict[str, Any]], None] | None = None):
     """Compile the agent graph over the given wiring and planner."""
@@ -110,13 +117,13 @@ def build_graph(w: Wiring, planner: Planner, *, checkpointer: Any = None,
     def route_plan(state: AgentState) -> str:
         if state.get("finish"):
             return "report"
-        return "watch" if state["pending"]["kind"] == "watch" else "act"
+        return "watch" if _pending(state)["kind"] == "watch" else "act"
 
     def act(state: AgentState, config) -> dict[str, Any]:
         """One planned call through the gate. A call that needs approval pauses the graph with
         `interrupt()` before anything runs; on resume the node runs again and the gate carries
         the approved call out once (or returns what was carried out while we were away)."""
-        p = state["pending"]
+        p = _pending(state)
         if p["call_id"] not in fresh:  # a replay (another process, a crash): it may be done
             row = w.store.planned_call(p["call_id"])
             if row.state == "done":
@@ -160,7 +167,8 @@ def build_graph(w: Wiring, planner: Planner, *, checkpointer: Any = None,
             row.finished_at = local_now()
             s.add(row)
             fresh.discard(p["call_id"])
-            if status == "ok" and p["skill"] == "diagnose_failure" and p["args"].get("log_path"):
+            if (status == "ok" and out is not None and p["skill"] == "diagnose_failure"
+                    and p["args"].get("log_path")):
                 # Bookkeeping for reports: the diagnosed cause on the attempt whose log it read.
                 att = s.exec(select(Attempt).where(Attempt.log_path == p["args"]["log_path"])).first()
                 if att is not None:
@@ -169,7 +177,7 @@ def build_graph(w: Wiring, planner: Planner, *, checkpointer: Any = None,
         return _observe(state, p, status, result=out, error=err, bad_input=bad)
 
     def watch(state: AgentState) -> dict[str, Any]:
-        p = state["pending"]
+        p = _pending(state)
         job_id = p["job_id"]
         say("watch", p)
 
@@ -199,6 +207,7 @@ def build_graph(w: Wiring, planner: Planner, *, checkpointer: Any = None,
 
     def report(state: AgentState) -> dict[str, Any]:
         fin = state["finish"]
+        assert fin is not None  # route_plan sends here only with one
         w.audit.append(AGENT, "goal.finish", payload={"goal": state["goal"].get("name"), **fin,
                                                       "on_behalf_of": state.get("on_behalf_of")})
         say("finish", fin)

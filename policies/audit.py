@@ -272,8 +272,8 @@ class AuditLog:
         after_anchor = 0
         c = _TABLE.c
         # Core rows, a page at a time: ORM objects would cost more than hashing them.
-        columns = (c.id, c.ts, c.actor, c.action, c.skill, c.call_id, c.job_id, c.payload,
-                   c.prev_hash, c.hash)
+        columns: list[Any] = [c.id, c.ts, c.actor, c.action, c.skill, c.call_id, c.job_id,
+                              c.payload, c.prev_hash, c.hash]
         with self.store.engine.connect() as conn:
             while True:
                 q = select(*columns).order_by(c.id).limit(_PAGE)

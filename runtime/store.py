@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import NaiveDatetime
 from sqlalchemy import Connection, event, inspect, text
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
-from sqlmodel import JSON, Column, Field, Session, SQLModel, create_engine, select
+from sqlmodel import JSON, Column, Field, Session, SQLModel, col, create_engine, select
 
 from nightshift.runtime.errors import StoreError
 from nightshift.runtime.migrations import BASELINE, HEAD, SCRIPT_LOCATION
@@ -402,14 +402,14 @@ class Store:
 
     def attempts(self, job_id: int) -> list[Attempt]:
         with self.session() as s:
-            return list(s.exec(select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.number)))
+            return list(s.exec(select(Attempt).where(Attempt.job_id == job_id).order_by(col(Attempt.number))))
 
     def metrics(self, job_id: int, name: str | None = None) -> list[MetricPoint]:
         with self.session() as s:
             q = select(MetricPoint).where(MetricPoint.job_id == job_id)
             if name:
                 q = q.where(MetricPoint.name == name)
-            return list(s.exec(q.order_by(MetricPoint.id)))
+            return list(s.exec(q.order_by(col(MetricPoint.id))))
 
 
 def _revisions(conn: Connection) -> set[str] | None:
