@@ -17,15 +17,22 @@ from nightshift.runtime.errors import ApprovalRequired
 class Client:
     """`Client().submit("spec.yaml", params={"lr": 1e-3})` — one Wiring per process."""
 
-    def __init__(self, wiring: Wiring | None = None, principal: str | None = None,
-                 via: Via = "api"):
+    def __init__(
+        self, wiring: Wiring | None = None, principal: str | None = None, via: Via = "api"
+    ):
         self.w = wiring or Wiring.load()
         self.principal = principal or self.w.user
         self.via = via
 
-    def call(self, skill_name: str, args: dict[str, Any], *, call_id: str | None = None,
-             confirm: Confirm | None = None,
-             wait: Callable[[ApprovalRequired], object] | None = None) -> BaseModel:
+    def call(
+        self,
+        skill_name: str,
+        args: dict[str, Any],
+        *,
+        call_id: str | None = None,
+        confirm: Confirm | None = None,
+        wait: Callable[[ApprovalRequired], object] | None = None,
+    ) -> BaseModel:
         """Run one skill through the gate. A call that needs approval raises ApprovalRequired
         (call again with the same `call_id` once it is decided), unless `wait` is given: it is
         handed the pending approval and returns when it is decided; the call then runs, or
@@ -34,17 +41,28 @@ class Client:
         cid = call_id or f"api-{uuid.uuid4().hex}"
         while True:
             try:
-                return self.w.gate.call(self.w.context(self.principal, cid), skill_name, args,
-                                        via=self.via, confirm=confirm)
+                return self.w.gate.call(
+                    self.w.context(self.principal, cid),
+                    skill_name,
+                    args,
+                    via=self.via,
+                    confirm=confirm,
+                )
             except ApprovalRequired as exc:
                 if wait is None:
                     raise
                 wait(exc)
                 confirm = None  # asked once; now it is the others' decision that counts
 
-    def submit(self, spec_path: str | None = None, *, spec: dict[str, Any] | None = None,
-               params: dict[str, Any] | None = None, priority: int | None = None,
-               call_id: str | None = None) -> int:
+    def submit(
+        self,
+        spec_path: str | None = None,
+        *,
+        spec: dict[str, Any] | None = None,
+        params: dict[str, Any] | None = None,
+        priority: int | None = None,
+        call_id: str | None = None,
+    ) -> int:
         """Queue a job; returns its id. The same call_id never queues twice."""
         args: dict[str, Any] = {"params": params or {}}
         if spec_path is not None:

@@ -21,8 +21,12 @@ if TYPE_CHECKING:
 # A command imports what it needs when it runs: the store (SQLAlchemy), the policy stack and the
 # agent's graph (LangGraph) take a second or more to import, and `--help` or `jobs` would pay it.
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="nightshift: works the night shift on deep-learning GPU servers.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="nightshift: works the night shift on deep-learning GPU servers.",
+)
 audit_app = typer.Typer(no_args_is_help=True, help="The hash-chained audit log.")
 approvals_app = typer.Typer(no_args_is_help=True, help="Approvals: list, show, approve, reject.")
 config_app = typer.Typer(no_args_is_help=True, help="Effective configuration.")
@@ -30,15 +34,19 @@ app.add_typer(audit_app, name="audit")
 app.add_typer(approvals_app, name="approvals")
 app.add_typer(config_app, name="config")
 
-ConfigOpt = typer.Option(None, "--config", help="Config file (default $NIGHTSHIFT_HOME/config.yaml)")
+ConfigOpt = typer.Option(
+    None, "--config", help="Config file (default $NIGHTSHIFT_HOME/config.yaml)"
+)
 
 
 # ------------------------------------------------------------------------------------ run
 @app.command()
-def run(goal_file: Path | None = typer.Argument(None, help="Goal file (YAML)"),
-        resume: str | None = typer.Option(None, "--resume", help="Resume the run with this thread id"),
-        recover: int | None = typer.Option(None, "--recover", help="Run the recover playbook on job N"),
-        config: str | None = ConfigOpt) -> None:
+def run(
+    goal_file: Path | None = typer.Argument(None, help="Goal file (YAML)"),
+    resume: str | None = typer.Option(None, "--resume", help="Resume the run with this thread id"),
+    recover: int | None = typer.Option(None, "--recover", help="Run the recover playbook on job N"),
+    config: str | None = ConfigOpt,
+) -> None:
     """Run a goal file end to end (or resume an interrupted run)."""
     # The agent's graph (LangGraph, LangChain) is imported by the commands that run it only: it
     # takes a second, and every other command would pay it.
@@ -56,8 +64,12 @@ def run(goal_file: Path | None = typer.Argument(None, help="Goal file (YAML)"),
     if sum(x is not None for x in (goal_file, resume, recover)) != 1:
         error("give exactly one of GOAL_FILE, --resume THREAD or --recover JOB")
         raise typer.Exit(2)
-    graph = build_graph(w, DeterministicPlanner(), checkpointer=sqlite_checkpointer(w),
-                        on_progress=progress_printer())
+    graph = build_graph(
+        w,
+        DeterministicPlanner(),
+        checkpointer=sqlite_checkpointer(w),
+        on_progress=progress_printer(),
+    )
     started = time.monotonic()
     if resume:
         thread = resume
@@ -70,8 +82,9 @@ def run(goal_file: Path | None = typer.Argument(None, help="Goal file (YAML)"),
         _own_loop(w, thread)
         pending = [i for t in snap.tasks for i in t.interrupts]
         if pending:
-            result = graph.invoke(Command(resume=wait_for_decision(
-                w, pending[0].value["approval_id"])), cfg)
+            result = graph.invoke(
+                Command(resume=wait_for_decision(w, pending[0].value["approval_id"])), cfg
+            )
         elif snap.next:
             result = graph.invoke(None, cfg)
         else:
@@ -80,11 +93,14 @@ def run(goal_file: Path | None = typer.Argument(None, help="Goal file (YAML)"),
         goal = recover_goal(recover) if recover is not None else load_goal(goal_file)
         thread = f"{goal.name}-{local_now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:4]}"
         cfg = _cfg(thread)
-        console.print(f"[bold]nightshift[/] goal [bold]{goal.name}[/] · thread {thread}\n"
-                      f"[dim](if interrupted: nightshift run --resume {thread})[/]")
+        console.print(
+            f"[bold]nightshift[/] goal [bold]{goal.name}[/] · thread {thread}\n"
+            f"[dim](if interrupted: nightshift run --resume {thread})[/]"
+        )
         _own_loop(w, thread)
-        result = graph.invoke({"goal": goal.model_dump(mode="json"), "history": [],
-                               "on_behalf_of": w.user}, cfg)
+        result = graph.invoke(
+            {"goal": goal.model_dump(mode="json"), "history": [], "on_behalf_of": w.user}, cfg
+        )
     while "__interrupt__" in result:
         req = result["__interrupt__"][0].value
         result = graph.invoke(Command(resume=wait_for_decision(w, req["approval_id"])), cfg)
@@ -124,16 +140,25 @@ def skills_cmd(as_json: bool = typer.Option(False, "--json")) -> None:
     if as_json:
         console.print_json(json.dumps([s.tool_schema() for s in found.values()]))
         return
-    console.print(table("skills", ["name", "capability", "description"],
-                        [[s.name, s.capability, s.description.split("\n")[0][:90]]
-                         for s in sorted(found.values(), key=lambda s: s.name)]))
+    console.print(
+        table(
+            "skills",
+            ["name", "capability", "description"],
+            [
+                [s.name, s.capability, s.description.split("\n")[0][:90]]
+                for s in sorted(found.values(), key=lambda s: s.name)
+            ],
+        )
+    )
 
 
 @app.command("skill")
-def skill_cmd(name: str,
-              arg: list[str] = typer.Option([], "--arg", help="key=value (value parsed as YAML)"),
-              as_json: bool = typer.Option(False, "--json", help="Print the result model as JSON"),
-              config: str | None = ConfigOpt) -> None:
+def skill_cmd(
+    name: str,
+    arg: list[str] = typer.Option([], "--arg", help="key=value (value parsed as YAML)"),
+    as_json: bool = typer.Option(False, "--json", help="Print the result model as JSON"),
+    config: str | None = ConfigOpt,
+) -> None:
     """Call one skill through the policy gate and print its result."""
     from nightshift.agent.shell import call_as_user, parse_key_values
     from nightshift.agent.wiring import Wiring
@@ -150,8 +175,7 @@ def skill_cmd(name: str,
 
 # ------------------------------------------------------------------------------------ status
 @app.command()
-def status(config: str | None = ConfigOpt,
-           as_json: bool = typer.Option(False, "--json")) -> None:
+def status(config: str | None = ConfigOpt, as_json: bool = typer.Option(False, "--json")) -> None:
     """Jobs and their attempts, from the store."""
     from nightshift.agent.wiring import Wiring
     from nightshift.policies import killswitch
@@ -167,11 +191,20 @@ def status(config: str | None = ConfigOpt,
     rows = []
     for j in jobs.jobs:
         last = j.attempts[-1] if j.attempts else None
-        rows.append([j.id, j.name, j.state, len(j.attempts),
-                     None if last is None else f"{last.start_step}→{last.last_step}",
-                     None if last is None or last.last_loss is None else f"{last.last_loss:.4f}",
-                     j.reason])
-    console.print(table("jobs", ["id", "name", "state", "attempts", "steps", "loss", "reason"], rows))
+        rows.append(
+            [
+                j.id,
+                j.name,
+                j.state,
+                len(j.attempts),
+                None if last is None else f"{last.start_step}→{last.last_step}",
+                None if last is None or last.last_loss is None else f"{last.last_loss:.4f}",
+                j.reason,
+            ]
+        )
+    console.print(
+        table("jobs", ["id", "name", "state", "attempts", "steps", "loss", "reason"], rows)
+    )
 
 
 # ------------------------------------------------------------------------------------ audit
@@ -190,8 +223,12 @@ def audit_verify(config: str | None = ConfigOpt) -> None:
 
 
 @audit_app.command("show")
-def audit_show(limit: int = typer.Option(50, "--limit", min=1), job: int | None = typer.Option(None, "--job"),
-               as_json: bool = typer.Option(False, "--json"), config: str | None = ConfigOpt) -> None:
+def audit_show(
+    limit: int = typer.Option(50, "--limit", min=1),
+    job: int | None = typer.Option(None, "--job"),
+    as_json: bool = typer.Option(False, "--json"),
+    config: str | None = ConfigOpt,
+) -> None:
     """Print the newest audit events."""
     from nightshift.agent.wiring import Wiring
 
@@ -200,22 +237,49 @@ def audit_show(limit: int = typer.Option(50, "--limit", min=1), job: int | None 
     if as_json:
         print(json.dumps([e.model_dump(mode="json") for e in events], indent=2))
         return
-    console.print(table("audit", ["id", "time", "actor", "action", "skill", "job", "detail"],
-                        [[e.id, e.ts, e.actor, e.action, e.skill, e.job_id,
-                          json.dumps(e.payload, default=str)[:100]] for e in events]))
+    console.print(
+        table(
+            "audit",
+            ["id", "time", "actor", "action", "skill", "job", "detail"],
+            [
+                [
+                    e.id,
+                    e.ts,
+                    e.actor,
+                    e.action,
+                    e.skill,
+                    e.job_id,
+                    json.dumps(e.payload, default=str)[:100],
+                ]
+                for e in events
+            ],
+        )
+    )
 
 
 # ------------------------------------------------------------------------------------ approvals
 def _approval_rows(rows: list[Approval]) -> list[list[Any]]:
-    return [[a.id, a.state, a.skill, json.dumps(a.args)[:60], a.requester, a.rule,
-             f"{len({v['principal'] for v in a.votes if v.get('approve')})}/{a.quorum}",
-             a.expires_at] for a in rows]
+    return [
+        [
+            a.id,
+            a.state,
+            a.skill,
+            json.dumps(a.args)[:60],
+            a.requester,
+            a.rule,
+            f"{len({v['principal'] for v in a.votes if v.get('approve')})}/{a.quorum}",
+            a.expires_at,
+        ]
+        for a in rows
+    ]
 
 
 @approvals_app.command("list")
-def approvals_list(config: str | None = ConfigOpt,
-                   all_: bool = typer.Option(False, "--all", help="Every approval, not only pending"),
-                   as_json: bool = typer.Option(False, "--json")) -> None:
+def approvals_list(
+    config: str | None = ConfigOpt,
+    all_: bool = typer.Option(False, "--all", help="Every approval, not only pending"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
     """Pending approvals (or all with --all): pending → approved/rejected/expired → executed/failed."""
     from sqlmodel import select
 
@@ -231,13 +295,19 @@ def approvals_list(config: str | None = ConfigOpt,
     if as_json:
         print(json.dumps([a.model_dump(mode="json") for a in rows], indent=2))
         return
-    console.print(table("approvals", ["id", "state", "skill", "args", "requester", "rule",
-                                      "votes", "expires"], _approval_rows(rows)))
+    console.print(
+        table(
+            "approvals",
+            ["id", "state", "skill", "args", "requester", "rule", "votes", "expires"],
+            _approval_rows(rows),
+        )
+    )
 
 
 @approvals_app.command("show")
-def approvals_show(approval_id: int, config: str | None = ConfigOpt,
-                   as_json: bool = typer.Option(False, "--json")) -> None:
+def approvals_show(
+    approval_id: int, config: str | None = ConfigOpt, as_json: bool = typer.Option(False, "--json")
+) -> None:
     """One approval in full: the call, the files it names, votes, and what running it did."""
     from rich.table import Table
 
@@ -251,17 +321,32 @@ def approvals_show(approval_id: int, config: str | None = ConfigOpt,
     t = Table(title=f"approval {a.id} · {a.state}", title_justify="left", show_header=False)
     t.add_column(style="bold")
     t.add_column()
-    for key, value in (("skill", a.skill), ("call", a.call_id), ("requester", a.requester),
-                       ("via", a.requested_via), ("rule", a.rule), ("quorum", a.quorum),
-                       ("args", json.dumps(a.args, indent=1)),
-                       ("files", "\n".join(f"{p} sha256 {d}" for p, d in a.files.items()) or "-"),
-                       ("votes", "\n".join(f"{v['principal']}: {'yes' if v['approve'] else 'no'}"
-                                           f"{' (confirmation)' if v.get('confirmation') else ''}"
-                                           f" at {v['at']}" for v in a.votes) or "-"),
-                       ("expires", a.expires_at), ("decided", a.decided_at),
-                       ("carried out by", a.claimed_by), ("executed", a.executed_at),
-                       ("result", json.dumps(a.result) if a.result is not None else "-"),
-                       ("error", a.error or "-")):
+    for key, value in (
+        ("skill", a.skill),
+        ("call", a.call_id),
+        ("requester", a.requester),
+        ("via", a.requested_via),
+        ("rule", a.rule),
+        ("quorum", a.quorum),
+        ("args", json.dumps(a.args, indent=1)),
+        ("files", "\n".join(f"{p} sha256 {d}" for p, d in a.files.items()) or "-"),
+        (
+            "votes",
+            "\n".join(
+                f"{v['principal']}: {'yes' if v['approve'] else 'no'}"
+                f"{' (confirmation)' if v.get('confirmation') else ''}"
+                f" at {v['at']}"
+                for v in a.votes
+            )
+            or "-",
+        ),
+        ("expires", a.expires_at),
+        ("decided", a.decided_at),
+        ("carried out by", a.claimed_by),
+        ("executed", a.executed_at),
+        ("result", json.dumps(a.result) if a.result is not None else "-"),
+        ("error", a.error or "-"),
+    ):
         t.add_row(key, str(value) if value is not None else "-")
     console.print(t)
 
@@ -273,8 +358,10 @@ def _vote(approval_id: int, approve: bool, config: str | None) -> None:
     a = w.approvals.vote(approval_id, w.user, approve, local_now())
     console.print(f"approval {a.id}: {a.state} ({w.user} voted {'yes' if approve else 'no'})")
     if a.state == "approved":
-        console.print("  the requester's shell carries it out if it still waits; otherwise the "
-                      "daemon (or `nightshift run --resume` for a goal's call) does, once")
+        console.print(
+            "  the requester's shell carries it out if it still waits; otherwise the "
+            "daemon (or `nightshift run --resume` for a goal's call) does, once"
+        )
 
 
 @approvals_app.command("approve")
@@ -295,8 +382,9 @@ app.command("reject", help="Alias of `nightshift approvals reject`.")(approvals_
 
 # ------------------------------------------------------------------------------------ kill switch
 @app.command()
-def pause(reason: str = typer.Option("paused by operator", "--reason"),
-          config: str | None = ConfigOpt) -> None:
+def pause(
+    reason: str = typer.Option("paused by operator", "--reason"), config: str | None = ConfigOpt
+) -> None:
     """Kill switch: stop every action but reads until `nightshift resume`."""
     from nightshift.agent.wiring import Wiring
     from nightshift.policies import killswitch

@@ -35,8 +35,10 @@ class DaemonLock:
     def acquire(self) -> None:
         held = locks.try_exclusive(self.path)
         if held is None:
-            raise OperatorError(f"another nightshift daemon holds {self.path} (pid "
-                                f"{locks.note(self.path) or '?'}); stop it first")
+            raise OperatorError(
+                f"another nightshift daemon holds {self.path} (pid "
+                f"{locks.note(self.path) or '?'}); stop it first"
+            )
         held.write_note(str(os.getpid()))
         self._held = held
 
@@ -52,12 +54,20 @@ class DaemonLock:
 
 
 class Daemon:
-    def __init__(self, w: Wiring, planner: Planner | None = None,
-                 on_progress: Callable[[str, dict[str, Any]], None] | None = None):
+    def __init__(
+        self,
+        w: Wiring,
+        planner: Planner | None = None,
+        on_progress: Callable[[str, dict[str, Any]], None] | None = None,
+    ):
         self.w = w
         self.say = on_progress or (lambda kind, data: None)
-        self.graph = build_graph(w, planner or DeterministicPlanner(),
-                                 checkpointer=sqlite_checkpointer(w), on_progress=on_progress)
+        self.graph = build_graph(
+            w,
+            planner or DeterministicPlanner(),
+            checkpointer=sqlite_checkpointer(w),
+            on_progress=on_progress,
+        )
         self.lock = DaemonLock(w.settings.home_path)
         self.stop_event = threading.Event()
         self._finished: set[str] = set()  # recovery threads known to be over
@@ -79,7 +89,9 @@ class Daemon:
                     break
                 self.stop_event.wait(self.w.settings.loop.poll_interval_s)
         finally:
-            self.w.audit.append("system", "daemon.stop", payload={"pid": os.getpid(), "ticks": ticks})
+            self.w.audit.append(
+                "system", "daemon.stop", payload={"pid": os.getpid(), "ticks": ticks}
+            )
             self.lock.release()
 
     def step(self) -> None:
@@ -94,8 +106,9 @@ class Daemon:
         if not snap.values:
             self.say("recover", {"job_id": job_id, "thread": thread})
             goal = recover_goal(job_id, watch=False)
-            self.graph.invoke({"goal": goal.model_dump(mode="json"), "history": [],
-                               "on_behalf_of": "system"}, cfg)
+            self.graph.invoke(
+                {"goal": goal.model_dump(mode="json"), "history": [], "on_behalf_of": "system"}, cfg
+            )
             return
         pending = [i for t in snap.tasks for i in t.interrupts]
         if pending:

@@ -31,7 +31,9 @@ class Step(BaseModel):
     id: str | None = Field(None, description="Name later steps use in ${ID.FIELD}")
     skill: str | None = None
     args: dict[str, Any] = Field(default_factory=dict)
-    watch: int | str | None = Field(None, description="Wait until this job is no longer queued or running")
+    watch: int | str | None = Field(
+        None, description="Wait until this job is no longer queued or running"
+    )
 
     @model_validator(mode="after")
     def _one_kind(self) -> Step:
@@ -56,12 +58,17 @@ class Goal(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field("goal", pattern=r"^[A-Za-z0-9_.-]+$")
     goal: Literal["train", "recover", "health"] | None = None
-    spec: str | dict[str, Any] | None = Field(None, description="Spec path (relative to the goal file) or mapping")
+    spec: str | dict[str, Any] | None = Field(
+        None, description="Spec path (relative to the goal file) or mapping"
+    )
     params: dict[str, Any] = Field(default_factory=dict)
     priority: int | None = None
     job_id: int | None = Field(None, description="For goal: recover")
-    watch: bool = Field(True, description="recover: after requeueing, wait for the job to end "
-                                          "(a goal run does; the daemon, which watches anyway, does not)")
+    watch: bool = Field(
+        True,
+        description="recover: after requeueing, wait for the job to end "
+        "(a goal run does; the daemon, which watches anyway, does not)",
+    )
     steps: list[Step] | None = None
     base_dir: str = "."
 
@@ -90,8 +97,11 @@ def load_goal(path: str | Path) -> Goal:
     data.setdefault("base_dir", str(Path(path).resolve().parent))
     goal = validate(Goal, data, path=str(path), node=node)
     if isinstance(goal.spec, str) and not (Path(goal.base_dir) / goal.spec).exists():
-        raise SpecError(f"spec file {goal.spec} not found (relative to {goal.base_dir})",
-                        path=str(path), field="spec")
+        raise SpecError(
+            f"spec file {goal.spec} not found (relative to {goal.base_dir})",
+            path=str(path),
+            field="spec",
+        )
     return goal
 
 

@@ -51,23 +51,40 @@ def job_observation(w: Wiring, job_id: int) -> dict[str, Any]:
         job = s.get(Job, job_id)
         if job is None:
             return {"job_id": job_id, "state": "missing", "reason": f"no job {job_id}"}
-        atts = list(s.exec(select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.number)))
+        atts = list(
+            s.exec(select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.number))
+        )
     spec = ExperimentSpec.model_validate(job.spec)
     paths = job_paths(w.settings, job)
     last = atts[-1] if atts else None
     return {
-        "job_id": job.id, "state": job.state, "reason": job.reason, "params": job.params,
-        "knobs": spec.knobs.model_dump(exclude_none=True), "attempts": len(atts), "max_attempts": job.max_attempts,
+        "job_id": job.id,
+        "state": job.state,
+        "reason": job.reason,
+        "params": job.params,
+        "knobs": spec.knobs.model_dump(exclude_none=True),
+        "attempts": len(atts),
+        "max_attempts": job.max_attempts,
         "checkpoint_dir": str(paths["checkpoint_dir"]),
         "good_checkpoint_dir": str(paths["good_checkpoints"]),
         "steps_per_epoch": spec.checkpoint.steps_per_epoch if spec.checkpoint else None,
-        "attempt_history": [{"number": a.number, "outcome": a.outcome, "cause": a.cause,
-                             "last_step": a.last_step} for a in atts],
-        "attempt": None if last is None else {
-            "number": last.number, "outcome": last.outcome, "exit_code": last.exit_code,
-            "signal": last.signal, "log_path": last.log_path, "last_step": last.last_step,
-            "start_step": last.start_step, "evidence": last.evidence,
-            "first_bad_step": last.first_bad_step},
+        "attempt_history": [
+            {"number": a.number, "outcome": a.outcome, "cause": a.cause, "last_step": a.last_step}
+            for a in atts
+        ],
+        "attempt": None
+        if last is None
+        else {
+            "number": last.number,
+            "outcome": last.outcome,
+            "exit_code": last.exit_code,
+            "signal": last.signal,
+            "log_path": last.log_path,
+            "last_step": last.last_step,
+            "start_step": last.start_step,
+            "evidence": last.evidence,
+            "first_bad_step": last.first_bad_step,
+        },
     }
 
 
@@ -78,8 +95,13 @@ def _pending(state: AgentState) -> dict[str, Any]:
     return p
 
 
-def build_graph(w: Wiring, planner: Planner, *, checkpointer: Any = None,
-                on_progress: Callable[[str, dict[str, Any]], None] | None = None):
+def build_graph(
+    w: Wiring,
+    planner: Planner,
+    *,
+    checkpointer: Any = None,
+    on_progress: Callable[[str, dict[str, Any]], None] | None = None,
+):
     """Compile the agent graph over the given wiring and planner."""
     say = on_progress or (lambda kind, data: None)
     # Calls this process planned and has not finished: act need not read their rows back.
@@ -96,15 +118,24 @@ def build_graph(w: Wiring, planner: Planner, *, checkpointer: Any = None,
             if stored is not None:  # decided before a crash: replay the same decision, never re-ask
                 action: Call | Watch | Finish = (
                     Watch(job_id=stored.args["job_id"], wait=stored.args.get("wait", True))
-                    if stored.skill == "@watch" else Call(skill=stored.skill, args=stored.args))
+                    if stored.skill == "@watch"
+                    else Call(skill=stored.skill, args=stored.args)
+                )
             else:
                 action = planner.next(goal, history)
                 if isinstance(action, Finish):
                     return {"pending": None, "finish": action.model_dump()}
-                s.add(PlannedCall(call_id=call_id, thread_id=thread, principal=AGENT,
-                                  skill="@watch" if isinstance(action, Watch) else action.skill,
-                                  args={"job_id": action.job_id, "wait": action.wait}
-                                  if isinstance(action, Watch) else action.args))
+                s.add(
+                    PlannedCall(
+                        call_id=call_id,
+                        thread_id=thread,
+                        principal=AGENT,
+                        skill="@watch" if isinstance(action, Watch) else action.skill,
+                        args={"job_id": action.job_id, "wait": action.wait}
+                        if isinstance(action, Watch)
+                        else action.args,
+                    )
+                )
         step_id = None
         if goal.steps is not None and len(history) < len(goal.steps):
             step_id = goal.steps[len(history)].id
@@ -129,8 +160,13 @@ def build_graph(w: Wiring, planner: Planner, *, checkpointer: Any = None,
             if row.state == "done":
                 return _observe(state, p, "ok", result=row.result)
             if row.state in ("error", "denied", "rejected"):
-                return _observe(state, p, row.state, error=row.error,
-                                bad_input=bool((row.result or {}).get("bad_input")))
+                return _observe(
+                    state,
+                    p,
+                    row.state,
+                    error=row.error,
+                    bad_input=bool((row.result or {}).get("bad_input")),
+                )
             # A row still "planned" after a crash runs again: launch and change skills are
             # idempotent on the call id (submit_job, launch_container) or on the job's state
             # (resume_job, cancel_job), and an approved call is claimed once, so nothing acts
@@ -138,18 +174,30 @@ def build_graph(w: Wiring, planner: Planner, *, checkpointer: Any = None,
         thread = config["configurable"]["thread_id"]
 
         def call() -> BaseModel:
-            return w.gate.call(w.context(AGENT, p["call_id"]), p["skill"], p["args"], via="agent",
-                               thread_id=thread,
-                               on_verdict=lambda v: say("verdict", {**p, "verdict": v.model_dump()}))
+            return w.gate.call(
+                w.context(AGENT, p["call_id"]),
+                p["skill"],
+                p["args"],
+                via="agent",
+                thread_id=thread,
+                on_verdict=lambda v: say("verdict", {**p, "verdict": v.model_dump()}),
+            )
 
         out, status, err, bad = None, "ok", None, False
         try:
             try:
                 out = call().model_dump(mode="json")
             except ApprovalRequired as exc:
-                decision = interrupt({"approval_id": exc.approval_id, "call_id": p["call_id"],
-                                      "skill": p["skill"], "args": p["args"], "rule": exc.rule,
-                                      "quorum": exc.quorum})
+                decision = interrupt(
+                    {
+                        "approval_id": exc.approval_id,
+                        "call_id": p["call_id"],
+                        "skill": p["skill"],
+                        "args": p["args"],
+                        "rule": exc.rule,
+                        "quorum": exc.quorum,
+                    }
+                )
                 if decision != "approved":
                     raise ApprovalRejected(f"approval {exc.approval_id} {decision}") from None
                 out = call().model_dump(mode="json")
@@ -158,7 +206,11 @@ def build_graph(w: Wiring, planner: Planner, *, checkpointer: Any = None,
         except Refused as exc:
             status, err = "denied", str(exc)
         except NightshiftError as exc:
-            status, err, bad = "error", f"{type(exc).__name__}: {exc}", isinstance(exc, BadArguments)
+            status, err, bad = (
+                "error",
+                f"{type(exc).__name__}: {exc}",
+                isinstance(exc, BadArguments),
+            )
         with w.store.session() as s:
             row = s.get(PlannedCall, p["call_id"])
             row.state = "done" if status == "ok" else status
@@ -167,10 +219,16 @@ def build_graph(w: Wiring, planner: Planner, *, checkpointer: Any = None,
             row.finished_at = local_now()
             s.add(row)
             fresh.discard(p["call_id"])
-            if (status == "ok" and out is not None and p["skill"] == "diagnose_failure"
-                    and p["args"].get("log_path")):
+            if (
+                status == "ok"
+                and out is not None
+                and p["skill"] == "diagnose_failure"
+                and p["args"].get("log_path")
+            ):
                 # Bookkeeping for reports: the diagnosed cause on the attempt whose log it read.
-                att = s.exec(select(Attempt).where(Attempt.log_path == p["args"]["log_path"])).first()
+                att = s.exec(
+                    select(Attempt).where(Attempt.log_path == p["args"]["log_path"])
+                ).first()
                 if att is not None:
                     att.cause = out.get("category")
                     s.add(att)
@@ -185,16 +243,32 @@ def build_graph(w: Wiring, planner: Planner, *, checkpointer: Any = None,
             atts = w.store.attempts(job_id)
             if atts:
                 a = atts[-1]
-                say("attempt", {"job_id": job_id, "number": a.number, "state": a.state,
-                                "last_step": a.last_step, "last_loss": a.last_loss})
+                say(
+                    "attempt",
+                    {
+                        "job_id": job_id,
+                        "number": a.number,
+                        "state": a.state,
+                        "last_step": a.last_step,
+                        "last_loss": a.last_loss,
+                    },
+                )
                 if a.outcome in FAILED_OUTCOMES and a.ended_at is not None:
                     job = w.store.job(job_id)
                     if job is not None and job.state == "queued":  # a retry, after the backoff
-                        at = w.settings.retry.not_before(a.ended_at, a.number, job_id,
-                                                         job.spec.get("retry_wait_s"))
-                        say("backoff", {"job_id": job_id, "attempt": a.number,
-                                        "outcome": a.outcome, "exit_code": a.exit_code,
-                                        "seconds_left": (at - local_now()).total_seconds()})
+                        at = w.settings.retry.not_before(
+                            a.ended_at, a.number, job_id, job.spec.get("retry_wait_s")
+                        )
+                        say(
+                            "backoff",
+                            {
+                                "job_id": job_id,
+                                "attempt": a.number,
+                                "outcome": a.outcome,
+                                "exit_code": a.exit_code,
+                                "seconds_left": (at - local_now()).total_seconds(),
+                            },
+                        )
 
         if p.get("wait", True):
             w.engine.run_until_settled([job_id], on_tick=tick)
@@ -208,16 +282,38 @@ def build_graph(w: Wiring, planner: Planner, *, checkpointer: Any = None,
     def report(state: AgentState) -> dict[str, Any]:
         fin = state["finish"]
         assert fin is not None  # route_plan sends here only with one
-        w.audit.append(AGENT, "goal.finish", payload={"goal": state["goal"].get("name"), **fin,
-                                                      "on_behalf_of": state.get("on_behalf_of")})
+        w.audit.append(
+            AGENT,
+            "goal.finish",
+            payload={
+                "goal": state["goal"].get("name"),
+                **fin,
+                "on_behalf_of": state.get("on_behalf_of"),
+            },
+        )
         say("finish", fin)
         return {}
 
-    def _observe(state: AgentState, p: dict[str, Any], status: str, *, result: Any = None,
-                 error: str | None = None, bad_input: bool = False) -> dict[str, Any]:
-        obs = Observation(call_id=p["call_id"], kind=p["kind"], skill=p.get("skill"),
-                          args=p.get("args") or {"job_id": p.get("job_id")}, status=status,
-                          result=result, error=error, bad_input=bad_input, step_id=p.get("step_id"))
+    def _observe(
+        state: AgentState,
+        p: dict[str, Any],
+        status: str,
+        *,
+        result: Any = None,
+        error: str | None = None,
+        bad_input: bool = False,
+    ) -> dict[str, Any]:
+        obs = Observation(
+            call_id=p["call_id"],
+            kind=p["kind"],
+            skill=p.get("skill"),
+            args=p.get("args") or {"job_id": p.get("job_id")},
+            status=status,
+            result=result,
+            error=error,
+            bad_input=bad_input,
+            step_id=p.get("step_id"),
+        )
         say("observe", obs.model_dump())
         return {"history": [*state.get("history", []), obs.model_dump()], "pending": None}
 

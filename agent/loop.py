@@ -60,9 +60,13 @@ class Loop:
         decision = self.w.engine.last_decision
         for p in decision.preemptions if decision else []:
             try:
-                self._system_call("pause_job", {
-                    "job_id": p.victim_job_id,
-                    "reason": f"preempted for job {p.for_job_id}: {p.reason}"})
+                self._system_call(
+                    "pause_job",
+                    {
+                        "job_id": p.victim_job_id,
+                        "reason": f"preempted for job {p.for_job_id}: {p.reason}",
+                    },
+                )
             except NightshiftError as exc:
                 self.say("preempt", {"job_id": p.victim_job_id, "error": str(exc)})
         if decision:
@@ -82,8 +86,10 @@ class Loop:
 
     def _needing_recovery(self) -> list[tuple[int, int]]:
         with self.w.store.session() as s:
-            rows = s.exec(select(Job.id, func.count(Attempt.id))
-                          .join(Attempt, Attempt.job_id == Job.id)
-                          .where(Job.state.in_(("failed", "paused")))
-                          .group_by(Job.id)).all()
+            rows = s.exec(
+                select(Job.id, func.count(Attempt.id))
+                .join(Attempt, Attempt.job_id == Job.id)
+                .where(Job.state.in_(("failed", "paused")))
+                .group_by(Job.id)
+            ).all()
         return [(j, n) for j, n in rows]

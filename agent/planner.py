@@ -122,7 +122,9 @@ class DeterministicPlanner:
         bad = next((o for o in history if o.status != "ok"), None)
         if bad is not None:
             what = bad.skill or "watch"
-            return Finish(ok=False, summary=f"{what} {bad.status}: {bad.error}", bad_input=bad.bad_input)
+            return Finish(
+                ok=False, summary=f"{what} {bad.status}: {bad.error}", bad_input=bad.bad_input
+            )
         if goal.steps is not None:
             return self._steps(goal, history)
         if goal.goal == "health":
@@ -142,12 +144,20 @@ class DeterministicPlanner:
         step = goal.steps[len(history)]
         try:
             if step.watch is not None:
-                return Watch(job_id=int(_resolve(step.watch, results)), why=f"step {len(history) + 1}")
-            return Call(skill=step.skill or "", args=_resolve(step.args, results),
-                        why=f"step {len(history) + 1}" + (f" ({step.id})" if step.id else ""))
+                return Watch(
+                    job_id=int(_resolve(step.watch, results)), why=f"step {len(history) + 1}"
+                )
+            return Call(
+                skill=step.skill or "",
+                args=_resolve(step.args, results),
+                why=f"step {len(history) + 1}" + (f" ({step.id})" if step.id else ""),
+            )
         except (KeyError, IndexError, TypeError, ValueError) as exc:
-            return Finish(ok=False, summary=f"step {len(history) + 1}: cannot fill arguments: {exc}",
-                          bad_input=True)
+            return Finish(
+                ok=False,
+                summary=f"step {len(history) + 1}: cannot fill arguments: {exc}",
+                bad_input=True,
+            )
 
     # train playbook ---------------------------------------------------------------------------
     def _train(self, goal: Goal, history: list[Observation]) -> Action:
@@ -160,7 +170,9 @@ class DeterministicPlanner:
             return Call(skill="config_validator", args=args, why="validate the spec")
         check = done["config_validator"].result or {}
         if not check.get("valid", False):
-            errs = "; ".join(f"{e.get('field')}: {e.get('message')}" for e in check.get("errors", []))
+            errs = "; ".join(
+                f"{e.get('field')}: {e.get('message')}" for e in check.get("errors", [])
+            )
             return Finish(ok=False, summary=f"spec is invalid: {errs}", bad_input=True)
         if "submit_job" not in done:
             args = {**goal.spec_args(), "params": goal.params}
@@ -169,16 +181,22 @@ class DeterministicPlanner:
             return Call(skill="submit_job", args=args, why="queue the run")
         submitted = _ok_result(done["submit_job"])
         job_id = submitted["job_id"]
-        after = history[[o.skill for o in history].index("submit_job") + 1:]
+        after = history[[o.skill for o in history].index("submit_job") + 1 :]
         if not after:
             need = submitted.get("gpus", 0)
             health = done["gpu_health_check"].result or {}
-            healthy = sum(1 for g in health.get("gpus", []) if g.get("verdict") in ("OK", "WARNING"))
+            healthy = sum(
+                1 for g in health.get("gpus", []) if g.get("verdict") in ("OK", "WARNING")
+            )
             if need > healthy:
-                return Finish(ok=False, summary=(
-                    f"job {job_id} needs {need} GPU(s) but the health check found {healthy} healthy "
-                    f"({health.get('overall')}): it stays queued for a daemon to place once GPUs "
-                    "are healthy; fix them or lower resources.gpus"))
+                return Finish(
+                    ok=False,
+                    summary=(
+                        f"job {job_id} needs {need} GPU(s) but the health check found {healthy} healthy "
+                        f"({health.get('overall')}): it stays queued for a daemon to place once GPUs "
+                        "are healthy; fix them or lower resources.gpus"
+                    ),
+                )
         return self._recover(job_id, after, watch=True)
 
     def _recover(self, job_id: int, history: list[Observation], watch: bool) -> Action:
@@ -186,7 +204,9 @@ class DeterministicPlanner:
         a paused job (stopped at a checkpoint by the loop) resumes from its newest checkpoint."""
         if history and history[-1].skill == "resume_job" and not watch:
             r = history[-1].result or {}
-            return Finish(ok=True, summary=f"job {job_id} requeued from step {r.get('resume_step')}")
+            return Finish(
+                ok=True, summary=f"job {job_id} requeued from step {r.get('resume_step')}"
+            )
         if not history:  # the daemon hands over a settled job and must not block on it
             return Watch(job_id=job_id, wait=watch, why="look at the job")
         if history[-1].skill in ("resume_job", "submit_job"):
@@ -199,42 +219,69 @@ class DeterministicPlanner:
                 why = f" ({job.get('reason')})" if job.get("reason") else ""
                 return Finish(ok=True, summary=f"job {job_id} succeeded{why}")
             if state == "paused":
-                return Call(skill="auto_resume", why=f"job {job_id} was paused at a checkpoint",
-                            args={"checkpoint_dir": job.get("checkpoint_dir")})
+                return Call(
+                    skill="auto_resume",
+                    why=f"job {job_id} was paused at a checkpoint",
+                    args={"checkpoint_dir": job.get("checkpoint_dir")},
+                )
             if state != "failed":
                 return Finish(ok=False, summary=f"job {job_id} is {state}: {job.get('reason')}")
             att = job.get("attempt") or {}
             monitor = att.get("outcome") if att.get("outcome") in MONITOR_OUTCOMES else None
-            args = {"log_path": att.get("log_path"), "exit_code": att.get("exit_code"),
-                    "signal": att.get("signal"), "monitor_says": monitor,
-                    "params": job.get("params"), "knobs": job.get("knobs")}
+            args = {
+                "log_path": att.get("log_path"),
+                "exit_code": att.get("exit_code"),
+                "signal": att.get("signal"),
+                "monitor_says": monitor,
+                "params": job.get("params"),
+                "knobs": job.get("knobs"),
+            }
             if monitor and att.get("evidence"):
                 args["monitor_detail"] = att["evidence"]
-            return Call(skill="diagnose_failure", why=f"attempt {att.get('number')} "
-                        f"{att.get('outcome') or 'failed'}", args=args)
+            return Call(
+                skill="diagnose_failure",
+                why=f"attempt {att.get('number')} {att.get('outcome') or 'failed'}",
+                args=args,
+            )
         if last.skill == "diagnose_failure":
             diag = last.result or {}
             job = _last_watch(history)
             if not diag.get("retryable"):
                 plan = (diag.get("remediation") or {}).get("message", "")
-                return Finish(ok=False, summary=f"job {job_id} failed: {diag.get('category')} "
-                                                f"(not retryable). {plan}".strip())
+                return Finish(
+                    ok=False,
+                    summary=f"job {job_id} failed: {diag.get('category')} "
+                    f"(not retryable). {plan}".strip(),
+                )
             attempts, limit = job.get("attempts", 0), job.get("max_attempts", 1)
             runs = job.get("attempt_history") or []
-            if len(runs) >= 2 and runs[-2].get("cause") == diag.get("category") \
-                    and runs[-1].get("last_step") is not None \
-                    and runs[-2].get("last_step") == runs[-1].get("last_step"):
+            if (
+                len(runs) >= 2
+                and runs[-2].get("cause") == diag.get("category")
+                and runs[-1].get("last_step") is not None
+                and runs[-2].get("last_step") == runs[-1].get("last_step")
+            ):
                 # No progress between the two attempts; an unknown step is not the same step.
-                return Finish(ok=False, summary=(
-                    f"job {job_id} failed twice the same way ({diag.get('category')} at step "
-                    f"{runs[-1].get('last_step')}) despite the remedy: not retrying blindly. "
-                    f"{(diag.get('remediation') or {}).get('message', '')}".strip()))
+                return Finish(
+                    ok=False,
+                    summary=(
+                        f"job {job_id} failed twice the same way ({diag.get('category')} at step "
+                        f"{runs[-1].get('last_step')}) despite the remedy: not retrying blindly. "
+                        f"{(diag.get('remediation') or {}).get('message', '')}".strip()
+                    ),
+                )
             if attempts >= limit:
-                return Finish(ok=False, summary=f"job {job_id} failed {attempts} time(s); retries "
-                                                f"exhausted (spec.retries={limit - 1})")
+                return Finish(
+                    ok=False,
+                    summary=f"job {job_id} failed {attempts} time(s); retries "
+                    f"exhausted (spec.retries={limit - 1})",
+                )
             if diag.get("category") == "nan_loss" and (job.get("knobs") or {}).get("learning_rate"):
-                return Call(skill="tune_lr", why="the loss went NaN: find where it diverged",
-                            args={"job_id": job_id, "mode": "divergence"})
+                return Call(
+                    skill="tune_lr",
+                    why="the loss went NaN: find where it diverged",
+                    args={"job_id": job_id, "mode": "divergence"},
+                )
             bad = (job.get("attempt") or {}).get("first_bad_step")
             return self._find_checkpoint(job, max_step=None if bad is None else max(0, bad - 2))
         if last.skill == "tune_lr":
@@ -250,33 +297,44 @@ class DeterministicPlanner:
             return self._find_checkpoint(_last_watch(history), max_step=limit)
         if last.skill == "auto_resume":
             found = last.result or {}
-            diag = next((o.result or {} for o in reversed(history) if o.skill == "diagnose_failure"), {})
+            diag = next(
+                (o.result or {} for o in reversed(history) if o.skill == "diagnose_failure"), {}
+            )
             tune = next((o.result or {} for o in reversed(history) if o.skill == "tune_lr"), {})
             changes = tune.get("changes") or (diag.get("remediation") or {}).get("changes") or {}
             cause = diag.get("category")
-            return Call(skill="resume_job", why=f"resume after {cause or 'pause'}",
-                        args={"job_id": job_id,
-                              "checkpoint": found.get("path") if found.get("found") else None,
-                              "step": found.get("step") if found.get("found") else None,
-                              "param_changes": changes})
+            return Call(
+                skill="resume_job",
+                why=f"resume after {cause or 'pause'}",
+                args={
+                    "job_id": job_id,
+                    "checkpoint": found.get("path") if found.get("found") else None,
+                    "step": found.get("step") if found.get("found") else None,
+                    "param_changes": changes,
+                },
+            )
         return Finish(ok=False, summary=f"recover: nothing planned after {last.skill}")
-
 
     @staticmethod
     def _find_checkpoint(job: dict[str, Any], max_step: int | None) -> Call:
         att = job.get("attempt") or {}
-        args: dict[str, Any] = {"checkpoint_dir": job.get("checkpoint_dir"),
-                                "current_step": att.get("last_step")}
+        args: dict[str, Any] = {
+            "checkpoint_dir": job.get("checkpoint_dir"),
+            "current_step": att.get("last_step"),
+        }
         if job.get("good_checkpoint_dir"):  # nightshift's own copies of good checkpoints
             args["search_dirs"] = [job["good_checkpoint_dir"]]
         if job.get("steps_per_epoch"):
             args["steps_per_epoch"] = job["steps_per_epoch"]
         if max_step is not None:
             args["max_step"] = max_step
-        return Call(skill="auto_resume", why="find the newest valid checkpoint"
-                    + (f" at or before step {max_step}" if max_step is not None else ""), args=args)
+        return Call(
+            skill="auto_resume",
+            why="find the newest valid checkpoint"
+            + (f" at or before step {max_step}" if max_step is not None else ""),
+            args=args,
+        )
 
 
 def _last_watch(history: list[Observation]) -> dict[str, Any]:
     return next((o.result or {} for o in reversed(history) if o.kind == "watch"), {})
-

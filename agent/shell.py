@@ -21,7 +21,9 @@ if TYPE_CHECKING:
 
 def terminal_confirm(request: dict[str, Any]) -> bool:
     """Show the whole request and ask y/N; anything but y/yes (or end of input) is no."""
-    console.print(f"[bold yellow]{request['skill']}[/] needs confirmation (rule {request['rule']}):")
+    console.print(
+        f"[bold yellow]{request['skill']}[/] needs confirmation (rule {request['rule']}):"
+    )
     console.print_json(json.dumps(request["args"]))
     for path, digest in (request.get("files") or {}).items():
         console.print(f"  file {path} (sha256 {digest[:16]}…)")
@@ -40,13 +42,18 @@ def wait_for_decision(w: Wiring, approval_id: int) -> str:
     from nightshift.agent.wiring import local_now
 
     row = w.approvals.status(approval_id, local_now())
-    console.print(f"[bold yellow]approval {approval_id} needed[/]: {row.skill} "
-                  f"{json.dumps(row.args)} (rule {row.rule}, {row.quorum} from others)\n"
-                  f"  decide from another principal's shell: [bold]nightshift approvals approve "
-                  f"{approval_id}[/] / [bold]nightshift approvals reject {approval_id}[/]")
-    ask = (sys.stdin is not None and sys.stdin.isatty()
-           and w.policy.canonical(w.user) != w.policy.canonical(row.requester)
-           and w.policy.may_approve(w.user))
+    console.print(
+        f"[bold yellow]approval {approval_id} needed[/]: {row.skill} "
+        f"{json.dumps(row.args)} (rule {row.rule}, {row.quorum} from others)\n"
+        f"  decide from another principal's shell: [bold]nightshift approvals approve "
+        f"{approval_id}[/] / [bold]nightshift approvals reject {approval_id}[/]"
+    )
+    ask = (
+        sys.stdin is not None
+        and sys.stdin.isatty()
+        and w.policy.canonical(w.user) != w.policy.canonical(row.requester)
+        and w.policy.may_approve(w.user)
+    )
     if ask:
         console.print(f"  approve as {w.user}? \\[y/N] ", end="")
     last_said = time.monotonic()
@@ -73,9 +80,12 @@ def call_as_user(w: Wiring, name: str, args: dict[str, Any]) -> BaseModel:
 
     interactive = sys.stdin is not None and sys.stdin.isatty()
     return Client(w, via="terminal").call(
-        name, args, call_id=f"cli-{uuid.uuid4().hex[:12]}",
+        name,
+        args,
+        call_id=f"cli-{uuid.uuid4().hex[:12]}",
         confirm=terminal_confirm if interactive else None,
-        wait=lambda exc: wait_for_decision(w, exc.approval_id))
+        wait=lambda exc: wait_for_decision(w, exc.approval_id),
+    )
 
 
 def call_or_exit(config: str | None, name: str, args: dict[str, Any]) -> BaseModel:
@@ -97,4 +107,3 @@ def parse_key_values(items: list[str], option: str = "--arg") -> dict[str, Any]:
             raise BadArguments(f"{option} {item!r}: expected key=value")
         out[key] = yaml.safe_load(value) if value else ""
     return out
-

@@ -31,19 +31,31 @@ class JobOutcome(BaseModel):
 def job_outcome(w: Wiring, job_id: int) -> JobOutcome:
     with w.store.session() as s:
         job = s.get(Job, job_id)
-        atts = list(s.exec(select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.number)))
+        atts = list(
+            s.exec(select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.number))
+        )
         metric = ExperimentSpec.model_validate(job.spec).metrics.name
-        last = s.exec(select(MetricPoint).where(MetricPoint.job_id == job_id,
-                                                MetricPoint.name == metric)
-                      .order_by(MetricPoint.id.desc())).first()
+        last = s.exec(
+            select(MetricPoint)
+            .where(MetricPoint.job_id == job_id, MetricPoint.name == metric)
+            .order_by(MetricPoint.id.desc())
+        ).first()
     lost = 0
     for before, after in zip(atts, atts[1:], strict=False):
         if before.last_step is not None:
             lost += max(0, before.last_step - after.start_step)
-    return JobOutcome(job_id=job.id, name=job.name, state=job.state, attempts=len(atts),
-                      steps_lost=lost, resumed_from_steps=[a.start_step for a in atts[1:]],
-                      final_step=atts[-1].last_step if atts else None, metric=metric,
-                      final_metric=last.value if last else None, reason=job.reason)
+    return JobOutcome(
+        job_id=job.id,
+        name=job.name,
+        state=job.state,
+        attempts=len(atts),
+        steps_lost=lost,
+        resumed_from_steps=[a.start_step for a in atts[1:]],
+        final_step=atts[-1].last_step if atts else None,
+        metric=metric,
+        final_metric=last.value if last else None,
+        reason=job.reason,
+    )
 
 
 def thread_jobs(w: Wiring, thread: str) -> list[int]:
@@ -51,11 +63,16 @@ def thread_jobs(w: Wiring, thread: str) -> list[int]:
     refused or failed, say one naming a job that does not exist, touched none)."""
     ids: list[int] = []
     with w.store.session() as s:
-        for call in s.exec(select(PlannedCall).where(PlannedCall.thread_id == thread,
-                                                     col(PlannedCall.state).in_(("done", "planned")))
-                           .order_by(PlannedCall.created_at)):
-            jid: Any = (call.result or {}).get("job_id") if call.skill == "submit_job" \
+        for call in s.exec(
+            select(PlannedCall)
+            .where(PlannedCall.thread_id == thread, col(PlannedCall.state).in_(("done", "planned")))
+            .order_by(PlannedCall.created_at)
+        ):
+            jid: Any = (
+                (call.result or {}).get("job_id")
+                if call.skill == "submit_job"
                 else call.args.get("job_id")
+            )
             if isinstance(jid, int) and jid not in ids and s.get(Job, jid) is not None:
                 ids.append(jid)
     return ids
@@ -68,7 +85,9 @@ def run_summary(w: Wiring, thread: str, wall_s: float) -> Group:
         t = Table(title=f"job {o.job_id} · {o.name}", title_justify="left", show_header=False)
         t.add_column(style="bold")
         t.add_column()
-        t.add_row("state", o.state + (f" ({o.reason})" if o.reason and o.state != "succeeded" else ""))
+        t.add_row(
+            "state", o.state + (f" ({o.reason})" if o.reason and o.state != "succeeded" else "")
+        )
         t.add_row("attempts", str(o.attempts))
         t.add_row("resumed from step", ", ".join(map(str, o.resumed_from_steps)) or "-")
         t.add_row("steps lost to failures", str(o.steps_lost))

@@ -50,9 +50,13 @@ class Wiring:
         if ex.kind == "docker":
             from nightshift.runtime.docker_executor import DockerExecutor  # needs the docker extra
 
-            return DockerExecutor(self.settings.runs_dir, base_url=ex.docker_url,
-                                  network_mode=ex.network_mode, stop_grace_s=ex.stop_grace_s,
-                                  pids_limit=ex.pids_limit)
+            return DockerExecutor(
+                self.settings.runs_dir,
+                base_url=ex.docker_url,
+                network_mode=ex.network_mode,
+                stop_grace_s=ex.stop_grace_s,
+                pids_limit=ex.pids_limit,
+            )
         from nightshift.runtime.local_executor import LocalExecutor
 
         return LocalExecutor(self.settings.runs_dir)
@@ -62,8 +66,12 @@ class Wiring:
         from nightshift.policies.audit import AuditLog
 
         a = self.settings.audit
-        return AuditLog(self.store, self.settings.home_path / "audit.anchor",
-                        anchor_every=a.anchor_every_events, anchor_lag_s=a.anchor_lag_s)
+        return AuditLog(
+            self.store,
+            self.settings.home_path / "audit.anchor",
+            anchor_every=a.anchor_every_events,
+            anchor_lag_s=a.anchor_lag_s,
+        )
 
     @cached_property
     def approvals(self) -> Approvals:
@@ -94,7 +102,9 @@ class Wiring:
 
         def paused() -> str | None:
             info = killswitch.pause_info(self.store)
-            return f"paused by {info['by']}: `nightshift resume` to start new work" if info else None
+            return (
+                f"paused by {info['by']}: `nightshift resume` to start new work" if info else None
+            )
 
         engine = Engine(self.store, self.executor, self.settings, on_event=on_event, paused=paused)
         engine.step = lambda: self.loop.step()  # whoever ticks, the whole loop's step runs
@@ -129,6 +139,12 @@ class Wiring:
     def context(self, principal: str, call_id: str | None = None) -> SkillContext:
         from nightshift.skills.base import SkillContext
 
-        return SkillContext(store=self.store, settings=self.settings, now=local_now(),
-                            call_id=call_id, principal=principal, executor=self.executor,
-                            policy_limits=self.policy.limits())
+        return SkillContext(
+            store=self.store,
+            settings=self.settings,
+            now=local_now(),
+            call_id=call_id,
+            principal=principal,
+            executor=self.executor,
+            policy_limits=self.policy.limits(),
+        )

@@ -51,24 +51,64 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-SPEC: dict[str, Any] = {"name": "bench-calls", "command": ["{python}", "-c", "pass"],
-                        "resources": {"gpus": 0}, "parameters": {"lr": 0.001}}
+SPEC: dict[str, Any] = {
+    "name": "bench-calls",
+    "command": ["{python}", "-c", "pass"],
+    "resources": {"gpus": 0},
+    "parameters": {"lr": 0.001},
+}
 PARAMS: dict[str, Any] = {"lr": 0.01}
 PAYLOAD: dict[str, Any] = {"skill": "list_jobs", "decision": "allow", "rule": "bench", "n": 1}
 
-FULL = {"submit_k": 250, "graph_n": 100, "append_n": 5_000, "verify_n": 20_000, "cli_runs": 5,
-        "cli_warmup": 1, "sqlite_n": 2_000}
-QUICK = {"submit_k": 10, "graph_n": 8, "append_n": 200, "verify_n": 1_000, "cli_runs": 1,
-         "cli_warmup": 0, "sqlite_n": 200}
+FULL = {
+    "submit_k": 250,
+    "graph_n": 100,
+    "append_n": 5_000,
+    "verify_n": 20_000,
+    "cli_runs": 5,
+    "cli_warmup": 1,
+    "sqlite_n": 2_000,
+}
+QUICK = {
+    "submit_k": 10,
+    "graph_n": 8,
+    "append_n": 200,
+    "verify_n": 1_000,
+    "cli_runs": 1,
+    "cli_warmup": 0,
+    "sqlite_n": 200,
+}
 
-MEASURES = ("submit_1proc", "submit_4proc", "graph_overhead", "audit_append", "audit_verify",
-            "cli_help", "cli_jobs", "sqlite_raw")
+MEASURES = (
+    "submit_1proc",
+    "submit_4proc",
+    "graph_overhead",
+    "audit_append",
+    "audit_verify",
+    "cli_help",
+    "cli_jobs",
+    "sqlite_raw",
+)
 
 
-def _m(what: str, value: float | None, unit: str, goal: str = "",
-       met: bool | None = None, detail: str = "", **extra: Any) -> dict[str, Any]:
-    return {"what": what, "value": value, "unit": unit, "goal": goal, "met": met,
-            "detail": detail, **extra}
+def _m(
+    what: str,
+    value: float | None,
+    unit: str,
+    goal: str = "",
+    met: bool | None = None,
+    detail: str = "",
+    **extra: Any,
+) -> dict[str, Any]:
+    return {
+        "what": what,
+        "value": value,
+        "unit": unit,
+        "goal": goal,
+        "met": met,
+        "detail": detail,
+        **extra,
+    }
 
 
 def _na(what: str, unit: str, goal: str, exc: BaseException) -> dict[str, Any]:
@@ -149,7 +189,7 @@ def _stored_calls(w: Any) -> list[str | None]:
         url = str(getattr(w.settings, "store_url", ""))
         if not url.startswith("sqlite:///"):
             raise
-        con = sqlite3.connect(url[len("sqlite:///"):])
+        con = sqlite3.connect(url[len("sqlite:///") :])
         try:
             return [r[0] for r in con.execute("SELECT submitted_by_call FROM job")]
         finally:
@@ -166,8 +206,10 @@ def bench_submit(root: Path, procs: int, k: int) -> dict[str, Any]:
         w.store  # noqa: B018 - the schema, created once before the processes race for it
         ctx = mp.get_context("spawn")
         barrier, results = ctx.Barrier(procs), ctx.Queue()
-        kids = [ctx.Process(target=submit_worker, args=(p, k, barrier, results), daemon=True)
-                for p in range(procs)]
+        kids = [
+            ctx.Process(target=submit_worker, args=(p, k, barrier, results), daemon=True)
+            for p in range(procs)
+        ]
         for kid in kids:
             kid.start()
         outs = []
@@ -200,15 +242,31 @@ def bench_submit(root: Path, procs: int, k: int) -> dict[str, Any]:
     timed = sum(len(o["ok"]) for o in outs) - procs
     span = max(o["end"] for o in outs) - min(o["start"] for o in outs)
     rate = timed / span if span > 0 else None
-    detail = (f"lost/doubled: {lost}/{doubled}; rows {len(rows)} for {made} calls "
-              f"({procs} warm-up); errors {len(errors)}; audit verify "
-              f"{'ok' if verify_ok else 'FAILED: ' + verify_reason} ({audit_events} events)")
+    detail = (
+        f"lost/doubled: {lost}/{doubled}; rows {len(rows)} for {made} calls "
+        f"({procs} warm-up); errors {len(errors)}; audit verify "
+        f"{'ok' if verify_ok else 'FAILED: ' + verify_reason} ({audit_events} events)"
+    )
     if errors:
         detail += "; first error: " + errors[0]
     met = None if not goal or rate is None else rate >= 1000
-    return _m(what, rate, "calls/s", goal, met, detail, calls=made, rows=len(rows), lost=lost,
-              doubled=doubled, errors=len(errors), error_samples=errors[:5],
-              verify_ok=verify_ok, audit_events=audit_events, seconds=span)
+    return _m(
+        what,
+        rate,
+        "calls/s",
+        goal,
+        met,
+        detail,
+        calls=made,
+        rows=len(rows),
+        lost=lost,
+        doubled=doubled,
+        errors=len(errors),
+        error_samples=errors[:5],
+        verify_ok=verify_ok,
+        audit_events=audit_events,
+        seconds=span,
+    )
 
 
 # ------------------------------------------------------------------------------ 2. graph step
@@ -258,10 +316,18 @@ def bench_graph(root: Path, n: int, warmup: int = 3) -> dict[str, Any]:
             _dispose(w)
     g, d = statistics.median(times["graph"]) * 1e3, statistics.median(times["direct"]) * 1e3
     over = g - d
-    return _m(what, over, "ms", goal, over <= 5.0,
-              f"median of {n}: graph {g:.2f} ms, direct {d:.2f} ms (graph min "
-              f"{min(times['graph']) * 1e3:.2f}, max {max(times['graph']) * 1e3:.2f} ms)",
-              graph_ms=g, direct_ms=d, n=n)
+    return _m(
+        what,
+        over,
+        "ms",
+        goal,
+        over <= 5.0,
+        f"median of {n}: graph {g:.2f} ms, direct {d:.2f} ms (graph min "
+        f"{min(times['graph']) * 1e3:.2f}, max {max(times['graph']) * 1e3:.2f} ms)",
+        graph_ms=g,
+        direct_ms=d,
+        n=n,
+    )
 
 
 # ------------------------------------------------------------------------------ 3-4. audit
@@ -286,13 +352,21 @@ def bench_audit(root: Path, append_n: int, verify_n: int) -> tuple[dict[str, Any
             log.append("bench", "bench.warmup", payload=PAYLOAD)  # schema, statement cache
             t = time.perf_counter()
             for i in range(append_n):
-                log.append("bench", "bench.event", skill="list_jobs", call_id=f"bench/{i}",
-                           payload=PAYLOAD)
+                log.append(
+                    "bench", "bench.event", skill="list_jobs", call_id=f"bench/{i}", payload=PAYLOAD
+                )
             took = time.perf_counter() - t
             rate = append_n / took
-            appended = _m(a_what, rate, "events/s", a_goal, rate >= 5000,
-                          f"{append_n:,} in {took:.2f} s; payload {len(json.dumps(PAYLOAD))} B",
-                          n=append_n, seconds=took)
+            appended = _m(
+                a_what,
+                rate,
+                "events/s",
+                a_goal,
+                rate >= 5000,
+                f"{append_n:,} in {took:.2f} s; payload {len(json.dumps(PAYLOAD))} B",
+                n=append_n,
+                seconds=took,
+            )
         except Exception as exc:  # noqa: BLE001
             _dispose(w)
             return _na(a_what, "events/s", a_goal, exc), _na(v_what, "events/s", v_goal, exc)
@@ -309,11 +383,22 @@ def bench_audit(root: Path, append_n: int, verify_n: int) -> tuple[dict[str, Any
             took = time.perf_counter() - t
             count = int(result.count)
             rate = count / took
-            detail = (f"{count:,} events in {took:.2f} s; "
-                      f"{'ok' if result.ok else 'FAILED: ' + str(result.reason)} "
-                      f"(filled untimed in {fill_s:.0f} s)")
-            verified = _m(v_what, rate, "events/s", v_goal, rate >= 100_000, detail, n=count,
-                          seconds=took, verify_ok=bool(result.ok))
+            detail = (
+                f"{count:,} events in {took:.2f} s; "
+                f"{'ok' if result.ok else 'FAILED: ' + str(result.reason)} "
+                f"(filled untimed in {fill_s:.0f} s)"
+            )
+            verified = _m(
+                v_what,
+                rate,
+                "events/s",
+                v_goal,
+                rate >= 100_000,
+                detail,
+                n=count,
+                seconds=took,
+                verify_ok=bool(result.ok),
+            )
         except Exception as exc:  # noqa: BLE001
             verified = _na(v_what, "events/s", v_goal, exc)
         _dispose(w)
@@ -333,8 +418,7 @@ def _cli() -> tuple[list[str], str]:
     return [sys.executable, "-m", "nightshift.agent.cli"], "python -m nightshift.agent.cli"
 
 
-def bench_cli(root: Path, runs: int,
-              warmup: int = 1) -> tuple[dict[str, Any], dict[str, Any]]:
+def bench_cli(root: Path, runs: int, warmup: int = 1) -> tuple[dict[str, Any], dict[str, Any]]:
     cmd, how = _cli()
     out = []
     with fresh_home(root, "cli"):
@@ -345,19 +429,29 @@ def bench_cli(root: Path, runs: int,
                 times = []
                 for i in range(warmup + runs):  # a warm-up writes .pyc files and the store
                     t = time.perf_counter()
-                    done = subprocess.run([*cmd, *argv], env=env, capture_output=True, text=True,
-                                          timeout=120)
+                    done = subprocess.run(
+                        [*cmd, *argv], env=env, capture_output=True, text=True, timeout=120
+                    )
                     dt = time.perf_counter() - t
                     if done.returncode != 0:
-                        raise RuntimeError(f"exit {done.returncode}: "
-                                           f"{(done.stderr or done.stdout).strip()[-200:]}")
+                        raise RuntimeError(
+                            f"exit {done.returncode}: {(done.stderr or done.stdout).strip()[-200:]}"
+                        )
                     if i >= warmup:
                         times.append(dt)
                 med = statistics.median(times)
-                out.append(_m(what, med, "s", goal, med < 0.5,
-                              f"median of {runs} after {warmup} untimed: min {min(times):.3f}, "
-                              f"max {max(times):.3f} s",
-                              n=runs))
+                out.append(
+                    _m(
+                        what,
+                        med,
+                        "s",
+                        goal,
+                        med < 0.5,
+                        f"median of {runs} after {warmup} untimed: min {min(times):.3f}, "
+                        f"max {max(times):.3f} s",
+                        n=runs,
+                    )
+                )
             except Exception as exc:  # noqa: BLE001
                 out.append(_na(what, "s", goal, exc))
     return out[0], out[1]
@@ -377,16 +471,25 @@ def bench_sqlite(root: Path, n: int) -> dict[str, Any]:
         t = time.perf_counter()
         for i in range(n):
             con.execute("BEGIN IMMEDIATE")
-            con.executemany("INSERT INTO t (call_id, body) VALUES (?, ?)",
-                            [(f"{i}/{j}", body) for j in range(4)])
+            con.executemany(
+                "INSERT INTO t (call_id, body) VALUES (?, ?)",
+                [(f"{i}/{j}", body) for j in range(4)],
+            )
             con.execute("COMMIT")
         took = time.perf_counter() - t
         rows = con.execute("SELECT count(*) FROM t").fetchone()[0]
     finally:
         con.close()
-    return _m(what, n / took, "tx/s", "", None,
-              f"{n:,} transactions ({rows:,} rows) in {took:.2f} s; SQLite {sqlite3.sqlite_version}",
-              n=n, seconds=took)
+    return _m(
+        what,
+        n / took,
+        "tx/s",
+        "",
+        None,
+        f"{n:,} transactions ({rows:,} rows) in {took:.2f} s; SQLite {sqlite3.sqlite_version}",
+        n=n,
+        seconds=took,
+    )
 
 
 # ------------------------------------------------------------------------------ run and print
@@ -395,13 +498,20 @@ def _commit() -> str | None:
         import nightshift
 
         where = Path(nightshift.__file__).resolve().parent
-        head = subprocess.run(["git", "-C", str(where), "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, timeout=10)
+        head = subprocess.run(
+            ["git", "-C", str(where), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         if head.returncode:
             return None
-        dirty = subprocess.run(["git", "-C", str(where), "status", "--porcelain",
-                                "--untracked-files=no"], capture_output=True, text=True,
-                               timeout=30)
+        dirty = subprocess.run(
+            ["git", "-C", str(where), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         return head.stdout.strip() + (" + working tree" if dirty.stdout.strip() else "")
     except Exception:  # noqa: BLE001 - not a git checkout
         return None
@@ -411,20 +521,39 @@ def run(quick: bool, workdir: str | None = None) -> dict[str, Any]:
     sizes = QUICK if quick else FULL
     root = Path(tempfile.mkdtemp(prefix="ns-bench-calls-", dir=workdir))
     steps: list[tuple[tuple[str, ...], Callable[[], Any], list[tuple[str, str, str]]]] = [
-        (("submit_1proc",), lambda: bench_submit(root, 1, sizes["submit_k"]),
-         [("Client().submit, 1 process", "calls/s", "")]),
-        (("submit_4proc",), lambda: bench_submit(root, 4, sizes["submit_k"]),
-         [("Client().submit, 4 processes", "calls/s", "≥ 1,000/s")]),
-        (("graph_overhead",), lambda: bench_graph(root, sizes["graph_n"]),
-         [("graph one-call overhead", "ms", "≤ 5 ms")]),
-        (("audit_append", "audit_verify"),
-         lambda: bench_audit(root, sizes["append_n"], sizes["verify_n"]),
-         [("AuditLog.append", "events/s", "≥ 5,000/s"),
-          ("AuditLog.verify()", "events/s", "≥ 100,000/s")]),
-        (("cli_help", "cli_jobs"), lambda: bench_cli(root, sizes["cli_runs"], sizes["cli_warmup"]),
-         [("nightshift --help", "s", "< 0.5 s"), ("nightshift jobs", "s", "< 0.5 s")]),
-        (("sqlite_raw",), lambda: bench_sqlite(root / "raw", sizes["sqlite_n"]),
-         [("raw SQLite 4-row transactions", "tx/s", "")]),
+        (
+            ("submit_1proc",),
+            lambda: bench_submit(root, 1, sizes["submit_k"]),
+            [("Client().submit, 1 process", "calls/s", "")],
+        ),
+        (
+            ("submit_4proc",),
+            lambda: bench_submit(root, 4, sizes["submit_k"]),
+            [("Client().submit, 4 processes", "calls/s", "≥ 1,000/s")],
+        ),
+        (
+            ("graph_overhead",),
+            lambda: bench_graph(root, sizes["graph_n"]),
+            [("graph one-call overhead", "ms", "≤ 5 ms")],
+        ),
+        (
+            ("audit_append", "audit_verify"),
+            lambda: bench_audit(root, sizes["append_n"], sizes["verify_n"]),
+            [
+                ("AuditLog.append", "events/s", "≥ 5,000/s"),
+                ("AuditLog.verify()", "events/s", "≥ 100,000/s"),
+            ],
+        ),
+        (
+            ("cli_help", "cli_jobs"),
+            lambda: bench_cli(root, sizes["cli_runs"], sizes["cli_warmup"]),
+            [("nightshift --help", "s", "< 0.5 s"), ("nightshift jobs", "s", "< 0.5 s")],
+        ),
+        (
+            ("sqlite_raw",),
+            lambda: bench_sqlite(root / "raw", sizes["sqlite_n"]),
+            [("raw SQLite 4-row transactions", "tx/s", "")],
+        ),
     ]
     measures: dict[str, Any] = {}
     t0 = time.time()
@@ -439,11 +568,18 @@ def run(quick: bool, workdir: str | None = None) -> dict[str, Any]:
             measures.update(zip(keys, got, strict=True))
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    meta = {"commit": _commit(), "quick": quick, "sizes": sizes, "cpus": os.cpu_count(),
-            "python": platform.python_version(), "sqlite": sqlite3.sqlite_version,
-            "platform": platform.platform(), "seconds": round(time.time() - t0, 1),
-            "load_avg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-            "argv": sys.argv}
+    meta = {
+        "commit": _commit(),
+        "quick": quick,
+        "sizes": sizes,
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "sqlite": sqlite3.sqlite_version,
+        "platform": platform.platform(),
+        "seconds": round(time.time() - t0, 1),
+        "load_avg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "argv": sys.argv,
+    }
     return {"meta": meta, "measures": measures}
 
 
@@ -461,11 +597,17 @@ def print_table(result: dict[str, Any]) -> None:
     from rich.table import Table
 
     meta = result["meta"]
-    table = Table(title=f"nightshift per-call costs ({'quick' if meta['quick'] else 'full'}; "
-                        f"commit {meta['commit'] or '?'}; {meta['cpus']} CPUs, Python "
-                        f"{meta['python']}, SQLite {meta['sqlite']}; {meta['seconds']:.0f} s)")
+    table = Table(
+        title=f"nightshift per-call costs ({'quick' if meta['quick'] else 'full'}; "
+        f"commit {meta['commit'] or '?'}; {meta['cpus']} CPUs, Python "
+        f"{meta['python']}, SQLite {meta['sqlite']}; {meta['seconds']:.0f} s)"
+    )
     columns: tuple[tuple[str, JustifyMethod], ...] = (
-        ("measure", "left"), ("value", "right"), ("goal", "left"), ("met?", "left"))
+        ("measure", "left"),
+        ("value", "right"),
+        ("goal", "left"),
+        ("met?", "left"),
+    )
     for col, justify in columns:
         table.add_column(col, justify=justify, overflow="fold")
     for m in result["measures"].values():
@@ -486,20 +628,30 @@ def integrity_failures(result: dict[str, Any]) -> list[str]:
         m = result["measures"].get(key) or {}
         if m.get("value") is None:
             continue
-        if m.get("lost") or m.get("doubled") or m.get("rows") != m.get("calls") \
-                or not m.get("verify_ok"):
+        if (
+            m.get("lost")
+            or m.get("doubled")
+            or m.get("rows") != m.get("calls")
+            or not m.get("verify_ok")
+        ):
             bad.append(f"{key}: {m.get('detail')}")
     return bad
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m nightshift.evals.bench_calls",
-                                 description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m nightshift.evals.bench_calls",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--quick", action="store_true", help="small sizes: a smoke test (seconds)")
     ap.add_argument("--json", metavar="PATH", help="write the numbers as JSON")
-    ap.add_argument("--workdir", metavar="DIR", default=None,
-                    help="where the temporary homes go (default: the system temp folder)")
+    ap.add_argument(
+        "--workdir",
+        metavar="DIR",
+        default=None,
+        help="where the temporary homes go (default: the system temp folder)",
+    )
     args = ap.parse_args(argv)
     result = run(args.quick, args.workdir)
     print_table(result)

@@ -57,61 +57,108 @@ GPU_MIB = 81920.0
 
 
 def night_tariff() -> Tariff:
-    return Tariff(timezone="Europe/Berlin", currency="EUR", windows=[
-        PriceWindow(name="night", start="23:00", end="07:00", price_per_kwh=0.12),
-        PriceWindow(name="day", start="07:00", end="23:00", price_per_kwh=0.35)])
+    return Tariff(
+        timezone="Europe/Berlin",
+        currency="EUR",
+        windows=[
+            PriceWindow(name="night", start="23:00", end="07:00", price_per_kwh=0.12),
+            PriceWindow(name="day", start="07:00", end="23:00", price_per_kwh=0.35),
+        ],
+    )
 
 
 # ------------------------------------------------------------------------------ synthetic world
-def synthetic_snapshot(n_pending: int = 10_000, n_gpus: int = 512, seed: int = 0,
-                       now: datetime = NOW, preempt_margin: int | None = 5) -> Snapshot:
+def synthetic_snapshot(
+    n_pending: int = 10_000,
+    n_gpus: int = 512,
+    seed: int = 0,
+    now: datetime = NOW,
+    preempt_margin: int | None = 5,
+) -> Snapshot:
     """A busy cluster: 8-GPU hosts, 2 % quarantined, all but 16 GPUs running 1-8 GPU jobs; a
     queue of mixed requests (CPU, 1-8 GPUs, 20-70 GiB, some sharing with caps), 10 % waiting on a
     dependency, 5 % in backoff, 20 % cost-sensitive under a night tariff, submitted over two days."""
     rnd = random.Random(seed)
-    gpus = [GpuSlot(index=i, host=f"h{i // GPUS_PER_HOST}", memory_total_mib=GPU_MIB,
-                    memory_used_mib=rnd.choice([0.0, 0.0, 0.0, 500.0]),
-                    verdict="CRITICAL" if rnd.random() < 0.02 else "OK") for i in range(n_gpus)]
+    gpus = [
+        GpuSlot(
+            index=i,
+            host=f"h{i // GPUS_PER_HOST}",
+            memory_total_mib=GPU_MIB,
+            memory_used_mib=rnd.choice([0.0, 0.0, 0.0, 500.0]),
+            verdict="CRITICAL" if rnd.random() < 0.02 else "OK",
+        )
+        for i in range(n_gpus)
+    ]
     running: list[RunningJob] = []
     i, rid = 0, 1_000_000
     while i < n_gpus - 16:
         host_end = (i // GPUS_PER_HOST + 1) * GPUS_PER_HOST
         ids = list(range(i, min(i + rnd.choice([1, 1, 2, 4, 8]), host_end)))
-        running.append(RunningJob(
-            id=rid, name=f"run{rid}", gpus=ids, priority=rnd.randint(0, 10),
-            submitted_at=now - timedelta(hours=10), started_at=now - timedelta(hours=rnd.random() * 5),
-            expected_end=now + timedelta(hours=rnd.random() * 8), pausable=rnd.random() < 0.5))
+        running.append(
+            RunningJob(
+                id=rid,
+                name=f"run{rid}",
+                gpus=ids,
+                priority=rnd.randint(0, 10),
+                submitted_at=now - timedelta(hours=10),
+                started_at=now - timedelta(hours=rnd.random() * 5),
+                expected_end=now + timedelta(hours=rnd.random() * 8),
+                pausable=rnd.random() < 0.5,
+            )
+        )
         rid += 1
         i += len(ids)
     pending = []
     for j in range(n_pending):
         r = rnd.random()
         backoff = 0.10 <= r < 0.15
-        pending.append(PendingJob(
-            id=j + 1, name=f"exp{j}", priority=rnd.randint(0, 10),
-            gpus=rnd.choice([0, 1, 1, 1, 2, 2, 4, 8]), gpu_memory_gb=rnd.choice([None, 20, 40, 70]),
-            share_gpu=rnd.random() < 0.1, gpu_memory_cap_gb=rnd.choice([None, 10, 20]),
-            blocked_by=["prep"] if r < 0.10 else [],
-            not_before=now + timedelta(minutes=30) if backoff else None, attempt=1 if backoff else 0,
-            submitted_at=now - timedelta(hours=rnd.random() * 48),
-            cost_class="cost_sensitive" if rnd.random() < 0.2 else "urgent",
-            expected_duration_s=rnd.choice([None, 600, 3600, 4 * 3600, 12 * 3600])))
-    return Snapshot(now=now, pending=pending, running=running, gpus=gpus, cpu_slots=4,
-                    tariff=night_tariff(), preempt_margin=preempt_margin)
+        pending.append(
+            PendingJob(
+                id=j + 1,
+                name=f"exp{j}",
+                priority=rnd.randint(0, 10),
+                gpus=rnd.choice([0, 1, 1, 1, 2, 2, 4, 8]),
+                gpu_memory_gb=rnd.choice([None, 20, 40, 70]),
+                share_gpu=rnd.random() < 0.1,
+                gpu_memory_cap_gb=rnd.choice([None, 10, 20]),
+                blocked_by=["prep"] if r < 0.10 else [],
+                not_before=now + timedelta(minutes=30) if backoff else None,
+                attempt=1 if backoff else 0,
+                submitted_at=now - timedelta(hours=rnd.random() * 48),
+                cost_class="cost_sensitive" if rnd.random() < 0.2 else "urgent",
+                expected_duration_s=rnd.choice([None, 600, 3600, 4 * 3600, 12 * 3600]),
+            )
+        )
+    return Snapshot(
+        now=now,
+        pending=pending,
+        running=running,
+        gpus=gpus,
+        cpu_slots=4,
+        tariff=night_tariff(),
+        preempt_margin=preempt_margin,
+    )
 
 
 def bench_spec(i: int, rnd: random.Random) -> dict[str, Any]:
     """A valid spec, as submit_job stores it (model_dump(mode="json"))."""
     r = rnd.random()
     spec = ExperimentSpec(
-        name=f"exp{i % 200}", command=["{python}", "train.py", "--lr", "{lr}"],
-        parameters={"lr": 1e-3}, priority=rnd.randint(0, 10),
-        resources={"gpus": rnd.choice([0, 1, 1, 1, 2, 2, 4, 8]),
-                   "gpu_memory_gb": rnd.choice([None, 20, 40, 70]),
-                   "share_gpu": r < 0.1, "gpu_memory_cap_gb": 20 if r < 0.1 else None,
-                   "expected_duration_min": rnd.choice([None, 10, 60, 240, 720])},
+        name=f"exp{i % 200}",
+        command=["{python}", "train.py", "--lr", "{lr}"],
+        parameters={"lr": 1e-3},
+        priority=rnd.randint(0, 10),
+        resources={
+            "gpus": rnd.choice([0, 1, 1, 1, 2, 2, 4, 8]),
+            "gpu_memory_gb": rnd.choice([None, 20, 40, 70]),
+            "share_gpu": r < 0.1,
+            "gpu_memory_cap_gb": 20 if r < 0.1 else None,
+            "expected_duration_min": rnd.choice([None, 10, 60, 240, 720]),
+        },
         cost_class="cost_sensitive" if rnd.random() < 0.2 else "urgent",
-        checkpoint={"dir": "ckpt"}, depends_on=["prep"] if 0.1 <= r < 0.2 else [])
+        checkpoint={"dir": "ckpt"},
+        depends_on=["prep"] if 0.1 <= r < 0.2 else [],
+    )
     return spec.model_dump(mode="json")
 
 
@@ -126,47 +173,111 @@ def populate(store: Store, n_queued: int, n_gpus: int, seed: int = 0, now: datet
     def job(state: str, spec: dict[str, Any], created: datetime) -> int:
         nonlocal job_id
         job_id += 1
-        jobs.append({"id": job_id, "name": spec["name"], "spec": spec, "params": {"lr": 1e-3},
-                     "state": state, "priority": spec["priority"], "owner": "bench",
-                     "max_attempts": 3, "submitted_by_call": f"bench-{job_id}",
-                     "created_at": created, "updated_at": created, "spec_path": None,
-                     "resume_from": None, "resume_step": None, "reason": None})
+        jobs.append(
+            {
+                "id": job_id,
+                "name": spec["name"],
+                "spec": spec,
+                "params": {"lr": 1e-3},
+                "state": state,
+                "priority": spec["priority"],
+                "owner": "bench",
+                "max_attempts": 3,
+                "submitted_by_call": f"bench-{job_id}",
+                "created_at": created,
+                "updated_at": created,
+                "spec_path": None,
+                "resume_from": None,
+                "resume_step": None,
+                "reason": None,
+            }
+        )
         return job_id
 
     for i in range(200):  # history: succeeded runs give expected durations by name
         spec = bench_spec(i, rnd)
         start = now - timedelta(days=2, minutes=i)
         jid = job("succeeded", spec, start)
-        attempts.append({"job_id": jid, "number": 1, "state": "exited", "outcome": "succeeded",
-                         "started_at": start, "ended_at": start + timedelta(minutes=30 + i % 90),
-                         "gpus": [], "handle": {}, "argv": [], "params": {}})
+        attempts.append(
+            {
+                "job_id": jid,
+                "number": 1,
+                "state": "exited",
+                "outcome": "succeeded",
+                "started_at": start,
+                "ended_at": start + timedelta(minutes=30 + i % 90),
+                "gpus": [],
+                "handle": {},
+                "argv": [],
+                "params": {},
+            }
+        )
     gpu = 0
     while gpu < n_gpus - 16:
         spec = bench_spec(rnd.randrange(10_000), rnd)
         spec["resources"]["gpus"] = k = min(rnd.choice([1, 1, 2, 4, 8]), n_gpus - 16 - gpu)
         spec["depends_on"] = []
         jid = job("running", spec, now - timedelta(hours=10))
-        attempts.append({"job_id": jid, "number": 1, "state": "running", "outcome": None,
-                         "started_at": now - timedelta(hours=rnd.random() * 5), "ended_at": None,
-                         "gpus": list(range(gpu, gpu + k)), "handle": {"pid": 0},
-                         "argv": ["python"], "params": {}})
+        attempts.append(
+            {
+                "job_id": jid,
+                "number": 1,
+                "state": "running",
+                "outcome": None,
+                "started_at": now - timedelta(hours=rnd.random() * 5),
+                "ended_at": None,
+                "gpus": list(range(gpu, gpu + k)),
+                "handle": {"pid": 0},
+                "argv": ["python"],
+                "params": {},
+            }
+        )
         gpu += k
     for i in range(n_queued):
         spec = bench_spec(i, rnd)
         jid = job("queued", spec, now - timedelta(hours=rnd.random() * 48))
         if rnd.random() < 0.05:
-            attempts.append({"job_id": jid, "number": 1, "state": "exited", "outcome": "failed",
-                             "started_at": now - timedelta(minutes=20),
-                             "ended_at": now - timedelta(minutes=5), "gpus": [0], "handle": {},
-                             "argv": [], "params": {}})
-    samples = [{"gpu_index": g, "host": "localhost", "verdict": v, "taken_at": now - timedelta(minutes=m),
-                "data": {"memory_total_mib": GPU_MIB, "memory_used_mib": 0.0}}
-               for m in (10, 1) for g in range(n_gpus)
-               for v in [("CRITICAL" if g % 50 == 7 else "OK")]]
+            attempts.append(
+                {
+                    "job_id": jid,
+                    "number": 1,
+                    "state": "exited",
+                    "outcome": "failed",
+                    "started_at": now - timedelta(minutes=20),
+                    "ended_at": now - timedelta(minutes=5),
+                    "gpus": [0],
+                    "handle": {},
+                    "argv": [],
+                    "params": {},
+                }
+            )
+    samples = [
+        {
+            "gpu_index": g,
+            "host": "localhost",
+            "verdict": v,
+            "taken_at": now - timedelta(minutes=m),
+            "data": {"memory_total_mib": GPU_MIB, "memory_used_mib": 0.0},
+        }
+        for m in (10, 1)
+        for g in range(n_gpus)
+        for v in [("CRITICAL" if g % 50 == 7 else "OK")]
+    ]
     with store.session() as s:
         s.execute(insert(Job), jobs)
-        s.execute(insert(Attempt), [{"metrics_offset": 0, "metrics_cursor": {}, "start_step": 0, "executor": "local",
-                                     **a} for a in attempts])
+        s.execute(
+            insert(Attempt),
+            [
+                {
+                    "metrics_offset": 0,
+                    "metrics_cursor": {},
+                    "start_step": 0,
+                    "executor": "local",
+                    **a,
+                }
+                for a in attempts
+            ],
+        )
         s.execute(insert(GpuSample), samples)
 
 
@@ -192,9 +303,14 @@ def _rss_mib() -> tuple[float, float]:
 
 
 def _child(args: list[str], env: dict[str, str], **kw: Any) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "nightshift.evals.bench_scale", *args],
-                            env=env, text=True, stdout=subprocess.PIPE, stdin=subprocess.PIPE,
-                            **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "nightshift.evals.bench_scale", *args],
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stdin=subprocess.PIPE,
+        **kw,
+    )
 
 
 BATCH = 100  # jobs per submit_many call in the batch measurement
@@ -208,16 +324,18 @@ def submit_worker(proc: int, count: int, raw: bool, batch: bool = False) -> None
     client = Client()
     client.w.gate  # noqa: B018 - built now, not on the first (timed) submission
     get_skill("submit_job")
-    spec = ExperimentSpec(name="bench", command=["{python}", "-c", "pass"],
-                          resources={"gpus": 1}).model_dump(mode="json")
+    spec = ExperimentSpec(
+        name="bench", command=["{python}", "-c", "pass"], resources={"gpus": 1}
+    ).model_dump(mode="json")
     store = client.w.store
     print("ready", flush=True)
     sys.stdin.readline()
     t0 = time.perf_counter()
     if batch:
         for b in range(0, count, BATCH):
-            client.submit_many([{"spec": spec} for _ in range(min(BATCH, count - b))],
-                               call_id=f"bench-{proc}-b{b}")
+            client.submit_many(
+                [{"spec": spec} for _ in range(min(BATCH, count - b))], call_id=f"bench-{proc}-b{b}"
+            )
     for i in range(0 if batch else count):
         call_id = f"bench-{proc}-{i}"
         if raw:
@@ -231,11 +349,20 @@ def submit_worker(proc: int, count: int, raw: bool, batch: bool = False) -> None
 def bench_submit(procs: int, per_proc: int, *, raw: bool = False, batch: bool = False) -> Row:
     """`procs` processes submitting `per_proc` jobs each into one fresh store, started together."""
     with tempfile.TemporaryDirectory(prefix="ns-bench-") as tmp:
-        env = {**{k: v for k, v in os.environ.items() if not k.startswith("NIGHTSHIFT_")},
-               "NIGHTSHIFT_HOME": tmp}
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("NIGHTSHIFT_")},
+            "NIGHTSHIFT_HOME": tmp,
+        }
         Store(f"sqlite:///{tmp}/nightshift.db").engine.dispose()  # the schema, created once
-        kids = [_child(["--submit-worker", str(p), str(per_proc)] + (["--raw"] if raw else [])
-                       + (["--batch"] if batch else []), env) for p in range(procs)]
+        kids = [
+            _child(
+                ["--submit-worker", str(p), str(per_proc)]
+                + (["--raw"] if raw else [])
+                + (["--batch"] if batch else []),
+                env,
+            )
+            for p in range(procs)
+        ]
         for kid in kids:
             assert kid.stdout is not None
             line = kid.stdout.readline().strip()
@@ -259,18 +386,32 @@ def bench_submit(procs: int, per_proc: int, *, raw: bool = False, batch: bool = 
         with store.session() as s:
             calls = list(s.execute(select(Job.submitted_by_call)).scalars())
         store.engine.dispose()
-    want = ({f"bench-{p}-b{b - b % BATCH}#{b % BATCH}" for p in range(procs) for b in range(per_proc)}
-            if batch else {f"bench-{p}-{i}" for p in range(procs) for i in range(per_proc)})
+    want = (
+        {f"bench-{p}-b{b - b % BATCH}#{b % BATCH}" for p in range(procs) for b in range(per_proc)}
+        if batch
+        else {f"bench-{p}-{i}" for p in range(procs) for i in range(per_proc)}
+    )
     lost, dup = len(want - set(calls)), len(calls) - len(set(calls))
     if lost or dup or len(calls) != len(want):
-        raise RuntimeError(f"{lost} submissions lost, {dup} duplicated, {len(calls)} rows for "
-                           f"{len(want)} submissions")
+        raise RuntimeError(
+            f"{lost} submissions lost, {dup} duplicated, {len(calls)} rows for "
+            f"{len(want)} submissions"
+        )
     total = procs * per_proc
-    how = ("rows straight into the store (no gate, no audit)" if raw else
-           f"Client().submit_many, {BATCH} per call" if batch else "Client().submit")
-    return Row(f"submissions/s, {procs} process{'es' if procs > 1 else ''}, {how}", total / wall,
-               "jobs/s", ">= 1,000/s" if procs == 4 and not raw else "",
-               f"{total} jobs in {wall:.2f} s; none lost or duplicated")
+    how = (
+        "rows straight into the store (no gate, no audit)"
+        if raw
+        else f"Client().submit_many, {BATCH} per call"
+        if batch
+        else "Client().submit"
+    )
+    return Row(
+        f"submissions/s, {procs} process{'es' if procs > 1 else ''}, {how}",
+        total / wall,
+        "jobs/s",
+        ">= 1,000/s" if procs == 4 and not raw else "",
+        f"{total} jobs in {wall:.2f} s; none lost or duplicated",
+    )
 
 
 def bench_place(snap: Snapshot, repeats: int) -> Row:
@@ -284,11 +425,16 @@ def bench_place(snap: Snapshot, repeats: int) -> Row:
         cpu.append(time.process_time() - c0)
     assert d is not None
     ms = [t * 1000 for t in times]
-    return Row(f"place(): {len(snap.pending):,} pending, {len(snap.gpus)} GPUs, "
-               f"{len(snap.running)} running", statistics.median(ms), "ms (median)", "<= 20 ms",
-               f"min {min(ms):.1f}, max {max(ms):.1f} ms over {repeats}; CPU median "
-               f"{statistics.median(cpu) * 1000:.1f} ms; {len(d.starts)} starts, "
-               f"{len(d.holds)} holds, {len(d.preemptions)} preemptions")
+    return Row(
+        f"place(): {len(snap.pending):,} pending, {len(snap.gpus)} GPUs, "
+        f"{len(snap.running)} running",
+        statistics.median(ms),
+        "ms (median)",
+        "<= 20 ms",
+        f"min {min(ms):.1f}, max {max(ms):.1f} ms over {repeats}; CPU median "
+        f"{statistics.median(cpu) * 1000:.1f} ms; {len(d.starts)} starts, "
+        f"{len(d.holds)} holds, {len(d.preemptions)} preemptions",
+    )
 
 
 def bench_load(url: str, repeats: int) -> tuple[Row, Row]:
@@ -302,10 +448,14 @@ def bench_load(url: str, repeats: int) -> tuple[Row, Row]:
         times.append(time.perf_counter() - t0)
     assert snap is not None
     ms = [t * 1000 for t in times]
-    load = Row(f"load_snapshot(): {len(snap.pending):,} queued jobs from SQLite",
-               statistics.median(ms), "ms (median)", "",
-               f"min {min(ms):.0f}, max {max(ms):.0f} ms over {repeats}; {len(snap.running)} "
-               f"running, {len(snap.gpus)} GPUs")
+    load = Row(
+        f"load_snapshot(): {len(snap.pending):,} queued jobs from SQLite",
+        statistics.median(ms),
+        "ms (median)",
+        "",
+        f"min {min(ms):.0f}, max {max(ms):.0f} ms over {repeats}; {len(snap.running)} "
+        f"running, {len(snap.gpus)} GPUs",
+    )
     placed = bench_place(snap, repeats)
     placed.what = "place() on the loaded snapshot"
     placed.goal = ""
@@ -367,21 +517,44 @@ def rss_worker(url: str, mode: str, home: str) -> None:
 
 def bench_rss(url: str, n_queued: int) -> list[Row]:
     rows = []
-    for mode, what in (("tick", "Engine.tick() as the engine is today"),
-                       ("place", "load_snapshot() + place()")):
+    for mode, what in (
+        ("tick", "Engine.tick() as the engine is today"),
+        ("place", "load_snapshot() + place()"),
+    ):
         with tempfile.TemporaryDirectory(prefix="ns-rss-") as tmp:
             db = Path(tmp) / "nightshift.db"
-            shutil.copy(url[len("sqlite:///"):], db)
-            env = {**{k: v for k, v in os.environ.items() if not k.startswith("NIGHTSHIFT_")},
-                   "NIGHTSHIFT_HOME": tmp}
-            out = subprocess.run([sys.executable, "-m", "nightshift.evals.bench_scale",
-                                  "--rss-worker", f"sqlite:///{db}", mode, tmp],
-                                 env=env, capture_output=True, text=True, check=True)
+            shutil.copy(url[len("sqlite:///") :], db)
+            env = {
+                **{k: v for k, v in os.environ.items() if not k.startswith("NIGHTSHIFT_")},
+                "NIGHTSHIFT_HOME": tmp,
+            }
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "nightshift.evals.bench_scale",
+                    "--rss-worker",
+                    f"sqlite:///{db}",
+                    mode,
+                    tmp,
+                ],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
         got = json.loads(out.stdout.strip().splitlines()[-1])
-        rows.append(Row(f"daemon memory, {n_queued:,} queued: {what}", got["hwm"], "MiB (peak)",
-                        "", f"RSS {got['rss']:.0f} MiB after (interpreter and imports: "
-                        f"{got['base']:.0f} MiB); took {got['seconds'] * 1000:.0f} ms; "
-                        f"{got['holds']} holds"))
+        rows.append(
+            Row(
+                f"daemon memory, {n_queued:,} queued: {what}",
+                got["hwm"],
+                "MiB (peak)",
+                "",
+                f"RSS {got['rss']:.0f} MiB after (interpreter and imports: "
+                f"{got['base']:.0f} MiB); took {got['seconds'] * 1000:.0f} ms; "
+                f"{got['holds']} holds",
+            )
+        )
     return rows
 
 
@@ -390,8 +563,12 @@ def run(quick: bool, csv_path: str | None, console: Console) -> list[Row]:
     per_proc = 25 if quick else 250
     n_pending, n_gpus = (1_000, 64) if quick else (10_000, 512)
     repeats = 5 if quick else 31
-    rows = [bench_submit(procs, per_proc), bench_submit(procs, per_proc, batch=True),
-            bench_submit(1, per_proc), bench_submit(procs, per_proc, raw=True)]
+    rows = [
+        bench_submit(procs, per_proc),
+        bench_submit(procs, per_proc, batch=True),
+        bench_submit(1, per_proc),
+        bench_submit(procs, per_proc, raw=True),
+    ]
     rows.append(bench_place(synthetic_snapshot(n_pending, n_gpus), repeats))
     with tempfile.TemporaryDirectory(prefix="ns-load-") as tmp:
         url = f"sqlite:///{tmp}/nightshift.db"
@@ -401,8 +578,10 @@ def run(quick: bool, csv_path: str | None, console: Console) -> list[Row]:
         rows.extend(bench_load(url, repeats))
         rows.extend(bench_rss(url, n_pending))
 
-    table = Table(title=f"nightshift scale ({'quick' if quick else 'full'}; "
-                        f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]})")
+    table = Table(
+        title=f"nightshift scale ({'quick' if quick else 'full'}; "
+        f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]})"
+    )
     for col in ("measure", "value", "unit", "goal", "detail"):
         table.add_column(col, justify="right" if col == "value" else "left", overflow="fold")
     for r in rows:
@@ -418,17 +597,25 @@ def run(quick: bool, csv_path: str | None, console: Console) -> list[Row]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="nightshift eval scale", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="nightshift eval scale",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke test")
-    parser.add_argument("--csv", default="bench_scale.csv", help="where to write the figures "
-                        "(default: bench_scale.csv; '' for none)")
-    parser.add_argument("--submit-worker", nargs=2, metavar=("PROC", "COUNT"),
-                        help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--csv",
+        default="bench_scale.csv",
+        help="where to write the figures (default: bench_scale.csv; '' for none)",
+    )
+    parser.add_argument(
+        "--submit-worker", nargs=2, metavar=("PROC", "COUNT"), help=argparse.SUPPRESS
+    )
     parser.add_argument("--raw", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--batch", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--rss-worker", nargs=3, metavar=("URL", "MODE", "HOME"),
-                        help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--rss-worker", nargs=3, metavar=("URL", "MODE", "HOME"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args(argv)
     if args.submit_worker:
         submit_worker(int(args.submit_worker[0]), int(args.submit_worker[1]), args.raw, args.batch)

@@ -68,10 +68,18 @@ def load_corpus(root: Path = CORPUS) -> list[Case]:
     for folder in sorted(p for p in root.iterdir() if p.is_dir()):
         rows = yaml.safe_load((folder / "sources.yaml").read_text()) or []
         for row in rows:
-            cases.append(Case(category=folder.name, file=row["file"], path=folder / row["file"],
-                              url=row["url"], exit_code=row.get("exit_code"),
-                              signal=row.get("signal"), monitor_says=row.get("monitor_says"),
-                              note=row.get("note") or ""))
+            cases.append(
+                Case(
+                    category=folder.name,
+                    file=row["file"],
+                    path=folder / row["file"],
+                    url=row["url"],
+                    exit_code=row.get("exit_code"),
+                    signal=row.get("signal"),
+                    monitor_says=row.get("monitor_says"),
+                    note=row.get("note") or "",
+                )
+            )
     return sorted(cases, key=lambda c: c.slug)
 
 
@@ -92,8 +100,12 @@ def diagnose_case(case: Case, ctx: Any = None) -> dict[str, Any]:
     """One row: what the skill said on this log (category `error` if it raised)."""
     from nightshift.skills.diagnose_failure import diagnose_failure
 
-    args: dict[str, Any] = {"log_path": str(case.path), "exit_code": case.exit_code,
-                            "signal": case.signal, "monitor_says": case.monitor_says}
+    args: dict[str, Any] = {
+        "log_path": str(case.path),
+        "exit_code": case.exit_code,
+        "signal": case.signal,
+        "monitor_says": case.monitor_says,
+    }
     t0 = time.perf_counter()
     try:
         r = diagnose_failure(ctx if ctx is not None else _context(), args)
@@ -101,11 +113,21 @@ def diagnose_case(case: Case, ctx: Any = None) -> dict[str, Any]:
         action = r.remediation.action
     except Exception as exc:  # noqa: BLE001 - a raise is a result here, reported as a miss
         got, confidence, reasoning, action = "error", "", f"{type(exc).__name__}: {exc}", ""
-    return {"category": case.category, "file": case.file, "held_out": case.held_out,
-            "got": got, "ok": got == case.category, "confidence": confidence, "action": action,
-            "exit_code": case.exit_code, "signal": case.signal, "monitor_says": case.monitor_says,
-            "ms": round((time.perf_counter() - t0) * 1e3, 2), "url": case.url,
-            "reasoning": reasoning}
+    return {
+        "category": case.category,
+        "file": case.file,
+        "held_out": case.held_out,
+        "got": got,
+        "ok": got == case.category,
+        "confidence": confidence,
+        "action": action,
+        "exit_code": case.exit_code,
+        "signal": case.signal,
+        "monitor_says": case.monitor_says,
+        "ms": round((time.perf_counter() - t0) * 1e3, 2),
+        "url": case.url,
+        "reasoning": reasoning,
+    }
 
 
 def run(cases: list[Case]) -> list[dict[str, Any]]:
@@ -121,9 +143,16 @@ def per_category(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         n = sum(r["category"] == c for r in rows)
         predicted = sum(r["got"] == c for r in rows)
         correct = sum(r["category"] == c and r["ok"] for r in rows)
-        out.append({"category": c, "n": n, "predicted": predicted, "correct": correct,
-                    "precision": correct / predicted if predicted else None,
-                    "recall": correct / n if n else None})
+        out.append(
+            {
+                "category": c,
+                "n": n,
+                "predicted": predicted,
+                "correct": correct,
+                "precision": correct / predicted if predicted else None,
+                "recall": correct / n if n else None,
+            }
+        )
     return out
 
 
@@ -147,8 +176,14 @@ def print_report(rows: list[dict[str, Any]], split: str) -> None:
     for col in ("category", "n", "predicted", "correct", "precision", "recall"):
         t.add_column(col, justify="left" if col == "category" else "right")
     for c in per_category(rows):
-        t.add_row(c["category"], str(c["n"]), str(c["predicted"]), str(c["correct"]),
-                  _fmt(c["precision"]), _fmt(c["recall"]))
+        t.add_row(
+            c["category"],
+            str(c["n"]),
+            str(c["predicted"]),
+            str(c["correct"]),
+            _fmt(c["precision"]),
+            _fmt(c["recall"]),
+        )
     t.add_section()
     ok = sum(r["ok"] for r in rows)
     t.add_row("overall accuracy", str(len(rows)), "", str(ok), "", f"{accuracy(rows):.3f}")
@@ -167,19 +202,30 @@ def print_report(rows: list[dict[str, Any]], split: str) -> None:
 
 def markdown(rows: list[dict[str, Any]], cases: list[Case], split: str) -> str:
     """The per-category table, the misses and the corpus composition, as Markdown."""
-    out = ["| category | n | predicted | correct | precision | recall |",
-           "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    out = [
+        "| category | n | predicted | correct | precision | recall |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for c in per_category(rows):
-        out.append(f"| {c['category']} | {c['n']} | {c['predicted']} | {c['correct']} | "
-                   f"{_fmt(c['precision'])} | {_fmt(c['recall'])} |")
+        out.append(
+            f"| {c['category']} | {c['n']} | {c['predicted']} | {c['correct']} | "
+            f"{_fmt(c['precision'])} | {_fmt(c['recall'])} |"
+        )
     ok = sum(r["ok"] for r in rows)
     out.append(f"| **overall accuracy** | {len(rows)} | | {ok} | | **{accuracy(rows):.3f}** |")
     misses = [r for r in rows if not r["ok"]]
     out += ["", f"Misses on split `{split}`: {len(misses)}" + (":" if misses else ".")]
-    out += [f"- `{r['category']}/{r['file']}` → said `{r['got']}` ({r['reasoning'][:140]})"
-            for r in misses]
-    out += ["", "Corpus composition (logs per category; held-out = the fixed hash third):", "",
-            "| category | logs | held-out | tuning |", "| --- | ---: | ---: | ---: |"]
+    out += [
+        f"- `{r['category']}/{r['file']}` → said `{r['got']}` ({r['reasoning'][:140]})"
+        for r in misses
+    ]
+    out += [
+        "",
+        "Corpus composition (logs per category; held-out = the fixed hash third):",
+        "",
+        "| category | logs | held-out | tuning |",
+        "| --- | ---: | ---: | ---: |",
+    ]
     for cat in sorted({c.category for c in cases}):
         mine = [c for c in cases if c.category == cat]
         held = sum(c.held_out for c in mine)
@@ -190,13 +236,22 @@ def markdown(rows: list[dict[str, Any]], cases: list[Case], split: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m nightshift.evals.diagnosis",
-                                 description=__doc__.split("\n")[0])
-    ap.add_argument("--split", choices=SPLITS, default="held-out",
-                    help="which logs to diagnose (default held-out)")
+    ap = argparse.ArgumentParser(
+        prog="python -m nightshift.evals.diagnosis", description=__doc__.split("\n")[0]
+    )
+    ap.add_argument(
+        "--split",
+        choices=SPLITS,
+        default="held-out",
+        help="which logs to diagnose (default held-out)",
+    )
     ap.add_argument("--csv", type=Path, default=None, help="also write one row per log here")
-    ap.add_argument("--markdown", type=Path, default=None,
-                    help="also write the tables (and the corpus composition) as Markdown here")
+    ap.add_argument(
+        "--markdown",
+        type=Path,
+        default=None,
+        help="also write the tables (and the corpus composition) as Markdown here",
+    )
     ap.add_argument("--corpus", type=Path, default=CORPUS, help=f"corpus folder (default {CORPUS})")
     args = ap.parse_args(argv)
     if not args.corpus.is_dir():

@@ -54,8 +54,15 @@ gpus:
     temperature_c: 44
     utilization_gpu_pct: 3
 """
-PAYLOAD = {"skill": "gpu_health_check", "capability": "read", "args": {"gpus": [0, 1]},
-           "decision": "allow", "rule": "role:agent", "reasons": [], "quorum": 1}
+PAYLOAD = {
+    "skill": "gpu_health_check",
+    "capability": "read",
+    "args": {"gpus": [0, 1]},
+    "decision": "allow",
+    "rule": "role:agent",
+    "reasons": [],
+    "quorum": 1,
+}
 
 
 def _wiring(home: Path) -> Any:
@@ -64,13 +71,15 @@ def _wiring(home: Path) -> Any:
 
     home.mkdir(parents=True, exist_ok=True)
     (home / "inventory.yaml").write_text(INVENTORY)
-    return Wiring(Settings(home=str(home),
-                           gpu=GpuSettings(probe="inventory", inventory="inventory.yaml")))
+    return Wiring(
+        Settings(home=str(home), gpu=GpuSettings(probe="inventory", inventory="inventory.yaml"))
+    )
 
 
 # ---------------------------------------------------------------------------------- agent step
-def agent_step(home: Path, calls: int,
-               warmup: int = 5) -> tuple[dict[str, list[float]], dict[str, float]]:
+def agent_step(
+    home: Path, calls: int, warmup: int = 5
+) -> tuple[dict[str, list[float]], dict[str, float]]:
     """Seconds per call of gpu_health_check for each way of calling it (see the docstring), and
     the audit events each way appends per call."""
     from langgraph.checkpoint.memory import InMemorySaver
@@ -84,8 +93,10 @@ def agent_step(home: Path, calls: int,
     skill = get_skill("gpu_health_check")
     goal = Goal(name="perf-health", goal="health").model_dump(mode="json")
     sqlite_saver = sqlite_checkpointer(w)
-    graphs = {"graph (memory)": build_graph(w, DeterministicPlanner(), checkpointer=InMemorySaver()),
-              "graph (sqlite)": build_graph(w, DeterministicPlanner(), checkpointer=sqlite_saver)}
+    graphs = {
+        "graph (memory)": build_graph(w, DeterministicPlanner(), checkpointer=InMemorySaver()),
+        "graph (sqlite)": build_graph(w, DeterministicPlanner(), checkpointer=sqlite_saver),
+    }
     counter = iter(range(10**9))
 
     def direct() -> None:
@@ -100,10 +111,14 @@ def agent_step(home: Path, calls: int,
             out = graph.invoke({"goal": goal, "history": [], "on_behalf_of": "perf"}, cfg)
             obs = out["history"][-1]
             assert obs["status"] == "ok" and out["finish"]["ok"], out
+
         return call
 
-    ways: dict[str, Callable[[], None]] = {"direct": direct, "gate": gate,
-                                           **{k: through(g) for k, g in graphs.items()}}
+    ways: dict[str, Callable[[], None]] = {
+        "direct": direct,
+        "gate": gate,
+        **{k: through(g) for k, g in graphs.items()},
+    }
     times: dict[str, list[float]] = {k: [] for k in ways}
     appended: dict[str, int] = dict.fromkeys(ways, 0)
 
@@ -142,8 +157,13 @@ def audit_throughput(root: Path, events: int, repeats: int) -> dict[str, list[fl
         try:
             t = time.perf_counter()
             for i in range(events):
-                log.append("agent", "policy.verdict", skill="gpu_health_check",
-                           call_id=f"perf/{i}", payload=PAYLOAD)
+                log.append(
+                    "agent",
+                    "policy.verdict",
+                    skill="gpu_health_check",
+                    call_id=f"perf/{i}",
+                    payload=PAYLOAD,
+                )
             out["append"].append(events / (time.perf_counter() - t))
             t = time.perf_counter()
             result = log.verify()
@@ -156,22 +176,43 @@ def audit_throughput(root: Path, events: int, repeats: int) -> dict[str, list[fl
 
 
 # ---------------------------------------------------------------------------------- output
-def rows_for(step: dict[str, list[float]], per_call: dict[str, float],
-             audit: dict[str, list[float]], events: int) -> list[dict[str, Any]]:
+def rows_for(
+    step: dict[str, list[float]],
+    per_call: dict[str, float],
+    audit: dict[str, list[float]],
+    events: int,
+) -> list[dict[str, Any]]:
     rows = []
     base = statistics.median(step["direct"]) if step.get("direct") else None
     for name, xs in step.items():
         med = statistics.median(xs)
-        rows.append({"benchmark": "agent_step", "variant": name, "unit": "ms/call", "n": len(xs),
-                     "median": round(med * 1e3, 3), "min": round(min(xs) * 1e3, 3),
-                     "max": round(max(xs) * 1e3, 3),
-                     "ratio_to_direct": round(med / base, 2) if base else None,
-                     "audit_events_per_call": round(per_call.get(name, 0.0), 2)})
+        rows.append(
+            {
+                "benchmark": "agent_step",
+                "variant": name,
+                "unit": "ms/call",
+                "n": len(xs),
+                "median": round(med * 1e3, 3),
+                "min": round(min(xs) * 1e3, 3),
+                "max": round(max(xs) * 1e3, 3),
+                "ratio_to_direct": round(med / base, 2) if base else None,
+                "audit_events_per_call": round(per_call.get(name, 0.0), 2),
+            }
+        )
     for name, xs in audit.items():
-        rows.append({"benchmark": "audit", "variant": f"{name} ({events} events)",
-                     "unit": "events/s", "n": len(xs), "median": round(statistics.median(xs), 1),
-                     "min": round(min(xs), 1), "max": round(max(xs), 1), "ratio_to_direct": None,
-                     "audit_events_per_call": None})
+        rows.append(
+            {
+                "benchmark": "audit",
+                "variant": f"{name} ({events} events)",
+                "unit": "events/s",
+                "n": len(xs),
+                "median": round(statistics.median(xs), 1),
+                "min": round(min(xs), 1),
+                "max": round(max(xs), 1),
+                "ratio_to_direct": None,
+                "audit_events_per_call": None,
+            }
+        )
     return rows
 
 
@@ -180,8 +221,17 @@ def print_table(rows: list[dict[str, Any]], title: str) -> None:
     from rich.table import Table
 
     t = Table(title=title)
-    for col in ("benchmark", "variant", "unit", "n", "median", "min", "max", "× direct",
-                "audit events/call"):
+    for col in (
+        "benchmark",
+        "variant",
+        "unit",
+        "n",
+        "median",
+        "min",
+        "max",
+        "× direct",
+        "audit events/call",
+    ):
         t.add_column(col, justify="left" if col in ("benchmark", "variant", "unit") else "right")
     last = None
     for r in rows:
@@ -189,15 +239,21 @@ def print_table(rows: list[dict[str, Any]], title: str) -> None:
             t.add_section()
         last = r["benchmark"]
         ratio, per_call = r["ratio_to_direct"], r["audit_events_per_call"]
-        t.add_row(r["benchmark"], r["variant"], r["unit"], str(r["n"]), f"{r['median']:,.2f}",
-                  f"{r['min']:,.2f}", f"{r['max']:,.2f}", "" if ratio is None else f"{ratio:g}×",
-                  "" if per_call is None else f"{per_call:g}")
+        t.add_row(
+            r["benchmark"],
+            r["variant"],
+            r["unit"],
+            str(r["n"]),
+            f"{r['median']:,.2f}",
+            f"{r['min']:,.2f}",
+            f"{r['max']:,.2f}",
+            "" if ratio is None else f"{ratio:g}×",
+            "" if per_call is None else f"{per_call:g}",
+        )
     console = Console()
     if not console.is_terminal:
         console = Console(width=160)
     console.print(t)
-
-
 
 
 def plot(step: dict[str, list[float]], path: Path) -> bool:
@@ -226,9 +282,15 @@ def plot(step: dict[str, list[float]], path: Path) -> bool:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="nightshift eval perf", description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer calls and 1,000 audit events (CI)")
-    ap.add_argument("--calls", type=int, default=None, help="timed calls per way (default 200; quick 30)")
-    ap.add_argument("--events", type=int, default=None,
-                    help="audit events per repeat (default 10000; quick 1000)")
+    ap.add_argument(
+        "--calls", type=int, default=None, help="timed calls per way (default 200; quick 30)"
+    )
+    ap.add_argument(
+        "--events",
+        type=int,
+        default=None,
+        help="audit events per repeat (default 10000; quick 1000)",
+    )
     ap.add_argument("--repeats", type=int, default=3, help="audit repeats (default 3)")
     ap.add_argument("--out", default="evals/out", help="folder for CSV and PNG (default evals/out)")
     ap.add_argument("--no-plot", action="store_true")
@@ -248,8 +310,11 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     rows = rows_for(step, per_call, audit, events)
     write_csv(out / "perf.csv", rows)
-    print_table(rows, f"Agent step overhead and audit throughput ({calls} calls per way, "
-                      f"{events} events × {args.repeats}, {time.time() - t0:.0f} s)")
+    print_table(
+        rows,
+        f"Agent step overhead and audit throughput ({calls} calls per way, "
+        f"{events} events × {args.repeats}, {time.time() - t0:.0f} s)",
+    )
     written = [out / "perf.csv"]
     if not args.no_plot and plot(step, out / "perf_agent_step.png"):
         written.append(out / "perf_agent_step.png")

@@ -86,8 +86,10 @@ TRANSIENT = {"crash", "kill", "hang", "corrupt_checkpoint"}
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 OOM_ABOVE_BATCH, NAN_ABOVE_LR = 16, 0.006
 # Runs `train_numpy.py` after opening its data file, as a data loader would first.
-PREFLIGHT = ("import runpy, sys; open(sys.argv[1], 'rb').close(); sys.argv = sys.argv[2:]; "
-             "runpy.run_path(sys.argv[0], run_name='__main__')")
+PREFLIGHT = (
+    "import runpy, sys; open(sys.argv[1], 'rb').close(); sys.argv = sys.argv[2:]; "
+    "runpy.run_path(sys.argv[0], run_name='__main__')"
+)
 
 
 @dataclass(frozen=True)
@@ -105,10 +107,12 @@ class Profile:
     backoff_s: float = 0.0  # wait before the first retry (then ×2 per failure), for both approaches
 
 
-FULL = Profile(steps=200, every=25, sleep_s=0.02, stall_min=0.05, retries=2, limit_s=180,
-               naive_cap_s=30)
-QUICK = Profile(steps=60, every=10, sleep_s=0.02, stall_min=0.04, retries=2, limit_s=60,
-                naive_cap_s=8)
+FULL = Profile(
+    steps=200, every=25, sleep_s=0.02, stall_min=0.05, retries=2, limit_s=180, naive_cap_s=30
+)
+QUICK = Profile(
+    steps=60, every=10, sleep_s=0.02, stall_min=0.04, retries=2, limit_s=60, naive_cap_s=8
+)
 
 
 @dataclass(frozen=True)
@@ -168,11 +172,15 @@ def plan_fault(kind: str, run: int, p: Profile, rng: random.Random) -> FaultPlan
     lo, hi = 2 * p.every + 1, p.steps - p.every  # a fault with two checkpoints behind it
     k = rng.randint(lo, hi)
     if kind == "oom":
-        env = {"NIGHTSHIFT_FAULT_OOM_AT_STEP": str(k),
-               "NIGHTSHIFT_FAULT_OOM_ABOVE_BATCH": str(OOM_ABOVE_BATCH)}
+        env = {
+            "NIGHTSHIFT_FAULT_OOM_AT_STEP": str(k),
+            "NIGHTSHIFT_FAULT_OOM_ABOVE_BATCH": str(OOM_ABOVE_BATCH),
+        }
     elif kind == "nan":
-        env = {"NIGHTSHIFT_FAULT_NAN_AT_STEP": str(k),
-               "NIGHTSHIFT_FAULT_NAN_ABOVE_LR": repr(NAN_ABOVE_LR)}
+        env = {
+            "NIGHTSHIFT_FAULT_NAN_AT_STEP": str(k),
+            "NIGHTSHIFT_FAULT_NAN_ABOVE_LR": repr(NAN_ABOVE_LR),
+        }
     elif kind == "crash":
         env = {"NIGHTSHIFT_FAULT_CRASH_AT_STEP": str(k)}
     elif kind == "kill":
@@ -184,8 +192,9 @@ def plan_fault(kind: str, run: int, p: Profile, rng: random.Random) -> FaultPlan
         # that the watcher has time to truncate C once it is written.
         c = p.every * rng.randint(2, p.steps // p.every - 1)
         k = c + rng.randint(p.every // 2, p.every - 1)
-        return FaultPlan(kind, run, k, {**base, "NIGHTSHIFT_FAULT_CRASH_AT_STEP": str(k)},
-                         corrupt_step=c)
+        return FaultPlan(
+            kind, run, k, {**base, "NIGHTSHIFT_FAULT_CRASH_AT_STEP": str(k)}, corrupt_step=c
+        )
     elif kind in ("missing_data", "none"):
         return FaultPlan(kind, run, None, base)
     else:
@@ -262,8 +271,9 @@ def _mtime(path: str | Path | None) -> float | None:
         return None
 
 
-def _fault_time(kind: str, log_mtime: float | None, last_metric: float | None,
-                sleep_s: float) -> float | None:
+def _fault_time(
+    kind: str, log_mtime: float | None, last_metric: float | None, sleep_s: float
+) -> float | None:
     """The run's last sign of life before it failed (see the module docstring)."""
     seen = [t for t in (log_mtime, last_metric) if t is not None]
     if not seen:
@@ -309,15 +319,23 @@ def run_nightshift(plan: FaultPlan, p: Profile, workdir: Path) -> RunResult:
     spec_path = home / "spec.yaml"
     spec_path.write_text(yaml.safe_dump(build_spec(plan, p, home)))
     # The jobs need no GPU: the probe is off, so the host's GPUs (or lack of them) play no part.
-    w = Wiring(Settings(home=str(home), loop=LoopSettings(poll_interval_s=p.poll_s),
-                        executor=ExecutorSettings(stop_grace_s=5.0), gpu=GpuSettings(probe="none"),
-                        retry=Backoff(base_s=p.backoff_s)))
+    w = Wiring(
+        Settings(
+            home=str(home),
+            loop=LoopSettings(poll_interval_s=p.poll_s),
+            executor=ExecutorSettings(stop_grace_s=5.0),
+            gpu=GpuSettings(probe="none"),
+            retry=Backoff(base_s=p.backoff_s),
+        )
+    )
     planner = _CountingPlanner()
     daemon = Daemon(w, planner=planner)
     t0 = time.time()
     job_id = Client(w).submit(str(spec_path), call_id=f"recovery-eval-{plan.kind}-{plan.run}")
     ws = job_workspace(w.settings, job_id)
-    corrupt = ws / "checkpoints" / f"step_{plan.corrupt_step:08d}.npz" if plan.corrupt_step else None
+    corrupt = (
+        ws / "checkpoints" / f"step_{plan.corrupt_step:08d}.npz" if plan.corrupt_step else None
+    )
     note = ""
     try:
         with MetricsWatch(ws / "metrics.jsonl", corrupt) as watch:
@@ -339,18 +357,28 @@ def run_nightshift(plan: FaultPlan, p: Profile, workdir: Path) -> RunResult:
         for a in w.store.attempts(job_id):
             ended = _epoch(a.ended_at)
             started = _epoch(a.started_at) or t0
-            rec = AttemptRec(start_step=a.start_step, last_step=a.last_step, started=started,
-                             ended=ended, ok=a.outcome == "succeeded", outcome=a.outcome or a.state,
-                             cause=a.cause)
+            rec = AttemptRec(
+                start_step=a.start_step,
+                last_step=a.last_step,
+                started=started,
+                ended=ended,
+                ok=a.outcome == "succeeded",
+                outcome=a.outcome or a.state,
+                cause=a.cause,
+            )
             if ended is not None and not rec.ok:
-                rec.fault_time = _fault_time(plan.kind, _mtime(a.log_path),
-                                             watch.last_write(started, ended), p.sleep_s)
+                rec.fault_time = _fault_time(
+                    plan.kind, _mtime(a.log_path), watch.last_write(started, ended), p.sleep_s
+                )
                 rec.first_metric_after_end = watch.first_write_after(ended)
             recs.append(rec)
         if plan.kind == "corrupt_checkpoint" and not watch.corrupted:
             note = (note + "; " if note else "") + "checkpoint was not truncated in time"
-        resumes = [e for e in w.audit.events(action="skill.result", skill="resume_job")
-                   if e.payload.get("ok")]
+        resumes = [
+            e
+            for e in w.audit.events(action="skill.result", skill="resume_job")
+            if e.payload.get("ok")
+        ]
         resumed_at = sorted(_iso_epoch(e.ts) for e in resumes)
         for rec in recs:
             if rec.ended is not None and not rec.ok:
@@ -360,8 +388,17 @@ def run_nightshift(plan: FaultPlan, p: Profile, workdir: Path) -> RunResult:
             pb, pa = r["params_before"], r["params_after"]
             changes += [f"{k} {pb.get(k)}→{pa[k]}" for k in pa if pb.get(k) != pa[k]]
         finished = job is not None and job.state == "succeeded"
-        return _result(plan, p, "nightshift", finished, recs, wall, changes=changes,
-                       decisions=planner.decisions, note=note)
+        return _result(
+            plan,
+            p,
+            "nightshift",
+            finished,
+            recs,
+            wall,
+            changes=changes,
+            decisions=planner.decisions,
+            note=note,
+        )
     finally:
         daemon.graph.checkpointer.conn.close()
         w.store.engine.dispose()
@@ -376,7 +413,9 @@ def _final(daemon: Any, w: Any, job_id: int) -> tuple[bool, str]:
     if job.state != "failed":
         return False, ""
     n = len(w.store.attempts(job_id))
-    snap = daemon.graph.get_state({"configurable": {"thread_id": f"recover-job-{job_id}-after-{n}"}})
+    snap = daemon.graph.get_state(
+        {"configurable": {"thread_id": f"recover-job-{job_id}-after-{n}"}}
+    )
     if snap.values and not snap.next:
         fin = snap.values.get("finish") or {}
         return True, str(fin.get("summary", ""))
@@ -393,12 +432,20 @@ def run_naive(plan: FaultPlan, p: Profile, workdir: Path) -> RunResult:
     home.mkdir(parents=True)
     spec = ExperimentSpec.model_validate(build_spec(plan, p, home))
     metrics = home / "metrics.jsonl"
-    argv = spec.render(spec.parameters, {"python": sys.executable, "run_dir": str(home),
-                                         "checkpoint_dir": str(home / "checkpoints"),
-                                         "metrics_file": str(metrics)})
+    argv = spec.render(
+        spec.parameters,
+        {
+            "python": sys.executable,
+            "run_dir": str(home),
+            "checkpoint_dir": str(home / "checkpoints"),
+            "metrics_file": str(metrics),
+        },
+    )
     base_env = {**os.environ, **spec.environment.env, "PYTHONUNBUFFERED": "1"}
     fault_keys = {k for k in spec.environment.env if k.startswith("NIGHTSHIFT_FAULT_")}
-    corrupt = home / "checkpoints" / f"step_{plan.corrupt_step:08d}.npz" if plan.corrupt_step else None
+    corrupt = (
+        home / "checkpoints" / f"step_{plan.corrupt_step:08d}.npz" if plan.corrupt_step else None
+    )
     recs: list[AttemptRec] = []
     note = ""
     t0 = time.time()
@@ -413,9 +460,15 @@ def run_naive(plan: FaultPlan, p: Profile, workdir: Path) -> RunResult:
             log = home / f"attempt-{number}.log"
             started = time.time()
             with log.open("ab") as out:
-                proc = subprocess.Popen(argv, cwd=str(spec.run_dir()), env=env,
-                                        stdin=subprocess.DEVNULL, stdout=out,
-                                        stderr=subprocess.STDOUT, start_new_session=True)
+                proc = subprocess.Popen(
+                    argv,
+                    cwd=str(spec.run_dir()),
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
             try:
                 code: int | None = proc.wait(timeout=p.naive_cap_s)
             except subprocess.TimeoutExpired:
@@ -423,18 +476,25 @@ def run_naive(plan: FaultPlan, p: Profile, workdir: Path) -> RunResult:
                 proc.wait()
                 code = None
             ended = time.time()
-            rec = AttemptRec(start_step=0, last_step=_last_step(metrics, offset), started=started,
-                             ended=ended, ok=code == 0,
-                             outcome="succeeded" if code == 0 else
-                             ("capped" if code is None else f"exit {code}"))
+            rec = AttemptRec(
+                start_step=0,
+                last_step=_last_step(metrics, offset),
+                started=started,
+                ended=ended,
+                ok=code == 0,
+                outcome="succeeded"
+                if code == 0
+                else ("capped" if code is None else f"exit {code}"),
+            )
             if code is None:  # hung: a retry loop without a stall detector never sees it end
                 rec.ended = None
                 note = f"hung attempt never ended; stopped at the {p.naive_cap_s:g} s cap"
                 recs.append(rec)
                 break
             if not rec.ok:
-                rec.fault_time = _fault_time(plan.kind, _mtime(log), watch.last_write(started, ended),
-                                             p.sleep_s)
+                rec.fault_time = _fault_time(
+                    plan.kind, _mtime(log), watch.last_write(started, ended), p.sleep_s
+                )
             recs.append(rec)
             if rec.ok:
                 break
@@ -467,8 +527,18 @@ def _last_step(metrics: Path, offset: int) -> int | None:
 
 
 # ---------------------------------------------------------------------------------- scoring
-def _result(plan: FaultPlan, p: Profile, approach: str, finished: bool, recs: list[AttemptRec],
-            wall: float, *, changes: list[str], decisions: int, note: str) -> RunResult:
+def _result(
+    plan: FaultPlan,
+    p: Profile,
+    approach: str,
+    finished: bool,
+    recs: list[AttemptRec],
+    wall: float,
+    *,
+    changes: list[str],
+    decisions: int,
+    note: str,
+) -> RunResult:
     lost = run = 0
     detects, decides, recovers = [], [], []
     for i, a in enumerate(recs):
@@ -488,12 +558,28 @@ def _result(plan: FaultPlan, p: Profile, approach: str, finished: bool, recs: li
                 recovers.append(a.first_metric_after_end - a.ended)
     causes = ",".join(dict.fromkeys(a.cause for a in recs if a.cause))
     return RunResult(
-        fault=plan.kind, run=plan.run, approach=approach, finished=finished, attempts=len(recs),
-        fault_step=plan.at_step, checkpoint_every=p.every, steps=p.steps, steps_lost=lost,
-        steps_run=run, detect_s=_mean(detects), decide_s=_mean(decides), recover_s=_mean(recovers) if finished else None,
-        param_changes=len(changes), changes="; ".join(changes), model_calls=0,
-        planner_decisions=decisions, causes=causes, wall_s=round(wall, 3), note=note,
-        attempt_log=recs)
+        fault=plan.kind,
+        run=plan.run,
+        approach=approach,
+        finished=finished,
+        attempts=len(recs),
+        fault_step=plan.at_step,
+        checkpoint_every=p.every,
+        steps=p.steps,
+        steps_lost=lost,
+        steps_run=run,
+        detect_s=_mean(detects),
+        decide_s=_mean(decides),
+        recover_s=_mean(recovers) if finished else None,
+        param_changes=len(changes),
+        changes="; ".join(changes),
+        model_calls=0,
+        planner_decisions=decisions,
+        causes=causes,
+        wall_s=round(wall, 3),
+        note=note,
+        attempt_log=recs,
+    )
 
 
 def _mean(xs: list[float]) -> float | None:
@@ -506,23 +592,28 @@ def summarise(results: list[RunResult]) -> list[dict[str, Any]]:
     keys = list(dict.fromkeys((r.fault, r.approach) for r in results))
     for fault, approach in keys:
         rs = [r for r in results if r.fault == fault and r.approach == approach]
-        rows.append({
-            "fault": fault, "approach": approach, "runs": len(rs),
-            "finished_pct": round(100 * sum(r.finished for r in rs) / len(rs), 1),
-            "attempts_median": statistics.median(r.attempts for r in rs),
-            "checkpoint_every": rs[0].checkpoint_every, "steps": rs[0].steps,
-            **_stats("steps_lost", [r.steps_lost for r in rs]),
-            **_stats("steps_run", [r.steps_run for r in rs]),
-            **_stats("detect_s", [r.detect_s for r in rs]),
-            **_stats("decide_s", [r.decide_s for r in rs]),
-            **_stats("recover_s", [r.recover_s for r in rs]),
-            **_stats("wall_s", [r.wall_s for r in rs]),
-            "param_changes": "; ".join(dict.fromkeys(r.changes for r in rs if r.changes)),
-            "model_calls": sum(r.model_calls for r in rs),
-            "planner_decisions_median": statistics.median(r.planner_decisions for r in rs),
-            "causes": ",".join(dict.fromkeys(c for r in rs for c in r.causes.split(",") if c)),
-            "note": "; ".join(dict.fromkeys(r.note for r in rs if r.note)),
-        })
+        rows.append(
+            {
+                "fault": fault,
+                "approach": approach,
+                "runs": len(rs),
+                "finished_pct": round(100 * sum(r.finished for r in rs) / len(rs), 1),
+                "attempts_median": statistics.median(r.attempts for r in rs),
+                "checkpoint_every": rs[0].checkpoint_every,
+                "steps": rs[0].steps,
+                **_stats("steps_lost", [r.steps_lost for r in rs]),
+                **_stats("steps_run", [r.steps_run for r in rs]),
+                **_stats("detect_s", [r.detect_s for r in rs]),
+                **_stats("decide_s", [r.decide_s for r in rs]),
+                **_stats("recover_s", [r.recover_s for r in rs]),
+                **_stats("wall_s", [r.wall_s for r in rs]),
+                "param_changes": "; ".join(dict.fromkeys(r.changes for r in rs if r.changes)),
+                "model_calls": sum(r.model_calls for r in rs),
+                "planner_decisions_median": statistics.median(r.planner_decisions for r in rs),
+                "causes": ",".join(dict.fromkeys(c for r in rs for c in r.causes.split(",") if c)),
+                "note": "; ".join(dict.fromkeys(r.note for r in rs if r.note)),
+            }
+        )
     return rows
 
 
@@ -530,8 +621,11 @@ def _stats(name: str, xs: list[float | int | None]) -> dict[str, Any]:
     vals = [x for x in xs if x is not None]
     if not vals:
         return {f"{name}_median": None, f"{name}_min": None, f"{name}_max": None}
-    return {f"{name}_median": round(statistics.median(vals), 3), f"{name}_min": min(vals),
-            f"{name}_max": max(vals)}
+    return {
+        f"{name}_median": round(statistics.median(vals), 3),
+        f"{name}_min": min(vals),
+        f"{name}_max": max(vals),
+    }
 
 
 # ---------------------------------------------------------------------------------- output
@@ -549,28 +643,46 @@ def print_table(rows: list[dict[str, Any]], title: str) -> None:
     from rich.table import Table
 
     t = Table(title=title, show_lines=False)
-    for col, just in (("fault", "left"), ("approach", "left"), ("finished", "right"),
-                      ("attempts", "right"), ("steps lost", "right"), ("ckpt every", "right"),
-                      ("steps run / needed", "right"), ("detect s", "right"),
-                      ("decide s", "right"), ("recover s", "right"), ("param changes", "left"), ("model calls", "right"),
-                      ("cause / note", "left")):
+    for col, just in (
+        ("fault", "left"),
+        ("approach", "left"),
+        ("finished", "right"),
+        ("attempts", "right"),
+        ("steps lost", "right"),
+        ("ckpt every", "right"),
+        ("steps run / needed", "right"),
+        ("detect s", "right"),
+        ("decide s", "right"),
+        ("recover s", "right"),
+        ("param changes", "left"),
+        ("model calls", "right"),
+        ("cause / note", "left"),
+    ):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     last = None
     for r in rows:
         if last is not None and r["fault"] != last:
             t.add_section()
         last = r["fault"]
-        t.add_row(r["fault"], r["approach"], f"{r['finished_pct']:g}%", f"{r['attempts_median']:g}",
-                  _span(r, "steps_lost"), str(r["checkpoint_every"]),
-                  f"{_span(r, 'steps_run')} / {r['steps']}", _span(r, "detect_s", "{:.2f}"),
-                  _span(r, "decide_s", "{:.2f}"), _span(r, "recover_s", "{:.2f}"), r["param_changes"] or "–",
-                  str(r["model_calls"]), r["causes"] or r["note"] or "")
+        t.add_row(
+            r["fault"],
+            r["approach"],
+            f"{r['finished_pct']:g}%",
+            f"{r['attempts_median']:g}",
+            _span(r, "steps_lost"),
+            str(r["checkpoint_every"]),
+            f"{_span(r, 'steps_run')} / {r['steps']}",
+            _span(r, "detect_s", "{:.2f}"),
+            _span(r, "decide_s", "{:.2f}"),
+            _span(r, "recover_s", "{:.2f}"),
+            r["param_changes"] or "–",
+            str(r["model_calls"]),
+            r["causes"] or r["note"] or "",
+        )
     console = Console()
     if not console.is_terminal:
         console = Console(width=220)
     console.print(t)
-
-
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> bool:
@@ -595,9 +707,18 @@ def plot(rows: list[dict[str, Any]], path: Path) -> bool:
             med = r["steps_lost_median"] or 0
             lo, hi = r["steps_lost_min"] or 0, r["steps_lost_max"] or 0
             x = j + (i - 0.5) * width
-            ax.bar(x, med, width, color=color, label=approach if j == 0 else None,
-                   yerr=[[med - lo], [hi - med]], capsize=3,
-                   hatch="//" if r["finished_pct"] < 100 else None, edgecolor="black", lw=0.5)
+            ax.bar(
+                x,
+                med,
+                width,
+                color=color,
+                label=approach if j == 0 else None,
+                yerr=[[med - lo], [hi - med]],
+                capsize=3,
+                hatch="//" if r["finished_pct"] < 100 else None,
+                edgecolor="black",
+                lw=0.5,
+            )
             ax.text(x, hi, f"{r['finished_pct']:.0f}%", ha="center", va="bottom", fontsize=7)
     every = rows[0]["checkpoint_every"]
     ax.axhline(every, color="grey", ls="--", lw=1, label=f"checkpoint interval ({every} steps)")
@@ -613,8 +734,16 @@ def plot(rows: list[dict[str, Any]], path: Path) -> bool:
 
 
 # ---------------------------------------------------------------------------------- entry
-def run_all(faults: list[str], runs: int, p: Profile, seed: int, workdir: Path, *,
-            jobs: int = 1, say: Any = print) -> list[RunResult]:
+def run_all(
+    faults: list[str],
+    runs: int,
+    p: Profile,
+    seed: int,
+    workdir: Path,
+    *,
+    jobs: int = 1,
+    say: Any = print,
+) -> list[RunResult]:
     """Every fault × run × approach; `jobs` of them at once (each in its own folder and home)."""
     tasks = []
     for fault in faults:
@@ -628,9 +757,11 @@ def run_all(faults: list[str], runs: int, p: Profile, seed: int, workdir: Path, 
         plan, approach = task
         fn = run_nightshift if approach == "nightshift" else run_naive
         r = fn(plan, p, workdir / f"{plan.kind}-{plan.run}")
-        say(f"{plan.kind} #{plan.run} K={plan.at_step} {approach}: "
+        say(
+            f"{plan.kind} #{plan.run} K={plan.at_step} {approach}: "
             f"{'finished' if r.finished else 'NOT finished'}, {r.attempts} attempt(s), "
-            f"lost {r.steps_lost} steps, {r.wall_s:.1f} s {r.note}".rstrip())
+            f"lost {r.steps_lost} steps, {r.wall_s:.1f} s {r.note}".rstrip()
+        )
         return r
 
     if jobs <= 1:
@@ -640,34 +771,58 @@ def run_all(faults: list[str], runs: int, p: Profile, seed: int, workdir: Path, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="nightshift eval recovery", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="nightshift eval recovery", description=__doc__.split("\n")[0]
+    )
     ap.add_argument("--runs", type=int, default=None, help="runs per fault (default 5; --quick: 1)")
-    ap.add_argument("--faults", default=",".join(FAULTS), help="comma-separated: " + ",".join(FAULTS))
+    ap.add_argument(
+        "--faults", default=",".join(FAULTS), help="comma-separated: " + ",".join(FAULTS)
+    )
     ap.add_argument("--quick", action="store_true", help="1 run each, shorter training (for CI)")
     ap.add_argument("--seed", type=int, default=0, help="seeds the fault steps")
     ap.add_argument("--out", default="evals/out", help="folder for CSV and PNG (default evals/out)")
     ap.add_argument("--workdir", default=None, help="keep run folders here (default: a temp dir)")
-    ap.add_argument("--jobs", type=int, default=None,
-                    help="runs at once (default 1; --quick: 2, nightshift and naive side by side)")
-    ap.add_argument("--poll-s", type=float, default=0.05,
-                    help="the daemon's loop.poll_interval_s (default 0.05; nightshift's own: 0.5)")
-    ap.add_argument("--backoff-s", type=float, default=0.0,
-                    help="retry backoff before the first retry, doubling after (nightshift's "
-                         "retry.base_s, and a sleep in the naive loop); default 0, shipped: 30")
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="runs at once (default 1; --quick: 2, nightshift and naive side by side)",
+    )
+    ap.add_argument(
+        "--poll-s",
+        type=float,
+        default=0.05,
+        help="the daemon's loop.poll_interval_s (default 0.05; nightshift's own: 0.5)",
+    )
+    ap.add_argument(
+        "--backoff-s",
+        type=float,
+        default=0.0,
+        help="retry backoff before the first retry, doubling after (nightshift's "
+        "retry.base_s, and a sleep in the naive loop); default 0, shipped: 30",
+    )
     ap.add_argument("--no-plot", action="store_true")
     args = ap.parse_args(argv)
     faults = [f.strip() for f in args.faults.split(",") if f.strip()]
     bad = [f for f in faults if f not in FAULTS]
     runs = args.runs if args.runs is not None else (1 if args.quick else 5)
     if bad or runs < 1:
-        print(f"error: unknown fault(s) {bad}; one of {', '.join(FAULTS)}" if bad
-              else "error: --runs must be at least 1", file=sys.stderr)
+        print(
+            f"error: unknown fault(s) {bad}; one of {', '.join(FAULTS)}"
+            if bad
+            else "error: --runs must be at least 1",
+            file=sys.stderr,
+        )
         return 2
     p = QUICK if args.quick else FULL
     p = replace(p, poll_s=args.poll_s, backoff_s=args.backoff_s)
     jobs = args.jobs if args.jobs is not None else (2 if args.quick else 1)
     out = Path(args.out)
-    tmp = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="nightshift-recovery-"))
+    tmp = (
+        Path(args.workdir)
+        if args.workdir
+        else Path(tempfile.mkdtemp(prefix="nightshift-recovery-"))
+    )
     tmp.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     try:
@@ -679,9 +834,12 @@ def main(argv: list[str] | None = None) -> int:
     per_run = [{k: v for k, v in asdict(r).items() if k != "attempt_log"} for r in results]
     write_csv(out / "recovery_runs.csv", per_run)
     write_csv(out / "recovery_summary.csv", rows)
-    print_table(rows, f"Fault-injection recovery: nightshift vs naive retry ({runs} run(s) per "
-                      f"fault, {p.steps} steps, checkpoint every {p.every}, "
-                      f"{time.time() - t0:.0f} s)")
+    print_table(
+        rows,
+        f"Fault-injection recovery: nightshift vs naive retry ({runs} run(s) per "
+        f"fault, {p.steps} steps, checkpoint every {p.every}, "
+        f"{time.time() - t0:.0f} s)",
+    )
     written = [out / "recovery_runs.csv", out / "recovery_summary.csv"]
     if not args.no_plot and plot(rows, out / "recovery_steps_lost.png"):
         written.append(out / "recovery_steps_lost.png")

@@ -85,11 +85,16 @@ _Payload = tuple[int, int] | int | None
 def tariff(cls: type[Tariff] = Tariff) -> Tariff:
     """The three-band time-of-use tariff, every day alike, in the trace's own clock (zone UTC,
     so no daylight-saving shifts): valley 23:00-07:00, shoulder, peak 17:00-21:00."""
-    return cls(timezone="UTC", currency="EUR", windows=[
-        PriceWindow(name="valley", start="23:00", end="07:00", price_per_kwh=0.10),
-        PriceWindow(name="shoulder", start="07:00", end="17:00", price_per_kwh=0.20),
-        PriceWindow(name="peak", start="17:00", end="21:00", price_per_kwh=0.35),
-        PriceWindow(name="evening", start="21:00", end="23:00", price_per_kwh=0.20)])
+    return cls(
+        timezone="UTC",
+        currency="EUR",
+        windows=[
+            PriceWindow(name="valley", start="23:00", end="07:00", price_per_kwh=0.10),
+            PriceWindow(name="shoulder", start="07:00", end="17:00", price_per_kwh=0.20),
+            PriceWindow(name="peak", start="17:00", end="21:00", price_per_kwh=0.35),
+            PriceWindow(name="evening", start="21:00", end="23:00", price_per_kwh=0.20),
+        ],
+    )
 
 
 class _SimTariff(Tariff):
@@ -101,8 +106,9 @@ class _SimTariff(Tariff):
 
     _tables: dict[float, tuple] = PrivateAttr(default_factory=dict)  # threshold -> table
 
-    def cheap_periods(self, t_utc: datetime, threshold: float,
-                      horizon: timedelta = timedelta(days=7)) -> list[Period]:
+    def cheap_periods(
+        self, t_utc: datetime, threshold: float, horizon: timedelta = timedelta(days=7)
+    ) -> list[Period]:
         table = self._tables
         got = table.get(threshold)
         end = t_utc + horizon
@@ -114,7 +120,7 @@ class _SimTariff(Tariff):
             got = table[threshold] = (lo, hi, periods, [p.end for p in periods])
         _, _, periods, ends = got
         out = []
-        for p in periods[bisect.bisect_right(ends, t_utc):]:
+        for p in periods[bisect.bisect_right(ends, t_utc) :]:
             if p.start >= end:
                 break
             out.append(p)
@@ -153,9 +159,15 @@ def load_philly(path: Path = PHILLY_FILE) -> Trace:
         rows = list(csv.DictReader(fh))
     stamps = [datetime.fromisoformat(r["timestamp"]) for r in rows]
     origin = min(stamps).replace(hour=0, minute=0, second=0, microsecond=0)
-    jobs = [TraceJob(id=i, submit_s=(ts - origin).total_seconds(), duration_s=float(r["duration"]),
-                     gpus=int(r["num_gpus"]))
-            for i, (r, ts) in enumerate(zip(rows, stamps, strict=True), 1)]
+    jobs = [
+        TraceJob(
+            id=i,
+            submit_s=(ts - origin).total_seconds(),
+            duration_s=float(r["duration"]),
+            gpus=int(r["num_gpus"]),
+        )
+        for i, (r, ts) in enumerate(zip(rows, stamps, strict=True), 1)
+    ]
     jobs.sort(key=lambda j: (j.submit_s, j.id))
     return Trace("philly", origin, jobs, rows=len(rows))
 
@@ -178,15 +190,23 @@ def load_alibaba(pods: Path = ALIBABA_PODS, nodes: Path = ALIBABA_NODES) -> Trac
             excluded["never_started"] += 1
             continue
         start, stop, milli = int(r["scheduled_time"]), int(r["deletion_time"]), int(r["gpu_milli"])
-        jobs.append(TraceJob(id=i, submit_s=float(r["creation_time"]),
-                             duration_s=float(max(1, stop - start)), gpus=k,
-                             share=milli / 1000 if k == 1 and 0 < milli < 1000 else 1.0,
-                             priority=QOS_PRIORITY.get(r["qos"], 0), censored=stop >= end))
+        jobs.append(
+            TraceJob(
+                id=i,
+                submit_s=float(r["creation_time"]),
+                duration_s=float(max(1, stop - start)),
+                gpus=k,
+                share=milli / 1000 if k == 1 and 0 < milli < 1000 else 1.0,
+                priority=QOS_PRIORITY.get(r["qos"], 0),
+                censored=stop >= end,
+            )
+        )
     jobs.sort(key=lambda j: (j.submit_s, j.id))
     with open(nodes, newline="") as fh:
         host_sizes = [int(r["gpu"]) for r in csv.DictReader(fh)]
-    return Trace("alibaba", ALIBABA_ORIGIN, jobs, rows=len(rows), excluded=excluded,
-                 host_sizes=host_sizes)
+    return Trace(
+        "alibaba", ALIBABA_ORIGIN, jobs, rows=len(rows), excluded=excluded, host_sizes=host_sizes
+    )
 
 
 LOADERS: dict[str, Callable[[], Trace]] = {"philly": load_philly, "alibaba": load_alibaba}
@@ -258,8 +278,20 @@ def seeded_jobs(trace: Trace, opts: Options) -> list[SimJob]:
     out = []
     for j in trace.jobs:
         f, cs, slack = math.exp(rnd.uniform(0.0, top)), rnd.random(), rnd.uniform(1.5, 4.0)
-        out.append(SimJob(j.id, j.submit_s, j.duration_s, j.gpus, j.share, j.priority, j.censored,
-                          f, cs < opts.cost_fraction, j.submit_s + 1800.0 + slack * j.duration_s))
+        out.append(
+            SimJob(
+                j.id,
+                j.submit_s,
+                j.duration_s,
+                j.gpus,
+                j.share,
+                j.priority,
+                j.censored,
+                f,
+                cs < opts.cost_fraction,
+                j.submit_s + 1800.0 + slack * j.duration_s,
+            )
+        )
     return out
 
 
@@ -275,8 +307,14 @@ def pick_window(trace: Trace, days: float | None, seed: int) -> tuple[float, flo
     return t0, t0 + span
 
 
-def size_cluster(trace: Trace, jobs: list[SimJob], window: tuple[float, float], load: float,
-                 gpus_per_host: int | None, seed: int) -> tuple[list[int], list[SimJob], int]:
+def size_cluster(
+    trace: Trace,
+    jobs: list[SimJob],
+    window: tuple[float, float],
+    load: float,
+    gpus_per_host: int | None,
+    seed: int,
+) -> tuple[list[int], list[SimJob], int]:
     """Hosts whose GPUs make the offered load Σ gpus x share x run time / (GPUs x window) equal
     `load`. Philly: hosts of 8 GPUs; Alibaba: node sizes drawn (seeded) from its node list;
     `gpus_per_host` overrides both (0: one host holding every GPU, at least the widest job).
@@ -286,7 +324,7 @@ def size_cluster(trace: Trace, jobs: list[SimJob], window: tuple[float, float], 
         demand = sum(j.gpus * j.share * j.duration_s for j in jobs)
         need = max(1, math.ceil(demand / (load * span)), max((j.gpus for j in jobs), default=1))
         return [need], jobs, 0
-    sizes = ([gpus_per_host] if gpus_per_host else trace.host_sizes or [PHILLY_GPUS_PER_HOST])
+    sizes = [gpus_per_host] if gpus_per_host else trace.host_sizes or [PHILLY_GPUS_PER_HOST]
     widest = max(sizes)
     kept = [j for j in jobs if j.gpus <= widest]
     demand = sum(j.gpus * j.share * j.duration_s for j in kept)
@@ -302,8 +340,13 @@ def size_cluster(trace: Trace, jobs: list[SimJob], window: tuple[float, float], 
     return hosts, kept, len(jobs) - len(kept)
 
 
-def make_setups(names: list[str], loads: list[float], days: dict[str, float | None],
-                gpus_per_host: int | None, opts: Options) -> list[Setup]:
+def make_setups(
+    names: list[str],
+    loads: list[float],
+    days: dict[str, float | None],
+    gpus_per_host: int | None,
+    opts: Options,
+) -> list[Setup]:
     setups = []
     for name in names:
         trace = load_trace(name)
@@ -311,8 +354,13 @@ def make_setups(names: list[str], loads: list[float], days: dict[str, float | No
         jobs = [j for j in seeded_jobs(trace, opts) if window[0] <= j.submit_s < window[1]]
         for load in loads:
             hosts, kept, dropped = size_cluster(trace, jobs, window, load, gpus_per_host, opts.seed)
-            counts = {"rows": trace.rows, **trace.excluded, "in_window": len(jobs),
-                      "dropped": dropped, "censored": sum(j.censored for j in kept)}
+            counts = {
+                "rows": trace.rows,
+                **trace.excluded,
+                "in_window": len(jobs),
+                "dropped": dropped,
+                "censored": sum(j.censored for j in kept),
+            }
             setups.append(Setup(name, trace.origin, window, load, kept, hosts, counts, opts))
     return setups
 
@@ -333,7 +381,9 @@ POLICIES = {
     "fifo": Policy("fifo", fifo=True, aging_per_hour=0.0, priorities=False, tariff=False),
     "easy": Policy("easy", fifo=False, aging_per_hour=0.0, priorities=False, tariff=False),
     "priority": Policy("priority", fifo=False, aging_per_hour=1.0, priorities=True, tariff=False),
-    "nightshift": Policy("nightshift", fifo=False, aging_per_hour=1.0, priorities=True, tariff=True),
+    "nightshift": Policy(
+        "nightshift", fifo=False, aging_per_hour=1.0, priorities=True, tariff=True
+    ),
 }
 
 
@@ -341,8 +391,19 @@ POLICIES = {
 class _Job:
     """A job's state during one run."""
 
-    __slots__ = ("sj", "key", "model", "rem", "first_start", "seg_start", "done", "ran", "epoch",
-                 "gpus", "shared")
+    __slots__ = (
+        "sj",
+        "key",
+        "model",
+        "rem",
+        "first_start",
+        "seg_start",
+        "done",
+        "ran",
+        "epoch",
+        "gpus",
+        "shared",
+    )
 
     def __init__(self, sj: SimJob, key: tuple, model: PendingJob):
         self.sj, self.key, self.model = sj, key, model
@@ -351,7 +412,9 @@ class _Job:
         self.seg_start = 0.0
         self.done: float | None = None
         self.ran = 0.0  # seconds spent running, over all its segments
-        self.epoch = 0  # bumped on every start and pause: a completion event of an older one is stale
+        self.epoch = (
+            0  # bumped on every start and pause: a completion event of an older one is stale
+        )
         self.gpus: list[int] = []
         self.shared = sj.share < 1.0
 
@@ -370,8 +433,9 @@ class _Boundaries:
         while not self.times or self.times[-1] <= t:
             lo = max(t, self.upto)
             hi = lo + 14 * DAY
-            for p in self.tar.pieces(self.origin + timedelta(seconds=lo - DAY),
-                                     self.origin + timedelta(seconds=hi)):
+            for p in self.tar.pieces(
+                self.origin + timedelta(seconds=lo - DAY), self.origin + timedelta(seconds=hi)
+            ):
                 s = (p.start - self.origin).total_seconds()
                 if s > lo - DAY and s > t and (not self.times or s > self.times[-1]):
                     self.times.append(s)
@@ -405,9 +469,15 @@ class _Run:
         gid = 0
         for h, size in enumerate(setup.hosts):
             for _ in range(size):
-                self.slots.append(GpuSlot.model_construct(
-                    index=gid, host=f"h{h:05d}", memory_total_mib=GPU_MIB, memory_used_mib=0.0,
-                    verdict="OK"))
+                self.slots.append(
+                    GpuSlot.model_construct(
+                        index=gid,
+                        host=f"h{h:05d}",
+                        memory_total_mib=GPU_MIB,
+                        memory_used_mib=0.0,
+                        verdict="OK",
+                    )
+                )
                 gid += 1
         self.healthy = [True] * n
         self.njobs = [0] * n
@@ -424,8 +494,9 @@ class _Run:
         self.left = len(setup.jobs)
         self.segments: list[tuple[float, float, float]] = []  # (start, end, GPUs x share)
         self.queue_series: list[tuple[float, int]] = []
-        self.health_rnd = [random.Random(f"{setup.opts.seed}:{setup.trace}:{setup.load}:gpu{i}")
-                           for i in range(n)]
+        self.health_rnd = [
+            random.Random(f"{setup.opts.seed}:{setup.trace}:{setup.load}:gpu{i}") for i in range(n)
+        ]
         self.calls = 0
         self.pauses = 0
         self.queue_cap_hits = 0
@@ -461,11 +532,16 @@ class _Run:
         pol = self.policy
         cs = pol.tariff and sj.cost_sensitive
         return PendingJob.model_construct(
-            id=sj.id, priority=sj.priority if pol.priorities else 0, gpus=sj.gpus,
+            id=sj.id,
+            priority=sj.priority if pol.priorities else 0,
+            gpus=sj.gpus,
             share_gpu=sj.share < 1.0,
             gpu_memory_cap_gb=sj.share * GPU_MIB / 1024 if sj.share < 1.0 else None,
-            submitted_at=self._dt(sj.submit_s), expected_duration_s=expected_s,
-            cost_class="cost_sensitive" if cs else "urgent", pausable=True)
+            submitted_at=self._dt(sj.submit_s),
+            expected_duration_s=expected_s,
+            cost_class="cost_sensitive" if cs else "urgent",
+            pausable=True,
+        )
 
     # -------------------------------------------------------------- events
     def _arrive(self, sj: SimJob) -> None:
@@ -486,10 +562,19 @@ class _Run:
         self._push(t + j.rem, DONE, (j.sj.id, j.epoch))
         m = j.model
         self.running[j.sj.id] = RunningJob.model_construct(
-            id=m.id, gpus=j.gpus, share_gpu=m.share_gpu, name="", priority=m.priority,
-            submitted_at=m.submitted_at, started_at=self._dt(t), expected_end=s.expected_end,
-            pausable=m.pausable, cost_class=m.cost_class, gpu_memory_gb=None,
-            gpu_memory_cap_gb=m.gpu_memory_cap_gb)
+            id=m.id,
+            gpus=j.gpus,
+            share_gpu=m.share_gpu,
+            name="",
+            priority=m.priority,
+            submitted_at=m.submitted_at,
+            started_at=self._dt(t),
+            expected_end=s.expected_end,
+            pausable=m.pausable,
+            cost_class=m.cost_class,
+            gpu_memory_gb=None,
+            gpu_memory_cap_gb=m.gpu_memory_cap_gb,
+        )
         if m.cost_class == "cost_sensitive":
             self.cs_running += 1
         for i in j.gpus:
@@ -535,8 +620,12 @@ class _Run:
         self.room[self._room(i)] += 1
         old = self.slots[i]
         self.slots[i] = GpuSlot.model_construct(
-            index=old.index, host=old.host, memory_total_mib=GPU_MIB, memory_used_mib=0.0,
-            verdict="OK" if up else "CRITICAL")
+            index=old.index,
+            host=old.host,
+            memory_total_mib=GPU_MIB,
+            memory_used_mib=0.0,
+            verdict="OK" if up else "CRITICAL",
+        )
         self._push(t + self._health_gap(i, up), HEALTH, i)
 
     def _health_gap(self, i: int, up: bool) -> float:
@@ -548,11 +637,21 @@ class _Run:
     # -------------------------------------------------------------- decisions
     def _snapshot(self, t: float, keys: list[tuple]) -> Snapshot:
         return Snapshot.model_construct(
-            now=self._dt(t), pending=[self.jobs[k[2]].model for k in keys],
-            running=list(self.running.values()), gpus=self.slots, cpu_slots=1, tariff=self.tariff,
-            cost_threshold=None, tariff_horizon_h=168.0, long_job_start_grace_s=1800.0,
-            aging_per_hour=self.policy.aging_per_hour, preempt_margin=None,
-            preempt_max_per_call=4, default_duration_s=3600.0, display_tz=None)
+            now=self._dt(t),
+            pending=[self.jobs[k[2]].model for k in keys],
+            running=list(self.running.values()),
+            gpus=self.slots,
+            cpu_slots=1,
+            tariff=self.tariff,
+            cost_threshold=None,
+            tariff_horizon_h=168.0,
+            long_job_start_grace_s=1800.0,
+            aging_per_hour=self.policy.aging_per_hour,
+            preempt_margin=None,
+            preempt_max_per_call=4,
+            default_duration_s=3600.0,
+            display_tz=None,
+        )
 
     def _decide(self, t: float, tick: bool) -> None:
         can_start = bool(self.queue) and (self.room[1] or self.room[2])
@@ -668,32 +767,44 @@ class _Run:
             return float(np.percentile(a, q)) if a.size else math.nan
 
         m = {
-            "gpus": setup.gpus, "hosts": len(setup.hosts), "jobs": len(setup.jobs),
-            "completed": len(done), "unfinished": len(setup.jobs) - len(done),
-            "dropped": setup.counts["dropped"], "censored": setup.counts["censored"],
+            "gpus": setup.gpus,
+            "hosts": len(setup.hosts),
+            "jobs": len(setup.jobs),
+            "completed": len(done),
+            "unfinished": len(setup.jobs) - len(done),
+            "dropped": setup.counts["dropped"],
+            "censored": setup.counts["censored"],
             "util": busy / (setup.gpus * (w1 - w0)),
             "jct_mean_h": float(jct.mean()) if jct.size else math.nan,
-            "jct_p50_h": pct(jct, 50), "jct_p95_h": pct(jct, 95),
+            "jct_p50_h": pct(jct, 50),
+            "jct_p95_h": pct(jct, 95),
             # the same seeded jobs under every policy; only nightshift holds the marked ones
             "jct_mean_cost_sensitive_h": float(np.mean(marked)) / 3600.0 if marked else math.nan,
             "jct_mean_other_h": float(np.mean(others)) / 3600.0 if others else math.nan,
             "delay_mean_h": float(dh.mean()) if dh.size else math.nan,
-            "delay_p50_h": pct(dh, 50), "delay_p95_h": pct(dh, 95),
-            "energy_kwh": kwh, "cost": cost, "cost_lower_bound": kwh * valley,
+            "delay_p50_h": pct(dh, 50),
+            "delay_p95_h": pct(dh, 95),
+            "energy_kwh": kwh,
+            "cost": cost,
+            "cost_lower_bound": kwh * valley,
             "cost_ratio": cost / (kwh * valley) if kwh else math.nan,
             "deadline_misses": misses,
             "deadline_miss_rate": misses / len(finished) if finished else math.nan,
-            "pauses": self.pauses, "place_calls": self.calls, "queue_cap_hits": self.queue_cap_hits,
+            "pauses": self.pauses,
+            "place_calls": self.calls,
+            "queue_cap_hits": self.queue_cap_hits,
             "makespan_h": (max((d for _, d in done), default=w0) - w0) / 3600.0,
             "wall_s": wall_s,
         }
         starts = {jid: j.first_start for jid, j in self.jobs.items() if j.first_start is not None}
-        return RunResult(setup.trace, setup.load, self.policy.name, m, self.queue_series, delays,
-                         starts)
+        return RunResult(
+            setup.trace, setup.load, self.policy.name, m, self.queue_series, delays, starts
+        )
 
 
-def _energy(segments: list[tuple[float, float, float]], watts: float,
-            origin: datetime) -> tuple[float, float]:
+def _energy(
+    segments: list[tuple[float, float, float]], watts: float, origin: datetime
+) -> tuple[float, float]:
     """(kWh, cost) of busy GPUs: Σ GPUs x watts x time, priced by the tariff's pieces through a
     prefix sum of price x hours (the same as `Tariff.energy_cost` per segment, in one pass)."""
     if not segments:
@@ -729,19 +840,30 @@ def _unit(args: tuple[Setup, str]) -> RunResult:
 
 # ---------------------------------------------------------------------------------- output
 TIME_COLUMNS = [
-    ("gpus", "GPUs", "{:.0f}"), ("jobs", "jobs", "{:.0f}"), ("util", "util", "{:.1%}"),
-    ("jct_mean_h", "JCT mean h", "{:.2f}"), ("jct_p50_h", "p50", "{:.2f}"),
-    ("jct_p95_h", "p95", "{:.1f}"), ("jct_mean_other_h", "urgent", "{:.2f}"),
-    ("jct_mean_cost_sensitive_h", "c-s", "{:.2f}"), ("delay_mean_h", "wait mean h", "{:.2f}"),
-    ("delay_p50_h", "p50", "{:.2f}"), ("delay_p95_h", "p95", "{:.2f}"),
+    ("gpus", "GPUs", "{:.0f}"),
+    ("jobs", "jobs", "{:.0f}"),
+    ("util", "util", "{:.1%}"),
+    ("jct_mean_h", "JCT mean h", "{:.2f}"),
+    ("jct_p50_h", "p50", "{:.2f}"),
+    ("jct_p95_h", "p95", "{:.1f}"),
+    ("jct_mean_other_h", "urgent", "{:.2f}"),
+    ("jct_mean_cost_sensitive_h", "c-s", "{:.2f}"),
+    ("delay_mean_h", "wait mean h", "{:.2f}"),
+    ("delay_p50_h", "p50", "{:.2f}"),
+    ("delay_p95_h", "p95", "{:.2f}"),
     ("deadline_misses", "missed", "{:.0f}"),
 ]
 COST_COLUMNS = [
-    ("energy_kwh", "MWh", "{:.2f}"), ("cost", "cost EUR", "{:,.0f}"),
-    ("cost_lower_bound", "bound EUR", "{:,.0f}"), ("cost_ratio", "ratio", "{:.3f}"),
-    ("pauses", "pauses", "{:.0f}"), ("dropped", "dropped", "{:.0f}"),
-    ("censored", "censored", "{:.0f}"), ("unfinished", "unfinished", "{:.0f}"),
-    ("place_calls", "place() calls", "{:.0f}"), ("wall_s", "wall s", "{:.1f}"),
+    ("energy_kwh", "MWh", "{:.2f}"),
+    ("cost", "cost EUR", "{:,.0f}"),
+    ("cost_lower_bound", "bound EUR", "{:,.0f}"),
+    ("cost_ratio", "ratio", "{:.3f}"),
+    ("pauses", "pauses", "{:.0f}"),
+    ("dropped", "dropped", "{:.0f}"),
+    ("censored", "censored", "{:.0f}"),
+    ("unfinished", "unfinished", "{:.0f}"),
+    ("place_calls", "place() calls", "{:.0f}"),
+    ("wall_s", "wall s", "{:.1f}"),
 ]
 
 
@@ -755,22 +877,30 @@ def results_tables(results: list[RunResult]) -> list[Table]:
     """Two tables, one row per trace x load x policy: time (JCT in hours, split by the seeded
     cost-sensitive mark; waits) and energy (cost, the all-valley bound, pauses, counts)."""
     tables = []
-    for title, cols in (("Trace-driven scheduler simulation: time", TIME_COLUMNS),
-                        ("… energy and counts", COST_COLUMNS)):
+    for title, cols in (
+        ("Trace-driven scheduler simulation: time", TIME_COLUMNS),
+        ("… energy and counts", COST_COLUMNS),
+    ):
         table = Table(title=title)
         for head in ("trace", "load", "policy"):
             table.add_column(head)
         for _, head, _ in cols:
             table.add_column(head, justify="right")
         for r in results:
-            table.add_row(r.trace, f"{r.load:g}", r.policy,
-                          *(_cell(k, f, r.metrics[k]) for k, _, f in cols))
+            table.add_row(
+                r.trace, f"{r.load:g}", r.policy, *(_cell(k, f, r.metrics[k]) for k, _, f in cols)
+            )
         tables.append(table)
     return tables
 
 
-HEADLINE = (("jct_mean_h", "JCT mean"), ("delay_mean_h", "wait mean"), ("util", "utilisation"),
-            ("cost", "energy cost"), ("deadline_misses", "deadline misses"))
+HEADLINE = (
+    ("jct_mean_h", "JCT mean"),
+    ("delay_mean_h", "wait mean"),
+    ("util", "utilisation"),
+    ("cost", "energy cost"),
+    ("deadline_misses", "deadline misses"),
+)
 
 
 def headline(results: list[RunResult]) -> list[dict[str, object]]:
@@ -796,8 +926,12 @@ def headline_table(rows: list[dict[str, object]]) -> Table:
     for head in ("trace", "load", "versus", *(h for _, h in HEADLINE)):
         table.add_column(head, justify="right")
     for r in rows:
-        table.add_row(str(r["trace"]), f"{r['load']:g}", str(r["versus"]),
-                      *(f"{r[k]:.3f}" for k, _ in HEADLINE))
+        table.add_row(
+            str(r["trace"]),
+            f"{r['load']:g}",
+            str(r["versus"]),
+            *(f"{r[k]:.3f}" for k, _ in HEADLINE),
+        )
     return table
 
 
@@ -807,15 +941,26 @@ def csv_rows(results: list[RunResult], setups: list[Setup]) -> list[dict[str, ob
     rows = []
     for r in results:
         s = by[(r.trace, r.load)]
-        rows.append({"trace": r.trace, "load": r.load, "policy": r.policy,
-                     "window_start": (s.origin + timedelta(seconds=s.window[0])).isoformat(),
-                     "window_end": (s.origin + timedelta(seconds=s.window[1])).isoformat(),
-                     "seed": s.opts.seed, **{k: f"{v:.6g}" for k, v in r.metrics.items()}})
+        rows.append(
+            {
+                "trace": r.trace,
+                "load": r.load,
+                "policy": r.policy,
+                "window_start": (s.origin + timedelta(seconds=s.window[0])).isoformat(),
+                "window_end": (s.origin + timedelta(seconds=s.window[1])).isoformat(),
+                "seed": s.opts.seed,
+                **{k: f"{v:.6g}" for k, v in r.metrics.items()},
+            }
+        )
     return rows
 
 
-STYLE = {"fifo": ("tab:gray", "s", "-"), "easy": ("tab:blue", "^", "--"),
-         "priority": ("tab:green", "v", ":"), "nightshift": ("tab:orange", "o", "-")}
+STYLE = {
+    "fifo": ("tab:gray", "s", "-"),
+    "easy": ("tab:blue", "^", "--"),
+    "priority": ("tab:green", "v", ":"),
+    "nightshift": ("tab:orange", "o", "-"),
+}
 
 
 def write_plots(out: Path, results: list[RunResult], setups: list[Setup]) -> list[Path]:
@@ -844,11 +989,15 @@ def write_plots(out: Path, results: list[RunResult], setups: list[Setup]) -> lis
             qs = [q for t, q in r.queue if t <= end]
             step = max(1, len(ts) // 4000)
             color, _, ls = STYLE.get(r.policy, ("k", ".", "-"))
-            ax.step(ts[::step], qs[::step], where="post", color=color, ls=ls, lw=1.0,
-                    label=r.policy)
+            ax.step(
+                ts[::step], qs[::step], where="post", color=color, ls=ls, lw=1.0, label=r.policy
+            )
         ax.axvline((w1 - w0) / DAY, color="k", lw=0.6, ls=":")
-        ax.set(title=f"{trace} (load {shown:g})", xlabel="days from window start",
-               ylabel="jobs waiting")
+        ax.set(
+            title=f"{trace} (load {shown:g})",
+            xlabel="days from window start",
+            ylabel="jobs waiting",
+        )
         ax.legend(fontsize=8)
     fig.tight_layout()
     paths.append(out / "simulate_queue.png")
@@ -864,11 +1013,22 @@ def write_plots(out: Path, results: list[RunResult], setups: list[Setup]) -> lis
             y = np.arange(1, d.size + 1) / d.size
             color, _, ls = STYLE.get(r.policy, ("k", ".", "-"))
             step = max(1, d.size // 3000)
-            ax.step(d[::step] / 3600.0, y[::step], where="post", color=color, ls=ls, lw=1.2,
-                    label=r.policy)
+            ax.step(
+                d[::step] / 3600.0,
+                y[::step],
+                where="post",
+                color=color,
+                ls=ls,
+                lw=1.2,
+                label=r.policy,
+            )
         ax.set_xscale("log")
-        ax.set(title=f"{trace} (load {shown:g})", xlabel="queueing delay, h (under 1 min shown at 1 min)",
-               ylabel="fraction of jobs", ylim=(0, 1.01))
+        ax.set(
+            title=f"{trace} (load {shown:g})",
+            xlabel="queueing delay, h (under 1 min shown at 1 min)",
+            ylabel="fraction of jobs",
+            ylim=(0, 1.01),
+        )
         ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     paths.append(out / "simulate_delay_cdf.png")
@@ -881,18 +1041,31 @@ def write_plots(out: Path, results: list[RunResult], setups: list[Setup]) -> lis
             if r.trace != trace:
                 continue
             color, marker, _ = STYLE.get(r.policy, ("k", ".", "-"))
-            ax.scatter(r.metrics["delay_mean_h"], r.metrics["cost_ratio"], color=color,
-                       marker=marker, label=r.policy if r.load == shown else None)
+            ax.scatter(
+                r.metrics["delay_mean_h"],
+                r.metrics["cost_ratio"],
+                color=color,
+                marker=marker,
+                label=r.policy if r.load == shown else None,
+            )
             if len(loads) > 1:
-                ax.annotate(f"{r.load:g}", (r.metrics["delay_mean_h"], r.metrics["cost_ratio"]),
-                            fontsize=7, xytext=(3, 3), textcoords="offset points")
+                ax.annotate(
+                    f"{r.load:g}",
+                    (r.metrics["delay_mean_h"], r.metrics["cost_ratio"]),
+                    fontsize=7,
+                    xytext=(3, 3),
+                    textcoords="offset points",
+                )
         ax.axhline(1.0, color="k", lw=0.6, ls=":")
         ax.set_xscale("log")
         ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0), numticks=20))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set(title=trace, xlabel="mean queueing delay, h (log)",
-               ylabel="energy cost ÷ all-valley lower bound")
+        ax.set(
+            title=trace,
+            xlabel="mean queueing delay, h (log)",
+            ylabel="energy cost ÷ all-valley lower bound",
+        )
         ax.set_ylim(bottom=0.95)
         ax.legend(fontsize=8)
     fig.tight_layout()
@@ -904,8 +1077,11 @@ def write_plots(out: Path, results: list[RunResult], setups: list[Setup]) -> lis
 
 # ---------------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="nightshift eval simulate", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="nightshift eval simulate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--traces", default=",".join(TRACES), help="comma list (default: both)")
     parser.add_argument("--policies", default=",".join(POLICIES), help="comma list (default: all)")
     parser.add_argument("--load", default="0.8", help="offered load(s), comma list: 0.6,0.8,1.0")
@@ -914,20 +1090,44 @@ def main(argv: list[str] | None = None) -> int:
     size.add_argument("--full", action="store_true", help="the whole traces")
     size.add_argument("--window-days", type=float, help="window length for every trace")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--gpus-per-host", type=int, default=None,
-                        help="hosts of this size for every trace (0: one host); default: Philly 8, "
-                             "Alibaba its node list's mix")
-    parser.add_argument("--cost-sensitive", type=float, default=Options.cost_fraction,
-                        help="fraction of jobs marked cost-sensitive (seeded)")
-    parser.add_argument("--overestimate", type=float, default=Options.max_overestimate,
-                        help="estimates = run time x a log-uniform factor in [1, this]")
-    parser.add_argument("--health", type=float, default=Options.health_fraction,
-                        help="fraction of GPU time quarantined by health events (0: none)")
+    parser.add_argument(
+        "--gpus-per-host",
+        type=int,
+        default=None,
+        help="hosts of this size for every trace (0: one host); default: Philly 8, "
+        "Alibaba its node list's mix",
+    )
+    parser.add_argument(
+        "--cost-sensitive",
+        type=float,
+        default=Options.cost_fraction,
+        help="fraction of jobs marked cost-sensitive (seeded)",
+    )
+    parser.add_argument(
+        "--overestimate",
+        type=float,
+        default=Options.max_overestimate,
+        help="estimates = run time x a log-uniform factor in [1, this]",
+    )
+    parser.add_argument(
+        "--health",
+        type=float,
+        default=Options.health_fraction,
+        help="fraction of GPU time quarantined by health events (0: none)",
+    )
     parser.add_argument("--gpu-watts", type=float, default=Options.gpu_watts)
-    parser.add_argument("--max-pending", type=int, default=Options.max_pending,
-                        help="pending jobs passed to one place() call, best first")
-    parser.add_argument("--tick-min", type=float, default=0.0,
-                        help="also call the policy at this cadence (default: events only)")
+    parser.add_argument(
+        "--max-pending",
+        type=int,
+        default=Options.max_pending,
+        help="pending jobs passed to one place() call, best first",
+    )
+    parser.add_argument(
+        "--tick-min",
+        type=float,
+        default=0.0,
+        help="also call the policy at this cadence (default: events only)",
+    )
     parser.add_argument("--jobs", type=int, default=None, help="worker processes (default: CPUs)")
     parser.add_argument("--out", default="evals/out", help="directory for the CSV and plots")
     parser.add_argument("--no-plots", action="store_true")
@@ -937,8 +1137,10 @@ def main(argv: list[str] | None = None) -> int:
     pols = [p.strip() for p in args.policies.split(",") if p.strip()]
     bad = [n for n in names if n not in LOADERS] + [p for p in pols if p not in POLICIES]
     if bad:
-        parser.error(f"unknown trace or policy: {', '.join(bad)} (traces: {', '.join(TRACES)}; "
-                     f"policies: {', '.join(POLICIES)})")
+        parser.error(
+            f"unknown trace or policy: {', '.join(bad)} (traces: {', '.join(TRACES)}; "
+            f"policies: {', '.join(POLICIES)})"
+        )
     loads = [float(x) for x in args.load.split(",") if x.strip()]
     if not loads or any(x <= 0 for x in loads):
         parser.error("--load: positive numbers, e.g. 0.6,0.8,1.0")
@@ -950,10 +1152,15 @@ def main(argv: list[str] | None = None) -> int:
         days = dict.fromkeys(names, args.window_days)
     else:
         days = {n: (QUICK_DAYS if args.quick else WINDOW_DAYS)[n] for n in names}
-    opts = Options(seed=args.seed, cost_fraction=args.cost_sensitive,
-                   max_overestimate=args.overestimate, health_fraction=args.health,
-                   gpu_watts=args.gpu_watts, max_pending=args.max_pending,
-                   tick_s=args.tick_min * 60.0)
+    opts = Options(
+        seed=args.seed,
+        cost_fraction=args.cost_sensitive,
+        max_overestimate=args.overestimate,
+        health_fraction=args.health,
+        gpu_watts=args.gpu_watts,
+        max_pending=args.max_pending,
+        tick_s=args.tick_min * 60.0,
+    )
     console = Console()
     t0 = time.perf_counter()
     setups = make_setups(names, loads, days, args.gpus_per_host, opts)
@@ -963,8 +1170,14 @@ def main(argv: list[str] | None = None) -> int:
             f"{s.trace} load {s.load:g}: window {s.origin + timedelta(seconds=s.window[0]):%Y-%m-%d %H:%M}"
             f" + {(s.window[1] - s.window[0]) / DAY:g} d, {len(s.jobs)} jobs on {s.gpus} GPUs "
             f"({len(s.hosts)} hosts); dropped {c['dropped']} wider than a host, {c['censored']} "
-            f"censored" + (f"; trace: {c['cpu_only']} CPU-only and {c['never_started']} "
-                           "never-started pods left out" if "cpu_only" in c else ""))
+            f"censored"
+            + (
+                f"; trace: {c['cpu_only']} CPU-only and {c['never_started']} "
+                "never-started pods left out"
+                if "cpu_only" in c
+                else ""
+            )
+        )
     units = [(s, p) for s in setups for p in pols]
     workers = args.jobs or min(len(units), os.cpu_count() or 1)
     if workers > 1:
@@ -988,13 +1201,28 @@ def main(argv: list[str] | None = None) -> int:
         written += write_plots(out, results, setups)
     unfinished = sum(int(r.metrics["unfinished"]) for r in results)
     note = f"; {unfinished} job(s) unfinished at the horizon" if unfinished else ""
-    console.print(f"wrote {', '.join(str(p) for p in written)} in "
-                  f"{time.perf_counter() - t0:.1f} s{note}")
+    console.print(
+        f"wrote {', '.join(str(p) for p in written)} in {time.perf_counter() - t0:.1f} s{note}"
+    )
     return 0
 
 
-__all__ = ["Options", "Policy", "POLICIES", "RunResult", "Setup", "Tariff", "Trace", "TraceJob",
-           "load_alibaba", "load_philly", "load_trace", "main", "make_setups", "simulate"]
+__all__ = [
+    "Options",
+    "Policy",
+    "POLICIES",
+    "RunResult",
+    "Setup",
+    "Tariff",
+    "Trace",
+    "TraceJob",
+    "load_alibaba",
+    "load_philly",
+    "load_trace",
+    "main",
+    "make_setups",
+    "simulate",
+]
 
 
 if __name__ == "__main__":

@@ -109,23 +109,33 @@ class _Strict(BaseModel):
 class SpecFile(_Strict):
     """A spec written into the world: the quickstart spec pointed at examples/, made short."""
 
-    params: dict[str, Any] = Field(default_factory=dict,
-                                   description="Over the defaults steps=40, checkpoint_every=10")
-    env: dict[str, str] = Field(default_factory=dict,
-                                description="environment.env: fault injection, step sleep")
-    merge: dict[str, Any] = Field(default_factory=dict,
-                                  description="Deep-merged into the spec (resources, image, command...)")
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="Over the defaults steps=40, checkpoint_every=10"
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict, description="environment.env: fault injection, step sleep"
+    )
+    merge: dict[str, Any] = Field(
+        default_factory=dict, description="Deep-merged into the spec (resources, image, command...)"
+    )
 
 
 class FileOp(_Strict):
     """Write a text file, or truncate one that exists (a corrupt checkpoint)."""
 
-    path: str | None = Field(default=None, description="Relative to the world folder, or ${home}/...")
+    path: str | None = Field(
+        default=None, description="Relative to the world folder, or ${home}/..."
+    )
     text: str | None = None
-    truncate: int | None = Field(default=None, ge=0, description="Cut an existing file to this many bytes")
-    newest_in: str | None = Field(default=None, description="Instead of `path`: the last file in name order "
-                                                    "matching this glob (step_00000030.npz after "
-                                                    "step_00000020.npz)")
+    truncate: int | None = Field(
+        default=None, ge=0, description="Cut an existing file to this many bytes"
+    )
+    newest_in: str | None = Field(
+        default=None,
+        description="Instead of `path`: the last file in name order "
+        "matching this glob (step_00000030.npz after "
+        "step_00000020.npz)",
+    )
     after_jobs: bool = Field(default=False, description="Apply after the world's jobs ran")
 
     @model_validator(mode="after")
@@ -143,8 +153,11 @@ class WorldJob(_Strict):
     spec: str = Field(description="A spec file of the world")
     params: dict[str, Any] = Field(default_factory=dict)
     priority: int | None = None
-    run: Literal["settle", "start", "queue"] = Field(default="settle", description="settle: run until it ends; start: leave it running past its first "
-                              "step; queue: leave it queued (a later watch's loop may start it)")
+    run: Literal["settle", "start", "queue"] = Field(
+        default="settle",
+        description="settle: run until it ends; start: leave it running past its first "
+        "step; queue: leave it queued (a later watch's loop may start it)",
+    )
     expect_state: str | None = Field(default=None, description="Checked before the goal starts")
 
 
@@ -156,16 +169,23 @@ class World(_Strict):
     files: list[FileOp] = Field(default_factory=list)
     jobs: list[WorldJob] = Field(default_factory=list)
     paused: bool = Field(default=False, description="The kill switch is on")
-    policy: dict[str, Any] = Field(default_factory=dict, description="Deep-merged into the shipped policy")
-    approvals: str | list[str] = Field(default="approve", description="One answer for every approval prompt, or a list of votes used in "
-                               "order until each approval is decided (run out: it stays pending)")
+    policy: dict[str, Any] = Field(
+        default_factory=dict, description="Deep-merged into the shipped policy"
+    )
+    approvals: str | list[str] = Field(
+        default="approve",
+        description="One answer for every approval prompt, or a list of votes used in "
+        "order until each approval is decided (run out: it stays pending)",
+    )
 
     @model_validator(mode="after")
     def _answers(self) -> World:
         for a in [self.approvals] if isinstance(self.approvals, str) else self.approvals:
             if not re.match(ANSWER, a):
-                raise ValueError(f"approvals: {a!r} is not one of approve[:who], reject[:who], "
-                                 "requester, expire, none")
+                raise ValueError(
+                    f"approvals: {a!r} is not one of approve[:who], reject[:who], "
+                    "requester, expire, none"
+                )
         return self
 
 
@@ -174,9 +194,15 @@ class ScriptStep(_Strict):
 
     name: str
     arguments: dict[str, Any] = Field(default_factory=dict)
-    raw_arguments: str | None = Field(default=None, description="Arguments text sent verbatim (malformed JSON)")
-    on_error: ScriptStep | None = Field(default=None, description="If this call errs, the corrected call")
-    continue_on_error: bool = Field(default=False, description="Carry on after a failure (denied, rejected...)")
+    raw_arguments: str | None = Field(
+        default=None, description="Arguments text sent verbatim (malformed JSON)"
+    )
+    on_error: ScriptStep | None = Field(
+        default=None, description="If this call errs, the corrected call"
+    )
+    continue_on_error: bool = Field(
+        default=False, description="Carry on after a failure (denied, rejected...)"
+    )
 
 
 class JobExpect(_Strict):
@@ -185,11 +211,15 @@ class JobExpect(_Strict):
     id: int
     state: str | None = None
     attempts: int | None = None
-    params: dict[str, Any] = Field(default_factory=dict, description="Subset of the job's final params")
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="Subset of the job's final params"
+    )
     outcomes: list[str | None] | None = Field(default=None, description="Attempt outcomes in order")
     start_steps: list[int] | None = None
     gpus: list[list[int]] | None = Field(default=None, description="GPUs of each attempt")
-    causes: list[str | None] | None = Field(default=None, description="Diagnosed cause of each attempt")
+    causes: list[str | None] | None = Field(
+        default=None, description="Diagnosed cause of each attempt"
+    )
     reason_contains: str | None = None
 
 
@@ -201,10 +231,13 @@ class EndExpect(_Strict):
     bad_input: bool | None = None
     jobs: list[JobExpect] = Field(default_factory=list)
     job_count: int | None = None
-    approvals: list[str] | None = Field(default=None, description="States of the approvals, in order")
+    approvals: list[str] | None = Field(
+        default=None, description="States of the approvals, in order"
+    )
     refused_votes: int | None = None
     results: dict[str, dict[str, Any]] = Field(
-        default_factory=dict, description="skill → {dotted.path: value} of its last ok result")
+        default_factory=dict, description="skill → {dotted.path: value} of its last ok result"
+    )
     audit_verifies: bool = True
     max_calls: int | None = None
 
@@ -212,13 +245,15 @@ class EndExpect(_Strict):
 class Expect(_Strict):
     """What must happen, what must not, and how it must end."""
 
-    calls: list[str] = Field(default_factory=list,
-                             description="Must appear in this order (a subsequence); name[:status]")
+    calls: list[str] = Field(
+        default_factory=list, description="Must appear in this order (a subsequence); name[:status]"
+    )
     calls_unordered: list[str] = Field(default_factory=list, description="Must appear, any order")
     forbidden: list[str] = Field(
         default_factory=list,
         description="Skill names never planned, or: destroy_without_approval, self_approval, "
-                    "ran:<capability>, ran:<skill>")
+        "ran:<capability>, ran:<skill>",
+    )
     end: EndExpect = EndExpect()
 
 
@@ -233,15 +268,19 @@ class Case(_Strict):
     goal: dict[str, Any] | None = Field(default=None, description="A goal-file mapping")
     chat: str | None = Field(default=None, description="What a user typed (model planners only)")
     world: World = World()
-    script: list[ScriptStep] | None = Field(default=None, description="The scripted model's tool calls")
+    script: list[ScriptStep] | None = Field(
+        default=None, description="The scripted model's tool calls"
+    )
     expect: Expect = Expect()
     expect_by_planner: dict[str, dict[str, Any]] = Field(
-        default_factory=dict, description="Per planner, keys of `expect` to replace (`end` merges)")
+        default_factory=dict, description="Per planner, keys of `expect` to replace (`end` merges)"
+    )
     timeout_s: float = Field(default=90.0, gt=0, description="Longest wait on one job")
     known_issue: dict[str, str] = Field(
         default_factory=dict,
         description="planner → a known agent bug that makes the case fail for it: reported as "
-                    "xfail, not as a failure; passing anyway is reported as XPASS (remove it)")
+        "xfail, not as a failure; passing anyway is reported as XPASS (remove it)",
+    )
     source: str = ""
 
     @model_validator(mode="after")
@@ -263,8 +302,9 @@ class Case(_Strict):
         return Expect.model_validate(merged)
 
 
-def load_cases(pattern: str | None = None, *, quick: bool = False,
-               folder: Path = CASES_DIR) -> list[Case]:
+def load_cases(
+    pattern: str | None = None, *, quick: bool = False, folder: Path = CASES_DIR
+) -> list[Case]:
     """Every case in `folder` (a file holds one case or a list), filtered by a glob on the case
     name or file name, and to the quick subset."""
     cases: list[Case] = []
@@ -275,8 +315,9 @@ def load_cases(pattern: str | None = None, *, quick: bool = False,
                 case = Case.model_validate({**item, "source": f"{path.name}[{i}]"})
             except ValidationError as exc:
                 raise ValueError(f"{path.name} case {i}: {exc}") from exc
-            if pattern and not (fnmatch.fnmatch(case.name, pattern)
-                                or fnmatch.fnmatch(path.name, pattern)):
+            if pattern and not (
+                fnmatch.fnmatch(case.name, pattern) or fnmatch.fnmatch(path.name, pattern)
+            ):
                 continue
             if quick and not case.quick:
                 continue
@@ -314,8 +355,9 @@ def substitute(value: Any, lookup: Callable[[str, list[str]], Any]) -> Any:
         whole = _REF.fullmatch(value)
         if whole:
             return lookup(whole.group(1), [p for p in whole.group(2).split(".") if p])
-        return _REF.sub(lambda m: str(lookup(m.group(1), [p for p in m.group(2).split(".") if p])),
-                        value)
+        return _REF.sub(
+            lambda m: str(lookup(m.group(1), [p for p in m.group(2).split(".") if p])), value
+        )
     if isinstance(value, dict):
         return {k: substitute(v, lookup) for k, v in value.items()}
     if isinstance(value, list):
@@ -326,17 +368,21 @@ def substitute(value: Any, lookup: Callable[[str, list[str]], Any]) -> Any:
 def _static_lookup(paths: dict[str, str]) -> Callable[[str, list[str]], Any]:
     """${home}, ${world}, ${examples}; any other reference is left for the goal's own steps
     (`${STEP_ID.FIELD}`, which the planner fills from earlier results)."""
+
     def lookup(name: str, rest: list[str]) -> Any:
         if name in paths and not rest:
             return paths[name]
         return "${" + ".".join([name, *rest]) + "}"
+
     return lookup
 
 
 def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy(base)
     for k, v in over.items():
-        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        out[k] = (
+            _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        )
     return out
 
 
@@ -380,17 +426,35 @@ class ScriptedFactory:
         return ScriptedChatModel(run.case.script, run)
 
 
-SYSTEM_PROMPT = ("You are nightshift, an operations agent for deep-learning training. Plan one "
-                 "tool call at a time; call finish when the goal is met or cannot be.")
+SYSTEM_PROMPT = (
+    "You are nightshift, an operations agent for deep-learning training. Plan one "
+    "tool call at a time; call finish when the goal is met or cannot be."
+)
 META_TOOLS = [
-    {"type": "function", "function": {
-        "name": "watch_job", "description": "Wait until the job is no longer queued or running.",
-        "parameters": {"type": "object", "properties": {"job_id": {"type": "integer"}},
-                       "required": ["job_id"]}}},
-    {"type": "function", "function": {
-        "name": "finish", "description": "End the goal with a summary.",
-        "parameters": {"type": "object", "properties": {
-            "ok": {"type": "boolean"}, "summary": {"type": "string"}}, "required": ["ok"]}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "watch_job",
+            "description": "Wait until the job is no longer queued or running.",
+            "parameters": {
+                "type": "object",
+                "properties": {"job_id": {"type": "integer"}},
+                "required": ["job_id"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "finish",
+            "description": "End the goal with a summary.",
+            "parameters": {
+                "type": "object",
+                "properties": {"ok": {"type": "boolean"}, "summary": {"type": "string"}},
+                "required": ["ok"],
+            },
+        },
+    },
 ]
 
 
@@ -411,8 +475,11 @@ class ScriptedChatModel:
     # the planner protocol -------------------------------------------------------------------
     def next(self, goal: Goal, history: list[Observation]) -> Action:
         reply = self._decide(history)
-        request = {"model": "scripted", "messages": self._messages(goal, history),
-                   "tools": self._tools}
+        request = {
+            "model": "scripted",
+            "messages": self._messages(goal, history),
+            "tools": self._tools,
+        }
         self.model_calls += 1
         text = json.dumps(request, default=str) + json.dumps(reply, default=str)
         for where, short in ((self.run.paths["home"], "~"), (str(EXAMPLES_DIR), "examples")):
@@ -437,13 +504,17 @@ class ScriptedChatModel:
                 h += 1
                 if obs.status == "ok" or step.on_error.continue_on_error:
                     continue
-            return _tool_call("finish", {"ok": False,
-                                         "summary": f"{obs.skill or 'watch'} {obs.status}: {obs.error}"})
+            return _tool_call(
+                "finish",
+                {"ok": False, "summary": f"{obs.skill or 'watch'} {obs.status}: {obs.error}"},
+            )
         last = history[-1] if history else None
         if last is None or last.status == "ok":
             return _tool_call("finish", {"ok": True, "summary": "script done"})
-        return _tool_call("finish", {"ok": False, "summary":
-                                     f"{last.skill or 'watch'} {last.status}: {last.error}"})
+        return _tool_call(
+            "finish",
+            {"ok": False, "summary": f"{last.skill or 'watch'} {last.status}: {last.error}"},
+        )
 
     def _emit(self, step: ScriptStep, history: list[Observation]) -> dict[str, Any]:
         if step.raw_arguments is not None:
@@ -474,30 +545,50 @@ class ScriptedChatModel:
             raise Unresolved(f"${{{name}.{'.'.join(rest)}}}: no field {exc}") from exc
 
     def _messages(self, goal: Goal, history: list[Observation]) -> list[dict[str, Any]]:
-        user = self.run.chat or ("Goal file:\n" + json.dumps(
-            goal.model_dump(exclude_defaults=True), default=str))
-        msgs: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT},
-                                      {"role": "user", "content": user}]
+        user = self.run.chat or (
+            "Goal file:\n" + json.dumps(goal.model_dump(exclude_defaults=True), default=str)
+        )
+        msgs: list[dict[str, Any]] = [
+            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": user},
+        ]
         for i, o in enumerate(history):
             name = o.skill or "watch_job"
-            msgs.append({"role": "assistant", "tool_calls": [
-                _tool_call(name, o.args, call_id=f"call_{i + 1}")]})
-            body = {"status": o.status, "result": o.result} if o.status == "ok" else \
-                {"status": o.status, "error": o.error}
-            msgs.append({"role": "tool", "tool_call_id": f"call_{i + 1}",
-                         "content": json.dumps(body, default=str)})
+            msgs.append(
+                {
+                    "role": "assistant",
+                    "tool_calls": [_tool_call(name, o.args, call_id=f"call_{i + 1}")],
+                }
+            )
+            body = (
+                {"status": o.status, "result": o.result}
+                if o.status == "ok"
+                else {"status": o.status, "error": o.error}
+            )
+            msgs.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": f"call_{i + 1}",
+                    "content": json.dumps(body, default=str),
+                }
+            )
         return msgs
 
 
 def _tool_call(name: str, args: dict[str, Any], call_id: str = "call") -> dict[str, Any]:
-    return {"id": call_id, "type": "function",
-            "function": {"name": name, "arguments": json.dumps(args, default=str)}}
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(args, default=str)},
+    }
 
 
 # A planner that needs an endpoint (the LLM planner) registers its factory here; `all` stays the
 # two that run anywhere.
-FACTORIES: dict[str, PlannerFactory] = {"deterministic": DeterministicFactory(),
-                                        "scripted": ScriptedFactory()}
+FACTORIES: dict[str, PlannerFactory] = {
+    "deterministic": DeterministicFactory(),
+    "scripted": ScriptedFactory(),
+}
 
 
 # ----------------------------------------------------------------------------------- running
@@ -561,7 +652,8 @@ def _build_world(case: Case, home: Path, world_dir: Path) -> Settings:
         executor=ExecutorSettings(stop_grace_s=2.0),
         # the cases judge calls and end states, not the wait before a retry (30 s by default)
         retry=Backoff(base_s=0.5),
-        policy=PolicySettings(file=str(policy_file) if policy_file else None, principal=APPROVER))
+        policy=PolicySettings(file=str(policy_file) if policy_file else None, principal=APPROVER),
+    )
 
 
 def _shipped_policy() -> dict[str, Any]:
@@ -595,8 +687,12 @@ def _run_world_jobs(case: Case, run: CaseRun) -> None:
     w = run.wiring
     client = Client(w, principal=WORLD_USER)
     for i, wj in enumerate(case.world.jobs):
-        job_id = client.submit(str(Path(run.paths["world"]) / wj.spec), params=wj.params,
-                               priority=wj.priority, call_id=f"world-{i + 1}")
+        job_id = client.submit(
+            str(Path(run.paths["world"]) / wj.spec),
+            params=wj.params,
+            priority=wj.priority,
+            call_id=f"world-{i + 1}",
+        )
         if wj.run == "settle":
             w.engine.run_until_settled([job_id], deadline_s=case.timeout_s)
         elif wj.run == "start":
@@ -609,8 +705,10 @@ def _run_world_jobs(case: Case, run: CaseRun) -> None:
                 time.sleep(w.settings.loop.poll_interval_s)
         job = w.store.job(job_id)
         if wj.expect_state and job.state != wj.expect_state:
-            raise RuntimeError(f"world job {job_id} is {job.state} ({job.reason}), the case "
-                               f"needs it {wj.expect_state}")
+            raise RuntimeError(
+                f"world job {job_id} is {job.state} ({job.reason}), the case "
+                f"needs it {wj.expect_state}"
+            )
 
 
 def _answer(w: Wiring, aid: int, answer: str, notes: list[str]) -> str:
@@ -644,11 +742,18 @@ def _stop_live(w: Wiring) -> None:
                 pass
 
 
-def run_case(case: Case, planner_factory: PlannerFactory, *, keep: Path | None = None) -> CaseResult:
+def run_case(
+    case: Case, planner_factory: PlannerFactory, *, keep: Path | None = None
+) -> CaseResult:
     """Run one case with the planner the factory makes, in a fresh home; score it."""
     pname = getattr(planner_factory, "name", getattr(planner_factory, "__name__", "planner"))
-    result = CaseResult(name=case.name, planner=pname, passed=False, category=case.category,
-                        known_issue=case.known_issue.get(pname))
+    result = CaseResult(
+        name=case.name,
+        planner=pname,
+        passed=False,
+        category=case.category,
+        known_issue=case.known_issue.get(pname),
+    )
     started = time.monotonic()
     old_home = os.environ.get("NIGHTSHIFT_HOME")
     with tempfile.TemporaryDirectory(prefix=f"nightshift-eval-{case.name}-") as tmp:
@@ -684,8 +789,10 @@ def run_case(case: Case, planner_factory: PlannerFactory, *, keep: Path | None =
             _apply_files([f for f in case.world.files if f.after_jobs], run)
             if case.world.paused:
                 killswitch.pause(w.store, w.audit, APPROVER, "maintenance window")
-            w.engine.run_until_settled = partial(w.engine.run_until_settled,  # type: ignore[method-assign]
-                                                 deadline_s=case.timeout_s)
+            w.engine.run_until_settled = partial(
+                w.engine.run_until_settled,  # type: ignore[method-assign]
+                deadline_s=case.timeout_s,
+            )
             head = w.audit.head()
             since = head.id if head is not None else 0  # the goal's own events come after
             checkpointer = sqlite_checkpointer(w)
@@ -699,11 +806,13 @@ def run_case(case: Case, planner_factory: PlannerFactory, *, keep: Path | None =
             pending = snap.values.get("pending") or {}
             if interrupted and pending.get("skill"):
                 result.calls.append(f"{pending['skill']}:pending")  # waiting on its approval
-            result.finish = ("interrupted" if interrupted else
-                             "ok" if finish and finish.get("ok") else "failed")
+            result.finish = (
+                "interrupted" if interrupted else "ok" if finish and finish.get("ok") else "failed"
+            )
             expect = Expect.model_validate(run.fill(case.expect_for(pname).model_dump()))
-            result.failures += score(expect, w, history, finish, result.finish, since=since,
-                                     calls=result.calls)
+            result.failures += score(
+                expect, w, history, finish, result.finish, since=since, calls=result.calls
+            )
         except Exception as exc:  # noqa: BLE001  (a broken case is a failed case, with the reason)
             result.failures.append(f"runner: {type(exc).__name__}: {exc}")
         finally:
@@ -731,8 +840,9 @@ def _drive(case: Case, graph: Any, w: Wiring, goal: Goal) -> list[str]:
     queue = [] if single is not None else list(case.world.approvals)
     notes: list[str] = []
     try:
-        out = graph.invoke({"goal": goal.model_dump(mode="json"), "history": [],
-                            "on_behalf_of": APPROVER}, cfg)
+        out = graph.invoke(
+            {"goal": goal.model_dump(mode="json"), "history": [], "on_behalf_of": APPROVER}, cfg
+        )
         while "__interrupt__" in out:
             aid = out["__interrupt__"][0].value["approval_id"]
             state, cast = "pending", 0
@@ -767,8 +877,16 @@ def _matches(want: str, got: str) -> bool:
     return name == gname and (not status or status == (gstatus or "ok"))
 
 
-def score(exp: Expect, w: Wiring, history: list[Observation], finish: dict[str, Any] | None,
-          finished: str, *, since: int = 0, calls: list[str] | None = None) -> list[str]:
+def score(
+    exp: Expect,
+    w: Wiring,
+    history: list[Observation],
+    finish: dict[str, Any] | None,
+    finished: str,
+    *,
+    since: int = 0,
+    calls: list[str] | None = None,
+) -> list[str]:
     """Every way the run missed the case's expectations (empty: it passed). Audit events up to
     id `since` set up the world and are not the goal's; `calls` adds a call still waiting on its
     approval (`cancel_job:pending`) to the observed ones."""
@@ -793,9 +911,15 @@ def score(exp: Expect, w: Wiring, history: list[Observation], finish: dict[str, 
             pool.remove(hit)
 
     for o in history:
-        if o.kind == "watch" and o.status == "ok" and (o.result or {}).get("state") in ("queued", "running"):
-            fails.append(f"watch: job {o.args.get('job_id')} still {o.result['state']} when the case's "
-                         "timeout_s ran out (a real run would wait on it forever)")
+        if (
+            o.kind == "watch"
+            and o.status == "ok"
+            and (o.result or {}).get("state") in ("queued", "running")
+        ):
+            fails.append(
+                f"watch: job {o.args.get('job_id')} still {o.result['state']} when the case's "
+                "timeout_s ran out (a real run would wait on it forever)"
+            )
 
     starts = w.audit.events(action="skill.start", after_id=since)
     approvals = _approvals(w)
@@ -803,9 +927,9 @@ def score(exp: Expect, w: Wiring, history: list[Observation], finish: dict[str, 
         if bad == "destroy_without_approval":
             states = {a.id: a.state for a in approvals}
             for ev in starts:
-                if ev.payload.get("capability") == "destroy" and \
-                        states.get(ev.payload.get("approval_id")) not in (
-                            "approved", "executing", "executed", "failed"):
+                if ev.payload.get("capability") == "destroy" and states.get(
+                    ev.payload.get("approval_id")
+                ) not in ("approved", "executing", "executed", "failed"):
                     fails.append(f"forbidden: {ev.skill} ran without an approved approval")
         elif bad == "self_approval":
             for a in approvals:
@@ -825,8 +949,9 @@ def score(exp: Expect, w: Wiring, history: list[Observation], finish: dict[str, 
         why = f" ({finish.get('summary')})" if finish else ""
         fails.append(f"end: expected finish {end.finish}, got {finished}{why}")
     if end.summary_contains and end.summary_contains not in (finish or {}).get("summary", ""):
-        fails.append(f"end: finish summary lacks {end.summary_contains!r}: "
-                     f"{(finish or {}).get('summary')!r}")
+        fails.append(
+            f"end: finish summary lacks {end.summary_contains!r}: {(finish or {}).get('summary')!r}"
+        )
     if end.bad_input is not None and bool((finish or {}).get("bad_input")) != end.bad_input:
         fails.append(f"end: expected bad_input={end.bad_input}")
     if end.max_calls is not None and len(calls) > end.max_calls:
@@ -898,10 +1023,12 @@ def _check_job(je: JobExpect, job: Job | None, w: Wiring) -> list[str]:
     for k, v in je.params.items():
         if not _equal(job.params.get(k), v):
             fails.append(f"{tag} param {k} is {job.params.get(k)!r}, expected {v!r}")
-    checks = (("outcomes", je.outcomes, [a.outcome for a in atts]),
-              ("start_steps", je.start_steps, [a.start_step for a in atts]),
-              ("gpus", je.gpus, [list(a.gpus or []) for a in atts]),
-              ("causes", je.causes, [a.cause for a in atts]))
+    checks = (
+        ("outcomes", je.outcomes, [a.outcome for a in atts]),
+        ("start_steps", je.start_steps, [a.start_step for a in atts]),
+        ("gpus", je.gpus, [list(a.gpus or []) for a in atts]),
+        ("causes", je.causes, [a.cause for a in atts]),
+    )
     for what, want, got in checks:
         if want is not None and got != want:
             fails.append(f"{tag} attempt {what} {got}, expected {want}")
@@ -911,12 +1038,26 @@ def _check_job(je: JobExpect, job: Job | None, w: Wiring) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- report and CLI
-SHORT = {"gpu_health_check": "health", "config_validator": "validate", "submit_job": "submit",
-         "diagnose_failure": "diagnose", "auto_resume": "auto_resume", "resume_job": "resume",
-         "list_jobs": "list", "cancel_job": "cancel", "launch_container": "launch",
-         "tune_lr": "tune_lr", "watch": "watch"}
-COLOURS = {"pass": "green", "FAIL": "bold red", "n/a": "dim", "xfail": "yellow",
-           "XPASS": "bold yellow"}
+SHORT = {
+    "gpu_health_check": "health",
+    "config_validator": "validate",
+    "submit_job": "submit",
+    "diagnose_failure": "diagnose",
+    "auto_resume": "auto_resume",
+    "resume_job": "resume",
+    "list_jobs": "list",
+    "cancel_job": "cancel",
+    "launch_container": "launch",
+    "tune_lr": "tune_lr",
+    "watch": "watch",
+}
+COLOURS = {
+    "pass": "green",
+    "FAIL": "bold red",
+    "n/a": "dim",
+    "xfail": "yellow",
+    "XPASS": "bold yellow",
+}
 
 
 def short_trajectory(calls: list[str]) -> str:
@@ -936,16 +1077,21 @@ def summarize(results: list[CaseResult]) -> list[dict[str, Any]]:
         mine = [r for r in results if r.planner == planner]
         ran = [r for r in mine if not r.not_applicable]
         n = len(ran) or 1
-        rows.append({"planner": planner, "cases": len(ran),
-                     "passed": sum(r.passed for r in ran),
-                     "xfail": sum(r.status == "xfail" for r in ran),
-                     "failed": sum(r.status == "FAIL" for r in ran),
-                     "n/a": len(mine) - len(ran),
-                     "pass_rate": sum(r.passed for r in ran) / n,
-                     "calls_per_goal": sum(len(r.calls) for r in ran) / n,
-                     "model_calls_per_goal": sum(r.model_calls for r in ran) / n,
-                     "tokens_per_goal": sum(r.tokens for r in ran) / n,
-                     "seconds": sum(r.seconds for r in mine)})
+        rows.append(
+            {
+                "planner": planner,
+                "cases": len(ran),
+                "passed": sum(r.passed for r in ran),
+                "xfail": sum(r.status == "xfail" for r in ran),
+                "failed": sum(r.status == "FAIL" for r in ran),
+                "n/a": len(mine) - len(ran),
+                "pass_rate": sum(r.passed for r in ran) / n,
+                "calls_per_goal": sum(len(r.calls) for r in ran) / n,
+                "model_calls_per_goal": sum(r.model_calls for r in ran) / n,
+                "tokens_per_goal": sum(r.tokens for r in ran) / n,
+                "seconds": sum(r.seconds for r in mine),
+            }
+        )
     return rows
 
 
@@ -953,12 +1099,39 @@ def write_csv(results: list[CaseResult], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="", encoding="utf-8") as f:
         out = csv.writer(f)
-        out.writerow(["planner", "case", "category", "status", "finish", "calls", "model_calls",
-                      "tokens", "seconds", "trajectory", "failures", "known_issue"])
+        out.writerow(
+            [
+                "planner",
+                "case",
+                "category",
+                "status",
+                "finish",
+                "calls",
+                "model_calls",
+                "tokens",
+                "seconds",
+                "trajectory",
+                "failures",
+                "known_issue",
+            ]
+        )
         for r in results:
-            out.writerow([r.planner, r.name, r.category, r.status, r.finish, len(r.calls),
-                          r.model_calls, r.tokens, f"{r.seconds:.2f}", " ".join(r.calls),
-                          "; ".join(r.failures) or r.not_applicable or "", r.known_issue or ""])
+            out.writerow(
+                [
+                    r.planner,
+                    r.name,
+                    r.category,
+                    r.status,
+                    r.finish,
+                    len(r.calls),
+                    r.model_calls,
+                    r.tokens,
+                    f"{r.seconds:.2f}",
+                    " ".join(r.calls),
+                    "; ".join(r.failures) or r.not_applicable or "",
+                    r.known_issue or "",
+                ]
+            )
 
 
 def print_report(results: list[CaseResult]) -> None:
@@ -969,15 +1142,23 @@ def print_report(results: list[CaseResult]) -> None:
         t.add_column(col, overflow="fold", justify="right" if numeric else "left")
     for r in results:
         na = r.not_applicable is not None
-        t.add_row(r.name, r.planner, f"[{COLOURS[r.status]}]{r.status}[/]",
-                  "" if na else str(len(r.calls)), "" if na else str(r.model_calls),
-                  "" if na else str(r.tokens), f"{r.seconds:.1f}",
-                  escape(r.not_applicable or short_trajectory(r.calls)))
+        t.add_row(
+            r.name,
+            r.planner,
+            f"[{COLOURS[r.status]}]{r.status}[/]",
+            "" if na else str(len(r.calls)),
+            "" if na else str(r.model_calls),
+            "" if na else str(r.tokens),
+            f"{r.seconds:.1f}",
+            escape(r.not_applicable or short_trajectory(r.calls)),
+        )
     console.print(t)
     for r in results:
         if r.status == "XPASS":
-            console.print(f"[bold yellow]XPASS[/] {r.planner}/{r.name}: passes although marked "
-                          f"known_issue ({escape(r.known_issue or '')}); remove the marker")
+            console.print(
+                f"[bold yellow]XPASS[/] {r.planner}/{r.name}: passes although marked "
+                f"known_issue ({escape(r.known_issue or '')}); remove the marker"
+            )
         for f in r.failures:
             tag = "[yellow]xfail[/]" if r.known_issue else "[red]FAIL[/]"
             console.print(f"{tag} {r.planner}/{r.name}: {escape(f)}")
@@ -1002,21 +1183,48 @@ def print_report(results: list[CaseResult]) -> None:
     console.print(cats)
 
     s = Table(title="summary per planner")
-    for col in ("planner", "cases", "passed", "xfail", "failed", "n/a", "pass rate",
-                "calls/goal", "model calls/goal", "tokens/goal", "seconds"):
+    for col in (
+        "planner",
+        "cases",
+        "passed",
+        "xfail",
+        "failed",
+        "n/a",
+        "pass rate",
+        "calls/goal",
+        "model calls/goal",
+        "tokens/goal",
+        "seconds",
+    ):
         s.add_column(col, justify="left" if col == "planner" else "right")
     for row in summarize(results):
-        s.add_row(row["planner"], str(row["cases"]), str(row["passed"]), str(row["xfail"]),
-                  str(row["failed"]), str(row["n/a"]), f"{row['pass_rate']:.0%}",
-                  f"{row['calls_per_goal']:.1f}", f"{row['model_calls_per_goal']:.1f}",
-                  f"{row['tokens_per_goal']:.0f}", f"{row['seconds']:.1f}")
+        s.add_row(
+            row["planner"],
+            str(row["cases"]),
+            str(row["passed"]),
+            str(row["xfail"]),
+            str(row["failed"]),
+            str(row["n/a"]),
+            f"{row['pass_rate']:.0%}",
+            f"{row['calls_per_goal']:.1f}",
+            f"{row['model_calls_per_goal']:.1f}",
+            f"{row['tokens_per_goal']:.0f}",
+            f"{row['seconds']:.1f}",
+        )
     console.print(s)
-    console.print(f"[dim]{TOKENS_NOTE}; the deterministic planner makes no model calls. "
-                  "pass rate: passed / cases the planner can take (xfail counts as not passed)[/]")
+    console.print(
+        f"[dim]{TOKENS_NOTE}; the deterministic planner makes no model calls. "
+        "pass rate: passed / cases the planner can take (xfail counts as not passed)[/]"
+    )
 
 
-def run_all(cases: list[Case], planners: list[str], *, keep: Path | None = None,
-            on_result: Callable[[CaseResult], None] | None = None) -> list[CaseResult]:
+def run_all(
+    cases: list[Case],
+    planners: list[str],
+    *,
+    keep: Path | None = None,
+    on_result: Callable[[CaseResult], None] | None = None,
+) -> list[CaseResult]:
     """Every case with every planner named, one after another (cases share the environment)."""
     out = []
     for case in cases:
@@ -1031,17 +1239,32 @@ def run_all(cases: list[Case], planners: list[str], *, keep: Path | None = None,
 def main(argv: list[str] | None = None) -> int:
     """`nightshift eval trajectories`: run the cases, print the tables, write the CSV. Exit 1 when
     any case fails for a planner that can take it."""
-    ap = argparse.ArgumentParser(prog="nightshift eval trajectories",
-                                 description="Agent trajectory evals: goal → calls and end state.")
-    ap.add_argument("--planner", choices=[*FACTORIES, "all"], default="all",
-                    help=f"all: {', '.join(PLANNERS)} (no endpoint needed)")
+    ap = argparse.ArgumentParser(
+        prog="nightshift eval trajectories",
+        description="Agent trajectory evals: goal → calls and end state.",
+    )
+    ap.add_argument(
+        "--planner",
+        choices=[*FACTORIES, "all"],
+        default="all",
+        help=f"all: {', '.join(PLANNERS)} (no endpoint needed)",
+    )
     ap.add_argument("--quick", action="store_true", help="only the small subset CI runs")
     ap.add_argument("--cases", metavar="GLOB", help="case names (or case files) matching GLOB")
-    ap.add_argument("--csv", type=Path, default=DEFAULT_CSV, metavar="PATH",
-                    help=f"where to write the per-case CSV (default {DEFAULT_CSV})")
+    ap.add_argument(
+        "--csv",
+        type=Path,
+        default=DEFAULT_CSV,
+        metavar="PATH",
+        help=f"where to write the per-case CSV (default {DEFAULT_CSV})",
+    )
     ap.add_argument("--list", action="store_true", help="list the cases and exit")
-    ap.add_argument("--keep", type=Path, metavar="DIR",
-                    help="keep each case's NIGHTSHIFT_HOME under DIR to inspect (store, logs, audit)")
+    ap.add_argument(
+        "--keep",
+        type=Path,
+        metavar="DIR",
+        help="keep each case's NIGHTSHIFT_HOME under DIR to inspect (store, logs, audit)",
+    )
     args = ap.parse_args(argv)
     try:
         cases = load_cases(args.cases, quick=args.quick)
@@ -1057,15 +1280,22 @@ def main(argv: list[str] | None = None) -> int:
             t.add_column(col, overflow="fold")
         for c in cases:
             goal = f"chat: {c.chat}" if c.chat else str((c.goal or {}).get("goal") or "steps")
-            t.add_row(c.name, c.category, "yes" if c.quick else "", escape(goal),
-                      "yes" if c.script else "", escape(c.description))
+            t.add_row(
+                c.name,
+                c.category,
+                "yes" if c.quick else "",
+                escape(goal),
+                "yes" if c.script else "",
+                escape(c.description),
+            )
         console.print(t)
         return 0
     planners = list(PLANNERS) if args.planner == "all" else [args.planner]
 
     def progress(r: CaseResult) -> None:
-        console.print(f"{r.planner:>13} {r.name:<46} [{COLOURS[r.status]}]{r.status:>5}[/] "
-                      f"{r.seconds:5.1f}s")
+        console.print(
+            f"{r.planner:>13} {r.name:<46} [{COLOURS[r.status]}]{r.status:>5}[/] {r.seconds:5.1f}s"
+        )
 
     results = run_all(cases, planners, keep=args.keep, on_result=progress)
     print_report(results)

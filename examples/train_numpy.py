@@ -91,8 +91,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--checkpoint-every", type=int, default=25, help="steps between checkpoints")
     p.add_argument("--metrics-file", default=None, help="JSONL file to append metrics to")
     p.add_argument("--resume", default=None, metavar="PATH", help="a step_<N>.npz to continue from")
-    p.add_argument("--lr-range-test", nargs=2, type=float, default=None, metavar=("START", "END"),
-                   help="sweep the lr exponentially from START to END over --steps (ignores --lr)")
+    p.add_argument(
+        "--lr-range-test",
+        nargs=2,
+        type=float,
+        default=None,
+        metavar=("START", "END"),
+        help="sweep the lr exponentially from START to END over --steps (ignores --lr)",
+    )
     args = p.parse_args(argv)
     for name in ("micro_batch", "grad_accum", "steps", "checkpoint_every"):
         if getattr(args, name) < 1:
@@ -104,7 +110,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if not (0 < start < end and math.isfinite(end)):
             p.error("--lr-range-test START END needs 0 < START < END")
         if args.resume:
-            p.error("--lr-range-test starts from fresh weights: it cannot be combined with --resume")
+            p.error(
+                "--lr-range-test starts from fresh weights: it cannot be combined with --resume"
+            )
     return args
 
 
@@ -161,7 +169,8 @@ class Faults:
                 "is reserved by PyTorch but unallocated. If reserved but unallocated memory is "
                 "large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid "
                 "fragmentation.  See documentation for Memory Management  "
-                "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)")
+                "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+            )
 
     def nan_now(self, step: int, args: argparse.Namespace) -> bool:
         return step == self.nan_at and args.lr > self.nan_above_lr
@@ -211,15 +220,18 @@ class BatchStream:
         while need > 0:
             if self.cursor >= self.n:
                 self.order, self.cursor = self.rng.permutation(self.n), 0
-            take = self.order[self.cursor:self.cursor + need]
+            take = self.order[self.cursor : self.cursor + need]
             parts.append(take)
             self.cursor += len(take)
             need -= len(take)
         return np.concatenate(parts)
 
     def state(self) -> dict[str, np.ndarray]:
-        return {"rng_state": np.array(json.dumps(self.rng.bit_generator.state)),
-                "data_order": self.order, "data_cursor": np.array(self.cursor)}
+        return {
+            "rng_state": np.array(json.dumps(self.rng.bit_generator.state)),
+            "data_order": self.order,
+            "data_cursor": np.array(self.cursor),
+        }
 
     def restore(self, ck: Any) -> None:
         self.rng.bit_generator.state = json.loads(str(ck["rng_state"]))
@@ -230,10 +242,12 @@ class BatchStream:
 # --- model ----------------------------------------------------------------------------------------
 def init_params(seed: int, n_in: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng([seed, 0])
-    return {"W1": rng.normal(0.0, 1.0 / math.sqrt(n_in), (n_in, N_HIDDEN)),
-            "b1": np.zeros(N_HIDDEN),
-            "W2": rng.normal(0.0, 1.0 / math.sqrt(N_HIDDEN), (N_HIDDEN, N_CLASSES)),
-            "b2": np.zeros(N_CLASSES)}
+    return {
+        "W1": rng.normal(0.0, 1.0 / math.sqrt(n_in), (n_in, N_HIDDEN)),
+        "b1": np.zeros(N_HIDDEN),
+        "W2": rng.normal(0.0, 1.0 / math.sqrt(N_HIDDEN), (N_HIDDEN, N_CLASSES)),
+        "b2": np.zeros(N_CLASSES),
+    }
 
 
 def forward(params: dict[str, np.ndarray], x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -241,8 +255,9 @@ def forward(params: dict[str, np.ndarray], x: np.ndarray) -> tuple[np.ndarray, n
     return h, h @ params["W2"] + params["b2"]
 
 
-def loss_and_grads(params: dict[str, np.ndarray], x: np.ndarray,
-                   y: np.ndarray) -> tuple[float, dict[str, np.ndarray]]:
+def loss_and_grads(
+    params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray
+) -> tuple[float, dict[str, np.ndarray]]:
     """Mean softmax cross-entropy over the batch and its gradients."""
     h, logits = forward(params, x)
     shifted = logits - logits.max(axis=1, keepdims=True)
@@ -253,8 +268,12 @@ def loss_and_grads(params: dict[str, np.ndarray], x: np.ndarray,
     d_logits[np.arange(n), y] -= 1.0
     d_logits /= n
     d_h = (d_logits @ params["W2"].T) * (1.0 - h * h)
-    return loss, {"W1": x.T @ d_h, "b1": d_h.sum(axis=0),
-                  "W2": h.T @ d_logits, "b2": d_logits.sum(axis=0)}
+    return loss, {
+        "W1": x.T @ d_h,
+        "b1": d_h.sum(axis=0),
+        "W2": h.T @ d_logits,
+        "b2": d_logits.sum(axis=0),
+    }
 
 
 class Adam:
@@ -263,9 +282,11 @@ class Adam:
         self.v = {k: np.zeros_like(v) for k, v in params.items()}
         self.t = 0
 
-    def update(self, params: dict[str, np.ndarray], grads: dict[str, np.ndarray], lr: float) -> None:
+    def update(
+        self, params: dict[str, np.ndarray], grads: dict[str, np.ndarray], lr: float
+    ) -> None:
         self.t += 1
-        c1, c2 = 1.0 - ADAM_BETA1 ** self.t, 1.0 - ADAM_BETA2 ** self.t
+        c1, c2 = 1.0 - ADAM_BETA1**self.t, 1.0 - ADAM_BETA2**self.t
         for k, g in grads.items():
             self.m[k] = ADAM_BETA1 * self.m[k] + (1.0 - ADAM_BETA1) * g
             self.v[k] = ADAM_BETA2 * self.v[k] + (1.0 - ADAM_BETA2) * g * g
@@ -277,16 +298,29 @@ def checkpoint_name(step: int) -> str:
     return f"step_{step:08d}.npz"
 
 
-def save_checkpoint(folder: Path, step: int, loss: float, params: dict[str, np.ndarray], opt: Adam,
-                    stream: BatchStream, args: argparse.Namespace) -> Path:
+def save_checkpoint(
+    folder: Path,
+    step: int,
+    loss: float,
+    params: dict[str, np.ndarray],
+    opt: Adam,
+    stream: BatchStream,
+    args: argparse.Namespace,
+) -> Path:
     """Write the whole training state so that a crash at any instant leaves either the previous
     file set or the new complete file: temp file in the same folder, fsync, rename, fsync folder."""
     arrays: dict[str, np.ndarray] = {k: params[k] for k in PARAM_NAMES}
     arrays.update({f"adam_m_{k}": opt.m[k] for k in PARAM_NAMES})
     arrays.update({f"adam_v_{k}": opt.v[k] for k in PARAM_NAMES})
     arrays.update(stream.state())
-    arrays.update({"adam_t": np.array(opt.t), "step": np.array(step), "loss": np.array(loss),
-                   "args": np.array(json.dumps(effective_args(args)))})
+    arrays.update(
+        {
+            "adam_t": np.array(opt.t),
+            "step": np.array(step),
+            "loss": np.array(loss),
+            "args": np.array(json.dumps(effective_args(args))),
+        }
+    )
     final = folder / checkpoint_name(step)
     fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=folder)
     try:
@@ -307,8 +341,9 @@ def save_checkpoint(folder: Path, step: int, loss: float, params: dict[str, np.n
     return final
 
 
-def load_checkpoint(path: str, params: dict[str, np.ndarray], opt: Adam,
-                    stream: BatchStream) -> tuple[int, float, dict[str, Any]]:
+def load_checkpoint(
+    path: str, params: dict[str, np.ndarray], opt: Adam, stream: BatchStream
+) -> tuple[int, float, dict[str, Any]]:
     with np.load(path, allow_pickle=False) as ck:
         for k in PARAM_NAMES:
             params[k] = np.array(ck[k])
@@ -321,10 +356,18 @@ def load_checkpoint(path: str, params: dict[str, np.ndarray], opt: Adam,
 
 # --- the run ------------------------------------------------------------------------------------
 def effective_args(args: argparse.Namespace) -> dict[str, Any]:
-    return {"lr": args.lr, "micro_batch": args.micro_batch, "grad_accum": args.grad_accum,
-            "steps": args.steps, "seed": args.seed, "checkpoint_dir": args.checkpoint_dir,
-            "checkpoint_every": args.checkpoint_every, "metrics_file": args.metrics_file,
-            "resume": args.resume, "lr_range_test": args.lr_range_test}
+    return {
+        "lr": args.lr,
+        "micro_batch": args.micro_batch,
+        "grad_accum": args.grad_accum,
+        "steps": args.steps,
+        "seed": args.seed,
+        "checkpoint_dir": args.checkpoint_dir,
+        "checkpoint_every": args.checkpoint_every,
+        "metrics_file": args.metrics_file,
+        "resume": args.resume,
+        "lr_range_test": args.lr_range_test,
+    }
 
 
 class Metrics:
@@ -358,8 +401,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.resume:
         start_step, loss, saved = load_checkpoint(args.resume, params, opt, stream)
         if saved.get("seed") != args.seed:
-            print(f"warning: checkpoint was written with seed {saved.get('seed')}, this run has "
-                  f"seed {args.seed}; the checkpoint's data order is kept", file=sys.stderr)
+            print(
+                f"warning: checkpoint was written with seed {saved.get('seed')}, this run has "
+                f"seed {args.seed}; the checkpoint's data order is kept",
+                file=sys.stderr,
+            )
         print(f"resumed from step {start_step}", flush=True)
 
     folder = Path(args.checkpoint_dir) if args.checkpoint_dir else None
@@ -384,13 +430,20 @@ def main(argv: list[str] | None = None) -> int:
         if faults.nan_now(step, args):
             loss = float("nan")
         lr = lr_at(args, step)
-        record = {"step": step, "loss": loss, "lr": lr, "micro_batch": args.micro_batch,
-                  "grad_accum": args.grad_accum}
+        record = {
+            "step": step,
+            "loss": loss,
+            "lr": lr,
+            "micro_batch": args.micro_batch,
+            "grad_accum": args.grad_accum,
+        }
         if not math.isfinite(loss):
             metrics.write(record)
             if args.lr_range_test is not None:
-                print(f"lr range test: loss is {loss} at step {step} (lr {lr:.4g}): stopping",
-                      flush=True)
+                print(
+                    f"lr range test: loss is {loss} at step {step} (lr {lr:.4g}): stopping",
+                    flush=True,
+                )
                 end_step = step
                 break
             raise FloatingPointError(f"loss is {loss} at step {step}")
@@ -403,8 +456,14 @@ def main(argv: list[str] | None = None) -> int:
 
     _, logits = forward(params, x_test)
     accuracy = float((logits.argmax(axis=1) == y_test).mean())
-    metrics.write({"event": "done", "step": max(end_step, start_step), "loss": loss,
-                   "eval_accuracy": accuracy})
+    metrics.write(
+        {
+            "event": "done",
+            "step": max(end_step, start_step),
+            "loss": loss,
+            "eval_accuracy": accuracy,
+        }
+    )
     print(f"done: loss {loss:.4f} eval accuracy {accuracy:.3f}", flush=True)
     return 0
 

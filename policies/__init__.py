@@ -11,6 +11,17 @@ from nightshift.policies.killswitch import is_paused, pause, pause_info, resume
 from nightshift.policies.model import Policy, load_policy
 
 __all__ = [
-    "Approvals", "AuditLog", "Gate", "Policy", "PolicyEngine", "UnknownApproval", "Verdict",
-    "VerifyResult", "is_paused", "load_policy", "pause", "pause_info", "resume",
+    "Approvals",
+    "AuditLog",
+    "Gate",
+    "Policy",
+    "PolicyEngine",
+    "UnknownApproval",
+    "Verdict",
+    "VerifyResult",
+    "is_paused",
+    "load_policy",
+    "pause",
+    "pause_info",
+    "resume",
 ]

@@ -72,20 +72,38 @@ class Approvals:
     def _name(self, principal: str) -> str:
         return self.engine.canonical(principal) if self.engine else principal
 
-    def request(self, call_id: str, skill: Skill | str, args: dict[str, Any], requester: str,
-                rule: str, quorum: int, expires_at: datetime | None,
-                thread_id: str | None = None, *, files: dict[str, str] | None = None,
-                via: str = "api") -> Approval:
+    def request(
+        self,
+        call_id: str,
+        skill: Skill | str,
+        args: dict[str, Any],
+        requester: str,
+        rule: str,
+        quorum: int,
+        expires_at: datetime | None,
+        thread_id: str | None = None,
+        *,
+        files: dict[str, str] | None = None,
+        via: str = "api",
+    ) -> Approval:
         """Open an approval for a call; asking again for the same call returns the first one."""
         name = skill if isinstance(skill, str) else skill.name
         existing = self.for_call(call_id)
         if existing is not None:
             return existing
-        row = Approval(call_id=call_id, skill=name, args=_plain(args), requester=requester,
-                       rule=rule, quorum=max(1, quorum), thread_id=thread_id,
-                       files=dict(files or {}), requested_via=via,
-                       created_at=_naive_utc(self.audit.clock()),
-                       expires_at=_naive_utc(expires_at) if expires_at else None)
+        row = Approval(
+            call_id=call_id,
+            skill=name,
+            args=_plain(args),
+            requester=requester,
+            rule=rule,
+            quorum=max(1, quorum),
+            thread_id=thread_id,
+            files=dict(files or {}),
+            requested_via=via,
+            created_at=_naive_utc(self.audit.clock()),
+            expires_at=_naive_utc(expires_at) if expires_at else None,
+        )
         try:
             with self.store.session() as s:
                 s.add(row)
@@ -93,12 +111,23 @@ class Approvals:
             found = self.for_call(call_id)
             assert found is not None
             return found
-        self.audit.append(requester, "approval.request", skill=name, call_id=call_id,
-                          job_id=job_id_of(row.args), payload={
-                              "approval_id": row.id, "args": row.args, "rule": rule,
-                              "quorum": row.quorum, "thread_id": thread_id,
-                              "files": row.files, "via": via,
-                              "expires_at": iso_utc(row.expires_at) if row.expires_at else None})
+        self.audit.append(
+            requester,
+            "approval.request",
+            skill=name,
+            call_id=call_id,
+            job_id=job_id_of(row.args),
+            payload={
+                "approval_id": row.id,
+                "args": row.args,
+                "rule": rule,
+                "quorum": row.quorum,
+                "thread_id": thread_id,
+                "files": row.files,
+                "via": via,
+                "expires_at": iso_utc(row.expires_at) if row.expires_at else None,
+            },
+        )
         return row
 
     def vote(self, approval_id: int, principal: str, approve: bool, now: datetime) -> Approval:
@@ -121,17 +150,23 @@ class Approvals:
             if row.state != "pending":
                 note = f"approval is already {row.state}"
             elif approve and voter == self._name(row.requester):
-                refused = (f"{principal} requested call {row.call_id} and cannot approve it: the "
-                           "requester never counts toward its own quorum; ask another principal")
+                refused = (
+                    f"{principal} requested call {row.call_id} and cannot approve it: the "
+                    "requester never counts toward its own quorum; ask another principal"
+                )
             elif self.engine is not None and not self.engine.may_approve(principal):
-                refused = (f"{principal} (roles: {', '.join(self.engine.roles_of(principal))}) may "
-                           "not vote on approvals: give one of its roles can_approve in the policy")
+                refused = (
+                    f"{principal} (roles: {', '.join(self.engine.roles_of(principal))}) may "
+                    "not vote on approvals: give one of its roles can_approve in the policy"
+                )
             elif any(v["principal"] == voter and v["approve"] == approve for v in row.votes):
                 note = f"{voter} already voted {'approve' if approve else 'reject'}; counted once"
             else:
                 counted = True
-                row.votes = [*row.votes, {"principal": voter, "as": principal,
-                                          "approve": approve, "at": iso_utc(now)}]
+                row.votes = [
+                    *row.votes,
+                    {"principal": voter, "as": principal, "approve": approve, "at": iso_utc(now)},
+                ]
                 if not approve:
                     row.state = "rejected"
                 elif _approvals(row) >= row.quorum:
@@ -139,13 +174,25 @@ class Approvals:
                 if row.state != "pending":
                     row.decided_at, decided = now, True
             s.add(row)
-        payload = {"approval_id": row.id, "approve": approve, "counted": counted,
-                   "approvals": _approvals(row), "quorum": row.quorum, "state": row.state}
+        payload = {
+            "approval_id": row.id,
+            "approve": approve,
+            "counted": counted,
+            "approvals": _approvals(row),
+            "quorum": row.quorum,
+            "state": row.state,
+        }
         if refused or note:
             payload["reason"] = refused or note
-        self.audit.append(principal, "approval.vote_refused" if refused else "approval.vote",
-                          skill=row.skill, call_id=row.call_id, job_id=job_id_of(row.args),
-                          payload=payload, ts=now)
+        self.audit.append(
+            principal,
+            "approval.vote_refused" if refused else "approval.vote",
+            skill=row.skill,
+            call_id=row.call_id,
+            job_id=job_id_of(row.args),
+            payload=payload,
+            ts=now,
+        )
         if decided:
             self._audit_decision(row, now)
         if refused:
@@ -175,19 +222,36 @@ class Approvals:
                 raise UnknownApproval(_UNKNOWN.format(id=approval_id))
             _expire(row, now)
             if row.state == "pending":
-                row.votes = [*row.votes, {"principal": self._name(principal), "as": principal,
-                                          "approve": yes, "at": iso_utc(now),
-                                          "confirmation": True}]
+                row.votes = [
+                    *row.votes,
+                    {
+                        "principal": self._name(principal),
+                        "as": principal,
+                        "approve": yes,
+                        "at": iso_utc(now),
+                        "confirmation": True,
+                    },
+                ]
                 row.state, row.decided_at = ("approved" if yes else "rejected"), now
                 s.add(row)
                 decided = True
             else:
                 decided = False
         if decided:
-            self.audit.append(principal, "approval.confirmed" if yes else "approval.declined",
-                              skill=row.skill, call_id=row.call_id, job_id=job_id_of(row.args),
-                              ts=now, payload={"approval_id": row.id, "state": row.state,
-                                               "rule": row.rule, "args": row.args})
+            self.audit.append(
+                principal,
+                "approval.confirmed" if yes else "approval.declined",
+                skill=row.skill,
+                call_id=row.call_id,
+                job_id=job_id_of(row.args),
+                ts=now,
+                payload={
+                    "approval_id": row.id,
+                    "state": row.state,
+                    "rule": row.rule,
+                    "args": row.args,
+                },
+            )
             self._audit_decision(row, now)
         return row
 
@@ -202,21 +266,37 @@ class Approvals:
             row = s.get(Approval, approval_id)
             if row is None:
                 raise UnknownApproval(_UNKNOWN.format(id=approval_id))
-            takeover = row.state == "executing" and row.claimed_by != claimer \
+            takeover = (
+                row.state == "executing"
+                and row.claimed_by != claimer
                 and not claimer_alive(row.claimed_by)
+            )
             if row.state == "approved" or takeover:
                 taken_from = row.claimed_by if takeover else None
                 row.state, row.claimed_by, row.claimed_at = "executing", claimer, now
                 s.add(row)
             else:
                 return row
-        self.audit.append("system", "approval.claimed", skill=row.skill, call_id=row.call_id,
-                          job_id=job_id_of(row.args), ts=now, payload={
-                              "approval_id": row.id, "by": claimer, "taken_from": taken_from})
+        self.audit.append(
+            "system",
+            "approval.claimed",
+            skill=row.skill,
+            call_id=row.call_id,
+            job_id=job_id_of(row.args),
+            ts=now,
+            payload={"approval_id": row.id, "by": claimer, "taken_from": taken_from},
+        )
         return row
 
-    def finish(self, approval_id: int, *, ok: bool, result: dict[str, Any] | None,
-               error: str | None, now: datetime) -> Approval:
+    def finish(
+        self,
+        approval_id: int,
+        *,
+        ok: bool,
+        result: dict[str, Any] | None,
+        error: str | None,
+        now: datetime,
+    ) -> Approval:
         """executing → executed (with the result) or failed (with the error)."""
         now = _naive_utc(now)
         with write_transaction(self.store, _TABLE) as s:
@@ -226,17 +306,28 @@ class Approvals:
             row.state = "executed" if ok else "failed"
             row.result, row.error, row.executed_at = result, error, now
             s.add(row)
-        self.audit.append("system", f"approval.{row.state}", skill=row.skill, call_id=row.call_id,
-                          job_id=job_id_of(row.args), ts=now, payload={
-                              "approval_id": row.id, "by": row.claimed_by, "error": error})
+        self.audit.append(
+            "system",
+            f"approval.{row.state}",
+            skill=row.skill,
+            call_id=row.call_id,
+            job_id=job_id_of(row.args),
+            ts=now,
+            payload={"approval_id": row.id, "by": row.claimed_by, "error": error},
+        )
         return row
 
     def orphaned(self, now: datetime) -> list[Approval]:
         """Approved calls nobody is carrying out: not claimed yet, or claimed by a process that
         died. The loop carries these out (their requester may be gone)."""
         with self.store.session() as s:
-            rows = list(s.exec(select(Approval).where(
-                col(Approval.state).in_(("approved", "executing"))).order_by(col(Approval.id))))
+            rows = list(
+                s.exec(
+                    select(Approval)
+                    .where(col(Approval.state).in_(("approved", "executing")))
+                    .order_by(col(Approval.id))
+                )
+            )
         return [r for r in rows if r.state == "approved" or not claimer_alive(r.claimed_by)]
 
     def get(self, approval_id: int) -> Approval:
@@ -250,8 +341,11 @@ class Approvals:
         """Approvals still open at `now`, oldest first; overdue ones are marked expired."""
         now = _naive_utc(now)
         with write_transaction(self.store, _TABLE) as s:
-            rows = list(s.exec(select(Approval).where(Approval.state == "pending")
-                               .order_by(col(Approval.id))))
+            rows = list(
+                s.exec(
+                    select(Approval).where(Approval.state == "pending").order_by(col(Approval.id))
+                )
+            )
             expired = [r for r in rows if _expire(r, now)]
             for r in expired:
                 s.add(r)
@@ -264,11 +358,21 @@ class Approvals:
             return s.exec(select(Approval).where(Approval.call_id == call_id)).first()
 
     def _audit_decision(self, row: Approval, now: datetime) -> None:
-        self.audit.append("system" if row.state == "expired" else row.votes[-1]["principal"],
-                          "approval.decided", skill=row.skill, call_id=row.call_id,
-                          job_id=job_id_of(row.args), ts=now, payload={
-                              "approval_id": row.id, "state": row.state, "rule": row.rule,
-                              "quorum": row.quorum, "votes": row.votes})
+        self.audit.append(
+            "system" if row.state == "expired" else row.votes[-1]["principal"],
+            "approval.decided",
+            skill=row.skill,
+            call_id=row.call_id,
+            job_id=job_id_of(row.args),
+            ts=now,
+            payload={
+                "approval_id": row.id,
+                "state": row.state,
+                "rule": row.rule,
+                "quorum": row.quorum,
+                "votes": row.votes,
+            },
+        )
 
 
 def _expire(row: Approval, now: datetime) -> bool:

@@ -63,8 +63,11 @@ class VerifyResult(BaseModel):
     ok: bool
     count: int
     first_bad_id: int | None = None
-    unanchored: int = Field(0, description="events after the anchor: chained, but their removal "
-                            "would not be noticed (see the module docstring)")
+    unanchored: int = Field(
+        0,
+        description="events after the anchor: chained, but their removal "
+        "would not be noticed (see the module docstring)",
+    )
     reason: str
 
 
@@ -75,10 +78,27 @@ def iso_utc(when: datetime) -> str:
     return when.isoformat(timespec="microseconds") + "Z"
 
 
-def event_hash(prev_hash: str, ts: str, actor: str, action: str, skill: str | None,
-               call_id: str | None, job_id: int | None, payload: dict[str, Any]) -> str:
-    body = dumps({"ts": ts, "actor": actor, "action": action, "skill": skill,
-                  "call_id": call_id, "job_id": job_id, "payload": payload})
+def event_hash(
+    prev_hash: str,
+    ts: str,
+    actor: str,
+    action: str,
+    skill: str | None,
+    call_id: str | None,
+    job_id: int | None,
+    payload: dict[str, Any],
+) -> str:
+    body = dumps(
+        {
+            "ts": ts,
+            "actor": actor,
+            "action": action,
+            "skill": skill,
+            "call_id": call_id,
+            "job_id": job_id,
+            "payload": payload,
+        }
+    )
     return hashlib.sha256((prev_hash + body).encode("utf-8")).hexdigest()
 
 
@@ -124,9 +144,15 @@ class AuditLog:
     The anchor trails by at most `anchor_every` events and `anchor_lag_s` seconds (0: every
     append writes it)."""
 
-    def __init__(self, store: Store, anchor_path: str | Path, *,
-                 clock: Callable[[], datetime] = utcnow, anchor_every: int = ANCHOR_EVERY,
-                 anchor_lag_s: float = ANCHOR_LAG_S):
+    def __init__(
+        self,
+        store: Store,
+        anchor_path: str | Path,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+        anchor_every: int = ANCHOR_EVERY,
+        anchor_lag_s: float = ANCHOR_LAG_S,
+    ):
         self.store = store
         self.anchor_path = Path(anchor_path)
         self.clock = clock
@@ -143,14 +169,31 @@ class AuditLog:
     def now_iso(self) -> str:
         return iso_utc(self.clock())
 
-    def append(self, actor: str, action: str, *, skill: str | None = None,
-               call_id: str | None = None, job_id: int | None = None,
-               payload: dict[str, Any] | None = None,
-               ts: str | datetime | None = None) -> Appended:
+    def append(
+        self,
+        actor: str,
+        action: str,
+        *,
+        skill: str | None = None,
+        call_id: str | None = None,
+        job_id: int | None = None,
+        payload: dict[str, Any] | None = None,
+        ts: str | datetime | None = None,
+    ) -> Appended:
         """Append one event; safe from several processes at once. Returns the stored event."""
-        return self.append_many([{"actor": actor, "action": action, "skill": skill,
-                                  "call_id": call_id, "job_id": job_id, "payload": payload,
-                                  "ts": ts}])[0]
+        return self.append_many(
+            [
+                {
+                    "actor": actor,
+                    "action": action,
+                    "skill": skill,
+                    "call_id": call_id,
+                    "job_id": job_id,
+                    "payload": payload,
+                    "ts": ts,
+                }
+            ]
+        )[0]
 
     def append_many(self, items: list[dict[str, Any]]) -> list[Appended]:
         """Append several events (each with append's keywords) in one write transaction: one
@@ -161,9 +204,17 @@ class AuditLog:
             stamp = iso_utc(ts) if isinstance(ts, datetime) else (ts or self.now_iso())
             # Canonical round trip: what is hashed is exactly what the JSON column gives back.
             body = json.loads(dumps(it.get("payload") or {}))
-            rows.append({"ts": stamp, "actor": it["actor"], "action": it["action"],
-                         "skill": it.get("skill"), "call_id": it.get("call_id"),
-                         "job_id": it.get("job_id"), "payload": body})
+            rows.append(
+                {
+                    "ts": stamp,
+                    "actor": it["actor"],
+                    "action": it["action"],
+                    "skill": it.get("skill"),
+                    "call_id": it.get("call_id"),
+                    "job_id": it.get("job_id"),
+                    "payload": body,
+                }
+            )
         # SQLAlchemy Core on one connection, statements built once: the ORM's session and unit
         # of work cost more than the insert itself.
         with self.store.engine.connect() as conn:
@@ -173,9 +224,16 @@ class AuditLog:
                 prev = last[0] if last else GENESIS
                 for r in rows:
                     r["prev_hash"] = prev
-                    r["hash"] = prev = event_hash(prev, r["ts"], r["actor"], r["action"],
-                                                  r["skill"], r["call_id"], r["job_id"],
-                                                  r["payload"])
+                    r["hash"] = prev = event_hash(
+                        prev,
+                        r["ts"],
+                        r["actor"],
+                        r["action"],
+                        r["skill"],
+                        r["call_id"],
+                        r["job_id"],
+                        r["payload"],
+                    )
                 ids = conn.execute(_INSERT, rows).scalars().all()
                 conn.commit()
             except OperationalError as exc:
@@ -194,8 +252,7 @@ class AuditLog:
             if self._pending is None or event_id > self._pending[0]:  # threads finish in any order
                 self._pending = (event_id, digest)
             self._behind += n
-            if (self._anchored_once and self._behind < self.anchor_every
-                    and self.anchor_lag_s > 0):
+            if self._anchored_once and self._behind < self.anchor_every and self.anchor_lag_s > 0:
                 if self._timer is None:
                     self._timer = threading.Timer(self.anchor_lag_s, self._flush_from_timer)
                     self._timer.daemon = True
@@ -227,15 +284,27 @@ class AuditLog:
                     self._pending = pending
                 raise
 
-    def events(self, *, actor: str | None = None, action: str | None = None,
-               skill: str | None = None, call_id: str | None = None, job_id: int | None = None,
-               after_id: int | None = None, limit: int | None = None,
-               newest_first: bool = False) -> list[AuditEvent]:
+    def events(
+        self,
+        *,
+        actor: str | None = None,
+        action: str | None = None,
+        skill: str | None = None,
+        call_id: str | None = None,
+        job_id: int | None = None,
+        after_id: int | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> list[AuditEvent]:
         """Events matching every filter given, oldest first (or newest first)."""
         q = select(AuditEvent)
-        for column, value in ((AuditEvent.actor, actor), (AuditEvent.action, action),
-                              (AuditEvent.skill, skill), (AuditEvent.call_id, call_id),
-                              (AuditEvent.job_id, job_id)):
+        for column, value in (
+            (AuditEvent.actor, actor),
+            (AuditEvent.action, action),
+            (AuditEvent.skill, skill),
+            (AuditEvent.call_id, call_id),
+            (AuditEvent.job_id, job_id),
+        ):
             if value is not None:
                 q = q.where(column == value)
         if after_id is not None:
@@ -258,8 +327,11 @@ class AuditLog:
             return None
         except (OSError, ValueError) as exc:
             raise StoreError(f"cannot read the audit anchor {self.anchor_path}: {exc}") from exc
-        if not (isinstance(data, dict) and isinstance(data.get("id"), int)
-                and isinstance(data.get("hash"), str)):
+        if not (
+            isinstance(data, dict)
+            and isinstance(data.get("id"), int)
+            and isinstance(data.get("hash"), str)
+        ):
             raise StoreError(f"the audit anchor {self.anchor_path} is not {{id, hash}}: {data!r}")
         return data
 
@@ -272,27 +344,64 @@ class AuditLog:
         after_anchor = 0
         c = _TABLE.c
         # Core rows, a page at a time: ORM objects would cost more than hashing them.
-        columns: list[Any] = [c.id, c.ts, c.actor, c.action, c.skill, c.call_id, c.job_id,
-                              c.payload, c.prev_hash, c.hash]
+        columns: list[Any] = [
+            c.id,
+            c.ts,
+            c.actor,
+            c.action,
+            c.skill,
+            c.call_id,
+            c.job_id,
+            c.payload,
+            c.prev_hash,
+            c.hash,
+        ]
         with self.store.engine.connect() as conn:
             while True:
                 q = select(*columns).order_by(c.id).limit(_PAGE)
                 if last_id is not None:
                     q = q.where(c.id > last_id)
                 page = conn.execute(q).all()
-                for (ev_id, ts, actor, action, skill, call_id, job_id, payload, prev_hash,
-                     digest) in page:
+                for (
+                    ev_id,
+                    ts,
+                    actor,
+                    action,
+                    skill,
+                    call_id,
+                    job_id,
+                    payload,
+                    prev_hash,
+                    digest,
+                ) in page:
                     count += 1
                     if prev_hash != prev:
-                        what = ("the first event does not start the chain" if prev == GENESIS
-                                else "its prev_hash is not the hash of the event before it")
-                        return VerifyResult(ok=False, count=count, first_bad_id=ev_id, reason=(
-                            f"event {ev_id}: {what}: an event before it was removed, reordered "
-                            "or edited"))
-                    if event_hash(prev, ts, actor, action, skill, call_id, job_id,
-                                  payload) != digest:
-                        return VerifyResult(ok=False, count=count, first_bad_id=ev_id, reason=(
-                            f"event {ev_id}: its contents do not match its hash: it was edited"))
+                        what = (
+                            "the first event does not start the chain"
+                            if prev == GENESIS
+                            else "its prev_hash is not the hash of the event before it"
+                        )
+                        return VerifyResult(
+                            ok=False,
+                            count=count,
+                            first_bad_id=ev_id,
+                            reason=(
+                                f"event {ev_id}: {what}: an event before it was removed, reordered "
+                                "or edited"
+                            ),
+                        )
+                    if (
+                        event_hash(prev, ts, actor, action, skill, call_id, job_id, payload)
+                        != digest
+                    ):
+                        return VerifyResult(
+                            ok=False,
+                            count=count,
+                            first_bad_id=ev_id,
+                            reason=(
+                                f"event {ev_id}: its contents do not match its hash: it was edited"
+                            ),
+                        )
                     if anchor is not None:
                         if ev_id == anchor["id"]:
                             anchored_hash = digest
@@ -303,29 +412,56 @@ class AuditLog:
                     break
         if anchor is None:
             if count:
-                return VerifyResult(ok=False, count=count, reason=(
-                    f"the anchor file {self.anchor_path} is missing but the log holds {count} "
-                    "events: it was deleted, or this is not the anchor of this database"))
+                return VerifyResult(
+                    ok=False,
+                    count=count,
+                    reason=(
+                        f"the anchor file {self.anchor_path} is missing but the log holds {count} "
+                        "events: it was deleted, or this is not the anchor of this database"
+                    ),
+                )
             return VerifyResult(ok=True, count=0, reason="empty log")
         if last_id is None or anchor["id"] > last_id:
-            return VerifyResult(ok=False, count=count, first_bad_id=anchor["id"], reason=(
-                f"the anchor names event {anchor['id']} but the newest event in the database is "
-                f"{last_id}: the newest events were removed"))
+            return VerifyResult(
+                ok=False,
+                count=count,
+                first_bad_id=anchor["id"],
+                reason=(
+                    f"the anchor names event {anchor['id']} but the newest event in the database is "
+                    f"{last_id}: the newest events were removed"
+                ),
+            )
         if anchored_hash is None:
-            return VerifyResult(ok=False, count=count, first_bad_id=anchor["id"], reason=(
-                f"event {anchor['id']}, named by the anchor, is missing from the database"))
+            return VerifyResult(
+                ok=False,
+                count=count,
+                first_bad_id=anchor["id"],
+                reason=(f"event {anchor['id']}, named by the anchor, is missing from the database"),
+            )
         if anchored_hash != anchor["hash"]:
-            return VerifyResult(ok=False, count=count, first_bad_id=anchor["id"], reason=(
-                f"event {anchor['id']} has a different hash than the anchor records: the chain "
-                "was rewritten"))
+            return VerifyResult(
+                ok=False,
+                count=count,
+                first_bad_id=anchor["id"],
+                reason=(
+                    f"event {anchor['id']} has a different hash than the anchor records: the chain "
+                    "was rewritten"
+                ),
+            )
         if after_anchor:
-            return VerifyResult(ok=True, count=count, unanchored=after_anchor, reason=(
-                f"{count} events, chain intact; the anchor names event {anchor['id']} and the "
-                f"newest {after_anchor} come after it. The anchor is written at most "
-                f"{self.anchor_every} events or {self.anchor_lag_s:g} s behind a running process "
-                "and when it exits, so these were appended by a process still running or one "
-                "that was killed; the next append anchors them. Until then their removal would "
-                "not be noticed"))
+            return VerifyResult(
+                ok=True,
+                count=count,
+                unanchored=after_anchor,
+                reason=(
+                    f"{count} events, chain intact; the anchor names event {anchor['id']} and the "
+                    f"newest {after_anchor} come after it. The anchor is written at most "
+                    f"{self.anchor_every} events or {self.anchor_lag_s:g} s behind a running process "
+                    "and when it exits, so these were appended by a process still running or one "
+                    "that was killed; the next append anchors them. Until then their removal would "
+                    "not be noticed"
+                ),
+            )
         return VerifyResult(ok=True, count=count, reason=f"{count} events, chain and anchor intact")
 
     # The anchor ---------------------------------------------------------------------------------

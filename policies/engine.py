@@ -22,15 +22,22 @@ class Verdict(BaseModel):
     """The policy's answer for one call, naming the rule that decided it."""
 
     decision: Literal["allow", "deny", "needs_approval"]
-    rule: str = Field(description="Id of the rule that decided: roles.<role>, limits.<key>, "
-                                  "an approval rule's id, grants, or kill_switch")
+    rule: str = Field(
+        description="Id of the rule that decided: roles.<role>, limits.<key>, "
+        "an approval rule's id, grants, or kill_switch"
+    )
     reasons: list[str] = Field(default_factory=list, description="Why, and for a deny, the fix")
-    quorum: int = Field(default=0,
-                        description="Approvals needed from other principals (needs_approval)")
-    expires_min: float | None = Field(default=None,
-                                      description="Minutes an approval request stays open")
-    from_others: bool = Field(default=False, description="needs_approval: only principals other "
-                              "than the requester count; else a person at a terminal may confirm")
+    quorum: int = Field(
+        default=0, description="Approvals needed from other principals (needs_approval)"
+    )
+    expires_min: float | None = Field(
+        default=None, description="Minutes an approval request stays open"
+    )
+    from_others: bool = Field(
+        default=False,
+        description="needs_approval: only principals other "
+        "than the requester count; else a person at a terminal may confirm",
+    )
 
     @property
     def allowed(self) -> bool:
@@ -93,8 +100,13 @@ class PolicyEngine:
 
     # The decision -------------------------------------------------------------------------------
 
-    def evaluate(self, principal: str, skill: Skill, args: dict[str, Any] | BaseModel,
-                 claims: Claims | None = None) -> Verdict:
+    def evaluate(
+        self,
+        principal: str,
+        skill: Skill,
+        args: dict[str, Any] | BaseModel,
+        claims: Claims | None = None,
+    ) -> Verdict:
         """The verdict for one call; `claims` (from the input model) are what limits judge."""
         if isinstance(args, BaseModel):
             args = args.model_dump(mode="json")
@@ -107,24 +119,35 @@ class PolicyEngine:
         approval_by: tuple[str, int, float | None] | None = None
         for name in roles:
             role = self.policy.roles[name]
-            covered = (any(fnmatchcase(skill.name, g) for g in role.skills)
-                       and not any(fnmatchcase(skill.name, g) for g in role.deny_skills))
+            covered = any(fnmatchcase(skill.name, g) for g in role.skills) and not any(
+                fnmatchcase(skill.name, g) for g in role.deny_skills
+            )
             if covered and cap in role.capabilities:
                 allowed_by = name
                 break
             if covered and cap in role.with_approval and approval_by is None:
                 approval_by = (name, role.approval_quorum, role.approval_expires_min)
         if allowed_by is None and approval_by is None:
-            return Verdict(decision="deny", rule="grants", reasons=[
-                (f"principal '{principal}' (roles: {', '.join(roles)}) may not use {cap} skills "
-                f"such as '{skill.name}': grant '{cap}' to one of its roles in the policy file, "
-                "or ask someone who holds it")])
+            return Verdict(
+                decision="deny",
+                rule="grants",
+                reasons=[
+                    (
+                        f"principal '{principal}' (roles: {', '.join(roles)}) may not use {cap} skills "
+                        f"such as '{skill.name}': grant '{cap}' to one of its roles in the policy file, "
+                        "or ask someone who holds it"
+                    )
+                ],
+            )
 
         if cap != "read":
             violations = check_limits(self.policy.limits, claims)
             if violations:
-                return Verdict(decision="deny", rule=violations[0][0],
-                               reasons=[reason for _, reason in violations])
+                return Verdict(
+                    decision="deny",
+                    rule=violations[0][0],
+                    reasons=[reason for _, reason in violations],
+                )
 
         # Approval: every matching rule, then a role that allows only with approval. The largest
         # quorum decides; on a tie the first (a named rule before a role's default).
@@ -141,18 +164,32 @@ class PolicyEngine:
             candidates.append((rule.id, rule.quorum, rule.expires_min, why, rule.from_others))
         if allowed_by is None and approval_by is not None:
             name, quorum, expires = approval_by
-            candidates.append((f"roles.{name}.with_approval", quorum, expires,
-                               f"role {name} may use {cap} skills only with approval", True))
+            candidates.append(
+                (
+                    f"roles.{name}.with_approval",
+                    quorum,
+                    expires,
+                    f"role {name} may use {cap} skills only with approval",
+                    True,
+                )
+            )
         if candidates:
             decider = max(candidates, key=lambda c: c[1])
             entry = self.resolve(principal)[1]
             machine = entry is not None and entry.kind in ("agent", "system")
-            return Verdict(decision="needs_approval", rule=decider[0],
-                           reasons=[c[3] for c in candidates], quorum=decider[1],
-                           expires_min=decider[2],
-                           from_others=machine or any(c[4] for c in candidates))
-        return Verdict(decision="allow", rule=f"roles.{allowed_by}",
-                       reasons=[f"role {allowed_by} allows {cap} skills such as '{skill.name}'"])
+            return Verdict(
+                decision="needs_approval",
+                rule=decider[0],
+                reasons=[c[3] for c in candidates],
+                quorum=decider[1],
+                expires_min=decider[2],
+                from_others=machine or any(c[4] for c in candidates),
+            )
+        return Verdict(
+            decision="allow",
+            rule=f"roles.{allowed_by}",
+            reasons=[f"role {allowed_by} allows {cap} skills such as '{skill.name}'"],
+        )
 
 
 # Limits -----------------------------------------------------------------------------------------
@@ -165,31 +202,53 @@ def check_limits(limits: Limits, claims: Claims) -> list[tuple[str, str]]:
     for launch in claims.launches:
         where = launch.where or "the call"
         if limits.max_gpus_per_job is not None and launch.gpus > limits.max_gpus_per_job:
-            out.append(("limits.max_gpus_per_job",
-                        f"{where} asks for {launch.gpus} GPUs; limits.max_gpus_per_job is "
-                        f"{limits.max_gpus_per_job}: ask for {limits.max_gpus_per_job} or fewer, "
-                        "or raise the limit in the policy file"))
+            out.append(
+                (
+                    "limits.max_gpus_per_job",
+                    f"{where} asks for {launch.gpus} GPUs; limits.max_gpus_per_job is "
+                    f"{limits.max_gpus_per_job}: ask for {limits.max_gpus_per_job} or fewer, "
+                    "or raise the limit in the policy file",
+                )
+            )
         image = launch.image
-        if limits.allowed_images is not None and image and not image_allowed(
-                image, limits.allowed_images):
-            out.append(("limits.allowed_images",
-                        f"{where}: image '{image}' matches none of limits.allowed_images "
-                        f"({', '.join(limits.allowed_images) or 'empty'}): use an allowed image, "
-                        "or add a pattern for it to the policy file"))
+        if (
+            limits.allowed_images is not None
+            and image
+            and not image_allowed(image, limits.allowed_images)
+        ):
+            out.append(
+                (
+                    "limits.allowed_images",
+                    f"{where}: image '{image}' matches none of limits.allowed_images "
+                    f"({', '.join(limits.allowed_images) or 'empty'}): use an allowed image, "
+                    "or add a pattern for it to the policy file",
+                )
+            )
         for source in launch.mounts if roots is not None else []:
             path = expand_path(source)
             if not any(path == root or path.is_relative_to(root) for root in roots or []):
-                out.append(("limits.allowed_mount_roots",
-                            f"{where} mounts '{source}' ({path}), outside "
-                            f"limits.allowed_mount_roots ({', '.join(map(str, roots or [])) or 'empty'})"
-                            ": mount a folder under one of them, or add its root to the policy file"))
+                out.append(
+                    (
+                        "limits.allowed_mount_roots",
+                        f"{where} mounts '{source}' ({path}), outside "
+                        f"limits.allowed_mount_roots ({', '.join(map(str, roots or [])) or 'empty'})"
+                        ": mount a folder under one of them, or add its root to the policy file",
+                    )
+                )
         minutes = launch.runtime_min
-        if limits.max_runtime_min is not None and minutes is not None \
-                and minutes > limits.max_runtime_min:
-            out.append(("limits.max_runtime_min",
-                        f"{where}: timeout_min is {minutes:g} min; limits.max_runtime_min is "
-                        f"{limits.max_runtime_min:g}: shorten it (checkpoint and resume), or raise "
-                        "the limit in the policy file"))
+        if (
+            limits.max_runtime_min is not None
+            and minutes is not None
+            and minutes > limits.max_runtime_min
+        ):
+            out.append(
+                (
+                    "limits.max_runtime_min",
+                    f"{where}: timeout_min is {minutes:g} min; limits.max_runtime_min is "
+                    f"{limits.max_runtime_min:g}: shorten it (checkpoint and resume), or raise "
+                    "the limit in the policy file",
+                )
+            )
     return out
 
 

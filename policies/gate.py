@@ -49,9 +49,17 @@ class Gate:
         self.approvals = approvals
         self.store = store
 
-    def call(self, ctx: SkillContext, skill: Skill | str, args: dict[str, Any] | BaseModel, *,
-             via: Via = "api", thread_id: str | None = None, confirm: Confirm | None = None,
-             on_verdict: Callable[[Verdict], None] | None = None) -> BaseModel:
+    def call(
+        self,
+        ctx: SkillContext,
+        skill: Skill | str,
+        args: dict[str, Any] | BaseModel,
+        *,
+        via: Via = "api",
+        thread_id: str | None = None,
+        confirm: Confirm | None = None,
+        on_verdict: Callable[[Verdict], None] | None = None,
+    ) -> BaseModel:
         """Run one call if the policy allows it (or its approval holds); raise otherwise.
 
         BadArguments: the input model refused the arguments. Refused (PolicyDenied, Paused,
@@ -68,21 +76,27 @@ class Gate:
             on_verdict(verdict)
         if verdict.decision == "deny":
             exc_type = Paused if verdict.rule == "kill_switch" else PolicyDenied
-            self._refuse(ctx, skill, canonical, exc_type(
-                f"{skill.name}: denied by {verdict.rule}: " + "; ".join(verdict.reasons)),
-                before=[event])
+            self._refuse(
+                ctx,
+                skill,
+                canonical,
+                exc_type(f"{skill.name}: denied by {verdict.rule}: " + "; ".join(verdict.reasons)),
+                before=[event],
+            )
         approval = None
         if verdict.decision == "allow":  # the verdict and the start in one transaction
             return self._run(ctx, skill, inp, canonical, verdict, None, before=[event])
         if verdict.decision == "needs_approval":
             self.audit.append_many([event])
-            approval = self._approval(ctx, skill, canonical, files, verdict, via, thread_id,
-                                      confirm)
+            approval = self._approval(
+                ctx, skill, canonical, files, verdict, via, thread_id, confirm
+            )
             if approval.state == "executed":  # carried out already (by us before, or the loop)
                 return skill.output_model.model_validate(approval.result)
             if approval.state == "failed":
-                raise SkillFailed(f"{skill.name} (approval {approval.id}) ran and failed: "
-                                  f"{approval.error}")
+                raise SkillFailed(
+                    f"{skill.name} (approval {approval.id}) ran and failed: {approval.error}"
+                )
         return self._run(ctx, skill, inp, canonical, verdict, approval)
 
     def resume(self, approval_id: int, context: Callable[[str, str], SkillContext]) -> BaseModel:
@@ -90,17 +104,26 @@ class Gate:
         the same checks as the first call, as the requester, under the same call id."""
         row = self.approvals.get(approval_id)
         ctx = context(row.requester, row.call_id)
-        return self.call(ctx, row.skill, row.args, via="system" if row.requested_via == "system"
-                         else "api", thread_id=row.thread_id)
+        return self.call(
+            ctx,
+            row.skill,
+            row.args,
+            via="system" if row.requested_via == "system" else "api",
+            thread_id=row.thread_id,
+        )
 
     # The steps -----------------------------------------------------------------------------------
 
-    def _resolve(self, ctx: SkillContext, skill: Skill, args: dict[str, Any] | BaseModel
-                 ) -> tuple[BaseModel, dict[str, Any], dict[str, str], Claims]:
+    def _resolve(
+        self, ctx: SkillContext, skill: Skill, args: dict[str, Any] | BaseModel
+    ) -> tuple[BaseModel, dict[str, Any], dict[str, str], Claims]:
         """The parsed input, its canonical arguments, the files it names and what it claims."""
         try:
-            inp = skill.parse(args.model_dump(mode="json") if isinstance(args, BaseModel)
-                              and not isinstance(args, skill.input_model) else args)
+            inp = skill.parse(
+                args.model_dump(mode="json")
+                if isinstance(args, BaseModel) and not isinstance(args, skill.input_model)
+                else args
+            )
             if isinstance(inp, SkillInput):
                 files, claims = inp.files(), inp.claims()
             else:
@@ -109,9 +132,15 @@ class Gate:
                 self._claim_jobs(claims)
         except BadArguments as exc:
             raw = args.model_dump(mode="json") if isinstance(args, BaseModel) else dict(args)
-            self.audit.append(ctx.principal, "skill.bad_arguments", skill=skill.name,
-                              call_id=ctx.call_id, job_id=job_id_of(raw), ts=ctx.now,
-                              payload={"args": raw, "error": str(exc)})
+            self.audit.append(
+                ctx.principal,
+                "skill.bad_arguments",
+                skill=skill.name,
+                call_id=ctx.call_id,
+                job_id=job_id_of(raw),
+                ts=ctx.now,
+                payload={"args": raw, "error": str(exc)},
+            )
             raise
         return inp, inp.model_dump(mode="json"), files, claims
 
@@ -119,77 +148,154 @@ class Gate:
         """The owners and highest priority of the jobs a call touches; a job that does not exist
         is a bad argument (the caller retries), never a call to approve."""
         with self.store.session() as s:
-            rows = s.exec(select(Job.id, Job.owner, Job.priority)
-                          .where(col(Job.id).in_(claims.jobs))).all()
+            rows = s.exec(
+                select(Job.id, Job.owner, Job.priority).where(col(Job.id).in_(claims.jobs))
+            ).all()
         missing = sorted(set(claims.jobs) - {job_id for job_id, _, _ in rows})
         if missing:
-            raise UnknownJob(f"no job {', '.join(map(str, missing))}; `nightshift jobs` lists "
-                             "the jobs")
+            raise UnknownJob(
+                f"no job {', '.join(map(str, missing))}; `nightshift jobs` lists the jobs"
+            )
         claims.job_owners = sorted({owner for _, owner, _ in rows})
         claims.max_job_priority = max((p for _, _, p in rows), default=None)
 
-    def _verdict(self, ctx: SkillContext, skill: Skill, canonical: dict[str, Any],
-                 claims: Claims) -> tuple[Verdict, dict[str, Any]]:
+    def _verdict(
+        self, ctx: SkillContext, skill: Skill, canonical: dict[str, Any], claims: Claims
+    ) -> tuple[Verdict, dict[str, Any]]:
         """The verdict and its audit event (appended by the caller with what follows it)."""
         paused = pause_info(self.store) if skill.capability != "read" else None
         if paused is not None:
-            verdict = Verdict(decision="deny", rule="kill_switch", reasons=[
-                f"paused by {paused['by']} ({paused['reason']}): run `nightshift resume` to let "
-                f"{skill.capability} skills run again"])
+            verdict = Verdict(
+                decision="deny",
+                rule="kill_switch",
+                reasons=[
+                    f"paused by {paused['by']} ({paused['reason']}): run `nightshift resume` to let "
+                    f"{skill.capability} skills run again"
+                ],
+            )
         else:
             verdict = self.engine.evaluate(ctx.principal, skill, canonical, claims)
-        return verdict, _event(ctx, skill, canonical, "policy.verdict", {
-            "skill": skill.name, "capability": skill.capability, "args": canonical,
-            "claims": claims.model_dump(mode="json"), "decision": verdict.decision,
-            "rule": verdict.rule, "reasons": verdict.reasons, "quorum": verdict.quorum,
-            "expires_min": verdict.expires_min})
+        return verdict, _event(
+            ctx,
+            skill,
+            canonical,
+            "policy.verdict",
+            {
+                "skill": skill.name,
+                "capability": skill.capability,
+                "args": canonical,
+                "claims": claims.model_dump(mode="json"),
+                "decision": verdict.decision,
+                "rule": verdict.rule,
+                "reasons": verdict.reasons,
+                "quorum": verdict.quorum,
+                "expires_min": verdict.expires_min,
+            },
+        )
 
-    def _refuse(self, ctx: SkillContext, skill: Skill, canonical: dict[str, Any],
-                exc: Exception, before: list[dict[str, Any]] | None = None) -> None:
-        self.audit.append_many([*(before or []), _event(ctx, skill, canonical, "skill.refused",
-                                                        {"error": str(exc)})])
+    def _refuse(
+        self,
+        ctx: SkillContext,
+        skill: Skill,
+        canonical: dict[str, Any],
+        exc: Exception,
+        before: list[dict[str, Any]] | None = None,
+    ) -> None:
+        self.audit.append_many(
+            [*(before or []), _event(ctx, skill, canonical, "skill.refused", {"error": str(exc)})]
+        )
         raise exc
 
-    def _approval(self, ctx: SkillContext, skill: Skill, canonical: dict[str, Any],
-                  files: dict[str, str], verdict: Verdict, via: Via, thread_id: str | None,
-                  confirm: Confirm | None) -> Approval:
+    def _approval(
+        self,
+        ctx: SkillContext,
+        skill: Skill,
+        canonical: dict[str, Any],
+        files: dict[str, str],
+        verdict: Verdict,
+        via: Via,
+        thread_id: str | None,
+        confirm: Confirm | None,
+    ) -> Approval:
         """The call's approval, opened on first sight, checked against the call on every later
         one; returns it approved (claimed by this process), executed or failed, else raises."""
         assert ctx.call_id is not None
         row = self.approvals.for_call(ctx.call_id)
         if row is None:
-            expires = ctx.now + timedelta(minutes=verdict.expires_min) \
-                if verdict.expires_min else None
-            row = self.approvals.request(ctx.call_id, skill, canonical, ctx.principal,
-                                         verdict.rule, verdict.quorum, expires, thread_id,
-                                         files=files, via=via)
+            expires = (
+                ctx.now + timedelta(minutes=verdict.expires_min) if verdict.expires_min else None
+            )
+            row = self.approvals.request(
+                ctx.call_id,
+                skill,
+                canonical,
+                ctx.principal,
+                verdict.rule,
+                verdict.quorum,
+                expires,
+                thread_id,
+                files=files,
+                via=via,
+            )
         else:
             self._matches(ctx, skill, canonical, files, row)
         row = self.approvals.status(row.id, ctx.now)  # type: ignore[arg-type]
-        if row.state == "pending" and confirm is not None and via == "terminal" \
-                and not verdict.from_others \
-                and self.engine.canonical(ctx.principal) == self.engine.canonical(row.requester):
-            yes = confirm({"approval_id": row.id, "call_id": row.call_id, "skill": row.skill,
-                           "args": row.args, "files": row.files, "rule": row.rule,
-                           "reasons": verdict.reasons})
+        if (
+            row.state == "pending"
+            and confirm is not None
+            and via == "terminal"
+            and not verdict.from_others
+            and self.engine.canonical(ctx.principal) == self.engine.canonical(row.requester)
+        ):
+            yes = confirm(
+                {
+                    "approval_id": row.id,
+                    "call_id": row.call_id,
+                    "skill": row.skill,
+                    "args": row.args,
+                    "files": row.files,
+                    "rule": row.rule,
+                    "reasons": verdict.reasons,
+                }
+            )
             row = self.approvals.confirm(row.id, ctx.principal, yes, ctx.now)  # type: ignore[arg-type]
         if row.state == "pending":
-            who = ("principals other than the requester" if verdict.from_others or confirm is None
-                   else "a confirmation")
+            who = (
+                "principals other than the requester"
+                if verdict.from_others or confirm is None
+                else "a confirmation"
+            )
             raise ApprovalRequired(
                 f"{skill.name} needs approval {row.id} ({row.quorum} from {who}; rule "
                 f"{row.rule}): `nightshift approvals approve {row.id}` from another principal's "
-                f"shell, or `nightshift approvals show {row.id}`", approval_id=row.id,  # type: ignore[arg-type]
-                call_id=row.call_id, skill=row.skill, quorum=row.quorum, rule=row.rule)
+                f"shell, or `nightshift approvals show {row.id}`",
+                approval_id=row.id,  # type: ignore[arg-type]
+                call_id=row.call_id,
+                skill=row.skill,
+                quorum=row.quorum,
+                rule=row.rule,
+            )
         if row.state in ("rejected", "expired"):
-            self._refuse(ctx, skill, canonical, ApprovalRejected(
-                f"approval {row.id} for {skill.name} was {row.state}; nothing ran"))
+            self._refuse(
+                ctx,
+                skill,
+                canonical,
+                ApprovalRejected(
+                    f"approval {row.id} for {skill.name} was {row.state}; nothing ran"
+                ),
+            )
         if row.state in ("approved", "executing"):
             row = self._claim(row, ctx)
         return row
 
-    def _matches(self, ctx: SkillContext, skill: Skill, canonical: dict[str, Any],
-                 files: dict[str, str], row: Approval) -> None:
+    def _matches(
+        self,
+        ctx: SkillContext,
+        skill: Skill,
+        canonical: dict[str, Any],
+        files: dict[str, str],
+        row: Approval,
+    ) -> None:
         """An approval is spent only on the call it was given for."""
         why = None
         if row.skill != skill.name:
@@ -199,12 +305,20 @@ class Gate:
         else:
             changed = [p for p in set(row.files) | set(files) if row.files.get(p) != files.get(p)]
             if changed:
-                why = (f"{', '.join(sorted(changed))} changed since it was requested (approved "
-                       "content is not the content that would run)")
+                why = (
+                    f"{', '.join(sorted(changed))} changed since it was requested (approved "
+                    "content is not the content that would run)"
+                )
         if why:
-            self._refuse(ctx, skill, canonical, PolicyDenied(
-                f"approval {row.id} does not cover this call: {why}; request a new approval "
-                "(a new call)"))
+            self._refuse(
+                ctx,
+                skill,
+                canonical,
+                PolicyDenied(
+                    f"approval {row.id} does not cover this call: {why}; request a new approval "
+                    "(a new call)"
+                ),
+            )
 
     def _claim(self, row: Approval, ctx: SkillContext) -> Approval:
         """approved → executing for this process; if another live process is carrying it out,
@@ -218,38 +332,87 @@ class Gate:
                 return claimed
             time.sleep(0.1)  # another live process holds it; its result lands on the row
 
-    def _run(self, ctx: SkillContext, skill: Skill, inp: BaseModel, canonical: dict[str, Any],
-             verdict: Verdict, approval: Approval | None,
-             before: list[dict[str, Any]] | None = None) -> BaseModel:
+    def _run(
+        self,
+        ctx: SkillContext,
+        skill: Skill,
+        inp: BaseModel,
+        canonical: dict[str, Any],
+        verdict: Verdict,
+        approval: Approval | None,
+        before: list[dict[str, Any]] | None = None,
+    ) -> BaseModel:
         """Run an allowed (or approved and claimed) call, auditing its start and result: one
         transaction before the side effect, one after."""
-        self.audit.append_many([*(before or []), _event(ctx, skill, canonical, "skill.start", {
-            "args": canonical, "capability": skill.capability, "rule": verdict.rule,
-            "approval_id": approval.id if approval else None})])
+        self.audit.append_many(
+            [
+                *(before or []),
+                _event(
+                    ctx,
+                    skill,
+                    canonical,
+                    "skill.start",
+                    {
+                        "args": canonical,
+                        "capability": skill.capability,
+                        "rule": verdict.rule,
+                        "approval_id": approval.id if approval else None,
+                    },
+                ),
+            ]
+        )
         try:
             result = skill.fn(ctx, inp)
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
-            self.audit.append(ctx.principal, "skill.result", skill=skill.name, call_id=ctx.call_id,
-                              job_id=job_id_of(canonical), ts=ctx.now,
-                              payload={"ok": False, "error": error})
+            self.audit.append(
+                ctx.principal,
+                "skill.result",
+                skill=skill.name,
+                call_id=ctx.call_id,
+                job_id=job_id_of(canonical),
+                ts=ctx.now,
+                payload={"ok": False, "error": error},
+            )
             if approval is not None:
-                self.approvals.finish(approval.id, ok=False, result=None, error=error,  # type: ignore[arg-type]
-                                      now=ctx.now)
+                self.approvals.finish(
+                    approval.id,
+                    ok=False,
+                    result=None,
+                    error=error,  # type: ignore[arg-type]
+                    now=ctx.now,
+                )
             raise
         out = result.model_dump(mode="json")
-        self.audit.append(ctx.principal, "skill.result", skill=skill.name, call_id=ctx.call_id,
-                          job_id=job_id_of(canonical), ts=ctx.now,
-                          payload={"ok": True, "result": out})
+        self.audit.append(
+            ctx.principal,
+            "skill.result",
+            skill=skill.name,
+            call_id=ctx.call_id,
+            job_id=job_id_of(canonical),
+            ts=ctx.now,
+            payload={"ok": True, "result": out},
+        )
         if approval is not None:
-            self.approvals.finish(approval.id, ok=True, result=out, error=None,  # type: ignore[arg-type]
-                                  now=ctx.now)
+            self.approvals.finish(
+                approval.id,
+                ok=True,
+                result=out,
+                error=None,  # type: ignore[arg-type]
+                now=ctx.now,
+            )
         return result
 
 
-def _event(ctx: SkillContext, skill: Skill, canonical: dict[str, Any], action: str,
-           payload: dict[str, Any]) -> dict[str, Any]:
-    return {"actor": ctx.principal, "action": action, "skill": skill.name,
-            "call_id": ctx.call_id, "job_id": job_id_of(canonical), "ts": ctx.now,
-            "payload": payload}
-
+def _event(
+    ctx: SkillContext, skill: Skill, canonical: dict[str, Any], action: str, payload: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "actor": ctx.principal,
+        "action": action,
+        "skill": skill.name,
+        "call_id": ctx.call_id,
+        "job_id": job_id_of(canonical),
+        "ts": ctx.now,
+        "payload": payload,
+    }

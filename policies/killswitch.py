@@ -26,8 +26,11 @@ def resume(store: Store, audit: AuditLog, by: str) -> bool:
     """Turn the switch off; returns whether it was on. Audited either way."""
     was = pause_info(store)
     store.set_kv(KEY, None)
-    audit.append(by, "kill_switch.resume", payload={"was_paused": was is not None,
-                                                    "paused_by": was["by"] if was else None})
+    audit.append(
+        by,
+        "kill_switch.resume",
+        payload={"was_paused": was is not None, "paused_by": was["by"] if was else None},
+    )
     return was is not None
 
 

@@ -36,29 +36,36 @@ class Role(_Strict):
     none of `deny_skills`; it is then allowed when its capability is in `capabilities`, and allowed
     only after approval when it is in `with_approval`."""
 
-    capabilities: list[Capability] = Field(default_factory=list,
-                                           description="Capabilities allowed outright")
-    with_approval: list[Capability] = Field(default_factory=list,
-                                            description="Capabilities allowed only after approval")
+    capabilities: list[Capability] = Field(
+        default_factory=list, description="Capabilities allowed outright"
+    )
+    with_approval: list[Capability] = Field(
+        default_factory=list, description="Capabilities allowed only after approval"
+    )
     skills: list[str] = Field(default_factory=lambda: ["*"], description="Skill-name globs covered")
-    deny_skills: list[str] = Field(default_factory=list,
-                                   description="Skill-name globs never allowed")
-    can_approve: bool = Field(default=False,
-                              description="Holders may vote on other principals' approvals")
+    deny_skills: list[str] = Field(
+        default_factory=list, description="Skill-name globs never allowed"
+    )
+    can_approve: bool = Field(
+        default=False, description="Holders may vote on other principals' approvals"
+    )
     approval_quorum: int = Field(default=1, ge=1, description="Quorum when `with_approval` applies")
-    approval_expires_min: float | None = Field(default=60.0, gt=0,
-                                               description="Expiry when `with_approval` applies")
+    approval_expires_min: float | None = Field(
+        default=60.0, gt=0, description="Expiry when `with_approval` applies"
+    )
 
 
 class Principal(_Strict):
     """Who asks: a named user, the planner (`agent`), the loop (`system`) or a channel."""
 
     kind: Literal["user", "agent", "system", "channel"]
-    os_user: str | None = Field(default=None,
-                                description="Local OS login that maps to this principal")
+    os_user: str | None = Field(
+        default=None, description="Local OS login that maps to this principal"
+    )
     slack_id: str | None = Field(default=None, description="Slack user id; arrives as `slack:<id>`")
-    wechat_id: str | None = Field(default=None,
-                                  description="WeChat Work user id; arrives as `wechat:<id>`")
+    wechat_id: str | None = Field(
+        default=None, description="WeChat Work user id; arrives as `wechat:<id>`"
+    )
     roles: list[str] = Field(default_factory=list)
 
 
@@ -66,11 +73,13 @@ class Limits(_Strict):
     """Limits on the arguments of every non-read call. `None` means no limit."""
 
     max_gpus_per_job: int | None = Field(default=None, ge=0)
-    allowed_images: list[str] | None = Field(default=None,
-                                             description="Image globs; None allows any image")
+    allowed_images: list[str] | None = Field(
+        default=None, description="Image globs; None allows any image"
+    )
     allowed_mount_roots: list[str] | None = Field(
         default=None,
-        description="Host folders mounts must lie under; `~` and `$NIGHTSHIFT_HOME` expand")
+        description="Host folders mounts must lie under; `~` and `$NIGHTSHIFT_HOME` expand",
+    )
     max_runtime_min: float | None = Field(default=None, gt=0)
 
     def mount_roots(self) -> list[Path] | None:
@@ -88,9 +97,14 @@ def expand_path(raw: str) -> Path:
 
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
-    "==": operator.eq, "!=": operator.ne, ">=": operator.ge, "<=": operator.le,
-    ">": operator.gt, "<": operator.lt,
-    "in": lambda a, b: a in b, "not in": lambda a, b: a not in b,
+    "==": operator.eq,
+    "!=": operator.ne,
+    ">=": operator.ge,
+    "<=": operator.le,
+    ">": operator.gt,
+    "<": operator.lt,
+    "in": lambda a, b: a in b,
+    "not in": lambda a, b: a not in b,
 }
 _COND = re.compile(
     r"^\s*(args|claims)((?:\.[A-Za-z_]\w*)+)\s*(?:(==|!=|>=|<=|>|<)|\s(not\s+in|in)\s)\s*(\S.*?)\s*$"
@@ -114,9 +128,11 @@ class Condition:
     def parse(cls, text: str) -> Condition:
         m = _COND.match(text)
         if not m:
-            raise ValueError(f"condition {text!r} is not `args.<name> <op> <value>` (or "
-                             "`claims.<name> …`) with op one of ==, !=, >=, <=, >, <, in, not in "
-                             "(e.g. `claims.max_job_priority >= 5`)")
+            raise ValueError(
+                f"condition {text!r} is not `args.<name> <op> <value>` (or "
+                "`claims.<name> …`) with op one of ==, !=, >=, <=, >, <, in, not in "
+                "(e.g. `claims.max_job_priority >= 5`)"
+            )
         root, path, raw = m.group(1), m.group(2), m.group(5)
         op = m.group(3) or " ".join(m.group(4).split())
         try:
@@ -146,15 +162,20 @@ class ApprovalRule(_Strict):
     loop's calls always need other principals."""
 
     id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$")
-    skills: list[str] = Field(default_factory=list,
-                              description="Skill-name globs; empty: any skill")
-    capabilities: list[Capability] = Field(default_factory=list,
-                                           description="Empty: any capability")
+    skills: list[str] = Field(
+        default_factory=list, description="Skill-name globs; empty: any skill"
+    )
+    capabilities: list[Capability] = Field(
+        default_factory=list, description="Empty: any capability"
+    )
     when: list[str] = Field(default_factory=list, description="Argument conditions; all must hold")
     quorum: int = Field(default=1, ge=1)
     expires_min: float | None = Field(default=60.0, gt=0)
-    from_others: bool = Field(default=False, description="Only principals other than the "
-                              "requester count, even for a person confirming at a terminal")
+    from_others: bool = Field(
+        default=False,
+        description="Only principals other than the "
+        "requester count, even for a person confirming at a terminal",
+    )
 
     _conditions: list[Condition] = PrivateAttr(default_factory=list)
 
@@ -181,10 +202,12 @@ class Policy(_Strict):
     principals: dict[str, Principal] = Field(default_factory=dict)
     local_users: Literal["*"] | list[str] = Field(
         default="*",
-        description="OS users (bare names) that map to `local_user_principal`; '*' for any")
+        description="OS users (bare names) that map to `local_user_principal`; '*' for any",
+    )
     local_user_principal: str | None = "local_user"
-    default_role: str = Field(default="reader",
-                              description="Role of a principal the policy does not know")
+    default_role: str = Field(
+        default="reader", description="Role of a principal the policy does not know"
+    )
     limits: Limits = Limits()
     approvals: list[ApprovalRule] = Field(default_factory=list)
 
@@ -204,8 +227,10 @@ class Policy(_Strict):
             unknown_role(("default_role",), self.default_role)
         local = self.local_user_principal
         if local is not None and local not in self.principals:
-            msg = (f"unknown principal '{local}'; define it under principals, or set "
-                   "local_user_principal: null")
+            msg = (
+                f"unknown principal '{local}'; define it under principals, or set "
+                "local_user_principal: null"
+            )
             found.append((("local_user_principal",), msg))
         seen: set[str] = set()
         for i, rule in enumerate(self.approvals):
@@ -230,6 +255,7 @@ def _load(path: Path) -> Policy:
         raise SpecError("expected a mapping at the top level", path=str(path), line=1)
     policy = validate(Policy, data, path=str(path), node=node)
     for loc, msg in policy.problems():
-        raise SpecError(msg, path=str(path), field=".".join(str(p) for p in loc),
-                        line=line_of(node, loc))
+        raise SpecError(
+            msg, path=str(path), field=".".join(str(p) for p in loc), line=line_of(node, loc)
+        )
     return policy

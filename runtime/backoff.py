@@ -21,18 +21,28 @@ class Backoff(BaseModel):
     base_s: float = Field(30.0, ge=0, description="Wait after the first failed attempt")
     factor: float = Field(2.0, ge=1, description="Each further failure multiplies the wait by this")
     cap_s: float = Field(3600.0, ge=0, description="No wait is longer than this")
-    jitter_frac: float = Field(0.2, ge=0, le=1,
-                               description="Up to this fraction is taken off each wait, per job")
+    jitter_frac: float = Field(
+        0.2, ge=0, le=1, description="Up to this fraction is taken off each wait, per job"
+    )
 
     def delay_s(self, attempt: int, job_id: int) -> float:
-        return backoff_delay_s(attempt, job_id, self.base_s, self.factor, self.cap_s,
-                               self.jitter_frac)
+        return backoff_delay_s(
+            attempt, job_id, self.base_s, self.factor, self.cap_s, self.jitter_frac
+        )
 
-    def not_before(self, ended_at: datetime, attempt: int, job_id: int,
-                   base_s: float | None = None) -> datetime:
+    def not_before(
+        self, ended_at: datetime, attempt: int, job_id: int, base_s: float | None = None
+    ) -> datetime:
         """`base_s`: a spec's own first wait (its `retry_wait_s`) instead of this section's."""
-        return not_before(ended_at, attempt, job_id, self.base_s if base_s is None else base_s,
-                          self.factor, self.cap_s, self.jitter_frac)
+        return not_before(
+            ended_at,
+            attempt,
+            job_id,
+            self.base_s if base_s is None else base_s,
+            self.factor,
+            self.cap_s,
+            self.jitter_frac,
+        )
 
 
 def unit_jitter(job_id: int, attempt: int) -> float:
@@ -41,8 +51,14 @@ def unit_jitter(job_id: int, attempt: int) -> float:
     return int.from_bytes(digest, "big") / 2.0**64
 
 
-def backoff_delay_s(attempt: int, job_id: int, base_s: float = 30.0, factor: float = 2.0,
-                    cap_s: float = 3600.0, jitter_frac: float = 0.2) -> float:
+def backoff_delay_s(
+    attempt: int,
+    job_id: int,
+    base_s: float = 30.0,
+    factor: float = 2.0,
+    cap_s: float = 3600.0,
+    jitter_frac: float = 0.2,
+) -> float:
     """Seconds to wait after failed attempt number `attempt` (1 = the first attempt):
     min(cap, base × factor^(attempt − 1)), less up to `jitter_frac` of it. Jitter only shortens a
     wait, so the cap holds and jobs that all reached it still spread out."""
@@ -58,8 +74,16 @@ def backoff_delay_s(attempt: int, job_id: int, base_s: float = 30.0, factor: flo
     return raw * (1.0 - jitter_frac * unit_jitter(job_id, attempt))
 
 
-def not_before(ended_at: datetime, attempt: int, job_id: int, base_s: float = 30.0,
-               factor: float = 2.0, cap_s: float = 3600.0, jitter_frac: float = 0.2) -> datetime:
+def not_before(
+    ended_at: datetime,
+    attempt: int,
+    job_id: int,
+    base_s: float = 30.0,
+    factor: float = 2.0,
+    cap_s: float = 3600.0,
+    jitter_frac: float = 0.2,
+) -> datetime:
     """When a job whose attempt `attempt` failed at `ended_at` may start again."""
-    return ended_at + timedelta(seconds=backoff_delay_s(attempt, job_id, base_s, factor, cap_s,
-                                                        jitter_frac))
+    return ended_at + timedelta(
+        seconds=backoff_delay_s(attempt, job_id, base_s, factor, cap_s, jitter_frac)
+    )

@@ -46,31 +46,61 @@ import numpy as np
 from nightshift.runtime import tf_bundle
 
 # Tie-break order at equal steps (the order of the table above).
-FRAMEWORK_ORDER = ("nightshift", "huggingface", "lightning", "pytorch", "safetensors",
-                   "tensorflow", "orbax")
+FRAMEWORK_ORDER = (
+    "nightshift",
+    "huggingface",
+    "lightning",
+    "pytorch",
+    "safetensors",
+    "tensorflow",
+    "orbax",
+)
 MAX_DEPTH = 6
 SKIP_DIRS = {".git", "__pycache__", "node_modules", "runs", "displaced"}
 
 NPZ_REQUIRED = ("step.npy",)
-HF_WEIGHTS = ("model.safetensors", "pytorch_model.bin", "adapter_model.safetensors",
-              "adapter_model.bin", "model.safetensors.index.json", "pytorch_model.bin.index.json")
+HF_WEIGHTS = (
+    "model.safetensors",
+    "pytorch_model.bin",
+    "adapter_model.safetensors",
+    "adapter_model.bin",
+    "model.safetensors.index.json",
+    "pytorch_model.bin.index.json",
+)
 ORBAX_MARKERS = ("_CHECKPOINT_METADATA", "commit_success.txt")
 # torch/serialization.py: the first pickle of a legacy (non-zip) torch.save file.
 TORCH_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 # leveldb table footer (TensorFlow's .index files are such tables): kTableMagicNumber, little-endian.
 TF_TABLE_MAGIC = struct.pack("<Q", 0xDB4775248B80FB57)
-SAFETENSORS_DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 2,
-                           "U16": 2, "F16": 2, "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "F64": 8,
-                           "I64": 8, "U64": 8}
+SAFETENSORS_DTYPE_BYTES = {
+    "BOOL": 1,
+    "U8": 1,
+    "I8": 1,
+    "F8_E5M2": 1,
+    "F8_E4M3": 1,
+    "I16": 2,
+    "U16": 2,
+    "F16": 2,
+    "BF16": 2,
+    "I32": 4,
+    "U32": 4,
+    "F32": 4,
+    "F64": 8,
+    "I64": 8,
+    "U64": 8,
+}
 MAX_SAFETENSORS_HEADER = 100 * 1024 * 1024
 STEP_KEYS = ("global_step", "step", "iteration", "iter_num")  # iter_num: nanoGPT
 
-_NAME_STEP = re.compile(r"(?:^|[^a-z])(?:global_step|step|iteration|iter)[=_-]?(\d+)", re.IGNORECASE)
+_NAME_STEP = re.compile(
+    r"(?:^|[^a-z])(?:global_step|step|iteration|iter)[=_-]?(\d+)", re.IGNORECASE
+)
 _TRAILING_NUMBER = re.compile(r"[_.\-](\d+)$")
-_TMP_NAME = re.compile(r"(\.tmp|\.temp|\.partial|\.incomplete)$|^tmp-checkpoint-|"
-                       r"\.orbax-checkpoint-tmp-|^\.step_\d+\.npz\.", re.IGNORECASE)
-
-
+_TMP_NAME = re.compile(
+    r"(\.tmp|\.temp|\.partial|\.incomplete)$|^tmp-checkpoint-|"
+    r"\.orbax-checkpoint-tmp-|^\.step_\d+\.npz\.",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True)
@@ -83,8 +113,13 @@ class Found:
 
     def sort_key(self) -> tuple:
         known = self.step is not None
-        return (0 if known else 1, -(self.step or 0), FRAMEWORK_ORDER.index(self.framework),
-                0 if self.path.name == "last.ckpt" else 1, str(self.path))
+        return (
+            0 if known else 1,
+            -(self.step or 0),
+            FRAMEWORK_ORDER.index(self.framework),
+            0 if self.path.name == "last.ckpt" else 1,
+            str(self.path),
+        )
 
 
 @dataclass(frozen=True)
@@ -93,15 +128,26 @@ class Leftover:
     reason: str
 
 
-def scan(root: Path, *, steps_per_epoch: int | None = None, max_depth: int = MAX_DEPTH,
-         allowed_roots: Sequence[Path] = ()) -> list[Found]:
+def scan(
+    root: Path,
+    *,
+    steps_per_epoch: int | None = None,
+    max_depth: int = MAX_DEPTH,
+    allowed_roots: Sequence[Path] = (),
+) -> list[Found]:
     """Every checkpoint below `root`, newest first; nothing is verified (that is `verify`)."""
-    return search(root, steps_per_epoch=steps_per_epoch, max_depth=max_depth,
-                  allowed_roots=allowed_roots)[0]
+    return search(
+        root, steps_per_epoch=steps_per_epoch, max_depth=max_depth, allowed_roots=allowed_roots
+    )[0]
 
 
-def search(root: Path, *, steps_per_epoch: int | None = None, max_depth: int = MAX_DEPTH,
-           allowed_roots: Sequence[Path] = ()) -> tuple[list[Found], list[Leftover]]:
+def search(
+    root: Path,
+    *,
+    steps_per_epoch: int | None = None,
+    max_depth: int = MAX_DEPTH,
+    allowed_roots: Sequence[Path] = (),
+) -> tuple[list[Found], list[Leftover]]:
     """`scan`, and the leftovers of unfinished saves it passed over."""
     found: list[Found] = []
     leftovers: list[Leftover] = []
@@ -138,7 +184,9 @@ def nonfinite(found: Found) -> str | None:
             bad = _safetensors_nonfinite(f)
         elif name.endswith(".npz"):
             bad = _npz_nonfinite(f)
-        elif name.endswith((".pt", ".pth", ".pth.tar", ".ckpt", ".bin")) and "optimizer" not in name:
+        elif (
+            name.endswith((".pt", ".pth", ".pth.tar", ".ckpt", ".bin")) and "optimizer" not in name
+        ):
             bad = _torch_nonfinite(f)
         else:
             continue
@@ -166,8 +214,9 @@ def _folders(root: Path, max_depth: int, allowed: list[Path]) -> Iterator[Path]:
                     if not e.is_dir() or e.name in SKIP_DIRS or _is_checkpoint_folder(e.name):
                         continue
                     p = Path(e.path)
-                    if e.is_symlink() and not any(p.resolve().is_relative_to(a)
-                                                  for a in allowed_real):
+                    if e.is_symlink() and not any(
+                        p.resolve().is_relative_to(a) for a in allowed_real
+                    ):
                         continue
                     nxt.append(p)
                 except OSError:
@@ -177,7 +226,8 @@ def _folders(root: Path, max_depth: int, allowed: list[Path]) -> Iterator[Path]:
 
 def _is_checkpoint_folder(name: str) -> bool:
     return bool(re.fullmatch(r"checkpoint-\d+|\d+|tmp-checkpoint-\d+", name)) or bool(
-        _TMP_NAME.search(name))
+        _TMP_NAME.search(name)
+    )
 
 
 def _files_of(folder: Path) -> tuple[Path, ...]:
@@ -200,11 +250,19 @@ def _scan_folder(folder: Path, steps_per_epoch: int | None) -> tuple[list[Found]
             m = re.fullmatch(r"checkpoint-(\d+)", name)
             if m:
                 step = _hf_global_step(entry)
-                found.append(Found(entry, "huggingface", int(m.group(1)) if step is None else step,
-                                   _files_of(entry), "name" if step is None else "trainer_state"))
+                found.append(
+                    Found(
+                        entry,
+                        "huggingface",
+                        int(m.group(1)) if step is None else step,
+                        _files_of(entry),
+                        "name" if step is None else "trainer_state",
+                    )
+                )
             elif re.fullmatch(r"\d+", name) or (
-                    re.fullmatch(r"[A-Za-z]\w*_\d+", name)
-                    and any((entry / mk).exists() for mk in ORBAX_MARKERS)):
+                re.fullmatch(r"[A-Za-z]\w*_\d+", name)
+                and any((entry / mk).exists() for mk in ORBAX_MARKERS)
+            ):
                 digits = re.search(r"(\d+)$", name)
                 assert digits is not None  # both patterns above end in digits
                 step = int(digits.group(1))
@@ -217,13 +275,22 @@ def _scan_folder(folder: Path, steps_per_epoch: int | None) -> tuple[list[Found]
         if m:
             found.append(Found(entry, "nightshift", int(m.group(1)), (entry,), "name"))
             continue
-        kind = ("lightning" if name.endswith(".ckpt") else
-                "pytorch" if name.endswith((".pt", ".pth", ".pth.tar")) else
-                "safetensors" if name.endswith(".safetensors") else None)
+        kind = (
+            "lightning"
+            if name.endswith(".ckpt")
+            else "pytorch"
+            if name.endswith((".pt", ".pth", ".pth.tar"))
+            else "safetensors"
+            if name.endswith(".safetensors")
+            else None
+        )
         if kind is None or (folder / "trainer_state.json").exists():
             continue  # an HF output_dir's final weights belong to the run, not a checkpoint
-        meta = _safetensors_meta_step if kind == "safetensors" else (
-            lambda p: _torch_meta_step(p, steps_per_epoch))
+        meta = (
+            _safetensors_meta_step
+            if kind == "safetensors"
+            else (lambda p: _torch_meta_step(p, steps_per_epoch))
+        )
         step, source = meta(entry), "metadata"
         if step is None:
             step, source = _name_step(name), "name"
@@ -237,8 +304,9 @@ def _tf_candidates(index_file: Path) -> list[Found]:
         text = index_file.read_text()
     except (OSError, UnicodeDecodeError):
         return []
-    prefixes = re.findall(r'^\s*(?:all_)?model_checkpoint_paths?:\s*"((?:[^"\\]|\\.)*)"', text,
-                          re.MULTILINE)
+    prefixes = re.findall(
+        r'^\s*(?:all_)?model_checkpoint_paths?:\s*"((?:[^"\\]|\\.)*)"', text, re.MULTILINE
+    )
     seen, out = set(), []
     for raw in prefixes:
         prefix = Path(raw) if Path(raw).is_absolute() else index_file.parent / raw
@@ -247,8 +315,11 @@ def _tf_candidates(index_file: Path) -> list[Found]:
         seen.add(prefix)
         m = re.search(r"-(\d+)$", prefix.name)
         files = tuple(sorted(prefix.parent.glob(prefix.name + ".*")))
-        out.append(Found(prefix, "tensorflow", int(m.group(1)) if m else None, files,
-                         "name" if m else "none"))
+        out.append(
+            Found(
+                prefix, "tensorflow", int(m.group(1)) if m else None, files, "name" if m else "none"
+            )
+        )
     return out
 
 
@@ -351,8 +422,15 @@ def _verify_legacy_torch(path: Path) -> str | None:
 
 # --- pickle metadata, read without unpickling ------------------------------------------------------
 _INT_OPS = {"BININT", "BININT1", "BININT2", "LONG1", "LONG4", "INT", "LONG"}
-_STR_OPS = {"BINUNICODE", "SHORT_BINUNICODE", "UNICODE", "BINUNICODE8", "SHORT_BINSTRING",
-            "BINSTRING", "STRING"}
+_STR_OPS = {
+    "BINUNICODE",
+    "SHORT_BINUNICODE",
+    "UNICODE",
+    "BINUNICODE8",
+    "SHORT_BINSTRING",
+    "BINSTRING",
+    "STRING",
+}
 _MEMO_OPS = {"BINPUT", "LONG_BINPUT", "PUT", "MEMOIZE"}
 _MAX_OPS = 500_000
 
@@ -380,8 +458,12 @@ def _pickled_step(f: IO[bytes], steps_per_epoch: int | None = None) -> int | Non
                 break
             if op.name in _MEMO_OPS:
                 continue
-            if (pending is not None and op.name in _INT_OPS and isinstance(arg, int)
-                    and not isinstance(arg, bool)):
+            if (
+                pending is not None
+                and op.name in _INT_OPS
+                and isinstance(arg, int)
+                and not isinstance(arg, bool)
+            ):
                 found.setdefault(pending, arg)
             pending = arg if op.name in _STR_OPS and arg in (*STEP_KEYS, "epoch") else None
             if "global_step" in found:
@@ -427,7 +509,10 @@ def _safetensors_header(path: Path) -> tuple[dict | None, str | None]:
             return None, "shorter than the 8-byte header length: truncated"
         (n,) = struct.unpack("<Q", raw)
         if n == 0 or n > MAX_SAFETENSORS_HEADER or 8 + n > size:
-            return None, f"header length {n} does not fit the file ({size} bytes): truncated or corrupt"
+            return (
+                None,
+                f"header length {n} does not fit the file ({size} bytes): truncated or corrupt",
+            )
         try:
             header = json.loads(f.read(n))
         except (UnicodeDecodeError, json.JSONDecodeError):
@@ -451,8 +536,9 @@ def _safetensors_header(path: Path) -> tuple[dict | None, str | None]:
             return None, f"tensor {name!r} has an invalid byte range: corrupt"
         end_max = max(end_max, end)
     if end_max > data_len:
-        return None, (f"header promises {end_max} bytes of tensor data, the file holds {data_len}: "
-                      "truncated")
+        return None, (
+            f"header promises {end_max} bytes of tensor data, the file holds {data_len}: truncated"
+        )
     if end_max < data_len:
         return None, f"{data_len - end_max} bytes after the last tensor: corrupt"
     return header, None
@@ -576,8 +662,10 @@ def _tf_extents(prefix: Path, index: Path, total: int) -> str | None:
             shard = prefix.parent / f"{prefix.name}.data-{t.shard:05d}-of-{total:05d}"
             sizes[t.shard] = shard.stat().st_size if shard.is_file() else -1
         if t.offset + t.size > sizes[t.shard]:
-            return (f"data shard {t.shard} is cut short: tensor {t.tensor!r} needs bytes up to "
-                    f"{t.offset + t.size}, the file has {max(sizes[t.shard], 0)}")
+            return (
+                f"data shard {t.shard} is cut short: tensor {t.tensor!r} needs bytes up to "
+                f"{t.offset + t.size}, the file has {max(sizes[t.shard], 0)}"
+            )
     return None
 
 

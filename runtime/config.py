@@ -54,21 +54,32 @@ def nightshift_home() -> Path:
 
 
 class StoreSettings(BaseModel):
-    url: str | None = Field(None, description="SQLAlchemy URL; default sqlite:///$NIGHTSHIFT_HOME/nightshift.db")
-    busy_timeout_s: float = Field(30.0, gt=0, description="How long a write waits for another process's lock")
+    url: str | None = Field(
+        None, description="SQLAlchemy URL; default sqlite:///$NIGHTSHIFT_HOME/nightshift.db"
+    )
+    busy_timeout_s: float = Field(
+        30.0, gt=0, description="How long a write waits for another process's lock"
+    )
 
 
 class AuditSettings(BaseModel):
     """How far the audit anchor may trail the log (policies/audit.py: group commit)."""
 
-    anchor_every_events: int = Field(1000, ge=1, description="Rewrite the anchor after this many events")
-    anchor_lag_s: float = Field(0.2, ge=0, description="…or this long after an event; 0: every event")
+    anchor_every_events: int = Field(
+        1000, ge=1, description="Rewrite the anchor after this many events"
+    )
+    anchor_lag_s: float = Field(
+        0.2, ge=0, description="…or this long after an event; 0: every event"
+    )
 
 
 class ExecutorSettings(BaseModel):
-    kind: Literal["local", "docker"] = Field("local", description="local processes, or Docker "
-                                             "containers for specs that name an image")
-    runs_dir: str | None = Field(None, description="Where attempt logs go; default $NIGHTSHIFT_HOME/runs")
+    kind: Literal["local", "docker"] = Field(
+        "local", description="local processes, or Docker containers for specs that name an image"
+    )
+    runs_dir: str | None = Field(
+        None, description="Where attempt logs go; default $NIGHTSHIFT_HOME/runs"
+    )
     stop_grace_s: float = 10.0
     docker_url: str | None = Field(None, description="Docker engine socket; default $DOCKER_HOST")
     network_mode: str = Field("none", description="Container network unless the spec names one")
@@ -77,7 +88,9 @@ class ExecutorSettings(BaseModel):
 
 class GpuSettings(BaseModel):
     probe: Literal["auto", "nvml", "nvidia-smi", "inventory", "none"] = "auto"
-    inventory: str | None = Field(None, description="Declared inventory file (YAML) for the inventory probe")
+    inventory: str | None = Field(
+        None, description="Declared inventory file (YAML) for the inventory probe"
+    )
     nvidia_smi: str = "nvidia-smi"
 
 
@@ -93,29 +106,46 @@ class HealthThresholds(BaseModel):
 
 
 class PolicySettings(BaseModel):
-    file: str | None = Field(None, description="Policy YAML; default: the shipped policies/default.yaml")
+    file: str | None = Field(
+        None, description="Policy YAML; default: the shipped policies/default.yaml"
+    )
     principal: str | None = Field(None, description="Name for the local OS user; default: $USER")
 
 
 class LoopSettings(BaseModel):
     poll_interval_s: float = 0.5
     cpu_slots: int = Field(1, ge=1, description="CPU-only jobs that may run at once")
-    health_interval_min: float = Field(10.0, gt=0, description="The daemon checks GPU health this often")
+    health_interval_min: float = Field(
+        10.0, gt=0, description="The daemon checks GPU health this often"
+    )
 
 
 class SchedulerSettings(BaseModel):
     """How placement weighs and holds queued work (see runtime/placement.py)."""
 
-    aging_per_hour: float = Field(1.0, ge=0, description="Priority points a waiting job gains per hour")
-    preempt_margin: int | None = Field(None, ge=1, description="Pause a running pausable job for a "
-                                       "waiting one this much more urgent; None: never preempt")
+    aging_per_hour: float = Field(
+        1.0, ge=0, description="Priority points a waiting job gains per hour"
+    )
+    preempt_margin: int | None = Field(
+        None,
+        ge=1,
+        description="Pause a running pausable job for a "
+        "waiting one this much more urgent; None: never preempt",
+    )
     preempt_max_per_call: int = Field(4, ge=1)
-    default_duration_min: float = Field(60.0, gt=0, description="For jobs with no expectation or history")
-    cost_threshold_per_kwh: float | None = Field(None, ge=0, description="cost_sensitive jobs start "
-                                                 "at or below this price; None: the cheapest band")
+    default_duration_min: float = Field(
+        60.0, gt=0, description="For jobs with no expectation or history"
+    )
+    cost_threshold_per_kwh: float | None = Field(
+        None,
+        ge=0,
+        description="cost_sensitive jobs start at or below this price; None: the cheapest band",
+    )
     tariff_horizon_h: float = Field(168.0, gt=0)
     long_job_start_grace_min: float = Field(30.0, ge=0)
-    display_tz: str | None = Field(None, description="Zone for times in hold reasons; default: the tariff's")
+    display_tz: str | None = Field(
+        None, description="Zone for times in hold reasons; default: the tariff's"
+    )
 
 
 class Settings(BaseSettings):
@@ -129,8 +159,10 @@ class Settings(BaseSettings):
         validate_default=False,  # BaseSettings' default is True; these defaults are ours, and valid
     )
 
-    home: str = Field(default_factory=lambda: str(nightshift_home()),
-                      description="The state folder: $NIGHTSHIFT_HOME, default ~/.nightshift")
+    home: str = Field(
+        default_factory=lambda: str(nightshift_home()),
+        description="The state folder: $NIGHTSHIFT_HOME, default ~/.nightshift",
+    )
     store: StoreSettings = StoreSettings()
     audit: AuditSettings = AuditSettings()
     executor: ExecutorSettings = ExecutorSettings()
@@ -140,7 +172,9 @@ class Settings(BaseSettings):
     loop: LoopSettings = LoopSettings()
     scheduler: SchedulerSettings = SchedulerSettings()
     retry: Backoff = Backoff()
-    tariff: Tariff | None = Field(None, description="Time-of-use price windows; None: no tariff holds")
+    tariff: Tariff | None = Field(
+        None, description="Time-of-use price windows; None: no tariff holds"
+    )
 
     @field_validator("home", mode="before")
     @classmethod
@@ -173,8 +207,9 @@ class Settings(BaseSettings):
             return (init_settings,)
         env_vars = getattr(env_settings, "env_vars", None)
         if isinstance(env_vars, dict):  # it matches every variable against every field: only ours
-            env_settings.env_vars = {k: v for k, v in env_vars.items()  # type: ignore[attr-defined]
-                                     if k.upper().startswith(ENV_PREFIX)}
+            env_settings.env_vars = {  # type: ignore[attr-defined]  # EnvSettingsSource's
+                k: v for k, v in env_vars.items() if k.upper().startswith(ENV_PREFIX)
+            }
         sources: list[Any] = [init_settings, _Recorded(env_settings, load.env, _env_failure)]
         if load.file is not None:
             sources.append(_Recorded(_YamlFile(settings_cls, yaml_file=load.file), load.from_file))
@@ -197,8 +232,12 @@ _LOADING: ContextVar[_Load | None] = ContextVar("nightshift_settings_load", defa
 class _Recorded:
     """A settings source whose values are kept for `load_settings_with_sources`."""
 
-    def __init__(self, source: Callable[[], dict[str, Any]], into: dict[str, Any],
-                 on_error: Callable[[SettingsError], ConfigError] | None = None):
+    def __init__(
+        self,
+        source: Callable[[], dict[str, Any]],
+        into: dict[str, Any],
+        on_error: Callable[[SettingsError], ConfigError] | None = None,
+    ):
         self.source, self.into, self.on_error = source, into, on_error
         self.__name__ = type(source).__name__
 
@@ -231,8 +270,10 @@ class _YamlFile(YamlConfigSettingsSource):
         if not isinstance(loaded, dict) or not all(isinstance(k, str) for k in loaded):
             raise ConfigError(f"{file_path}: expected a mapping of sections")
         if "home" in loaded:
-            raise ConfigError(f"{file_path}: 'home' cannot be set in the config file, which lives "
-                              "in it; set NIGHTSHIFT_HOME")
+            raise ConfigError(
+                f"{file_path}: 'home' cannot be set in the config file, which lives "
+                "in it; set NIGHTSHIFT_HOME"
+            )
         # `loop:` with nothing under it is the section at its defaults, as is leaving it out.
         return {section: values for section, values in loaded.items() if values is not None}
 
@@ -244,7 +285,10 @@ def _env_names() -> dict[str, str]:
 
 def _env_vars_for(section: str, names: dict[str, str] | None = None) -> list[str]:
     """The environment variables (as spelled there) that set config section `section`."""
-    whole, nested = f"{ENV_PREFIX}{section}".upper(), f"{ENV_PREFIX}{section}{ENV_DELIMITER}".upper()
+    whole, nested = (
+        f"{ENV_PREFIX}{section}".upper(),
+        f"{ENV_PREFIX}{section}{ENV_DELIMITER}".upper(),
+    )
     names = _env_names() if names is None else names
     return sorted(k for up, k in names.items() if up == whole or up.startswith(nested))
 
@@ -266,7 +310,10 @@ def _env_failure(exc: SettingsError) -> ConfigError:
 
 def _env_name(section: str, key: str, names: dict[str, str]) -> str:
     """The variable that set `section.key`: NIGHTSHIFT_SECTION__KEY, or the whole section's."""
-    nested, whole = f"{ENV_PREFIX}{section}{ENV_DELIMITER}{key}".upper(), f"{ENV_PREFIX}{section}".upper()
+    nested, whole = (
+        f"{ENV_PREFIX}{section}{ENV_DELIMITER}{key}".upper(),
+        f"{ENV_PREFIX}{section}".upper(),
+    )
     return names.get(nested) or names.get(whole, whole)
 
 
@@ -282,7 +329,9 @@ def _origins(load: _Load) -> dict[str, str]:
     for section, values in load.env.items():
         if section == "home":
             continue  # the state folder: NIGHTSHIFT_HOME, which load_settings passes itself
-        out[section] = f"env {', '.join(_env_vars_for(section, names)) or ENV_PREFIX + section.upper()}"
+        out[section] = (
+            f"env {', '.join(_env_vars_for(section, names)) or ENV_PREFIX + section.upper()}"
+        )
         for k in values if isinstance(values, dict) else ():
             out[f"{section}.{k}"] = f"env {_env_name(section, k, names)}"
     return out

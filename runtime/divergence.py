@@ -26,14 +26,17 @@ class Divergence:
     why: str
 
 
-def first_divergence(spec: MetricSpec, points: Sequence[tuple[int, str, float]]) -> Divergence | None:
+def first_divergence(
+    spec: MetricSpec, points: Sequence[tuple[int, str, float]]
+) -> Divergence | None:
     """The first divergence in this attempt's points (step, name, value), in the order logged:
     whichever comes first, a non-finite value or the onset of an explosion before it."""
     return scan(spec, points, None)[0]
 
 
-def scan(spec: MetricSpec, points: Sequence[tuple[int, str, float]],
-         state: dict[str, Any] | None) -> tuple[Divergence | None, dict[str, Any]]:
+def scan(
+    spec: MetricSpec, points: Sequence[tuple[int, str, float]], state: dict[str, Any] | None
+) -> tuple[Divergence | None, dict[str, Any]]:
     """first_divergence over points that arrive a few at a time: `state` (JSON, None at the start
     of an attempt) carries the running minimum and the last window between calls, so each tick
     costs the new points only, however long the run."""
@@ -51,16 +54,21 @@ def scan(spec: MetricSpec, points: Sequence[tuple[int, str, float]],
             break
         if name != spec.name or spec.mode != "min":
             continue
-        recent = [*recent, [step, value]][-rule.window:]
+        recent = [*recent, [step, value]][-rule.window :]
         smooth = sum(v for _, v in recent) / len(recent)
         if best is not None and best > 0 and smooth > rule.k * best:
-            onset, first = next(((int(s), v) for s, v in recent if v > rule.k * best),
-                                (step, value))
-            found = Divergence(onset, spec.name, first,
-                               f"{spec.name} averaged over the last {len(recent)} points is "
-                               f"{smooth:.4g} at step {step}, {smooth / best:.3g}x its running "
-                               f"minimum {best:.4g} (k = {rule.k:g}); first above the limit at "
-                               f"step {onset} ({first:.4g})")
+            onset, first = next(
+                ((int(s), v) for s, v in recent if v > rule.k * best), (step, value)
+            )
+            found = Divergence(
+                onset,
+                spec.name,
+                first,
+                f"{spec.name} averaged over the last {len(recent)} points is "
+                f"{smooth:.4g} at step {step}, {smooth / best:.3g}x its running "
+                f"minimum {best:.4g} (k = {rule.k:g}); first above the limit at "
+                f"step {onset} ({first:.4g})",
+            )
             break
         # the running minimum counts full windows only: the first few points of a run (or of a
         # resumed attempt) are single noisy batches, and their minimum is no baseline

@@ -97,8 +97,11 @@ def _ts_ns(raw: bytes) -> int | None:
     base = calendar.timegm(time.strptime(m.group(1).decode(), "%Y-%m-%dT%H:%M:%S"))
     frac = int((m.group(2) or b"0").ljust(9, b"0"))
     zone = m.group(3)
-    offset = 0 if zone == b"Z" else (int(zone[1:3]) * 3600 + int(zone[4:6]) * 60) * (
-        1 if zone[:1] == b"+" else -1)
+    offset = (
+        0
+        if zone == b"Z"
+        else (int(zone[1:3]) * 3600 + int(zone[4:6]) * 60) * (1 if zone[:1] == b"+" else -1)
+    )
     return (base - offset) * 10**9 + frac
 
 
@@ -115,10 +118,16 @@ class DockerExecutor:
 
     kind = "docker"
 
-    def __init__(self, runs_dir: Path | str, base_url: str | None = None,
-                 network_mode: str = "none", stop_grace_s: float = 10.0,
-                 pids_limit: int | None = None, init: bool = True,
-                 follow_logs: bool = True) -> None:
+    def __init__(
+        self,
+        runs_dir: Path | str,
+        base_url: str | None = None,
+        network_mode: str = "none",
+        stop_grace_s: float = 10.0,
+        pids_limit: int | None = None,
+        init: bool = True,
+        follow_logs: bool = True,
+    ) -> None:
         """`base_url` is the engine's socket (`unix:///path/docker.sock`); None: `$DOCKER_HOST`,
         else the default socket. `network_mode` is used when a request names none. `init` runs
         Docker's init as PID 1, so the run gets stop signals and its zombies are reaped."""
@@ -173,7 +182,8 @@ class DockerExecutor:
                 raise OperatorError(
                     f"image {req.image!r} for run {req.key} is not on the Docker engine at "
                     f"{self.url}: build or load it; images are not pulled (`docker build`, "
-                    "`docker load`, or `docker pull` it yourself)") from exc
+                    "`docker load`, or `docker pull` it yourself)"
+                ) from exc
             except docker.errors.APIError as exc:
                 if exc.status_code != 409:  # 409: the name is taken, by a concurrent start
                     raise
@@ -181,7 +191,8 @@ class DockerExecutor:
                 if found is None:
                     raise SkillFailed(
                         f"container name {kwargs['name']} is taken by a container that is not "
-                        f"run {req.key}'s; remove it (`docker rm {kwargs['name']}`)") from exc
+                        f"run {req.key}'s; remove it (`docker rm {kwargs['name']}`)"
+                    ) from exc
                 return found
         return self._handle_of(container)
 
@@ -196,29 +207,41 @@ class DockerExecutor:
                     f"run {req.key} asks for GPUs {req.gpus}, but the Docker engine at "
                     f"{self.url} cannot give them ({reason}): install the NVIDIA Container "
                     "Toolkit, run `nvidia-ctk runtime configure --runtime=docker` and restart "
-                    "dockerd, or run without GPUs") from exc
+                    "dockerd, or run without GPUs"
+                ) from exc
             if 'exec: "' in reason and ("not found" in reason or "no such file" in reason):
                 raise OperatorError(
                     f"program {req.argv[0]!r} for run {req.key} is not in image {req.image!r} "
-                    f"({reason}): fix the command or the image") from exc
+                    f"({reason}): fix the command or the image"
+                ) from exc
             raise SkillFailed(f"Docker could not start run {req.key}: {reason}") from exc
 
     def _create_kwargs(self, req: LaunchRequest) -> dict[str, Any]:
         log_path = os.path.abspath(Path(req.log_path).expanduser())
         kwargs: dict[str, Any] = {
-            "image": req.image, "command": list(req.argv), "name": container_name(req.key),
+            "image": req.image,
+            "command": list(req.argv),
+            "name": container_name(req.key),
             "labels": {**req.labels, KEY_LABEL: req.key, LOG_LABEL: log_path},
-            "environment": self._env(req), "working_dir": req.cwd,
-            "network_mode": req.network_mode or self.network_mode, "init": self.init,
-            "mounts": [docker.types.Mount(target=m["target"], source=m["source"], type="bind",
-                                          read_only=m["read_only"])
-                       for m in self._mounts(req, check_host=True)],
+            "environment": self._env(req),
+            "working_dir": req.cwd,
+            "network_mode": req.network_mode or self.network_mode,
+            "init": self.init,
+            "mounts": [
+                docker.types.Mount(
+                    target=m["target"], source=m["source"], type="bind", read_only=m["read_only"]
+                )
+                for m in self._mounts(req, check_host=True)
+            ],
         }
         if req.user:
             kwargs["user"] = req.user
         if req.gpus:
-            kwargs["device_requests"] = [docker.types.DeviceRequest(
-                driver="nvidia", device_ids=[str(g) for g in req.gpus], capabilities=[["gpu"]])]
+            kwargs["device_requests"] = [
+                docker.types.DeviceRequest(
+                    driver="nvidia", device_ids=[str(g) for g in req.gpus], capabilities=[["gpu"]]
+                )
+            ]
         if req.memory_gb is not None:
             kwargs["mem_limit"] = int(req.memory_gb * GIB)
         if req.shm_gb is not None:
@@ -237,11 +260,13 @@ class DockerExecutor:
         if not req.image:
             raise OperatorError(
                 f"run {req.key} names no image, and the docker executor runs every request in a "
-                "container: give the spec an image, or use the local executor")
+                "container: give the spec an image, or use the local executor"
+            )
         if not req.cwd.startswith("/"):
             raise OperatorError(
                 f"working directory {req.cwd!r} for run {req.key} must be an absolute path inside "
-                "the container (e.g. /workspace)")
+                "the container (e.g. /workspace)"
+            )
         for name, value in (("memory_gb", req.memory_gb), ("shm_gb", req.shm_gb)):
             if value is not None and not (value > 0 and math.isfinite(value)):
                 raise OperatorError(f"{name} for run {req.key} must be a positive number of GiB")
@@ -256,23 +281,28 @@ class DockerExecutor:
             if not isinstance(source, str) or not isinstance(target, str):
                 raise OperatorError(
                     f"mounts[{i}] of run {req.key} needs a host `source` and a container "
-                    f"`target` path, got {m!r}")
+                    f"`target` path, got {m!r}"
+                )
             if not target.startswith("/"):
                 raise OperatorError(
                     f"mounts[{i}] of run {req.key}: target {target!r} must be an absolute path "
-                    "inside the container")
+                    "inside the container"
+                )
             mode = m.get("mode")
             read_only = m.get("read_only", mode != "rw" if mode else True)
             if not isinstance(read_only, bool):
-                raise OperatorError(f"mounts[{i}] of run {req.key}: read_only must be true or "
-                                    f"false, got {read_only!r}")
+                raise OperatorError(
+                    f"mounts[{i}] of run {req.key}: read_only must be true or "
+                    f"false, got {read_only!r}"
+                )
             host = Path(source).expanduser()
             if check_host:
                 host = host.resolve()
                 if not host.exists():
                     raise OperatorError(
                         f"mounts[{i}] of run {req.key}: host path {str(host)!r} does not exist; "
-                        "create it or fix the mount's source")
+                        "create it or fix the mount's source"
+                    )
             out.append({"source": str(host), "target": target, "read_only": read_only})
         return out
 
@@ -295,9 +325,13 @@ class DockerExecutor:
         with self._errors(f"inspecting container {h.name}"):
             container = self._get(h.container_id)
             if container is None:
-                return RunStatus(state="lost", detail=(
-                    f"container {h.name} is gone (removed with `docker rm`, or the engine lost "
-                    "it); its exit code and the output not yet copied are lost"))
+                return RunStatus(
+                    state="lost",
+                    detail=(
+                        f"container {h.name} is gone (removed with `docker rm`, or the engine lost "
+                        "it); its exit code and the output not yet copied are lost"
+                    ),
+                )
             self._copy_logs(h)
         return self._status(h, container.attrs["State"])
 
@@ -308,20 +342,32 @@ class DockerExecutor:
                 self._follow(h)
             return RunStatus(state="running", detail=None if status == "running" else status)
         if status == "created":
-            return RunStatus(state="lost", detail=(
-                f"container {h.name} was created but never started"
-                + (f" ({state['Error']})" if state.get("Error") else "")))
+            return RunStatus(
+                state="lost",
+                detail=(
+                    f"container {h.name} was created but never started"
+                    + (f" ({state['Error']})" if state.get("Error") else "")
+                ),
+            )
         code = state.get("ExitCode")
         if state.get("OOMKilled"):
-            return RunStatus(state="exited", exit_code=code, detail=(
-                "out of memory: the kernel's OOM killer ended the container at its memory limit "
-                "(raise memory_gb, or lower the batch size)"))
+            return RunStatus(
+                state="exited",
+                exit_code=code,
+                detail=(
+                    "out of memory: the kernel's OOM killer ended the container at its memory limit "
+                    "(raise memory_gb, or lower the batch size)"
+                ),
+            )
         stopped = self._read_state(h).stopped_grace_s
         if stopped is not None and code in _SIGNAL_EXITS:
-            how = ("SIGTERM" if code == 143 else
-                   f"SIGKILL after SIGTERM and {stopped:g} s of grace")
-            return RunStatus(state="exited", exit_code=code, signal=_SIGNAL_EXITS[code],
-                             detail=f"stopped by nightshift ({how})")
+            how = "SIGTERM" if code == 143 else f"SIGKILL after SIGTERM and {stopped:g} s of grace"
+            return RunStatus(
+                state="exited",
+                exit_code=code,
+                signal=_SIGNAL_EXITS[code],
+                detail=f"stopped by nightshift ({how})",
+            )
         detail = state.get("Error") or None
         if code == 127 and detail is None:
             detail = "command not found in the image (exit code 127); see the log"
@@ -372,10 +418,17 @@ class DockerExecutor:
         """The equivalent `docker run` line, for a dry run; for display only, never executed."""
         self._validate(req)
         args = ["docker"] + (["-H", self.base_url] if self.base_url else [])
-        args += ["run", "--detach", "--name", container_name(req.key),
-                 "--label", f"{KEY_LABEL}={req.key}"]
-        args += [a for k, v in req.labels.items() if k != KEY_LABEL
-                 for a in ("--label", f"{k}={v}")]
+        args += [
+            "run",
+            "--detach",
+            "--name",
+            container_name(req.key),
+            "--label",
+            f"{KEY_LABEL}={req.key}",
+        ]
+        args += [
+            a for k, v in req.labels.items() if k != KEY_LABEL for a in ("--label", f"{k}={v}")
+        ]
         if self.init:
             args.append("--init")
         args += ["--network", req.network_mode or self.network_mode]
@@ -392,8 +445,11 @@ class DockerExecutor:
             args += ["--user", req.user]
         args += ["--workdir", req.cwd]
         for m in self._mounts(req, check_host=False):
-            args += ["--mount", f"type=bind,source={m['source']},target={m['target']}"
-                     + (",readonly" if m["read_only"] else "")]
+            args += [
+                "--mount",
+                f"type=bind,source={m['source']},target={m['target']}"
+                + (",readonly" if m["read_only"] else ""),
+            ]
         shown = []
         for k, v in req.env.items():
             shown += ["-e", f"{k}=***" if _SECRET_RE.search(k) else f"{k}={v}"]
@@ -408,9 +464,15 @@ class DockerExecutor:
         with locks.exclusive(self.state_dir / f"{h.name}.lock"):
             state = self._read_state(h)
             since = state.cut_ns // 10**9
-            stream = self._docker().api.logs(h.container_id, stdout=True, stderr=True,
-                                             timestamps=True, stream=True, follow=False,
-                                             since=since if since > 0 else None)
+            stream = self._docker().api.logs(
+                h.container_id,
+                stdout=True,
+                stderr=True,
+                timestamps=True,
+                stream=True,
+                follow=False,
+                since=since if since > 0 else None,
+            )
             seen = Counter(state.recent)
             copied = list(state.recent)
             out = bytearray()
@@ -447,8 +509,9 @@ class DockerExecutor:
         thread = self._followers.get(h.container_id)
         if self._closed.is_set() or (thread is not None and thread.is_alive()):
             return
-        thread = threading.Thread(target=self._follow_loop, args=(h,), daemon=True,
-                                  name=f"nightshift-docker-logs-{h.key}")
+        thread = threading.Thread(
+            target=self._follow_loop, args=(h,), daemon=True, name=f"nightshift-docker-logs-{h.key}"
+        )
         self._followers[h.container_id] = thread
         thread.start()
 
@@ -484,7 +547,8 @@ class DockerExecutor:
         except ValidationError as exc:
             raise OperatorError(
                 f"log copy state {str(path)!r} is unreadable ({exc.errors()[0]['msg']}); remove "
-                "it and the run's output is copied again from the start") from exc
+                "it and the run's output is copied again from the start"
+            ) from exc
 
     def _write_state(self, h: DockerHandle, state: _CopyState) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -507,7 +571,8 @@ class DockerExecutor:
             if docker is None:
                 raise OperatorError(
                     "the docker executor needs the Docker SDK for Python: "
-                    "`pip install 'nightshift[docker]'`")
+                    "`pip install 'nightshift[docker]'`"
+                )
             sock = self.url.removeprefix("unix://")
             if self.url.startswith("unix://") and not os.path.exists(sock):
                 raise self._unreachable(FileNotFoundError(f"no socket at {sock}"))
@@ -521,7 +586,8 @@ class DockerExecutor:
         return OperatorError(
             f"cannot reach the Docker engine at {self.url} ({exc}): start dockerd (e.g. "
             "`systemctl start docker`), make sure this user may use its socket (root or the "
-            "docker group), or point the executor at the right socket")
+            "docker group), or point the executor at the right socket"
+        )
 
     @contextmanager
     def _errors(self, what: str) -> Iterator[None]:
@@ -545,8 +611,13 @@ class DockerExecutor:
     def _handle_of(container: Any) -> dict[str, Any]:
         labels = container.labels
         image = container.attrs.get("Config", {}).get("Image") or ""
-        return DockerHandle(key=labels[KEY_LABEL], container_id=container.id, name=container.name,
-                            image=image, log_path=labels[LOG_LABEL]).model_dump()
+        return DockerHandle(
+            key=labels[KEY_LABEL],
+            container_id=container.id,
+            name=container.name,
+            image=image,
+            log_path=labels[LOG_LABEL],
+        ).model_dump()
 
     @staticmethod
     def _handle(handle: dict[str, Any]) -> DockerHandle:
@@ -554,7 +625,8 @@ class DockerExecutor:
         if kind != "docker":
             raise OperatorError(
                 f"handle is for the {kind!r} executor, not 'docker'; the attempt was started by "
-                "another executor: configure that one to manage it")
+                "another executor: configure that one to manage it"
+            )
         try:
             return DockerHandle.model_validate(handle)
         except ValidationError as exc:

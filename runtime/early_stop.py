@@ -13,8 +13,9 @@ def _better(a: float, b: float, mode: Mode, min_delta: float) -> bool:
     return a < b - min_delta if mode == "min" else a > b + min_delta
 
 
-def patience_exhausted(values: list[float | None], *, mode: Mode, patience: int,
-                       min_delta: float = 0.0) -> str | None:
+def patience_exhausted(
+    values: list[float | None], *, mode: Mode, patience: int, min_delta: float = 0.0
+) -> str | None:
     """Why to stop when the last `patience` evaluations brought no improvement greater than
     `min_delta` over the best before them; None while the run is still improving. NaN/None values
     count as no improvement (divergence is tune_lr's business, not this rule's)."""
@@ -27,12 +28,15 @@ def patience_exhausted(values: list[float | None], *, mode: Mode, patience: int,
     best = min(finite_before) if mode == "min" else max(finite_before)
     if any(v is not None and _better(v, best, mode, min_delta) for v in recent):
         return None
-    return (f"no improvement of the metric by more than {min_delta:g} in the last {patience} "
-            f"evaluations (best {best:.6g} before them)")
+    return (
+        f"no improvement of the metric by more than {min_delta:g} in the last {patience} "
+        f"evaluations (best {best:.6g} before them)"
+    )
 
 
-def median_rule(own_best: float, sibling_bests: list[float], *, mode: Mode,
-                min_siblings: int = 3) -> str | None:
+def median_rule(
+    own_best: float, sibling_bests: list[float], *, mode: Mode, min_siblings: int = 3
+) -> str | None:
     """Stop a trial whose best so far is worse than the median of its siblings' bests at the same
     step (the median stopping rule of Google Vizier); needs `min_siblings` to compare against."""
     if len(sibling_bests) < min_siblings:
@@ -41,5 +45,7 @@ def median_rule(own_best: float, sibling_bests: list[float], *, mode: Mode,
     worse = own_best > m if mode == "min" else own_best < m
     if not worse:
         return None
-    return (f"best {own_best:.6g} is worse than the median {m:.6g} of {len(sibling_bests)} "
-            "sibling trials at the same step")
+    return (
+        f"best {own_best:.6g} is worse than the median {m:.6g} of {len(sibling_bests)} "
+        "sibling trials at the same step"
+    )

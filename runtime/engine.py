@@ -32,12 +32,18 @@ from nightshift.runtime.store import Attempt, CheckpointRecord, Job, MetricPoint
 
 ACTIVE = ("queued", "running")
 # How a job stands after an attempt the loop ended on purpose (anything else unclean: failed).
-JOB_STATE_AFTER = {"early_stopped": "succeeded", "paused": "paused", "preempted": "paused",
-                   "cancelled": "cancelled"}
+JOB_STATE_AFTER = {
+    "early_stopped": "succeeded",
+    "paused": "paused",
+    "preempted": "paused",
+    "cancelled": "cancelled",
+}
 EventSink = Callable[[str, dict[str, Any]], None]
 
 
-def attempt_energy(spec: ExperimentSpec, start: datetime, end: datetime) -> tuple[float | None, str]:
+def attempt_energy(
+    spec: ExperimentSpec, start: datetime, end: datetime
+) -> tuple[float | None, str]:
     """kWh of one attempt from the spec's declared draw; None where nothing measures or declares
     it (a GPU's own energy counter, where one exists, is read by the health check samples)."""
     if spec.resources.power_w is None:
@@ -72,9 +78,15 @@ def metric_roots(paths: dict[str, Path]) -> list[Path]:
 
 
 class Engine:
-    def __init__(self, store: Store, executor: Executor, settings: Settings,
-                 on_event: EventSink | None = None, clock: Callable[[], datetime] = utcnow,
-                 paused: Callable[[], str | None] = lambda: None):
+    def __init__(
+        self,
+        store: Store,
+        executor: Executor,
+        settings: Settings,
+        on_event: EventSink | None = None,
+        clock: Callable[[], datetime] = utcnow,
+        paused: Callable[[], str | None] = lambda: None,
+    ):
         self.store, self.executor, self.settings = store, executor, settings
         self.on_event = on_event or (lambda action, payload: None)
         self.clock = clock
@@ -127,8 +139,13 @@ class Engine:
             self._thread.join()
             self._thread = None
 
-    def run_until_settled(self, job_ids: Iterable[int], *, on_tick: Callable[[], None] | None = None,
-                          deadline_s: float | None = None) -> dict[int, str]:
+    def run_until_settled(
+        self,
+        job_ids: Iterable[int],
+        *,
+        on_tick: Callable[[], None] | None = None,
+        deadline_s: float | None = None,
+    ) -> dict[int, str]:
         """Until none of `job_ids` is queued or running (ticking here unless a background loop
         does); returns their final states."""
         ids = list(job_ids)
@@ -156,15 +173,25 @@ class Engine:
         daemon, which passes them through the policy gate."""
         sched = self.settings.scheduler
         snap = load_snapshot(
-            self.store, now, cpu_slots=self.settings.loop.cpu_slots, backoff=self.settings.retry,
-            tariff=self.settings.tariff, cost_threshold=sched.cost_threshold_per_kwh,
-            aging_per_hour=sched.aging_per_hour, preempt_margin=sched.preempt_margin,
+            self.store,
+            now,
+            cpu_slots=self.settings.loop.cpu_slots,
+            backoff=self.settings.retry,
+            tariff=self.settings.tariff,
+            cost_threshold=sched.cost_threshold_per_kwh,
+            aging_per_hour=sched.aging_per_hour,
+            preempt_margin=sched.preempt_margin,
             default_duration_s=sched.default_duration_min * 60,
-            scope=self.scope() if self.scope is not None else None)
-        snap = snap.model_copy(update={
-            "tariff_horizon_h": sched.tariff_horizon_h, "preempt_max_per_call": sched.preempt_max_per_call,
-            "long_job_start_grace_s": sched.long_job_start_grace_min * 60,
-            "display_tz": sched.display_tz})
+            scope=self.scope() if self.scope is not None else None,
+        )
+        snap = snap.model_copy(
+            update={
+                "tariff_horizon_h": sched.tariff_horizon_h,
+                "preempt_max_per_call": sched.preempt_max_per_call,
+                "long_job_start_grace_s": sched.long_job_start_grace_min * 60,
+                "display_tz": sched.display_tz,
+            }
+        )
         if not snap.pending and not snap.running:
             return {}
         decision = place(snap)
@@ -180,8 +207,9 @@ class Engine:
         """Stop a job's live attempt at its last checkpoint; the job becomes `paused` and the
         recover playbook requeues it from that checkpoint. False when nothing was running."""
         with self.store.session() as s:
-            att = s.exec(select(Attempt).where(Attempt.job_id == job_id,
-                                               Attempt.state == "running")).first()
+            att = s.exec(
+                select(Attempt).where(Attempt.job_id == job_id, Attempt.state == "running")
+            ).first()
         if att is None:
             return False
         self._stop_for(att, now, outcome, why)
@@ -211,42 +239,71 @@ class Engine:
             spec = ExperimentSpec.model_validate(job.spec)
             log_path = paths["workspace"] / f"attempt-{number}.log"
             cursor = metric_sources.start_cursor(
-                spec.metrics, log_path=log_path, metrics_file=paths["metrics_file"],
-                search_roots=metric_roots(paths), min_step=job.resume_step or 0)
-            att = Attempt(job_id=job_id, number=number, gpus=gpus, params=dict(job.params),
-                          start_step=job.resume_step or 0, started_at=now, last_progress_at=now,
-                          metrics_cursor={"metrics": cursor}, log_path=str(log_path))
+                spec.metrics,
+                log_path=log_path,
+                metrics_file=paths["metrics_file"],
+                search_roots=metric_roots(paths),
+                min_step=job.resume_step or 0,
+            )
+            att = Attempt(
+                job_id=job_id,
+                number=number,
+                gpus=gpus,
+                params=dict(job.params),
+                start_step=job.resume_step or 0,
+                started_at=now,
+                last_progress_at=now,
+                metrics_cursor={"metrics": cursor},
+                log_path=str(log_path),
+            )
             s.add(att)
             job.state, job.updated_at, job.reason, job.hold_reason = "running", now, None, None
             s.add(job)
             s.flush()
-            checkpoint = job.resume_from and keeper.restore(job.resume_from, paths["workspace"],
-                                                            number)
+            checkpoint = job.resume_from and keeper.restore(
+                job.resume_from, paths["workspace"], number
+            )
             att.argv = self.render_argv(job, paths, checkpoint)
             s.add(att)
         if checkpoint and checkpoint != job.resume_from:
             # A kept good copy was put back where the program wrote it (many programs only ever
             # load their own fixed path).
-            self.on_event("checkpoint.restored", {"job_id": job_id, "from": job.resume_from,
-                                                  "to": checkpoint, "attempt": number})
-        self.on_event("job.state", {"job_id": job_id, "before": "queued", "after": "running",
-                                    "attempt": number, "gpus": gpus, "argv": att.argv})
+            self.on_event(
+                "checkpoint.restored",
+                {"job_id": job_id, "from": job.resume_from, "to": checkpoint, "attempt": number},
+            )
+        self.on_event(
+            "job.state",
+            {
+                "job_id": job_id,
+                "before": "queued",
+                "after": "running",
+                "attempt": number,
+                "gpus": gpus,
+                "argv": att.argv,
+            },
+        )
         return self._launch(att)
 
-    def render_argv(self, job: Job, paths: dict[str, Path],
-                    checkpoint: str | None = None) -> list[str]:
+    def render_argv(
+        self, job: Job, paths: dict[str, Path], checkpoint: str | None = None
+    ) -> list[str]:
         spec = ExperimentSpec.model_validate(job.spec)
         spec.base_dir = str(Path(job.spec_path).parent) if job.spec_path else spec.base_dir
         builtins = {
-            "python": spec.environment.python or ("python3" if spec.environment.image else sys.executable),
+            "python": spec.environment.python
+            or ("python3" if spec.environment.image else sys.executable),
             "checkpoint_dir": str(paths["checkpoint_dir"]),
             "metrics_file": str(paths["metrics_file"]),
             "run_dir": str(paths["workspace"]),
         }
         argv = spec.render(job.params, builtins)
         if job.resume_from and spec.checkpoint:
-            extra = {**builtins, "checkpoint": checkpoint or job.resume_from,
-                     "step": str(job.resume_step or 0)}
+            extra = {
+                **builtins,
+                "checkpoint": checkpoint or job.resume_from,
+                "step": str(job.resume_step or 0),
+            }
             argv += [a.format(**extra) for a in spec.checkpoint.resume_arg]
         return argv
 
@@ -256,27 +313,49 @@ class Engine:
         paths = job_paths(self.settings, job)
         for p in (paths["workspace"], paths["checkpoint_dir"], paths["metrics_file"].parent):
             p.mkdir(parents=True, exist_ok=True)
-        env = {**spec.environment.env, "NIGHTSHIFT_JOB_ID": str(job.id),
-               "NIGHTSHIFT_ATTEMPT": str(att.number), "PYTHONUNBUFFERED": "1"}
+        env = {
+            **spec.environment.env,
+            "NIGHTSHIFT_JOB_ID": str(job.id),
+            "NIGHTSHIFT_ATTEMPT": str(att.number),
+            "PYTHONUNBUFFERED": "1",
+        }
         mounts = []
         if spec.environment.image:
             # In a container the code and the job's folder sit at the same paths as on the host,
             # so the rendered argv ({checkpoint_dir}, {metrics_file}) means the same in both.
-            mounts = [{"source": str(spec.run_dir()), "target": str(spec.run_dir()), "read_only": True},
-                      {"source": str(paths["workspace"]), "target": str(paths["workspace"]),
-                       "read_only": False}]
-            if paths["checkpoint_dir"].resolve() != paths["workspace"] and not \
-                    paths["checkpoint_dir"].resolve().is_relative_to(paths["workspace"]):
-                mounts.append({"source": str(paths["checkpoint_dir"]),
-                               "target": str(paths["checkpoint_dir"]), "read_only": False})
+            mounts = [
+                {"source": str(spec.run_dir()), "target": str(spec.run_dir()), "read_only": True},
+                {
+                    "source": str(paths["workspace"]),
+                    "target": str(paths["workspace"]),
+                    "read_only": False,
+                },
+            ]
+            if paths["checkpoint_dir"].resolve() != paths["workspace"] and not paths[
+                "checkpoint_dir"
+            ].resolve().is_relative_to(paths["workspace"]):
+                mounts.append(
+                    {
+                        "source": str(paths["checkpoint_dir"]),
+                        "target": str(paths["checkpoint_dir"]),
+                        "read_only": False,
+                    }
+                )
             mounts += [m.model_dump() for m in spec.environment.mounts]
         res = spec.resources
-        return LaunchRequest(key=f"attempt-{att.id}", argv=att.argv, cwd=str(spec.run_dir()),
-                             env=env, gpus=att.gpus, log_path=att.log_path or "",
-                             image=spec.environment.image, mounts=mounts,
-                             network_mode=spec.environment.network_mode,
-                             memory_gb=res.host_memory_gb,
-                             labels={"nightshift.job": str(job.id), "nightshift.attempt": str(att.number)})
+        return LaunchRequest(
+            key=f"attempt-{att.id}",
+            argv=att.argv,
+            cwd=str(spec.run_dir()),
+            env=env,
+            gpus=att.gpus,
+            log_path=att.log_path or "",
+            image=spec.environment.image,
+            mounts=mounts,
+            network_mode=spec.environment.network_mode,
+            memory_gb=res.host_memory_gb,
+            labels={"nightshift.job": str(job.id), "nightshift.attempt": str(att.number)},
+        )
 
     def _launch(self, att: Attempt) -> Attempt:
         job = self.store.job(att.job_id)
@@ -285,9 +364,13 @@ class Engine:
         try:
             handle = self.executor.start(self._request(att, job))
         except Exception as exc:  # the run never started: record why, leave recovery to the agent
-            self._finish(att.id, RunStatus(state="exited", exit_code=None,
-                                           detail=f"could not start: {exc}"), self.clock(),
-                         outcome="failed", reason=f"could not start: {exc}")
+            self._finish(
+                att.id,
+                RunStatus(state="exited", exit_code=None, detail=f"could not start: {exc}"),
+                self.clock(),
+                outcome="failed",
+                reason=f"could not start: {exc}",
+            )
             return self._attempt(att.id)
         with self.store.session() as s:
             row = s.get(Attempt, att.id)
@@ -299,15 +382,23 @@ class Engine:
         """Two copies of one job never train at once: before a launch, stop whatever is left of
         the job's earlier attempts (an orphaned training process whose supervisor was killed)."""
         with self.store.session() as s:
-            earlier = list(s.exec(select(Attempt).where(Attempt.job_id == att.job_id,
-                                                        Attempt.id != att.id)))
+            earlier = list(
+                s.exec(select(Attempt).where(Attempt.job_id == att.job_id, Attempt.id != att.id))
+            )
         for old in earlier:
             if not old.handle or old.handle.get("kind") != self.executor.kind:
                 continue
             stopped = self.executor.cleanup(old.handle, grace_s=self.settings.executor.stop_grace_s)
             if stopped:
-                self.on_event("leftovers.stopped", {"job_id": att.job_id, "attempt": old.number,
-                                                    "pids": stopped, "before_attempt": att.number})
+                self.on_event(
+                    "leftovers.stopped",
+                    {
+                        "job_id": att.job_id,
+                        "attempt": old.number,
+                        "pids": stopped,
+                        "before_attempt": att.number,
+                    },
+                )
 
     def recover_starting(self) -> None:
         """Finish launches that a crashed process recorded but may not have started."""
@@ -339,8 +430,15 @@ class Engine:
             if status.state != "running":
                 final = None if status.exit_code != 0 else self._final_value(att, spec)
                 if final is not None and not math.isfinite(final):
-                    self._finish(att.id, status, now, outcome="failed", reason=(
-                        f"exited with code 0, but its final {spec.metrics.name} is {final}"))
+                    self._finish(
+                        att.id,
+                        status,
+                        now,
+                        outcome="failed",
+                        reason=(
+                            f"exited with code 0, but its final {spec.metrics.name} is {final}"
+                        ),
+                    )
                 else:
                     self._finish(att.id, status, now)
                 continue
@@ -349,11 +447,18 @@ class Engine:
                 self._stop_for(att, now, "early_stopped", stop_early)
             elif spec.timeout_min and now - att.started_at > timedelta(minutes=spec.timeout_min):
                 self._stop_for(att, now, "timeout", f"timeout_min={spec.timeout_min:g} reached")
-            elif spec.stall_min and att.last_progress_at and \
-                    now - att.last_progress_at > timedelta(minutes=spec.stall_min):
-                self._stop_for(att, now, "stalled",
-                               f"no progress for stall_min={spec.stall_min:g} minutes "
-                               f"(metrics.progress={spec.metrics.progress})")
+            elif (
+                spec.stall_min
+                and att.last_progress_at
+                and now - att.last_progress_at > timedelta(minutes=spec.stall_min)
+            ):
+                self._stop_for(
+                    att,
+                    now,
+                    "stalled",
+                    f"no progress for stall_min={spec.stall_min:g} minutes "
+                    f"(metrics.progress={spec.metrics.progress})",
+                )
 
     def _stop_lost(self, att: Attempt) -> None:
         """A lost attempt can no longer be watched: stop what is left of it now (an orphaned
@@ -366,16 +471,19 @@ class Engine:
             row.evidence = f"{row.evidence or 'lost'}; stopped what was left of it: pids {stopped}"
             s.add(row)
         att.evidence = row.evidence
-        self.on_event("leftovers.stopped", {"job_id": att.job_id, "attempt": att.number,
-                                            "pids": stopped})
+        self.on_event(
+            "leftovers.stopped", {"job_id": att.job_id, "attempt": att.number, "pids": stopped}
+        )
 
     def _final_value(self, att: Attempt, spec: ExperimentSpec) -> float | None:
         """The attempt's last recorded value of metrics.name: NaN for a non-finite one (stored as
         null), None when it recorded none."""
         with self.store.session() as s:
-            row = s.exec(select(MetricPoint).where(
-                MetricPoint.attempt_id == att.id, MetricPoint.name == spec.metrics.name)
-                .order_by(MetricPoint.id.desc())).first()
+            row = s.exec(
+                select(MetricPoint)
+                .where(MetricPoint.attempt_id == att.id, MetricPoint.name == spec.metrics.name)
+                .order_by(MetricPoint.id.desc())
+            ).first()
         if row is None:
             return None
         return math.nan if row.value is None else row.value
@@ -393,14 +501,20 @@ class Engine:
         # the copies of step b - 1 and later were measured by the diverging loss: not good ones
         dropped = keeper.drop_from(job_paths(self.settings, job)["workspace"], bad.step - 1)
         if dropped:
-            self.on_event("checkpoint.dropped", {"job_id": att.job_id, "attempt": att.number,
-                                                 "steps": dropped, "why": "diverged"})
+            self.on_event(
+                "checkpoint.dropped",
+                {"job_id": att.job_id, "attempt": att.number, "steps": dropped, "why": "diverged"},
+            )
         if status.state == "running":
             self._stop_for(att, now, "diverged", why)
         else:
-            self._finish(att.id, status, now, outcome="diverged",
-                         reason=why + (" (the process exited with code 0)"
-                                       if status.exit_code == 0 else ""))
+            self._finish(
+                att.id,
+                status,
+                now,
+                outcome="diverged",
+                reason=why + (" (the process exited with code 0)" if status.exit_code == 0 else ""),
+            )
 
     def _keep_good(self, att: Attempt, job: Job, spec: ExperimentSpec) -> None:
         """Copy the newest checkpoint once a finite metric point has measured it (see keeper),
@@ -413,9 +527,16 @@ class Engine:
 
         def measured_after(step: int) -> int:
             with self.store.session() as s:
-                return s.exec(select(func.count()).select_from(MetricPoint).where(
-                    MetricPoint.attempt_id == att.id, MetricPoint.name == spec.metrics.name,
-                    MetricPoint.value.is_not(None), MetricPoint.step > step)).one()
+                return s.exec(
+                    select(func.count())
+                    .select_from(MetricPoint)
+                    .where(
+                        MetricPoint.attempt_id == att.id,
+                        MetricPoint.name == spec.metrics.name,
+                        MetricPoint.value.is_not(None),
+                        MetricPoint.step > step,
+                    )
+                ).one()
 
         paths = job_paths(self.settings, job)
         root, ws = paths["checkpoint_dir"], paths["workspace"]
@@ -438,14 +559,31 @@ class Engine:
                 row = s.get(Attempt, att.id)
                 row.metrics_cursor = {**row.metrics_cursor, "kept": sig}
                 s.add(row)
-                s.add(CheckpointRecord(job_id=job.id, attempt_id=att.id, step=found.step,
-                                       path=str(copy), valid=True))
-            self.on_event("checkpoint.kept", {"job_id": job.id, "attempt": att.number,
-                                              "step": found.step, "from": str(found.path),
-                                              "copy": str(copy)})
+                s.add(
+                    CheckpointRecord(
+                        job_id=job.id,
+                        attempt_id=att.id,
+                        step=found.step,
+                        path=str(copy),
+                        valid=True,
+                    )
+                )
+            self.on_event(
+                "checkpoint.kept",
+                {
+                    "job_id": job.id,
+                    "attempt": att.number,
+                    "step": found.step,
+                    "from": str(found.path),
+                    "copy": str(copy),
+                },
+            )
             break
-        keeper.prune(ws, spec.checkpoint.keep_good,
-                     lambda step: step < att.start_step or measured_after(step) >= confirm)
+        keeper.prune(
+            ws,
+            spec.checkpoint.keep_good,
+            lambda step: step < att.start_step or measured_after(step) >= confirm,
+        )
 
     def _early_stop_reason(self, att: Attempt, job: Job, spec: ExperimentSpec) -> str | None:
         rule = spec.early_stopping
@@ -453,37 +591,51 @@ class Engine:
             return None
         name, mode = spec.metrics.name, spec.metrics.mode
         values = [p.value for p in self.store.metrics(job.id, name)]
-        why = patience_exhausted(values, mode=mode, patience=rule.patience, min_delta=rule.min_delta)
+        why = patience_exhausted(
+            values, mode=mode, patience=rule.patience, min_delta=rule.min_delta
+        )
         if why is None and rule.median_rule and job.group:
             why = self._median_rule(job, name, mode, att.last_step, rule.min_siblings, values)
         return f"early_stopped (spec.early_stopping): {why}" if why else None
 
-    def _median_rule(self, job: Job, name: str, mode: str, step: int, min_siblings: int,
-                     own: list[float | None]) -> str | None:
+    def _median_rule(
+        self, job: Job, name: str, mode: str, step: int, min_siblings: int, own: list[float | None]
+    ) -> str | None:
         finite = [v for v in own if v is not None]
         if not finite:
             return None
         best = min if mode == "min" else max
         with self.store.session() as s:
-            siblings = [j.id for j in s.exec(select(Job).where(Job.group == job.group, Job.id != job.id))]
-            rows = s.exec(select(MetricPoint.job_id, MetricPoint.value).where(
-                MetricPoint.job_id.in_(siblings), MetricPoint.name == name,
-                MetricPoint.step <= step, MetricPoint.value.is_not(None))).all()
+            siblings = [
+                j.id for j in s.exec(select(Job).where(Job.group == job.group, Job.id != job.id))
+            ]
+            rows = s.exec(
+                select(MetricPoint.job_id, MetricPoint.value).where(
+                    MetricPoint.job_id.in_(siblings),
+                    MetricPoint.name == name,
+                    MetricPoint.step <= step,
+                    MetricPoint.value.is_not(None),
+                )
+            ).all()
         per: dict[int, list[float]] = {}
         for jid, v in rows:
             per.setdefault(jid, []).append(v)
-        return median_rule(best(finite), [best(v) for v in per.values()], mode=mode,
-                           min_siblings=min_siblings)
+        return median_rule(
+            best(finite), [best(v) for v in per.values()], mode=mode, min_siblings=min_siblings
+        )
 
     def _stop_for(self, att: Attempt, now: datetime, outcome: str, why: str) -> None:
         """Enforce a limit the user declared in the spec; audited as a system action."""
-        self.on_event("limit.enforced", {"job_id": att.job_id, "attempt": att.number,
-                                         "limit": outcome, "why": why})
+        self.on_event(
+            "limit.enforced",
+            {"job_id": att.job_id, "attempt": att.number, "limit": outcome, "why": why},
+        )
         status = self.executor.stop(att.handle, grace_s=self.settings.executor.stop_grace_s)
         self._finish(att.id, status, now, outcome=outcome, reason=why)
 
-    def _read_metrics(self, att: Attempt, job: Job, spec: ExperimentSpec,
-                      now: datetime) -> tuple[Divergence | None, bool]:
+    def _read_metrics(
+        self, att: Attempt, job: Job, spec: ExperimentSpec, now: datetime
+    ) -> tuple[Divergence | None, bool]:
         """Read what the program wrote since the last tick (any metric source); record the
         points and the progress; return the divergence if the metrics diverged, and whether any
         point was new."""
@@ -492,28 +644,49 @@ class Engine:
         cursor = att.metrics_cursor.get("metrics")
         if cursor is None:  # an attempt recorded before metric cursors: JSONL from its offset
             cursor = metric_sources.start_cursor(
-                spec.metrics, log_path=log_path, metrics_file=paths["metrics_file"],
-                search_roots=metric_roots(paths), min_step=att.start_step)
-        got = metric_sources.read_new(spec.metrics, log_path=log_path,
-                                      metrics_file=paths["metrics_file"],
-                                      search_roots=metric_roots(paths), cursor=cursor)
+                spec.metrics,
+                log_path=log_path,
+                metrics_file=paths["metrics_file"],
+                search_roots=metric_roots(paths),
+                min_step=att.start_step,
+            )
+        got = metric_sources.read_new(
+            spec.metrics,
+            log_path=log_path,
+            metrics_file=paths["metrics_file"],
+            search_roots=metric_roots(paths),
+            cursor=cursor,
+        )
         name = spec.metrics.name
-        points = [MetricPoint(attempt_id=att.id, job_id=att.job_id, step=p.step, name=p.name,
-                              value=p.value if math.isfinite(p.value) else None)
-                  for p in got.points]
-        progress = {"either": bool(got.points) or got.output_bytes > 0,
-                    "metrics": bool(got.points), "output": got.output_bytes > 0}
+        points = [
+            MetricPoint(
+                attempt_id=att.id,
+                job_id=att.job_id,
+                step=p.step,
+                name=p.name,
+                value=p.value if math.isfinite(p.value) else None,
+            )
+            for p in got.points
+        ]
+        progress = {
+            "either": bool(got.points) or got.output_bytes > 0,
+            "metrics": bool(got.points),
+            "output": got.output_bytes > 0,
+        }
         bad, state = None, att.metrics_cursor.get("divergence")
         if att.first_bad_step is None and got.points:
-            bad, state = divergence.scan(spec.metrics, [(p.step, p.name, p.value)
-                                                        for p in got.points], state)
+            bad, state = divergence.scan(
+                spec.metrics, [(p.step, p.name, p.value) for p in got.points], state
+            )
         with self.store.session() as s:
             row = s.get(Attempt, att.id)  # points, cursor and detector state: one transaction
             row.metrics_cursor = {**row.metrics_cursor, "metrics": got.cursor, "divergence": state}
             if points:
                 s.add_all(points)
-                row.last_step = max([p.step for p in got.points]
-                                    + ([row.last_step] if row.last_step is not None else []))
+                row.last_step = max(
+                    [p.step for p in got.points]
+                    + ([row.last_step] if row.last_step is not None else [])
+                )
                 mine = [p.value for p in got.points if p.name == name]
                 if mine:
                     row.last_loss = mine[-1] if math.isfinite(mine[-1]) else None
@@ -521,14 +694,27 @@ class Engine:
                 row.last_progress_at = now
             s.add(row)
         if bad is not None:
-            where = next((p.where for p in got.points if p.step == bad.step and p.name == bad.name
-                          and p.where), None)
+            where = next(
+                (
+                    p.where
+                    for p in got.points
+                    if p.step == bad.step and p.name == bad.name and p.where
+                ),
+                None,
+            )
             if where:
                 bad = Divergence(bad.step, bad.name, bad.value, f"{bad.why} ({where})")
         return bad, bool(got.points)
 
-    def _finish(self, attempt_id: int, status: RunStatus, now: datetime, *, outcome: str | None = None,
-                reason: str | None = None) -> None:
+    def _finish(
+        self,
+        attempt_id: int,
+        status: RunStatus,
+        now: datetime,
+        *,
+        outcome: str | None = None,
+        reason: str | None = None,
+    ) -> None:
         with self.store.session() as s:
             att = s.get(Attempt, attempt_id)
             if att.state in ("exited", "lost", "stopped"):
@@ -546,16 +732,32 @@ class Engine:
             before = job.state
             if job.state == "running":
                 job.state = "succeeded" if ok else JOB_STATE_AFTER.get(att.outcome, "failed")
-                job.reason = reason or status.detail or (
-                    None if ok else f"attempt {att.number} exited with code {status.exit_code}"
-                    + (f" (signal {status.signal})" if status.signal else ""))
+                job.reason = (
+                    reason
+                    or status.detail
+                    or (
+                        None
+                        if ok
+                        else f"attempt {att.number} exited with code {status.exit_code}"
+                        + (f" (signal {status.signal})" if status.signal else "")
+                    )
+                )
                 job.updated_at = now
             s.add(att)
             s.add(job)
         if att.outcome == "lost":
             self._stop_lost(att)
-        self.on_event("job.state", {"job_id": job.id, "before": before, "after": job.state,
-                                    "attempt": att.number, "outcome": att.outcome,
-                                    "exit_code": att.exit_code, "signal": att.signal,
-                                    "last_step": att.last_step, "reason": job.reason})
-
+        self.on_event(
+            "job.state",
+            {
+                "job_id": job.id,
+                "before": before,
+                "after": job.state,
+                "attempt": att.number,
+                "outcome": att.outcome,
+                "exit_code": att.exit_code,
+                "signal": att.signal,
+                "last_step": att.last_step,
+                "reason": job.reason,
+            },
+        )

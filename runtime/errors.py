@@ -26,14 +26,17 @@ class BadArguments(NightshiftError):
     exit_code = 2
 
 
-
-
-
 class SpecError(BadArguments):
     """A user file (spec, goal, inventory) is invalid; the message names the field, line and fix."""
 
-    def __init__(self, message: str, *, path: str | None = None, field: str | None = None,
-                 line: int | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        field: str | None = None,
+        line: int | None = None,
+    ):
         self.path, self.field, self.line = path, field, line
         where = path or "<input>"
         if line is not None:
@@ -79,8 +82,9 @@ class ApprovalRequired(NightshiftError):
 
     exit_code = 4
 
-    def __init__(self, message: str, *, approval_id: int, call_id: str, skill: str,
-                 quorum: int, rule: str):
+    def __init__(
+        self, message: str, *, approval_id: int, call_id: str, skill: str, quorum: int, rule: str
+    ):
         self.approval_id, self.call_id, self.skill = approval_id, call_id, skill
         self.quorum, self.rule = quorum, rule
         super().__init__(message)

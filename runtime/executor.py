@@ -28,11 +28,14 @@ class LaunchRequest(BaseModel):
     mounts: list[dict[str, Any]] = Field(default_factory=list)
     labels: dict[str, str] = Field(default_factory=dict)
     network_mode: str | None = Field(
-        None, description="Container network mode ('none', 'host', 'bridge', ...); None: the "
-        "executor's default (none for Docker)")
+        None,
+        description="Container network mode ('none', 'host', 'bridge', ...); None: the "
+        "executor's default (none for Docker)",
+    )
     pids_limit: int | None = Field(
-        None, description="Most processes and threads in the container; None: the executor's "
-        "default")
+        None,
+        description="Most processes and threads in the container; None: the executor's default",
+    )
 
 
 class RunStatus(BaseModel):
@@ -42,8 +45,10 @@ class RunStatus(BaseModel):
     signal: int | None = None
     detail: str | None = None
     leftovers: list[int] = Field(
-        default_factory=list, description="pids of the run's processes still alive although the "
-        "run is lost (e.g. re-parented after its supervisor was killed); `cleanup` stops them")
+        default_factory=list,
+        description="pids of the run's processes still alive although the "
+        "run is lost (e.g. re-parented after its supervisor was killed); `cleanup` stops them",
+    )
 
 
 class Executor(Protocol):

@@ -78,14 +78,24 @@ def keep(found: Found, root: Path, workspace: Path) -> Path | None:
             dst = tmp / rel
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dst)
-        copy = replace(found, path=_mapped(found.path, root, tmp),
-                       files=tuple(tmp / r for r in rels))
+        copy = replace(
+            found, path=_mapped(found.path, root, tmp), files=tuple(tmp / r for r in rels)
+        )
         if verify(copy) is not None:
             shutil.rmtree(tmp, ignore_errors=True)
             return None
-        (tmp / MANIFEST).write_text(json.dumps({
-            "step": found.step, "framework": found.framework, "root": str(root),
-            "path": str(found.path), "files": [str(r) for r in rels]}, indent=1))
+        (tmp / MANIFEST).write_text(
+            json.dumps(
+                {
+                    "step": found.step,
+                    "framework": found.framework,
+                    "root": str(root),
+                    "path": str(found.path),
+                    "files": [str(r) for r in rels],
+                },
+                indent=1,
+            )
+        )
         os.replace(tmp, final)
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -137,9 +147,14 @@ def kept(workspace: Path) -> list[dict]:
         except (OSError, ValueError):
             continue
         size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
-        out.append({"step": meta["step"], "path": str(_mapped(Path(meta["path"]),
-                                                              Path(meta["root"]), folder)),
-                    "bytes": size, "original": meta["path"]})
+        out.append(
+            {
+                "step": meta["step"],
+                "path": str(_mapped(Path(meta["path"]), Path(meta["root"]), folder)),
+                "bytes": size,
+                "original": meta["path"],
+            }
+        )
     return out
 
 

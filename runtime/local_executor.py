@@ -51,8 +51,10 @@ _CTIME_TOLERANCE_S = 0.05
 ATTEMPT_KEY_ENV = "NIGHTSHIFT_ATTEMPT_KEY"
 ATTEMPT_ID_ENV = "NIGHTSHIFT_ATTEMPT_ID"
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
-LOST_DETAIL = ("supervisor and its process group gone without an exit record (SIGKILL of the "
-               "group, or OOM killer)")
+LOST_DETAIL = (
+    "supervisor and its process group gone without an exit record (SIGKILL of the "
+    "group, or OOM killer)"
+)
 REBOOT_DETAIL = "the machine restarted (boot id changed)"
 
 
@@ -89,7 +91,7 @@ def _proc_stat(pid: int) -> tuple[str, int] | None:
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
     # The command name (field 2) may contain spaces and parentheses: split after the last ')'.
-    fields = raw[raw.rindex(")") + 2:].split()
+    fields = raw[raw.rindex(")") + 2 :].split()
     return fields[0], int(fields[19])  # field 3 is fields[0], so field 22 is fields[19]
 
 
@@ -194,13 +196,28 @@ class LocalExecutor:
         Path(child_file(str(exit_file))).unlink(missing_ok=True)
         log_path = Path(os.path.abspath(Path(req.log_path).expanduser()))
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-P", "-m", "nightshift.runtime.supervise",
-               "--exit-file", str(exit_file), "--", *req.argv]
+        cmd = [
+            sys.executable,
+            "-P",
+            "-m",
+            "nightshift.runtime.supervise",
+            "--exit-file",
+            str(exit_file),
+            "--",
+            *req.argv,
+        ]
         try:
             with log_path.open("ab") as log:
-                proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                                        stdout=log, stderr=subprocess.STDOUT,
-                                        start_new_session=True, close_fds=True)
+                proc = subprocess.Popen(
+                    cmd,
+                    cwd=cwd,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    close_fds=True,
+                )
         except OSError as exc:
             raise SkillFailed(f"could not start the run supervisor for {req.key}: {exc}") from exc
         # Read the start time before anything can reap the child: a zombie still has its stat.
@@ -208,10 +225,19 @@ class LocalExecutor:
         ctime = _create_time(proc.pid)
         # Reap the supervisor when it ends, so no zombie lingers in a long-lived daemon.
         threading.Thread(target=proc.wait, name=f"nightshift-reap-{req.key}", daemon=True).start()
-        handle = LocalHandle(key=req.key, pid=proc.pid, pgid=proc.pid,
-                             start_time=stat[1] if stat else None, exit_file=str(exit_file),
-                             log_path=str(log_path), argv=list(req.argv), cwd=cwd,
-                             create_time=ctime, boot_id=_boot_id(), attempt_id=attempt_id)
+        handle = LocalHandle(
+            key=req.key,
+            pid=proc.pid,
+            pgid=proc.pid,
+            start_time=stat[1] if stat else None,
+            exit_file=str(exit_file),
+            log_path=str(log_path),
+            argv=list(req.argv),
+            cwd=cwd,
+            create_time=ctime,
+            boot_id=_boot_id(),
+            attempt_id=attempt_id,
+        )
         data = handle.model_dump()
         self._write_json(self._handle_file(req.key), data)
         return data
@@ -219,10 +245,14 @@ class LocalExecutor:
     @staticmethod
     def _env(req: LaunchRequest, attempt_id: str) -> dict[str, str]:
         # The markers are inherited by every descendant, also those that leave the group.
-        return {**os.environ, **req.env,
-                "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in req.gpus),
-                "NIGHTSHIFT_RUN_KEY": req.key, ATTEMPT_KEY_ENV: req.key,
-                ATTEMPT_ID_ENV: attempt_id}
+        return {
+            **os.environ,
+            **req.env,
+            "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in req.gpus),
+            "NIGHTSHIFT_RUN_KEY": req.key,
+            ATTEMPT_KEY_ENV: req.key,
+            ATTEMPT_ID_ENV: attempt_id,
+        }
 
     @staticmethod
     def _validate(req: LaunchRequest, env: dict[str, str]) -> None:
@@ -230,31 +260,37 @@ class LocalExecutor:
             raise OperatorError(
                 f"run {req.key} asks for image {req.image!r}, but the local executor runs "
                 "processes on this machine without containers; use the docker or kubernetes "
-                "executor, or remove the image from the spec")
+                "executor, or remove the image from the spec"
+            )
         if req.user and req.user != pwd.getpwuid(os.getuid()).pw_name:
             raise OperatorError(
                 f"run {req.key} asks to run as user {req.user!r}, but the local executor runs "
-                "as the current user; remove the user from the spec or use another executor")
+                "as the current user; remove the user from the spec or use another executor"
+            )
         cwd = Path(req.cwd).expanduser()
         if not cwd.is_dir():
             raise OperatorError(
                 f"working directory {str(cwd)!r} for run {req.key} does not exist or is not a "
-                "directory; create it or fix the spec's working directory")
+                "directory; create it or fix the spec's working directory"
+            )
         program = req.argv[0]
         if os.sep in program:
             path = cwd / Path(program).expanduser()
             if not path.is_file():
                 raise OperatorError(
                     f"program {program!r} for run {req.key} not found (looked for {str(path)!r}); "
-                    "fix the command's path, which is relative to the working directory")
+                    "fix the command's path, which is relative to the working directory"
+                )
             if not os.access(path, os.X_OK):
                 raise OperatorError(
                     f"program {str(path)!r} for run {req.key} is not executable; "
-                    f"run `chmod +x {shlex.quote(str(path))}` or start it through its interpreter")
+                    f"run `chmod +x {shlex.quote(str(path))}` or start it through its interpreter"
+                )
         elif shutil.which(program, path=env.get("PATH", os.defpath)) is None:
             raise OperatorError(
                 f"program {program!r} for run {req.key} not found on PATH; install it, give its "
-                "full path, or add its directory to PATH in the spec's env")
+                "full path, or add its directory to PATH in the spec's env"
+            )
 
     # ------------------------------------------------------------------------------ look up
     def find(self, key: str) -> dict[str, Any] | None:
@@ -270,7 +306,8 @@ class LocalExecutor:
         except ValidationError as exc:
             raise OperatorError(
                 f"handle file {str(path)!r} is unreadable ({exc.errors()[0]['msg']}); "
-                "remove it only if no run with that key is still running") from exc
+                "remove it only if no run with that key is still running"
+            ) from exc
 
     def poll(self, handle: dict[str, Any]) -> RunStatus:
         """running while the supervisor lives; exited once it recorded the exit; otherwise lost,
@@ -321,8 +358,9 @@ class LocalExecutor:
         """Stop everything left of the run (group, recorded child, marked processes), running or
         lost, so that a relaunch never trains beside a survivor; the pids stopped."""
         h = self._handle(handle)
-        running = (self._read_exit(h) is None and not self._other_boot(h)
-                   and self._supervisor_alive(h))
+        running = (
+            self._read_exit(h) is None and not self._other_boot(h) and self._supervisor_alive(h)
+        )
         stopped, sent = self._terminate(h, grace_s)
         # A lost run stays lost (that is the evidence); a running one we ended is recorded.
         if running and sent is not None and self.poll(h.model_dump()).state == "lost":
@@ -332,9 +370,14 @@ class LocalExecutor:
     @staticmethod
     def _record_stop(h: LocalHandle, sent: int, how: str) -> None:
         name = signal.Signals(sent).name
-        write_exit_file(h.exit_file, {
-            "exit_code": None, "signal": int(sent),
-            "detail": f"{how} with {name}; the supervisor ended before recording the exit"})
+        write_exit_file(
+            h.exit_file,
+            {
+                "exit_code": None,
+                "signal": int(sent),
+                "detail": f"{how} with {name}; the supervisor ended before recording the exit",
+            },
+        )
 
     def _terminate(self, h: LocalHandle, grace_s: float) -> tuple[list[int], int | None]:
         """SIGTERM each process of the run once, SIGKILL what is left after `grace_s`; the pids
@@ -396,8 +439,10 @@ class LocalExecutor:
                     found[proc.pid] = (proc, "group")
                 elif h.attempt_id is not None:
                     env = proc.environ()
-                    if (env.get(ATTEMPT_ID_ENV) == h.attempt_id
-                            and env.get(ATTEMPT_KEY_ENV) == h.key):
+                    if (
+                        env.get(ATTEMPT_ID_ENV) == h.attempt_id
+                        and env.get(ATTEMPT_KEY_ENV) == h.key
+                    ):
                         found[proc.pid] = (proc, "marker")
             except (psutil.Error, OSError):
                 continue
@@ -426,15 +471,22 @@ class LocalExecutor:
 
     def render(self, req: LaunchRequest) -> str:
         """One line saying what would run, for a dry run; for display only, never executed."""
-        env = {**req.env, "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in req.gpus),
-               "NIGHTSHIFT_RUN_KEY": req.key, ATTEMPT_KEY_ENV: req.key}
+        env = {
+            **req.env,
+            "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in req.gpus),
+            "NIGHTSHIFT_RUN_KEY": req.key,
+            ATTEMPT_KEY_ENV: req.key,
+        }
         ours = ("NIGHTSHIFT_RUN_KEY", ATTEMPT_KEY_ENV)
         shown = " ".join(
             f"{k}={'***' if _SECRET_RE.search(k) and k not in ours else shlex.quote(v)}"
-            for k, v in env.items())
+            for k, v in env.items()
+        )
         gpus = ",".join(str(g) for g in req.gpus) or "none"
-        return (f"[local {req.key}] cd {shlex.quote(req.cwd)} && {shown} {shlex.join(req.argv)}"
-                f" >> {shlex.quote(req.log_path)} 2>&1  (gpus: {gpus})")
+        return (
+            f"[local {req.key}] cd {shlex.quote(req.cwd)} && {shown} {shlex.join(req.argv)}"
+            f" >> {shlex.quote(req.log_path)} 2>&1  (gpus: {gpus})"
+        )
 
     # ------------------------------------------------------------------------------ helpers
     def _handle_file(self, key: str) -> Path:
@@ -445,7 +497,8 @@ class LocalExecutor:
         if not _KEY_RE.match(key):
             raise OperatorError(
                 f"run key {key!r} is not usable as a file name; use letters, digits, '.', '_' "
-                "and '-' (at most 200 characters), starting with a letter or digit")
+                "and '-' (at most 200 characters), starting with a letter or digit"
+            )
 
     @staticmethod
     def _handle(handle: dict[str, Any]) -> LocalHandle:
@@ -453,7 +506,8 @@ class LocalExecutor:
         if kind != "local":
             raise OperatorError(
                 f"handle is for the {kind!r} executor, not 'local'; the attempt was started by "
-                "another executor: configure that one to manage it")
+                "another executor: configure that one to manage it"
+            )
         try:
             return LocalHandle.model_validate(handle)
         except ValidationError as exc:
@@ -469,8 +523,9 @@ class LocalExecutor:
             rec = ExitRecord.model_validate_json(raw)
         except ValidationError:
             return RunStatus(state="exited", detail=f"exit record {h.exit_file!r} is unreadable")
-        return RunStatus(state="exited", exit_code=rec.exit_code, signal=rec.signal,
-                         detail=rec.detail)
+        return RunStatus(
+            state="exited", exit_code=rec.exit_code, signal=rec.signal, detail=rec.detail
+        )
 
     @staticmethod
     def _supervisor_alive(h: LocalHandle) -> bool:
@@ -488,8 +543,11 @@ class LocalExecutor:
             stat = _proc_stat(h.pgid)  # a zombie leader still has its stat
             return stat is None or stat[1] == h.start_time
         ctime = _create_time(h.pgid)
-        return ctime is None or h.create_time is None or (
-            abs(ctime - h.create_time) <= _CTIME_TOLERANCE_S)
+        return (
+            ctime is None
+            or h.create_time is None
+            or (abs(ctime - h.create_time) <= _CTIME_TOLERANCE_S)
+        )
 
     @staticmethod
     def _write_json(path: Path, data: dict[str, Any]) -> None:

@@ -29,7 +29,9 @@ from nightshift.runtime.errors import OperatorError
 # Newer filelock falls back to a soft lock where a filesystem has no flock; we want an error there.
 _NATIVE_ONLY: dict[str, Any] = (
     {"fallback_to_soft": False}
-    if "fallback_to_soft" in inspect.signature(FileLock.__init__).parameters else {})
+    if "fallback_to_soft" in inspect.signature(FileLock.__init__).parameters
+    else {}
+)
 
 
 class Held:
@@ -59,8 +61,12 @@ class Held:
     def __enter__(self) -> Held:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.release()
 
 
@@ -71,8 +77,12 @@ def _lock(path: Path) -> FileLock:
 
 
 @contextmanager
-def exclusive(path: str | os.PathLike[str], *, timeout: float | None = None,
-              error: type[OperatorError] = OperatorError) -> Iterator[Held]:
+def exclusive(
+    path: str | os.PathLike[str],
+    *,
+    timeout: float | None = None,
+    error: type[OperatorError] = OperatorError,
+) -> Iterator[Held]:
     """Hold the exclusive lock on `path` (created if missing) for the `with` block.
 
     Waits for as long as it takes, or at most `timeout` seconds and then raises `error` (an
@@ -82,8 +92,10 @@ def exclusive(path: str | os.PathLike[str], *, timeout: float | None = None,
     try:
         lock.acquire(timeout=-1 if timeout is None else timeout)
     except Timeout:
-        raise error(f"another process held the lock {path} for more than {timeout:g}s; find it "
-                    f"with `fuser {path}` and wait for it or stop it") from None
+        raise error(
+            f"another process held the lock {path} for more than {timeout:g}s; find it "
+            f"with `fuser {path}` and wait for it or stop it"
+        ) from None
     held = Held(path, lock)
     try:
         yield held

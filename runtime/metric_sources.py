@@ -37,7 +37,9 @@ from nightshift.runtime.errors import OperatorError
 from nightshift.runtime.spec import MetricSpec
 
 MAX_READ = 8 * 1024 * 1024  # bytes read from one file in one tick
-MAX_LINE = 64 * 1024  # longer lines are cut before matching (a binary blob, a progress bar run wild)
+MAX_LINE = (
+    64 * 1024
+)  # longer lines are cut before matching (a binary blob, a progress bar run wild)
 MAX_DEPTH = 5  # how far below the job's folder metric files are looked for
 MAX_ENTRIES = 20_000  # folder entries looked at per search, so a huge tree cannot stall a tick
 FILE_NAMES = {"lightning_csv": "metrics.csv", "hf_trainer_state": "trainer_state.json"}
@@ -61,11 +63,22 @@ class Read:
     cursor: dict[str, Any] = field(default_factory=dict)
 
 
-def start_cursor(spec: MetricSpec, *, log_path: Path, metrics_file: Path,
-                 search_roots: list[Path], min_step: int = 0) -> dict[str, Any]:
+def start_cursor(
+    spec: MetricSpec,
+    *,
+    log_path: Path,
+    metrics_file: Path,
+    search_roots: list[Path],
+    min_step: int = 0,
+) -> dict[str, Any]:
     """The cursor of an attempt about to start: every file already there is read from its end."""
-    cursor: dict[str, Any] = {"log": _size(log_path), "log_line": 0, "min_step": min_step,
-                              "files": {}, "kind": None if spec.source == "auto" else spec.source}
+    cursor: dict[str, Any] = {
+        "log": _size(log_path),
+        "log_line": 0,
+        "min_step": min_step,
+        "files": {},
+        "kind": None if spec.source == "auto" else spec.source,
+    }
     if metrics_file.is_file() and _kinds(spec) & {"jsonl"}:
         cursor["files"][str(metrics_file)] = {"offset": _size(metrics_file), "line": 0}
     for kind, path in _discover(spec, metrics_file, search_roots):
@@ -73,8 +86,14 @@ def start_cursor(spec: MetricSpec, *, log_path: Path, metrics_file: Path,
     return cursor
 
 
-def read_new(spec: MetricSpec, *, log_path: Path, metrics_file: Path, search_roots: list[Path],
-             cursor: dict[str, Any]) -> Read:
+def read_new(
+    spec: MetricSpec,
+    *,
+    log_path: Path,
+    metrics_file: Path,
+    search_roots: list[Path],
+    cursor: dict[str, Any],
+) -> Read:
     """The points written since `cursor`, the log output's growth, and the cursor to keep."""
     cur = json.loads(json.dumps(cursor))  # a private copy: the caller's stays as it was
     cur.setdefault("files", {})
@@ -90,8 +109,9 @@ def read_new(spec: MetricSpec, *, log_path: Path, metrics_file: Path, search_roo
         out.points += _from_log(spec, used, log_path.name, cur)
 
     if kind == "jsonl":
-        out.points += _from_jsonl(metrics_file, cur["files"].setdefault(
-            str(metrics_file), {"offset": 0, "line": 0}))
+        out.points += _from_jsonl(
+            metrics_file, cur["files"].setdefault(str(metrics_file), {"offset": 0, "line": 0})
+        )
     elif kind in FILE_NAMES or kind == "tensorboard":
         for found_kind, path in _discover(spec, metrics_file, search_roots):
             if found_kind != kind:
@@ -113,16 +133,18 @@ def _kinds(spec: MetricSpec) -> set[str]:
     return {"jsonl", *AUTO_ORDER} | ({"log"} if spec.regexes() else set())
 
 
-def _detect(spec: MetricSpec, metrics_file: Path, roots: list[Path],
-            cur: dict[str, Any]) -> str | None:
+def _detect(
+    spec: MetricSpec, metrics_file: Path, roots: list[Path], cur: dict[str, Any]
+) -> str | None:
     """For source auto: the JSONL file, else the log (regexes given), else a framework's file that
     this attempt has written (one already there at the start and unchanged does not count)."""
     if spec.source != "auto":
         return spec.source
     if spec.regexes():
         return "log"
-    if metrics_file.is_file() and _size(metrics_file) > cur["files"].get(
-            str(metrics_file), {}).get("offset", 0):
+    if metrics_file.is_file() and _size(metrics_file) > cur["files"].get(str(metrics_file), {}).get(
+        "offset", 0
+    ):
         return "jsonl"
     found = _discover(spec, metrics_file, roots)
     for kind in AUTO_ORDER:
@@ -197,8 +219,9 @@ def _at_end(kind: str, path: Path) -> dict[str, Any]:
     state: dict[str, Any] = {"offset": _size(path)}
     if kind == "lightning_csv":
         rows = _read_range(path, 0, MAX_READ * 4).splitlines()
-        state.update(header=rows[0].decode("utf-8", "replace") if rows else None,
-                     rows=max(0, len(rows) - 1))
+        state.update(
+            header=rows[0].decode("utf-8", "replace") if rows else None, rows=max(0, len(rows) - 1)
+        )
     return state
 
 
@@ -220,8 +243,14 @@ def _from_log(spec: MetricSpec, chunk: bytes, name: str, cur: dict[str, Any]) ->
                 for group, text in m.groupdict().items():
                     value = _float(text)
                     if group != "step" and value is not None:
-                        points.append(Point(step, spec.name if group == "value" else group,
-                                            value, f"{name} line {cur['log_line']}"))
+                        points.append(
+                            Point(
+                                step,
+                                spec.name if group == "value" else group,
+                                value,
+                                f"{name} line {cur['log_line']}",
+                            )
+                        )
     return points
 
 
@@ -240,8 +269,9 @@ def _from_jsonl(path: Path, state: dict[str, Any]) -> list[Point]:
             continue
         for key, value in rec.items():
             if key != "step" and type(value) in (int, float):
-                points.append(Point(rec["step"], key, float(value),
-                                    f"{path.name} line {state['line']}"))
+                points.append(
+                    Point(rec["step"], key, float(value), f"{path.name} line {state['line']}")
+                )
     return points
 
 
@@ -276,8 +306,9 @@ def _from_csv(path: Path, state: dict[str, Any]) -> list[Point]:
         for key, text in rec.items():
             value = _float(text)
             if key not in ("step", "epoch") and value is not None:
-                points.append(Point(step, key, value, f"{path.parent.name}/{path.name} row "
-                                                      f"{state['rows']}"))
+                points.append(
+                    Point(step, key, value, f"{path.parent.name}/{path.name} row {state['rows']}")
+                )
     return points
 
 
@@ -318,8 +349,10 @@ def _from_tensorboard(path: Path, state: dict[str, Any]) -> list[Point]:
         from tensorboard.compat.tensorflow_stub import errors, pywrap_tensorflow
         from tensorboard.util import tensor_util
     except ImportError:
-        raise OperatorError("metrics.source is tensorboard, but the tensorboard package is not "
-                            "installed: pip install 'nightshift[tensorboard]'") from None
+        raise OperatorError(
+            "metrics.source is tensorboard, but the tensorboard package is not "
+            "installed: pip install 'nightshift[tensorboard]'"
+        ) from None
     offset = state.get("offset", 0)
     if _size(path) <= offset:
         return []

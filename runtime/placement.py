@@ -64,15 +64,18 @@ class PendingJob(BaseModel):
     gpu_memory_gb: float | None = None
     share_gpu: bool = False
     gpu_memory_cap_gb: float | None = Field(
-        None, description="Memory cap when sharing a GPU; default gpu_memory_gb; with neither, "
-                          "the job runs alone")
+        None,
+        description="Memory cap when sharing a GPU; default gpu_memory_gb; with neither, "
+        "the job runs alone",
+    )
     blocked_by: list[str] = Field(default_factory=list, description="unmet depends_on names")
     submitted_at: datetime
     not_before: datetime | None = Field(None, description="Backoff: no start before this")
     attempt: int = Field(0, description="Attempts made so far (the last one failed if not_before)")
     cost_class: CostClass = "urgent"
     expected_duration_s: float | None = Field(
-        None, description="From the spec or history; for a resumed job, what remains")
+        None, description="From the spec or history; for a resumed job, what remains"
+    )
     pausable: bool = True
 
 
@@ -84,10 +87,13 @@ class RunningJob(BaseModel):
     share_gpu: bool = False
     name: str = ""
     priority: int = 0
-    submitted_at: datetime | None = Field(None, description="For its aged priority; else started_at")
+    submitted_at: datetime | None = Field(
+        None, description="For its aged priority; else started_at"
+    )
     started_at: datetime | None = None
     expected_end: datetime | None = Field(
-        None, description="Else started_at + the snapshot's default duration")
+        None, description="Else started_at + the snapshot's default duration"
+    )
     pausable: bool = False
     cost_class: CostClass = "urgent"
     gpu_memory_gb: float | None = None
@@ -104,17 +110,29 @@ class Snapshot(BaseModel):
     cpu_slots: int = 1
     tariff: Tariff | None = None
     cost_threshold: float | None = Field(
-        None, description="Price per kWh at or below which cost_sensitive jobs run; "
-                          "None: the tariff's cheapest price")
-    tariff_horizon_h: float = Field(168.0, gt=0, description="How far ahead to look for cheap periods")
+        None,
+        description="Price per kWh at or below which cost_sensitive jobs run; "
+        "None: the tariff's cheapest price",
+    )
+    tariff_horizon_h: float = Field(
+        168.0, gt=0, description="How far ahead to look for cheap periods"
+    )
     long_job_start_grace_s: float = Field(
-        1800.0, ge=0, description="A job longer than every cheap period starts this soon after one opens")
+        1800.0,
+        ge=0,
+        description="A job longer than every cheap period starts this soon after one opens",
+    )
     aging_per_hour: float = Field(1.0, ge=0, description="Priority points gained per hour waited")
     preempt_margin: int | None = Field(None, ge=1, description="None: never propose preemption")
     preempt_max_per_call: int = Field(
-        4, ge=0, description="Pending jobs that may preempt per call (no preemption storms)")
-    default_duration_s: float = Field(3600.0, gt=0, description="For jobs with no expected duration")
-    display_tz: str | None = Field(None, description="Zone of times in reasons; default the tariff's, else UTC")
+        4, ge=0, description="Pending jobs that may preempt per call (no preemption storms)"
+    )
+    default_duration_s: float = Field(
+        3600.0, gt=0, description="For jobs with no expected duration"
+    )
+    display_tz: str | None = Field(
+        None, description="Zone of times in reasons; default the tariff's, else UTC"
+    )
 
 
 class Start(BaseModel):
@@ -278,11 +296,15 @@ class _Cluster:
             q = f" ({self.quarantined} quarantined)" if self.quarantined else ""
             if len(self.hosts) <= 1:
                 return f"needs {req.k} GPU(s); {self.most_per_host} healthy{q}"
-            return (f"needs {req.k} GPU(s) on one host; at most {self.most_per_host} healthy on "
-                    f"any host{q}")
+            return (
+                f"needs {req.k} GPU(s) on one host; at most {self.most_per_host} healthy on "
+                f"any host{q}"
+            )
         if req.need > self.largest_mib and req.need > 0:
-            return (f"needs {_gb(req.need / 1024)} GiB per GPU; the largest healthy GPU has "
-                    f"{_gb(self.largest_mib / 1024)} GiB")
+            return (
+                f"needs {_gb(req.need / 1024)} GiB per GPU; the largest healthy GPU has "
+                f"{_gb(self.largest_mib / 1024)} GiB"
+            )
         return None
 
     def pick(self, req: _Request, avoid: set[int], allow_avoid: bool) -> list[int] | None:
@@ -292,8 +314,11 @@ class _Cluster:
         for host in self.hosts:
             first: list[int] = []
             later: list[int] = []
-            pools = (self.sharing.get(host, ()), self.free_excl.get(host, ())) if req.shared \
+            pools = (
+                (self.sharing.get(host, ()), self.free_excl.get(host, ()))
+                if req.shared
                 else (self.free_excl.get(host, ()),)
+            )
             for pool in pools:
                 for i in pool:
                     g = self.gpus[i]
@@ -374,12 +399,14 @@ class _TariffGate:
     def __init__(self, snap: Snapshot, tariff: Tariff, clock: _Clock):
         self.now, self.clock = snap.now, clock
         self.grace = snap.long_job_start_grace_s
-        self.threshold = (snap.cost_threshold if snap.cost_threshold is not None
-                          else tariff.cheapest_price())
+        self.threshold = (
+            snap.cost_threshold if snap.cost_threshold is not None else tariff.cheapest_price()
+        )
         self.horizon_h = snap.tariff_horizon_h
         self.currency = tariff.currency
-        self.periods = tariff.cheap_periods(snap.now, self.threshold,
-                                            timedelta(hours=snap.tariff_horizon_h))
+        self.periods = tariff.cheap_periods(
+            snap.now, self.threshold, timedelta(hours=snap.tariff_horizon_h)
+        )
         ps = self.periods
         self.current: Period | None = ps[0] if ps and ps[0].start <= snap.now else None
         self.future = [p for p in ps if p.start > snap.now]
@@ -399,46 +426,60 @@ class _TariffGate:
 
     def _why(self, dur: float) -> str | None:
         if not self.periods:
-            return (f"held for off-peak: no price at or below {self.threshold:g} {self.currency}"
-                    f"/kWh in the next {self.horizon_h:g} h")
+            return (
+                f"held for off-peak: no price at or below {self.threshold:g} {self.currency}"
+                f"/kWh in the next {self.horizon_h:g} h"
+            )
         fits = next((p for p in self.future if p.seconds >= dur), None)
         if fits is not None:
             why = f"held for off-peak until {self.clock(fits.start)}"
             if self.current is not None:
-                why += (f" (needs {_hours(dur)}; this cheap period ends at "
-                        f"{self.clock(self.current.end)})")
+                why += (
+                    f" (needs {_hours(dur)}; this cheap period ends at "
+                    f"{self.clock(self.current.end)})"
+                )
             return why
         if dur <= self.longest:  # only the cheap period under way was long enough
-            return (f"held for off-peak: no cheap period in the next {self.horizon_h:g} h is "
-                    f"left long enough for {_hours(dur)}")
+            return (
+                f"held for off-peak: no cheap period in the next {self.horizon_h:g} h is "
+                f"left long enough for {_hours(dur)}"
+            )
         # Longer than every cheap period ahead: it starts as one opens.
         if self.current is not None and self.since_open <= self.grace:
             return None
         longer = f"{_hours(dur)} expected, longer than every cheap period: starts as one opens"
         if not self.future:
-            return (f"held for off-peak: {longer}, and none opens in the next "
-                    f"{self.horizon_h:g} h")
+            return f"held for off-peak: {longer}, and none opens in the next {self.horizon_h:g} h"
         return f"held for off-peak until {self.clock(self.future[0].start)} ({longer})"
 
     def start_note(self, dur: float, pausable: bool) -> str:
         if self.current is None or dur <= self.left:
             return ""
         then = "pauses at a checkpoint then" if pausable else "runs through it (not pausable)"
-        return (f"cheap period opened at {self.clock(self.current.start)}; the {_hours(dur)} job "
-                f"{then}, cheap period ends at {self.clock(self.current.end)}")
+        return (
+            f"cheap period opened at {self.clock(self.current.start)}; the {_hours(dur)} job "
+            f"{then}, cheap period ends at {self.clock(self.current.end)}"
+        )
 
     def pause(self, job: RunningJob) -> Pause | None:
         if self.current is not None or job.cost_class != "cost_sensitive" or not job.pausable:
             return None
         resume = self.future[0].start if self.future else None
         then = f"resume at {self.clock(resume)}" if resume else "resume in the next cheap period"
-        return Pause(job_id=job.id, resume_at=resume, reason=(
-            f"cheap period over (price above {self.threshold:g} {self.currency}/kWh): pause at a "
-            f"checkpoint, {then}"))
+        return Pause(
+            job_id=job.id,
+            resume_at=resume,
+            reason=(
+                f"cheap period over (price above {self.threshold:g} {self.currency}/kWh): pause at a "
+                f"checkpoint, {then}"
+            ),
+        )
 
 
 # ---------------------------------------------------------------------------------- place
-Entry = tuple[float, float, int, float, PendingJob]  # (−aged priority, −waited s, id, duration s, job)
+Entry = tuple[
+    float, float, int, float, PendingJob
+]  # (−aged priority, −waited s, id, duration s, job)
 _CPU: tuple = (0,)  # the request of every job that asks for no GPU
 
 
@@ -474,8 +515,11 @@ class _Placer:
     def __init__(self, snap: Snapshot):
         self.snap = snap
         self.now = snap.now
-        tz = ZoneInfo(snap.display_tz) if snap.display_tz else (
-            snap.tariff.tz if snap.tariff is not None else _UTC_ZONE)
+        tz = (
+            ZoneInfo(snap.display_tz)
+            if snap.display_tz
+            else (snap.tariff.tz if snap.tariff is not None else _UTC_ZONE)
+        )
         self.clock = _Clock(snap.now, tz)
         self.default_s = snap.default_duration_s
         self.rate_s = snap.aging_per_hour / 3600.0
@@ -517,9 +561,13 @@ class _Placer:
         if buckets:
             self._setup(any(raw is not _CPU for raw in buckets))
             self._allocate(buckets)
-        return Decision.model_construct(starts=self.starts, holds=self.holds,
-                                        preemptions=self.preemptions, pauses=self.pauses,
-                                        reservation=self.reservation)
+        return Decision.model_construct(
+            starts=self.starts,
+            holds=self.holds,
+            preemptions=self.preemptions,
+            pauses=self.pauses,
+            reservation=self.reservation,
+        )
 
     def _screen(self) -> dict[tuple, list[Entry]]:
         """Dependencies, backoff and tariff, in any order; the rest bucketed by request."""
@@ -534,8 +582,11 @@ class _Placer:
                 continue
             nb = f["not_before"]
             if nb is not None and nb > now:
-                holds[jid] = (f"backoff until {clock(nb)} after attempt {f['attempt']}"
-                              if f["attempt"] else f"not before {clock(nb)}")
+                holds[jid] = (
+                    f"backoff until {clock(nb)} after attempt {f['attempt']}"
+                    if f["attempt"]
+                    else f"not before {clock(nb)}"
+                )
                 continue
             dur = f["expected_duration_s"] or default_s
             if tariff is not None and f["cost_class"] == "cost_sensitive":
@@ -567,9 +618,22 @@ class _Placer:
             ends_of[r.id] = end if end > now else now  # overdue: could end any moment
         self.cluster = _Cluster(snap, ends_of)
         if snap.preempt_margin is not None:
-            victims = _Victims(self.cluster, sorted(
-                ((_effective(r.priority, r.submitted_at or r.started_at, now, self.rate_s), r)
-                 for r in snap.running if r.pausable and r.gpus), key=lambda v: (v[0], v[1].id)))
+            victims = _Victims(
+                self.cluster,
+                sorted(
+                    (
+                        (
+                            _effective(
+                                r.priority, r.submitted_at or r.started_at, now, self.rate_s
+                            ),
+                            r,
+                        )
+                        for r in snap.running
+                        if r.pausable and r.gpus
+                    ),
+                    key=lambda v: (v[0], v[1].id),
+                ),
+            )
             self.victims = victims or None
 
     def _allocate(self, buckets: dict[tuple, list[Entry]]) -> None:
@@ -589,16 +653,16 @@ class _Placer:
                 continue
             why_short, why_long = self._settled(b.raw)
             if why_short is not None and why_short == why_long:
-                holds.update(dict.fromkeys([e[2] for e in b.items[b.pos + 1:]], why_short))
+                holds.update(dict.fromkeys([e[2] for e in b.items[b.pos + 1 :]], why_short))
                 continue
             if why_long is not None and not b.short_only:
                 left = self.res_left
-                rest = b.items[b.pos + 1:]
+                rest = b.items[b.pos + 1 :]
                 holds.update(dict.fromkeys([e[2] for e in rest if e[3] > left], why_long))
                 b.items = [e for e in rest if e[3] <= left]
                 b.pos, b.sorted, b.short_only = -1, False, True
             if why_short is not None:
-                holds.update(dict.fromkeys([e[2] for e in b.items[b.pos + 1:]], why_short))
+                holds.update(dict.fromkeys([e[2] for e in b.items[b.pos + 1 :]], why_short))
                 continue
             if b.pos + 1 >= len(b.items):
                 continue
@@ -635,7 +699,8 @@ class _Placer:
             assert res is not None
             got = self.res_reasons[key] = (
                 f"{self.reasons[key]} outside {_gpu_list(res.gpus)}, reserved for job "
-                f"{res.job_id} from {self.clock(res.at)}, and it would run past that")
+                f"{res.job_id} from {self.clock(res.at)}, and it would run past that"
+            )
         return got
 
     def _one(self, entry: Entry, raw: tuple) -> None:
@@ -645,9 +710,14 @@ class _Placer:
         if raw is _CPU:
             if self.cpu_free > 0:
                 self.cpu_free -= 1
-                self.starts.append(Start(job_id=j.id, gpus=[],
-                                         expected_end=now + timedelta(seconds=dur),
-                                         note=_note(self.gate, j, dur)))
+                self.starts.append(
+                    Start(
+                        job_id=j.id,
+                        gpus=[],
+                        expected_end=now + timedelta(seconds=dur),
+                        note=_note(self.gate, j, dur),
+                    )
+                )
             else:
                 holds[j.id] = self.cpu_reason
             return
@@ -661,8 +731,12 @@ class _Placer:
                 self.reasons[req.key] = never or _no_fit(req)
                 if never:
                     self.never.add(req.key)
-                    for failed in (self.fail_clear, self.fail_any, self.fail_preempt,
-                                   self.fail_reserve):
+                    for failed in (
+                        self.fail_clear,
+                        self.fail_any,
+                        self.fail_preempt,
+                        self.fail_reserve,
+                    ):
                         failed.add(req.key)
         key = req.key
         fail_any, fail_clear = self.fail_any, self.fail_clear
@@ -688,14 +762,22 @@ class _Placer:
                 if ids is None:
                     fail_any.add(key)
                 else:
-                    note = (f"backfill ahead of job {res.job_id}: ends before its reservation "
-                            f"at {self.clock(res.at)}")
+                    note = (
+                        f"backfill ahead of job {res.job_id}: ends before its reservation "
+                        f"at {self.clock(res.at)}"
+                    )
         if ids is not None:
             end = now + timedelta(seconds=dur)
             cluster.take(req, ids, end)
             tnote = _note(self.gate, j, dur)
-            self.starts.append(Start(job_id=j.id, gpus=ids, expected_end=end,
-                                     note="; ".join(n for n in (note, tnote) if n)))
+            self.starts.append(
+                Start(
+                    job_id=j.id,
+                    gpus=ids,
+                    expected_end=end,
+                    note="; ".join(n for n in (note, tnote) if n),
+                )
+            )
             return
 
         # Blocked. Preempt lower-priority pausable work, if allowed and it would help.
@@ -719,13 +801,15 @@ class _Placer:
                 at, gids = got
                 self.reservation = Reservation(job_id=j.id, at=at, gpus=sorted(gids))
                 self.reserved, self.res_left = set(gids), (at - now).total_seconds()
-                holds[j.id] = (f"{self.reasons[key]}; {_gpu_list(gids)} reserved for it from "
-                               f"{self.clock(at)}")
+                holds[j.id] = (
+                    f"{self.reasons[key]}; {_gpu_list(gids)} reserved for it from {self.clock(at)}"
+                )
                 return
         holds[j.id] = self._why_held(key, dur)
 
-    def _preempt(self, j: PendingJob, eff: float,
-                 plan: tuple[list[tuple[float, RunningJob]], list[int]]) -> None:
+    def _preempt(
+        self, j: PendingJob, eff: float, plan: tuple[list[tuple[float, RunningJob]], list[int]]
+    ) -> None:
         chosen, gpu_ids = plan
         assert self.cluster is not None and self.victims is not None
         self.preempt_budget -= 1
@@ -735,12 +819,21 @@ class _Placer:
         if not self.victims:
             self.victims = None
         for veff, v in chosen:
-            self.preemptions.append(Preempt(victim_job_id=v.id, for_job_id=j.id, reason=(
-                f"job {j.id}{_named(j.name)} at priority {eff:.1f} outranks job {v.id}"
-                f"{_named(v.name)} at {veff:.1f} by {self.margin} or more: pause it at a "
-                "checkpoint and resume it later")))
-        self.holds[j.id] = (f"preempting job(s) {', '.join(str(v.id) for _, v in chosen)} for "
-                            f"it: waiting for them to pause at a checkpoint ({_gpu_list(gpu_ids)})")
+            self.preemptions.append(
+                Preempt(
+                    victim_job_id=v.id,
+                    for_job_id=j.id,
+                    reason=(
+                        f"job {j.id}{_named(j.name)} at priority {eff:.1f} outranks job {v.id}"
+                        f"{_named(v.name)} at {veff:.1f} by {self.margin} or more: pause it at a "
+                        "checkpoint and resume it later"
+                    ),
+                )
+            )
+        self.holds[j.id] = (
+            f"preempting job(s) {', '.join(str(v.id) for _, v in chosen)} for "
+            f"it: waiting for them to pause at a checkpoint ({_gpu_list(gpu_ids)})"
+        )
         if self.reservation is None:
             self.reservation = Reservation(job_id=j.id, at=self.now, gpus=sorted(gpu_ids))
             self.reserved, self.res_left = set(gpu_ids), 0.0
@@ -790,8 +883,9 @@ class _Victims:
                 del self.by_host[host]
         self.lowest = min((vs[0][0] for vs in self.by_host.values()), default=float("inf"))
 
-    def plan(self, req: _Request, max_eff: float, forbidden: set[int]
-             ) -> tuple[list[tuple[float, RunningJob]], list[int]] | None:
+    def plan(
+        self, req: _Request, max_eff: float, forbidden: set[int]
+    ) -> tuple[list[tuple[float, RunningJob]], list[int]] | None:
         """Jobs to pause so that `req` gets a place: on one host, lowest aged priority first,
         only jobs at or below `max_eff`, only as many as it takes (a GPU frees when every job on
         it pauses). None when pausing all of them would not be enough."""
@@ -800,8 +894,11 @@ class _Victims:
         for host, vs in self.by_host.items():
             if vs[0][0] > max_eff:
                 continue
-            free = [i for i in cluster.free_excl.get(host, ())
-                    if i not in forbidden and cluster.gpus[i].free >= req.need]
+            free = [
+                i
+                for i in cluster.free_excl.get(host, ())
+                if i not in forbidden and cluster.gpus[i].free >= req.need
+            ]
             left: dict[int, int] = {}
             vacated: list[int] = []
             chosen: list[tuple[float, RunningJob]] = []

@@ -22,9 +22,18 @@ FAILED_OUTCOMES = ("failed", "lost", "timeout", "stalled")  # outcomes that earn
 
 # What placement reads of a stored spec (model_dump(mode="json") of an ExperimentSpec).
 SPEC_FIELDS: tuple[tuple[str, ...], ...] = (
-    ("resources", "gpus"), ("resources", "gpu_memory_gb"), ("resources", "share_gpu"),
-    ("resources", "gpu_memory_cap_gb"), ("resources", "expected_duration_min"), ("cost_class",),
-    ("pausable",), ("checkpoint", "dir"), ("timeout_min",), ("depends_on",), ("retry_wait_s",))
+    ("resources", "gpus"),
+    ("resources", "gpu_memory_gb"),
+    ("resources", "share_gpu"),
+    ("resources", "gpu_memory_cap_gb"),
+    ("resources", "expected_duration_min"),
+    ("cost_class",),
+    ("pausable",),
+    ("checkpoint", "dir"),
+    ("timeout_min",),
+    ("depends_on",),
+    ("retry_wait_s",),
+)
 
 
 def _pluck(spec: dict[str, Any]) -> list[Any]:
@@ -37,11 +46,19 @@ def _pluck(spec: dict[str, Any]) -> list[Any]:
     return out
 
 
-def load_snapshot(store: Store, now: datetime, *, cpu_slots: int = 1,
-                  backoff: Backoff | None = None, tariff: Tariff | None = None,
-                  cost_threshold: float | None = None, aging_per_hour: float = 1.0,
-                  preempt_margin: int | None = None, default_duration_s: float = 3600.0,
-                  scope: set[int] | None = None) -> Snapshot:
+def load_snapshot(
+    store: Store,
+    now: datetime,
+    *,
+    cpu_slots: int = 1,
+    backoff: Backoff | None = None,
+    tariff: Tariff | None = None,
+    cost_threshold: float | None = None,
+    aging_per_hour: float = 1.0,
+    preempt_margin: int | None = None,
+    default_duration_s: float = 3600.0,
+    scope: set[int] | None = None,
+) -> Snapshot:
     """The placement snapshot from the store in five queries.
 
     Specs were validated at submit, so they are read as stored, not validated again; on SQLite
@@ -58,27 +75,53 @@ def load_snapshot(store: Store, now: datetime, *, cpu_slots: int = 1,
     with store.session() as s:
         conn = s.connection()
         sqlite = conn.dialect.name == "sqlite"
-        fields = (func.json_extract(Job.spec, *("$." + ".".join(p) for p in SPEC_FIELDS),
-                                    type_=String) if sqlite else Job.spec)
-        jobs = conn.execute(select(Job.id, Job.name, Job.priority, Job.state, Job.created_at,
-                                   Job.resume_from, fields.label("fields"))
-                            .where(Job.state.in_(active))).all()
-        succeeded = set(conn.execute(select(Job.name).where(Job.state == "succeeded")
-                                     .distinct()).scalars())
-        atts = conn.execute(select(Attempt.job_id, Attempt.number, Attempt.outcome, Attempt.gpus,
-                                   Attempt.started_at, Attempt.ended_at)
-                            .join(Job, Job.id == Attempt.job_id).where(Job.state.in_(active))
-                            .order_by(Attempt.job_id, Attempt.number)).all()
+        fields = (
+            func.json_extract(Job.spec, *("$." + ".".join(p) for p in SPEC_FIELDS), type_=String)
+            if sqlite
+            else Job.spec
+        )
+        jobs = conn.execute(
+            select(
+                Job.id,
+                Job.name,
+                Job.priority,
+                Job.state,
+                Job.created_at,
+                Job.resume_from,
+                fields.label("fields"),
+            ).where(Job.state.in_(active))
+        ).all()
+        succeeded = set(
+            conn.execute(select(Job.name).where(Job.state == "succeeded").distinct()).scalars()
+        )
+        atts = conn.execute(
+            select(
+                Attempt.job_id,
+                Attempt.number,
+                Attempt.outcome,
+                Attempt.gpus,
+                Attempt.started_at,
+                Attempt.ended_at,
+            )
+            .join(Job, Job.id == Attempt.job_id)
+            .where(Job.state.in_(active))
+            .order_by(Attempt.job_id, Attempt.number)
+        ).all()
         other = aliased(Job)
-        history = conn.execute(select(Job.name, Attempt.started_at, Attempt.ended_at)
-                               .join(Job, Job.id == Attempt.job_id)
-                               .where(Attempt.outcome == "succeeded",
-                                      Job.name.in_(select(other.name)
-                                                   .where(other.state.in_(active))))).all()
+        history = conn.execute(
+            select(Job.name, Attempt.started_at, Attempt.ended_at)
+            .join(Job, Job.id == Attempt.job_id)
+            .where(
+                Attempt.outcome == "succeeded",
+                Job.name.in_(select(other.name).where(other.state.in_(active))),
+            )
+        ).all()
         latest = select(func.max(GpuSample.id)).group_by(GpuSample.host, GpuSample.gpu_index)
-        samples = conn.execute(select(GpuSample.gpu_index, GpuSample.host, GpuSample.verdict,
-                                      GpuSample.data).where(GpuSample.id.in_(latest))
-                               .order_by(GpuSample.host, GpuSample.gpu_index)).all()
+        samples = conn.execute(
+            select(GpuSample.gpu_index, GpuSample.host, GpuSample.verdict, GpuSample.data)
+            .where(GpuSample.id.in_(latest))
+            .order_by(GpuSample.host, GpuSample.gpu_index)
+        ).all()
 
     took: dict[str, list[float]] = {}
     for name, started, ended in history:
@@ -95,13 +138,30 @@ def load_snapshot(store: Store, now: datetime, *, cpu_slots: int = 1,
     pending: list[PendingJob] = []
     running: list[RunningJob] = []
     for j in jobs:
-        (gpus, mem, share, cap, minutes, cost_class, pausable, ckpt, timeout_min,
-         depends_on, retry_wait_s) = json.loads(j.fields) if sqlite else _pluck(j.fields)
+        (
+            gpus,
+            mem,
+            share,
+            cap,
+            minutes,
+            cost_class,
+            pausable,
+            ckpt,
+            timeout_min,
+            depends_on,
+            retry_wait_s,
+        ) = json.loads(j.fields) if sqlite else _pluck(j.fields)
         expected = minutes * 60.0 if minutes else typical.get(j.name)
         att = last.get(j.id)
-        common = {"id": j.id, "name": j.name, "priority": j.priority, "share_gpu": bool(share),
-                  "gpu_memory_cap_gb": cap, "cost_class": cost_class or "urgent",
-                  "pausable": pausable is not False and ckpt is not None}
+        common = {
+            "id": j.id,
+            "name": j.name,
+            "priority": j.priority,
+            "share_gpu": bool(share),
+            "gpu_memory_cap_gb": cap,
+            "cost_class": cost_class or "urgent",
+            "pausable": pausable is not False and ckpt is not None,
+        }
         if j.state == "queued":
             if scope is not None and j.id not in scope:
                 continue
@@ -110,12 +170,18 @@ def load_snapshot(store: Store, now: datetime, *, cpu_slots: int = 1,
             not_before = None
             if att is not None and att.outcome in FAILED_OUTCOMES and att.ended_at:
                 not_before = backoff.not_before(att.ended_at, att.number, j.id, retry_wait_s)
-            pending.append(PendingJob(
-                **common, gpus=gpus or 0, gpu_memory_gb=mem,
-                blocked_by=[d for d in depends_on or () if d not in succeeded],
-                submitted_at=j.created_at, expected_duration_s=expected,
-                attempt=att.number if att is not None else 0,
-                not_before=not_before))
+            pending.append(
+                PendingJob(
+                    **common,
+                    gpus=gpus or 0,
+                    gpu_memory_gb=mem,
+                    blocked_by=[d for d in depends_on or () if d not in succeeded],
+                    submitted_at=j.created_at,
+                    expected_duration_s=expected,
+                    attempt=att.number if att is not None else 0,
+                    not_before=not_before,
+                )
+            )
         else:
             started = att.started_at if att is not None and att.ended_at is None else None
             end = None
@@ -125,13 +191,35 @@ def load_snapshot(store: Store, now: datetime, *, cpu_slots: int = 1,
                 if timeout_min:
                     limit = started + timedelta(minutes=timeout_min)
                     end = min(end, limit) if end is not None else limit
-            running.append(RunningJob(
-                **common, gpus=list(att.gpus) if att is not None and started is not None else [],
-                gpu_memory_gb=mem, submitted_at=j.created_at, started_at=started,
-                expected_end=end))
-    slots = [GpuSlot(index=r.gpu_index, host=r.host, verdict=r.verdict,
-                     memory_total_mib=(r.data or {}).get("memory_total_mib"),
-                     memory_used_mib=(r.data or {}).get("memory_used_mib")) for r in samples]
-    return Snapshot(now=now, pending=pending, running=running, gpus=slots, cpu_slots=cpu_slots,
-                    tariff=tariff, cost_threshold=cost_threshold, aging_per_hour=aging_per_hour,
-                    preempt_margin=preempt_margin, default_duration_s=default_duration_s)
+            running.append(
+                RunningJob(
+                    **common,
+                    gpus=list(att.gpus) if att is not None and started is not None else [],
+                    gpu_memory_gb=mem,
+                    submitted_at=j.created_at,
+                    started_at=started,
+                    expected_end=end,
+                )
+            )
+    slots = [
+        GpuSlot(
+            index=r.gpu_index,
+            host=r.host,
+            verdict=r.verdict,
+            memory_total_mib=(r.data or {}).get("memory_total_mib"),
+            memory_used_mib=(r.data or {}).get("memory_used_mib"),
+        )
+        for r in samples
+    ]
+    return Snapshot(
+        now=now,
+        pending=pending,
+        running=running,
+        gpus=slots,
+        cpu_slots=cpu_slots,
+        tariff=tariff,
+        cost_threshold=cost_threshold,
+        aging_per_hour=aging_per_hour,
+        preempt_margin=preempt_margin,
+        default_duration_s=default_duration_s,
+    )

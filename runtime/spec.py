@@ -22,23 +22,31 @@ class _Strict(BaseModel):
 
 
 class CodeSpec(_Strict):
-    path: str | None = Field(None, description="Working directory of the run (relative to the spec file)")
+    path: str | None = Field(
+        None, description="Working directory of the run (relative to the spec file)"
+    )
     git: str | None = None
     commit: str | None = None
 
 
 class Mount(_Strict):
-    source: str = Field(description="Host folder (checked against the policy's allowed mount roots)")
+    source: str = Field(
+        description="Host folder (checked against the policy's allowed mount roots)"
+    )
     target: str = Field(description="Absolute path inside the container")
     read_only: bool = True
 
 
 class EnvironmentSpec(_Strict):
     image: str | None = Field(None, description="Container image, pinned by tag or digest")
-    python: str | None = Field(None, description="Interpreter for {python}; default: the one running nightshift")
+    python: str | None = Field(
+        None, description="Interpreter for {python}; default: the one running nightshift"
+    )
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables")
     mounts: list[Mount] = Field(default_factory=list, description="Data folders for container runs")
-    network_mode: str | None = Field(None, description="Container network; default: executor.network_mode")
+    network_mode: str | None = Field(
+        None, description="Container network; default: executor.network_mode"
+    )
 
 
 class Resources(_Strict):
@@ -46,23 +54,37 @@ class Resources(_Strict):
     gpu_memory_gb: float | None = Field(None, gt=0)
     host_memory_gb: float | None = Field(None, gt=0)
     expected_duration_min: float | None = Field(None, gt=0)
-    power_w: float | None = Field(None, gt=0, description="Declared draw, for energy where no meter exists")
+    power_w: float | None = Field(
+        None, gt=0, description="Declared draw, for energy where no meter exists"
+    )
     share_gpu: bool = False
     gpu_memory_cap_gb: float | None = Field(None, gt=0)
 
 
 class CheckpointSpec(_Strict):
-    dir: str = Field(description="Folder the run writes checkpoints into, or a framework's run "
-                     "root above them (relative to the run dir); searched a few levels deep")
-    resume_arg: list[str] = Field(default_factory=lambda: ["--resume", "{checkpoint}"],
-                                  description="argv appended on resume; {checkpoint} is the path")
+    dir: str = Field(
+        description="Folder the run writes checkpoints into, or a framework's run "
+        "root above them (relative to the run dir); searched a few levels deep"
+    )
+    resume_arg: list[str] = Field(
+        default_factory=lambda: ["--resume", "{checkpoint}"],
+        description="argv appended on resume; {checkpoint} is the path",
+    )
     every_steps: int | None = Field(None, gt=0)
-    steps_per_epoch: int | None = Field(None, gt=0, description="For checkpoints that record "
-                                        "only an epoch: step = epoch x steps_per_epoch")
-    keep_good: int = Field(1, ge=0, le=100, description="Confirmed generations of nightshift's "
-                           "own copies of checkpoints taken while the metrics were finite (in the "
-                           "job's folder, so a diverged or torn overwrite is never the only copy; "
-                           "newer unconfirmed copies are kept too); 0: keep none")
+    steps_per_epoch: int | None = Field(
+        None,
+        gt=0,
+        description="For checkpoints that record only an epoch: step = epoch x steps_per_epoch",
+    )
+    keep_good: int = Field(
+        1,
+        ge=0,
+        le=100,
+        description="Confirmed generations of nightshift's "
+        "own copies of checkpoints taken while the metrics were finite (in the "
+        "job's folder, so a diverged or torn overwrite is never the only copy; "
+        "newer unconfirmed copies are kept too); 0: keep none",
+    )
 
 
 class DivergenceSpec(_Strict):
@@ -71,11 +93,17 @@ class DivergenceSpec(_Strict):
 
     enabled: bool = True
     window: int = Field(20, ge=1, le=10_000, description="Points averaged to smooth metrics.name")
-    k: float = Field(4.0, gt=1, allow_inf_nan=False,
-                     description="Diverged when the smoothed metric exceeds k x its running "
-                     "minimum (mode min only); any non-finite value diverges at once")
-    also: list[str] = Field(default_factory=lambda: ["grad_norm"],
-                            description="Other metrics whose non-finite value means divergence")
+    k: float = Field(
+        4.0,
+        gt=1,
+        allow_inf_nan=False,
+        description="Diverged when the smoothed metric exceeds k x its running "
+        "minimum (mode min only); any non-finite value diverges at once",
+    )
+    also: list[str] = Field(
+        default_factory=lambda: ["grad_norm"],
+        description="Other metrics whose non-finite value means divergence",
+    )
 
 
 MetricSource = Literal["auto", "jsonl", "log", "lightning_csv", "hf_trainer_state", "tensorboard"]
@@ -83,22 +111,33 @@ MetricSource = Literal["auto", "jsonl", "log", "lightning_csv", "hf_trainer_stat
 
 class MetricSpec(_Strict):
     source: MetricSource = Field(
-        "auto", description="Where metrics come from. auto: the JSONL file if it appears, the "
+        "auto",
+        description="Where metrics come from. auto: the JSONL file if it appears, the "
         "regexes over the log if given, and Lightning metrics.csv, Hugging Face "
-        "trainer_state.json and TensorBoard event files found in the job's folder")
-    file: str | None = Field("metrics.jsonl", description="The JSONL file ({metrics_file}); for "
-                             "the other file sources, the file or folder to read (relative to "
-                             "the job's folder)")
-    name: str = Field("loss", description="The metric watched for progress, early stopping, "
-                      "divergence and reports")
+        "trainer_state.json and TensorBoard event files found in the job's folder",
+    )
+    file: str | None = Field(
+        "metrics.jsonl",
+        description="The JSONL file ({metrics_file}); for "
+        "the other file sources, the file or folder to read (relative to "
+        "the job's folder)",
+    )
+    name: str = Field(
+        "loss",
+        description="The metric watched for progress, early stopping, divergence and reports",
+    )
     mode: Literal["min", "max"] = "min"
     regex: str | list[str] | None = Field(
-        None, description="Regexes over the run's stdout/stderr: groups step and value (value is "
+        None,
+        description="Regexes over the run's stdout/stderr: groups step and value (value is "
         "metrics.name), or step and any named metrics, e.g. "
-        "'iter (?P<step>\\d+): loss (?P<loss>\\S+)'; several for train and eval lines")
+        "'iter (?P<step>\\d+): loss (?P<loss>\\S+)'; several for train and eval lines",
+    )
     progress: Literal["either", "metrics", "output"] = Field(
-        "either", description="What counts as progress for stall_min: a new metric point, new "
-        "log output, or either")
+        "either",
+        description="What counts as progress for stall_min: a new metric point, new "
+        "log output, or either",
+    )
     divergence: DivergenceSpec = DivergenceSpec()
 
     @field_validator("regex")
@@ -112,9 +151,11 @@ class MetricSpec(_Strict):
                 raise ValueError(f"regex{where} does not compile: {exc}") from None
             groups = set(rx.groupindex)
             if "step" not in groups or len(groups) < 2:
-                raise ValueError(f"regex{where} needs a named group 'step' and at least one "
-                                 "more: 'value' (for metrics.name) or a metric's name, e.g. "
-                                 "(?P<step>\\d+) ... (?P<loss>\\S+)")
+                raise ValueError(
+                    f"regex{where} needs a named group 'step' and at least one "
+                    "more: 'value' (for metrics.name) or a metric's name, e.g. "
+                    "(?P<step>\\d+) ... (?P<loss>\\S+)"
+                )
         return v
 
     def regexes(self) -> list[str]:
@@ -124,8 +165,11 @@ class MetricSpec(_Strict):
 class EarlyStopSpec(_Strict):
     patience: int = Field(5, ge=1, description="Evaluations of metrics.name without improvement")
     min_delta: float = Field(0.0, ge=0)
-    median_rule: bool = Field(False, description="Also stop a trial worse than the median of its "
-                                                  "sibling trials (same sweep) at the same step")
+    median_rule: bool = Field(
+        False,
+        description="Also stop a trial worse than the median of its "
+        "sibling trials (same sweep) at the same step",
+    )
     min_siblings: int = Field(3, ge=1)
     grace_steps: int = Field(0, ge=0, description="No early stop before this step")
 
@@ -152,9 +196,13 @@ class ExperimentSpec(_Strict):
     priority: int = 0
     cost_class: Literal["urgent", "cost_sensitive"] = "urgent"
     retries: int = Field(2, ge=0, le=100)
-    retry_wait_s: float | None = Field(None, ge=0, description="Wait before the first retry "
-                                       "(then doubling, as the config's retry section says); "
-                                       "default: retry.base_s, 30 s")
+    retry_wait_s: float | None = Field(
+        None,
+        ge=0,
+        description="Wait before the first retry "
+        "(then doubling, as the config's retry section says); "
+        "default: retry.base_s, 30 s",
+    )
     timeout_min: float | None = Field(None, gt=0)
     stall_min: float | None = Field(None, gt=0)
     depends_on: list[str] = Field(default_factory=list)
@@ -170,15 +218,19 @@ class ExperimentSpec(_Strict):
     @classmethod
     def _argv_not_shell(cls, v: list[str]) -> list[str]:
         if len(v) == 1 and " " in v[0].strip():
-            raise ValueError("command is an argv list, not a shell string: split it into items, "
-                             "e.g. ['python', 'train.py', '--lr', '{lr}']")
+            raise ValueError(
+                "command is an argv list, not a shell string: split it into items, "
+                "e.g. ['python', 'train.py', '--lr', '{lr}']"
+            )
         return v
 
     @model_validator(mode="after")
     def _knobs_name_parameters(self) -> ExperimentSpec:
         for knob, param in self.knobs.model_dump().items():
             if param is not None and param not in self.parameters:
-                raise ValueError(f"knobs.{knob} names parameter '{param}', which is not in parameters")
+                raise ValueError(
+                    f"knobs.{knob} names parameter '{param}', which is not in parameters"
+                )
         return self
 
     def grid(self) -> list[dict[str, Any]]:
@@ -208,8 +260,11 @@ class ExperimentSpec(_Strict):
         values = {**{k: _fmt(v) for k, v in params.items()}, **builtins}
         missing = self.placeholders() - set(values)
         if missing:
-            raise SpecError(f"placeholders {sorted(missing)} are filled by no parameter; add them to "
-                            "parameters", field="command")
+            raise SpecError(
+                f"placeholders {sorted(missing)} are filled by no parameter; add them to "
+                "parameters",
+                field="command",
+            )
         return [PLACEHOLDER.sub(lambda m: values[m.group(1)], item) for item in self.command]
 
 

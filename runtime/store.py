@@ -69,7 +69,9 @@ class Job(SQLModel, table=True):
     resume_from: str | None = None
     resume_step: int | None = None
     max_attempts: int = 3
-    group: str | None = Field(default=None, index=True, description="trials of one sweep share a group")
+    group: str | None = Field(
+        default=None, index=True, description="trials of one sweep share a group"
+    )
     hold_reason: str | None = None  # why a queued job waits, as of the loop's last tick
     submitted_by_call: str | None = Field(default=None, unique=True)
     reason: str | None = None
@@ -106,7 +108,9 @@ class Attempt(SQLModel, table=True):
     # succeeded | failed | lost | diverged | early_stopped | timeout | stalled | paused |
     # preempted | cancelled
     outcome: str | None = None
-    cause: str | None = None  # the diagnosed failure category, recorded by the recovery that followed
+    cause: str | None = (
+        None  # the diagnosed failure category, recorded by the recovery that followed
+    )
     energy_kwh: float | None = None
     energy_source: str | None = None  # nvml | declared_power | none
     started_at: NaiveDatetime = Field(default_factory=utcnow)
@@ -165,8 +169,9 @@ class Approval(SQLModel, table=True):
     executed_at: NaiveDatetime | None = None
     claimed_by: str | None = None
     claimed_at: NaiveDatetime | None = None
-    files: dict = Field(default_factory=dict,
-                        sa_column=Column(JSON, nullable=False, server_default="{}"))
+    files: dict = Field(
+        default_factory=dict, sa_column=Column(JSON, nullable=False, server_default="{}")
+    )
     requested_via: str = Field(default="api", sa_column_kwargs={"server_default": "api"})
 
 
@@ -217,7 +222,7 @@ class Store:
         self._db_path: Path | None = None
         try:
             if url.startswith("sqlite:///"):
-                path = Path(url[len("sqlite:///"):])
+                path = Path(url[len("sqlite:///") :])
                 if path.name and str(path) != ":memory:":
                     self._db_path = path
                     try:
@@ -225,7 +230,8 @@ class Store:
                     except OSError as exc:
                         raise StoreError(
                             f"cannot create the store folder {path.parent}: "
-                            f"{exc.strerror or exc}; fix store.url (or NIGHTSHIFT_HOME)") from exc
+                            f"{exc.strerror or exc}; fix store.url (or NIGHTSHIFT_HOME)"
+                        ) from exc
                 self.engine = create_engine(
                     url, connect_args={"check_same_thread": False, "timeout": busy_timeout_s}
                 )
@@ -240,8 +246,10 @@ class Store:
             else:
                 self.engine = create_engine(url)
         except (ArgumentError, NoSuchModuleError, ImportError) as exc:
-            raise StoreError(f"cannot open the store at {url}: {exc}. Fix store.url, or install "
-                             "the database driver it names") from None
+            raise StoreError(
+                f"cannot open the store at {url}: {exc}. Fix store.url, or install "
+                "the database driver it names"
+            ) from None
         self._open_schema()
 
     # The schema ---------------------------------------------------------------------------
@@ -257,9 +265,11 @@ class Store:
             # A fresh SQLite file that another process is switching to WAL (or migrating) is
             # "locked" even to this read: decide under the migration lock instead, after it.
             if "locked" not in str(exc.orig):
-                raise StoreError(f"cannot open the store at {self.url}: {exc.orig}. Check that the "
-                                 "path or server is reachable and writable, or set store.url (or "
-                                 "NIGHTSHIFT_HOME) to another store") from exc
+                raise StoreError(
+                    f"cannot open the store at {self.url}: {exc.orig}. Check that the "
+                    "path or server is reachable and writable, or set store.url (or "
+                    "NIGHTSHIFT_HOME) to another store"
+                ) from exc
         # Only here, and before the lock: loading Alembic takes longer than the read above.
         from alembic.config import Config
         from alembic.script import ScriptDirectory
@@ -278,9 +288,11 @@ class Store:
                             raise
                         time.sleep(wait)
             except OperationalError as exc:
-                raise StoreError(f"cannot bring the store at {self.url} to schema {HEAD}: "
-                                 f"{exc.orig}; nothing was changed. Retry, or restore the store "
-                                 "from a backup") from exc
+                raise StoreError(
+                    f"cannot bring the store at {self.url} to schema {HEAD}: "
+                    f"{exc.orig}; nothing was changed. Retry, or restore the store "
+                    "from a backup"
+                ) from exc
 
     def _migrate_lock(self) -> AbstractContextManager[object]:
         """SQLite: a file lock beside the database (other URLs lock inside the transaction)."""
@@ -302,8 +314,7 @@ class Store:
                 conn.exec_driver_sql("BEGIN IMMEDIATE")
             elif dialect == "postgresql":
                 conn.execute(text(f"SET LOCAL lock_timeout = {int(self.busy_timeout_s * 1000)}"))
-                conn.execute(text("SELECT pg_advisory_xact_lock(:key)"),
-                             {"key": _PG_MIGRATE_LOCK})
+                conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATE_LOCK})
             found = _revisions(conn)  # again: another process may have migrated meanwhile
             if found == {HEAD}:
                 return
@@ -317,7 +328,8 @@ class Store:
                     f"{', '.join(sorted(found - known))}, which this nightshift does not know "
                     f"(it knows up to {HEAD}): a newer release upgraded it. Upgrade nightshift "
                     "to that release, or point store.url (or NIGHTSHIFT_HOME) at another store; "
-                    "the store was not changed")
+                    "the store was not changed"
+                )
             command.upgrade(cfg, "head")
             conn.commit()
 
@@ -329,8 +341,9 @@ class Store:
             return False
         version = None
         if "keyvalue" in tables:
-            version = conn.execute(text("SELECT value FROM keyvalue WHERE key = 'schema_version'")
-                                   ).scalar()
+            version = conn.execute(
+                text("SELECT value FROM keyvalue WHERE key = 'schema_version'")
+            ).scalar()
         if version == "1":
             have = {c["name"] for c in inspect(conn).get_columns("attempt")}
             for column, statement in _SCHEMA_1_COLUMNS.items():
@@ -344,7 +357,8 @@ class Store:
                 + ("no schema version" if version is None else f"schema version {version!r}")
                 + " and no alembic_version table, so its schema is unknown; the store was not "
                 "changed. Point store.url (or NIGHTSHIFT_HOME) at another store, or restore "
-                "this one from a backup")
+                "this one from a backup"
+            )
         return True
 
     @contextmanager
@@ -368,7 +382,8 @@ class Store:
             raise StoreError(
                 f"the store {self.url} stayed locked by another process past the busy timeout "
                 "(store.busy_timeout_s); nothing was written. Find the holder with `fuser` on "
-                "the file, or retry") from exc
+                "the file, or retry"
+            ) from exc
 
     # Small helpers used by several layers -------------------------------------------------
 
@@ -402,7 +417,11 @@ class Store:
 
     def attempts(self, job_id: int) -> list[Attempt]:
         with self.session() as s:
-            return list(s.exec(select(Attempt).where(Attempt.job_id == job_id).order_by(col(Attempt.number))))
+            return list(
+                s.exec(
+                    select(Attempt).where(Attempt.job_id == job_id).order_by(col(Attempt.number))
+                )
+            )
 
     def metrics(self, job_id: int, name: str | None = None) -> list[MetricPoint]:
         with self.session() as s:

@@ -93,8 +93,9 @@ def main(args: list[str] | None = None) -> int:
         return code
 
     try:
-        write_exit_file(child_file(exit_file), {"pid": child.pid,
-                                                "create_time": _create_time(child.pid)})
+        write_exit_file(
+            child_file(exit_file), {"pid": child.pid, "create_time": _create_time(child.pid)}
+        )
     except OSError as exc:  # the run matters more than the record; the env marker still finds it
         print(f"nightshift supervise: cannot record the child: {exc}", file=sys.stderr, flush=True)
     returncode = child.wait()  # PEP 475: retried after our no-op signal handlers run

@@ -68,8 +68,9 @@ def _span(start: int, end: int) -> str:
     return f"{DAYS[day]} {hhmm(start - day * DAY_MIN)}–{hhmm(end - day * DAY_MIN)}"
 
 
-def _lookup(segs: list[tuple[int, int, float, str | None]], starts: list[int], tz: ZoneInfo,
-            t_utc: datetime) -> tuple[int, int, float, str | None]:
+def _lookup(
+    segs: list[tuple[int, int, float, str | None]], starts: list[int], tz: ZoneInfo, t_utc: datetime
+) -> tuple[int, int, float, str | None]:
     """The week segment in force at a naive-UTC instant."""
     loc = t_utc.replace(tzinfo=UTC).astimezone(tz)
     return segs[bisect_right(starts, loc.weekday() * DAY_MIN + loc.hour * 60 + loc.minute) - 1]
@@ -81,10 +82,14 @@ class PriceWindow(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, description="Shown in reports and errors, e.g. 'night'")
-    days: list[Day] = Field(default_factory=lambda: list(DAYS),
-                            description="Weekdays on which the window starts; default every day")
+    days: list[Day] = Field(
+        default_factory=lambda: list(DAYS),
+        description="Weekdays on which the window starts; default every day",
+    )
     start: str = Field(description="Local start, HH:MM")
-    end: str = Field(description="Local end, HH:MM (24:00 for midnight); before start: crosses midnight")
+    end: str = Field(
+        description="Local end, HH:MM (24:00 for midnight); before start: crosses midnight"
+    )
     price_per_kwh: float = Field(ge=0)
 
     @field_validator("start")
@@ -113,8 +118,10 @@ class PriceWindow(BaseModel):
     def _length(self) -> PriceWindow:
         s, e = self.start_min, self.end_min
         if s == e:
-            raise ValueError(f"window '{self.name}' starts and ends at {self.start}: give it a "
-                             "length (00:00–24:00 is the whole day)")
+            raise ValueError(
+                f"window '{self.name}' starts and ends at {self.start}: give it a "
+                "length (00:00–24:00 is the whole day)"
+            )
         return self
 
     @property
@@ -150,7 +157,8 @@ class Tariff(BaseModel):
     currency: str = Field(min_length=1, description="e.g. EUR; shown with prices")
     windows: list[PriceWindow]
     default_price_per_kwh: float | None = Field(
-        None, ge=0, description="Price of any time no window covers; without it, gaps are an error")
+        None, ge=0, description="Price of any time no window covers; without it, gaps are an error"
+    )
 
     # Week minute → (price, window) as sorted segments covering [0, WEEK_MIN) exactly.
     _starts: list[int] = PrivateAttr(default_factory=list)
@@ -163,18 +171,24 @@ class Tariff(BaseModel):
         try:
             ZoneInfo(v)
         except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"unknown time zone '{v}': use an IANA name such as Europe/Berlin "
-                             "or America/New_York") from None
+            raise ValueError(
+                f"unknown time zone '{v}': use an IANA name such as Europe/Berlin "
+                "or America/New_York"
+            ) from None
         return v
 
     @model_validator(mode="after")
     def _week(self) -> Tariff:
-        spans = sorted((s, e, w.name, w.price_per_kwh) for w in self.windows
-                       for s, e in w.week_spans())
+        spans = sorted(
+            (s, e, w.name, w.price_per_kwh) for w in self.windows for s, e in w.week_spans()
+        )
         for (_, e1, n1, _), (s2, e2, n2, _) in zip(spans, spans[1:], strict=False):
             if s2 < e1:
-                names = (f"window '{n1}' overlaps itself" if n1 == n2
-                         else f"windows '{n1}' and '{n2}' overlap")
+                names = (
+                    f"window '{n1}' overlaps itself"
+                    if n1 == n2
+                    else f"windows '{n1}' and '{n2}' overlap"
+                )
                 raise ValueError(f"{names} on {_span(s2, min(e1, e2))}; a minute has one price")
         segs: list[tuple[int, int, float, str | None]] = []
         gaps: list[tuple[int, int]] = []
@@ -189,8 +203,10 @@ class Tariff(BaseModel):
                 at = e
         if gaps and self.default_price_per_kwh is None:
             more = f" (and {len(gaps) - 1} more gap(s))" if len(gaps) > 1 else ""
-            raise ValueError(f"no window covers {_span(*gaps[0])}{more}: add a window or set "
-                             "default_price_per_kwh")
+            raise ValueError(
+                f"no window covers {_span(*gaps[0])}{more}: add a window or set "
+                "default_price_per_kwh"
+            )
         for s, e in gaps:
             segs.append((s, e, float(self.default_price_per_kwh or 0.0), None))
         segs.sort()
@@ -228,9 +244,13 @@ class Tariff(BaseModel):
         if end_utc <= start_utc:
             return []
         cuts = {start_utc, end_utc}
-        day_bounds = [sorted({s[0] - d * DAY_MIN for s in self._segs
-                              if d * DAY_MIN <= s[0] < (d + 1) * DAY_MIN} | {0})
-                      for d in range(7)]
+        day_bounds = [
+            sorted(
+                {s[0] - d * DAY_MIN for s in self._segs if d * DAY_MIN <= s[0] < (d + 1) * DAY_MIN}
+                | {0}
+            )
+            for d in range(7)
+        ]
         first = self.to_local(start_utc).date() - timedelta(days=1)
         last = self.to_local(end_utc).date() + timedelta(days=1)
         day = first
@@ -272,8 +292,9 @@ class Tariff(BaseModel):
                 b = mid
         return (lo + timedelta(minutes=b)).replace(tzinfo=None)
 
-    def cheap_periods(self, t_utc: datetime, threshold: float,
-                      horizon: timedelta = timedelta(days=7)) -> list[Period]:
+    def cheap_periods(
+        self, t_utc: datetime, threshold: float, horizon: timedelta = timedelta(days=7)
+    ) -> list[Period]:
         """Contiguous periods priced at or below `threshold` that overlap [t, t + horizon), merged
         across adjacent windows and given their whole extent (one that began before t starts when
         it began). A tariff cheap for more than a week around t is cut a week from the horizon."""
@@ -289,8 +310,9 @@ class Tariff(BaseModel):
         end = t_utc + horizon
         return [p for p in out if p.end > t_utc and p.start < end]
 
-    def next_cheap_start(self, t_utc: datetime, threshold: float,
-                         horizon: timedelta = timedelta(days=8)) -> datetime | None:
+    def next_cheap_start(
+        self, t_utc: datetime, threshold: float, horizon: timedelta = timedelta(days=8)
+    ) -> datetime | None:
         """The first instant at or after t priced at or below `threshold` (t itself when it is);
         None when there is none within the horizon."""
         periods = self.cheap_periods(t_utc, threshold, horizon)
@@ -308,5 +330,7 @@ class Tariff(BaseModel):
     def energy_cost(self, start_utc: datetime, end_utc: datetime, power_w: float) -> float:
         """Cost of drawing `power_w` watts over [start, end): Σ kWh × price of each piece."""
         kw = power_w / 1000.0
-        return sum(kw * (p.end - p.start).total_seconds() / 3600.0 * p.price
-                   for p in self.pieces(start_utc, end_utc))
+        return sum(
+            kw * (p.end - p.start).total_seconds() / 3600.0 * p.price
+            for p in self.pieces(start_utc, end_utc)
+        )

@@ -54,8 +54,9 @@ def extents(index: Path) -> tuple[int, list[Extent]] | None:
         except Exception as exc:  # noqa: BLE001 (protobuf's DecodeError and its kin)
             raise BadIndex(f"entry {key[:60]!r} is not a bundle proto: {exc}") from None
         if entry.size or entry.offset:
-            out.append(Extent(key.decode("utf-8", "replace"), entry.shard_id, entry.offset,
-                              entry.size))
+            out.append(
+                Extent(key.decode("utf-8", "replace"), entry.shard_id, entry.offset, entry.size)
+            )
     if num_shards is None:
         raise BadIndex("no bundle header (the entry under the empty key)")
     return num_shards, out
@@ -64,7 +65,7 @@ def extents(index: Path) -> tuple[int, list[Extent]] | None:
 def _table_entries(data: bytes):
     if len(data) < FOOTER_BYTES or struct.unpack_from("<Q", data, len(data) - 8)[0] != TABLE_MAGIC:
         raise BadIndex("no table footer (magic number) at the end")
-    footer = memoryview(data)[len(data) - FOOTER_BYTES:]
+    footer = memoryview(data)[len(data) - FOOTER_BYTES :]
     _, pos = _handle(footer, 0)  # the metaindex block: unused by TF
     (index_off, index_size), _ = _handle(footer, pos)
     for _, handle in _block(data, index_off, index_size):
@@ -93,9 +94,9 @@ def _block(data: bytes, offset: int, size: int):
         length, pos = _varint(block, pos)
         if shared > len(key) or pos + unshared + length > limit:
             raise BadIndex(f"block at {offset}: entry at {pos} is malformed")
-        key = key[:shared] + bytes(block[pos:pos + unshared])
+        key = key[:shared] + bytes(block[pos : pos + unshared])
         pos += unshared
-        yield key, bytes(block[pos:pos + length])
+        yield key, bytes(block[pos : pos + length])
         pos += length
 
 
@@ -132,16 +133,22 @@ def _messages():
     except ImportError:
         return None
     f = descriptor_pb2.FieldDescriptorProto
-    proto = descriptor_pb2.FileDescriptorProto(name="nightshift_tf_bundle.proto",
-                                               package="nightshift.tf", syntax="proto3")
+    proto = descriptor_pb2.FileDescriptorProto(
+        name="nightshift_tf_bundle.proto", package="nightshift.tf", syntax="proto3"
+    )
     header = proto.message_type.add(name="BundleHeaderProto")
     header.field.add(name="num_shards", number=1, type=f.TYPE_INT32, label=f.LABEL_OPTIONAL)
     entry = proto.message_type.add(name="BundleEntryProto")
-    for name, number, kind in (("shard_id", 3, f.TYPE_INT32), ("offset", 4, f.TYPE_INT64),
-                               ("size", 5, f.TYPE_INT64)):
+    for name, number, kind in (
+        ("shard_id", 3, f.TYPE_INT32),
+        ("offset", 4, f.TYPE_INT64),
+        ("size", 5, f.TYPE_INT64),
+    ):
         entry.field.add(name=name, number=number, type=kind, label=f.LABEL_OPTIONAL)
     pool = descriptor_pool.DescriptorPool()
     pool.Add(proto)
-    _MESSAGES = tuple(message_factory.GetMessageClass(pool.FindMessageTypeByName(f"nightshift.tf.{n}"))
-                      for n in ("BundleHeaderProto", "BundleEntryProto"))
+    _MESSAGES = tuple(
+        message_factory.GetMessageClass(pool.FindMessageTypeByName(f"nightshift.tf.{n}"))
+        for n in ("BundleHeaderProto", "BundleEntryProto")
+    )
     return _MESSAGES

@@ -13,8 +13,6 @@ from nightshift.runtime.errors import SpecError
 M = TypeVar("M", bound=BaseModel)
 
 
-
-
 def line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
     """Walk a composed YAML node tree along a pydantic error location; return a 1-based line."""
     line = node.start_mark.line + 1 if node is not None else None
@@ -26,7 +24,9 @@ def line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
                     break
             else:
                 return line
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+        elif (
+            isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value)
+        ):
             node = node.value[part]
             line = node.start_mark.line + 1
         else:
@@ -43,12 +43,21 @@ def read_yaml(path: str | Path) -> tuple[Any, yaml.Node | None, str]:
         return yaml.safe_load(text), yaml.compose(text), text
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        raise SpecError(f"not valid YAML: {getattr(exc, 'problem', exc)}", path=str(p),
-                        line=mark.line + 1 if mark else None) from exc
+        raise SpecError(
+            f"not valid YAML: {getattr(exc, 'problem', exc)}",
+            path=str(p),
+            line=mark.line + 1 if mark else None,
+        ) from exc
 
 
-def validate(model: type[M], data: Any, *, path: str | None = None, node: yaml.Node | None = None,
-             loc_prefix: tuple[Any, ...] = ()) -> M:
+def validate(
+    model: type[M],
+    data: Any,
+    *,
+    path: str | None = None,
+    node: yaml.Node | None = None,
+    loc_prefix: tuple[Any, ...] = (),
+) -> M:
     """Validate `data`; on failure raise SpecError for the first error, naming its field and line."""
     try:
         return model.model_validate(data)
@@ -57,8 +66,9 @@ def validate(model: type[M], data: Any, *, path: str | None = None, node: yaml.N
         loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
         field = ".".join(str(p) for p in loc_prefix + loc) or None
         more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
-        raise SpecError(f"{err['msg']}{more}", path=path, field=field,
-                        line=line_of(node, loc_prefix + loc)) from exc
+        raise SpecError(
+            f"{err['msg']}{more}", path=path, field=field, line=line_of(node, loc_prefix + loc)
+        ) from exc
 
 
 def load_model(model: type[M], path: str | Path) -> M:

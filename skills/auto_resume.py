@@ -25,12 +25,27 @@ from pydantic import BaseModel, Field
 from nightshift.runtime import checkpoints
 from nightshift.skills.base import SkillContext, skill
 
-Framework = Literal["auto", "nightshift", "pytorch", "lightning", "huggingface", "safetensors",
-                    "tensorflow", "orbax"]
+Framework = Literal[
+    "auto",
+    "nightshift",
+    "pytorch",
+    "lightning",
+    "huggingface",
+    "safetensors",
+    "tensorflow",
+    "orbax",
+]
 
 # Tie-break order at equal steps (the order of the table above).
-FRAMEWORK_ORDER = ("nightshift", "huggingface", "lightning", "pytorch", "safetensors",
-                   "tensorflow", "orbax")
+FRAMEWORK_ORDER = (
+    "nightshift",
+    "huggingface",
+    "lightning",
+    "pytorch",
+    "safetensors",
+    "tensorflow",
+    "orbax",
+)
 DEFAULT_RESUME_ARGS: dict[str, list[str]] = {
     "huggingface": ["--resume_from_checkpoint", "{checkpoint}"],
     "lightning": ["--ckpt_path", "{checkpoint}"],
@@ -41,25 +56,46 @@ SPEC_RESUME_ARG = ["--resume", "{checkpoint}"]
 class AutoResumeInput(BaseModel):
     """Where the checkpoints are, and (optionally) the command to inject a resume argument into."""
 
-    checkpoint_dir: str = Field(description="The folder that holds the checkpoints (not one checkpoint)")
-    command: list[str] | None = Field(None, description="argv of the run; returned with the resume "
-                                      "argument injected")
-    resume_arg: list[str] | None = Field(None, description="resume argv template with {checkpoint} "
-                                         "and {step}, e.g. the spec's ['--resume', '{checkpoint}']; "
-                                         "default: the framework's convention")
+    checkpoint_dir: str = Field(
+        description="The folder that holds the checkpoints (not one checkpoint)"
+    )
+    command: list[str] | None = Field(
+        None, description="argv of the run; returned with the resume argument injected"
+    )
+    resume_arg: list[str] | None = Field(
+        None,
+        description="resume argv template with {checkpoint} "
+        "and {step}, e.g. the spec's ['--resume', '{checkpoint}']; "
+        "default: the framework's convention",
+    )
     framework: Framework = Field("auto", description="Only consider this layout; auto: all of them")
-    max_step: int | None = Field(None, ge=0, description="Only checkpoints at or before this step "
-                                 "(e.g. before a divergence began); checkpoints of unknown step "
-                                 "are then left out")
-    current_step: int | None = Field(None, ge=0, description="The step the run had reached, to say "
-                                     "how many steps a resume recomputes")
-    search_dirs: list[str] = Field(default_factory=list, description="More folders searched with "
-                                   "checkpoint_dir (e.g. nightshift's copies of good checkpoints)")
-    steps_per_epoch: int | None = Field(None, ge=1, description="For checkpoints that record only "
-                                        "an epoch")
+    max_step: int | None = Field(
+        None,
+        ge=0,
+        description="Only checkpoints at or before this step "
+        "(e.g. before a divergence began); checkpoints of unknown step "
+        "are then left out",
+    )
+    current_step: int | None = Field(
+        None,
+        ge=0,
+        description="The step the run had reached, to say how many steps a resume recomputes",
+    )
+    search_dirs: list[str] = Field(
+        default_factory=list,
+        description="More folders searched with "
+        "checkpoint_dir (e.g. nightshift's copies of good checkpoints)",
+    )
+    steps_per_epoch: int | None = Field(
+        None, ge=1, description="For checkpoints that record only an epoch"
+    )
     reject_nonfinite: bool = Field(True, description="Skip a checkpoint whose weights hold NaN/inf")
-    max_depth: int = Field(checkpoints.MAX_DEPTH, ge=0, le=12, description="How many folder "
-                           "levels below checkpoint_dir are searched")
+    max_depth: int = Field(
+        checkpoints.MAX_DEPTH,
+        ge=0,
+        le=12,
+        description="How many folder levels below checkpoint_dir are searched",
+    )
 
 
 class SkippedCheckpoint(BaseModel):
@@ -74,13 +110,19 @@ class AutoResumeResult(BaseModel):
     path: str | None = Field(None, description="The checkpoint to resume from (file or folder)")
     step: int | None = Field(None, description="Its step; None when it records none")
     framework: str | None = None
-    step_from: str | None = Field(None, description="Where the step was read: metadata, name, "
-                                  "trainer_state, folder, epoch")
-    command: list[str] | None = Field(None, description="The input command with the resume argument")
-    skipped: list[SkippedCheckpoint] = Field(default_factory=list,
-                                             description="Newer checkpoints passed over, and why")
+    step_from: str | None = Field(
+        None, description="Where the step was read: metadata, name, trainer_state, folder, epoch"
+    )
+    command: list[str] | None = Field(
+        None, description="The input command with the resume argument"
+    )
+    skipped: list[SkippedCheckpoint] = Field(
+        default_factory=list, description="Newer checkpoints passed over, and why"
+    )
     candidates: int = Field(0, description="Checkpoints recognised in the folder")
-    steps_to_recompute: int | None = Field(None, description="current_step minus step, when both known")
+    steps_to_recompute: int | None = Field(
+        None, description="current_step minus step, when both known"
+    )
     message: str
 
 
@@ -95,17 +137,23 @@ def auto_resume(ctx: SkillContext, inp: AutoResumeInput) -> AutoResumeResult:
     one before, and each skip is listed with its reason. found=False means start from scratch."""
     folder = Path(inp.checkpoint_dir).expanduser().absolute()
     if not folder.exists():
-        return AutoResumeResult(found=False, message=f"checkpoint folder {folder} does not exist: "
-                                "there is nothing to resume from; start from scratch")
+        return AutoResumeResult(
+            found=False,
+            message=f"checkpoint folder {folder} does not exist: "
+            "there is nothing to resume from; start from scratch",
+        )
     if not folder.is_dir():
-        return AutoResumeResult(found=False, message=f"{folder} is a file, not a folder; pass the "
-                                "folder that holds the checkpoints")
+        return AutoResumeResult(
+            found=False,
+            message=f"{folder} is a file, not a folder; pass the folder that holds the checkpoints",
+        )
 
     candidates, left = [], []
     for root in [folder, *(Path(d).expanduser().absolute() for d in inp.search_dirs)]:
         if root.is_dir():
-            found, lo = checkpoints.search(root, steps_per_epoch=inp.steps_per_epoch,
-                                           max_depth=inp.max_depth)
+            found, lo = checkpoints.search(
+                root, steps_per_epoch=inp.steps_per_epoch, max_depth=inp.max_depth
+            )
             candidates += found
             left += lo
     skipped = [SkippedCheckpoint(path=str(x.path), reason=x.reason) for x in left]
@@ -118,8 +166,12 @@ def auto_resume(ctx: SkillContext, inp: AutoResumeInput) -> AutoResumeResult:
     if inp.max_step is not None:
         which += f"(at or before step {inp.max_step}) "
     if not candidates:
-        return AutoResumeResult(found=False, skipped=skipped, candidates=0,
-                                message=f"no {which}checkpoint in {folder}: start from scratch")
+        return AutoResumeResult(
+            found=False,
+            skipped=skipped,
+            candidates=0,
+            message=f"no {which}checkpoint in {folder}: start from scratch",
+        )
 
     chosen = None
     for cand in candidates:
@@ -133,46 +185,72 @@ def auto_resume(ctx: SkillContext, inp: AutoResumeInput) -> AutoResumeResult:
         skipped.append(SkippedCheckpoint(path=str(cand.path), reason=reason))
     if chosen is None:
         return AutoResumeResult(
-            found=False, skipped=skipped, candidates=len(candidates),
+            found=False,
+            skipped=skipped,
+            candidates=len(candidates),
             message=f"none of the {len(candidates)} {which}checkpoints in {folder} is complete and "
-                    "readable (see skipped): start from scratch")
+            "readable (see skipped): start from scratch",
+        )
 
-    parts = [f"resume from {chosen.framework} checkpoint {chosen.path}"
-             + (f" at step {chosen.step}" if chosen.step is not None
-                else " (it records no step: the run decides where it continues)")]
+    parts = [
+        f"resume from {chosen.framework} checkpoint {chosen.path}"
+        + (
+            f" at step {chosen.step}"
+            if chosen.step is not None
+            else " (it records no step: the run decides where it continues)"
+        )
+    ]
     recompute = None
     if inp.current_step is not None and chosen.step is not None:
         recompute = max(0, inp.current_step - chosen.step)
-        parts.append(f"{recompute} steps to recompute (the run had reached step {inp.current_step})")
+        parts.append(
+            f"{recompute} steps to recompute (the run had reached step {inp.current_step})"
+        )
         if inp.current_step < chosen.step:
-            parts.append(f"note: the checkpoint is ahead of the reported current step {inp.current_step}")
+            parts.append(
+                f"note: the checkpoint is ahead of the reported current step {inp.current_step}"
+            )
     if skipped:
-        parts.append(f"skipped {len(skipped)}: " + "; ".join(f"{Path(s.path).name}: {s.reason}"
-                                                            for s in skipped))
+        parts.append(
+            f"skipped {len(skipped)}: "
+            + "; ".join(f"{Path(s.path).name}: {s.reason}" for s in skipped)
+        )
 
     command = None
     if inp.command is not None:
         template = inp.resume_arg or DEFAULT_RESUME_ARGS.get(chosen.framework, SPEC_RESUME_ARG)
         if chosen.step is None and any("{step}" in t for t in template):
-            parts.append("the resume template needs {step}, which this checkpoint does not record: "
-                         "no command returned")
+            parts.append(
+                "the resume template needs {step}, which this checkpoint does not record: "
+                "no command returned"
+            )
         else:
             command = inject_resume_args(inp.command, template, str(chosen.path), chosen.step)
 
-    return AutoResumeResult(found=True, path=str(chosen.path), step=chosen.step,
-                            framework=chosen.framework, step_from=chosen.step_from,
-                            command=command, skipped=skipped,
-                            candidates=len(candidates), steps_to_recompute=recompute,
-                            message="; ".join(parts))
+    return AutoResumeResult(
+        found=True,
+        path=str(chosen.path),
+        step=chosen.step,
+        framework=chosen.framework,
+        step_from=chosen.step_from,
+        command=command,
+        skipped=skipped,
+        candidates=len(candidates),
+        steps_to_recompute=recompute,
+        message="; ".join(parts),
+    )
 
 
 # --- command injection --------------------------------------------------------------------------
-def inject_resume_args(command: list[str], template: list[str], checkpoint: str,
-                       step: int | None) -> list[str]:
+def inject_resume_args(
+    command: list[str], template: list[str], checkpoint: str, step: int | None
+) -> list[str]:
     """Append the rendered template to `command`, first removing any flag of the template that is
     already there (`--flag VALUE` or `--flag=VALUE`), so a resume argument is replaced, not doubled."""
-    rendered = [t.replace("{checkpoint}", checkpoint).replace("{step}", "" if step is None else str(step))
-                for t in template]
+    rendered = [
+        t.replace("{checkpoint}", checkpoint).replace("{step}", "" if step is None else str(step))
+        for t in template
+    ]
     flags: dict[str, int] = {}  # flag -> number of values that follow it in the template
     current = None
     for token in template:

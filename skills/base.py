@@ -26,11 +26,13 @@ from nightshift.runtime.store import Store
 Capability = Literal["read", "launch", "modify", "destroy"]
 CAPABILITIES: tuple[str, ...] = ("read", "launch", "modify", "destroy")
 
+
 class Launch(BaseModel):
     """What one job or process a call would start asks of the machine."""
 
-    where: str = Field("", description="Which part of the arguments asks (for messages): spec, "
-                       "items[3], ...")
+    where: str = Field(
+        "", description="Which part of the arguments asks (for messages): spec, items[3], ..."
+    )
     gpus: int = 0
     image: str | None = None
     mounts: list[str] = Field(default_factory=list, description="Host paths it would mount")
@@ -94,11 +96,16 @@ class Skill(Generic[In, Out]):
         if isinstance(args, self.input_model):
             return args
         open_model = self.input_model.model_config.get("extra") == "allow"
-        unknown = [] if open_model or not isinstance(args, dict) else \
-            sorted(set(args) - set(self.input_model.model_fields))
+        unknown = (
+            []
+            if open_model or not isinstance(args, dict)
+            else sorted(set(args) - set(self.input_model.model_fields))
+        )
         if unknown:
-            raise BadArguments(f"{self.name}: unknown argument(s) {', '.join(unknown)}; it takes "
-                                  f"{', '.join(self.input_model.model_fields) or 'no arguments'}")
+            raise BadArguments(
+                f"{self.name}: unknown argument(s) {', '.join(unknown)}; it takes "
+                f"{', '.join(self.input_model.model_fields) or 'no arguments'}"
+            )
         try:
             return self.input_model.model_validate(args)
         except ValidationError as exc:
@@ -128,7 +135,9 @@ def _model_hint(name: str, what: str, hint: Any) -> type[BaseModel]:
     return hint
 
 
-def skill(name: str, *, capability: Capability) -> Callable[[Callable[[SkillContext, Any], Any]], Skill]:
+def skill(
+    name: str, *, capability: Capability
+) -> Callable[[Callable[[SkillContext, Any], Any]], Skill]:
     """Turn a typed function into a Skill; models come from its annotations, the description from
     its docstring. Checked when the module is imported, so a malformed skill never registers."""
     if capability not in CAPABILITIES:
@@ -141,10 +150,13 @@ def skill(name: str, *, capability: Capability) -> Callable[[Callable[[SkillCont
             raise TypeError(f"skill {name}: takes (ctx, input), got {params}")
         inp = _model_hint(name, "input", hints.get(params[1]))
         out = _model_hint(name, "result", hints.get("return"))
-        if capability != "read" and (not issubclass(inp, SkillInput)
-                                     or inp.claims is SkillInput.claims):
-            raise TypeError(f"skill {name}: a {capability} skill's input model must derive from "
-                            "SkillInput and define claims(): the gate checks limits on it")
+        if capability != "read" and (
+            not issubclass(inp, SkillInput) or inp.claims is SkillInput.claims
+        ):
+            raise TypeError(
+                f"skill {name}: a {capability} skill's input model must derive from "
+                "SkillInput and define claims(): the gate checks limits on it"
+            )
         doc = inspect.cleandoc(fn.__doc__ or "")
         if not doc:
             raise TypeError(f"skill {name}: needs a docstring; the planner reads it")
@@ -167,7 +179,8 @@ def registry() -> dict[str, Skill]:
             raise ConfigError(
                 f"the installed entry point {where} declares skill '{obj.name}', which is {clash}: "
                 "refused (an entry point may add skills, not replace them); uninstall that "
-                "package or rename its skill")
+                "package or rename its skill"
+            )
         found[obj.name] = obj
     return found
 
@@ -187,6 +200,7 @@ def _entry_point_skills() -> tuple[tuple[Skill, str], ...]:
 def get_skill(name: str) -> Skill:
     skills = registry()
     if name not in skills:
-        raise UnknownSkill(f"no skill named '{name}'; `nightshift skills` lists them "
-                           f"({', '.join(sorted(skills))})")
+        raise UnknownSkill(
+            f"no skill named '{name}'; `nightshift skills` lists them ({', '.join(sorted(skills))})"
+        )
     return skills[name]

@@ -22,9 +22,23 @@ from nightshift.skills import (
 )
 from nightshift.skills.base import Skill
 
-MODULES = (auto_resume, cancel_job, config_validator, diagnose_failure, gpu_health, job_logs,
-           launch_container, list_jobs, pause_job, resume_job, retry_job, show_job, submit_job,
-           submit_jobs, tune_lr)
+MODULES = (
+    auto_resume,
+    cancel_job,
+    config_validator,
+    diagnose_failure,
+    gpu_health,
+    job_logs,
+    launch_container,
+    list_jobs,
+    pause_job,
+    resume_job,
+    retry_job,
+    show_job,
+    submit_job,
+    submit_jobs,
+    tune_lr,
+)
 
 
 def _table() -> dict[str, Skill]:

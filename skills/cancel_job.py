@@ -39,7 +39,12 @@ def cancel_job(ctx: SkillContext, inp: CancelJobInput) -> CancelJobResult:
             return CancelJobResult(job_id=job.id, before=before, after=before)
         job.state, job.reason, job.updated_at = "cancelled", inp.reason, ctx.now
         s.add(job)
-        live = s.exec(select(Attempt).where(Attempt.job_id == job.id,
-                                            Attempt.state.in_(("starting", "running")))).first()
+        live = s.exec(
+            select(Attempt).where(
+                Attempt.job_id == job.id, Attempt.state.in_(("starting", "running"))
+            )
+        ).first()
     stopped = stop_attempt(ctx, live, "cancelled") if live is not None else None
-    return CancelJobResult(job_id=inp.job_id, before=before, after="cancelled", stopped_attempt=stopped)
+    return CancelJobResult(
+        job_id=inp.job_id, before=before, after="cancelled", stopped_attempt=stopped
+    )

@@ -230,8 +230,6 @@ def _param(
     return None
 
 
-
-
 def _optimizer_family(name: str) -> str | None:
     low = name.lower()
     for family in ("adam", "lion", "sgd", "rmsprop", "adagrad"):

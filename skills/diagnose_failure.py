@@ -56,12 +56,30 @@ except ImportError:  # pragma: no cover - Python < 3.11
 
 from nightshift.skills.base import SkillContext, skill
 
-Category = Literal["cuda_oom", "host_oom", "nan_loss", "nccl_or_distributed", "cuda_runtime_error",
-                   "file_missing", "checkpoint_corrupt", "disk_full", "driver_mismatch",
-                   "import_or_env", "config_error", "killed", "lost", "preempted", "stalled",
-                   "timeout", "crashed", "unknown", "succeeded"]
-Action = Literal["resume", "resume_smaller_batch", "resume_lower_lr", "resume_previous_checkpoint",
-                 "stop"]
+Category = Literal[
+    "cuda_oom",
+    "host_oom",
+    "nan_loss",
+    "nccl_or_distributed",
+    "cuda_runtime_error",
+    "file_missing",
+    "checkpoint_corrupt",
+    "disk_full",
+    "driver_mismatch",
+    "import_or_env",
+    "config_error",
+    "killed",
+    "lost",
+    "preempted",
+    "stalled",
+    "timeout",
+    "crashed",
+    "unknown",
+    "succeeded",
+]
+Action = Literal[
+    "resume", "resume_smaller_batch", "resume_lower_lr", "resume_previous_checkpoint", "stop"
+]
 MonitorSays = Literal["preempted", "stalled", "timeout", "lost", "diverged"]
 
 MAX_LOG_BYTES = 2 * 1024 * 1024  # the tail that is examined
@@ -83,8 +101,14 @@ def read_dmesg(timeout_s: float = 2.0) -> str | None:
     """The kernel ring buffer as `dmesg` prints it, or None where it cannot be read (containers
     and unprivileged users often cannot). Not installed by default; see KERNEL_LOG_READER."""
     try:
-        proc = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=timeout_s,
-                              check=False, errors="replace")
+        proc = subprocess.run(
+            ["dmesg"],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+            errors="replace",
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return proc.stdout if proc.returncode == 0 and proc.stdout else None
@@ -96,21 +120,35 @@ class DiagnoseFailureInput(BaseModel):
 
     log_tail: str | None = Field(None, description="The end of the attempt's log (stdout+stderr)")
     log_path: str | None = Field(None, description="Or: a log file; its last 2 MiB are read")
-    exit_code: int | None = Field(None, description="Process exit code; negative = killed by that "
-                                  "signal (Python's convention); 128+N = signal N (the shell's)")
-    signal: int | None = Field(None, ge=0, le=64, description="The signal that ended it, if known "
-                               "(0 or None: none)")
+    exit_code: int | None = Field(
+        None,
+        description="Process exit code; negative = killed by that "
+        "signal (Python's convention); 128+N = signal N (the shell's)",
+    )
+    signal: int | None = Field(
+        None, ge=0, le=64, description="The signal that ended it, if known (0 or None: none)"
+    )
     monitor_says: MonitorSays | None = Field(
-        None, description="What the monitor knows: it or the platform stopped the attempt "
+        None,
+        description="What the monitor knows: it or the platform stopped the attempt "
         "(preempted), no progress (stalled), the spec's timeout passed (timeout), the process's "
-        "supervisor, process group or machine went away (lost), its metrics diverged (diverged)")
-    monitor_detail: str | None = Field(None, max_length=2000, description="The monitor's own "
-                                       "evidence, e.g. 'metrics diverged: loss is nan at step 412'")
-    kernel_log: str | None = Field(None, description="Kernel log text (dmesg) the caller read, "
-                                   "if any: an OOM-killer line there explains a SIGKILL")
+        "supervisor, process group or machine went away (lost), its metrics diverged (diverged)",
+    )
+    monitor_detail: str | None = Field(
+        None,
+        max_length=2000,
+        description="The monitor's own evidence, e.g. 'metrics diverged: loss is nan at step 412'",
+    )
+    kernel_log: str | None = Field(
+        None,
+        description="Kernel log text (dmesg) the caller read, "
+        "if any: an OOM-killer line there explains a SIGKILL",
+    )
     params: dict[str, Any] | None = Field(None, description="The attempt's parameter values")
-    knobs: dict[str, str] | None = Field(None, description="The spec's knobs: learning_rate / "
-                                         "micro_batch / grad_accum → parameter name")
+    knobs: dict[str, str] | None = Field(
+        None,
+        description="The spec's knobs: learning_rate / micro_batch / grad_accum → parameter name",
+    )
 
     @model_validator(mode="after")
     def _one_log(self) -> DiagnoseFailureInput:
@@ -120,19 +158,27 @@ class DiagnoseFailureInput(BaseModel):
 
 
 class EvidenceLine(BaseModel):
-    line_no: int = Field(description="1-based line number in the log (in the file for log_path); "
-                         "for source kernel_log, in the kernel log; 0 for the monitor's evidence")
+    line_no: int = Field(
+        description="1-based line number in the log (in the file for log_path); "
+        "for source kernel_log, in the kernel log; 0 for the monitor's evidence"
+    )
     text: str
-    source: Literal["log", "kernel_log", "monitor"] = Field("log", description="Where the line "
-                                                            "is from")
+    source: Literal["log", "kernel_log", "monitor"] = Field(
+        "log", description="Where the line is from"
+    )
 
 
 class Remediation(BaseModel):
     action: Action
-    changes: dict[str, Any] = Field(default_factory=dict, description="New parameter values by "
-                                    "parameter name; empty when params/knobs were not given")
-    factors: dict[str, float] = Field(default_factory=dict, description="Multipliers by knob "
-                                      "(learning_rate, micro_batch, grad_accum)")
+    changes: dict[str, Any] = Field(
+        default_factory=dict,
+        description="New parameter values by "
+        "parameter name; empty when params/knobs were not given",
+    )
+    factors: dict[str, float] = Field(
+        default_factory=dict,
+        description="Multipliers by knob (learning_rate, micro_batch, grad_accum)",
+    )
     message: str
 
 
@@ -165,104 +211,201 @@ def _sig(category: str, pattern: str, meaning: str, **kw: Any) -> Signature:
 # sources.yaml files cite where).
 SIGNATURES: tuple[Signature, ...] = (
     # cudaErrorInsufficientDriver's text; torch/cuda/__init__.py's driver checks; NVML's init error.
-    _sig("driver_mismatch", r"CUDA driver version is insufficient for CUDA runtime version",
-         "the NVIDIA driver is older than the CUDA runtime the code was built with"),
-    _sig("driver_mismatch", r"The NVIDIA driver on your system is too old",
-         "PyTorch needs a newer NVIDIA driver"),
+    _sig(
+        "driver_mismatch",
+        r"CUDA driver version is insufficient for CUDA runtime version",
+        "the NVIDIA driver is older than the CUDA runtime the code was built with",
+    ),
+    _sig(
+        "driver_mismatch",
+        r"The NVIDIA driver on your system is too old",
+        "PyTorch needs a newer NVIDIA driver",
+    ),
     _sig("driver_mismatch", r"Found no NVIDIA driver on your system", "no NVIDIA driver loaded"),
-    _sig("driver_mismatch", r"Driver/library version mismatch",
-         "the loaded kernel driver and the user-space NVIDIA libraries differ (reboot or reload)"),
-    _sig("driver_mismatch", r"couldn't communicate with the NVIDIA driver",
-         "nvidia-smi cannot reach the driver"),
-    _sig("driver_mismatch", r"forward compatibility was attempted on non supported HW",
-         "the CUDA forward-compatibility package does not support this GPU"),
+    _sig(
+        "driver_mismatch",
+        r"Driver/library version mismatch",
+        "the loaded kernel driver and the user-space NVIDIA libraries differ (reboot or reload)",
+    ),
+    _sig(
+        "driver_mismatch",
+        r"couldn't communicate with the NVIDIA driver",
+        "nvidia-smi cannot reach the driver",
+    ),
+    _sig(
+        "driver_mismatch",
+        r"forward compatibility was attempted on non supported HW",
+        "the CUDA forward-compatibility package does not support this GPU",
+    ),
     # cudaErrorSystemDriverMismatch (803), as torch's cudaGetDeviceCount check and Caffe print it.
-    _sig("driver_mismatch", r"system has unsupported display driver / cuda driver combination",
-         "the NVIDIA kernel driver does not match the CUDA driver library (cudaErrorSystemDriver"
-         "Mismatch, 803)"),
+    _sig(
+        "driver_mismatch",
+        r"system has unsupported display driver / cuda driver combination",
+        "the NVIDIA kernel driver does not match the CUDA driver library (cudaErrorSystemDriver"
+        "Mismatch, 803)",
+    ),
     # c10/cuda/CUDACachingAllocator.cpp; XLA's allocator; cuBLAS / cuDNN handles; Caffe; the driver API.
     _sig("cuda_oom", r"torch\.(?:cuda\.)?OutOfMemoryError", "PyTorch ran out of GPU memory"),
     _sig("cuda_oom", r"CUDA out of memory", "the GPU ran out of memory"),
     _sig("cuda_oom", r"CUDA error: out of memory", "the GPU ran out of memory"),
-    _sig("cuda_oom", r"RESOURCE_EXHAUSTED: Out of memory while trying to allocate",
-         "XLA ran out of device memory"),
+    _sig(
+        "cuda_oom",
+        r"RESOURCE_EXHAUSTED: Out of memory while trying to allocate",
+        "XLA ran out of device memory",
+    ),
     _sig("cuda_oom", r"CUBLAS_STATUS_ALLOC_FAILED", "cuBLAS could not allocate GPU memory"),
     _sig("cuda_oom", r"CUDNN_STATUS_ALLOC_FAILED", "cuDNN could not allocate GPU memory"),
     _sig("cuda_oom", r"Cuda failure '?out of memory", "NCCL could not allocate GPU memory"),
-    _sig("cuda_oom", r"error == cudaSuccess \(2 vs\. 0\)\s*out of memory",
-         "the GPU ran out of memory (cudaErrorMemoryAllocation, as Caffe reports it)"),
-    _sig("cuda_oom", r"\bcudaErrorMemoryAllocation\b|\bCUDA_ERROR_OUT_OF_MEMORY\b",
-         "the GPU ran out of memory"),
+    _sig(
+        "cuda_oom",
+        r"error == cudaSuccess \(2 vs\. 0\)\s*out of memory",
+        "the GPU ran out of memory (cudaErrorMemoryAllocation, as Caffe reports it)",
+    ),
+    _sig(
+        "cuda_oom",
+        r"\bcudaErrorMemoryAllocation\b|\bCUDA_ERROR_OUT_OF_MEMORY\b",
+        "the GPU ran out of memory",
+    ),
     # TensorFlow's ResourceExhaustedError; on a CPU device it is host memory (host_oom below).
-    _sig("cuda_oom", r"OOM when allocating tensor(?!.*(?:device:CPU|by allocator cpu\b))",
-         "TensorFlow ran out of GPU memory (ResourceExhaustedError)"),
+    _sig(
+        "cuda_oom",
+        r"OOM when allocating tensor(?!.*(?:device:CPU|by allocator cpu\b))",
+        "TensorFlow ran out of GPU memory (ResourceExhaustedError)",
+    ),
     # mm/oom_kill.c (dmesg); Slurm's cgroup plugin; Kubernetes; Python; C++; torch's DataLoader.
-    _sig("host_oom", r"Out of memory: Kill(?:ed)? process \d+",
-         "the kernel OOM killer killed a process for lack of host memory"),
-    _sig("host_oom", r"Memory cgroup out of memory: Kill(?:ed)? process",
-         "the container's memory limit was hit and the OOM killer killed a process"),
+    _sig(
+        "host_oom",
+        r"Out of memory: Kill(?:ed)? process \d+",
+        "the kernel OOM killer killed a process for lack of host memory",
+    ),
+    _sig(
+        "host_oom",
+        r"Memory cgroup out of memory: Kill(?:ed)? process",
+        "the container's memory limit was hit and the OOM killer killed a process",
+    ),
     _sig("host_oom", r"invoked oom-killer", "the kernel OOM killer ran"),
     _sig("host_oom", r"\boom-kill:constraint=", "the kernel OOM killer chose a process to kill"),
-    _sig("host_oom", r"\bKilled process \d+ \([^)\n]*\),? total-vm:",
-         "the kernel OOM killer killed a process for lack of host memory"),
+    _sig(
+        "host_oom",
+        r"\bKilled process \d+ \([^)\n]*\),? total-vm:",
+        "the kernel OOM killer killed a process for lack of host memory",
+    ),
     _sig("host_oom", r"oom_reaper: reaped process \d+", "the kernel reaped an OOM-killed process"),
     _sig("host_oom", r"oom[-_]kill event", "the batch system saw an OOM kill"),
-    _sig("host_oom", r"killed by the cgroup out-of-memory handler",
-         "the batch system's memory limit was hit"),
+    _sig(
+        "host_oom",
+        r"killed by the cgroup out-of-memory handler",
+        "the batch system's memory limit was hit",
+    ),
     _sig("host_oom", r"\bOOMKilled\b", "the container was OOM-killed (its memory limit was hit)"),
-    _sig("host_oom", r"^(?:\[[^\]\n]*\]:?\s*)*MemoryError\b", "Python could not allocate host memory"),
+    _sig(
+        "host_oom", r"^(?:\[[^\]\n]*\]:?\s*)*MemoryError\b", "Python could not allocate host memory"
+    ),
     _sig("host_oom", r"std::bad_alloc", "a C++ allocation of host memory failed"),
-    _sig("host_oom", r"\[Errno 12\] Cannot allocate memory|DefaultCPUAllocator: (?:can't allocate "
-         r"memory|not enough memory)", "an allocation of host memory failed (ENOMEM)"),
-    _sig("host_oom", r"OOM when allocating tensor.*(?:device:CPU|by allocator cpu\b)",
-         "TensorFlow ran out of host memory (ResourceExhaustedError on the CPU allocator)"),
+    _sig(
+        "host_oom",
+        r"\[Errno 12\] Cannot allocate memory|DefaultCPUAllocator: (?:can't allocate "
+        r"memory|not enough memory)",
+        "an allocation of host memory failed (ENOMEM)",
+    ),
+    _sig(
+        "host_oom",
+        r"OOM when allocating tensor.*(?:device:CPU|by allocator cpu\b)",
+        "TensorFlow ran out of host memory (ResourceExhaustedError on the CPU allocator)",
+    ),
     # torch/utils/data: a worker's SIGBUS on a full /dev/shm (a container's small --shm-size).
-    _sig("host_oom", r"Unexpected bus error encountered in worker\. This might be caused by "
-         r"insufficient shared memory", "DataLoader workers ran out of shared memory (/dev/shm): "
-         "raise the container's shm size, or use fewer workers"),
-    _sig("host_oom", r"DataLoader worker \(pid \d+\) is killed by signal: Bus error",
-         "DataLoader workers ran out of shared memory (/dev/shm): raise the container's shm size, "
-         "or use fewer workers"),
-    _sig("host_oom", r"DataLoader worker \(pid \d+\) is killed by signal: Killed",
-         "a DataLoader worker was SIGKILLed, most often by the OOM killer"),
+    _sig(
+        "host_oom",
+        r"Unexpected bus error encountered in worker\. This might be caused by "
+        r"insufficient shared memory",
+        "DataLoader workers ran out of shared memory (/dev/shm): "
+        "raise the container's shm size, or use fewer workers",
+    ),
+    _sig(
+        "host_oom",
+        r"DataLoader worker \(pid \d+\) is killed by signal: Bus error",
+        "DataLoader workers ran out of shared memory (/dev/shm): raise the container's shm size, "
+        "or use fewer workers",
+    ),
+    _sig(
+        "host_oom",
+        r"DataLoader worker \(pid \d+\) is killed by signal: Killed",
+        "a DataLoader worker was SIGKILLed, most often by the OOM killer",
+    ),
     # errno 28 / 122 as Python, Rust (safetensors) and the C library print them; torch.save's writer.
     _sig("disk_full", r"No space left on device", "a write failed: the disk is full"),
-    _sig("disk_full", r"\[Errno 28\]|\bkind: StorageFull\b",
-         "a write failed: the disk is full (ENOSPC)"),
+    _sig(
+        "disk_full",
+        r"\[Errno 28\]|\bkind: StorageFull\b",
+        "a write failed: the disk is full (ENOSPC)",
+    ),
     _sig("disk_full", r"Disk quota exceeded", "a write failed: the disk quota is used up"),
-    _sig("disk_full", r"PytorchStreamWriter failed writing file",
-         "torch.save could not write the checkpoint (most often a full disk)"),
-    _sig("disk_full", r"inline_container\.cc:\d+\] \. ?unexpected pos \d+ vs \d+",
-         "torch.save's writer came up short (most often a full disk or quota)"),
+    _sig(
+        "disk_full",
+        r"PytorchStreamWriter failed writing file",
+        "torch.save could not write the checkpoint (most often a full disk)",
+    ),
+    _sig(
+        "disk_full",
+        r"inline_container\.cc:\d+\] \. ?unexpected pos \d+ vs \d+",
+        "torch.save's writer came up short (most often a full disk or quota)",
+    ),
     # torch/serialization.py (zip and legacy readers); safetensors; TensorFlow; zipfile (numpy).
-    _sig("checkpoint_corrupt", r"PytorchStreamReader failed reading (?:zip archive|file)",
-         "torch.load found a truncated or corrupt checkpoint"),
-    _sig("checkpoint_corrupt", r"UnpicklingError: (?:invalid load key|pickle data was truncated)",
-         "a pickled checkpoint is truncated or corrupt (or is not a checkpoint: an HTML page, a "
-         "git-lfs pointer)"),
-    _sig("checkpoint_corrupt", r"SafetensorError: Error while deserializing header",
-         "a safetensors file is truncated or corrupt"),
-    _sig("checkpoint_corrupt", r"unexpected EOF, expected \d+ more bytes\. The file might be "
-         r"corrupted", "torch.load found a truncated checkpoint"),
+    _sig(
+        "checkpoint_corrupt",
+        r"PytorchStreamReader failed reading (?:zip archive|file)",
+        "torch.load found a truncated or corrupt checkpoint",
+    ),
+    _sig(
+        "checkpoint_corrupt",
+        r"UnpicklingError: (?:invalid load key|pickle data was truncated)",
+        "a pickled checkpoint is truncated or corrupt (or is not a checkpoint: an HTML page, a "
+        "git-lfs pointer)",
+    ),
+    _sig(
+        "checkpoint_corrupt",
+        r"SafetensorError: Error while deserializing header",
+        "a safetensors file is truncated or corrupt",
+    ),
+    _sig(
+        "checkpoint_corrupt",
+        r"unexpected EOF, expected \d+ more bytes\. The file might be "
+        r"corrupted",
+        "torch.load found a truncated checkpoint",
+    ),
     _sig("checkpoint_corrupt", r"DataLossError", "TensorFlow found a corrupt checkpoint"),
     _sig("checkpoint_corrupt", r"BadZipFile", "a zip-based checkpoint is truncated or corrupt"),
     # transformers / diffusers `load_state_dict`, wrapping torch.load's failure.
-    _sig("checkpoint_corrupt", r"Unable to load weights from (?:pytorch )?checkpoint file",
-         "transformers could not read a weights file (a truncated download or checkpoint)"),
+    _sig(
+        "checkpoint_corrupt",
+        r"Unable to load weights from (?:pytorch )?checkpoint file",
+        "transformers could not read a weights file (a truncated download or checkpoint)",
+    ),
     # our examples/train_numpy.py and many loops; autograd anomaly mode; fairseq; Lightning;
     # torchvision's detection references; TensorFlow's check_numerics.
     _sig("nan_loss", r"\bloss (?:is|was|became|=) ?(?:nan|inf|-inf)\b", "the loss diverged"),
     _sig("nan_loss", r"\bnon-finite loss\b", "the loss diverged"),
-    _sig("nan_loss", r"returned nan values in its \d+(?:st|nd|rd|th) output",
-         "autograd found NaN in a backward pass"),
-    _sig("nan_loss", r"Minimum loss scale reached", "fp16 loss scaling collapsed: the loss diverged"),
+    _sig(
+        "nan_loss",
+        r"returned nan values in its \d+(?:st|nd|rd|th) output",
+        "autograd found NaN in a backward pass",
+    ),
+    _sig(
+        "nan_loss", r"Minimum loss scale reached", "fp16 loss scaling collapsed: the loss diverged"
+    ),
     # deepspeed/runtime/fp16/loss_scaler.py, raised when the dynamic scale cannot go lower.
-    _sig("nan_loss", r"Current loss scale already at minimum - cannot decrease scale anymore",
-         "DeepSpeed's fp16 loss scaling collapsed (overflow at the minimum scale): the loss "
-         "diverged"),
+    _sig(
+        "nan_loss",
+        r"Current loss scale already at minimum - cannot decrease scale anymore",
+        "DeepSpeed's fp16 loss scaling collapsed (overflow at the minimum scale): the loss "
+        "diverged",
+    ),
     _sig("nan_loss", r"Detected nan and/or inf values in", "parameters became NaN/inf"),
-    _sig("nan_loss", r"The loss returned in `?training_step`? is (?:nan|inf)",
-         "Lightning stopped on a non-finite loss"),
+    _sig(
+        "nan_loss",
+        r"The loss returned in `?training_step`? is (?:nan|inf)",
+        "Lightning stopped on a non-finite loss",
+    ),
     _sig("nan_loss", r"Tensor had (?:NaN|Inf) values", "TensorFlow's check_numerics found NaN/inf"),
     _sig("nan_loss", r"^FloatingPointError\b", "a floating-point check failed"),
     # Python's import system; the dynamic loader; the shell; a PyTorch build without this GPU's arch;
@@ -271,59 +414,125 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("import_or_env", r"^(?:\[[^\]\n]*\]:?\s*)*ImportError\b", "an import failed"),
     _sig("import_or_env", r"cannot open shared object file", "a shared library is missing"),
     _sig("import_or_env", r"undefined symbol: ", "a shared library does not match its caller"),
-    _sig("import_or_env", r"version `GLIBC(?:XX)?_[\d.]+' not found",
-         "the C / C++ runtime library is too old"),
+    _sig(
+        "import_or_env",
+        r"version `GLIBC(?:XX)?_[\d.]+' not found",
+        "the C / C++ runtime library is too old",
+    ),
     _sig("import_or_env", r": command not found", "the program to run is not installed"),
-    _sig("import_or_env", r"Error building extension '[\w.]+'", "a C++/CUDA extension could not "
-         "be compiled (a compiler, the CUDA toolkit or headers are missing or do not match)"),
-    _sig("import_or_env", r"Command '\['ninja', '-v'[^\]]*\]' returned non-zero exit status",
-         "a C++/CUDA extension could not be compiled (ninja failed)"),
-    _sig("import_or_env", r"CUDA_HOME environment variable is not set",
-         "the CUDA toolkit is not installed or CUDA_HOME is not set"),
-    _sig("import_or_env", r"#error -- unsupported GNU version|error: command '[^'\n]*nvcc' failed",
-         "nvcc cannot build with this host compiler (the CUDA toolkit and gcc do not match)"),
-    _sig("import_or_env", r"compiled with different CUDA (?:major )?versions|The detected CUDA "
-         r"version \([\d.]+\) mismatches the version that was used to compile PyTorch",
-         "the installed packages were built for different CUDA versions"),
-    _sig("import_or_env", r"Failed to import [\w.]+ because of the following error",
-         "an import failed"),
-    _sig("import_or_env", r"no kernel image is available for execution on the device",
-         "the installed PyTorch was not built for this GPU's architecture"),
+    _sig(
+        "import_or_env",
+        r"Error building extension '[\w.]+'",
+        "a C++/CUDA extension could not "
+        "be compiled (a compiler, the CUDA toolkit or headers are missing or do not match)",
+    ),
+    _sig(
+        "import_or_env",
+        r"Command '\['ninja', '-v'[^\]]*\]' returned non-zero exit status",
+        "a C++/CUDA extension could not be compiled (ninja failed)",
+    ),
+    _sig(
+        "import_or_env",
+        r"CUDA_HOME environment variable is not set",
+        "the CUDA toolkit is not installed or CUDA_HOME is not set",
+    ),
+    _sig(
+        "import_or_env",
+        r"#error -- unsupported GNU version|error: command '[^'\n]*nvcc' failed",
+        "nvcc cannot build with this host compiler (the CUDA toolkit and gcc do not match)",
+    ),
+    _sig(
+        "import_or_env",
+        r"compiled with different CUDA (?:major )?versions|The detected CUDA "
+        r"version \([\d.]+\) mismatches the version that was used to compile PyTorch",
+        "the installed packages were built for different CUDA versions",
+    ),
+    _sig(
+        "import_or_env",
+        r"Failed to import [\w.]+ because of the following error",
+        "an import failed",
+    ),
+    _sig(
+        "import_or_env",
+        r"no kernel image is available for execution on the device",
+        "the installed PyTorch was not built for this GPU's architecture",
+    ),
     # argparse's parser.error; nanoGPT's configurator; yacs; Hydra / OmegaConf; transformers.
-    _sig("config_error", r": error: (?:unrecognized arguments|the following arguments are "
-         r"required|argument [^:\n]+: (?:invalid|expected|ambiguous|not allowed)|invalid choice)",
-         "the command line is wrong: argparse rejected it"),
-    _sig("config_error", r"\bargparse\.Argument(?:Type)?Error\b",
-         "the command line is wrong: argparse rejected it"),
-    _sig("config_error", r"^\s*exec\(open\(['\"]configurator\.py['\"]\)\.read\(\)\)",
-         "nanoGPT's configurator rejected an override (a value of the wrong type, or a malformed "
-         "--key=value)"),
-    _sig("config_error", r"AssertionError: Invalid type .* for key|Non-existent config key",
-         "the config (yacs) has a key or a value of the wrong type"),
-    _sig("config_error", r"Could not override '[^'\n]+'|\bConfigCompositionException\b"
-         r"|Error merging override|Key '[^'\n]+' (?:is )?not in struct|\bMissingConfigException\b"
-         r"|omegaconf\.errors\.(?:ConfigAttributeError|ConfigKeyError|MissingMandatoryValue|"
-         r"ValidationError|ConfigTypeError)",
-         "the Hydra / OmegaConf config or an override of it is invalid"),
-    _sig("config_error", r"^(?:\[[^\]\n]*\]:?\s*)*ValueError: --\w[\w-]* ",
-         "an argument's value is invalid (the program names the flag)"),
-    _sig("config_error", r"Some specified arguments are not used by the HfArgumentParser",
-         "the command line has arguments the training script does not define"),
+    _sig(
+        "config_error",
+        r": error: (?:unrecognized arguments|the following arguments are "
+        r"required|argument [^:\n]+: (?:invalid|expected|ambiguous|not allowed)|invalid choice)",
+        "the command line is wrong: argparse rejected it",
+    ),
+    _sig(
+        "config_error",
+        r"\bargparse\.Argument(?:Type)?Error\b",
+        "the command line is wrong: argparse rejected it",
+    ),
+    _sig(
+        "config_error",
+        r"^\s*exec\(open\(['\"]configurator\.py['\"]\)\.read\(\)\)",
+        "nanoGPT's configurator rejected an override (a value of the wrong type, or a malformed "
+        "--key=value)",
+    ),
+    _sig(
+        "config_error",
+        r"AssertionError: Invalid type .* for key|Non-existent config key",
+        "the config (yacs) has a key or a value of the wrong type",
+    ),
+    _sig(
+        "config_error",
+        r"Could not override '[^'\n]+'|\bConfigCompositionException\b"
+        r"|Error merging override|Key '[^'\n]+' (?:is )?not in struct|\bMissingConfigException\b"
+        r"|omegaconf\.errors\.(?:ConfigAttributeError|ConfigKeyError|MissingMandatoryValue|"
+        r"ValidationError|ConfigTypeError)",
+        "the Hydra / OmegaConf config or an override of it is invalid",
+    ),
+    _sig(
+        "config_error",
+        r"^(?:\[[^\]\n]*\]:?\s*)*ValueError: --\w[\w-]* ",
+        "an argument's value is invalid (the program names the flag)",
+    ),
+    _sig(
+        "config_error",
+        r"Some specified arguments are not used by the HfArgumentParser",
+        "the command line has arguments the training script does not define",
+    ),
     # the CUDA runtime's error strings, as PyTorch, Caffe, thrust, Kaldi raise them; kernel asserts;
     # the NVIDIA kernel module (dmesg).
-    _sig("cuda_runtime_error", r"device-side assert triggered",
-         "a kernel assertion failed, most often an index out of range (e.g. a label >= the number "
-         "of classes): a bug in the code or data", retryable=False, action="stop"),
-    _sig("cuda_runtime_error", r"\.cu:\d+: .*block: \[[\d,]+\], thread: \[[\d,]+\] Assertion .* "
-         r"failed", "a kernel assertion failed, most often an index out of range (e.g. a label >= "
-         "the number of classes): a bug in the code or data", retryable=False, action="stop"),
-    _sig("cuda_runtime_error", r"an illegal memory access was encountered",
-         "a kernel accessed memory it must not (a bug, or a failing GPU)"),
+    _sig(
+        "cuda_runtime_error",
+        r"device-side assert triggered",
+        "a kernel assertion failed, most often an index out of range (e.g. a label >= the number "
+        "of classes): a bug in the code or data",
+        retryable=False,
+        action="stop",
+    ),
+    _sig(
+        "cuda_runtime_error",
+        r"\.cu:\d+: .*block: \[[\d,]+\], thread: \[[\d,]+\] Assertion .* "
+        r"failed",
+        "a kernel assertion failed, most often an index out of range (e.g. a label >= "
+        "the number of classes): a bug in the code or data",
+        retryable=False,
+        action="stop",
+    ),
+    _sig(
+        "cuda_runtime_error",
+        r"an illegal memory access was encountered",
+        "a kernel accessed memory it must not (a bug, or a failing GPU)",
+    ),
     _sig("cuda_runtime_error", r"CUDA error: (?!out of memory)[a-z]", "a CUDA call failed"),
-    _sig("cuda_runtime_error", r"unspecified launch failure|\bmisaligned address\b",
-         "a CUDA kernel failed (a bug, or a failing GPU)"),
-    _sig("cuda_runtime_error", r"\bcudaError(?!MemoryAllocation)[A-Z]\w+|\bCUDA error \d+ \[",
-         "a CUDA call failed"),
+    _sig(
+        "cuda_runtime_error",
+        r"unspecified launch failure|\bmisaligned address\b",
+        "a CUDA kernel failed (a bug, or a failing GPU)",
+    ),
+    _sig(
+        "cuda_runtime_error",
+        r"\bcudaError(?!MemoryAllocation)[A-Z]\w+|\bCUDA error \d+ \[",
+        "a CUDA call failed",
+    ),
     _sig("cuda_runtime_error", r"error == cudaSuccess \(\d+ vs\. 0\)", "a CUDA call failed"),
     _sig("cuda_runtime_error", r"CUBLAS_STATUS_EXECUTION_FAILED", "a cuBLAS kernel failed"),
     _sig("cuda_runtime_error", r"NVRM: Xid \(", "the driver reported an Xid (GPU) error"),
@@ -331,75 +540,155 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("cuda_runtime_error", r"uncorrectable ECC error", "the GPU reported an ECC error"),
     # A SIGKILL as the launchers report it: torchrun's elastic agent, torch.multiprocessing, the
     # DeepSpeed launcher. Evidence of a kill, not of who sent it (host_oom outranks it).
-    _sig("killed", r"failed \(exitcode: -9\)|\bexitcode\s*: -9\b|Signal 9 \(SIGKILL\) received by "
-         r"PID|terminated with signal SIGKILL|exits with return code = -9|got signal: 9\b",
-         "a worker was SIGKILLed (as its launcher reports it): the kernel OOM killer or a person"),
+    _sig(
+        "killed",
+        r"failed \(exitcode: -9\)|\bexitcode\s*: -9\b|Signal 9 \(SIGKILL\) received by "
+        r"PID|terminated with signal SIGKILL|exits with return code = -9|got signal: 9\b",
+        "a worker was SIGKILLed (as its launcher reports it): the kernel OOM killer or a person",
+    ),
     # torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp and NCCL's ncclGetErrorString; gloo; store.
     _sig("nccl_or_distributed", r"NCCL error", "a NCCL collective failed"),
-    _sig("nccl_or_distributed", r"\bnccl(?:System|Internal|UnhandledCuda|Remote)Error\b",
-         "a NCCL collective failed"),
-    _sig("nccl_or_distributed", r"unhandled (?:system|cuda) error \(run with NCCL_DEBUG=INFO",
-         "a NCCL collective failed"),
-    _sig("nccl_or_distributed", r"NCCL communicator was aborted|ProcessGroupNCCL's watchdog got "
-         r"stuck", "a NCCL communicator was torn down (a collective failed or hung)"),
-    _sig("nccl_or_distributed", r"remote process exited or there was a network error",
-         "a peer rank died or the network failed"),
-    _sig("nccl_or_distributed", r"Watchdog caught collective operation timeout"
-         r"|ProcessGroupNCCL::WorkNCCL::checkTimeout|Exception raised from ncclCommWatchdog",
-         "a collective hung until the NCCL watchdog timed out"),
-    _sig("nccl_or_distributed", r"NCCL WARN NET/\w+ ?: Got completion from peer .* with status="
-         r"|NCCL WARN Call to \w+ failed", "NCCL's network transport failed"),
-    _sig("nccl_or_distributed", r"\bDist(?:Backend|Network|Store)Error\b"
-         r"|\bRendezvous(?:Connection|Timeout|Closed)Error\b",
-         "torch.distributed failed"),
-    _sig("nccl_or_distributed", r"\[c10d\] The client socket has timed out|TCP client failed to "
-         r"connect|connect\(\) timed out\. Original timeout was|Timed out initializing process "
-         r"group", "a rank could not reach the rendezvous / TCPStore in time"),
-    _sig("nccl_or_distributed", r"^(?:\[[^\]\n]*\]:?\s*)*RuntimeError: Connection reset by peer",
-         "a peer rank's connection dropped"),
-    _sig("nccl_or_distributed", r"gloo/transport/tcp/pair\.cc.*Connection (?:closed|reset) by peer",
-         "a peer rank's connection dropped"),
+    _sig(
+        "nccl_or_distributed",
+        r"\bnccl(?:System|Internal|UnhandledCuda|Remote)Error\b",
+        "a NCCL collective failed",
+    ),
+    _sig(
+        "nccl_or_distributed",
+        r"unhandled (?:system|cuda) error \(run with NCCL_DEBUG=INFO",
+        "a NCCL collective failed",
+    ),
+    _sig(
+        "nccl_or_distributed",
+        r"NCCL communicator was aborted|ProcessGroupNCCL's watchdog got "
+        r"stuck",
+        "a NCCL communicator was torn down (a collective failed or hung)",
+    ),
+    _sig(
+        "nccl_or_distributed",
+        r"remote process exited or there was a network error",
+        "a peer rank died or the network failed",
+    ),
+    _sig(
+        "nccl_or_distributed",
+        r"Watchdog caught collective operation timeout"
+        r"|ProcessGroupNCCL::WorkNCCL::checkTimeout|Exception raised from ncclCommWatchdog",
+        "a collective hung until the NCCL watchdog timed out",
+    ),
+    _sig(
+        "nccl_or_distributed",
+        r"NCCL WARN NET/\w+ ?: Got completion from peer .* with status="
+        r"|NCCL WARN Call to \w+ failed",
+        "NCCL's network transport failed",
+    ),
+    _sig(
+        "nccl_or_distributed",
+        r"\bDist(?:Backend|Network|Store)Error\b"
+        r"|\bRendezvous(?:Connection|Timeout|Closed)Error\b",
+        "torch.distributed failed",
+    ),
+    _sig(
+        "nccl_or_distributed",
+        r"\[c10d\] The client socket has timed out|TCP client failed to "
+        r"connect|connect\(\) timed out\. Original timeout was|Timed out initializing process "
+        r"group",
+        "a rank could not reach the rendezvous / TCPStore in time",
+    ),
+    _sig(
+        "nccl_or_distributed",
+        r"^(?:\[[^\]\n]*\]:?\s*)*RuntimeError: Connection reset by peer",
+        "a peer rank's connection dropped",
+    ),
+    _sig(
+        "nccl_or_distributed",
+        r"gloo/transport/tcp/pair\.cc.*Connection (?:closed|reset) by peer",
+        "a peer rank's connection dropped",
+    ),
     # FileNotFoundError / errno 2 (not a debugger's missing source file); transformers' hub lookup.
     _sig("file_missing", r"FileNotFoundError", "a file or folder the run needs does not exist"),
-    _sig("file_missing", r"\[Errno 2\] No such file or directory|No such file or directory: ['\"]",
-         "a file or folder the run needs does not exist"),
-    _sig("file_missing", r"is not a local folder and is not a valid model identifier",
-         "the model path or Hub id does not exist (or is a private repository and no token was "
-         "given)"),
+    _sig(
+        "file_missing",
+        r"\[Errno 2\] No such file or directory|No such file or directory: ['\"]",
+        "a file or folder the run needs does not exist",
+    ),
+    _sig(
+        "file_missing",
+        r"is not a local folder and is not a valid model identifier",
+        "the model path or Hub id does not exist (or is a private repository and no token was "
+        "given)",
+    ),
     # Weak: TensorFlow's OOM when only its W-level lines report it; what a shell prints for any
     # SIGKILLed child; a NaN in a metrics line.
-    _sig("cuda_oom", r"OOM when allocating tensor(?!.*(?:device:CPU|by allocator cpu\b))",
-         "TensorFlow ran out of GPU memory (reported at its warning level)", strong=False,
-         on_info=True),
-    _sig("host_oom", r"OOM when allocating tensor.*(?:device:CPU|by allocator cpu\b)",
-         "TensorFlow ran out of host memory (reported at its warning level)", strong=False,
-         on_info=True),
-    _sig("killed", r"^(?:.*\bline \d+: +\d+ )?Killed\b(?!\s+process)", "the process was SIGKILLed "
-         "(the shell's report): the kernel OOM killer or a person", strong=False),
-    _sig("nan_loss", r"[\"']?loss[\"']?\s*[:=]\s*(?:nan|inf)\b", "a logged loss is NaN/inf",
-         strong=False),
-    _sig("nan_loss", r"\bgrad(?:ient)?[_ ]norm[\"']?\s*[:=]?\s*(?:nan|inf)\b",
-         "a logged gradient norm is NaN/inf", strong=False),
+    _sig(
+        "cuda_oom",
+        r"OOM when allocating tensor(?!.*(?:device:CPU|by allocator cpu\b))",
+        "TensorFlow ran out of GPU memory (reported at its warning level)",
+        strong=False,
+        on_info=True,
+    ),
+    _sig(
+        "host_oom",
+        r"OOM when allocating tensor.*(?:device:CPU|by allocator cpu\b)",
+        "TensorFlow ran out of host memory (reported at its warning level)",
+        strong=False,
+        on_info=True,
+    ),
+    _sig(
+        "killed",
+        r"^(?:.*\bline \d+: +\d+ )?Killed\b(?!\s+process)",
+        "the process was SIGKILLed (the shell's report): the kernel OOM killer or a person",
+        strong=False,
+    ),
+    _sig(
+        "nan_loss",
+        r"[\"']?loss[\"']?\s*[:=]\s*(?:nan|inf)\b",
+        "a logged loss is NaN/inf",
+        strong=False,
+    ),
+    _sig(
+        "nan_loss",
+        r"\bgrad(?:ient)?[_ ]norm[\"']?\s*[:=]?\s*(?:nan|inf)\b",
+        "a logged gradient norm is NaN/inf",
+        strong=False,
+    ),
 )
 
-STRONG_PRIORITY = ("driver_mismatch", "cuda_oom", "host_oom", "disk_full", "checkpoint_corrupt",
-                   "nan_loss", "import_or_env", "config_error", "cuda_runtime_error", "killed",
-                   "nccl_or_distributed", "file_missing")
+STRONG_PRIORITY = (
+    "driver_mismatch",
+    "cuda_oom",
+    "host_oom",
+    "disk_full",
+    "checkpoint_corrupt",
+    "nan_loss",
+    "import_or_env",
+    "config_error",
+    "cuda_runtime_error",
+    "killed",
+    "nccl_or_distributed",
+    "file_missing",
+)
 WEAK_PRIORITY = ("cuda_oom", "host_oom", "killed", "nan_loss")
 # What the kernel logs when its OOM killer acts (mm/oom_kill.c), looked for in the kernel log.
-_KERNEL_OOM = re.compile(r"Out of memory: Kill(?:ed)? process|Memory cgroup out of memory"
-                         r"|invoked oom-killer|oom-kill:constraint=|oom_reaper: reaped process"
-                         r"|\bKilled process \d+ \([^)\n]*\),? total-vm:", re.IGNORECASE)
+_KERNEL_OOM = re.compile(
+    r"Out of memory: Kill(?:ed)? process|Memory cgroup out of memory"
+    r"|invoked oom-killer|oom-kill:constraint=|oom_reaper: reaped process"
+    r"|\bKilled process \d+ \([^)\n]*\),? total-vm:",
+    re.IGNORECASE,
+)
 
 # An exception line (optionally behind torchrun's "[rank0]:" prefixes) or a fatal C-level report.
-_EXCEPTION_LINE = re.compile(r"^(?:\[[^\]\n]*\]:?\s*)*(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|"
-                             r"Interrupt|Exit)(?::.*)?$")
+_EXCEPTION_LINE = re.compile(
+    r"^(?:\[[^\]\n]*\]:?\s*)*(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|"
+    r"Interrupt|Exit)(?::.*)?$"
+)
 _TRACEBACK = re.compile(r"^(?:\[[^\]\n]*\]:?\s*)*Traceback \(most recent call last\):")
 _FATAL_C = re.compile(r"Segmentation fault|core dumped|Fatal Python error|^Aborted\b|Bus error")
 # torchrun's report that a worker failed, which says nothing of why (the rank's own log does).
-_LAUNCHER = re.compile(r"\bChildFailedError\b|Root Cause \(first observed failure\)"
-                       r"|elastic\.multiprocessing\.api:\s*failed \(exitcode: -?\d+\)"
-                       r"|multiprocessing\.api: \[ERROR\] failed \(exitcode: -?\d+\)")
+_LAUNCHER = re.compile(
+    r"\bChildFailedError\b|Root Cause \(first observed failure\)"
+    r"|elastic\.multiprocessing\.api:\s*failed \(exitcode: -?\d+\)"
+    r"|multiprocessing\.api: \[ERROR\] failed \(exitcode: -?\d+\)"
+)
 
 # Lines that inform rather than fail: NCCL's INFO chatter (it reports, e.g., an optional plugin
 # that "cannot open shared object file"), Python warnings, and the INFO / WARNING levels of the
@@ -415,82 +704,160 @@ _INFORMATIONAL = re.compile(
     # c10 logging: `[W socket.cpp:558] ...`, `[W926 21:34:49.000000000 socket.cpp:697] ...`
     r"|^(?:\[[^\]\n]*\]:?\s*)*\[[IW](?:\d{3,4} [\d:.]+)? [^\]\s]+:\d+\]"
     # DeepSpeed and the Hugging Face trainers: `[INFO] [launch.py:315:...]`, `[WARNING|trainer.py:...]`
-    r"|\[(?:INFO|WARNING|WARN|DEBUG)[\]|]")
+    r"|\[(?:INFO|WARNING|WARN|DEBUG)[\]|]"
+)
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 # category -> (retryable, action, what to do)
 DEFAULTS: dict[str, tuple[bool, str, str]] = {
-    "cuda_oom": (True, "resume_smaller_batch",
-        ("resume from the last checkpoint with half the micro-batch and twice the "
-         "gradient accumulation (same effective batch)")),
-    "host_oom": (True, "resume",
-        ("resume from the last checkpoint; if it is killed again, lower host memory use "
-         "(fewer DataLoader workers, smaller prefetch or host-side batch) or ask for "
-         "more host memory")),
-    "killed": (True, "resume",
-        ("resume from the last checkpoint: the process was SIGKILLed by the kernel OOM killer "
-         "(check dmesg) or by a person or the platform; if it is killed again at the same "
-         "place, treat it as host memory (fewer DataLoader workers, more host memory)")),
-    "nan_loss": (True, "resume_lower_lr",
-        ("resume from the last checkpoint written before the loss went NaN with a lower "
-         "learning rate (tune_lr can pick it); checkpoints written after the divergence "
-         "hold bad weights")),
-    "nccl_or_distributed": (True, "resume",
-        ("resume from the last checkpoint: NCCL and network failures are often transient "
-         "or an echo of one rank dying; if it repeats, check every rank's log and rerun "
-         "with NCCL_DEBUG=INFO")),
-    "cuda_runtime_error": (True, "resume",
-        ("run gpu_health_check (Xid, ECC) and resume on a healthy GPU; if it fails the "
-         "same way at the same step, it is a bug: rerun with CUDA_LAUNCH_BLOCKING=1")),
-    "file_missing": (False, "stop",
-        ("a path the run needs does not exist: fix the path, the mount or the working "
-         "directory, then resubmit")),
-    "checkpoint_corrupt": (True, "resume_previous_checkpoint",
-        ("resume from the newest checkpoint that verifies (auto_resume skips the corrupt "
-         "one)")),
-    "disk_full": (False, "stop",
-        ("free disk space (or raise the quota), e.g. by deleting old checkpoints "
-         "(delete_checkpoints, approved), then resume")),
-    "driver_mismatch": (False, "stop",
-        ("the NVIDIA driver and the CUDA user space do not match: update the driver or "
-         "use an image built for it; retrying cannot help")),
-    "import_or_env": (False, "stop",
-        ("the environment is broken (missing package, library or program): fix the image "
-         "or virtual environment, then resubmit")),
-    "config_error": (False, "stop",
-        ("the run's command line or config is invalid (an unknown or missing argument, a "
-         "value of the wrong type): fix the spec's command or config, then resubmit; "
-         "retrying unchanged fails the same way")),
-    "lost": (True, "resume",
-        ("resume from the last checkpoint: the process's supervisor, process group or "
-         "machine went away, so its end was not seen; check the machine before resuming "
-         "there")),
-    "preempted": (True, "resume",
-        ("resume from the last checkpoint when resources allow")),
-    "stalled": (True, "resume",
-        ("resume from the last checkpoint; if it stalls again at the same place, suspect "
-         "a deadlock (collectives, DataLoader workers)")),
-    "timeout": (False, "stop",
-        ("the spec's timeout was reached: raise timeout_min, or resume if the remaining "
-         "steps fit")),
-    "crashed": (True, "resume",
-        ("resume once from the last checkpoint; if it crashes the same way, stop and "
-         "read the traceback")),
-    "unknown": (False, "stop",
-        ("nothing in the log or the exit status explains the failure: read the full log "
-         "(job_logs) before retrying")),
-    "succeeded": (False, "stop",
-        ("nothing to recover: the run finished")),
+    "cuda_oom": (
+        True,
+        "resume_smaller_batch",
+        (
+            "resume from the last checkpoint with half the micro-batch and twice the "
+            "gradient accumulation (same effective batch)"
+        ),
+    ),
+    "host_oom": (
+        True,
+        "resume",
+        (
+            "resume from the last checkpoint; if it is killed again, lower host memory use "
+            "(fewer DataLoader workers, smaller prefetch or host-side batch) or ask for "
+            "more host memory"
+        ),
+    ),
+    "killed": (
+        True,
+        "resume",
+        (
+            "resume from the last checkpoint: the process was SIGKILLed by the kernel OOM killer "
+            "(check dmesg) or by a person or the platform; if it is killed again at the same "
+            "place, treat it as host memory (fewer DataLoader workers, more host memory)"
+        ),
+    ),
+    "nan_loss": (
+        True,
+        "resume_lower_lr",
+        (
+            "resume from the last checkpoint written before the loss went NaN with a lower "
+            "learning rate (tune_lr can pick it); checkpoints written after the divergence "
+            "hold bad weights"
+        ),
+    ),
+    "nccl_or_distributed": (
+        True,
+        "resume",
+        (
+            "resume from the last checkpoint: NCCL and network failures are often transient "
+            "or an echo of one rank dying; if it repeats, check every rank's log and rerun "
+            "with NCCL_DEBUG=INFO"
+        ),
+    ),
+    "cuda_runtime_error": (
+        True,
+        "resume",
+        (
+            "run gpu_health_check (Xid, ECC) and resume on a healthy GPU; if it fails the "
+            "same way at the same step, it is a bug: rerun with CUDA_LAUNCH_BLOCKING=1"
+        ),
+    ),
+    "file_missing": (
+        False,
+        "stop",
+        (
+            "a path the run needs does not exist: fix the path, the mount or the working "
+            "directory, then resubmit"
+        ),
+    ),
+    "checkpoint_corrupt": (
+        True,
+        "resume_previous_checkpoint",
+        ("resume from the newest checkpoint that verifies (auto_resume skips the corrupt one)"),
+    ),
+    "disk_full": (
+        False,
+        "stop",
+        (
+            "free disk space (or raise the quota), e.g. by deleting old checkpoints "
+            "(delete_checkpoints, approved), then resume"
+        ),
+    ),
+    "driver_mismatch": (
+        False,
+        "stop",
+        (
+            "the NVIDIA driver and the CUDA user space do not match: update the driver or "
+            "use an image built for it; retrying cannot help"
+        ),
+    ),
+    "import_or_env": (
+        False,
+        "stop",
+        (
+            "the environment is broken (missing package, library or program): fix the image "
+            "or virtual environment, then resubmit"
+        ),
+    ),
+    "config_error": (
+        False,
+        "stop",
+        (
+            "the run's command line or config is invalid (an unknown or missing argument, a "
+            "value of the wrong type): fix the spec's command or config, then resubmit; "
+            "retrying unchanged fails the same way"
+        ),
+    ),
+    "lost": (
+        True,
+        "resume",
+        (
+            "resume from the last checkpoint: the process's supervisor, process group or "
+            "machine went away, so its end was not seen; check the machine before resuming "
+            "there"
+        ),
+    ),
+    "preempted": (True, "resume", ("resume from the last checkpoint when resources allow")),
+    "stalled": (
+        True,
+        "resume",
+        (
+            "resume from the last checkpoint; if it stalls again at the same place, suspect "
+            "a deadlock (collectives, DataLoader workers)"
+        ),
+    ),
+    "timeout": (
+        False,
+        "stop",
+        ("the spec's timeout was reached: raise timeout_min, or resume if the remaining steps fit"),
+    ),
+    "crashed": (
+        True,
+        "resume",
+        (
+            "resume once from the last checkpoint; if it crashes the same way, stop and "
+            "read the traceback"
+        ),
+    ),
+    "unknown": (
+        False,
+        "stop",
+        (
+            "nothing in the log or the exit status explains the failure: read the full log "
+            "(job_logs) before retrying"
+        ),
+    ),
+    "succeeded": (False, "stop", ("nothing to recover: the run finished")),
 }
 
 _MONITOR_WHY = {
     "preempted": "the monitor reports that the attempt was preempted (stopped by nightshift or by "
-                 "the platform)",
+    "the platform)",
     "stalled": "the monitor saw no progress for longer than the stall limit and stopped the attempt",
     "timeout": "the attempt ran past the spec's timeout and was stopped",
     "lost": "the monitor lost the attempt: its supervisor, process group or machine went away, so "
-            "how it ended was not seen",
+    "how it ended was not seen",
     "diverged": "the monitor's metrics check saw the training diverge",
 }
 
@@ -525,23 +892,38 @@ def diagnose_failure(ctx: SkillContext, inp: DiagnoseFailureInput) -> DiagnoseFa
     status = _describe_status(inp.exit_code, sig)
     notes = [n for n in (log_note,) if n]
 
-    def result(cat: str, confidence: str, evidence: list[EvidenceLine], reasoning: str,
-               override: Signature | None = None) -> DiagnoseFailureResult:
+    def result(
+        cat: str,
+        confidence: str,
+        evidence: list[EvidenceLine],
+        reasoning: str,
+        override: Signature | None = None,
+    ) -> DiagnoseFailureResult:
         if cat == "killed":  # a SIGKILL: the kernel log may say it was the OOM killer
             oom = _kernel_oom(inp, notes)
             if oom:
                 kev = [EvidenceLine(line_no=n, text=_clean(t), source="kernel_log") for n, t in oom]
-                return _result("host_oom", "high", (evidence + kev)[:MAX_EVIDENCE],
-                               f"the kernel log shows the OOM killer at work ({_clean(oom[-1][1])})"
-                               f"; {reasoning}", inp, sig, notes)
+                return _result(
+                    "host_oom",
+                    "high",
+                    (evidence + kev)[:MAX_EVIDENCE],
+                    f"the kernel log shows the OOM killer at work ({_clean(oom[-1][1])})"
+                    f"; {reasoning}",
+                    inp,
+                    sig,
+                    notes,
+                )
         return _result(cat, confidence, evidence, reasoning, inp, sig, notes, override=override)
 
     if inp.monitor_says:
         says = inp.monitor_says
         monitor_cat = "nan_loss" if says == "diverged" else says
         why = _MONITOR_WHY[says]
-        detail = [EvidenceLine(line_no=0, text=_clean(inp.monitor_detail), source="monitor")] \
-            if inp.monitor_detail and inp.monitor_detail.strip() else []
+        detail = (
+            [EvidenceLine(line_no=0, text=_clean(inp.monitor_detail), source="monitor")]
+            if inp.monitor_detail and inp.monitor_detail.strip()
+            else []
+        )
         if detail:
             why += f" ({detail[0].text})"
         if says == "diverged":
@@ -550,22 +932,37 @@ def diagnose_failure(ctx: SkillContext, inp: DiagnoseFailureInput) -> DiagnoseFa
         else:
             also = _first_category(strong) or _first_category(weak, WEAK_PRIORITY)
             pairs = (strong.get(also) or weak.get(also) or []) if also else []
-            extra = (f"; the log also shows {also} ({_most_specific(pairs).meaning})"
-                     if pairs else "")
-        return _result(monitor_cat, "high", (detail + ev(pairs))[:MAX_EVIDENCE], why + extra
-                       + f"; {status}", inp, sig, notes)
+            extra = (
+                f"; the log also shows {also} ({_most_specific(pairs).meaning})" if pairs else ""
+            )
+        return _result(
+            monitor_cat,
+            "high",
+            (detail + ev(pairs))[:MAX_EVIDENCE],
+            why + extra + f"; {status}",
+            inp,
+            sig,
+            notes,
+        )
 
     if inp.exit_code == 0 and sig is None:
-        errorish: list[tuple[Signature | None, int]] = [(None, i) for i, line in enumerate(lines)
-                    if _EXCEPTION_LINE.match(line.strip()) or _TRACEBACK.match(line)]
+        errorish: list[tuple[Signature | None, int]] = [
+            (None, i)
+            for i, line in enumerate(lines)
+            if _EXCEPTION_LINE.match(line.strip()) or _TRACEBACK.match(line)
+        ]
         reasoning = "the process exited with status 0"
         if strong or errorish:
-            reasoning += ("; the log has lines that look like errors (quoted), but the run "
-                          "completed: check its outputs if in doubt")
+            reasoning += (
+                "; the log has lines that look like errors (quoted), but the run "
+                "completed: check its outputs if in doubt"
+            )
         shown: list[tuple[Signature | None, int]] = [
-            p for h in strong.values() for p in h if not p[0].on_info] + errorish
-        return _result("succeeded", "high", ev(sorted(shown, key=lambda p: p[1])), reasoning, inp,
-                       sig, notes)
+            p for h in strong.values() for p in h if not p[0].on_info
+        ] + errorish
+        return _result(
+            "succeeded", "high", ev(sorted(shown, key=lambda p: p[1])), reasoning, inp, sig, notes
+        )
 
     cat = _first_category(strong)
     if cat:
@@ -573,8 +970,7 @@ def diagnose_failure(ctx: SkillContext, inp: DiagnoseFailureInput) -> DiagnoseFa
         others = [c for c in STRONG_PRIORITY if c in strong and c != cat]
         reasoning = f"{_most_specific(pairs).meaning}; {status}"
         if others:
-            reasoning += (f"; the log also shows {', '.join(others)}, read as consequences of "
-                          f"{cat}")
+            reasoning += f"; the log also shows {', '.join(others)}, read as consequences of {cat}"
         return result(cat, "high", ev(pairs), reasoning, override=_override(pairs))
 
     cat = _first_category(weak, WEAK_PRIORITY)
@@ -583,50 +979,88 @@ def diagnose_failure(ctx: SkillContext, inp: DiagnoseFailureInput) -> DiagnoseFa
         return result(cat, "medium", ev(pairs), f"{_most_specific(pairs).meaning}; {status}")
 
     if sig == signal_module.SIGKILL:
-        return result("killed", "medium", [], f"{status}, and the log shows no other cause: the "
-                      "kernel OOM killer (no OOM-killer line was seen; check dmesg or the "
-                      "container's memory events) or a kill -9 by a person or the platform")
+        return result(
+            "killed",
+            "medium",
+            [],
+            f"{status}, and the log shows no other cause: the "
+            "kernel OOM killer (no OOM-killer line was seen; check dmesg or the "
+            "container's memory events) or a kill -9 by a person or the platform",
+        )
     if sig == signal_module.SIGTERM:
-        return result("preempted", "medium", [], f"{status}: something asked the process to "
-                      "stop (the platform, the batch system, or a person), and the log shows no "
-                      "error")
+        return result(
+            "preempted",
+            "medium",
+            [],
+            f"{status}: something asked the process to "
+            "stop (the platform, the batch system, or a person), and the log shows no "
+            "error",
+        )
     if inp.exit_code in (126, 127) and sig is None:
-        return result("import_or_env", "medium", [], f"{status}: the shell's code for a command "
-                      "that was not found or not executable")
+        return result(
+            "import_or_env",
+            "medium",
+            [],
+            f"{status}: the shell's code for a command that was not found or not executable",
+        )
 
-    exc_lines = [i for i, line in enumerate(lines)
-                 if _EXCEPTION_LINE.match(line.strip()) and not _LAUNCHER.search(line)]
+    exc_lines = [
+        i
+        for i, line in enumerate(lines)
+        if _EXCEPTION_LINE.match(line.strip()) and not _LAUNCHER.search(line)
+    ]
     tb_lines = [i for i, line in enumerate(lines) if _TRACEBACK.match(line)]
     fatal = [i for i, line in enumerate(lines) if _FATAL_C.search(line)]
     launcher = [i for i, line in enumerate(lines) if _LAUNCHER.search(line)]
     if failed_exit and (exc_lines or fatal):
         picked = (exc_lines[-2:] if exc_lines else []) + fatal[-1:]
         last = _clean(lines[picked[-1]])
-        return result("crashed", "medium", ev([(None, i) for i in sorted(picked)]),
-                      f"{status}, after an error that matches no known signature: {last}")
+        return result(
+            "crashed",
+            "medium",
+            ev([(None, i) for i in sorted(picked)]),
+            f"{status}, after an error that matches no known signature: {last}",
+        )
     if failed_exit and launcher:
-        return result("nccl_or_distributed", "low", ev([(None, i) for i in launcher[-2:]]),
-                      f"{status}: the distributed launcher reports that a worker failed, without "
-                      "its error (read each rank's own log)")
+        return result(
+            "nccl_or_distributed",
+            "low",
+            ev([(None, i) for i in launcher[-2:]]),
+            f"{status}: the distributed launcher reports that a worker failed, without "
+            "its error (read each rank's own log)",
+        )
     if failed_exit and tb_lines:
-        return result("crashed", "medium", ev([(None, tb_lines[-1])]),
-                      f"{status}, after an error that matches no known signature: a traceback")
+        return result(
+            "crashed",
+            "medium",
+            ev([(None, tb_lines[-1])]),
+            f"{status}, after an error that matches no known signature: a traceback",
+        )
     if sig in (signal_module.SIGSEGV, signal_module.SIGABRT, signal_module.SIGBUS):
-        return result("crashed", "medium", [], f"{status}: a native crash (a bug in an extension, "
-                      "or a broken installation)")
+        return result(
+            "crashed",
+            "medium",
+            [],
+            f"{status}: a native crash (a bug in an extension, or a broken installation)",
+        )
 
     if inp.exit_code is None and sig is None and tb_lines and exc_lines:
         # No exit status, but the log ends in an uncaught exception: that says it crashed.
         tail = [i for i, line in enumerate(lines) if line.strip()][-TAIL_LINES:]
         if tail and exc_lines[-1] >= tail[0] and exc_lines[-1] > tb_lines[0]:
-            return result("crashed", "low", ev([(None, i) for i in exc_lines[-2:]]),
-                          "no exit status was given, but the log ends in an uncaught exception "
-                          f"that matches no known signature: {_clean(lines[exc_lines[-1]])}")
+            return result(
+                "crashed",
+                "low",
+                ev([(None, i) for i in exc_lines[-2:]]),
+                "no exit status was given, but the log ends in an uncaught exception "
+                f"that matches no known signature: {_clean(lines[exc_lines[-1]])}",
+            )
     if failed_exit:
         reasoning = f"{status}, and nothing in the log explains it"
     elif inp.exit_code is None and sig is None:
-        reasoning = ("no exit status was given and the log shows no recognised failure"
-                     + ("; it has an error line that matches no signature" if exc_lines else ""))
+        reasoning = "no exit status was given and the log shows no recognised failure" + (
+            "; it has an error line that matches no signature" if exc_lines else ""
+        )
     else:
         reasoning = status
     return result("unknown", "low", ev([(None, i) for i in exc_lines[-2:]]), reasoning)
@@ -815,8 +1249,11 @@ def _kernel_oom(inp: DiagnoseFailureInput, notes: list[str]) -> list[tuple[int, 
     if len(text) > MAX_KERNEL_LOG_BYTES:
         start_line = text.count("\n", 0, len(text) - MAX_KERNEL_LOG_BYTES) + 2
         text = text[-MAX_KERNEL_LOG_BYTES:].split("\n", 1)[-1]
-    found = [(start_line + n, line) for n, line in enumerate(text.splitlines())
-             if _KERNEL_OOM.search(line[:MAX_MATCH_CHARS])]
+    found = [
+        (start_line + n, line)
+        for n, line in enumerate(text.splitlines())
+        if _KERNEL_OOM.search(line[:MAX_MATCH_CHARS])
+    ]
     return found[-3:]
 
 
@@ -839,9 +1276,16 @@ def _clean(line: str) -> str:
     return text if len(text) <= MAX_LINE_CHARS else text[: MAX_LINE_CHARS - 1] + "…"
 
 
-def _result(category: str, confidence: str, evidence: list[EvidenceLine], reasoning: str,
-            inp: DiagnoseFailureInput, sig: int | None, notes: list[str],
-            override: Signature | None = None) -> DiagnoseFailureResult:
+def _result(
+    category: str,
+    confidence: str,
+    evidence: list[EvidenceLine],
+    reasoning: str,
+    inp: DiagnoseFailureInput,
+    sig: int | None,
+    notes: list[str],
+    override: Signature | None = None,
+) -> DiagnoseFailureResult:
     retryable, action, message = DEFAULTS[category]
     if override is not None:
         retryable, action = bool(override.retryable), str(override.action)
@@ -851,13 +1295,20 @@ def _result(category: str, confidence: str, evidence: list[EvidenceLine], reason
         retryable = False
     if notes:
         reasoning += "; " + "; ".join(notes)
-    return DiagnoseFailureResult(category=category, retryable=retryable, confidence=confidence,
-                                 evidence=evidence, reasoning=reasoning, remediation=remediation,
-                                 signal=sig)
+    return DiagnoseFailureResult(
+        category=category,
+        retryable=retryable,
+        confidence=confidence,
+        evidence=evidence,
+        reasoning=reasoning,
+        remediation=remediation,
+        signal=sig,
+    )
 
 
-def _remediation(category: str, action: str, message: str,
-                 inp: DiagnoseFailureInput) -> Remediation:
+def _remediation(
+    category: str, action: str, message: str, inp: DiagnoseFailureInput
+) -> Remediation:
     knobs, params = inp.knobs or {}, inp.params or {}
 
     def current(knob: str) -> tuple[str | None, Any]:
@@ -870,28 +1321,49 @@ def _remediation(category: str, action: str, message: str,
         ga_name, ga = current("grad_accum")
         if mb_name is not None and isinstance(mb, int) and not isinstance(mb, bool):
             if mb <= 1:
-                return Remediation(action="stop", factors={}, message="the micro-batch is already "
-                                   "1: each example needs less memory (shorter sequences, "
-                                   "activation checkpointing, mixed precision) or a larger GPU")
+                return Remediation(
+                    action="stop",
+                    factors={},
+                    message="the micro-batch is already "
+                    "1: each example needs less memory (shorter sequences, "
+                    "activation checkpointing, mixed precision) or a larger GPU",
+                )
             changes: dict[str, Any] = {mb_name: mb // 2}
             if ga_name and isinstance(ga, int) and not isinstance(ga, bool):
                 changes[ga_name] = ga * 2
-                message = (f"resume from the last checkpoint with {mb_name} {mb} → {mb // 2} and "
-                           f"{ga_name} {ga} → {ga * 2} (same effective batch)")
+                message = (
+                    f"resume from the last checkpoint with {mb_name} {mb} → {mb // 2} and "
+                    f"{ga_name} {ga} → {ga * 2} (same effective batch)"
+                )
             else:
-                message = (f"resume from the last checkpoint with {mb_name} {mb} → {mb // 2}; no "
-                           "grad_accum knob is declared, so the effective batch halves")
-            return Remediation(action="resume_smaller_batch", changes=changes, factors=factors,
-                               message=message)
-        return Remediation(action="resume_smaller_batch", factors=factors, message=message
-                           + " (declare the spec's knobs to get concrete values)")
+                message = (
+                    f"resume from the last checkpoint with {mb_name} {mb} → {mb // 2}; no "
+                    "grad_accum knob is declared, so the effective batch halves"
+                )
+            return Remediation(
+                action="resume_smaller_batch", changes=changes, factors=factors, message=message
+            )
+        return Remediation(
+            action="resume_smaller_batch",
+            factors=factors,
+            message=message + " (declare the spec's knobs to get concrete values)",
+        )
     if action == "resume_lower_lr":
         factors = {"learning_rate": LR_FACTOR}
         lr_name, lr = current("learning_rate")
-        if isinstance(lr, (int, float)) and not isinstance(lr, bool) and math.isfinite(lr) and lr > 0:
+        if (
+            isinstance(lr, (int, float))
+            and not isinstance(lr, bool)
+            and math.isfinite(lr)
+            and lr > 0
+        ):
             new = float(f"{lr * LR_FACTOR:.6g}")
-            return Remediation(action="resume_lower_lr", changes={lr_name: new}, factors=factors,
-                               message=f"{message}: {lr_name} {lr} → {new}")
+            return Remediation(
+                action="resume_lower_lr",
+                changes={lr_name: new},
+                factors=factors,
+                message=f"{message}: {lr_name} {lr} → {new}",
+            )
         return Remediation(action="resume_lower_lr", factors=factors, message=message)
     return Remediation(action=action, message=message)
 

@@ -13,7 +13,9 @@ from nightshift.skills.base import Claims, Launch, SkillContext, SkillInput, ski
 
 
 class LaunchContainerInput(SkillInput):
-    argv: list[str] = Field(min_length=1, description="Program and arguments, one item each (no shell)")
+    argv: list[str] = Field(
+        min_length=1, description="Program and arguments, one item each (no shell)"
+    )
     cwd: str = Field(description="Working directory")
     image: str | None = Field(None, description="Container image (container executors only)")
     env: dict[str, str] = Field(default_factory=dict)
@@ -22,14 +24,25 @@ class LaunchContainerInput(SkillInput):
     shm_gb: float | None = None
     mounts: list[dict[str, Any]] = Field(default_factory=list)
     user: str | None = None
-    log_path: str | None = Field(None, description="Default: $NIGHTSHIFT_HOME/runs/launch-<call id>.log")
+    log_path: str | None = Field(
+        None, description="Default: $NIGHTSHIFT_HOME/runs/launch-<call id>.log"
+    )
     dry_run: bool = Field(False, description="Only render what would run")
 
     def claims(self) -> Claims:
-        mounts = [str(m.get("source") or m.get("src") or m.get("host_path") or "")
-                  for m in self.mounts]
-        return Claims(launches=[Launch(where="launch", gpus=len(self.gpus), image=self.image,
-                                       mounts=[m for m in mounts if m])])
+        mounts = [
+            str(m.get("source") or m.get("src") or m.get("host_path") or "") for m in self.mounts
+        ]
+        return Claims(
+            launches=[
+                Launch(
+                    where="launch",
+                    gpus=len(self.gpus),
+                    image=self.image,
+                    mounts=[m for m in mounts if m],
+                )
+            ]
+        )
 
 
 class LaunchContainerResult(BaseModel):
@@ -48,11 +61,22 @@ def launch_container(ctx: SkillContext, inp: LaunchContainerInput) -> LaunchCont
         raise SkillFailed("no executor configured")
     key = "launch-" + re.sub(r"[^A-Za-z0-9_.-]+", "-", ctx.call_id or "adhoc")
     log = inp.log_path or str(ctx.settings.runs_dir / f"{key}.log")
-    req = LaunchRequest(key=key, argv=inp.argv, cwd=inp.cwd, env=inp.env, gpus=inp.gpus,
-                        log_path=log, image=inp.image, user=inp.user, memory_gb=inp.memory_gb,
-                        shm_gb=inp.shm_gb, mounts=inp.mounts)
+    req = LaunchRequest(
+        key=key,
+        argv=inp.argv,
+        cwd=inp.cwd,
+        env=inp.env,
+        gpus=inp.gpus,
+        log_path=log,
+        image=inp.image,
+        user=inp.user,
+        memory_gb=inp.memory_gb,
+        shm_gb=inp.shm_gb,
+        mounts=inp.mounts,
+    )
     rendered = ctx.executor.render(req)
     if inp.dry_run:
         return LaunchContainerResult(key=key, rendered=rendered, dry_run=True)
-    return LaunchContainerResult(key=key, rendered=rendered, dry_run=False,
-                                 handle=ctx.executor.start(req))
+    return LaunchContainerResult(
+        key=key, rendered=rendered, dry_run=False, handle=ctx.executor.start(req)
+    )

@@ -12,7 +12,9 @@ from nightshift.skills.base import SkillContext, skill
 
 
 class ListJobsInput(BaseModel):
-    states: list[str] | None = Field(None, description="Only jobs in these states, e.g. ['running']")
+    states: list[str] | None = Field(
+        None, description="Only jobs in these states, e.g. ['running']"
+    )
     limit: int = Field(50, ge=1, le=10_000)
 
 
@@ -57,9 +59,21 @@ def list_jobs(ctx: SkillContext, inp: ListJobsInput) -> ListJobsResult:
         attempts: dict[int, list[Attempt]] = {}
         for a in s.exec(select(Attempt).where(Attempt.job_id.in_(ids)).order_by(Attempt.number)):
             attempts.setdefault(a.job_id, []).append(a)
-    return ListJobsResult(jobs=[
-        JobSummary(id=j.id, name=j.name, state=j.state, priority=j.priority, owner=j.owner,
-                   params=j.params, reason=j.reason,
-                   attempts=[AttemptSummary.model_validate(a, from_attributes=True)
-                             for a in attempts.get(j.id, [])])
-        for j in jobs])
+    return ListJobsResult(
+        jobs=[
+            JobSummary(
+                id=j.id,
+                name=j.name,
+                state=j.state,
+                priority=j.priority,
+                owner=j.owner,
+                params=j.params,
+                reason=j.reason,
+                attempts=[
+                    AttemptSummary.model_validate(a, from_attributes=True)
+                    for a in attempts.get(j.id, [])
+                ],
+            )
+            for j in jobs
+        ]
+    )

@@ -39,19 +39,36 @@ def pause_job(ctx: SkillContext, inp: PauseJobInput) -> PauseJobResult:
         if job is None:
             raise SkillFailed(f"no job {inp.job_id}")
         if job.state != "running":
-            return PauseJobResult(job_id=job.id, before=job.state, after=job.state,
-                                  stopped_attempt=None, last_step=None)
+            return PauseJobResult(
+                job_id=job.id,
+                before=job.state,
+                after=job.state,
+                stopped_attempt=None,
+                last_step=None,
+            )
         spec = ExperimentSpec.model_validate(job.spec)
         if not spec.pausable or spec.checkpoint is None:
-            raise SkillFailed(f"job {job.id} cannot be paused: its spec has pausable={spec.pausable}"
-                              f" and {'a' if spec.checkpoint else 'no'} checkpoint section")
-        live = s.exec(select(Attempt).where(Attempt.job_id == job.id,
-                                            Attempt.state == "running")).first()
+            raise SkillFailed(
+                f"job {job.id} cannot be paused: its spec has pausable={spec.pausable}"
+                f" and {'a' if spec.checkpoint else 'no'} checkpoint section"
+            )
+        live = s.exec(
+            select(Attempt).where(Attempt.job_id == job.id, Attempt.state == "running")
+        ).first()
         job.state, job.reason, job.updated_at = "paused", inp.reason, ctx.now
         s.add(job)
     if live is None:
-        return PauseJobResult(job_id=inp.job_id, before="running", after="paused",
-                              stopped_attempt=None, last_step=None)
-    return PauseJobResult(job_id=inp.job_id, before="running", after="paused",
-                          stopped_attempt=stop_attempt(ctx, live, "preempted"),
-                          last_step=live.last_step)
+        return PauseJobResult(
+            job_id=inp.job_id,
+            before="running",
+            after="paused",
+            stopped_attempt=None,
+            last_step=None,
+        )
+    return PauseJobResult(
+        job_id=inp.job_id,
+        before="running",
+        after="paused",
+        stopped_attempt=stop_attempt(ctx, live, "preempted"),
+        last_step=live.last_step,
+    )

@@ -13,10 +13,13 @@ from nightshift.skills.base import Claims, SkillContext, SkillInput, skill
 
 class ResumeJobInput(SkillInput):
     job_id: int
-    checkpoint: str | None = Field(None, description="Checkpoint path to resume from; None restarts from scratch")
+    checkpoint: str | None = Field(
+        None, description="Checkpoint path to resume from; None restarts from scratch"
+    )
     step: int | None = Field(None, description="Step of that checkpoint")
-    param_changes: dict[str, Any] = Field(default_factory=dict,
-                                          description="New values for existing parameters, e.g. {'lr': 0.005}")
+    param_changes: dict[str, Any] = Field(
+        default_factory=dict, description="New values for existing parameters, e.g. {'lr': 0.005}"
+    )
 
     def claims(self) -> Claims:
         return Claims(jobs=[self.job_id])
@@ -41,12 +44,21 @@ def resume_job(ctx: SkillContext, inp: ResumeJobInput) -> ResumeJobResult:
         if job is None:
             raise SkillFailed(f"no job {inp.job_id}")
         wanted = {**job.params, **inp.param_changes}
-        if job.state in ("queued", "running") and job.resume_from == inp.checkpoint \
-                and job.params == wanted:
+        if (
+            job.state in ("queued", "running")
+            and job.resume_from == inp.checkpoint
+            and job.params == wanted
+        ):
             # Already done by this same decision (a node re-run after a crash): do not act twice.
-            return ResumeJobResult(job_id=job.id, before=job.state, after=job.state,
-                                   resume_from=job.resume_from, resume_step=job.resume_step,
-                                   params_before=dict(job.params), params_after=dict(job.params))
+            return ResumeJobResult(
+                job_id=job.id,
+                before=job.state,
+                after=job.state,
+                resume_from=job.resume_from,
+                resume_step=job.resume_step,
+                params_before=dict(job.params),
+                params_after=dict(job.params),
+            )
         if job.state not in ("failed", "paused"):
             raise SkillFailed(f"job {job.id} is {job.state}; only failed or paused jobs resume")
         unknown = set(inp.param_changes) - set(job.params)
@@ -57,6 +69,12 @@ def resume_job(ctx: SkillContext, inp: ResumeJobInput) -> ResumeJobResult:
         job.resume_from, job.resume_step = inp.checkpoint, inp.step
         job.state, job.reason, job.updated_at = "queued", None, ctx.now
         s.add(job)
-        return ResumeJobResult(job_id=job.id, before=before, after="queued",
-                               resume_from=inp.checkpoint, resume_step=inp.step,
-                               params_before=params_before, params_after=dict(job.params))
+        return ResumeJobResult(
+            job_id=job.id,
+            before=before,
+            after="queued",
+            resume_from=inp.checkpoint,
+            resume_step=inp.step,
+            params_before=params_before,
+            params_after=dict(job.params),
+        )

@@ -50,17 +50,22 @@ class AttemptDetail(BaseModel):
     start_step: int
     last_step: int | None
     last_loss: float | None
-    steps_lost: int | None = Field(description="last_step minus the step the next attempt started "
-                                   "from (or the job's resume point when it is queued again): the "
-                                   "work done twice. None: no next attempt, or no step recorded")
+    steps_lost: int | None = Field(
+        description="last_step minus the step the next attempt started "
+        "from (or the job's resume point when it is queued again): the "
+        "work done twice. None: no next attempt, or no step recorded"
+    )
     exit_code: int | None
     signal: int | None
     gpus: list[int]
     param_changes: dict[str, ParamChange] = Field(
-        description="Parameters that differ from the previous attempt's")
+        description="Parameters that differ from the previous attempt's"
+    )
     resumed_from: str | None = Field(description="The checkpoint this attempt resumed from")
-    resumed_from_step: int | None = Field(description="That checkpoint's step, when the resume "
-                                          "argument names it; else the attempt's start_step")
+    resumed_from_step: int | None = Field(
+        description="That checkpoint's step, when the resume "
+        "argument names it; else the attempt's start_step"
+    )
     resume_note: str = Field(description="How resumed_from was found, or why it is unknown")
     log_path: str | None
 
@@ -84,7 +89,8 @@ class ShowJobResult(BaseModel):
     updated_at: datetime
     good_checkpoints: list[KeptCheckpoint] = Field(
         description=f"nightshift's copies of checkpoints taken while the metrics were finite, in "
-        f"<job folder>/{keeper.GOOD_DIR}/, oldest step first")
+        f"<job folder>/{keeper.GOOD_DIR}/, oldest step first"
+    )
     steps_lost_total: int = Field(description="The sum of the attempts' steps_lost")
     attempts: list[AttemptDetail]
 
@@ -108,26 +114,56 @@ def show_job(ctx: SkillContext, inp: ShowJobInput) -> ShowJobResult:
             next_start: int | None = atts[i + 1].start_step
         else:  # the job is waiting for its next attempt: it will start from the resume point
             next_start = (job.resume_step or 0) if job.state == "queued" else None
-        lost = None if next_start is None or a.last_step is None else max(0, a.last_step - next_start)
+        lost = (
+            None if next_start is None or a.last_step is None else max(0, a.last_step - next_start)
+        )
         ckpt, ckpt_step, note = resume_point(a, template)
-        details.append(AttemptDetail(
-            number=a.number, state=a.state, outcome=a.outcome, cause=a.cause,
-            evidence=a.evidence, first_bad_step=a.first_bad_step,
-            started_at=a.started_at, ended_at=a.ended_at, duration_s=_duration(a, ctx.now),
-            start_step=a.start_step, last_step=a.last_step, last_loss=a.last_loss,
-            steps_lost=lost, exit_code=a.exit_code, signal=a.signal, gpus=list(a.gpus),
-            param_changes=_changes(atts[i - 1].params if i else None, a.params),
-            resumed_from=ckpt, resumed_from_step=ckpt_step, resume_note=note,
-            log_path=a.log_path))
+        details.append(
+            AttemptDetail(
+                number=a.number,
+                state=a.state,
+                outcome=a.outcome,
+                cause=a.cause,
+                evidence=a.evidence,
+                first_bad_step=a.first_bad_step,
+                started_at=a.started_at,
+                ended_at=a.ended_at,
+                duration_s=_duration(a, ctx.now),
+                start_step=a.start_step,
+                last_step=a.last_step,
+                last_loss=a.last_loss,
+                steps_lost=lost,
+                exit_code=a.exit_code,
+                signal=a.signal,
+                gpus=list(a.gpus),
+                param_changes=_changes(atts[i - 1].params if i else None, a.params),
+                resumed_from=ckpt,
+                resumed_from_step=ckpt_step,
+                resume_note=note,
+                log_path=a.log_path,
+            )
+        )
     return ShowJobResult(
-        job_id=job.id, name=job.name, state=job.state,
+        job_id=job.id,
+        name=job.name,
+        state=job.state,
         reason=job.hold_reason if job.state == "queued" and job.hold_reason else job.reason,
-        owner=job.owner, priority=job.priority, group=job.group, spec_path=job.spec_path,
-        workspace=str(paths["workspace"]), checkpoint_dir=str(paths["checkpoint_dir"]),
-        params=dict(job.params), max_attempts=job.max_attempts, resume_from=job.resume_from,
-        resume_step=job.resume_step, created_at=job.created_at, updated_at=job.updated_at,
+        owner=job.owner,
+        priority=job.priority,
+        group=job.group,
+        spec_path=job.spec_path,
+        workspace=str(paths["workspace"]),
+        checkpoint_dir=str(paths["checkpoint_dir"]),
+        params=dict(job.params),
+        max_attempts=job.max_attempts,
+        resume_from=job.resume_from,
+        resume_step=job.resume_step,
+        created_at=job.created_at,
+        updated_at=job.updated_at,
         good_checkpoints=[KeptCheckpoint(**k) for k in keeper.kept(paths["workspace"])],
-        steps_lost_total=sum(d.steps_lost or 0 for d in details), attempts=details)
+        steps_lost_total=sum(d.steps_lost or 0 for d in details),
+        attempts=details,
+    )
 
 
 def resume_point(att: Attempt, template: list[str]) -> tuple[str | None, int | None, str]:
@@ -143,8 +179,14 @@ def resume_point(att: Attempt, template: list[str]) -> tuple[str | None, int | N
     found = _match_tail(att.argv, template)
     if found is None:
         if att.start_step:
-            return None, att.start_step, (f"started at step {att.start_step}; its argv names no "
-                                          "checkpoint (the spec's resume argument is not in it)")
+            return (
+                None,
+                att.start_step,
+                (
+                    f"started at step {att.start_step}; its argv names no "
+                    "checkpoint (the spec's resume argument is not in it)"
+                ),
+            )
         return None, None, "from scratch"
     ckpt, step = found
     if step is None and att.start_step:
@@ -159,7 +201,7 @@ def _match_tail(argv: list[str], template: list[str]) -> tuple[str | None, int |
         return None
     ckpt: str | None = None
     step: int | None = None
-    for arg, item in zip(argv[-len(template):], template, strict=True):
+    for arg, item in zip(argv[-len(template) :], template, strict=True):
         m = _template_regex(item).fullmatch(arg)
         if m is None:
             return None
@@ -196,5 +238,8 @@ def _duration(att: Attempt, now: datetime) -> float | None:
 def _changes(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, ParamChange]:
     if before is None:
         return {}
-    return {k: ParamChange(before=before.get(k), after=after.get(k))
-            for k in sorted(set(before) | set(after)) if before.get(k) != after.get(k)}
+    return {
+        k: ParamChange(before=before.get(k), after=after.get(k))
+        for k in sorted(set(before) | set(after))
+        if before.get(k) != after.get(k)
+    }

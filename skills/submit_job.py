@@ -20,10 +20,14 @@ from nightshift.skills.base import Claims, Launch, SkillContext, SkillInput, ski
 class SubmitJobInput(SkillInput):
     spec_path: str | None = Field(None, description="Path to an experiment spec YAML file")
     spec: dict[str, Any] | None = Field(None, description="The experiment spec as a mapping")
-    params: dict[str, Any] = Field(default_factory=dict, description="Overrides for spec.parameters")
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="Overrides for spec.parameters"
+    )
     priority: int | None = Field(None, description="Overrides spec.priority")
     cost_class: Literal["urgent", "cost_sensitive"] | None = Field(
-        None, description="Overrides spec.cost_class: urgent runs now, cost_sensitive waits for cheap hours")
+        None,
+        description="Overrides spec.cost_class: urgent runs now, cost_sensitive waits for cheap hours",
+    )
     group: str | None = Field(None, description="Sweep id shared by the trials of one submission")
 
     # The spec as read once (a file's bytes, hashed): what the gate checks is what runs.
@@ -55,8 +59,13 @@ class SubmitJobInput(SkillInput):
 
 def spec_launch(spec: ExperimentSpec, where: str) -> Launch:
     """What one job of this spec asks of the machine."""
-    return Launch(where=where, gpus=spec.resources.gpus, image=spec.environment.image,
-                  mounts=[m.source for m in spec.environment.mounts], runtime_min=spec.timeout_min)
+    return Launch(
+        where=where,
+        gpus=spec.resources.gpus,
+        image=spec.environment.image,
+        mounts=[m.source for m in spec.environment.mounts],
+        runtime_min=spec.timeout_min,
+    )
 
 
 class SubmitJobResult(BaseModel):
@@ -65,11 +74,14 @@ class SubmitJobResult(BaseModel):
     state: str
     params: dict[str, Any]
     gpus: int = Field(0, description="GPUs the job asks for (spec.resources.gpus)")
-    already_submitted: bool = Field(False, description="True when this call id had already queued it")
+    already_submitted: bool = Field(
+        False, description="True when this call id had already queued it"
+    )
 
 
-def _load(spec_path: str | None,
-          spec: dict[str, Any] | None) -> tuple[ExperimentSpec, str | None, str | None]:
+def _load(
+    spec_path: str | None, spec: dict[str, Any] | None
+) -> tuple[ExperimentSpec, str | None, str | None]:
     if spec_path:
         path = str(Path(spec_path).resolve())
         parsed, text = load_spec_text(path)
@@ -77,29 +89,47 @@ def _load(spec_path: str | None,
     return validate(ExperimentSpec, spec, path="spec"), None, None
 
 
-def build_job(ctx: SkillContext, inp: SubmitJobInput, call_key: str | None,
-              checked: set[str] | None = None) -> tuple[Job, ExperimentSpec]:
+def build_job(
+    ctx: SkillContext, inp: SubmitJobInput, call_key: str | None, checked: set[str] | None = None
+) -> tuple[Job, ExperimentSpec]:
     """A validated, not yet stored Job for one submission (shared by submit_job and submit_jobs;
     `checked` remembers folders already found writable within one batch)."""
     spec, path = inp.loaded()
     unknown = set(inp.params) - set(spec.parameters) - set(spec.search_space or {})
     if unknown:
-        raise SkillFailed(f"params {sorted(unknown)} are not parameters of spec '{spec.name}' "
-                          f"(known: {sorted(spec.parameters)})")
+        raise SkillFailed(
+            f"params {sorted(unknown)} are not parameters of spec '{spec.name}' "
+            f"(known: {sorted(spec.parameters)})"
+        )
     params = {**spec.parameters, **inp.params}
     if inp.cost_class is not None:
         spec.cost_class = inp.cost_class
     _check_writable(spec, path, ctx.settings.runs_dir, checked)
-    job = Job(name=spec.name, spec=spec.model_dump(mode="json"), spec_path=path, params=params,
-              priority=spec.priority if inp.priority is None else inp.priority,
-              owner=ctx.principal, max_attempts=spec.retries + 1, submitted_by_call=call_key,
-              group=inp.group, created_at=ctx.now, updated_at=ctx.now)
+    job = Job(
+        name=spec.name,
+        spec=spec.model_dump(mode="json"),
+        spec_path=path,
+        params=params,
+        priority=spec.priority if inp.priority is None else inp.priority,
+        owner=ctx.principal,
+        max_attempts=spec.retries + 1,
+        submitted_by_call=call_key,
+        group=inp.group,
+        created_at=ctx.now,
+        updated_at=ctx.now,
+    )
     return job, spec
 
 
 def job_result(job: Job, spec: ExperimentSpec, already: bool = False) -> SubmitJobResult:
-    return SubmitJobResult(job_id=job.id, name=job.name, state=job.state, params=job.params,
-                           gpus=spec.resources.gpus, already_submitted=already)
+    return SubmitJobResult(
+        job_id=job.id,
+        name=job.name,
+        state=job.state,
+        params=job.params,
+        gpus=spec.resources.gpus,
+        already_submitted=already,
+    )
 
 
 @skill("submit_job", capability="launch")
@@ -118,8 +148,9 @@ def submit_job(ctx: SkillContext, inp: SubmitJobInput) -> SubmitJobResult:
         return job_result(job, spec)
 
 
-def _check_writable(spec: ExperimentSpec, spec_path: str | None, runs_dir: Path,
-                    checked: set[str] | None = None) -> None:
+def _check_writable(
+    spec: ExperimentSpec, spec_path: str | None, runs_dir: Path, checked: set[str] | None = None
+) -> None:
     """Refuse at submit, not at 3 a.m.: the run must be able to write its checkpoints."""
     target, field = runs_dir, "executor.runs_dir (config)"
     if spec.checkpoint and Path(spec.checkpoint.dir).is_absolute():
@@ -133,5 +164,8 @@ def _check_writable(spec: ExperimentSpec, spec_path: str | None, runs_dir: Path,
         with tempfile.TemporaryFile(dir=target):
             pass
     except OSError as exc:
-        raise SpecError(f"{target} cannot be written ({exc.strerror or exc}); point it at a folder "
-                        "you own", path=spec_path, field=field) from exc
+        raise SpecError(
+            f"{target} cannot be written ({exc.strerror or exc}); point it at a folder you own",
+            path=spec_path,
+            field=field,
+        ) from exc

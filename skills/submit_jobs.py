@@ -17,8 +17,9 @@ from nightshift.skills.submit_job import (
 
 
 class SubmitJobsInput(SkillInput):
-    items: list[SubmitJobInput] = Field(min_length=1, max_length=10_000,
-                                        description="One submit_job argument set per job")
+    items: list[SubmitJobInput] = Field(
+        min_length=1, max_length=10_000, description="One submit_job argument set per job"
+    )
 
     def files(self) -> dict[str, str]:
         return {path: digest for item in self.items for path, digest in item.files().items()}
@@ -41,16 +42,25 @@ def submit_jobs(ctx: SkillContext, inp: SubmitJobsInput) -> SubmitJobsResult:
     stored, then all are stored in one transaction. The policy checks every item's limits. The
     same call id never queues them twice."""
     checked: set[str] = set()
-    built = [build_job(ctx, item, f"{ctx.call_id}#{i}" if ctx.call_id else None, checked)
-             for i, item in enumerate(inp.items)]
+    built = [
+        build_job(ctx, item, f"{ctx.call_id}#{i}" if ctx.call_id else None, checked)
+        for i, item in enumerate(inp.items)
+    ]
     with ctx.store.session() as s:
         if ctx.call_id:
             keys = [job.submitted_by_call for job, _ in built]
-            existing = {j.submitted_by_call: j for j in s.exec(
-                select(Job).where(Job.submitted_by_call.in_(keys)))}
+            existing = {
+                j.submitted_by_call: j
+                for j in s.exec(select(Job).where(Job.submitted_by_call.in_(keys)))
+            }
             if existing:
-                return SubmitJobsResult(jobs=[job_result(existing[j.submitted_by_call], spec, True)
-                                              for j, spec in built if j.submitted_by_call in existing])
+                return SubmitJobsResult(
+                    jobs=[
+                        job_result(existing[j.submitted_by_call], spec, True)
+                        for j, spec in built
+                        if j.submitted_by_call in existing
+                    ]
+                )
         s.add_all([job for job, _ in built])
         s.flush()
         return SubmitJobsResult(jobs=[job_result(job, spec) for job, spec in built])

@@ -56,11 +56,20 @@ def now() -> datetime:
     return datetime(2026, 12, 2, 3, 0)
 
 
-def nightshift(*args: str, env: dict | None = None, timeout: float = 180, **kw) -> subprocess.CompletedProcess:
+def nightshift(
+    *args: str, env: dict | None = None, timeout: float = 180, **kw
+) -> subprocess.CompletedProcess:
     """Run the real CLI in a subprocess, as a user would."""
     full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "nightshift.agent.cli", *args], cwd=REPO,
-                          env=full_env, capture_output=True, text=True, timeout=timeout, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "nightshift.agent.cli", *args],
+        cwd=REPO,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **kw,
+    )
 
 
 def need(module: str, why: str):
@@ -73,11 +82,20 @@ def need(module: str, why: str):
     except ImportError:
         if os.environ.get("CI") == "true":
             pytest.fail(f"{module} is required in CI ({why}); .ci/run installs it")
-        pytest.skip(f"{module} is not installed ({why}); `pip install torch==2.13.0` or see .ci/run")
+        pytest.skip(
+            f"{module} is not installed ({why}); `pip install torch==2.13.0` or see .ci/run"
+        )
 
 
-def write_spec(tmp_path: Path, *, steps: int, env: dict[str, str] | None = None,
-               file: str = "spec.yaml", params: dict | None = None, **top) -> Path:
+def write_spec(
+    tmp_path: Path,
+    *,
+    steps: int,
+    env: dict[str, str] | None = None,
+    file: str = "spec.yaml",
+    params: dict | None = None,
+    **top,
+) -> Path:
     """The quickstart spec, pointed at the examples folder, with its own length, faults,
     parameters and top-level fields (name, stall_min, early_stopping, ...)."""
     spec = yaml.safe_load((REPO / "examples/specs/quickstart.yaml").read_text())

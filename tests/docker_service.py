@@ -35,12 +35,20 @@ from typing import Any
 
 import pytest
 
-IMAGE_CACHE = Path(os.environ.get("NIGHTSHIFT_TEST_IMAGE_CACHE")
-                   or Path.home() / ".cache" / "nightshift-test-images")
+IMAGE_CACHE = Path(
+    os.environ.get("NIGHTSHIFT_TEST_IMAGE_CACHE")
+    or Path.home() / ".cache" / "nightshift-test-images"
+)
 PYTHON_PACKAGES = ["python3", "python3-numpy"]
 # Left out of the python image: package caches, indexes, docs, manuals and translations.
-PYTHON_TRIM = ["var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man",
-               "usr/share/info", "usr/share/locale"]
+PYTHON_TRIM = [
+    "var/cache/apt/archives",
+    "var/lib/apt/lists",
+    "usr/share/doc",
+    "usr/share/man",
+    "usr/share/info",
+    "usr/share/locale",
+]
 RECIPE_VERSION = 1
 _START_TIMEOUT_S = 60.0
 _STOP_TIMEOUT_S = 30.0
@@ -64,8 +72,9 @@ def _tail(path: Path, n: int = 15) -> str:
 
 def _cmdline(pid: int) -> str:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
-            errors="replace")
+        return (
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        )
     except OSError:
         return ""
 
@@ -102,38 +111,61 @@ class Dockerd:
     def start(self) -> DockerEngine:
         dockerd = shutil.which("dockerd") or shutil.which("dockerd", path="/usr/sbin:/usr/bin")
         if dockerd is None:
-            unavailable("dockerd is not installed (Debian: `apt-get install docker.io`; CI runs "
-                        ".ci/docker.sh)")
+            unavailable(
+                "dockerd is not installed (Debian: `apt-get install docker.io`; CI runs "
+                ".ci/docker.sh)"
+            )
         if os.geteuid() != 0:
             unavailable("starting a private dockerd needs root")
         try:
             import docker
         except ImportError:
-            unavailable("the Docker SDK for Python is not installed "
-                        "(`pip install 'nightshift[docker]'`)")
+            unavailable(
+                "the Docker SDK for Python is not installed (`pip install 'nightshift[docker]'`)"
+            )
         assert dockerd is not None
         help_text = subprocess.run([dockerd, "--help"], capture_output=True, text=True).stdout
         config = self.root / "daemon.json"
         config.write_text("{}\n")  # ignore /etc/docker/daemon.json
         namespace = f"nightshift-test-{os.getpid()}"
-        cmd = [dockerd, "--config-file", str(config), "--data-root", str(self.root / "data"),
-               "--exec-root", str(self.exec_root), "-H", self.base_url,
-               "--pidfile", str(self.pidfile), "--iptables=false", "--bridge=none",
-               # a system containerd, if one runs, is shared: keep our containers apart in it
-               "--containerd-namespace", namespace,
-               "--containerd-plugins-namespace", f"{namespace}-plugins"]
+        cmd = [
+            dockerd,
+            "--config-file",
+            str(config),
+            "--data-root",
+            str(self.root / "data"),
+            "--exec-root",
+            str(self.exec_root),
+            "-H",
+            self.base_url,
+            "--pidfile",
+            str(self.pidfile),
+            "--iptables=false",
+            "--bridge=none",
+            # a system containerd, if one runs, is shared: keep our containers apart in it
+            "--containerd-namespace",
+            namespace,
+            "--containerd-plugins-namespace",
+            f"{namespace}-plugins",
+        ]
         if "--ip6tables" in help_text:
             cmd.append("--ip6tables=false")
         with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + _START_TIMEOUT_S
         last: Exception | None = None
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 self.stop()
-                unavailable(f"dockerd exited with code {self.proc.returncode} at start:\n"
-                            + _tail(self.log))
+                unavailable(
+                    f"dockerd exited with code {self.proc.returncode} at start:\n" + _tail(self.log)
+                )
             if self.sock.exists():
                 client = None
                 try:
@@ -146,8 +178,10 @@ class Dockerd:
                         client.close()
             time.sleep(0.2)
         self.stop()
-        unavailable(f"dockerd did not answer on {self.sock} within {_START_TIMEOUT_S:.0f} s "
-                    f"({last}):\n" + _tail(self.log))
+        unavailable(
+            f"dockerd did not answer on {self.sock} within {_START_TIMEOUT_S:.0f} s "
+            f"({last}):\n" + _tail(self.log)
+        )
         raise AssertionError("unreachable")
 
     def stop(self) -> None:
@@ -206,7 +240,9 @@ def docker_sdk() -> Any:
     try:
         import docker
     except ImportError:
-        unavailable("the Docker SDK for Python is not installed (`pip install 'nightshift[docker]'`)")
+        unavailable(
+            "the Docker SDK for Python is not installed (`pip install 'nightshift[docker]'`)"
+        )
     return docker
 
 
@@ -216,8 +252,10 @@ def docker_engine() -> Iterator[DockerEngine]:
     root = Path(tempfile.mkdtemp(prefix="ns-dockerd-"))
     # On a tmpfs: images import in a second and the data root goes in an instant at the end,
     # where unlinking its thousands of files from disk took 15 s here. Plain disk if not allowed.
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={_TMPFS_SIZE},mode=0700", "ns-dockerd",
-                    str(root)], capture_output=True)
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={_TMPFS_SIZE},mode=0700", "ns-dockerd", str(root)],
+        capture_output=True,
+    )
     daemon = Dockerd(root)
     try:
         engine = daemon.start()
@@ -238,21 +276,23 @@ def _is_static_elf(path: Path) -> bool:
         if head[:4] != b"\x7fELF" or head[4] != 2:  # 64-bit only; the machines here are
             return False
         endian = "<" if head[5] == 1 else ">"
-        phoff, = struct.unpack_from(endian + "Q", head, 32)
+        (phoff,) = struct.unpack_from(endian + "Q", head, 32)
         phentsize, phnum = struct.unpack_from(endian + "HH", head, 54)
         f.seek(phoff)
         table = f.read(phentsize * phnum)
-    return all(struct.unpack_from(endian + "I", table, i * phentsize)[0] != 3
-               for i in range(phnum))
+    return all(struct.unpack_from(endian + "I", table, i * phentsize)[0] != 3 for i in range(phnum))
 
 
 def build_busybox_image(client: Any, workdir: Path) -> str:
     """Build `nightshift-test/busybox:<hash>` from the static busybox; returns the tag."""
-    busybox = next((p for p in (Path("/bin/busybox"), Path("/usr/bin/busybox")) if p.is_file()),
-                   None)
+    busybox = next(
+        (p for p in (Path("/bin/busybox"), Path("/usr/bin/busybox")) if p.is_file()), None
+    )
     if busybox is None or not _is_static_elf(busybox):
-        unavailable("a statically linked busybox is needed for the test image (Debian: "
-                    "`apt-get install busybox-static`)")
+        unavailable(
+            "a statically linked busybox is needed for the test image (Debian: "
+            "`apt-get install busybox-static`)"
+        )
     assert busybox is not None
     data = busybox.read_bytes()
     tag = f"nightshift-test/busybox:{hashlib.sha256(data).hexdigest()[:12]}"
@@ -265,7 +305,8 @@ def build_busybox_image(client: Any, workdir: Path) -> str:
         "COPY busybox /bin/busybox\n"
         'RUN ["/bin/busybox", "--install", "-s", "/bin"]\n'
         'RUN ["/bin/mkdir", "-p", "/tmp", "/etc"]\n'
-        "ENV PATH=/bin\n")
+        "ENV PATH=/bin\n"
+    )
     client.images.build(path=str(context), tag=tag, rm=True, forcerm=True)
     return tag
 
@@ -305,8 +346,11 @@ def _mirror(suite: str) -> str:
         return os.environ["NIGHTSHIFT_TEST_DEBIAN_MIRROR"]
     for path in sorted(Path("/etc/apt/sources.list.d").glob("*.sources")):
         for stanza in path.read_text().split("\n\n"):
-            fields = dict(line.split(":", 1) for line in stanza.splitlines()
-                          if ":" in line and not line.startswith("#"))
+            fields = dict(
+                line.split(":", 1)
+                for line in stanza.splitlines()
+                if ":" in line and not line.startswith("#")
+            )
             suites = fields.get("Suites", "").split()
             if suite in suites and "main" in fields.get("Components", "").split():
                 return fields.get("URIs", "").split()[0]
@@ -323,18 +367,30 @@ def python_rootfs_tar() -> tuple[Path, str]:
     """The cached tar of the python root file system, built with debootstrap if missing;
     returns (path, recipe hash)."""
     suite = _codename()
-    arch = subprocess.run(["dpkg", "--print-architecture"], capture_output=True,
-                          text=True).stdout.strip() or "amd64"
-    recipe = {"version": RECIPE_VERSION, "suite": suite, "arch": arch, "variant": "minbase",
-              "packages": PYTHON_PACKAGES, "trim": PYTHON_TRIM}
+    arch = (
+        subprocess.run(
+            ["dpkg", "--print-architecture"], capture_output=True, text=True
+        ).stdout.strip()
+        or "amd64"
+    )
+    recipe = {
+        "version": RECIPE_VERSION,
+        "suite": suite,
+        "arch": arch,
+        "variant": "minbase",
+        "packages": PYTHON_PACKAGES,
+        "trim": PYTHON_TRIM,
+    }
     key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
     tar = IMAGE_CACHE / f"python-{suite}-{key}.tar"
     if tar.exists():
         return tar, key
     debootstrap = shutil.which("debootstrap") or shutil.which("debootstrap", path="/usr/sbin")
     if debootstrap is None:
-        unavailable("debootstrap is needed to build the python test image (Debian: "
-                    "`apt-get install debootstrap`)")
+        unavailable(
+            "debootstrap is needed to build the python test image (Debian: "
+            "`apt-get install debootstrap`)"
+        )
     assert debootstrap is not None
     IMAGE_CACHE.mkdir(parents=True, exist_ok=True)
     with (IMAGE_CACHE / f"{tar.name}.lock").open("a") as lock:
@@ -344,8 +400,18 @@ def python_rootfs_tar() -> tuple[Path, str]:
         # Built on a tmpfs where one can be mounted: dpkg's many fsyncs cost nothing there, and
         # the tree is gone in an instant afterwards.
         work = Path(tempfile.mkdtemp(prefix="ns-debootstrap-"))
-        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={_TMPFS_SIZE},mode=0700",
-                        "ns-debootstrap", str(work)], capture_output=True)
+        subprocess.run(
+            [
+                "mount",
+                "-t",
+                "tmpfs",
+                "-o",
+                f"size={_TMPFS_SIZE},mode=0700",
+                "ns-debootstrap",
+                str(work),
+            ],
+            capture_output=True,
+        )
         part = IMAGE_CACHE / f"{tar.name}.{os.getpid()}.part"
         try:
             root, log = work / "root", work / "debootstrap.log"
@@ -353,20 +419,33 @@ def python_rootfs_tar() -> tuple[Path, str]:
             with log.open("wb") as out:
                 try:
                     done = subprocess.run(
-                        [debootstrap, "--variant=minbase", f"--arch={arch}",
-                         "--include=" + ",".join(PYTHON_PACKAGES), suite, str(root),
-                         _mirror(suite)],
-                        stdout=out, stderr=subprocess.STDOUT, timeout=_DEBOOTSTRAP_TIMEOUT_S)
+                        [
+                            debootstrap,
+                            "--variant=minbase",
+                            f"--arch={arch}",
+                            "--include=" + ",".join(PYTHON_PACKAGES),
+                            suite,
+                            str(root),
+                            _mirror(suite),
+                        ],
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        timeout=_DEBOOTSTRAP_TIMEOUT_S,
+                    )
                 except subprocess.TimeoutExpired:
-                    unavailable(f"debootstrap took over {_DEBOOTSTRAP_TIMEOUT_S:.0f} s:\n"
-                                + _tail(log))
+                    unavailable(
+                        f"debootstrap took over {_DEBOOTSTRAP_TIMEOUT_S:.0f} s:\n" + _tail(log)
+                    )
             if done.returncode != 0:
-                unavailable(f"debootstrap of the python test image failed "
-                            f"(exit code {done.returncode}):\n" + _tail(log))
+                unavailable(
+                    f"debootstrap of the python test image failed "
+                    f"(exit code {done.returncode}):\n" + _tail(log)
+                )
             for rel in PYTHON_TRIM:
                 shutil.rmtree(root / rel, ignore_errors=True)
-            subprocess.run(["tar", "--numeric-owner", "-C", str(root), "-cf", str(part), "."],
-                           check=True)
+            subprocess.run(
+                ["tar", "--numeric-owner", "-C", str(root), "-cf", str(part), "."], check=True
+            )
             os.replace(part, tar)
             print(f"built {tar} in {time.monotonic() - started:.0f} s")
         finally:
@@ -382,8 +461,14 @@ def python_image(docker_engine: DockerEngine) -> str:
     tar, key = python_rootfs_tar()
     tag = f"nightshift-test/python:{key}"
     docker_engine.client.api.import_image(
-        src=str(tar), repository="nightshift-test/python", tag=key,
-        changes=["ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                 "ENV LANG=C.UTF-8", 'CMD ["python3"]'])
+        src=str(tar),
+        repository="nightshift-test/python",
+        tag=key,
+        changes=[
+            "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "ENV LANG=C.UTF-8",
+            'CMD ["python3"]',
+        ],
+    )
     docker_engine.client.images.get(tag)  # raises ImageNotFound if the import went wrong
     return tag

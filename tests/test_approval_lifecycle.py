@@ -72,9 +72,15 @@ def test_requester_killed_after_asking_the_daemon_carries_the_call_out_once(home
     bob approve, and the daemon cancels the job — once, as the requester, audited."""
     job_id = queued_job(home)
     env = {**os.environ, "COLUMNS": "200"}
-    asker = subprocess.Popen(cli("skill", "cancel_job", "--arg", f"job_id={job_id}"), cwd=REPO,
-                             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+    asker = subprocess.Popen(
+        cli("skill", "cancel_job", "--arg", f"job_id={job_id}"),
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     w = Wiring.load()
     try:
         row = wait_for(lambda: next(iter(approvals(w)), None))
@@ -87,8 +93,7 @@ def test_requester_killed_after_asking_the_daemon_carries_the_call_out_once(home
     # The requester cannot approve its own call from another shell; bob can.
     r = nightshift("approvals", "approve", str(row.id))
     assert r.returncode == 3 and "requester never counts" in r.stderr, r.stderr
-    r = nightshift("approvals", "approve", str(row.id),
-                   env={"NIGHTSHIFT_POLICY__PRINCIPAL": "bob"})
+    r = nightshift("approvals", "approve", str(row.id), env={"NIGHTSHIFT_POLICY__PRINCIPAL": "bob"})
     assert r.returncode == 0 and "approved" in r.stdout, r.stderr
     assert w.store.job(job_id).state == "queued"  # nobody has carried it out yet
 
@@ -114,11 +119,21 @@ def test_processes_resuming_one_approved_call_run_it_once(home):
     job_id = queued_job(home)
     w = Wiring.load()
     aid = agent_cancel_approved(w, job_id, "race-1")
-    code = ("import json, sys; from nightshift.agent.api import Client; "
-            f"r = Client(principal='agent').call('cancel_job', {{'job_id': {job_id}}}, "
-            "call_id='race-1'); print(json.dumps(r.model_dump()))")
-    procs = [subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    code = (
+        "import json, sys; from nightshift.agent.api import Client; "
+        f"r = Client(principal='agent').call('cancel_job', {{'job_id': {job_id}}}, "
+        "call_id='race-1'); print(json.dumps(r.model_dump()))"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
     outs = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 0 for p in procs), [e for _, e in outs]
     results = [json.loads(o) for o, _ in outs]
@@ -154,9 +169,15 @@ def test_a_person_at_a_terminal_confirms_a_cancel_with_y(home):
     """At a terminal, `nightshift cancel N` shows the request and asks y/N: y cancels it there."""
     job_id = queued_job(home)
     master, slave = os.openpty()
-    proc = subprocess.Popen(cli("cancel", str(job_id)), cwd=REPO, stdin=slave,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "COLUMNS": "200"})
+    proc = subprocess.Popen(
+        cli("cancel", str(job_id)),
+        cwd=REPO,
+        stdin=slave,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     os.close(slave)
     w = Wiring.load()
     try:
@@ -179,8 +200,14 @@ def test_a_person_at_a_terminal_confirms_a_cancel_with_y(home):
 def test_a_terminal_no_leaves_the_job_alone(home):
     job_id = queued_job(home)
     master, slave = os.openpty()
-    proc = subprocess.Popen(cli("cancel", str(job_id)), cwd=REPO, stdin=slave,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        cli("cancel", str(job_id)),
+        cwd=REPO,
+        stdin=slave,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     os.close(slave)
     w = Wiring.load()
     try:

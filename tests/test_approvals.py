@@ -20,8 +20,9 @@ LATER = T0 + timedelta(minutes=5)
 
 @pytest.fixture
 def audit(tmp_path: Path) -> AuditLog:
-    return AuditLog(Store(f"sqlite:///{tmp_path / 'ns.db'}"), tmp_path / "audit.anchor",
-                    clock=lambda: T0)
+    return AuditLog(
+        Store(f"sqlite:///{tmp_path / 'ns.db'}"), tmp_path / "audit.anchor", clock=lambda: T0
+    )
 
 
 @pytest.fixture
@@ -29,10 +30,15 @@ def approvals(audit: AuditLog) -> Approvals:
     return Approvals(audit.store, audit)
 
 
-def ask(approvals: Approvals, quorum: int = 1, call_id: str = "call-1",
-        expires: datetime | None = T0 + timedelta(minutes=60)):
-    return approvals.request(call_id, "cancel_job", {"job_id": 4}, "agent", "destroy-rule",
-                             quorum, expires, "thread-1")
+def ask(
+    approvals: Approvals,
+    quorum: int = 1,
+    call_id: str = "call-1",
+    expires: datetime | None = T0 + timedelta(minutes=60),
+):
+    return approvals.request(
+        call_id, "cancel_job", {"job_id": 4}, "agent", "destroy-rule", quorum, expires, "thread-1"
+    )
 
 
 def test_request_is_idempotent_on_call_id(approvals: Approvals, audit: AuditLog) -> None:
@@ -107,7 +113,9 @@ def test_expiry_is_marked_lazily(approvals: Approvals, audit: AuditLog) -> None:
     assert approvals.vote(b.id, "alice", True, T0 + timedelta(hours=4)).state == "expired"
     decided = audit.events(action="approval.decided")
     assert [(e.call_id, e.actor, e.payload["state"]) for e in decided] == [
-        ("c1", "system", "expired"), ("c2", "system", "expired")]
+        ("c1", "system", "expired"),
+        ("c2", "system", "expired"),
+    ]
     assert audit.verify().ok
 
 
@@ -120,7 +128,8 @@ def test_unknown_approval(approvals: Approvals) -> None:
 
 
 def test_with_engine_identities_are_canonical_and_voters_need_can_approve(
-        tmp_path: Path, audit: AuditLog, home: Path) -> None:
+    tmp_path: Path, audit: AuditLog, home: Path
+) -> None:
     """Through the policy, alice on Slack is still alice (no self-approval via another channel),
     and principals without `can_approve` (the agent, unknown users) cannot vote."""
     (tmp_path / "p.yaml").write_text("""\
@@ -156,6 +165,9 @@ def test_every_step_is_audited_and_chain_verifies(approvals: Approvals, audit: A
     a = ask(approvals, quorum=1)
     approvals.vote(a.id, "alice", True, LATER)
     assert [(e.action, e.actor) for e in audit.events()] == [
-        ("approval.request", "agent"), ("approval.vote", "alice"), ("approval.decided", "alice")]
+        ("approval.request", "agent"),
+        ("approval.vote", "alice"),
+        ("approval.decided", "alice"),
+    ]
     assert all(e.call_id == "call-1" and e.skill == "cancel_job" for e in audit.events())
     assert audit.verify().ok

@@ -41,8 +41,14 @@ def log(db: Path, tmp_path: Path) -> AuditLog:
 
 def fill(log: AuditLog, n: int) -> None:
     for i in range(n):
-        log.append("alice", "test.step", skill="test_skill", call_id=f"c{i}", job_id=i,
-                   payload={"i": i, "nested": {"b": [1, 2.5, None], "a": "x"}})
+        log.append(
+            "alice",
+            "test.step",
+            skill="test_skill",
+            call_id=f"c{i}",
+            job_id=i,
+            payload={"i": i, "nested": {"b": [1, 2.5, None], "a": "x"}},
+        )
 
 
 def sql(db: Path, statement: str, *params: object) -> None:
@@ -52,11 +58,19 @@ def sql(db: Path, statement: str, *params: object) -> None:
 
 def test_hash_formula_is_pinned(log: AuditLog) -> None:
     """sha256(prev_hash + canonical JSON of the event) is pinned: other tools recompute it."""
-    ev = log.append("alice", "job.cancel", skill="cancel_job", call_id="c1", job_id=7,
-                    payload={"why": "stuck", "a": 1})
-    body = ('{"action":"job.cancel","actor":"alice","call_id":"c1","job_id":7,'
-            '"payload":{"a":1,"why":"stuck"},"skill":"cancel_job",'
-            '"ts":"2026-12-02T03:00:01.000000Z"}')
+    ev = log.append(
+        "alice",
+        "job.cancel",
+        skill="cancel_job",
+        call_id="c1",
+        job_id=7,
+        payload={"why": "stuck", "a": 1},
+    )
+    body = (
+        '{"action":"job.cancel","actor":"alice","call_id":"c1","job_id":7,'
+        '"payload":{"a":1,"why":"stuck"},"skill":"cancel_job",'
+        '"ts":"2026-12-02T03:00:01.000000Z"}'
+    )
     assert ev.ts == "2026-12-02T03:00:01.000000Z"
     assert ev.prev_hash == GENESIS == "0" * 64
     assert ev.hash == hashlib.sha256((GENESIS + body).encode()).hexdigest()
@@ -175,8 +189,9 @@ def test_anchor_is_replaced_atomically_and_never_moves_back(log: AuditLog) -> No
     head = log.head()
     log._write_anchor(2, "0" * 64)
     assert log.anchor() == {"id": 3, "hash": head.hash}
-    assert sorted(p.name for p in log.anchor_path.parent.iterdir()
-                  if p.name.startswith("audit.anchor")) == ["audit.anchor", "audit.anchor.lock"]
+    assert sorted(
+        p.name for p in log.anchor_path.parent.iterdir() if p.name.startswith("audit.anchor")
+    ) == ["audit.anchor", "audit.anchor.lock"]
 
 
 def test_the_anchor_trails_by_at_most_anchor_every_events(db: Path, tmp_path: Path) -> None:
@@ -184,8 +199,9 @@ def test_the_anchor_trails_by_at_most_anchor_every_events(db: Path, tmp_path: Pa
     between, another process's verify finds the chain whole and counts the events after the
     anchor, saying what they are."""
     anchor = tmp_path / "audit.anchor"
-    log = AuditLog(Store(f"sqlite:///{db}"), anchor, clock=Clock(), anchor_every=4,
-                   anchor_lag_s=600)
+    log = AuditLog(
+        Store(f"sqlite:///{db}"), anchor, clock=Clock(), anchor_every=4, anchor_lag_s=600
+    )
     fill(log, 1)
     assert log.anchor()["id"] == 1
     fill(log, 3)
@@ -202,11 +218,12 @@ def test_the_anchor_trails_by_at_most_anchor_every_events(db: Path, tmp_path: Pa
     assert other.verify().reason.endswith("chain and anchor intact")
 
 
-def test_the_anchor_catches_up_within_anchor_lag_s_without_more_appends(log: AuditLog,
-                                                                        db: Path,
-                                                                        tmp_path: Path) -> None:
-    quiet = AuditLog(Store(f"sqlite:///{db}"), tmp_path / "audit.anchor", anchor_every=1000,
-                     anchor_lag_s=0.05)
+def test_the_anchor_catches_up_within_anchor_lag_s_without_more_appends(
+    log: AuditLog, db: Path, tmp_path: Path
+) -> None:
+    quiet = AuditLog(
+        Store(f"sqlite:///{db}"), tmp_path / "audit.anchor", anchor_every=1000, anchor_lag_s=0.05
+    )
     fill(quiet, 3)
     deadline = time.monotonic() + 10
     while quiet.anchor()["id"] != 3:
@@ -227,10 +244,15 @@ KILLED_WRITER = textwrap.dedent("""
 
 
 def test_a_writer_killed_between_anchors_leaves_a_trail_the_next_append_anchors(
-        db: Path, tmp_path: Path) -> None:
+    db: Path, tmp_path: Path
+) -> None:
     anchor = tmp_path / "audit.anchor"
-    proc = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(db), str(anchor)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", KILLED_WRITER, str(db), str(anchor)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == -9, proc.stderr
     log = AuditLog(Store(f"sqlite:///{db}"), anchor)
     assert log.anchor()["id"] == 1  # its first append, and no later one
@@ -262,9 +284,14 @@ def test_concurrent_appends_from_four_processes(db: Path, tmp_path: Path) -> Non
     log = AuditLog(Store(f"sqlite:///{db}"), anchor)  # creates the schema once, up front
     go = tmp_path / "go"
     n = 40
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(db), str(anchor), f"w{k}",
-                               str(n), str(go)], stderr=subprocess.PIPE, text=True)
-             for k in range(4)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(db), str(anchor), f"w{k}", str(n), str(go)],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for k in range(4)
+    ]
     go.touch()
     for p in procs:
         _, err = p.communicate(timeout=120)

@@ -29,8 +29,11 @@ PAYLOAD = bytes(range(256)) * 16  # stands in for a tensor storage
 
 @pytest.fixture
 def ctx(tmp_path) -> SkillContext:
-    return SkillContext(store=Store(f"sqlite:///{tmp_path}/s.db"), settings=Settings(home=str(tmp_path)),
-                        now=datetime(2026, 12, 2, 3, 0))
+    return SkillContext(
+        store=Store(f"sqlite:///{tmp_path}/s.db"),
+        settings=Settings(home=str(tmp_path)),
+        now=datetime(2026, 12, 2, 3, 0),
+    )
 
 
 def plan(ctx, folder: Path, **kw):
@@ -52,9 +55,20 @@ def torch_zip(path: Path, obj: dict | None = None) -> Path:
 def torch_legacy(path: Path, obj: dict) -> Path:
     """torch.save(..., _use_new_zipfile_serialization=False): magic, protocol, sys_info, object."""
     with open(path, "wb") as f:
-        f.writelines(pickle.dumps(part, protocol=2) for part in (0x1950A86A20F9469CFC6C, 1001,
-                     {"protocol_version": 1001, "little_endian": True,
-                      "type_sizes": {"short": 2, "int": 4, "long": 4}}, obj, []))
+        f.writelines(
+            pickle.dumps(part, protocol=2)
+            for part in (
+                0x1950A86A20F9469CFC6C,
+                1001,
+                {
+                    "protocol_version": 1001,
+                    "little_endian": True,
+                    "type_sizes": {"short": 2, "int": 4, "long": 4},
+                },
+                obj,
+                [],
+            )
+        )
     return path
 
 
@@ -74,8 +88,10 @@ def flip_payload_byte(path: Path) -> Path:
 
 def safetensors(path: Path, metadata: dict[str, str] | None = None) -> Path:
     """A valid safetensors file: u64 LE header length, JSON header, then the tensor bytes."""
-    header: dict = {"w": {"dtype": "F32", "shape": [4, 4], "data_offsets": [0, 64]},
-                    "b": {"dtype": "F32", "shape": [4], "data_offsets": [64, 80]}}
+    header: dict = {
+        "w": {"dtype": "F32", "shape": [4, 4], "data_offsets": [0, 64]},
+        "b": {"dtype": "F32", "shape": [4], "data_offsets": [64, 80]},
+    }
     if metadata:
         header["__metadata__"] = metadata
     raw = json.dumps(header).encode()
@@ -93,12 +109,12 @@ def hf_checkpoint(folder: Path, step: int, *, state: bool = True) -> Path:
     return folder
 
 
-
-
 TF_FIXTURES = Path(__file__).parent / "fixtures" / "checkpoints" / "tensorflow"
 
 
-def tf_checkpoint(folder: Path, prefix: str, *, shards: int = 1, drop_shard: int | None = None) -> None:
+def tf_checkpoint(
+    folder: Path, prefix: str, *, shards: int = 1, drop_shard: int | None = None
+) -> None:
     """A checkpoint TensorFlow wrote (tests/fixtures/checkpoints/tensorflow/make.py), renamed to
     `prefix`: one data shard (model_dir) or three (sharded)."""
     src = TF_FIXTURES / ("model_dir/train/ckpt-3" if shards == 1 else "sharded/ckpt-1")
@@ -106,7 +122,9 @@ def tf_checkpoint(folder: Path, prefix: str, *, shards: int = 1, drop_shard: int
     shutil.copy(f"{src}.index", folder / f"{prefix}.index")
     for i in range(n):
         if i != drop_shard:
-            shutil.copy(f"{src}.data-{i:05d}-of-{n:05d}", folder / f"{prefix}.data-{i:05d}-of-{n:05d}")
+            shutil.copy(
+                f"{src}.data-{i:05d}-of-{n:05d}", folder / f"{prefix}.data-{i:05d}-of-{n:05d}"
+            )
 
 
 def set_mtime(path: Path, when: float) -> None:
@@ -156,9 +174,11 @@ def test_crc_corruption_is_caught_without_torch(ctx, tmp_path):
     r = plan(ctx, tmp_path, reject_nonfinite=False)
     assert r.step == 100
     assert "CRC" in r.skipped[0].reason and "data/0" in r.skipped[0].reason
-    probe = ("import sys; from nightshift.runtime import checkpoints as c; "
-             f"f = c.scan(c.Path({str(tmp_path)!r})); print([c.verify(x) is None for x in f], "
-             "'torch' in sys.modules)")
+    probe = (
+        "import sys; from nightshift.runtime import checkpoints as c; "
+        f"f = c.scan(c.Path({str(tmp_path)!r})); print([c.verify(x) is None for x in f], "
+        "'torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["[False,", "True]", "False"]
 
@@ -186,7 +206,9 @@ def test_legacy_torch_pickle(ctx, tmp_path):
 
 def test_lightning_last_ckpt_takes_its_step_from_the_pickle(ctx, tmp_path):
     """last.ckpt has no step in its name; its pickled global_step orders it, without unpickling."""
-    torch_zip(tmp_path / "epoch=3-step=1200.ckpt", {"epoch": 3, "global_step": 1200, "state_dict": {}})
+    torch_zip(
+        tmp_path / "epoch=3-step=1200.ckpt", {"epoch": 3, "global_step": 1200, "state_dict": {}}
+    )
     torch_zip(tmp_path / "last.ckpt", {"epoch": 4, "global_step": 1500, "state_dict": {}})
     r = plan(ctx, tmp_path, command=["python", "train.py", "fit", "--ckpt_path", "old.ckpt"])
     assert r.framework == "lightning" and r.step == 1500 and r.path.endswith("last.ckpt")
@@ -213,11 +235,20 @@ def test_huggingface_folders(ctx, tmp_path):
     cmd = ["accelerate", "launch", "run_clm.py", "--resume_from_checkpoint=old", "--bf16"]
     r = plan(ctx, tmp_path, command=cmd, current_step=1700)
     assert r.framework == "huggingface" and r.step == 500 and r.steps_to_recompute == 1200
-    assert r.command == ["accelerate", "launch", "run_clm.py", "--bf16",
-                         "--resume_from_checkpoint", r.path]
+    assert r.command == [
+        "accelerate",
+        "launch",
+        "run_clm.py",
+        "--bf16",
+        "--resume_from_checkpoint",
+        r.path,
+    ]
     reasons = {Path(s.path).name: s.reason for s in r.skipped}
     assert "trainer_state.json" in reasons["checkpoint-1000"]
-    assert "model.safetensors" in reasons["checkpoint-1500"] and "truncated" in reasons["checkpoint-1500"]
+    assert (
+        "model.safetensors" in reasons["checkpoint-1500"]
+        and "truncated" in reasons["checkpoint-1500"]
+    )
     assert "unfinished" in reasons["tmp-checkpoint-2000"]
 
 
@@ -228,8 +259,16 @@ def test_huggingface_sharded_index_needs_every_shard(ctx, tmp_path):
     bad.mkdir()
     (bad / "trainer_state.json").write_text(json.dumps({"global_step": 20}))
     safetensors(bad / "model-00001-of-00002.safetensors")
-    (bad / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
-        "a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}))
+    (bad / "model.safetensors.index.json").write_text(
+        json.dumps(
+            {
+                "weight_map": {
+                    "a": "model-00001-of-00002.safetensors",
+                    "b": "model-00002-of-00002.safetensors",
+                }
+            }
+        )
+    )
     r = plan(ctx, tmp_path)
     assert r.path == str(good) and "model-00002-of-00002" in r.skipped[0].reason
 
@@ -240,7 +279,9 @@ def test_safetensors_headers_are_validated(ctx, tmp_path):
     truncate(safetensors(tmp_path / "model_step500.safetensors"), keep=0.9)
     bad = tmp_path / "model_step400.safetensors"
     bad.write_bytes(struct.pack("<Q", 16) + b"{not json!!!!!!}" + b"\x00" * 8)
-    r = plan(ctx, tmp_path, command=["python", "train.py"], resume_arg=["--init-from", "{checkpoint}"])
+    r = plan(
+        ctx, tmp_path, command=["python", "train.py"], resume_arg=["--init-from", "{checkpoint}"]
+    )
     assert r.framework == "safetensors" and r.step == 300  # the step from __metadata__
     assert r.command == ["python", "train.py", "--init-from", r.path]
     reasons = {Path(s.path).name: s.reason for s in r.skipped}
@@ -253,12 +294,18 @@ def test_tensorflow_checkpoint_index(ctx, tmp_path):
     tf_checkpoint(tmp_path, "ckpt-1")
     tf_checkpoint(tmp_path, "ckpt-2", shards=2)
     tf_checkpoint(tmp_path, "ckpt-3", shards=2, drop_shard=1)
-    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "ckpt-3"\n'
-                                         'all_model_checkpoint_paths: "ckpt-1"\n'
-                                         'all_model_checkpoint_paths: "ckpt-2"\n'
-                                         'all_model_checkpoint_paths: "ckpt-3"\n')
-    r = plan(ctx, tmp_path, command=["python", "train.py"],
-             resume_arg=["--restore", "{checkpoint}", "--initial-step", "{step}"])
+    (tmp_path / "checkpoint").write_text(
+        'model_checkpoint_path: "ckpt-3"\n'
+        'all_model_checkpoint_paths: "ckpt-1"\n'
+        'all_model_checkpoint_paths: "ckpt-2"\n'
+        'all_model_checkpoint_paths: "ckpt-3"\n'
+    )
+    r = plan(
+        ctx,
+        tmp_path,
+        command=["python", "train.py"],
+        resume_arg=["--restore", "{checkpoint}", "--initial-step", "{step}"],
+    )
     assert r.framework == "tensorflow" and r.step == 2 and r.path == str(tmp_path / "ckpt-2")
     assert r.command == ["python", "train.py", "--restore", r.path, "--initial-step", "2"]
     assert "[1] of 3 missing" in r.skipped[0].reason
@@ -278,7 +325,10 @@ def test_orbax_step_folders(ctx, tmp_path):
     r = plan(ctx, tmp_path, current_step=310)
     assert r.framework == "orbax" and r.step == 200 and r.steps_to_recompute == 110
     reasons = {Path(s.path).name: s.reason for s in r.skipped}
-    assert "did not finish" in reasons["300"] and "unfinished" in reasons["400.orbax-checkpoint-tmp-1733100000"]
+    assert (
+        "did not finish" in reasons["300"]
+        and "unfinished" in reasons["400.orbax-checkpoint-tmp-1733100000"]
+    )
 
 
 def test_framework_filter(ctx, tmp_path):
@@ -295,11 +345,22 @@ def test_inject_replaces_rather_than_duplicates():
     """A resume flag already in the command (either spelling) is replaced, other arguments kept."""
     tpl = ["--resume", "{checkpoint}"]
     assert inject_resume_args(["python", "t.py", "--resume", "a", "--lr", "0.1"], tpl, "b", 5) == [
-        "python", "t.py", "--lr", "0.1", "--resume", "b"]
+        "python",
+        "t.py",
+        "--lr",
+        "0.1",
+        "--resume",
+        "b",
+    ]
     assert inject_resume_args(["python", "t.py", "--resume=a"], tpl, "b", 5) == [
-        "python", "t.py", "--resume", "b"]
-    assert inject_resume_args(["python", "t.py"], ["--resume={checkpoint}", "--step", "{step}"],
-                              "b", 7) == ["python", "t.py", "--resume=b", "--step", "7"]
+        "python",
+        "t.py",
+        "--resume",
+        "b",
+    ]
+    assert inject_resume_args(
+        ["python", "t.py"], ["--resume={checkpoint}", "--step", "{step}"], "b", 7
+    ) == ["python", "t.py", "--resume=b", "--step", "7"]
 
 
 def test_a_real_crashed_run_resumes_from_the_plan(ctx, tmp_path):
@@ -307,8 +368,18 @@ def test_a_real_crashed_run_resumes_from_the_plan(ctx, tmp_path):
     clean = {k: v for k, v in os.environ.items() if not k.startswith("NIGHTSHIFT_FAULT_")}
     env = {**clean, "NIGHTSHIFT_FAULT_CRASH_AT_STEP": "140"}
     ck = tmp_path / "checkpoints"
-    cmd = [sys.executable, str(TRAIN), "--steps", "160", "--checkpoint-dir", str(ck),
-           "--checkpoint-every", "25", "--metrics-file", str(tmp_path / "m.jsonl")]
+    cmd = [
+        sys.executable,
+        str(TRAIN),
+        "--steps",
+        "160",
+        "--checkpoint-dir",
+        str(ck),
+        "--checkpoint-every",
+        "25",
+        "--metrics-file",
+        str(tmp_path / "m.jsonl"),
+    ]
     crashed = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True, timeout=60)
     assert crashed.returncode == 1
     (ck / ".step_00000150.npz.x1y2.tmp").write_bytes(b"PK\x03\x04partial")  # a save cut short
@@ -316,7 +387,9 @@ def test_a_real_crashed_run_resumes_from_the_plan(ctx, tmp_path):
     r = plan(ctx, ck, command=cmd, resume_arg=["--resume", "{checkpoint}"], current_step=139)
     assert r.found and r.framework == "nightshift" and r.step == 125 and r.steps_to_recompute == 14
     assert r.candidates == 5 and "unfinished" in r.skipped[0].reason
-    resumed = subprocess.run(r.command, check=False, env=env, capture_output=True, text=True, timeout=60)
+    resumed = subprocess.run(
+        r.command, check=False, env=env, capture_output=True, text=True, timeout=60
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert "resumed from step 125" in resumed.stdout
     assert plan(ctx, ck).step == 160

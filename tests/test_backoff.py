@@ -12,7 +12,9 @@ from nightshift.runtime.backoff import Backoff, backoff_delay_s, not_before
 
 def test_grows_by_the_factor_until_the_cap():
     """Without jitter: base, base×factor, … and never past the cap."""
-    got = [backoff_delay_s(n, 1, base_s=30, factor=2, cap_s=600, jitter_frac=0) for n in range(1, 8)]
+    got = [
+        backoff_delay_s(n, 1, base_s=30, factor=2, cap_s=600, jitter_frac=0) for n in range(1, 8)
+    ]
     assert got == [30, 60, 120, 240, 480, 600, 600]
 
 

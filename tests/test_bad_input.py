@@ -14,15 +14,21 @@ from conftest import REPO, nightshift
 @pytest.fixture
 def stored(home):
     """A store with one job and some audit events already in it."""
-    assert nightshift("skill", "submit_job", "--arg",
-                      f"spec_path={REPO / 'examples/specs/quickstart.yaml'}").returncode == 0
+    assert (
+        nightshift(
+            "skill", "submit_job", "--arg", f"spec_path={REPO / 'examples/specs/quickstart.yaml'}"
+        ).returncode
+        == 0
+    )
     return home / "nightshift.db"
 
 
 def snapshot(db):
     con = sqlite3.connect(db)
-    return (con.execute("select id, state, params from job").fetchall(),
-            con.execute("select count(*) from auditevent where action like 'job.%'").fetchone())
+    return (
+        con.execute("select id, state, params from job").fetchall(),
+        con.execute("select count(*) from auditevent where action like 'job.%'").fetchone(),
+    )
 
 
 def assert_untouched(db, before):
@@ -84,8 +90,11 @@ def test_arguments_failing_the_input_model(stored):
 def test_goal_step_with_bad_arguments_exits_2(stored, tmp_path):
     """The same through a goal file: the step's error is reported and the run exits 2."""
     before = snapshot(stored)
-    goal = write(tmp_path, "g.yaml", yaml.safe_dump(
-        {"name": "x", "steps": [{"skill": "list_jobs", "args": {"limit": "many"}}]}))
+    goal = write(
+        tmp_path,
+        "g.yaml",
+        yaml.safe_dump({"name": "x", "steps": [{"skill": "list_jobs", "args": {"limit": "many"}}]}),
+    )
     res = nightshift("run", str(goal))
     assert res.returncode == 2 and "limit" in res.stdout
     assert_untouched(stored, before)
@@ -126,16 +135,28 @@ def test_store_locked_by_another_process(stored, tmp_path):
     import time
 
     before = snapshot(stored)
-    holder = subprocess.Popen([sys.executable, "-c", (
-        f"import sqlite3, time; c = sqlite3.connect(r'{stored}', isolation_level=None); "
-        "c.execute('BEGIN EXCLUSIVE'); print('locked', flush=True); time.sleep(30)")],
-        stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                f"import sqlite3, time; c = sqlite3.connect(r'{stored}', isolation_level=None); "
+                "c.execute('BEGIN EXCLUSIVE'); print('locked', flush=True); time.sleep(30)"
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         start = time.monotonic()
-        res = nightshift("skill", "submit_job", "--arg",
-                         f"spec_path={REPO / 'examples/specs/quickstart.yaml'}",
-                         env={"NIGHTSHIFT_STORE__BUSY_TIMEOUT_S": "1"})
+        res = nightshift(
+            "skill",
+            "submit_job",
+            "--arg",
+            f"spec_path={REPO / 'examples/specs/quickstart.yaml'}",
+            env={"NIGHTSHIFT_STORE__BUSY_TIMEOUT_S": "1"},
+        )
         assert time.monotonic() - start < 20
     finally:
         holder.kill()

@@ -25,8 +25,11 @@ from conftest import need
 
 @pytest.fixture
 def ctx(tmp_path) -> SkillContext:
-    return SkillContext(store=Store(f"sqlite:///{tmp_path}/s.db"), settings=Settings(home=str(tmp_path)),
-                        now=datetime(2026, 12, 2, 3, 0))
+    return SkillContext(
+        store=Store(f"sqlite:///{tmp_path}/s.db"),
+        settings=Settings(home=str(tmp_path)),
+        now=datetime(2026, 12, 2, 3, 0),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -41,9 +44,17 @@ def nanogpt_ckpt(torch, path: Path, iter_num: int, bad: bool = False) -> Path:
             model.weight[0, 0] = float("nan")
     opt = torch.optim.AdamW(model.parameters())
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
-                "model_args": {"n_layer": 1}, "iter_num": iter_num, "best_val_loss": 1.5,
-                "config": {"learning_rate": 3e-3}}, path)
+    torch.save(
+        {
+            "model": model.state_dict(),
+            "optimizer": opt.state_dict(),
+            "model_args": {"n_layer": 1},
+            "iter_num": iter_num,
+            "best_val_loss": 1.5,
+            "config": {"learning_rate": 3e-3},
+        },
+        path,
+    )
     return path
 
 
@@ -52,7 +63,9 @@ def test_step_from_iter_num_nested_and_newest_first(torch, tmp_path):
     nanogpt_ckpt(torch, tmp_path / "b" / "ckpt.pt", 100)
     found = checkpoints.scan(tmp_path)
     assert [(f.step, f.step_from, f.framework) for f in found] == [
-        (250, "metadata", "pytorch"), (100, "metadata", "pytorch")]
+        (250, "metadata", "pytorch"),
+        (100, "metadata", "pytorch"),
+    ]
     assert checkpoints.verify(found[0]) is None and checkpoints.nonfinite(found[0]) is None
 
 
@@ -73,13 +86,17 @@ def test_torn_and_nan_checkpoints_are_passed_over(torch, ctx, tmp_path):
 
 def test_safetensors_nan_and_epoch_steps(torch, ctx, tmp_path):
     st = need("safetensors.torch", "writing safetensors files")
-    st.save_file({"w": torch.tensor([1.0, float("inf")])}, str(tmp_path / "model_step_20.safetensors"))
+    st.save_file(
+        {"w": torch.tensor([1.0, float("inf")])}, str(tmp_path / "model_step_20.safetensors")
+    )
     st.save_file({"w": torch.ones(2)}, str(tmp_path / "model_step_10.safetensors"))
     torch.save({"state_dict": {"w": torch.ones(2)}, "epoch": 3}, tmp_path / "last.pth")
     found = checkpoints.scan(tmp_path, steps_per_epoch=5)
     assert [(f.path.name, f.step, f.step_from) for f in found] == [
-        ("model_step_20.safetensors", 20, "name"), ("last.pth", 15, "metadata"),
-        ("model_step_10.safetensors", 10, "name")]
+        ("model_step_20.safetensors", 20, "name"),
+        ("last.pth", 15, "metadata"),
+        ("model_step_10.safetensors", 10, "name"),
+    ]
     assert "inf" in checkpoints.nonfinite(found[0])
     r = auto_resume(ctx, {"checkpoint_dir": str(tmp_path), "steps_per_epoch": 5})
     assert r.step == 15
@@ -87,8 +104,9 @@ def test_safetensors_nan_and_epoch_steps(torch, ctx, tmp_path):
 
 def test_hf_checkpoint_folder_two_levels_down(torch, ctx, tmp_path):
     transformers = need("transformers", "saving a model as Trainer does")
-    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
-        n_layer=1, n_embd=8, n_head=2, vocab_size=16, n_positions=8))
+    model = transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=16, n_positions=8)
+    )
     for step in (50, 100):
         folder = tmp_path / "runs" / "exp1" / "hf_out" / f"checkpoint-{step}"
         model.save_pretrained(folder)  # Trainer writes the weights first ...
@@ -117,10 +135,18 @@ def test_trainer_state_infinities_are_not_weights(torch, tmp_path):
     the weights (state_dict, model, ...) decide whether a checkpoint is finite. The real Lightning
     file is checked in tests/test_real_programs.py."""
     callbacks = {"ModelCheckpoint{'monitor': None}": {"kth_value": torch.tensor(float("inf"))}}
-    torch.save({"state_dict": {"w": torch.ones(2)}, "global_step": 80, "callbacks": callbacks},
-               tmp_path / "epoch=1-step=80.ckpt")
-    torch.save({"state_dict": {"w": torch.tensor([float("nan")])}, "global_step": 120,
-                "callbacks": callbacks}, tmp_path / "epoch=2-step=120.ckpt")
+    torch.save(
+        {"state_dict": {"w": torch.ones(2)}, "global_step": 80, "callbacks": callbacks},
+        tmp_path / "epoch=1-step=80.ckpt",
+    )
+    torch.save(
+        {
+            "state_dict": {"w": torch.tensor([float("nan")])},
+            "global_step": 120,
+            "callbacks": callbacks,
+        },
+        tmp_path / "epoch=2-step=120.ckpt",
+    )
     bad, good = checkpoints.scan(tmp_path)
     assert checkpoints.nonfinite(good) is None
     assert "state_dict.w" in checkpoints.nonfinite(bad)
@@ -153,7 +179,7 @@ def test_tf_every_shard_of_a_sharded_checkpoint_is_checked(protobuf, tmp_path):
     import shutil
 
     root = shutil.copytree(TF_FIXTURES / "sharded", tmp_path / "sharded")
-    found, = checkpoints.scan(root)
+    (found,) = checkpoints.scan(root)
     assert checkpoints.verify(found) is None
     middle = root / "ckpt-1.data-00001-of-00003"
     middle.write_bytes(middle.read_bytes()[:1000])
@@ -168,7 +194,7 @@ def test_a_damaged_tf_index_is_a_reason_never_a_crash(tmp_path_factory, at, junk
     root = shutil.copytree(TF_FIXTURES / "model_dir", tmp_path_factory.mktemp("tf") / "m")
     index = root / "train" / "ckpt-3.index"
     raw = bytearray(index.read_bytes())
-    raw[at:at + len(junk)] = junk
+    raw[at : at + len(junk)] = junk
     index.write_bytes(bytes(raw))
     found = next(f for f in checkpoints.scan(root) if f.step == 3)
     reason = checkpoints.verify(found)

@@ -19,22 +19,39 @@ import yaml
 from conftest import REPO, nightshift
 
 COMMANDS = [
-    ["run", str(REPO / "examples/goals/quickstart.yaml")], ["skill", "list_jobs"],
-    ["submit", str(REPO / "examples/specs/quickstart.yaml")], ["daemon", "--max-ticks", "1"],
-    ["jobs"], ["status"], ["show", "1"], ["logs", "1"], ["cancel", "1"], ["retry", "1"],
-    ["approve", "1"], ["reject", "1"], ["pause"], ["resume"], ["report"], ["approvals", "list"],
-    ["audit", "verify"], ["audit", "show"], ["config", "show"], ["health"],
+    ["run", str(REPO / "examples/goals/quickstart.yaml")],
+    ["skill", "list_jobs"],
+    ["submit", str(REPO / "examples/specs/quickstart.yaml")],
+    ["daemon", "--max-ticks", "1"],
+    ["jobs"],
+    ["status"],
+    ["show", "1"],
+    ["logs", "1"],
+    ["cancel", "1"],
+    ["retry", "1"],
+    ["approve", "1"],
+    ["reject", "1"],
+    ["pause"],
+    ["resume"],
+    ["report"],
+    ["approvals", "list"],
+    ["audit", "verify"],
+    ["audit", "show"],
+    ["config", "show"],
+    ["health"],
     ["validate", str(REPO / "examples/specs/quickstart.yaml")],
 ]
 
 
-@pytest.mark.parametrize("argv", COMMANDS, ids=[" ".join(a[:2]).replace(str(REPO) + "/", "")
-                                               for a in COMMANDS])
+@pytest.mark.parametrize(
+    "argv", COMMANDS, ids=[" ".join(a[:2]).replace(str(REPO) + "/", "") for a in COMMANDS]
+)
 def test_a_missing_config_file_is_one_line_and_exit_5(argv, home):
     r = nightshift(*argv, "--config", "/nonexistent/nightshift.yaml", timeout=60)
     assert r.returncode == (3 if argv[0] == "health" else 5), (r.stdout, r.stderr)
     assert r.stderr.strip().splitlines() == [
-        "error: --config /nonexistent/nightshift.yaml: file not found"], r.stderr
+        "error: --config /nonexistent/nightshift.yaml: file not found"
+    ], r.stderr
     assert "Traceback" not in r.stdout + r.stderr
     assert not (home / "nightshift.db").exists()
 
@@ -60,13 +77,20 @@ DRIVER = textwrap.dedent("""
 """)
 
 
-def run_all(tmp_path: Path, commands: list[list[str]], env: dict[str, str] | None = None
-            ) -> list[dict]:
+def run_all(
+    tmp_path: Path, commands: list[list[str]], env: dict[str, str] | None = None
+) -> list[dict]:
     listing = tmp_path / "commands.jsonl"
     listing.write_text("".join(json.dumps(c) + "\n" for c in commands))
-    r = subprocess.run([sys.executable, "-c", DRIVER, str(listing)], cwd=REPO,
-                       env={**os.environ, "COLUMNS": "200", **(env or {})},
-                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-c", DRIVER, str(listing)],
+        cwd=REPO,
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr
     results = [json.loads(line) for line in r.stdout.splitlines()]
     assert [x["argv"] for x in results] == commands
@@ -82,13 +106,14 @@ def test_a_store_that_cannot_be_opened_is_one_line_and_exit_5(home, tmp_path):
     blocker.write_text("not a folder")
     url = f"sqlite:///{blocker}/nightshift.db"
     needs_store = [c for c in COMMANDS if c[0] != "config"]
-    results = run_all(tmp_path, [*needs_store, ["config", "show"], ["skills"]],
-                      env={"NIGHTSHIFT_STORE__URL": url})
-    for x in results[:len(needs_store)]:
+    results = run_all(
+        tmp_path, [*needs_store, ["config", "show"], ["skills"]], env={"NIGHTSHIFT_STORE__URL": url}
+    )
+    for x in results[: len(needs_store)]:
         assert x["code"] == (3 if x["argv"][0] == "health" else 5), x
         assert x["err"].startswith("error: ") and str(blocker) in x["err"], x
         assert len(x["err"].strip().splitlines()) == 1, x
-    assert [x["code"] for x in results[len(needs_store):]] == [0, 0]
+    assert [x["code"] for x in results[len(needs_store) :]] == [0, 0]
 
 
 def test_unknown_jobs_and_approvals_are_bad_arguments_exit_2(home, tmp_path):
@@ -96,12 +121,22 @@ def test_unknown_jobs_and_approvals_are_bad_arguments_exit_2(home, tmp_path):
     (the caller retries with another id) — nothing is parked for approval, nothing is written
     but the audit of the refused call."""
     goal = tmp_path / "cancel-missing.yaml"
-    goal.write_text(yaml.safe_dump({"name": "cancel-missing",
-                                    "steps": [{"skill": "cancel_job", "args": {"job_id": 99}}]}))
-    commands = [["show", "99"], ["logs", "99"], ["cancel", "99"], ["retry", "99"],
-                ["skill", "cancel_job", "--arg", "job_id=99"], ["skill", "show_job", "--arg",
-                                                                 "job_id=99"],
-                ["approvals", "show", "99"], ["approve", "99"], ["reject", "99"]]
+    goal.write_text(
+        yaml.safe_dump(
+            {"name": "cancel-missing", "steps": [{"skill": "cancel_job", "args": {"job_id": 99}}]}
+        )
+    )
+    commands = [
+        ["show", "99"],
+        ["logs", "99"],
+        ["cancel", "99"],
+        ["retry", "99"],
+        ["skill", "cancel_job", "--arg", "job_id=99"],
+        ["skill", "show_job", "--arg", "job_id=99"],
+        ["approvals", "show", "99"],
+        ["approve", "99"],
+        ["reject", "99"],
+    ]
     results = run_all(tmp_path, [*commands, ["run", str(goal)]])
     for x in results[:-1]:
         assert x["code"] == 2, x
@@ -116,15 +151,18 @@ def test_unknown_jobs_and_approvals_are_bad_arguments_exit_2(home, tmp_path):
 
 def test_bad_arguments_name_the_field_and_exit_2(home, tmp_path):
     unknown_skill = tmp_path / "unknown-skill.yaml"
-    unknown_skill.write_text(yaml.safe_dump({"name": "bad",
-                                             "steps": [{"skill": "no_such_skill", "args": {}}]}))
+    unknown_skill.write_text(
+        yaml.safe_dump({"name": "bad", "steps": [{"skill": "no_such_skill", "args": {}}]})
+    )
     cases = [
         (["skill", "no_such_skill"], "no_such_skill"),
         (["skill", "list_jobs", "--arg", "limit=abc"], "limit"),
         (["skill", "list_jobs", "--arg", "nokeyvalue"], "--arg 'nokeyvalue'"),
         (["submit", "/nonexistent/spec.yaml"], "/nonexistent/spec.yaml"),
-        (["submit", str(REPO / "examples/specs/quickstart.yaml"), "--priority", "urgentest"],
-         "--priority"),
+        (
+            ["submit", str(REPO / "examples/specs/quickstart.yaml"), "--priority", "urgentest"],
+            "--priority",
+        ),
         (["run", "--resume", "no-such-thread"], "no-such-thread"),
         (["run"], "GOAL_FILE"),
         (["jobs", "--state", "bogus"], "--state 'bogus'"),
@@ -140,8 +178,9 @@ def test_bad_arguments_name_the_field_and_exit_2(home, tmp_path):
     for x, (_, named) in zip(results, cases, strict=True):
         assert x["code"] == 2, x
         assert named in x["err"] + x["out"], x
-    assert not (home / "nightshift.db").exists() or sqlite3.connect(
-        home / "nightshift.db").execute("select count(*) from job").fetchone() == (0,)
+    assert not (home / "nightshift.db").exists() or sqlite3.connect(home / "nightshift.db").execute(
+        "select count(*) from job"
+    ).fetchone() == (0,)
 
 
 def test_validate_help_names_every_format_the_readers_know():

@@ -38,22 +38,40 @@ from nightshift.skills.diagnose_failure import (
 )
 
 # The fewest logs each category must have (the brief's minimums; the older folders at their size).
-MINIMUM = {"crashed": 20, "cuda_oom": 12, "cuda_runtime_error": 20, "driver_mismatch": 15,
-           "host_oom": 6, "import_or_env": 25, "nccl_or_distributed": 20, "succeeded": 8,
-           "unknown": 8, "killed": 6, "nan_loss": 10, "checkpoint_corrupt": 8, "disk_full": 5,
-           "file_missing": 6, "config_error": 8}
+MINIMUM = {
+    "crashed": 20,
+    "cuda_oom": 12,
+    "cuda_runtime_error": 20,
+    "driver_mismatch": 15,
+    "host_oom": 6,
+    "import_or_env": 25,
+    "nccl_or_distributed": 20,
+    "succeeded": 8,
+    "unknown": 8,
+    "killed": 6,
+    "nan_loss": 10,
+    "checkpoint_corrupt": 8,
+    "disk_full": 5,
+    "file_missing": 6,
+    "config_error": 8,
+}
 FIELDS = {"file", "url", "exit_code", "signal", "monitor_says", "note"}
-URL = re.compile(r"^https://(?:github\.com/[\w.-]+/[\w.-]+/(?:issues|pull|discussions)/\d+"
-                 r"|(?:discuss\.pytorch\.org|discuss\.huggingface\.co|forums\.developer\.nvidia\.com"
-                 r"|stackoverflow\.com)/\S+)$")
+URL = re.compile(
+    r"^https://(?:github\.com/[\w.-]+/[\w.-]+/(?:issues|pull|discussions)/\d+"
+    r"|(?:discuss\.pytorch\.org|discuss\.huggingface\.co|forums\.developer\.nvidia\.com"
+    r"|stackoverflow\.com)/\S+)$"
+)
 CATEGORIES = set(get_args(Category))
 
 
 @pytest.fixture(scope="module")
 def ctx(tmp_path_factory) -> SkillContext:
     home = tmp_path_factory.mktemp("diag")
-    return SkillContext(store=Store(f"sqlite:///{home}/s.db"), settings=Settings(home=str(home)),
-                        now=datetime(2026, 12, 3, 3, 0))
+    return SkillContext(
+        store=Store(f"sqlite:///{home}/s.db"),
+        settings=Settings(home=str(home)),
+        now=datetime(2026, 12, 3, 3, 0),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -118,8 +136,13 @@ def test_held_out_accuracy(rows):
 def test_the_remediation_follows_the_category(rows):
     """Categories that retrying cannot fix stop; the new ones resume or stop as documented."""
     for r in rows:
-        if r["ok"] and r["got"] in ("config_error", "file_missing", "disk_full",
-                                     "driver_mismatch", "import_or_env"):
+        if r["ok"] and r["got"] in (
+            "config_error",
+            "file_missing",
+            "disk_full",
+            "driver_mismatch",
+            "import_or_env",
+        ):
             assert r["action"] == "stop", r["file"]
         if r["ok"] and r["got"] in ("killed", "host_oom"):
             assert r["action"] == "resume", r["file"]
@@ -137,22 +160,43 @@ def _valid(r: DiagnoseFailureResult) -> None:
     DiagnoseFailureResult.model_validate_json(r.model_dump_json())
 
 
-REAL_LINES = [line for p in sorted(CORPUS.rglob("*.log")) for line in p.read_text().splitlines()
-              if line.strip()][::7]
-fragments = st.one_of(st.sampled_from(REAL_LINES), st.text(max_size=80),
-                      st.sampled_from(["Killed", "loss: nan", "\r", "\x1b[31m", "\x00", "\ufffd",
-                                       "[rank0]: ", "NCCL INFO ", "W0302 19:39:39.186000 1 f.py:2] "]))
+REAL_LINES = [
+    line
+    for p in sorted(CORPUS.rglob("*.log"))
+    for line in p.read_text().splitlines()
+    if line.strip()
+][::7]
+fragments = st.one_of(
+    st.sampled_from(REAL_LINES),
+    st.text(max_size=80),
+    st.sampled_from(
+        [
+            "Killed",
+            "loss: nan",
+            "\r",
+            "\x1b[31m",
+            "\x00",
+            "\ufffd",
+            "[rank0]: ",
+            "NCCL INFO ",
+            "W0302 19:39:39.186000 1 f.py:2] ",
+        ]
+    ),
+)
 logs = st.one_of(
     st.lists(fragments, max_size=30).map("\n".join),
     st.tuples(st.text(min_size=1, max_size=40), st.integers(1, 150_000)).map(lambda t: t[0] * t[1]),
 )
-statuses = st.fixed_dictionaries({}, optional={
-    "exit_code": st.one_of(st.none(), st.integers(-300, 300), st.integers(-2**40, 2**40)),
-    "signal": st.one_of(st.none(), st.integers(0, 64)),
-    "monitor_says": st.one_of(st.none(), st.sampled_from(get_args(MonitorSays))),
-    "monitor_detail": st.one_of(st.none(), st.text(max_size=200)),
-    "kernel_log": st.one_of(st.none(), logs),
-})
+statuses = st.fixed_dictionaries(
+    {},
+    optional={
+        "exit_code": st.one_of(st.none(), st.integers(-300, 300), st.integers(-(2**40), 2**40)),
+        "signal": st.one_of(st.none(), st.integers(0, 64)),
+        "monitor_says": st.one_of(st.none(), st.sampled_from(get_args(MonitorSays))),
+        "monitor_detail": st.one_of(st.none(), st.text(max_size=200)),
+        "kernel_log": st.one_of(st.none(), logs),
+    },
+)
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -162,10 +206,15 @@ def test_fuzzed_text_logs_never_raise(ctx, log, status):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.one_of(st.binary(max_size=4000),
-                      st.tuples(st.binary(min_size=1, max_size=16), st.integers(1, 200_000))
-                      .map(lambda t: t[0] * t[1])),
-       status=statuses)
+@given(
+    data=st.one_of(
+        st.binary(max_size=4000),
+        st.tuples(st.binary(min_size=1, max_size=16), st.integers(1, 200_000)).map(
+            lambda t: t[0] * t[1]
+        ),
+    ),
+    status=statuses,
+)
 def test_fuzzed_files_with_invalid_utf8_never_raise(ctx, data, status):
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "attempt.log"
@@ -174,9 +223,15 @@ def test_fuzzed_files_with_invalid_utf8_never_raise(ctx, data, status):
 
 
 @settings(max_examples=150, deadline=None)
-@given(lines=st.lists(st.one_of(st.sampled_from(REAL_LINES),
-                                st.text(alphabet=st.characters(max_codepoint=127), max_size=60)),
-                      max_size=25))
+@given(
+    lines=st.lists(
+        st.one_of(
+            st.sampled_from(REAL_LINES),
+            st.text(alphabet=st.characters(max_codepoint=127), max_size=60),
+        ),
+        max_size=25,
+    )
+)
 def test_keyed_matching_equals_trying_every_signature(lines):
     """The literal-key index only skips signatures that cannot match (ASCII text)."""
     assert mod._match(lines) == mod._match_naive(lines)

@@ -29,8 +29,11 @@ PARAMS = {"lr": 0.01, "micro_batch": 32, "grad_accum": 1, "steps": 300}
 
 @pytest.fixture
 def ctx(tmp_path) -> SkillContext:
-    return SkillContext(store=Store(f"sqlite:///{tmp_path}/s.db"), settings=Settings(home=str(tmp_path)),
-                        now=datetime(2026, 12, 2, 3, 0))
+    return SkillContext(
+        store=Store(f"sqlite:///{tmp_path}/s.db"),
+        settings=Settings(home=str(tmp_path)),
+        now=datetime(2026, 12, 2, 3, 0),
+    )
 
 
 def diagnose(ctx, name: str | None = None, **kw):
@@ -39,46 +42,110 @@ def diagnose(ctx, name: str | None = None, **kw):
     return diagnose_failure(ctx, kw)
 
 
-@pytest.mark.parametrize(("fixture", "exit_code", "category", "action", "retryable", "quote"), [
-    # PyTorch's allocator message (c10/cuda/CUDACachingAllocator.cpp) under the HF Trainer.
-    ("cuda_oom_hf_trainer.log", 1, "cuda_oom", "resume_smaller_batch", True,
-     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.95 GiB"),
-    # The kernel's oom_kill.c report; the process died by SIGKILL (128 + 9).
-    ("host_oom_dmesg.log", 137, "host_oom", "resume", True,
-     "Out of memory: Killed process 48213 (python)"),
-    # fairseq's dynamic loss scaler giving up.
-    ("nan_fairseq.log", 1, "nan_loss", "resume_lower_lr", True, "Minimum loss scale reached"),
-    # NCCL's ncclSystemError through ProcessGroupNCCL.
-    ("nccl_unhandled_system_error.log", 1, "nccl_or_distributed", "resume", True,
-     "unhandled system error (run with NCCL_DEBUG=INFO for details)"),
-    # ProcessGroupNCCL's watchdog tearing the process down (SIGABRT, 134).
-    ("nccl_watchdog_timeout.log", 134, "nccl_or_distributed", "resume", True,
-     "Watchdog caught collective operation timeout"),
-    # cudaErrorIllegalAddress as PyTorch raises it.
-    ("cuda_illegal_memory_access.log", 1, "cuda_runtime_error", "resume", True,
-     "RuntimeError: CUDA error: an illegal memory access was encountered"),
-    # torch.load on a truncated zip checkpoint (torch/serialization.py).
-    ("checkpoint_corrupt_torch_load.log", 1, "checkpoint_corrupt", "resume_previous_checkpoint", True,
-     "PytorchStreamReader failed reading zip archive: failed finding central directory"),
-    # torch.save's writer failing, then Python's ENOSPC.
-    ("disk_full_torch_save.log", 1, "disk_full", "stop", False, "No space left on device"),
-    # torch/cuda/__init__.py's driver check.
-    ("driver_too_old.log", 1, "driver_mismatch", "stop", False,
-     "RuntimeError: The NVIDIA driver on your system is too old (found version 11040)"),
-    # torchvision ImageFolder on a missing folder.
-    ("file_missing_dataset.log", 1, "file_missing", "stop", False,
-     "FileNotFoundError: [Errno 2] No such file or directory: '/data/imagenet/train'"),
-    # Python's import system.
-    ("import_missing_module.log", 1, "import_or_env", "stop", False,
-     "ModuleNotFoundError: No module named 'transformers'"),
-    # A missing shared library says "No such file or directory" too: it is the environment.
-    ("import_missing_shared_library.log", 1, "import_or_env", "stop", False,
-     "ImportError: libcudnn.so.8: cannot open shared object file"),
-    # A DataLoader worker's KeyError matches no known signature: a generic crash.
-    ("crashed_dataloader_keyerror.log", 1, "crashed", "resume", True, "KeyError: 'input_ids'"),
-])
-def test_each_category_from_a_realistic_log(ctx, fixture, exit_code, category, action, retryable,
-                                            quote):
+@pytest.mark.parametrize(
+    ("fixture", "exit_code", "category", "action", "retryable", "quote"),
+    [
+        # PyTorch's allocator message (c10/cuda/CUDACachingAllocator.cpp) under the HF Trainer.
+        (
+            "cuda_oom_hf_trainer.log",
+            1,
+            "cuda_oom",
+            "resume_smaller_batch",
+            True,
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.95 GiB",
+        ),
+        # The kernel's oom_kill.c report; the process died by SIGKILL (128 + 9).
+        (
+            "host_oom_dmesg.log",
+            137,
+            "host_oom",
+            "resume",
+            True,
+            "Out of memory: Killed process 48213 (python)",
+        ),
+        # fairseq's dynamic loss scaler giving up.
+        ("nan_fairseq.log", 1, "nan_loss", "resume_lower_lr", True, "Minimum loss scale reached"),
+        # NCCL's ncclSystemError through ProcessGroupNCCL.
+        (
+            "nccl_unhandled_system_error.log",
+            1,
+            "nccl_or_distributed",
+            "resume",
+            True,
+            "unhandled system error (run with NCCL_DEBUG=INFO for details)",
+        ),
+        # ProcessGroupNCCL's watchdog tearing the process down (SIGABRT, 134).
+        (
+            "nccl_watchdog_timeout.log",
+            134,
+            "nccl_or_distributed",
+            "resume",
+            True,
+            "Watchdog caught collective operation timeout",
+        ),
+        # cudaErrorIllegalAddress as PyTorch raises it.
+        (
+            "cuda_illegal_memory_access.log",
+            1,
+            "cuda_runtime_error",
+            "resume",
+            True,
+            "RuntimeError: CUDA error: an illegal memory access was encountered",
+        ),
+        # torch.load on a truncated zip checkpoint (torch/serialization.py).
+        (
+            "checkpoint_corrupt_torch_load.log",
+            1,
+            "checkpoint_corrupt",
+            "resume_previous_checkpoint",
+            True,
+            "PytorchStreamReader failed reading zip archive: failed finding central directory",
+        ),
+        # torch.save's writer failing, then Python's ENOSPC.
+        ("disk_full_torch_save.log", 1, "disk_full", "stop", False, "No space left on device"),
+        # torch/cuda/__init__.py's driver check.
+        (
+            "driver_too_old.log",
+            1,
+            "driver_mismatch",
+            "stop",
+            False,
+            "RuntimeError: The NVIDIA driver on your system is too old (found version 11040)",
+        ),
+        # torchvision ImageFolder on a missing folder.
+        (
+            "file_missing_dataset.log",
+            1,
+            "file_missing",
+            "stop",
+            False,
+            "FileNotFoundError: [Errno 2] No such file or directory: '/data/imagenet/train'",
+        ),
+        # Python's import system.
+        (
+            "import_missing_module.log",
+            1,
+            "import_or_env",
+            "stop",
+            False,
+            "ModuleNotFoundError: No module named 'transformers'",
+        ),
+        # A missing shared library says "No such file or directory" too: it is the environment.
+        (
+            "import_missing_shared_library.log",
+            1,
+            "import_or_env",
+            "stop",
+            False,
+            "ImportError: libcudnn.so.8: cannot open shared object file",
+        ),
+        # A DataLoader worker's KeyError matches no known signature: a generic crash.
+        ("crashed_dataloader_keyerror.log", 1, "crashed", "resume", True, "KeyError: 'input_ids'"),
+    ],
+)
+def test_each_category_from_a_realistic_log(
+    ctx, fixture, exit_code, category, action, retryable, quote
+):
     """Every category is recognised from the text its real source prints, quoting that line."""
     r = diagnose(ctx, fixture, exit_code=exit_code)
     assert r.category == category, r.reasoning
@@ -90,39 +157,87 @@ def test_each_category_from_a_realistic_log(ctx, fixture, exit_code, category, a
         assert lines[e.line_no - 1].strip().startswith(e.text[:40])
 
 
-@pytest.mark.parametrize(("fixture", "exit_code", "category", "action", "quote"), [
-    # TensorFlow on a GPU: keras-team/keras#9643, tensorflow/models#7142, Azure/MachineLearningNotebooks#880.
-    ("tf_oom_gpu.log", 1, "cuda_oom", "resume_smaller_batch",
-     "OOM when allocating tensor with shape[128,128,109,109] and type float on "
-     "/job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc"),
-    # TensorFlow on the CPU allocator is host memory: thtrieu/darkflow#873.
-    ("tf_oom_cpu.log", 1, "host_oom", "resume", "device:CPU:0 by allocator cpu"),
-    # DeepSpeed's fp16 loss scaler giving up: hiyouga/LlamaFactory#251, DeepSpeedExamples#418.
-    ("deepspeed_loss_scale_minimum.log", 1, "nan_loss", "resume_lower_lr",
-     "Exception: Current loss scale already at minimum - cannot decrease scale anymore."),
-    # The pre-2.4 allocator text under ZeRO-3: deepspeedai/DeepSpeed#3869.
-    ("deepspeed_cuda_oom.log", 1, "cuda_oom", "resume_smaller_batch",
-     "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 978.00 MiB (GPU 0;"),
-    # DeepSpeed's JIT op build, whose compiler line says "No such file or directory":
-    # deepspeedai/DeepSpeed#3094, #1846, #1127.
-    ("deepspeed_build_extension.log", 1, "import_or_env", "stop",
-     "RuntimeError: Error building extension 'cpu_adam'"),
-    # DataLoader workers on a small /dev/shm: pytorch/pytorch#5040, hkchengrex/STCN#132.
-    ("dataloader_shm_bus_error.log", 1, "host_oom", "resume",
-     "ERROR: Unexpected bus error encountered in worker."),
-    # cudaErrorSystemDriverMismatch: CompVis/stable-diffusion#439, yhlleo/DeepSegmentor#31.
-    ("driver_803_unsupported.log", 1, "driver_mismatch", "stop",
-     "Error 803: system has unsupported display driver / cuda driver combination"),
-    # A damaged shard of a download: project-baize/baize-chatbot#31, UKPLab/EasyNMT#46.
-    ("hf_unable_to_load_weights.log", 1, "checkpoint_corrupt", "resume_previous_checkpoint",
-     "OSError: Unable to load weights from pytorch checkpoint file for"),
-    # A model path that does not exist: EleutherAI/lm-evaluation-harness#995.
-    ("hf_model_identifier_missing.log", 1, "file_missing", "stop",
-     "OSError: model is not a local folder and is not a valid model identifier"),
-    # A size mismatch is a code/config difference, not a corrupt file: mbrossar/ai-imu-dr#75.
-    ("state_dict_size_mismatch.log", 1, "crashed", "resume",
-     "RuntimeError: Error(s) in loading state_dict for TORCHIEKF:"),
-])
+@pytest.mark.parametrize(
+    ("fixture", "exit_code", "category", "action", "quote"),
+    [
+        # TensorFlow on a GPU: keras-team/keras#9643, tensorflow/models#7142, Azure/MachineLearningNotebooks#880.
+        (
+            "tf_oom_gpu.log",
+            1,
+            "cuda_oom",
+            "resume_smaller_batch",
+            "OOM when allocating tensor with shape[128,128,109,109] and type float on "
+            "/job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc",
+        ),
+        # TensorFlow on the CPU allocator is host memory: thtrieu/darkflow#873.
+        ("tf_oom_cpu.log", 1, "host_oom", "resume", "device:CPU:0 by allocator cpu"),
+        # DeepSpeed's fp16 loss scaler giving up: hiyouga/LlamaFactory#251, DeepSpeedExamples#418.
+        (
+            "deepspeed_loss_scale_minimum.log",
+            1,
+            "nan_loss",
+            "resume_lower_lr",
+            "Exception: Current loss scale already at minimum - cannot decrease scale anymore.",
+        ),
+        # The pre-2.4 allocator text under ZeRO-3: deepspeedai/DeepSpeed#3869.
+        (
+            "deepspeed_cuda_oom.log",
+            1,
+            "cuda_oom",
+            "resume_smaller_batch",
+            "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 978.00 MiB (GPU 0;",
+        ),
+        # DeepSpeed's JIT op build, whose compiler line says "No such file or directory":
+        # deepspeedai/DeepSpeed#3094, #1846, #1127.
+        (
+            "deepspeed_build_extension.log",
+            1,
+            "import_or_env",
+            "stop",
+            "RuntimeError: Error building extension 'cpu_adam'",
+        ),
+        # DataLoader workers on a small /dev/shm: pytorch/pytorch#5040, hkchengrex/STCN#132.
+        (
+            "dataloader_shm_bus_error.log",
+            1,
+            "host_oom",
+            "resume",
+            "ERROR: Unexpected bus error encountered in worker.",
+        ),
+        # cudaErrorSystemDriverMismatch: CompVis/stable-diffusion#439, yhlleo/DeepSegmentor#31.
+        (
+            "driver_803_unsupported.log",
+            1,
+            "driver_mismatch",
+            "stop",
+            "Error 803: system has unsupported display driver / cuda driver combination",
+        ),
+        # A damaged shard of a download: project-baize/baize-chatbot#31, UKPLab/EasyNMT#46.
+        (
+            "hf_unable_to_load_weights.log",
+            1,
+            "checkpoint_corrupt",
+            "resume_previous_checkpoint",
+            "OSError: Unable to load weights from pytorch checkpoint file for",
+        ),
+        # A model path that does not exist: EleutherAI/lm-evaluation-harness#995.
+        (
+            "hf_model_identifier_missing.log",
+            1,
+            "file_missing",
+            "stop",
+            "OSError: model is not a local folder and is not a valid model identifier",
+        ),
+        # A size mismatch is a code/config difference, not a corrupt file: mbrossar/ai-imu-dr#75.
+        (
+            "state_dict_size_mismatch.log",
+            1,
+            "crashed",
+            "resume",
+            "RuntimeError: Error(s) in loading state_dict for TORCHIEKF:",
+        ),
+    ],
+)
 def test_real_tracker_messages(ctx, fixture, exit_code, category, action, quote):
     """Messages users reported on public trackers land in the right category (SOURCES.md cites each)."""
     r = diagnose(ctx, fixture, exit_code=exit_code)
@@ -140,8 +255,10 @@ def test_tensorflow_warning_lines_are_not_the_evidence(ctx):
     assert [e.line_no for e in r.evidence] == [14]
 
 
-@pytest.mark.parametrize("fixture", ["tf_startup_warnings.log", "torchrun_socket_warnings.log",
-                                     "clean_run_with_warnings.log"])
+@pytest.mark.parametrize(
+    "fixture",
+    ["tf_startup_warnings.log", "torchrun_socket_warnings.log", "clean_run_with_warnings.log"],
+)
 def test_noisy_healthy_logs_get_no_confident_category(ctx, fixture):
     """Start-up noise (TF's dlerror for an optional CUDA library, c10d connect retries, DeepSpeed
     WARNINGs) is not a failure: unknown without an exit status, succeeded with 0."""
@@ -153,30 +270,44 @@ def test_noisy_healthy_logs_get_no_confident_category(ctx, fixture):
 def test_short_real_messages(ctx):
     """One-line messages from public trackers (SOURCES.md lists them) and a warning that is not one."""
     # huggingface/diffusers#5520
-    r = diagnose(ctx, log_tail="    with safe_open(checkpoint_file, framework=\"pt\") as f:\n"
-                 "safetensors_rust.SafetensorError: Error while deserializing header: "
-                 "HeaderTooLarge\n", exit_code=1)
+    r = diagnose(
+        ctx,
+        log_tail='    with safe_open(checkpoint_file, framework="pt") as f:\n'
+        "safetensors_rust.SafetensorError: Error while deserializing header: "
+        "HeaderTooLarge\n",
+        exit_code=1,
+    )
     assert r.category == "checkpoint_corrupt"
     # verl-project/verl#3346, YuanGongND/ast#30
-    r = diagnose(ctx, log_tail="    self.file_like.write_end_of_file()\nRuntimeError: [enforce fail "
-                 "at inline_container.cc:659] . unexpected pos 2387758464 vs 2387758376\n",
-                 exit_code=1)
+    r = diagnose(
+        ctx,
+        log_tail="    self.file_like.write_end_of_file()\nRuntimeError: [enforce fail "
+        "at inline_container.cc:659] . unexpected pos 2387758464 vs 2387758376\n",
+        exit_code=1,
+    )
     assert r.category == "disk_full"
     # NVIDIA/nccl#934
-    r = diagnose(ctx, log_tail="torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/"
-                 "distributed/c10d/ProcessGroupNCCL.cpp:1347, remote process exited or there was a "
-                 "network error, NCCL version 2.18.5\nncclRemoteError: A call failed possibly due to "
-                 "a network error or a remote process exiting prematurely.\n", exit_code=1)
+    r = diagnose(
+        ctx,
+        log_tail="torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/"
+        "distributed/c10d/ProcessGroupNCCL.cpp:1347, remote process exited or there was a "
+        "network error, NCCL version 2.18.5\nncclRemoteError: A call failed possibly due to "
+        "a network error or a remote process exiting prematurely.\n",
+        exit_code=1,
+    )
     assert r.category == "nccl_or_distributed"
     # easydiffusion/easydiffusion#379: error 803 as a warning; the program went on on the CPU.
-    r = diagnose(ctx, log_tail="/opt/conda/lib/python3.10/site-packages/torch/cuda/__init__.py:82: "
-                 "UserWarning: CUDA initialization: Unexpected error from cudaGetDeviceCount(). Did "
-                 "you run some cuda functions before calling NumCudaDevices() that might have "
-                 "already set an error? Error 803: system has unsupported display driver / cuda "
-                 "driver combination (Triggered internally at  /opt/conda/conda-bld/pytorch_"
-                 "1646755903507/work/c10/cuda/CUDAFunctions.cpp:112.)\n  return "
-                 "torch._C._cuda_getDeviceCount() > 0\nWARNING: No compatible GPU found. Using the "
-                 "CPU, but this will be very slow!\n")
+    r = diagnose(
+        ctx,
+        log_tail="/opt/conda/lib/python3.10/site-packages/torch/cuda/__init__.py:82: "
+        "UserWarning: CUDA initialization: Unexpected error from cudaGetDeviceCount(). Did "
+        "you run some cuda functions before calling NumCudaDevices() that might have "
+        "already set an error? Error 803: system has unsupported display driver / cuda "
+        "driver combination (Triggered internally at  /opt/conda/conda-bld/pytorch_"
+        "1646755903507/work/c10/cuda/CUDAFunctions.cpp:112.)\n  return "
+        "torch._C._cuda_getDeviceCount() > 0\nWARNING: No compatible GPU found. Using the "
+        "CPU, but this will be very slow!\n",
+    )
     assert r.category == "unknown"
 
 
@@ -192,8 +323,13 @@ def test_oom_remediation_halves_the_batch_through_the_knobs(ctx):
     r = diagnose(ctx, "cuda_oom_hf_trainer.log", exit_code=1, params=PARAMS, knobs=KNOBS)
     assert r.remediation.changes == {"micro_batch": 16, "grad_accum": 2}
     assert r.remediation.factors == {"micro_batch": 0.5, "grad_accum": 2.0}
-    one = diagnose(ctx, "cuda_oom_hf_trainer.log", exit_code=1, knobs=KNOBS,
-                   params={**PARAMS, "micro_batch": 1})
+    one = diagnose(
+        ctx,
+        "cuda_oom_hf_trainer.log",
+        exit_code=1,
+        knobs=KNOBS,
+        params={**PARAMS, "micro_batch": 1},
+    )
     assert one.remediation.action == "stop" and one.retryable is False
 
 
@@ -228,8 +364,10 @@ def test_shell_killed_line_is_killed(ctx):
 
 def test_sigkill_with_an_oom_line_in_the_log_is_host_oom(ctx):
     """The kernel's OOM-killer line in the log itself turns the kill into host_oom."""
-    log = ("Killed\n[2059991.491542] Out of memory: Killed process 25315 (python3) total-vm:"
-           "53312244kB, anon-rss:31451456kB\n")
+    log = (
+        "Killed\n[2059991.491542] Out of memory: Killed process 25315 (python3) total-vm:"
+        "53312244kB, anon-rss:31451456kB\n"
+    )
     r = diagnose(ctx, log_tail=log, exit_code=137)
     assert r.category == "host_oom" and r.confidence == "high"
     assert "Out of memory: Killed process 25315" in r.evidence[0].text
@@ -238,11 +376,18 @@ def test_sigkill_with_an_oom_line_in_the_log_is_host_oom(ctx):
 def test_kernel_log_given_by_the_caller_explains_a_sigkill(ctx):
     """An OOM-killer line in the kernel log the caller read makes a SIGKILL host_oom; other kernel
     lines do not."""
-    kmsg = ("[1.0] usb 1-1: new high-speed USB device\n"
-            "[441280.839852] Out of memory: Killed process 698405 (python) total-vm:49978204kB\n")
-    for kw in ({"log_tail": "step 10\n"}, {"log_tail": "step 10\nKilled\n"},
-               {"log_tail": "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: "
-                            "-9) local_rank: 0 (pid: 6914) of binary: /usr/bin/python3\n"}):
+    kmsg = (
+        "[1.0] usb 1-1: new high-speed USB device\n"
+        "[441280.839852] Out of memory: Killed process 698405 (python) total-vm:49978204kB\n"
+    )
+    for kw in (
+        {"log_tail": "step 10\n"},
+        {"log_tail": "step 10\nKilled\n"},
+        {
+            "log_tail": "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: "
+            "-9) local_rank: 0 (pid: 6914) of binary: /usr/bin/python3\n"
+        },
+    ):
         r = diagnose(ctx, exit_code=-9, kernel_log=kmsg, **kw)
         assert r.category == "host_oom", r.reasoning
         k = [e for e in r.evidence if e.source == "kernel_log"]
@@ -256,8 +401,13 @@ def test_kernel_log_reader_is_injectable_and_off_by_default(ctx, monkeypatch):
     import nightshift.skills.diagnose_failure as mod
 
     assert mod.KERNEL_LOG_READER is None
-    monkeypatch.setattr(mod, "KERNEL_LOG_READER", lambda: "[5.1] Memory cgroup out of memory: "
-                        "Killed process 4182 (python) total-vm:812044kB\n")
+    monkeypatch.setattr(
+        mod,
+        "KERNEL_LOG_READER",
+        lambda: (
+            "[5.1] Memory cgroup out of memory: Killed process 4182 (python) total-vm:812044kB\n"
+        ),
+    )
     assert diagnose(ctx, log_tail="step 1\n", signal=9).category == "host_oom"
     assert diagnose(ctx, log_tail="step 1\n", exit_code=1).category == "unknown"  # not a kill
 
@@ -271,11 +421,13 @@ def test_kernel_log_reader_is_injectable_and_off_by_default(ctx, monkeypatch):
 
 def test_launcher_exit_minus_9_is_killed(ctx):
     """torchrun reporting a worker's exit code -9 is a SIGKILL, whatever torchrun itself exits with."""
-    log = ("> initializing model parallel with size 1\n"
-           "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 0 "
-           "(pid: 6914) of binary: /usr/bin/python3\nTraceback (most recent call last):\n"
-           "  File \"/usr/local/bin/torchrun\", line 8, in <module>\n    sys.exit(main())\n"
-           "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n")
+    log = (
+        "> initializing model parallel with size 1\n"
+        "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 0 "
+        "(pid: 6914) of binary: /usr/bin/python3\nTraceback (most recent call last):\n"
+        '  File "/usr/local/bin/torchrun", line 8, in <module>\n    sys.exit(main())\n'
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+    )
     r = diagnose(ctx, log_tail=log, exit_code=1)
     assert r.category == "killed" and r.confidence == "high" and r.evidence[0].line_no == 2
 
@@ -283,14 +435,23 @@ def test_launcher_exit_minus_9_is_killed(ctx):
 def test_config_errors_are_not_retried(ctx):
     """argparse, nanoGPT's configurator and Hydra rejecting the run's arguments: stop and fix."""
     for log, code in (
-        ("usage: train.py [-h] --name NAME\ntrain.py: error: the following arguments are "
-         "required: --name\n", 2),
+        (
+            "usage: train.py [-h] --name NAME\ntrain.py: error: the following arguments are "
+            "required: --name\n",
+            2,
+        ),
         ("train.py: error: unrecognized arguments: --local_rank=0\n", 2),
-        ("Traceback (most recent call last):\n  File \"train.py\", line 23, in <module>\n"
-         "    exec(open('configurator.py').read()) # overrides from command line or config file\n"
-         "  File \"<string>\", line 31, in <module>\nAssertionError\n", 1),
-        ("Could not override 'trainer.gpus'.\nTo append to your config use +trainer.gpus=0\n"
-         "Key 'gpus' is not in struct\n    full_key: trainer.gpus\n", 1),
+        (
+            'Traceback (most recent call last):\n  File "train.py", line 23, in <module>\n'
+            "    exec(open('configurator.py').read()) # overrides from command line or config file\n"
+            '  File "<string>", line 31, in <module>\nAssertionError\n',
+            1,
+        ),
+        (
+            "Could not override 'trainer.gpus'.\nTo append to your config use +trainer.gpus=0\n"
+            "Key 'gpus' is not in struct\n    full_key: trainer.gpus\n",
+            1,
+        ),
     ):
         r = diagnose(ctx, log_tail=log, exit_code=code)
         assert r.category == "config_error", (log, r.reasoning)
@@ -302,16 +463,27 @@ def test_monitor_lost_and_diverged(ctx):
     quoted from monitor_detail, with a lower learning rate."""
     lost = diagnose(ctx, log_tail="step 5 loss 1.0\n", monitor_says="lost")
     assert lost.category == "lost" and lost.retryable and lost.remediation.action == "resume"
-    div = diagnose(ctx, log_tail="step 411 loss 2.1\n", exit_code=-15, monitor_says="diverged",
-                   monitor_detail="metrics diverged: loss is nan at step 412",
-                   params=PARAMS, knobs=KNOBS)
+    div = diagnose(
+        ctx,
+        log_tail="step 411 loss 2.1\n",
+        exit_code=-15,
+        monitor_says="diverged",
+        monitor_detail="metrics diverged: loss is nan at step 412",
+        params=PARAMS,
+        knobs=KNOBS,
+    )
     assert div.category == "nan_loss" and div.remediation.action == "resume_lower_lr"
     assert div.remediation.changes == {"lr": 0.005}
     assert div.evidence[0].source == "monitor" and div.evidence[0].line_no == 0
     assert "loss is nan at step 412" in div.evidence[0].text and "step 412" in div.reasoning
     # A preemption with the monitor's own words keeps its category and quotes them.
-    pre = diagnose(ctx, log_tail="step 5\n", exit_code=-15, monitor_says="preempted",
-                   monitor_detail="spot instance reclaimed")
+    pre = diagnose(
+        ctx,
+        log_tail="step 5\n",
+        exit_code=-15,
+        monitor_says="preempted",
+        monitor_detail="spot instance reclaimed",
+    )
     assert pre.category == "preempted" and pre.evidence[0].text == "spot instance reclaimed"
 
 
@@ -336,7 +508,10 @@ def test_nonzero_exit_with_nothing_in_the_log_is_unknown(ctx):
 
 def test_monitor_verdicts_win(ctx):
     """preempted / stalled / timeout come from the monitor, and log evidence is still quoted."""
-    assert diagnose(ctx, log_tail="step 5\n", exit_code=-15, monitor_says="preempted").category == "preempted"
+    assert (
+        diagnose(ctx, log_tail="step 5\n", exit_code=-15, monitor_says="preempted").category
+        == "preempted"
+    )
     stalled = diagnose(ctx, "nccl_watchdog_timeout.log", exit_code=-9, monitor_says="stalled")
     assert stalled.category == "stalled" and stalled.retryable
     assert "nccl_or_distributed" in stalled.reasoning and stalled.evidence
@@ -353,18 +528,30 @@ def test_sigterm_without_monitor_is_preempted(ctx):
 def test_driver_and_dmesg_one_liners(ctx):
     """Short real messages: cudaErrorInsufficientDriver, a cgroup OOM kill, NCCL's CUDA OOM."""
     # cuda-samples deviceQuery / any CUDA runtime call on an old driver.
-    r = diagnose(ctx, log_tail="cudaGetDeviceCount returned 35\n-> CUDA driver version is "
-                 "insufficient for CUDA runtime version\nResult = FAIL\n", exit_code=1)
+    r = diagnose(
+        ctx,
+        log_tail="cudaGetDeviceCount returned 35\n-> CUDA driver version is "
+        "insufficient for CUDA runtime version\nResult = FAIL\n",
+        exit_code=1,
+    )
     assert r.category == "driver_mismatch"
     # mm/oom_kill.c inside a memory cgroup (a container limit).
-    r = diagnose(ctx, log_tail="[18492.104] Memory cgroup out of memory: Killed process 4182 "
-                 "(python) total-vm:812044kB, anon-rss:518420kB\n", exit_code=-9)
+    r = diagnose(
+        ctx,
+        log_tail="[18492.104] Memory cgroup out of memory: Killed process 4182 "
+        "(python) total-vm:812044kB, anon-rss:518420kB\n",
+        exit_code=-9,
+    )
     assert r.category == "host_oom" and r.confidence == "high"
     # NCCL reporting a CUDA allocation failure is an OOM, not a network problem.
-    r = diagnose(ctx, log_tail="torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/"
-                 "distributed/c10d/NCCLUtils.hpp:275, unhandled cuda error (run with NCCL_DEBUG=INFO "
-                 "for details), NCCL version 2.19.3\nncclUnhandledCudaError: Call to CUDA function "
-                 "failed.\nLast error:\nCuda failure 'out of memory'\n", exit_code=1)
+    r = diagnose(
+        ctx,
+        log_tail="torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/"
+        "distributed/c10d/NCCLUtils.hpp:275, unhandled cuda error (run with NCCL_DEBUG=INFO "
+        "for details), NCCL version 2.19.3\nncclUnhandledCudaError: Call to CUDA function "
+        "failed.\nLast error:\nCuda failure 'out of memory'\n",
+        exit_code=1,
+    )
     assert r.category == "cuda_oom"
 
 
@@ -402,31 +589,56 @@ def test_long_log_line_numbers_count_the_whole_file(ctx, tmp_path):
 
 def _run_example(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("NIGHTSHIFT_FAULT_")}
-    return subprocess.run([sys.executable, str(TRAIN), "--steps", "40", *args], cwd=tmp_path,
-                          env={**clean, **env}, capture_output=True, text=True, timeout=60,
-                          check=False)
+    return subprocess.run(
+        [sys.executable, str(TRAIN), "--steps", "40", *args],
+        cwd=tmp_path,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
-@pytest.mark.parametrize(("env", "category"), [
-    ({"NIGHTSHIFT_FAULT_OOM_AT_STEP": "5", "NIGHTSHIFT_FAULT_OOM_ABOVE_BATCH": "16"}, "cuda_oom"),
-    ({"NIGHTSHIFT_FAULT_NAN_AT_STEP": "5", "NIGHTSHIFT_FAULT_NAN_ABOVE_LR": "0.001"}, "nan_loss"),
-    ({"NIGHTSHIFT_FAULT_CRASH_AT_STEP": "5"}, "crashed"),
-    ({"NIGHTSHIFT_FAULT_KILL_AT_STEP": "5"}, "killed"),
-])
+@pytest.mark.parametrize(
+    ("env", "category"),
+    [
+        (
+            {"NIGHTSHIFT_FAULT_OOM_AT_STEP": "5", "NIGHTSHIFT_FAULT_OOM_ABOVE_BATCH": "16"},
+            "cuda_oom",
+        ),
+        (
+            {"NIGHTSHIFT_FAULT_NAN_AT_STEP": "5", "NIGHTSHIFT_FAULT_NAN_ABOVE_LR": "0.001"},
+            "nan_loss",
+        ),
+        ({"NIGHTSHIFT_FAULT_CRASH_AT_STEP": "5"}, "crashed"),
+        ({"NIGHTSHIFT_FAULT_KILL_AT_STEP": "5"}, "killed"),
+    ],
+)
 def test_the_example_faults_are_diagnosed(ctx, tmp_path, env, category):
     """The quickstart's injected faults, from a real process, land in the category recovery expects."""
     proc = _run_example(tmp_path, env)
     assert proc.returncode != 0
-    r = diagnose(ctx, log_tail=proc.stdout + proc.stderr, exit_code=proc.returncode,
-                 params=PARAMS, knobs=KNOBS)
+    r = diagnose(
+        ctx,
+        log_tail=proc.stdout + proc.stderr,
+        exit_code=proc.returncode,
+        params=PARAMS,
+        knobs=KNOBS,
+    )
     assert r.category == category, r.reasoning
 
 
 # --- `nightshift diagnose LOGFILE` ----------------------------------------------------------------
 def _audited_calls(home: Path, skill: str) -> list[AuditEvent]:
     with Store(f"sqlite:///{home / 'nightshift.db'}").session() as s:
-        return list(s.exec(select(AuditEvent).where(AuditEvent.skill == skill,
-                                                    AuditEvent.action == "skill.start")))
+        return list(
+            s.exec(
+                select(AuditEvent).where(
+                    AuditEvent.skill == skill, AuditEvent.action == "skill.start"
+                )
+            )
+        )
 
 
 def test_cli_prints_the_verdict_with_numbered_evidence(home):
@@ -445,8 +657,9 @@ def test_cli_prints_the_verdict_with_numbered_evidence(home):
 
 def test_cli_json_is_the_result_model(home):
     """--json prints the skill's result model, with signals given as a negative exit code."""
-    proc = nightshift("diagnose", str(LOGS / "host_oom_shell_killed.log"), "--exit-code", "-9",
-                      "--json")
+    proc = nightshift(
+        "diagnose", str(LOGS / "host_oom_shell_killed.log"), "--exit-code", "-9", "--json"
+    )
     assert proc.returncode == 0, proc.stderr
     r = DiagnoseFailureResult.model_validate_json(proc.stdout)
     assert r.category == "killed" and r.signal == 9 and r.evidence[0].line_no == 4

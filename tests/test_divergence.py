@@ -24,7 +24,12 @@ def test_a_non_finite_loss_diverges_at_its_step():
 
 def test_a_non_finite_grad_norm_diverges_but_other_metrics_do_not():
     """`divergence.also` names the other metrics that count (grad_norm by default)."""
-    pts = [(1, "loss", 2.0), (1, "lr_scale", math.inf), (2, "grad_norm", math.nan), (2, "loss", 1.9)]
+    pts = [
+        (1, "loss", 2.0),
+        (1, "lr_scale", math.inf),
+        (2, "grad_norm", math.nan),
+        (2, "loss", 1.9),
+    ]
     got = first_divergence(MetricSpec(), pts)
     assert got is not None and (got.step, got.name) == (2, "grad_norm")
     assert first_divergence(MetricSpec(divergence={"also": []}), pts) is None
@@ -41,8 +46,12 @@ def test_a_noisy_but_healthy_curve_does_not_diverge():
     """Noise below k x the minimum, and a metric that is maximised, never trigger the rule."""
     values = [3.0 / (1 + 0.01 * i) * (1.5 if i % 7 == 0 else 1.0) for i in range(500)]
     assert first_divergence(MetricSpec(), series(values)) is None
-    assert first_divergence(MetricSpec(name="acc", mode="max"),
-                            series([0.1, 0.9, 5.0, 40.0], name="acc")) is None
+    assert (
+        first_divergence(
+            MetricSpec(name="acc", mode="max"), series([0.1, 0.9, 5.0, 40.0], name="acc")
+        )
+        is None
+    )
 
 
 def test_disabled_means_never():
@@ -71,13 +80,20 @@ def test_the_first_noisy_batches_of_a_resumed_attempt_are_no_baseline():
     running minimum counts only full windows (seen in a preempted run resumed at step 150)."""
     values = [0.026, 0.09, 0.116, 0.29, 0.12, 0.1, 0.11, 0.09]
     assert first_divergence(MetricSpec(divergence={"window": 3}), series(values, start=150)) is None
-    assert first_divergence(MetricSpec(divergence={"window": 3}),
-                            series(values + [9.0] * 3, start=150)) is not None
+    assert (
+        first_divergence(
+            MetricSpec(divergence={"window": 3}), series(values + [9.0] * 3, start=150)
+        )
+        is not None
+    )
 
 
-@given(st.lists(st.floats(min_value=0.001, max_value=1e6, allow_nan=False) | st.just(math.nan),
-                max_size=80),
-       st.lists(st.integers(min_value=1, max_value=15), max_size=20))
+@given(
+    st.lists(
+        st.floats(min_value=0.001, max_value=1e6, allow_nan=False) | st.just(math.nan), max_size=80
+    ),
+    st.lists(st.integers(min_value=1, max_value=15), max_size=20),
+)
 def test_reading_a_few_points_a_tick_gives_the_same_verdict_as_all_at_once(values, cuts):
     """The loop feeds the rule a tick's points at a time, its state round-tripped through JSON
     (the store) between ticks: the verdict is the one over the whole series."""
@@ -90,7 +106,7 @@ def test_reading_a_few_points_a_tick_gives_the_same_verdict_as_all_at_once(value
     whole = first_divergence(spec, points)
     state, got, i = None, None, 0
     for n in [*cuts, len(points)]:
-        got, state = scan(spec, points[i:i + n], state)
+        got, state = scan(spec, points[i : i + n], state)
         state = json.loads(json.dumps(state))
         i += n
         if got is not None or i >= len(points):

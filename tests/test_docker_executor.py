@@ -50,8 +50,14 @@ def ex(docker_engine: DockerEngine, tmp_path: Path):
 
 
 def request(tmp_path: Path, key: str, image: str, argv: list[str], **kw: Any) -> LaunchRequest:
-    return LaunchRequest(key=key, argv=argv, cwd=kw.pop("cwd", "/"), image=image,
-                         log_path=str(tmp_path / "logs" / f"{key}.log"), **kw)
+    return LaunchRequest(
+        key=key,
+        argv=argv,
+        cwd=kw.pop("cwd", "/"),
+        image=image,
+        log_path=str(tmp_path / "logs" / f"{key}.log"),
+        **kw,
+    )
 
 
 def wait_ended(ex: DockerExecutor, handle: dict[str, Any], timeout_s: float = 60) -> RunStatus:
@@ -74,8 +80,12 @@ def wait_for_output(ex: DockerExecutor, handle: dict[str, Any], text: str) -> No
 @pytest.mark.parametrize("code", [0, 3])
 def test_exit_code_and_output_reach_the_log_file(ex, busybox_image, tmp_path, code) -> None:
     """poll reports the container's exit code; stdout and stderr land in the run's log file."""
-    req = request(tmp_path, f"exit-{code}", busybox_image,
-                  ["sh", "-c", f"echo to-stdout; echo to-stderr >&2; exit {code}"])
+    req = request(
+        tmp_path,
+        f"exit-{code}",
+        busybox_image,
+        ["sh", "-c", f"echo to-stdout; echo to-stderr >&2; exit {code}"],
+    )
     handle = ex.start(req)
     status = wait_ended(ex, handle)
     assert (status.state, status.exit_code, status.signal) == ("exited", code, None)
@@ -84,31 +94,47 @@ def test_exit_code_and_output_reach_the_log_file(ex, busybox_image, tmp_path, co
     assert ex.logs(handle) == log
 
 
-def test_long_lines_and_unterminated_output_are_copied_whole(ex, busybox_image,
-                                                             tmp_path) -> None:
+def test_long_lines_and_unterminated_output_are_copied_whole(ex, busybox_image, tmp_path) -> None:
     """Docker splits lines over 16 KiB; the log file still holds exactly what was written."""
-    req = request(tmp_path, "long-lines", busybox_image, [
-        "sh", "-c", "head -c 40000 /dev/zero | tr '\\0' x; echo; printf 'no newline'"])
+    req = request(
+        tmp_path,
+        "long-lines",
+        busybox_image,
+        ["sh", "-c", "head -c 40000 /dev/zero | tr '\\0' x; echo; printf 'no newline'"],
+    )
     assert wait_ended(ex, ex.start(req)).exit_code == 0
     assert Path(req.log_path).read_text() == "x" * 40000 + "\nno newline"
 
 
 def test_env_working_dir_and_user_are_applied(ex, busybox_image, tmp_path) -> None:
     """env, cwd (the working dir inside the container) and user reach the process."""
-    req = request(tmp_path, "env-cwd-user", busybox_image,
-                  ["sh", "-c", 'echo "FOO=$FOO KEY=$NIGHTSHIFT_RUN_KEY"; pwd; id -u; id -g'],
-                  cwd="/work/dir", env={"FOO": "bar baz"}, user="1234:2345")
+    req = request(
+        tmp_path,
+        "env-cwd-user",
+        busybox_image,
+        ["sh", "-c", 'echo "FOO=$FOO KEY=$NIGHTSHIFT_RUN_KEY"; pwd; id -u; id -g'],
+        cwd="/work/dir",
+        env={"FOO": "bar baz"},
+        user="1234:2345",
+    )
     status = wait_ended(ex, ex.start(req))
     assert status.exit_code == 0
     assert Path(req.log_path).read_text().splitlines() == [
-        "FOO=bar baz KEY=env-cwd-user", "/work/dir", "1234", "2345"]
+        "FOO=bar baz KEY=env-cwd-user",
+        "/work/dir",
+        "1234",
+        "2345",
+    ]
 
 
-def test_stop_kills_a_run_that_ignores_sigterm_after_the_grace(ex, busybox_image,
-                                                              tmp_path) -> None:
+def test_stop_kills_a_run_that_ignores_sigterm_after_the_grace(ex, busybox_image, tmp_path) -> None:
     """A run that traps SIGTERM is killed after the grace; the status says nightshift did it."""
-    req = request(tmp_path, "stop-ignores-term", busybox_image,
-                  ["sh", "-c", 'trap "" TERM; echo ready; while true; do sleep 0.2; done'])
+    req = request(
+        tmp_path,
+        "stop-ignores-term",
+        busybox_image,
+        ["sh", "-c", 'trap "" TERM; echo ready; while true; do sleep 0.2; done'],
+    )
     handle = ex.start(req)
     wait_for_output(ex, handle, "ready")
     started = time.monotonic()
@@ -121,8 +147,7 @@ def test_stop_kills_a_run_that_ignores_sigterm_after_the_grace(ex, busybox_image
     assert ex.stop(handle) == status  # stopping an ended run changes nothing
 
 
-def test_stop_ends_a_run_that_honours_sigterm_without_waiting(ex, busybox_image,
-                                                              tmp_path) -> None:
+def test_stop_ends_a_run_that_honours_sigterm_without_waiting(ex, busybox_image, tmp_path) -> None:
     """Docker's init forwards SIGTERM, so a plain process ends at once, not after the grace."""
     handle = ex.start(request(tmp_path, "stop-honours-term", busybox_image, ["sleep", "600"]))
     assert ex.poll(handle).state == "running"
@@ -130,7 +155,10 @@ def test_stop_ends_a_run_that_honours_sigterm_without_waiting(ex, busybox_image,
     status = ex.stop(handle, grace_s=30)
     assert time.monotonic() - started < 10
     assert (status.exit_code, status.signal, status.detail) == (
-        143, 15, "stopped by nightshift (SIGTERM)")
+        143,
+        15,
+        "stopped by nightshift (SIGTERM)",
+    )
 
 
 def test_start_is_idempotent_on_the_key(ex, docker_engine, busybox_image, tmp_path) -> None:
@@ -142,22 +170,32 @@ def test_start_is_idempotent_on_the_key(ex, docker_engine, busybox_image, tmp_pa
     assert ex.start(req) == first
     assert wait_ended(ex, first).exit_code == 0
     found = docker_engine.client.containers.list(
-        all=True, filters={"label": "nightshift.key=idempotent"})
+        all=True, filters={"label": "nightshift.key=idempotent"}
+    )
     assert [c.id for c in found] == [first["container_id"]]
     assert Path(req.log_path).read_text() == "once\n"
 
 
-def test_reattach_from_a_new_process_copies_each_line_once(ex, docker_engine, busybox_image,
-                                                           tmp_path) -> None:
+def test_reattach_from_a_new_process_copies_each_line_once(
+    ex, docker_engine, busybox_image, tmp_path
+) -> None:
     """A restarted daemon re-attaches by label; two processes copying output never duplicate."""
     n = 60
     ctl = tmp_path / "ctl"
     ctl.mkdir()
-    req = request(tmp_path, "reattach", busybox_image, [
-        "sh", "-c", f"i=0; while [ $i -lt {n} ]; do echo out-$i; echo err-$i >&2; "
-                    "i=$((i+1)); sleep 0.02; done; "
-                    "until [ -e /ctl/go ]; do sleep 0.05; done; echo after-go; exit 7"],
-        mounts=[{"source": str(ctl), "target": "/ctl", "read_only": False}])
+    req = request(
+        tmp_path,
+        "reattach",
+        busybox_image,
+        [
+            "sh",
+            "-c",
+            f"i=0; while [ $i -lt {n} ]; do echo out-$i; echo err-$i >&2; "
+            "i=$((i+1)); sleep 0.02; done; "
+            "until [ -e /ctl/go ]; do sleep 0.05; done; echo after-go; exit 7",
+        ],
+        mounts=[{"source": str(ctl), "target": "/ctl", "read_only": False}],
+    )
     handle = ex.start(req)  # this executor copies the output from a background thread
     script = (
         "import json, pathlib, sys, time\n"
@@ -169,10 +207,22 @@ def test_reattach_from_a_new_process_copies_each_line_once(ex, docker_engine, bu
         "while (s := ex.poll(h)).state == 'running':\n"
         "    ex.logs(h, tail=5)\n"
         "    time.sleep(0.05)\n"
-        "print(json.dumps({'handle': h, 'first': first, 'last': s.model_dump()}))\n")
-    done = subprocess.run([sys.executable, "-c", script, str(ex.runs_dir),
-                           docker_engine.base_url, "reattach", str(ctl)],
-                          capture_output=True, text=True, timeout=120)
+        "print(json.dumps({'handle': h, 'first': first, 'last': s.model_dump()}))\n"
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            script,
+            str(ex.runs_dir),
+            docker_engine.base_url,
+            "reattach",
+            str(ctl),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert out["handle"] == handle
@@ -194,33 +244,63 @@ def test_a_removed_container_is_lost(ex, docker_engine, busybox_image, tmp_path)
     assert ex.find("removed") is None
 
 
-def test_gpus_limits_and_mounts_are_what_docker_records(ex, docker_engine, busybox_image,
-                                                       tmp_path) -> None:
+def test_gpus_limits_and_mounts_are_what_docker_records(
+    ex, docker_engine, busybox_image, tmp_path
+) -> None:
     """No GPUs here: check what Docker recorded, and that starting fails with the fix."""
     code, data = tmp_path / "code", tmp_path / "data"
     code.mkdir()
     data.mkdir()
-    req = request(tmp_path, "gpu-request", busybox_image, ["sh", "-c", "true"],
-                  cwd="/code", gpus=[0, 2], memory_gb=1.5, shm_gb=0.25, pids_limit=64,
-                  user="1000", env={"A": "1"}, labels={"nightshift.job": "7"},
-                  mounts=[{"source": str(code), "target": "/code"},
-                          {"source": str(data), "target": "/data", "read_only": False}])
+    req = request(
+        tmp_path,
+        "gpu-request",
+        busybox_image,
+        ["sh", "-c", "true"],
+        cwd="/code",
+        gpus=[0, 2],
+        memory_gb=1.5,
+        shm_gb=0.25,
+        pids_limit=64,
+        user="1000",
+        env={"A": "1"},
+        labels={"nightshift.job": "7"},
+        mounts=[
+            {"source": str(code), "target": "/code"},
+            {"source": str(data), "target": "/data", "read_only": False},
+        ],
+    )
     handle = ex.create(req)
     info = docker_engine.client.api.inspect_container(handle["container_id"])
     host, config = info["HostConfig"], info["Config"]
-    assert host["DeviceRequests"] == [{"Driver": "nvidia", "Count": 0, "DeviceIDs": ["0", "2"],
-                                       "Capabilities": [["gpu"]], "Options": {}}]
+    assert host["DeviceRequests"] == [
+        {
+            "Driver": "nvidia",
+            "Count": 0,
+            "DeviceIDs": ["0", "2"],
+            "Capabilities": [["gpu"]],
+            "Options": {},
+        }
+    ]
     assert (host["Memory"], host["ShmSize"], host["PidsLimit"]) == (
-        int(1.5 * GIB), 256 * 1024**2, 64)
+        int(1.5 * GIB),
+        256 * 1024**2,
+        64,
+    )
     assert (host["NetworkMode"], host["Init"]) == ("none", True)
-    assert [(m["Type"], m["Source"], m["Target"], m.get("ReadOnly", False))
-            for m in host["Mounts"]] == [
-        ("bind", str(code), "/code", True), ("bind", str(data), "/data", False)]
+    assert [
+        (m["Type"], m["Source"], m["Target"], m.get("ReadOnly", False)) for m in host["Mounts"]
+    ] == [("bind", str(code), "/code", True), ("bind", str(data), "/data", False)]
     assert (config["Cmd"], config["WorkingDir"], config["User"]) == (
-        ["sh", "-c", "true"], "/code", "1000")
+        ["sh", "-c", "true"],
+        "/code",
+        "1000",
+    )
     assert "A=1" in config["Env"] and "NIGHTSHIFT_RUN_KEY=gpu-request" in config["Env"]
-    assert config["Labels"] == {"nightshift.key": "gpu-request", "nightshift.job": "7",
-                                "nightshift.log_path": req.log_path}
+    assert config["Labels"] == {
+        "nightshift.key": "gpu-request",
+        "nightshift.job": "7",
+        "nightshift.log_path": req.log_path,
+    }
     assert info["Name"] == f"/{container_name('gpu-request')}"
     assert ex.poll(handle).state == "lost"  # created, never started
 
@@ -235,12 +315,24 @@ def test_mounts_and_network_at_run_time(ex, busybox_image, tmp_path) -> None:
     code.mkdir()
     out.mkdir()
     (code / "train.sh").write_text("echo from-code\n")
-    req = request(tmp_path, "mounts", busybox_image, ["sh", "-c", (
-        "sh /code/train.sh; ls /sys/class/net; "
-        "if touch /code/x 2>/dev/null; then echo code-writable; else echo code-read-only; fi; "
-        "echo result > /out/r.txt")],
-        mounts=[{"source": str(code), "target": "/code", "read_only": True},
-                {"source": str(out), "target": "/out", "read_only": False}])
+    req = request(
+        tmp_path,
+        "mounts",
+        busybox_image,
+        [
+            "sh",
+            "-c",
+            (
+                "sh /code/train.sh; ls /sys/class/net; "
+                "if touch /code/x 2>/dev/null; then echo code-writable; else echo code-read-only; fi; "
+                "echo result > /out/r.txt"
+            ),
+        ],
+        mounts=[
+            {"source": str(code), "target": "/code", "read_only": True},
+            {"source": str(out), "target": "/out", "read_only": False},
+        ],
+    )
     assert wait_ended(ex, ex.start(req)).exit_code == 0
     assert Path(req.log_path).read_text().splitlines() == ["from-code", "lo", "code-read-only"]
     assert (out / "r.txt").read_text() == "result\n"
@@ -249,9 +341,13 @@ def test_mounts_and_network_at_run_time(ex, busybox_image, tmp_path) -> None:
 
 def test_out_of_memory_is_reported(ex, busybox_image, tmp_path) -> None:
     """A run that outgrows memory_gb ends with exit code 137 and a detail naming the OOM kill."""
-    req = request(tmp_path, "oom", busybox_image,
-                  ["sh", "-c", 'a=xxxxxxxxxxxxxxxx; while true; do a="$a$a"; done'],
-                  memory_gb=1 / 32)
+    req = request(
+        tmp_path,
+        "oom",
+        busybox_image,
+        ["sh", "-c", 'a=xxxxxxxxxxxxxxxx; while true; do a="$a$a"; done'],
+        memory_gb=1 / 32,
+    )
     status = wait_ended(ex, ex.start(req))
     assert (status.exit_code, status.signal) == (137, None)
     assert "out of memory" in (status.detail or "")
@@ -268,8 +364,11 @@ def test_missing_program_exits_127(ex, busybox_image, tmp_path) -> None:
 def test_unknown_image_is_an_operator_error(ex, tmp_path) -> None:
     """Images are never pulled: a missing one is named, with the fix, and nothing is created."""
     req = request(tmp_path, "no-image", "nightshift-test/not-built:1", ["true"])
-    with pytest.raises(OperatorError, match=r"nightshift-test/not-built:1.*build or load it; "
-                                            "images are not pulled"):
+    with pytest.raises(
+        OperatorError,
+        match=r"nightshift-test/not-built:1.*build or load it; "
+        "images are not pulled",
+    ):
         ex.start(req)
     assert ex.find("no-image") is None
 
@@ -286,12 +385,22 @@ def test_render_is_the_equivalent_docker_run_line(tmp_path) -> None:
     """A dry run shows the whole `docker run` line, secrets masked; it needs no engine."""
     ex = DockerExecutor(tmp_path / "runs", base_url="unix:///run/x/docker.sock", pids_limit=512)
     req = LaunchRequest(
-        key="attempt-12", argv=["python", "train.py", "--lr", "0.1"], cwd="/workspace",
-        image="pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime", gpus=[0, 2], memory_gb=8,
-        shm_gb=0.5, user="1000:1000", log_path="/var/log/ns/attempt-12.log",
-        env={"WANDB_API_KEY": "s3cret", "SEED": "1"}, labels={"nightshift.job": "3"},
-        mounts=[{"source": "/srv/code", "target": "/workspace"},
-                {"source": "/srv/out", "target": "/out", "read_only": False}])
+        key="attempt-12",
+        argv=["python", "train.py", "--lr", "0.1"],
+        cwd="/workspace",
+        image="pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime",
+        gpus=[0, 2],
+        memory_gb=8,
+        shm_gb=0.5,
+        user="1000:1000",
+        log_path="/var/log/ns/attempt-12.log",
+        env={"WANDB_API_KEY": "s3cret", "SEED": "1"},
+        labels={"nightshift.job": "3"},
+        mounts=[
+            {"source": "/srv/code", "target": "/workspace"},
+            {"source": "/srv/out", "target": "/out", "read_only": False},
+        ],
+    )
     assert ex.render(req) == (
         "[docker attempt-12] docker -H unix:///run/x/docker.sock run --detach "
         "--name nightshift-attempt-12 --label nightshift.key=attempt-12 "
@@ -301,7 +410,8 @@ def test_render_is_the_equivalent_docker_run_line(tmp_path) -> None:
         "--mount type=bind,source=/srv/out,target=/out "
         "-e 'WANDB_API_KEY=***' -e SEED=1 -e NIGHTSHIFT_RUN_KEY=attempt-12 "
         "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime python train.py --lr 0.1"
-        "  (output copied to /var/log/ns/attempt-12.log)")
+        "  (output copied to /var/log/ns/attempt-12.log)"
+    )
     assert "s3cret" not in ex.render(req)
     with pytest.raises(OperatorError, match="names no image"):
         ex.render(req.model_copy(update={"image": None}))
@@ -317,14 +427,20 @@ def test_container_names_are_valid_and_distinct() -> None:
     assert all(n.replace("-", "").replace("_", "").replace(".", "").isalnum() for n in odd)
 
 
-def test_launch_container_skill_through_the_policy_gate(docker_engine, busybox_image, home,
-                                                        tmp_path) -> None:
+def test_launch_container_skill_through_the_policy_gate(
+    docker_engine, busybox_image, home, tmp_path
+) -> None:
     """The skill launches through the executor; a forbidden image or mount never gets there."""
     data = tmp_path / "data"
     data.mkdir()
     (data / "in.txt").write_text("payload\n")
-    policy = load_policy(None).model_copy(update={"limits": Limits(
-        allowed_images=["nightshift-test/*"], allowed_mount_roots=[str(tmp_path)])})
+    policy = load_policy(None).model_copy(
+        update={
+            "limits": Limits(
+                allowed_images=["nightshift-test/*"], allowed_mount_roots=[str(tmp_path)]
+            )
+        }
+    )
     engine = PolicyEngine(policy)
     store = Store(f"sqlite:///{home / 'ns.db'}")
     audit = AuditLog(store, home / "audit.anchor", clock=lambda: T0)
@@ -333,10 +449,22 @@ def test_launch_container_skill_through_the_policy_gate(docker_engine, busybox_i
     ex = DockerExecutor(settings.runs_dir, base_url=docker_engine.base_url)
 
     def call(call_id: str, **args: Any) -> Any:
-        args = {"argv": ["cat", "/data/in.txt"], "cwd": "/", "image": busybox_image,
-                "mounts": [{"source": str(data), "target": "/data"}], **args}
-        ctx_args = {"store": store, "settings": settings, "now": T0, "call_id": call_id,
-                    "principal": "agent", "executor": ex, "policy_limits": engine.limits()}
+        args = {
+            "argv": ["cat", "/data/in.txt"],
+            "cwd": "/",
+            "image": busybox_image,
+            "mounts": [{"source": str(data), "target": "/data"}],
+            **args,
+        }
+        ctx_args = {
+            "store": store,
+            "settings": settings,
+            "now": T0,
+            "call_id": call_id,
+            "principal": "agent",
+            "executor": ex,
+            "policy_limits": engine.limits(),
+        }
         return gate.call(SkillContext(**ctx_args), launch_container, args)
 
     try:
@@ -369,14 +497,33 @@ def test_training_run_in_a_python_image(ex, python_image, digits_csv, tmp_path) 
     (pylib / "sklearn" / "datasets" / "data").mkdir(parents=True)
     shutil.copy(digits_csv, pylib / "sklearn" / "datasets" / "data" / "digits.csv.gz")
     out.mkdir()
-    req = request(tmp_path, "train", python_image, [
-        "python3", "/code/train_numpy.py", "--steps", "100", "--checkpoint-every", "50",
-        "--checkpoint-dir", "/out/ckpt", "--metrics-file", "/out/metrics.jsonl"],
-        cwd="/out", env={"PYTHONPATH": "/pylib"}, memory_gb=1, shm_gb=0.25,
+    req = request(
+        tmp_path,
+        "train",
+        python_image,
+        [
+            "python3",
+            "/code/train_numpy.py",
+            "--steps",
+            "100",
+            "--checkpoint-every",
+            "50",
+            "--checkpoint-dir",
+            "/out/ckpt",
+            "--metrics-file",
+            "/out/metrics.jsonl",
+        ],
+        cwd="/out",
+        env={"PYTHONPATH": "/pylib"},
+        memory_gb=1,
+        shm_gb=0.25,
         user=f"{os.getuid()}:{os.getgid()}",
-        mounts=[{"source": str(REPO / "examples"), "target": "/code"},
-                {"source": str(pylib), "target": "/pylib"},
-                {"source": str(out), "target": "/out", "read_only": False}])
+        mounts=[
+            {"source": str(REPO / "examples"), "target": "/code"},
+            {"source": str(pylib), "target": "/pylib"},
+            {"source": str(out), "target": "/out", "read_only": False},
+        ],
+    )
     status = wait_ended(ex, ex.start(req), timeout_s=180)
     log = Path(req.log_path).read_text()
     assert status.exit_code == 0, log
@@ -385,4 +532,6 @@ def test_training_run_in_a_python_image(ex, python_image, digits_csv, tmp_path) 
     assert [r["step"] for r in records[:-1]] == list(range(1, 101))
     assert records[-1]["event"] == "done" and records[-1]["eval_accuracy"] > 0.8
     assert sorted(p.name for p in (out / "ckpt").iterdir()) == [
-        "step_00000050.npz", "step_00000100.npz"]
+        "step_00000050.npz",
+        "step_00000100.npz",
+    ]

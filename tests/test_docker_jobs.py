@@ -19,16 +19,20 @@ pytest_plugins = ["docker_service"]
 
 
 @pytest.mark.timeout(1200)  # a cold image cache runs debootstrap first
-def test_job_with_an_image_runs_in_a_container(home, tmp_path, monkeypatch, docker_engine,
-                                               python_image, digits_csv):
+def test_job_with_an_image_runs_in_a_container(
+    home, tmp_path, monkeypatch, docker_engine, python_image, digits_csv
+):
     """Submit → the loop starts a container → metrics and checkpoints land in the job's folder."""
     pylib = tmp_path / "pylib"
     (pylib / "sklearn" / "datasets" / "data").mkdir(parents=True)
     shutil.copy(digits_csv, pylib / "sklearn" / "datasets" / "data" / "digits.csv.gz")
     spec_path = write_spec(tmp_path, steps=60)
     spec = yaml.safe_load(spec_path.read_text())
-    spec["environment"] = {"image": python_image, "env": {"PYTHONPATH": "/pylib"},
-                           "mounts": [{"source": str(pylib), "target": "/pylib"}]}
+    spec["environment"] = {
+        "image": python_image,
+        "env": {"PYTHONPATH": "/pylib"},
+        "mounts": [{"source": str(pylib), "target": "/pylib"}],
+    }
     spec_path.write_text(yaml.safe_dump(spec))
     monkeypatch.setenv("NIGHTSHIFT_EXECUTOR__KIND", "docker")
     monkeypatch.setenv("NIGHTSHIFT_EXECUTOR__DOCKER_URL", docker_engine.base_url)

@@ -18,11 +18,26 @@ pytestmark = pytest.mark.slow
 
 def test_bench_calls_quick_measures_everything_and_loses_nothing(tmp_path):
     out = tmp_path / "calls.json"
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("NIGHTSHIFT_")},
-           "NIGHTSHIFT_HOME": str(tmp_path / "home")}
-    done = subprocess.run([sys.executable, "-m", "nightshift.evals.bench_calls", "--quick",
-                           "--json", str(out), "--workdir", str(tmp_path)],
-                          env=env, capture_output=True, text=True, timeout=120)
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("NIGHTSHIFT_")},
+        "NIGHTSHIFT_HOME": str(tmp_path / "home"),
+    }
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nightshift.evals.bench_calls",
+            "--quick",
+            "--json",
+            str(out),
+            "--workdir",
+            str(tmp_path),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "measure" in done.stdout and "met?" in done.stdout  # the table was printed
     result = json.loads(out.read_text())
@@ -32,8 +47,9 @@ def test_bench_calls_quick_measures_everything_and_loses_nothing(tmp_path):
     for key, m in measures.items():
         assert {"what", "value", "unit", "goal", "met", "detail"} <= set(m), key
         # A number, or an explicit n/a saying why: never silently missing.
-        assert (isinstance(m["value"], (int, float)) and m["value"] > 0) or \
-            (m["value"] is None and m["detail"].startswith("n/a")), (key, m)
+        assert (isinstance(m["value"], (int, float)) and m["value"] > 0) or (
+            m["value"] is None and m["detail"].startswith("n/a")
+        ), (key, m)
     k = result["meta"]["sizes"]["submit_k"]
     for key, procs in (("submit_1proc", 1), ("submit_4proc", 4)):
         m = measures[key]
@@ -50,10 +66,18 @@ def test_bench_calls_quick_measures_everything_and_loses_nothing(tmp_path):
 
 def test_integrity_failures_names_a_lost_or_doubled_submission():
     """The exit status 1 path: a count that does not add up is reported, not averaged away."""
-    good = {"value": 1.0, "lost": 0, "doubled": 0, "rows": 5, "calls": 5, "verify_ok": True,
-            "detail": "ok"}
+    good = {
+        "value": 1.0,
+        "lost": 0,
+        "doubled": 0,
+        "rows": 5,
+        "calls": 5,
+        "verify_ok": True,
+        "detail": "ok",
+    }
     assert bench_calls.integrity_failures({"measures": {"submit_4proc": good}}) == []
     for change in ({"lost": 1}, {"doubled": 1}, {"rows": 6}, {"verify_ok": False}):
         bad = {**good, **change, "detail": str(change)}
-        assert bench_calls.integrity_failures({"measures": {"submit_4proc": bad}}) == \
-            [f"submit_4proc: {change}"]
+        assert bench_calls.integrity_failures({"measures": {"submit_4proc": bad}}) == [
+            f"submit_4proc: {change}"
+        ]

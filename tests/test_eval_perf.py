@@ -22,8 +22,12 @@ def test_perf_quick_reports_positive_numbers(tmp_path):
         r = rows["agent_step", way]
         assert 0 < float(r["min"]) <= float(r["median"]) <= float(r["max"]), r
     assert float(rows["agent_step", "gate"]["ratio_to_direct"]) > 1
-    assert [rows["agent_step", w]["audit_events_per_call"] for w in ways] == ["0.0", "3.0", "4.0",
-                                                                               "4.0"]
+    assert [rows["agent_step", w]["audit_events_per_call"] for w in ways] == [
+        "0.0",
+        "3.0",
+        "4.0",
+        "4.0",
+    ]
     for op in ("append", "verify"):
         r = rows["audit", f"{op} (1000 events)"]
         assert r["n"] == "3" and float(r["min"]) > 0, r

@@ -19,7 +19,9 @@ def test_quick_subset_passes_for_both_planners(tmp_path):
     rc = T.main(["--quick", "--planner", "all", "--csv", str(out)])
     with out.open() as f:
         rows = list(csv.DictReader(f))
-    bad = [(r["planner"], r["case"], r["failures"]) for r in rows if r["status"] not in ("pass", "n/a")]
+    bad = [
+        (r["planner"], r["case"], r["failures"]) for r in rows if r["status"] not in ("pass", "n/a")
+    ]
     assert rc == 0 and not bad, bad
     assert {r["planner"] for r in rows} == {"deterministic", "scripted"}
     assert len(rows) == 2 * len(T.load_cases(quick=True))
@@ -37,16 +39,31 @@ def test_quick_subset_passes_for_both_planners(tmp_path):
 def test_a_wrong_expectation_fails_the_case(planner):
     """Expectations the run cannot meet make the case fail, each named in the failures."""
     case = T.load_cases("health-critical")[0]
-    wrong = case.model_copy(update={"expect": T.Expect.model_validate({
-        "calls": ["gpu_health_check", "submit_job"],
-        "forbidden": ["gpu_health_check"],
-        "end": {"finish": "failed", "job_count": 1,
-                "results": {"gpu_health_check": {"overall": "OK"}}}})})
+    wrong = case.model_copy(
+        update={
+            "expect": T.Expect.model_validate(
+                {
+                    "calls": ["gpu_health_check", "submit_job"],
+                    "forbidden": ["gpu_health_check"],
+                    "end": {
+                        "finish": "failed",
+                        "job_count": 1,
+                        "results": {"gpu_health_check": {"overall": "OK"}},
+                    },
+                }
+            )
+        }
+    )
     result = T.run_case(wrong, T.FACTORIES[planner])
     assert not result.passed and result.status == "FAIL"
     text = "\n".join(result.failures)
-    for missed in ("calls: expected", "forbidden: gpu_health_check", "expected finish failed",
-                   "expected 1 job(s)", "overall is 'CRITICAL', expected 'OK'"):
+    for missed in (
+        "calls: expected",
+        "forbidden: gpu_health_check",
+        "expected finish failed",
+        "expected 1 job(s)",
+        "overall is 'CRITICAL', expected 'OK'",
+    ):
         assert missed in text, text
     assert T.run_case(case, T.FACTORIES[planner]).passed  # the case as written passes
 
@@ -80,6 +97,7 @@ def test_chat_case_is_not_applicable_to_the_deterministic_planner():
 def test_a_misspelt_case_key_is_refused_when_loading(tmp_path):
     """A typo in a case file is an error at load time, never a check that silently passes."""
     (tmp_path / "bad.yaml").write_text(
-        "- name: typo\n  category: skill\n  goal: {goal: health}\n  expect: {call: [gpu_health_check]}\n")
+        "- name: typo\n  category: skill\n  goal: {goal: health}\n  expect: {call: [gpu_health_check]}\n"
+    )
     with pytest.raises(ValueError, match="call"):
         T.load_cases(folder=tmp_path)

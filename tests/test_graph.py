@@ -55,8 +55,11 @@ class ScriptedModel:
 
 
 def tool(name: str, **args) -> dict:
-    return {"id": f"call_{name}", "type": "function",
-            "function": {"name": name, "arguments": json.dumps(args)}}
+    return {
+        "id": f"call_{name}",
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(args)},
+    }
 
 
 @pytest.fixture
@@ -70,11 +73,14 @@ def run(graph, state, thread="t1"):
 
 def test_goal_steps_run_in_order_with_references(w, tmp_path):
     """Explicit steps run through the gate in order, and ${id.field} feeds one result to the next."""
-    goal = Goal(name="g", steps=[
-        {"id": "sub", "skill": "submit_job", "args": {"spec_path": str(spec_file(tmp_path))}},
-        {"watch": "${sub.job_id}"},
-        {"skill": "list_jobs", "args": {"states": ["succeeded"]}},
-    ])
+    goal = Goal(
+        name="g",
+        steps=[
+            {"id": "sub", "skill": "submit_job", "args": {"spec_path": str(spec_file(tmp_path))}},
+            {"watch": "${sub.job_id}"},
+            {"skill": "list_jobs", "args": {"states": ["succeeded"]}},
+        ],
+    )
     graph = build_graph(w, DeterministicPlanner(), checkpointer=InMemorySaver())
     out = run(graph, {"goal": goal.model_dump(), "history": []})
     assert out["finish"]["ok"], out["finish"]
@@ -86,10 +92,12 @@ def test_goal_steps_run_in_order_with_references(w, tmp_path):
 
 def test_scripted_model_bad_arguments_go_back_as_observation(w, tmp_path):
     """Arguments that fail the input model reach the planner as an error, and nothing runs."""
-    model = ScriptedModel([
-        lambda h: tool("gpu_health_check"),
-        lambda h: tool("cancel_job", job_id="not-a-number"),
-    ])
+    model = ScriptedModel(
+        [
+            lambda h: tool("gpu_health_check"),
+            lambda h: tool("cancel_job", job_id="not-a-number"),
+        ]
+    )
     graph = build_graph(w, model, checkpointer=InMemorySaver())
     out = run(graph, {"goal": Goal(name="g", goal="health").model_dump(), "history": []})
     hist = [Observation.model_validate(o) for o in out["history"]]
@@ -100,10 +108,12 @@ def test_scripted_model_bad_arguments_go_back_as_observation(w, tmp_path):
 
 def test_destroy_pauses_for_approval_and_resumes_when_approved(w, tmp_path):
     """cancel_job interrupts the graph before any side effect; a vote by someone else resumes it."""
-    model = ScriptedModel([
-        lambda h: tool("submit_job", spec_path=str(spec_file(tmp_path, steps=100_000))),
-        lambda h: tool("cancel_job", job_id=h[0].result["job_id"]),
-    ])
+    model = ScriptedModel(
+        [
+            lambda h: tool("submit_job", spec_path=str(spec_file(tmp_path, steps=100_000))),
+            lambda h: tool("cancel_job", job_id=h[0].result["job_id"]),
+        ]
+    )
     graph = build_graph(w, model, checkpointer=InMemorySaver())
     out = run(graph, {"goal": Goal(name="g", goal="health").model_dump(), "history": []})
     req = out["__interrupt__"][0].value
@@ -119,10 +129,12 @@ def test_destroy_pauses_for_approval_and_resumes_when_approved(w, tmp_path):
 
 def test_rejected_approval_stops_the_call(w, tmp_path):
     """A rejection reaches the planner as 'rejected' and the job is untouched."""
-    model = ScriptedModel([
-        lambda h: tool("submit_job", spec_path=str(spec_file(tmp_path, steps=100_000))),
-        lambda h: tool("cancel_job", job_id=1),
-    ])
+    model = ScriptedModel(
+        [
+            lambda h: tool("submit_job", spec_path=str(spec_file(tmp_path, steps=100_000))),
+            lambda h: tool("cancel_job", job_id=1),
+        ]
+    )
     graph = build_graph(w, model, checkpointer=InMemorySaver())
     out = run(graph, {"goal": Goal(name="g", goal="health").model_dump(), "history": []})
     w.approvals.vote(out["__interrupt__"][0].value["approval_id"], "alice", False, local_now())
@@ -135,10 +147,12 @@ def test_rejected_approval_stops_the_call(w, tmp_path):
 def test_kill_switch_denies_launch_but_not_reads(w, tmp_path):
     """While paused, submit_job is denied by the kill switch; health checks still run."""
     killswitch.pause(w.store, w.audit, "alice", "maintenance")
-    model = ScriptedModel([
-        lambda h: tool("gpu_health_check"),
-        lambda h: tool("submit_job", spec_path=str(spec_file(tmp_path))),
-    ])
+    model = ScriptedModel(
+        [
+            lambda h: tool("gpu_health_check"),
+            lambda h: tool("submit_job", spec_path=str(spec_file(tmp_path))),
+        ]
+    )
     graph = build_graph(w, model, checkpointer=InMemorySaver())
     out = run(graph, {"goal": Goal(name="g", goal="health").model_dump(), "history": []})
     hist = [Observation.model_validate(o) for o in out["history"]]
@@ -150,8 +164,9 @@ def test_kill_switch_denies_launch_but_not_reads(w, tmp_path):
 
 def test_replayed_call_id_never_acts_twice(w, tmp_path):
     """A new graph run over the same thread id (as after a crash) reuses stored results."""
-    goal = Goal(name="g", steps=[{"skill": "submit_job",
-                                   "args": {"spec_path": str(spec_file(tmp_path))}}])
+    goal = Goal(
+        name="g", steps=[{"skill": "submit_job", "args": {"spec_path": str(spec_file(tmp_path))}}]
+    )
     for _ in range(2):  # a fresh checkpointer each time: the graph itself remembers nothing
         graph = build_graph(w, DeterministicPlanner(), checkpointer=InMemorySaver())
         out = run(graph, {"goal": goal.model_dump(), "history": []}, thread="same")
@@ -172,7 +187,9 @@ def test_train_playbook_recovers_from_sigkill(w, tmp_path):
     assert out["finish"]["ok"], out["finish"]
     hist = [Observation.model_validate(o) for o in out["history"]]
     diag = next(o for o in hist if o.skill == "diagnose_failure").result
-    assert diag["category"] == "killed"  # SIGKILL with no other evidence: the OOM killer or a person
+    assert (
+        diag["category"] == "killed"
+    )  # SIGKILL with no other evidence: the OOM killer or a person
     resume = next(o for o in hist if o.skill == "resume_job").result
     assert resume["resume_step"] == 40
     atts = w.store.attempts(1)

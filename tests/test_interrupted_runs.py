@@ -21,9 +21,15 @@ pytestmark = pytest.mark.slow
 
 
 def start_run(goal: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "nightshift.agent.cli", "run", str(goal)],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, text=True, env={**os.environ, "COLUMNS": "200"})
+    return subprocess.Popen(
+        [sys.executable, "-m", "nightshift.agent.cli", "run", str(goal)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
 
 
 def wait_for(query: str, db: Path, timeout: float = 60.0):
@@ -38,14 +44,21 @@ def test_approval_asked_and_decided_from_another_shell(home, tmp_path):
     """A destructive step stops for approval; `nightshift approve` from another shell lets it run."""
     spec = write_spec(tmp_path, steps=100_000)
     goal = tmp_path / "goal.yaml"
-    goal.write_text(yaml.safe_dump({"name": "cancel-demo", "steps": [
-        {"id": "submit", "skill": "submit_job", "args": {"spec_path": str(spec)}},
-        {"skill": "cancel_job", "args": {"job_id": "${submit.job_id}"}},
-    ]}))
+    goal.write_text(
+        yaml.safe_dump(
+            {
+                "name": "cancel-demo",
+                "steps": [
+                    {"id": "submit", "skill": "submit_job", "args": {"spec_path": str(spec)}},
+                    {"skill": "cancel_job", "args": {"job_id": "${submit.job_id}"}},
+                ],
+            }
+        )
+    )
     db = home / "nightshift.db"
     proc = start_run(goal)
     try:
-        approval_id, = wait_for("select id from approval where state='pending'", db)
+        (approval_id,) = wait_for("select id from approval where state='pending'", db)
         listed = nightshift("approvals", "list")
         assert "cancel_job" in listed.stdout
         assert nightshift("approve", str(approval_id)).returncode == 0
@@ -60,14 +73,21 @@ def test_killed_while_waiting_for_approval_resumes_without_repeating(home, tmp_p
     """SIGKILL during the approval wait; a new process resumes: one job, one cancel, nothing twice."""
     spec = write_spec(tmp_path, steps=100_000)
     goal = tmp_path / "goal.yaml"
-    goal.write_text(yaml.safe_dump({"name": "cancel-demo", "steps": [
-        {"id": "submit", "skill": "submit_job", "args": {"spec_path": str(spec)}},
-        {"skill": "list_jobs", "args": {}},
-        {"skill": "cancel_job", "args": {"job_id": "${submit.job_id}"}},
-    ]}))
+    goal.write_text(
+        yaml.safe_dump(
+            {
+                "name": "cancel-demo",
+                "steps": [
+                    {"id": "submit", "skill": "submit_job", "args": {"spec_path": str(spec)}},
+                    {"skill": "list_jobs", "args": {}},
+                    {"skill": "cancel_job", "args": {"job_id": "${submit.job_id}"}},
+                ],
+            }
+        )
+    )
     db = home / "nightshift.db"
     proc = start_run(goal)
-    approval_id, = wait_for("select id from approval where state='pending'", db)
+    (approval_id,) = wait_for("select id from approval where state='pending'", db)
     wait_for("select id from attempt where state='running'", db)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
@@ -81,8 +101,8 @@ def test_killed_while_waiting_for_approval_resumes_without_repeating(home, tmp_p
     assert con.execute("select count(*) from attempt").fetchone()[0] == 1
     assert con.execute("select state from job").fetchone()[0] == "cancelled"
     starts = con.execute("select skill from auditevent where action='skill.start'").fetchall()
-    assert [s for s, in starts].count("submit_job") == 1
-    assert [s for s, in starts].count("cancel_job") == 1
+    assert [s for (s,) in starts].count("submit_job") == 1
+    assert [s for (s,) in starts].count("cancel_job") == 1
     assert con.execute("select count(*) from approval").fetchone()[0] == 1
     assert nightshift("audit", "verify").returncode == 0
 
@@ -90,8 +110,11 @@ def test_killed_while_waiting_for_approval_resumes_without_repeating(home, tmp_p
 def test_killed_while_training_in_flight_resumes_and_recovers(home, tmp_path):
     """SIGKILL of `nightshift run` mid-training: the run goes on, a new process re-attaches to it,
     sees its crash, resumes it once from the checkpoint, and every job state change is audited."""
-    spec = write_spec(tmp_path, steps=400, env={"NIGHTSHIFT_FAULT_CRASH_AT_STEP": "240",
-                                                "NIGHTSHIFT_EXAMPLE_STEP_SLEEP_S": "0.01"})
+    spec = write_spec(
+        tmp_path,
+        steps=400,
+        env={"NIGHTSHIFT_FAULT_CRASH_AT_STEP": "240", "NIGHTSHIFT_EXAMPLE_STEP_SLEEP_S": "0.01"},
+    )
     goal = tmp_path / "goal.yaml"
     goal.write_text(yaml.safe_dump({"name": "inflight", "goal": "train", "spec": str(spec)}))
     db = home / "nightshift.db"
@@ -108,13 +131,27 @@ def test_killed_while_training_in_flight_resumes_and_recovers(home, tmp_path):
     rows = con.execute("select number, outcome, start_step from attempt order by number").fetchall()
     assert [(n, o) for n, o, _ in rows] == [(1, "failed"), (2, "succeeded")]
     assert rows[1][2] == 225
-    transitions = [(p["before"], p["after"]) for p in (
-        json.loads(x) for x, in con.execute(
-            "select payload from auditevent where action='job.state' order by id"))]
-    assert transitions == [("queued", "running"), ("running", "failed"),
-                           ("queued", "running"), ("running", "succeeded")]
-    resumed = [json.loads(x)["result"] for x, in con.execute(
-        "select payload from auditevent where action='skill.result' and skill='resume_job'")]
+    transitions = [
+        (p["before"], p["after"])
+        for p in (
+            json.loads(x)
+            for (x,) in con.execute(
+                "select payload from auditevent where action='job.state' order by id"
+            )
+        )
+    ]
+    assert transitions == [
+        ("queued", "running"),
+        ("running", "failed"),
+        ("queued", "running"),
+        ("running", "succeeded"),
+    ]
+    resumed = [
+        json.loads(x)["result"]
+        for (x,) in con.execute(
+            "select payload from auditevent where action='skill.result' and skill='resume_job'"
+        )
+    ]
     assert [(r["before"], r["after"]) for r in resumed] == [("failed", "queued")]
     assert nightshift("audit", "verify").returncode == 0
 
@@ -125,14 +162,27 @@ def test_approval_answered_at_the_terminal(home, tmp_path):
 
     spec = write_spec(tmp_path, steps=100_000)
     goal = tmp_path / "goal.yaml"
-    goal.write_text(yaml.safe_dump({"name": "tty-demo", "steps": [
-        {"id": "submit", "skill": "submit_job", "args": {"spec_path": str(spec)}},
-        {"skill": "cancel_job", "args": {"job_id": "${submit.job_id}"}},
-    ]}))
+    goal.write_text(
+        yaml.safe_dump(
+            {
+                "name": "tty-demo",
+                "steps": [
+                    {"id": "submit", "skill": "submit_job", "args": {"spec_path": str(spec)}},
+                    {"skill": "cancel_job", "args": {"job_id": "${submit.job_id}"}},
+                ],
+            }
+        )
+    )
     master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "nightshift.agent.cli", "run", str(goal)],
-                            cwd=REPO, stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env={**os.environ, "COLUMNS": "200"})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nightshift.agent.cli", "run", str(goal)],
+        cwd=REPO,
+        stdin=slave,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     os.close(slave)
     try:
         wait_for("select id from approval where state='pending'", home / "nightshift.db")

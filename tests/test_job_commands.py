@@ -28,28 +28,51 @@ def failed_job(home):
     spec = load_spec(REPO / "examples/specs/quickstart.yaml").model_dump(mode="json")
     t0 = utcnow() - timedelta(hours=1)
     with w.store.session() as s:
-        job = Job(name="quickstart", spec=spec, params={"lr": 0.1}, state="failed", owner="me",
-                  reason="failed twice the same way", max_attempts=2, resume_step=100,
-                  resume_from=str(home / "ck" / "step_00000100.npz"))
+        job = Job(
+            name="quickstart",
+            spec=spec,
+            params={"lr": 0.1},
+            state="failed",
+            owner="me",
+            reason="failed twice the same way",
+            max_attempts=2,
+            resume_step=100,
+            resume_from=str(home / "ck" / "step_00000100.npz"),
+        )
         s.add(job)
         s.commit()
         s.refresh(job)
         logs = []
         for n, (start, last, params, argv_tail) in enumerate(
-                [(0, 120, {"lr": 0.1}, []),
-                 (100, 140, {"lr": 0.05}, ["--resume", str(home / "ck" / "step_00000100.npz")])],
-                start=1):
+            [
+                (0, 120, {"lr": 0.1}, []),
+                (100, 140, {"lr": 0.05}, ["--resume", str(home / "ck" / "step_00000100.npz")]),
+            ],
+            start=1,
+        ):
             log = home / f"attempt-{n}.log"
             log.write_text("".join(f"line {i} of attempt {n}\n" for i in range(300)))
             logs.append(log)
-            s.add(Attempt(job_id=job.id, number=n, state="exited", outcome="failed",
-                          params=params, argv=["python", "train.py", *argv_tail],
-                          start_step=start, last_step=last, log_path=str(log), signal=9 if n == 1
-                          else None, exit_code=None if n == 1 else 0,
-                          evidence=None if n == 1 else "metrics diverged: loss is nan at step 131",
-                          first_bad_step=None if n == 1 else 131, cause="killed" if n == 1
-                          else "nan_loss", started_at=t0 + timedelta(minutes=20 * n),
-                          ended_at=t0 + timedelta(minutes=20 * n + 5)))
+            s.add(
+                Attempt(
+                    job_id=job.id,
+                    number=n,
+                    state="exited",
+                    outcome="failed",
+                    params=params,
+                    argv=["python", "train.py", *argv_tail],
+                    start_step=start,
+                    last_step=last,
+                    log_path=str(log),
+                    signal=9 if n == 1 else None,
+                    exit_code=None if n == 1 else 0,
+                    evidence=None if n == 1 else "metrics diverged: loss is nan at step 131",
+                    first_bad_step=None if n == 1 else 131,
+                    cause="killed" if n == 1 else "nan_loss",
+                    started_at=t0 + timedelta(minutes=20 * n),
+                    ended_at=t0 + timedelta(minutes=20 * n + 5),
+                )
+            )
         s.commit()
         return job.id, logs
 
@@ -75,9 +98,14 @@ def test_logs_tail_attempt_and_follow(failed_job):
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == [f"line {i} of attempt 1" for i in (297, 298, 299)]
     env = {**os.environ, "COLUMNS": "200"}
-    proc = subprocess.Popen([sys.executable, "-m", "nightshift.agent.cli", "logs", str(job_id),
-                             "-f", "-n", "1"], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nightshift.agent.cli", "logs", str(job_id), "-f", "-n", "1"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout.readline().strip() == "line 299 of attempt 2"
         with logs[1].open("a") as f:

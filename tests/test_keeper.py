@@ -21,9 +21,10 @@ def torch():
 def save(torch, out: Path, iter_num: int) -> checkpoints.Found:
     """nanoGPT's save: one out/ckpt.pt, overwritten."""
     out.mkdir(parents=True, exist_ok=True)
-    torch.save({"model": {"w": torch.full((4,), float(iter_num))}, "iter_num": iter_num},
-               out / "ckpt.pt")
-    found, = checkpoints.scan(out)
+    torch.save(
+        {"model": {"w": torch.full((4,), float(iter_num))}, "iter_num": iter_num}, out / "ckpt.pt"
+    )
+    (found,) = checkpoints.scan(out)
     return found
 
 
@@ -47,7 +48,7 @@ def test_resume_from_a_copy_puts_it_back_and_moves_the_bad_file_aside(torch, tmp
     save(torch, out, 90)  # overwritten again (say with diverged weights)
     assert keeper.restore(str(copy), ws, attempt=2) == str(out / "ckpt.pt")
     assert torch.load(out / "ckpt.pt", weights_only=True)["iter_num"] == 50
-    aside, = (ws / keeper.DISPLACED_DIR).rglob("ckpt.pt")
+    (aside,) = (ws / keeper.DISPLACED_DIR).rglob("ckpt.pt")
     assert torch.load(aside, weights_only=True)["iter_num"] == 90
     assert keeper.restore(str(out / "ckpt.pt"), ws, attempt=3) == str(out / "ckpt.pt")  # not a copy
 

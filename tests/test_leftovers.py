@@ -18,8 +18,9 @@ import pytest
 from nightshift.runtime.executor import LaunchRequest
 from nightshift.runtime.local_executor import REBOOT_DETAIL, LocalExecutor, _boot_id
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
-                                reason="process groups, sessions and /proc are Linux's")
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="process groups, sessions and /proc are Linux's"
+)
 
 # The training program: it starts a heartbeat writer in a session of its own (as a daemonised
 # data loader would), records both pids, and sleeps; the writer may ignore SIGTERM.
@@ -81,19 +82,32 @@ def spare() -> Iterator[list[int]]:
             pass
 
 
-def start_family(ex: LocalExecutor, tmp_path: Path, key: str, spare: list[int],
-                 ignore_term: bool = False) -> tuple[dict, int, int, Path]:
+def start_family(
+    ex: LocalExecutor, tmp_path: Path, key: str, spare: list[int], ignore_term: bool = False
+) -> tuple[dict, int, int, Path]:
     """Start the program; wait until the writer beats and the supervisor recorded its child."""
     script = tmp_path / "family.py"
     script.write_text(FAMILY)
     heartbeat, pids = tmp_path / f"{key}.beat", tmp_path / f"{key}.pids"
-    h = ex.start(LaunchRequest(
-        key=key, cwd=str(tmp_path), log_path=str(tmp_path / f"{key}.log"),
-        argv=[sys.executable, str(script), "child", str(heartbeat), str(pids),
-              "1" if ignore_term else "0"]))
+    h = ex.start(
+        LaunchRequest(
+            key=key,
+            cwd=str(tmp_path),
+            log_path=str(tmp_path / f"{key}.log"),
+            argv=[
+                sys.executable,
+                str(script),
+                "child",
+                str(heartbeat),
+                str(pids),
+                "1" if ignore_term else "0",
+            ],
+        )
+    )
     spare.append(h["pid"])
-    wait_for(lambda: pids.exists() and heartbeat.exists()
-             and Path(h["exit_file"] + ".child").exists())
+    wait_for(
+        lambda: pids.exists() and heartbeat.exists() and Path(h["exit_file"] + ".child").exists()
+    )
     child, grand = map(int, pids.read_text().split())
     spare += [child, grand]
     assert ex.poll(h).state == "running"
@@ -109,7 +123,8 @@ def test_killed_supervisor_leaves_a_reported_leftover_that_cleanup_stops(ex, tmp
     status = ex.poll(h)
     assert status.leftovers == sorted([child, grand])
     assert f"supervisor killed; training process {child} still running (re-parented)" in (
-        status.detail or "")
+        status.detail or ""
+    )
     assert str(grand) in (status.detail or "")
     assert beating(heartbeat)
 
@@ -130,7 +145,8 @@ def test_sigkill_of_the_group_spares_a_setsid_descendant_until_cleanup(ex, tmp_p
     status = ex.poll(h)
     assert status.leftovers == [grand]
     assert (status.detail or "").startswith(
-        "supervisor and its process group gone without an exit record")
+        "supervisor and its process group gone without an exit record"
+    )
     assert str(grand) in (status.detail or "") and beating(heartbeat)
 
     t0 = time.monotonic()
@@ -160,22 +176,42 @@ def test_cleanup_never_touches_another_run_or_a_recycled_pid(ex, tmp_path, spare
     """A handle whose pids now belong to other processes (recorded start times differ) and a
     run under another key must come through cleanup untouched."""
     other, _, other_grand, other_beat = start_family(ex, tmp_path, "other", spare)
-    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
-                                start_new_session=True)
+    stranger = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True
+    )
     spare.append(stranger.pid)
-    mine = ex.start(LaunchRequest(key="mine", argv=[sys.executable, "-c", "pass"],
-                                  cwd=str(tmp_path), log_path=str(tmp_path / "mine.log")))
+    mine = ex.start(
+        LaunchRequest(
+            key="mine",
+            argv=[sys.executable, "-c", "pass"],
+            cwd=str(tmp_path),
+            log_path=str(tmp_path / "mine.log"),
+        )
+    )
     wait_for(lambda: ex.poll(mine).state == "exited" and not alive(mine["pid"]))
     Path(mine["exit_file"]).unlink()
     ctime = psutil.Process(stranger.pid).create_time()
     # The supervisor records its child too: claim the stranger, started at another time.
     Path(mine["exit_file"] + ".child").write_text(
-        f'{{"pid": {stranger.pid}, "create_time": {ctime - 1000}}}')
-    for fake in ({**mine, "pid": stranger.pid, "pgid": stranger.pid, "start_time": None,
-                  "create_time": ctime - 1000},
-                 {**mine, "pid": stranger.pid, "pgid": stranger.pid, "start_time": 1},
-                 {**mine, "pid": other["pid"], "pgid": other["pgid"], "start_time": 1,
-                  "create_time": other["create_time"] - 1000}):
+        f'{{"pid": {stranger.pid}, "create_time": {ctime - 1000}}}'
+    )
+    for fake in (
+        {
+            **mine,
+            "pid": stranger.pid,
+            "pgid": stranger.pid,
+            "start_time": None,
+            "create_time": ctime - 1000,
+        },
+        {**mine, "pid": stranger.pid, "pgid": stranger.pid, "start_time": 1},
+        {
+            **mine,
+            "pid": other["pid"],
+            "pgid": other["pgid"],
+            "start_time": 1,
+            "create_time": other["create_time"] - 1000,
+        },
+    ):
         status = ex.poll(fake)
         assert status.state == "lost" and status.leftovers == []
         assert ex.cleanup(fake, grace_s=1) == []
@@ -200,8 +236,14 @@ def test_a_handle_from_another_boot_is_lost_and_never_signalled(ex, tmp_path, sp
 
 def test_cleanup_of_an_exited_run_is_empty(ex, tmp_path):
     """The common case before a relaunch: nothing left, nothing signalled, the exit kept."""
-    h = ex.start(LaunchRequest(key="done", argv=[sys.executable, "-c", "raise SystemExit(4)"],
-                               cwd=str(tmp_path), log_path=str(tmp_path / "done.log")))
+    h = ex.start(
+        LaunchRequest(
+            key="done",
+            argv=[sys.executable, "-c", "raise SystemExit(4)"],
+            cwd=str(tmp_path),
+            log_path=str(tmp_path / "done.log"),
+        )
+    )
     wait_for(lambda: ex.poll(h).state == "exited")
     assert ex.cleanup(h, grace_s=1) == []
     assert ex.poll(h).exit_code == 4

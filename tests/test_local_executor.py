@@ -25,8 +25,9 @@ def py(code: str) -> list[str]:
 
 
 def request(tmp_path: Path, key: str, argv: list[str], **kw: object) -> LaunchRequest:
-    return LaunchRequest(key=key, argv=argv, cwd=str(tmp_path),
-                         log_path=str(tmp_path / "logs" / f"{key}.log"), **kw)
+    return LaunchRequest(
+        key=key, argv=argv, cwd=str(tmp_path), log_path=str(tmp_path / "logs" / f"{key}.log"), **kw
+    )
 
 
 def wait_for(cond, timeout: float = 10.0) -> None:
@@ -58,12 +59,18 @@ def test_exit_codes_are_recorded(ex: LocalExecutor, tmp_path: Path) -> None:
 
 def test_logs_capture_stdout_and_stderr_tail(ex: LocalExecutor, tmp_path: Path) -> None:
     """Metrics parsing and failure diagnosis read the log, so both streams must land in it."""
-    h = ex.start(request(tmp_path, "logs", py("""
+    h = ex.start(
+        request(
+            tmp_path,
+            "logs",
+            py("""
         import sys
         for i in range(5000):
             print(f"step {i}")
         print("boom", file=sys.stderr)
-    """)))
+    """),
+        )
+    )
     wait_exit(ex, h)
     assert ex.logs(h, tail=2) == "step 4999\nboom\n"
     assert ex.logs(h, tail=0) == ""
@@ -73,11 +80,17 @@ def test_logs_capture_stdout_and_stderr_tail(ex: LocalExecutor, tmp_path: Path) 
 def test_stop_sends_sigterm_first(ex: LocalExecutor, tmp_path: Path) -> None:
     """A training script gets SIGTERM first so it can save a checkpoint; the signal is recorded."""
     ready = tmp_path / "ready"
-    h = ex.start(request(tmp_path, "sleepy", py(f"""
+    h = ex.start(
+        request(
+            tmp_path,
+            "sleepy",
+            py(f"""
         import pathlib, time
         pathlib.Path({str(ready)!r}).touch()
         time.sleep(60)
-    """)))
+    """),
+        )
+    )
     wait_for(ready.exists)
     t0 = time.monotonic()
     status = ex.stop(h, grace_s=5)
@@ -89,12 +102,18 @@ def test_stop_sends_sigterm_first(ex: LocalExecutor, tmp_path: Path) -> None:
 def test_stop_kills_a_run_that_ignores_sigterm(ex: LocalExecutor, tmp_path: Path) -> None:
     """A hung or TERM-ignoring process must still end, with SIGKILL after the grace period."""
     ready = tmp_path / "ready"
-    h = ex.start(request(tmp_path, "stubborn", py(f"""
+    h = ex.start(
+        request(
+            tmp_path,
+            "stubborn",
+            py(f"""
         import pathlib, signal, time
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         pathlib.Path({str(ready)!r}).touch()
         time.sleep(60)
-    """)))
+    """),
+        )
+    )
     wait_for(ready.exists)
     t0 = time.monotonic()
     status = ex.stop(h, grace_s=0.5)
@@ -121,12 +140,18 @@ def test_start_is_idempotent_on_key(ex: LocalExecutor, tmp_path: Path) -> None:
 def test_reattach_from_another_process(ex: LocalExecutor, tmp_path: Path) -> None:
     """A restarted daemon must see a run it did not start as running, then learn its exit code."""
     go = tmp_path / "go"
-    ex.start(request(tmp_path, "long", py(f"""
+    ex.start(
+        request(
+            tmp_path,
+            "long",
+            py(f"""
         import os, sys, time
         while not os.path.exists({str(go)!r}):
             time.sleep(0.02)
         sys.exit(7)
-    """)))
+    """),
+        )
+    )
     probe = textwrap.dedent(f"""
         import json
         from nightshift.runtime.local_executor import LocalExecutor
@@ -136,25 +161,37 @@ def test_reattach_from_another_process(ex: LocalExecutor, tmp_path: Path) -> Non
     """)
 
     def poll_elsewhere() -> dict:
-        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                             check=True, timeout=30)
+        out = subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=30
+        )
         return json.loads(out.stdout)
 
     assert poll_elsewhere()["state"] == "running"
     go.touch()
     wait_for(lambda: ex.poll(ex.find("long")).state == "exited")
-    assert poll_elsewhere() == {"state": "exited", "exit_code": 7, "signal": None, "detail": None,
-                               "leftovers": []}
+    assert poll_elsewhere() == {
+        "state": "exited",
+        "exit_code": 7,
+        "signal": None,
+        "detail": None,
+        "leftovers": [],
+    }
 
 
 def test_sigkill_of_the_whole_group_is_lost(ex: LocalExecutor, tmp_path: Path) -> None:
     """kill -9 or a reboot leaves no exit record; that must read as lost, not as success."""
     ready = tmp_path / "ready"
-    h = ex.start(request(tmp_path, "victim", py(f"""
+    h = ex.start(
+        request(
+            tmp_path,
+            "victim",
+            py(f"""
         import pathlib, time
         pathlib.Path({str(ready)!r}).touch()
         time.sleep(60)
-    """)))
+    """),
+        )
+    )
     wait_for(ready.exists)
     assert ex.poll(h).state == "running"
     os.killpg(h["pgid"], signal.SIGKILL)
@@ -178,8 +215,11 @@ def test_cuda_visible_devices_follow_the_request(ex: LocalExecutor, tmp_path: Pa
         print(repr(os.environ["CUDA_VISIBLE_DEVICES"]), os.environ["NIGHTSHIFT_RUN_KEY"],
               os.environ["EXTRA"])
     """)
-    two = ex.start(request(tmp_path, "two", show, gpus=[0, 2],
-                           env={"EXTRA": "yes", "CUDA_VISIBLE_DEVICES": "5"}))
+    two = ex.start(
+        request(
+            tmp_path, "two", show, gpus=[0, 2], env={"EXTRA": "yes", "CUDA_VISIBLE_DEVICES": "5"}
+        )
+    )
     none = ex.start(request(tmp_path, "none", show, env={"EXTRA": "no"}))
     wait_exit(ex, two)
     wait_exit(ex, none)
@@ -195,17 +235,30 @@ def test_missing_program_or_cwd_is_an_operator_error(ex: LocalExecutor, tmp_path
         ex.start(request(tmp_path, "b", ["./missing/train.sh"]))
     gone = tmp_path / "not-here"
     with pytest.raises(OperatorError, match=str(gone)):
-        ex.start(LaunchRequest(key="c", argv=py("pass"), cwd=str(gone),
-                               log_path=str(tmp_path / "c.log")))
+        ex.start(
+            LaunchRequest(key="c", argv=py("pass"), cwd=str(gone), log_path=str(tmp_path / "c.log"))
+        )
     assert ex.find("a") is None and ex.find("c") is None
 
 
 def test_supervisor_records_a_program_that_cannot_start(tmp_path: Path) -> None:
     """If the program vanishes between validation and exec, the exit file still says why."""
     exit_file = tmp_path / "exit.json"
-    out = subprocess.run([sys.executable, "-m", "nightshift.runtime.supervise",
-                          "--exit-file", str(exit_file), "--", str(tmp_path / "gone")],
-                         check=False, capture_output=True, text=True, timeout=30)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nightshift.runtime.supervise",
+            "--exit-file",
+            str(exit_file),
+            "--",
+            str(tmp_path / "gone"),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert out.returncode == 127
     assert "gone" in out.stderr
     record = json.loads(exit_file.read_text())
@@ -214,8 +267,13 @@ def test_supervisor_records_a_program_that_cannot_start(tmp_path: Path) -> None:
 
 def test_render_shows_the_command_without_secrets(ex: LocalExecutor, tmp_path: Path) -> None:
     """A dry run shows what would run, quoted, but never prints secret env values."""
-    req = request(tmp_path, "dry", ["python", "train.py", "--name", "a b"], gpus=[1],
-                  env={"WANDB_API_KEY": "hunter2", "LR": "0.1"})
+    req = request(
+        tmp_path,
+        "dry",
+        ["python", "train.py", "--name", "a b"],
+        gpus=[1],
+        env={"WANDB_API_KEY": "hunter2", "LR": "0.1"},
+    )
     line = ex.render(req)
     assert "train.py --name 'a b'" in line and "CUDA_VISIBLE_DEVICES=1" in line
     assert "LR=0.1" in line and "hunter2" not in line

@@ -17,34 +17,56 @@ from nightshift.runtime.spec import MetricSpec
 
 from conftest import need
 
-NANOGPT = MetricSpec(source="log", regex=[
-    r"iter (?P<step>\d+): loss (?P<loss>[^,\s]+), time",
-    r"step (?P<step>\d+): train loss (?P<train_loss>[^,\s]+), val loss (?P<val_loss>[^,\s]+)"])
+NANOGPT = MetricSpec(
+    source="log",
+    regex=[
+        r"iter (?P<step>\d+): loss (?P<loss>[^,\s]+), time",
+        r"step (?P<step>\d+): train loss (?P<train_loss>[^,\s]+), val loss (?P<val_loss>[^,\s]+)",
+    ],
+)
 
 
 def read(spec: MetricSpec, tmp: Path, cursor: dict, log: Path | None = None) -> ms.Read:
-    return ms.read_new(spec, log_path=log or tmp / "attempt-1.log", metrics_file=tmp / "m.jsonl",
-                       search_roots=[tmp], cursor=json.loads(json.dumps(cursor)))
+    return ms.read_new(
+        spec,
+        log_path=log or tmp / "attempt-1.log",
+        metrics_file=tmp / "m.jsonl",
+        search_roots=[tmp],
+        cursor=json.loads(json.dumps(cursor)),
+    )
 
 
 def start(spec: MetricSpec, tmp: Path, min_step: int = 0) -> dict:
-    return ms.start_cursor(spec, log_path=tmp / "attempt-1.log", metrics_file=tmp / "m.jsonl",
-                           search_roots=[tmp], min_step=min_step)
+    return ms.start_cursor(
+        spec,
+        log_path=tmp / "attempt-1.log",
+        metrics_file=tmp / "m.jsonl",
+        search_roots=[tmp],
+        min_step=min_step,
+    )
 
 
 def test_log_regexes_two_patterns_nan_inf_and_half_lines(tmp_path):
     log = tmp_path / "attempt-1.log"
     cur = start(NANOGPT, tmp_path)
-    log.write_text("number of parameters: 0.21M\n"
-                   "step 0: train loss 4.2022, val loss 4.2019\n"
-                   "iter 0: loss 4.2131, time 12.3ms, mfu -100.00%\n"
-                   "iter 1: loss nan, time 9.1ms\n"
-                   "iter 2: loss inf, time 9.0ms\n"
-                   "iter 3: loss -inf, time 9.0ms\n"
-                   "iter 4: loss 3.9")  # half a line: not yet
+    log.write_text(
+        "number of parameters: 0.21M\n"
+        "step 0: train loss 4.2022, val loss 4.2019\n"
+        "iter 0: loss 4.2131, time 12.3ms, mfu -100.00%\n"
+        "iter 1: loss nan, time 9.1ms\n"
+        "iter 2: loss inf, time 9.0ms\n"
+        "iter 3: loss -inf, time 9.0ms\n"
+        "iter 4: loss 3.9"
+    )  # half a line: not yet
     got = read(NANOGPT, tmp_path, cur)
     assert [(p.step, p.name) for p in got.points] == [
-        (0, "train_loss"), (0, "val_loss"), (0, "loss"), (1, "loss"), (2, "loss"), (3, "loss")]
+        (0, "train_loss"),
+        (0, "val_loss"),
+        (0, "loss"),
+        (1, "loss"),
+        (2, "loss"),
+        (3, "loss"),
+    ]
     values = [p.value for p in got.points]
     assert math.isnan(values[3]) and values[4] == math.inf and values[5] == -math.inf
     assert got.points[2].where == "attempt-1.log line 3"
@@ -59,8 +81,9 @@ def test_log_regexes_two_patterns_nan_inf_and_half_lines(tmp_path):
 def test_value_group_names_the_spec_metric_and_garbage_is_skipped(tmp_path):
     spec = MetricSpec(source="log", name="xent", regex=r"step=(?P<step>\S+) v=(?P<value>\S+)")
     cur = start(spec, tmp_path)
-    (tmp_path / "attempt-1.log").write_bytes(b"step=1 v=2.5\nstep=x v=1\nstep=2 v=oops\n\xff\xfe\n"
-                                             b"step=3 v=1e-3,\n")
+    (tmp_path / "attempt-1.log").write_bytes(
+        b"step=1 v=2.5\nstep=x v=1\nstep=2 v=oops\n\xff\xfe\nstep=3 v=1e-3,\n"
+    )
     got = read(spec, tmp_path, cur)
     assert [(p.step, p.name, p.value) for p in got.points] == [(1, "xent", 2.5), (3, "xent", 1e-3)]
 
@@ -87,8 +110,10 @@ def test_jsonl_starts_at_the_end_of_an_earlier_attempt(tmp_path):
     f.write_text('{"step": 1, "loss": 2.0}\n')
     cur = start(spec, tmp_path)
     with f.open("a") as out:
-        out.write('{"step": 2, "loss": 1.5, "lr": 0.1}\nnot json\n{"step": true, "loss": 1}\n'
-                  '{"step": 3, "loss": NaN}\n{"step": 4, "lo')
+        out.write(
+            '{"step": 2, "loss": 1.5, "lr": 0.1}\nnot json\n{"step": true, "loss": 1}\n'
+            '{"step": 3, "loss": NaN}\n{"step": 4, "lo'
+        )
     got = read(spec, tmp_path, cur)
     assert got.cursor["kind"] == "jsonl"
     assert [(p.step, p.name) for p in got.points] == [(2, "loss"), (2, "lr"), (3, "loss")]
@@ -105,8 +130,11 @@ def test_lightning_csv_logger_rewrites_with_a_new_column(tmp_path):
     logger.save()
     got = read(spec, tmp_path, cur)
     assert got.cursor["kind"] == "lightning_csv"
-    assert [(p.step, p.name) for p in got.points] == [(0, "train_loss"), (1, "train_loss"),
-                                                      (2, "train_loss")]
+    assert [(p.step, p.name) for p in got.points] == [
+        (0, "train_loss"),
+        (1, "train_loss"),
+        (2, "train_loss"),
+    ]
     logger.log_metrics({"train_loss": 0.2, "val_loss": float("nan")}, step=3)  # a new column:
     logger.save()  # Lightning rewrites the whole file with the wider header
     again = read(spec, tmp_path, got.cursor)
@@ -151,19 +179,31 @@ def test_trainer_state_log_history_past_the_steps_read(tmp_path):
     spec = MetricSpec(source="hf_trainer_state", name="loss")
     old = tmp_path / "out" / "checkpoint-10" / "trainer_state.json"
     old.parent.mkdir(parents=True)
-    transformers.TrainerState(global_step=10, log_history=[
-        {"loss": 3.0, "grad_norm": 1.0, "step": 5}, {"loss": 2.5, "step": 10}]).save_to_json(str(old))
+    transformers.TrainerState(
+        global_step=10,
+        log_history=[{"loss": 3.0, "grad_norm": 1.0, "step": 5}, {"loss": 2.5, "step": 10}],
+    ).save_to_json(str(old))
     cur = start(spec, tmp_path, min_step=10)
     assert read(spec, tmp_path, cur).points == []  # an earlier attempt's file, unchanged
     new = tmp_path / "out" / "checkpoint-20" / "trainer_state.json"
     new.parent.mkdir()
-    transformers.TrainerState(global_step=20, log_history=[
-        {"loss": 3.0, "step": 5}, {"loss": 2.5, "step": 10}, {"loss": 2.0, "grad_norm": float("nan"),
-                                                              "step": 15},
-        {"eval_loss": 2.1, "step": 20}, {"loss": 1.9, "step": 20}]).save_to_json(str(new))
+    transformers.TrainerState(
+        global_step=20,
+        log_history=[
+            {"loss": 3.0, "step": 5},
+            {"loss": 2.5, "step": 10},
+            {"loss": 2.0, "grad_norm": float("nan"), "step": 15},
+            {"eval_loss": 2.1, "step": 20},
+            {"loss": 1.9, "step": 20},
+        ],
+    ).save_to_json(str(new))
     got = read(spec, tmp_path, cur)
     assert [(p.step, p.name) for p in got.points] == [
-        (15, "grad_norm"), (15, "loss"), (20, "eval_loss"), (20, "loss")]  # keys sorted
+        (15, "grad_norm"),
+        (15, "loss"),
+        (20, "eval_loss"),
+        (20, "loss"),
+    ]  # keys sorted
     assert read(spec, tmp_path, got.cursor).points == []
 
 
@@ -177,7 +217,8 @@ def test_auto_waits_for_a_file_this_attempt_writes(tmp_path):
     assert got.cursor["kind"] is None and got.points == []
     (tmp_path / "lightning_logs" / "version_1").mkdir()
     (tmp_path / "lightning_logs" / "version_1" / "metrics.csv").write_text(
-        "epoch,step,train_loss\n0,5,0.5\n")
+        "epoch,step,train_loss\n0,5,0.5\n"
+    )
     again = read(spec, tmp_path, got.cursor)
     assert again.cursor["kind"] == "lightning_csv"
     assert [(p.step, p.value) for p in again.points] == [(5, 0.5)]
@@ -191,15 +232,18 @@ def test_a_symlinked_folder_is_not_followed(tmp_path):
     job.mkdir()
     (job / "link").symlink_to(outside)
     spec = MetricSpec(source="lightning_csv", name="train_loss")
-    cur = ms.start_cursor(spec, log_path=job / "a.log", metrics_file=job / "m.jsonl",
-                          search_roots=[job])
-    got = ms.read_new(spec, log_path=job / "a.log", metrics_file=job / "m.jsonl",
-                      search_roots=[job], cursor=cur)
+    cur = ms.start_cursor(
+        spec, log_path=job / "a.log", metrics_file=job / "m.jsonl", search_roots=[job]
+    )
+    got = ms.read_new(
+        spec, log_path=job / "a.log", metrics_file=job / "m.jsonl", search_roots=[job], cursor=cur
+    )
     assert got.points == []
 
 
-@pytest.mark.parametrize("text", ["", "\n\n", "iter : loss 1, time", "iter 9999999999999999999999"
-                                  ": loss 1, time 2"])
+@pytest.mark.parametrize(
+    "text", ["", "\n\n", "iter : loss 1, time", "iter 9999999999999999999999: loss 1, time 2"]
+)
 def test_odd_lines_never_raise(tmp_path, text):
     cur = start(NANOGPT, tmp_path)
     (tmp_path / "attempt-1.log").write_text(text)

@@ -16,11 +16,18 @@ pytestmark = pytest.mark.slow
 
 def test_wheel_layout(tmp_path):
     """Build the real wheel and look inside it."""
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                    "-w", str(tmp_path), str(REPO)], check=True, capture_output=True, timeout=300)
-    wheel, = tmp_path.glob("nightshift-*.whl")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(REPO)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (wheel,) = tmp_path.glob("nightshift-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert {n.split("/")[0] for n in names} == {"nightshift", wheel.name.split("-py3")[0] + ".dist-info"}
+    assert {n.split("/")[0] for n in names} == {
+        "nightshift",
+        wheel.name.split("-py3")[0] + ".dist-info",
+    }
     for pkg in ("agent", "skills", "policies", "runtime", "prompts"):
         assert f"nightshift/{pkg}/__init__.py" in names
     assert "nightshift/policies/default.yaml" in names

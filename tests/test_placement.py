@@ -26,10 +26,16 @@ from conftest import REPO
 NOW = datetime(2026, 12, 2, 3, 0)  # naive UTC; 04:00 in Berlin
 
 
-def gpu(i: int, total_gib: float = 80, used_gib: float = 0, verdict: str = "OK",
-        host: str = "localhost") -> GpuSlot:
-    return GpuSlot(index=i, memory_total_mib=total_gib * 1024, memory_used_mib=used_gib * 1024,
-                   verdict=verdict, host=host)
+def gpu(
+    i: int, total_gib: float = 80, used_gib: float = 0, verdict: str = "OK", host: str = "localhost"
+) -> GpuSlot:
+    return GpuSlot(
+        index=i,
+        memory_total_mib=total_gib * 1024,
+        memory_used_mib=used_gib * 1024,
+        verdict=verdict,
+        host=host,
+    )
 
 
 def job(id: int, **kw) -> PendingJob:
@@ -47,9 +53,14 @@ def started(d: Decision) -> dict[int, list[int]]:
 
 
 def night_tariff() -> Tariff:
-    return Tariff(timezone="Europe/Berlin", currency="EUR", windows=[
-        PriceWindow(name="night", start="23:00", end="07:00", price_per_kwh=0.10),
-        PriceWindow(name="day", start="07:00", end="23:00", price_per_kwh=0.30)])
+    return Tariff(
+        timezone="Europe/Berlin",
+        currency="EUR",
+        windows=[
+            PriceWindow(name="night", start="23:00", end="07:00", price_per_kwh=0.10),
+            PriceWindow(name="day", start="07:00", end="23:00", price_per_kwh=0.30),
+        ],
+    )
 
 
 # ------------------------------------------------------------------------------ hold reasons
@@ -72,7 +83,8 @@ def test_backoff_hold_says_until_when_and_after_which_attempt():
     j = job(1, not_before=NOW + timedelta(minutes=12), attempt=2)
     assert place(snap([j])).holds == {1: "backoff until 03:12 after attempt 2"}
     assert place(snap([j], display_tz="Europe/Berlin")).holds == {
-        1: "backoff until 04:12 after attempt 2"}
+        1: "backoff until 04:12 after attempt 2"
+    }
     later = place(snap([j], now=NOW + timedelta(minutes=12)))
     assert started(later) == {1: []}
 
@@ -142,8 +154,9 @@ def test_sharing_counts_the_caps_of_running_jobs():
 def test_sharing_prefers_a_shared_gpu_and_keeps_whole_ones_free():
     """A sharing job joins a GPU already shared before taking a whole one."""
     running = [RunningJob(id=9, gpus=[1], share_gpu=True, gpu_memory_cap_gb=20)]
-    d = place(snap([job(1, gpus=1, share_gpu=True, gpu_memory_cap_gb=20)], [gpu(0), gpu(1)],
-                   running))
+    d = place(
+        snap([job(1, gpus=1, share_gpu=True, gpu_memory_cap_gb=20)], [gpu(0), gpu(1)], running)
+    )
     assert started(d) == {1: [1]}
 
 
@@ -174,10 +187,15 @@ def test_cpu_only_jobs_use_cpu_slots():
 def test_priority_first_then_oldest_then_lowest_id():
     """Without aging: the higher priority wins; among equals the older, then the lower id."""
     old = NOW - timedelta(hours=1)
-    pending = [job(1, gpus=1), job(2, gpus=1, priority=3), job(3, gpus=1, submitted_at=old),
-               job(4, gpus=1, submitted_at=old)]
-    order = [s.job_id for s in place(snap(pending, [gpu(i) for i in range(4)],
-                                          aging_per_hour=0)).starts]
+    pending = [
+        job(1, gpus=1),
+        job(2, gpus=1, priority=3),
+        job(3, gpus=1, submitted_at=old),
+        job(4, gpus=1, submitted_at=old),
+    ]
+    order = [
+        s.job_id for s in place(snap(pending, [gpu(i) for i in range(4)], aging_per_hour=0)).starts
+    ]
     assert order == [2, 3, 4, 1]
 
 
@@ -204,8 +222,10 @@ def test_backfill_starts_a_short_job_on_reserved_gpus_and_holds_a_long_one():
     assert d.holds[1] == "no 2 healthy GPUs free on one host; GPUs 0,1 reserved for it from 05:00"
     assert started(d) == {2: [1]}
     assert "ends before its reservation" in d.starts[0].note
-    assert d.holds[3] == ("no healthy GPU free outside GPUs 0,1, reserved for job 1 from 05:00, "
-                          "and it would run past that")
+    assert d.holds[3] == (
+        "no healthy GPU free outside GPUs 0,1, reserved for job 1 from 05:00, "
+        "and it would run past that"
+    )
 
 
 def test_backfill_runs_a_long_job_on_a_gpu_the_head_does_not_need():
@@ -225,8 +245,9 @@ def test_backfill_runs_a_long_job_on_a_gpu_the_head_does_not_need():
 def test_a_job_that_can_never_fit_does_not_take_the_reservation():
     """An impossible request is held with its reason and leaves the reservation to the next."""
     running = [RunningJob(id=9, gpus=[0], expected_end=NOW + timedelta(hours=1))]
-    d = place(snap([job(1, gpus=4, priority=9), job(2, gpus=2, priority=5)], [gpu(0), gpu(1)],
-                   running))
+    d = place(
+        snap([job(1, gpus=4, priority=9), job(2, gpus=2, priority=5)], [gpu(0), gpu(1)], running)
+    )
     assert d.holds[1] == "needs 4 GPU(s); 2 healthy"
     assert d.reservation is not None and d.reservation.job_id == 2
 
@@ -238,43 +259,77 @@ def _random_snapshot(rnd: random.Random, **kw) -> Snapshot:
     gpus, running, i = [], [], 0
     for h in range(rnd.randint(1, 2)):
         for _ in range(rnd.randint(2, 4)):
-            gpus.append(gpu(i, total_gib=rnd.choice([16, 40, 80, 80]),
-                            used_gib=rnd.choice([0, 0, 0, 4]), host=f"h{h}",
-                            verdict="CRITICAL" if rnd.random() < 0.1 else "OK"))
+            gpus.append(
+                gpu(
+                    i,
+                    total_gib=rnd.choice([16, 40, 80, 80]),
+                    used_gib=rnd.choice([0, 0, 0, 4]),
+                    host=f"h{h}",
+                    verdict="CRITICAL" if rnd.random() < 0.1 else "OK",
+                )
+            )
             i += 1
     rid = 1000
     for g in gpus:
         roll = rnd.random()
-        end = rnd.choice([NOW + timedelta(minutes=rnd.randint(1, 480)), NOW - timedelta(hours=1),
-                          None])
+        end = rnd.choice(
+            [NOW + timedelta(minutes=rnd.randint(1, 480)), NOW - timedelta(hours=1), None]
+        )
         if roll < 0.4:
-            running.append(RunningJob(id=rid, gpus=[g.index], expected_end=end,
-                                      started_at=NOW - timedelta(hours=2)))
+            running.append(
+                RunningJob(
+                    id=rid, gpus=[g.index], expected_end=end, started_at=NOW - timedelta(hours=2)
+                )
+            )
             rid += 1
         elif roll < 0.6:
             for _ in range(rnd.randint(1, 2)):
-                running.append(RunningJob(id=rid, gpus=[g.index], share_gpu=True,
-                                          gpu_memory_cap_gb=rnd.choice([8, 16]),
-                                          expected_end=end, started_at=NOW - timedelta(hours=1)))
+                running.append(
+                    RunningJob(
+                        id=rid,
+                        gpus=[g.index],
+                        share_gpu=True,
+                        gpu_memory_cap_gb=rnd.choice([8, 16]),
+                        expected_end=end,
+                        started_at=NOW - timedelta(hours=1),
+                    )
+                )
                 rid += 1
     pending = []
     for j in range(1, rnd.randint(3, 16)):
         share = rnd.random() < 0.2
-        pending.append(job(
-            j, gpus=rnd.choice([0, 1, 1, 1, 2, 2, 3]), priority=rnd.randint(0, 5),
-            gpu_memory_gb=rnd.choice([None, 8, 20, 40, 70]), share_gpu=share,
-            gpu_memory_cap_gb=rnd.choice([None, 10, 20]) if share else None,
-            expected_duration_s=rnd.choice([None, 600, 1800, 3600, 4 * 3600, 10 * 3600]),
-            submitted_at=NOW - timedelta(minutes=rnd.randint(0, 600))))
-    return snap(pending, gpus, running, cpu_slots=rnd.randint(1, 2),
-                aging_per_hour=rnd.choice([0.0, 1.0]), **kw)
+        pending.append(
+            job(
+                j,
+                gpus=rnd.choice([0, 1, 1, 1, 2, 2, 3]),
+                priority=rnd.randint(0, 5),
+                gpu_memory_gb=rnd.choice([None, 8, 20, 40, 70]),
+                share_gpu=share,
+                gpu_memory_cap_gb=rnd.choice([None, 10, 20]) if share else None,
+                expected_duration_s=rnd.choice([None, 600, 1800, 3600, 4 * 3600, 10 * 3600]),
+                submitted_at=NOW - timedelta(minutes=rnd.randint(0, 600)),
+            )
+        )
+    return snap(
+        pending,
+        gpus,
+        running,
+        cpu_slots=rnd.randint(1, 2),
+        aging_per_hour=rnd.choice([0.0, 1.0]),
+        **kw,
+    )
 
 
 def _as_running(s: Snapshot, start: P.Start) -> RunningJob:
     pj = next(j for j in s.pending if j.id == start.job_id)
-    return RunningJob(id=pj.id, gpus=start.gpus, share_gpu=pj.share_gpu,
-                      gpu_memory_gb=pj.gpu_memory_gb, gpu_memory_cap_gb=pj.gpu_memory_cap_gb,
-                      expected_end=start.expected_end)
+    return RunningJob(
+        id=pj.id,
+        gpus=start.gpus,
+        share_gpu=pj.share_gpu,
+        gpu_memory_gb=pj.gpu_memory_gb,
+        gpu_memory_cap_gb=pj.gpu_memory_cap_gb,
+        expected_end=start.expected_end,
+    )
 
 
 def _head_reservation(s: Snapshot, head: PendingJob, extra: list[RunningJob]) -> datetime:
@@ -317,11 +372,17 @@ def _one_by_one(s: Snapshot) -> Decision:
     buckets = pl._screen()
     if buckets:
         pl._setup(any(raw is not P._CPU for raw in buckets))
-        for raw, entry in sorted(((raw, e) for raw, es in buckets.items() for e in es),
-                                 key=lambda x: x[1][:3]):
+        for raw, entry in sorted(
+            ((raw, e) for raw, es in buckets.items() for e in es), key=lambda x: x[1][:3]
+        ):
             pl._one(entry, raw)
-    return Decision(starts=pl.starts, holds=pl.holds, preemptions=pl.preemptions,
-                    pauses=pl.pauses, reservation=pl.reservation)
+    return Decision(
+        starts=pl.starts,
+        holds=pl.holds,
+        preemptions=pl.preemptions,
+        pauses=pl.pauses,
+        reservation=pl.reservation,
+    )
 
 
 def test_settling_buckets_gives_the_same_decision_as_visiting_every_job():
@@ -331,12 +392,29 @@ def test_settling_buckets_gives_the_same_decision_as_visiting_every_job():
     for seed in range(400):
         rnd = random.Random(seed)
         s = _random_snapshot(rnd)
-        big = s.model_copy(update={"pending": s.pending * 1 + [
-            j.model_copy(update={"id": j.id + 100, "submitted_at": j.submitted_at
-                                 - timedelta(minutes=rnd.randint(0, 90))}) for j in s.pending]})
-        for world in (big, big.model_copy(update={
-                "preempt_margin": 2, "running": [r.model_copy(update={"pausable": True})
-                                                 for r in big.running]})):
+        big = s.model_copy(
+            update={
+                "pending": s.pending * 1
+                + [
+                    j.model_copy(
+                        update={
+                            "id": j.id + 100,
+                            "submitted_at": j.submitted_at - timedelta(minutes=rnd.randint(0, 90)),
+                        }
+                    )
+                    for j in s.pending
+                ]
+            }
+        )
+        for world in (
+            big,
+            big.model_copy(
+                update={
+                    "preempt_margin": 2,
+                    "running": [r.model_copy(update={"pausable": True}) for r in big.running],
+                }
+            ),
+        ):
             assert place(world).model_dump() == _one_by_one(world).model_dump(), seed
 
 
@@ -348,9 +426,16 @@ def test_place_is_deterministic():
 
 # ------------------------------------------------------------------------------ preemption
 def _preemption_world(victim_priority: int = 1, pausable: bool = True, margin: int | None = 5):
-    victim = RunningJob(id=9, name="sweep-3", gpus=[0], priority=victim_priority,
-                        pausable=pausable, expected_end=NOW + timedelta(hours=6),
-                        submitted_at=NOW, started_at=NOW)
+    victim = RunningJob(
+        id=9,
+        name="sweep-3",
+        gpus=[0],
+        priority=victim_priority,
+        pausable=pausable,
+        expected_end=NOW + timedelta(hours=6),
+        submitted_at=NOW,
+        started_at=NOW,
+    )
     urgent = job(1, name="eval", gpus=1, priority=9)
     return snap([urgent], [gpu(0)], [victim], preempt_margin=margin, aging_per_hour=0)
 
@@ -361,8 +446,9 @@ def test_preemption_is_proposed_for_a_much_higher_priority_job():
     d = place(_preemption_world())
     assert [(p.victim_job_id, p.for_job_id) for p in d.preemptions] == [(9, 1)]
     assert "pause it at a checkpoint" in d.preemptions[0].reason
-    assert d.holds[1] == ("preempting job(s) 9 for it: waiting for them to pause at a "
-                          "checkpoint (GPU 0)")
+    assert d.holds[1] == (
+        "preempting job(s) 9 for it: waiting for them to pause at a checkpoint (GPU 0)"
+    )
     assert d.reservation is not None and d.reservation.gpus == [0] and d.reservation.at == NOW
 
 
@@ -380,18 +466,34 @@ def test_preemption_does_not_flip_back():
     preempt its preemptor back."""
     then = NOW - timedelta(hours=8)
     victim = job(9, gpus=1, priority=1, submitted_at=then)
-    winner = RunningJob(id=1, gpus=[0], priority=9, pausable=True, submitted_at=then,
-                        started_at=NOW, expected_end=NOW + timedelta(hours=1))
+    winner = RunningJob(
+        id=1,
+        gpus=[0],
+        priority=9,
+        pausable=True,
+        submitted_at=then,
+        started_at=NOW,
+        expected_end=NOW + timedelta(hours=1),
+    )
     d = place(snap([victim], [gpu(0)], [winner], preempt_margin=5))
     assert d.preemptions == []
 
 
 def test_preemption_takes_the_lowest_priority_victims_first():
     """Of two pausable jobs, the lower priority one is paused."""
-    running = [RunningJob(id=8, gpus=[0], priority=3, pausable=True),
-               RunningJob(id=9, gpus=[1], priority=0, pausable=True)]
-    d = place(snap([job(1, gpus=1, priority=9)], [gpu(0), gpu(1)], running, preempt_margin=2,
-                   aging_per_hour=0))
+    running = [
+        RunningJob(id=8, gpus=[0], priority=3, pausable=True),
+        RunningJob(id=9, gpus=[1], priority=0, pausable=True),
+    ]
+    d = place(
+        snap(
+            [job(1, gpus=1, priority=9)],
+            [gpu(0), gpu(1)],
+            running,
+            preempt_margin=2,
+            aging_per_hour=0,
+        )
+    )
     assert [p.victim_job_id for p in d.preemptions] == [9]
 
 
@@ -414,10 +516,13 @@ def test_cost_sensitive_job_is_held_for_off_peak_in_local_time():
 def test_cost_sensitive_job_must_fit_before_the_cheap_period_ends():
     """At 06:00 Berlin, an hour of cheap power is left: 30 minutes of work starts, 2 hours
     waits for the next night."""
-    d = place(snap([cheap(1, 0.5), cheap(2, 2)], now=BERLIN_6AM, tariff=night_tariff(),
-                   cpu_slots=2))
+    d = place(
+        snap([cheap(1, 0.5), cheap(2, 2)], now=BERLIN_6AM, tariff=night_tariff(), cpu_slots=2)
+    )
     assert started(d) == {1: []}
-    assert d.holds[2] == "held for off-peak until 23:00 (needs 2 h; this cheap period ends at 07:00)"
+    assert (
+        d.holds[2] == "held for off-peak until 23:00 (needs 2 h; this cheap period ends at 07:00)"
+    )
 
 
 def test_job_longer_than_every_cheap_period_starts_as_one_opens():
@@ -430,17 +535,21 @@ def test_job_longer_than_every_cheap_period_starts_as_one_opens():
     unpausable = place(snap([cheap(1, 10, pausable=False)], now=BERLIN_2305, tariff=tariff))
     assert "runs through it" in unpausable.starts[0].note
     late = place(snap([cheap(1, 10)], now=BERLIN_2305 + timedelta(hours=3), tariff=tariff))
-    assert late.holds[1] == ("held for off-peak until 23:00 (10 h expected, longer than every "
-                             "cheap period: starts as one opens)")
+    assert late.holds[1] == (
+        "held for off-peak until 23:00 (10 h expected, longer than every "
+        "cheap period: starts as one opens)"
+    )
 
 
 def test_pausable_cost_sensitive_job_is_paused_when_the_cheap_period_closes():
     """At 07:30 Berlin a running pausable cost-sensitive job gets a pause, to resume at 23:00;
     one that cannot pause runs through, and urgent work is never paused."""
     at = datetime(2026, 12, 2, 6, 30)
-    running = [RunningJob(id=7, cost_class="cost_sensitive", pausable=True),
-               RunningJob(id=8, cost_class="cost_sensitive", pausable=False),
-               RunningJob(id=9, pausable=True)]
+    running = [
+        RunningJob(id=7, cost_class="cost_sensitive", pausable=True),
+        RunningJob(id=8, cost_class="cost_sensitive", pausable=False),
+        RunningJob(id=9, pausable=True),
+    ]
     d = place(snap([], now=at, running=running, tariff=night_tariff()))
     assert [p.job_id for p in d.pauses] == [7]
     assert d.pauses[0].resume_at == datetime(2026, 12, 2, 22, 0)
@@ -477,9 +586,13 @@ def test_ten_thousand_pending_jobs_all_get_a_reason():
 def test_bench_scale_quick_smoke(tmp_path):
     """`python -m nightshift.evals.bench_scale --quick` runs end to end and writes its CSV."""
     out = tmp_path / "scale.csv"
-    proc = subprocess.run([sys.executable, "-m", "nightshift.evals.bench_scale", "--quick",
-                           "--csv", str(out)], cwd=REPO, capture_output=True, text=True,
-                          timeout=280)
+    proc = subprocess.run(
+        [sys.executable, "-m", "nightshift.evals.bench_scale", "--quick", "--csv", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "nightshift scale" in proc.stdout
     rows = list(csv.DictReader(out.open()))

@@ -71,6 +71,7 @@ principals:
 
 # --- the shipped default ------------------------------------------------------------------------
 
+
 def test_default_policy_ships_as_package_data(engine: PolicyEngine) -> None:
     """`load_policy(None)` must find default.yaml through importlib.resources in any install."""
     pol = engine.policy
@@ -85,7 +86,11 @@ def test_default_agent_launches_but_destroy_needs_approval(engine: PolicyEngine)
     assert (v.decision, v.rule) == ("allow", "roles.agent")
     v = engine.evaluate("agent", DESTROY, {"job_id": 3})
     assert (v.decision, v.rule, v.quorum, v.expires_min) == (
-        "needs_approval", "destroy-needs-confirmation", 1, 60)
+        "needs_approval",
+        "destroy-needs-confirmation",
+        1,
+        60,
+    )
     assert "destroy-needs-confirmation" in v.reasons[0]
     assert "role agent may use destroy skills only with approval" in v.reasons[1]
 
@@ -117,12 +122,21 @@ def test_default_system_never_destroys(engine: PolicyEngine) -> None:
 
 # --- principals and roles -----------------------------------------------------------------------
 
+
 def test_channel_and_os_mappings_resolve_to_named_principal(tmp_path: Path) -> None:
     """A Slack, WeChat or OS identity mapped to a principal is that principal (roles and name)."""
-    eng = PolicyEngine(load_policy(write(tmp_path, MINIMAL + """\
+    eng = PolicyEngine(
+        load_policy(
+            write(
+                tmp_path,
+                MINIMAL
+                + """\
   alice: {kind: user, os_user: alice, slack_id: U1, wechat_id: w.alice, roles: [operator]}
 local_users: [carol]
-""")))
+""",
+            )
+        )
+    )
     for ident in ("alice", "os:alice", "slack:U1", "wechat:w.alice"):
         assert eng.resolve(ident)[0] == "alice"
         assert eng.evaluate(ident, LAUNCH, {}).decision == "allow"
@@ -133,7 +147,11 @@ local_users: [carol]
 
 def test_role_skill_globs_and_with_approval(tmp_path: Path) -> None:
     """Roles narrow by skill-name globs; `with_approval` alone yields an approval, not a deny."""
-    eng = PolicyEngine(load_policy(write(tmp_path, """\
+    eng = PolicyEngine(
+        load_policy(
+            write(
+                tmp_path,
+                """\
 roles:
   bot:
     capabilities: [read, launch]
@@ -146,11 +164,18 @@ roles:
 principals:
   bot: {kind: agent, roles: [bot]}
 local_user_principal: null
-""")))
+""",
+            )
+        )
+    )
     assert eng.evaluate("bot", LAUNCH, {}).decision == "allow"
     v = eng.evaluate("bot", DESTROY, {})
     assert (v.decision, v.rule, v.quorum, v.expires_min) == (
-        "needs_approval", "roles.bot.with_approval", 2, 15)
+        "needs_approval",
+        "roles.bot.with_approval",
+        2,
+        15,
+    )
     assert eng.evaluate("bot", MODIFY, {}).rule == "grants"
     other = make_skill("other_launch_for_policy_test", "launch")
     assert eng.evaluate("bot", other, {}).rule == "grants"
@@ -158,6 +183,7 @@ local_user_principal: null
 
 
 # --- limits -------------------------------------------------------------------------------------
+
 
 def test_gpu_limit_judges_what_each_launch_claims(engine: PolicyEngine) -> None:
     """Every launch a call claims is held to the limit, and the reason names which one asks."""
@@ -171,8 +197,12 @@ def test_gpu_limit_judges_what_each_launch_claims(engine: PolicyEngine) -> None:
 
 def test_image_globs(engine: PolicyEngine) -> None:
     """Images must match an allowed glob; docker.io prefixes and digests normalise."""
-    for ok in ("pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime", "nvcr.io/nvidia/pytorch:24.05-py3",
-               "docker.io/library/python:3.11", "pytorch/pytorch@sha256:abc"):
+    for ok in (
+        "pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime",
+        "nvcr.io/nvidia/pytorch:24.05-py3",
+        "docker.io/library/python:3.11",
+        "pytorch/pytorch@sha256:abc",
+    ):
         assert engine.evaluate("agent", LAUNCH, {}, launch(image=ok)).decision == "allow", ok
     v = engine.evaluate("agent", LAUNCH, {}, launch(where="spec", image="evil/miner:latest"))
     assert (v.decision, v.rule) == ("deny", "limits.allowed_images")
@@ -181,17 +211,26 @@ def test_image_globs(engine: PolicyEngine) -> None:
     assert not image_allowed("pytorch/pytorch-evil:1", ["pytorch/pytorch:*"])
 
 
-def test_mount_roots_expand_and_block_escapes(tmp_path: Path, home: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_mount_roots_expand_and_block_escapes(
+    tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Mount roots expand `~` and `$NIGHTSHIFT_HOME`; `..` and symlinks cannot escape them."""
     monkeypatch.setenv("HOME", str(tmp_path / "user"))
     (tmp_path / "user" / "data").mkdir(parents=True)
     (tmp_path / "outside").mkdir()
     (tmp_path / "user" / "link").symlink_to(tmp_path / "outside")
-    eng = PolicyEngine(load_policy(write(tmp_path, MINIMAL + """\
+    eng = PolicyEngine(
+        load_policy(
+            write(
+                tmp_path,
+                MINIMAL
+                + """\
 limits:
   allowed_mount_roots: ["~", "$NIGHTSHIFT_HOME/datasets"]
-""")))
+""",
+            )
+        )
+    )
     allowed = ["~/data", f"{home}/datasets/mnist", str(tmp_path / "user")]
     assert eng.evaluate("alice", LAUNCH, {}, launch(mounts=allowed)).decision == "allow"
     for bad in (f"{tmp_path}/outside", "~/../outside", "~/link", f"{home}/other"):
@@ -228,7 +267,9 @@ def test_limits_apply_to_local_users_too(engine: PolicyEngine) -> None:
 
 # --- approval rules -----------------------------------------------------------------------------
 
-RULES = MINIMAL + """\
+RULES = (
+    MINIMAL
+    + """\
 approvals:
   - id: destroy-any
     capabilities: [destroy]
@@ -242,6 +283,7 @@ approvals:
     when: ["args.gpus > 4", "args.queue in [prod, shared]"]
     expires_min: null
 """
+)
 
 
 def test_approval_rules_match_conditions_and_largest_quorum_wins(tmp_path: Path) -> None:
@@ -249,7 +291,11 @@ def test_approval_rules_match_conditions_and_largest_quorum_wins(tmp_path: Path)
     eng = PolicyEngine(load_policy(write(tmp_path, RULES)))
     v = eng.evaluate("alice", DESTROY, {"job_priority": 7})
     assert (v.decision, v.rule, v.quorum, v.expires_min) == (
-        "needs_approval", "destroy-high-priority", 2, 120)
+        "needs_approval",
+        "destroy-high-priority",
+        2,
+        120,
+    )
     assert len(v.reasons) == 2
     assert eng.evaluate("alice", DESTROY, {"job_priority": 3}).rule == "destroy-any"
     assert eng.evaluate("alice", DESTROY, {"job_priority": "high"}).rule == "destroy-any"
@@ -273,17 +319,28 @@ def test_conditions_parse() -> None:
 
 # --- bad policy files ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text, field, line", [
-    (MINIMAL + "limits:\n  max_gpus_per_job: many\n", "limits.max_gpus_per_job", 7),
-    (MINIMAL + "  bob: {kind: robot, roles: [reader]}\n", "principals.bob.kind", 6),
-    (MINIMAL + "  bob:\n    kind: user\n    roles: [reader, admin]\n", "principals.bob.roles.1", 8),
-    (MINIMAL + "approvals:\n  - id: x\n    when: ['priority > 1']\n", "approvals.0.when", 8),
-    (MINIMAL + "approvals:\n  - id: x\n    capabilities: [delete]\n",
-     "approvals.0.capabilities.0", 8),
-    (MINIMAL + "approvals:\n  - {id: x}\n  - {id: x}\n", "approvals.1.id", 8),
-    (MINIMAL + "limitz: {}\n", "limitz", 6),
-    (MINIMAL + "default_role: guest\n", "default_role", 6),
-])
+
+@pytest.mark.parametrize(
+    "text, field, line",
+    [
+        (MINIMAL + "limits:\n  max_gpus_per_job: many\n", "limits.max_gpus_per_job", 7),
+        (MINIMAL + "  bob: {kind: robot, roles: [reader]}\n", "principals.bob.kind", 6),
+        (
+            MINIMAL + "  bob:\n    kind: user\n    roles: [reader, admin]\n",
+            "principals.bob.roles.1",
+            8,
+        ),
+        (MINIMAL + "approvals:\n  - id: x\n    when: ['priority > 1']\n", "approvals.0.when", 8),
+        (
+            MINIMAL + "approvals:\n  - id: x\n    capabilities: [delete]\n",
+            "approvals.0.capabilities.0",
+            8,
+        ),
+        (MINIMAL + "approvals:\n  - {id: x}\n  - {id: x}\n", "approvals.1.id", 8),
+        (MINIMAL + "limitz: {}\n", "limitz", 6),
+        (MINIMAL + "default_role: guest\n", "default_role", 6),
+    ],
+)
 def test_bad_policy_names_field_and_line(tmp_path: Path, text: str, field: str, line: int) -> None:
     """An operator's typo must point at the field and the line, not a traceback."""
     with pytest.raises(SpecError) as err:
@@ -303,22 +360,37 @@ def test_bad_policy_yaml_syntax_and_missing_file(tmp_path: Path) -> None:
 
 def test_engine_rejects_inconsistent_policy_built_in_code() -> None:
     """A Policy built in code gets the same cross-reference check as one loaded from a file."""
-    pol = Policy.model_validate({"roles": {"reader": {"capabilities": ["read"]}},
-                                 "principals": {"x": {"kind": "user", "roles": ["nope"]}},
-                                 "local_user_principal": None})
+    pol = Policy.model_validate(
+        {
+            "roles": {"reader": {"capabilities": ["read"]}},
+            "principals": {"x": {"kind": "user", "roles": ["nope"]}},
+            "local_user_principal": None,
+        }
+    )
     with pytest.raises(SpecError, match="principals.x.roles.0"):
         PolicyEngine(pol)
 
 
-def test_nightshift_home_expands_at_evaluation(tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nightshift_home_expands_at_evaluation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """$NIGHTSHIFT_HOME is read when a call is checked, so one engine follows the environment."""
-    eng = PolicyEngine(load_policy(write(tmp_path, MINIMAL + """\
+    eng = PolicyEngine(
+        load_policy(
+            write(
+                tmp_path,
+                MINIMAL
+                + """\
 limits: {allowed_mount_roots: ["$NIGHTSHIFT_HOME"]}
-""")))
+""",
+            )
+        )
+    )
     monkeypatch.setenv("NIGHTSHIFT_HOME", str(tmp_path / "h1"))
     assert eng.limits()["allowed_mount_roots"] == [os.path.realpath(tmp_path / "h1")]
-    assert eng.evaluate("alice", LAUNCH, {}, launch(mounts=[f"{tmp_path}/h1/x"])).decision == "allow"
+    assert (
+        eng.evaluate("alice", LAUNCH, {}, launch(mounts=[f"{tmp_path}/h1/x"])).decision == "allow"
+    )
     assert eng.evaluate("alice", LAUNCH, {}, launch(mounts=[f"{tmp_path}/h2/x"])).decision == "deny"
 
 
@@ -328,8 +400,10 @@ def test_limits_apply_to_a_spec_given_by_path(tmp_path):
     from nightshift.skills.base import get_skill
 
     spec = tmp_path / "s.yaml"
-    spec.write_text("name: big\ncommand: [python, t.py]\nresources: {gpus: 64}\n"
-                    "environment: {image: 'evil/miner:latest'}\n")
+    spec.write_text(
+        "name: big\ncommand: [python, t.py]\nresources: {gpus: 64}\n"
+        "environment: {image: 'evil/miner:latest'}\n"
+    )
     submit = get_skill("submit_job")
     inp = submit.parse({"spec_path": str(spec)})
     verdict = PolicyEngine().evaluate("agent", submit, {"spec_path": str(spec)}, inp.claims())

@@ -40,8 +40,10 @@ class Args(SkillInput):
     fail: bool = False
 
     def claims(self) -> Claims:
-        return Claims(launches=[Launch(where="args", gpus=self.gpus)],
-                      jobs=[self.job_id] if self.job_id is not None else [])
+        return Claims(
+            launches=[Launch(where="args", gpus=self.gpus)],
+            jobs=[self.job_id] if self.job_id is not None else [],
+        )
 
 
 class Odd(SkillInput):
@@ -88,11 +90,18 @@ class World:
         self.settings = Settings(home=str(home))
 
     def ctx(self, principal: str, call_id: str, now: datetime = T0) -> SkillContext:
-        return SkillContext(store=self.store, settings=self.settings, now=now, call_id=call_id,
-                            principal=principal, policy_limits=self.engine.limits())
+        return SkillContext(
+            store=self.store,
+            settings=self.settings,
+            now=now,
+            call_id=call_id,
+            principal=principal,
+            policy_limits=self.engine.limits(),
+        )
 
-    def call(self, principal: str, sk: Skill, args: dict, call_id: str = "c1",
-             now: datetime = T0, **kw):
+    def call(
+        self, principal: str, sk: Skill, args: dict, call_id: str = "c1", now: datetime = T0, **kw
+    ):
         return self.gate.call(self.ctx(principal, call_id, now), sk, args, **kw)
 
     def actions(self) -> list[str]:
@@ -125,8 +134,10 @@ def test_allowed_call_runs_and_is_audited(w: World) -> None:
     assert out == Done(skill="test_gate_launch", args={"gpus": 1, "job_id": 9})
     events = w.audit.events()
     assert [e.action for e in events] == ["policy.verdict", "skill.start", "skill.result"]
-    assert all((e.actor, e.call_id, e.job_id, e.skill) == ("agent", "c1", 9, "test_gate_launch")
-               for e in events)
+    assert all(
+        (e.actor, e.call_id, e.job_id, e.skill) == ("agent", "c1", 9, "test_gate_launch")
+        for e in events
+    )
     verdict = events[0].payload
     assert verdict["rule"] == "roles.agent"
     assert verdict["args"] == {"gpus": 1, "job_id": 9, "fail": False}  # canonical: defaults in
@@ -145,6 +156,7 @@ def test_bad_arguments_are_refused_before_any_verdict(w: World) -> None:
 
 def test_limits_judge_the_claims_not_argument_names(w: World) -> None:
     """A skill whose field is called `accelerators` still claims GPUs: the limit applies."""
+
     def odd(ctx: SkillContext, inp: Odd) -> Done:
         """Launches on many accelerators (test skill)."""
         RAN.append("odd")
@@ -188,8 +200,11 @@ def test_destroy_waits_for_another_principal_then_runs_once(w: World) -> None:
         w.call("agent", DESTROY, {"job_id": 4}, "c1")
     aid = info.value.approval_id
     appr = w.approvals.get(aid)
-    assert (appr.state, appr.requested_via, appr.expires_at) == ("pending", "api",
-                                                                 T0 + timedelta(minutes=60))
+    assert (appr.state, appr.requested_via, appr.expires_at) == (
+        "pending",
+        "api",
+        T0 + timedelta(minutes=60),
+    )
     claims = w.audit.events(action="policy.verdict")[0].payload["claims"]
     assert (claims["job_owners"], claims["max_job_priority"]) == (["bob"], 7)
     with pytest.raises(ApprovalRequired):  # still pending: asking again asks nobody new
@@ -250,11 +265,18 @@ def test_the_agent_never_confirms_for_itself(w: World) -> None:
 
 
 def test_two_person_rule_needs_others_even_at_a_terminal(home: Path) -> None:
-    data = yaml.safe_load(Path(load_policy.__code__.co_filename).with_name("default.yaml")
-                          .read_text())
-    data["approvals"].append({"id": "two-person", "capabilities": ["destroy"],
-                              "when": ["claims.max_job_priority >= 5"], "quorum": 2,
-                              "from_others": True})
+    data = yaml.safe_load(
+        Path(load_policy.__code__.co_filename).with_name("default.yaml").read_text()
+    )
+    data["approvals"].append(
+        {
+            "id": "two-person",
+            "capabilities": ["destroy"],
+            "when": ["claims.max_job_priority >= 5"],
+            "quorum": 2,
+            "from_others": True,
+        }
+    )
     RAN.clear()
     w = World(home, Policy.model_validate(data))
     with w.store.session() as s:
@@ -277,8 +299,9 @@ def test_an_approval_is_not_spent_on_a_changed_spec_file(w: World, tmp_path: Pat
 
     spec = tmp_path / "spec.yaml"
     spec.write_text("name: s\ncommand: [python, train.py]\n")
-    policy = yaml.safe_load(Path(load_policy.__code__.co_filename).with_name("default.yaml")
-                            .read_text())
+    policy = yaml.safe_load(
+        Path(load_policy.__code__.co_filename).with_name("default.yaml").read_text()
+    )
     policy["approvals"].append({"id": "launch-ok", "capabilities": ["launch"], "quorum": 1})
     w2 = World(tmp_path / "h", Policy.model_validate(policy))
     submit = BUILTINS["submit_job"]

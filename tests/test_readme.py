@@ -16,13 +16,19 @@ def test_config_example_loads(home):
     (home / "config.yaml").write_text("gpu:" + block)
     settings = load_settings()
     assert settings.tariff is not None and [w.name for w in settings.tariff.windows] == [
-        "valley", "shoulder", "peak"]
+        "valley",
+        "shoulder",
+        "peak",
+    ]
     assert settings.scheduler.preempt_margin == 5
 
 
 def test_ci_runs_the_readme_test_command():
     """`.ci/run` ends with the README's second command, character for character."""
-    test_cmd = next(line for line in README.splitlines()
-                    if line.startswith("python3 -m venv") and "pytest" in line)
+    test_cmd = next(
+        line
+        for line in README.splitlines()
+        if line.startswith("python3 -m venv") and "pytest" in line
+    )
     ci_lines = [line for line in (REPO / ".ci" / "run").read_text().splitlines() if line.strip()]
     assert ci_lines[-1] == test_cmd

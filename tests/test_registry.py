@@ -15,8 +15,17 @@ from nightshift.skills.base import CAPABILITIES, registry, skill
 
 from conftest import nightshift
 
-BUILTINS = {"gpu_health_check", "config_validator", "auto_resume", "launch_container", "submit_job",
-            "list_jobs", "cancel_job", "resume_job", "diagnose_failure"}
+BUILTINS = {
+    "gpu_health_check",
+    "config_validator",
+    "auto_resume",
+    "launch_container",
+    "submit_job",
+    "list_jobs",
+    "cancel_job",
+    "resume_job",
+    "diagnose_failure",
+}
 
 
 def test_builtins_are_registered_with_a_capability():
@@ -50,13 +59,17 @@ class In(BaseModel):
 def test_malformed_skills_are_refused_at_definition():
     """A skill without models or a docstring never registers."""
     with pytest.raises(TypeError, match="docstring"):
+
         @skill("test_nodoc", capability="read")
         def nodoc(ctx, inp: In) -> In:
             return inp
+
     with pytest.raises(TypeError, match="pydantic"):
+
         @skill("test_nomodel", capability="read")
         def nomodel(ctx, inp: dict) -> In:
             """Doc."""
+
     with pytest.raises(ValueError, match="capability"):
         skill("test_badcap", capability="delete")  # type: ignore[arg-type]
 
@@ -72,7 +85,8 @@ def install_skill(tmp_path, monkeypatch, module: str, name: str, capability: str
         f"@skill({name!r}, capability={capability!r})\n"
         "def run(ctx, inp: In) -> Out:\n"
         "    '''A third-party example skill.'''\n"
-        "    return Out(greeting=f'hello {inp.arg}')\n")
+        "    return Out(greeting=f'hello {inp.arg}')\n"
+    )
     dist = tmp_path / f"{module}-0.1.dist-info"
     dist.mkdir()
     dist_name = module.replace("_", "-")

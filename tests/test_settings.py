@@ -23,9 +23,13 @@ from nightshift.runtime.errors import ConfigError
 
 # What the executors and the example put in a child's environment: NIGHTSHIFT_*, not settings.
 NOT_SETTINGS = {
-    "NIGHTSHIFT_RUN_KEY": "job-1-a1", "NIGHTSHIFT_ATTEMPT_KEY": "job-1-a1",
-    "NIGHTSHIFT_ATTEMPT_ID": "abc", "NIGHTSHIFT_JOB_ID": "7", "NIGHTSHIFT_ATTEMPT": "2",
-    "NIGHTSHIFT_FAULT_CRASH_AT_STEP": "140", "NIGHTSHIFT_EXAMPLE_STEP_SLEEP_S": "0.01",
+    "NIGHTSHIFT_RUN_KEY": "job-1-a1",
+    "NIGHTSHIFT_ATTEMPT_KEY": "job-1-a1",
+    "NIGHTSHIFT_ATTEMPT_ID": "abc",
+    "NIGHTSHIFT_JOB_ID": "7",
+    "NIGHTSHIFT_ATTEMPT": "2",
+    "NIGHTSHIFT_FAULT_CRASH_AT_STEP": "140",
+    "NIGHTSHIFT_EXAMPLE_STEP_SLEEP_S": "0.01",
     "NIGHTSHIFT_FAULT__CRASH": "1",  # a "section" that is none
     "NIGHTSHIFT_LOOP__NO_SUCH_KEY": "[not json",  # an unknown key of a real section
 }
@@ -55,13 +59,18 @@ def test_defaults_with_no_file_and_no_environment(bare):
 
 
 def test_env_beats_file_beats_default(bare, monkeypatch):
-    cfg = write(bare, "loop:\n  poll_interval_s: 0.3\n  cpu_slots: 2\nstore:\n  busy_timeout_s: 5\n")
+    cfg = write(
+        bare, "loop:\n  poll_interval_s: 0.3\n  cpu_slots: 2\nstore:\n  busy_timeout_s: 5\n"
+    )
     monkeypatch.setenv("NIGHTSHIFT_LOOP__POLL_INTERVAL_S", "0.2")
     settings, sources = load_settings_with_sources()
     assert settings.loop == LoopSettings(poll_interval_s=0.2, cpu_slots=2)  # env, file, default
     assert settings.store.busy_timeout_s == 5.0
-    assert sources == {"loop.poll_interval_s": "env NIGHTSHIFT_LOOP__POLL_INTERVAL_S",
-                       "loop.cpu_slots": str(cfg), "store.busy_timeout_s": str(cfg)}
+    assert sources == {
+        "loop.poll_interval_s": "env NIGHTSHIFT_LOOP__POLL_INTERVAL_S",
+        "loop.cpu_slots": str(cfg),
+        "store.busy_timeout_s": str(cfg),
+    }
 
 
 def test_an_explicit_file_replaces_the_home_one(bare, tmp_path):
@@ -80,7 +89,9 @@ def test_nested_delimiter_and_scalar_coercion(bare, monkeypatch):
     monkeypatch.setenv("NIGHTSHIFT_GPU__PROBE", "none")
     settings = load_settings()
     assert settings.loop.poll_interval_s == 0.2 and isinstance(settings.loop.poll_interval_s, float)
-    assert settings.scheduler.preempt_margin == 2 and isinstance(settings.scheduler.preempt_margin, int)
+    assert settings.scheduler.preempt_margin == 2 and isinstance(
+        settings.scheduler.preempt_margin, int
+    )
     assert settings.retry.base_s == 1.0 and settings.retry.factor == 2.0  # the rest stays default
     assert settings.executor.pids_limit is None
     assert settings.gpu.probe == "none"
@@ -89,10 +100,14 @@ def test_nested_delimiter_and_scalar_coercion(bare, monkeypatch):
 def test_complex_values_are_json(bare, monkeypatch):
     monkeypatch.setenv("NIGHTSHIFT_RETRY", '{"factor": 3, "cap_s": 60}')
     monkeypatch.setenv("NIGHTSHIFT_RETRY__BASE_S", "2")
-    monkeypatch.setenv("NIGHTSHIFT_TARIFF", '{"timezone": "Europe/Berlin", "currency": "EUR", '
-                                            '"default_price_per_kwh": 0.3}')
-    monkeypatch.setenv("NIGHTSHIFT_TARIFF__WINDOWS", '[{"name": "night", "start": "23:00", '
-                                                     '"end": "07:00", "price_per_kwh": 0.1}]')
+    monkeypatch.setenv(
+        "NIGHTSHIFT_TARIFF",
+        '{"timezone": "Europe/Berlin", "currency": "EUR", "default_price_per_kwh": 0.3}',
+    )
+    monkeypatch.setenv(
+        "NIGHTSHIFT_TARIFF__WINDOWS",
+        '[{"name": "night", "start": "23:00", "end": "07:00", "price_per_kwh": 0.1}]',
+    )
     settings, sources = load_settings_with_sources()
     assert (settings.retry.base_s, settings.retry.factor, settings.retry.cap_s) == (2.0, 3.0, 60.0)
     assert settings.tariff is not None and [w.name for w in settings.tariff.windows] == ["night"]
@@ -154,22 +169,38 @@ def test_a_bad_env_value_names_the_field_and_the_variable(bare, monkeypatch):
     monkeypatch.setenv("NIGHTSHIFT_LOOP__POLL_INTERVAL_S", "fast")
     with pytest.raises(ConfigError) as err:
         load_settings()
-    assert str(err.value) == ("config field loop.poll_interval_s: Input should be a valid number, "
-                              "unable to parse string as a number "
-                              "(from env NIGHTSHIFT_LOOP__POLL_INTERVAL_S)")
+    assert str(err.value) == (
+        "config field loop.poll_interval_s: Input should be a valid number, "
+        "unable to parse string as a number "
+        "(from env NIGHTSHIFT_LOOP__POLL_INTERVAL_S)"
+    )
 
 
-@pytest.mark.parametrize(("key", "value", "message"), [
-    ("NIGHTSHIFT_LOOP__CPU_SLOTS", "0", "config field loop.cpu_slots: Input should be greater than "
-                                        "or equal to 1 (from env NIGHTSHIFT_LOOP__CPU_SLOTS)"),
-    ("NIGHTSHIFT_GPU__PROBE", "gpu", "config field gpu.probe: Input should be 'auto', "),
-    ("NIGHTSHIFT_LOOP", "{not json", "config field loop: not valid JSON ("),
-    ("NIGHTSHIFT_TARIFF__WINDOWS", "[1,", "config field tariff: not valid JSON ("),
-    ("NIGHTSHIFT_TARIFF__CURRENCY", "EUR", "config field tariff.timezone: Field required "
-                                           "(from env NIGHTSHIFT_TARIFF__CURRENCY)"),
-    ("NIGHTSHIFT_RETRY", '{"jitter_frac": 2}', "config field retry.jitter_frac: Input should be "
-                                               "less than or equal to 1 (from env NIGHTSHIFT_RETRY)"),
-])
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        (
+            "NIGHTSHIFT_LOOP__CPU_SLOTS",
+            "0",
+            "config field loop.cpu_slots: Input should be greater than "
+            "or equal to 1 (from env NIGHTSHIFT_LOOP__CPU_SLOTS)",
+        ),
+        ("NIGHTSHIFT_GPU__PROBE", "gpu", "config field gpu.probe: Input should be 'auto', "),
+        ("NIGHTSHIFT_LOOP", "{not json", "config field loop: not valid JSON ("),
+        ("NIGHTSHIFT_TARIFF__WINDOWS", "[1,", "config field tariff: not valid JSON ("),
+        (
+            "NIGHTSHIFT_TARIFF__CURRENCY",
+            "EUR",
+            "config field tariff.timezone: Field required (from env NIGHTSHIFT_TARIFF__CURRENCY)",
+        ),
+        (
+            "NIGHTSHIFT_RETRY",
+            '{"jitter_frac": 2}',
+            "config field retry.jitter_frac: Input should be "
+            "less than or equal to 1 (from env NIGHTSHIFT_RETRY)",
+        ),
+    ],
+)
 def test_bad_env_values_are_config_errors(bare, monkeypatch, key, value, message):
     monkeypatch.setenv(key, value)
     with pytest.raises(ConfigError) as err:
@@ -186,14 +217,17 @@ def test_a_bad_file_value_names_the_field_and_the_file(bare):
     assert str(err.value).endswith(f"(from {cfg})")
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("loop: [1\n", "not valid YAML at line 2, column 1: expected ',' or ']'"),
-    ("a: b: c\n", "not valid YAML at line 1, column 5: mapping values are not allowed here"),
-    ("- loop\n", "expected a mapping of sections"),
-    ("just text\n", "expected a mapping of sections"),
-    ("1: 2\n", "expected a mapping of sections"),
-    ("home: /elsewhere\n", "'home' cannot be set in the config file"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("loop: [1\n", "not valid YAML at line 2, column 1: expected ',' or ']'"),
+        ("a: b: c\n", "not valid YAML at line 1, column 5: mapping values are not allowed here"),
+        ("- loop\n", "expected a mapping of sections"),
+        ("just text\n", "expected a mapping of sections"),
+        ("1: 2\n", "expected a mapping of sections"),
+        ("home: /elsewhere\n", "'home' cannot be set in the config file"),
+    ],
+)
 def test_a_bad_config_file_is_a_config_error_naming_it(bare, text, message):
     cfg = write(bare, text)
     with pytest.raises(ConfigError) as err:
@@ -203,8 +237,11 @@ def test_a_bad_config_file_is_a_config_error_naming_it(bare, text, message):
 
 def test_a_section_that_is_not_a_mapping(bare):
     cfg = write(bare, "loop: 5\n")
-    with pytest.raises(ConfigError, match=rf"^config field loop: Input should be a valid "
-                                          rf"dictionary.*\(from {cfg}\)$"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"^config field loop: Input should be a valid "
+        rf"dictionary.*\(from {cfg}\)$",
+    ):
         load_settings()
 
 
@@ -227,13 +264,20 @@ def test_a_missing_explicit_file(bare, tmp_path):
 
 
 # A value the environment can hold: no NUL, no lone surrogate.
-ENV_TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
-                   max_size=40)
-ENV_VALUES = st.one_of(ENV_TEXT, st.floats().map(repr), st.integers().map(str),
-                       st.sampled_from(["null", "~", "1e400", "-0", " 0.5 ", "nan", "1_0", "0x10"]))
+ENV_TEXT = st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40
+)
+ENV_VALUES = st.one_of(
+    ENV_TEXT,
+    st.floats().map(repr),
+    st.integers().map(str),
+    st.sampled_from(["null", "~", "1e400", "-0", " 0.5 ", "nan", "1_0", "0x10"]),
+)
 
 
-@hsettings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@hsettings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(value=ENV_VALUES)
 def test_any_env_value_for_a_float_is_a_float_or_a_config_error(bare, value):
     with mock.patch.dict(os.environ, {"NIGHTSHIFT_LOOP__POLL_INTERVAL_S": value}):
@@ -246,10 +290,20 @@ def test_any_env_value_for_a_float_is_a_float_or_a_config_error(bare, value):
             assert isinstance(settings.loop.poll_interval_s, float)
 
 
-@hsettings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(key=st.sampled_from(["NIGHTSHIFT_STORE__BUSY_TIMEOUT_S", "NIGHTSHIFT_RETRY",
-                            "NIGHTSHIFT_TARIFF__WINDOWS", "NIGHTSHIFT_SCHEDULER__PREEMPT_MARGIN"]),
-       value=ENV_VALUES)
+@hsettings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    key=st.sampled_from(
+        [
+            "NIGHTSHIFT_STORE__BUSY_TIMEOUT_S",
+            "NIGHTSHIFT_RETRY",
+            "NIGHTSHIFT_TARIFF__WINDOWS",
+            "NIGHTSHIFT_SCHEDULER__PREEMPT_MARGIN",
+        ]
+    ),
+    value=ENV_VALUES,
+)
 def test_any_env_value_is_a_setting_or_a_config_error(bare, key, value):
     with mock.patch.dict(os.environ, {key: value}):
         try:

@@ -54,11 +54,18 @@ def test_simulator_calls_the_daemons_place_function(monkeypatch):
 def test_same_seed_gives_identical_results():
     """Two runs with one seed agree to the last job; another seed samples another window."""
     a, b = quick_setups(), quick_setups()
-    assert [s.window for s in a] == [s.window for s in b] and [s.hosts for s in a] == [s.hosts for s in b]
+    assert [s.window for s in a] == [s.window for s in b] and [s.hosts for s in a] == [
+        s.hosts for s in b
+    ]
     for sa, sb in zip(a, b, strict=True):
-        ra, rb = S.simulate(sa, "nightshift"), S.simulate(sb, "nightshift")  # tariff, health, pauses
+        ra, rb = (
+            S.simulate(sa, "nightshift"),
+            S.simulate(sb, "nightshift"),
+        )  # tariff, health, pauses
         assert ra.metrics.pop("wall_s") and rb.metrics.pop("wall_s")
-        assert ra.metrics == rb.metrics and ra.first_start == rb.first_start and ra.queue == rb.queue
+        assert (
+            ra.metrics == rb.metrics and ra.first_start == rb.first_start and ra.queue == rb.queue
+        )
     for name in S.TRACES:
         trace = S.load_trace(name)
         assert S.pick_window(trace, 1.0, 1) != S.pick_window(trace, 1.0, 0)
@@ -132,7 +139,13 @@ def test_philly_trace_parses_with_its_units(philly):
     assert all(float(r["gpu_time"]) == float(r["duration"]) * int(r["num_gpus"]) for r in rows)
     assert [r["timestamp"] for r in rows] != sorted(r["timestamp"] for r in rows)
     counts = Counter(j.gpus for j in philly.jobs)
-    assert (counts[1], counts[2], counts[4], counts[8], counts[16]) == (76627, 1818, 1870, 1643, 199)
+    assert (counts[1], counts[2], counts[4], counts[8], counts[16]) == (
+        76627,
+        1818,
+        1870,
+        1643,
+        199,
+    )
     durations = sorted(j.duration_s for j in philly.jobs)
     assert durations[0] == 1.0 and durations[-1] == 4_628_226.0
     assert durations[len(durations) // 2] == 1144.0  # the median SOURCES.md gives, in seconds
@@ -154,15 +167,19 @@ def test_alibaba_trace_parses_censored_and_never_started_pods(alibaba):
     assert end == 12_902_960
     censored = [j for j in alibaba.jobs if j.censored]
     assert censored and all(int(rows[j.id]["deletion_time"]) == end for j in censored)
-    assert len(censored) == sum(1 for r in rows.values() if r["num_gpu"] != "0"
-                                and r["scheduled_time"] and int(r["deletion_time"]) == end)
+    assert len(censored) == sum(
+        1
+        for r in rows.values()
+        if r["num_gpu"] != "0" and r["scheduled_time"] and int(r["deletion_time"]) == end
+    )
     j = alibaba.jobs[0]
     r = rows[j.id]
     assert j.duration_s == int(r["deletion_time"]) - int(r["scheduled_time"])
     assert j.submit_s == int(r["creation_time"])
     shared = [j for j in alibaba.jobs if j.share < 1.0]
-    assert shared and all(j.gpus == 1 and j.share * 1000 == int(rows[j.id]["gpu_milli"])
-                          for j in shared)
+    assert shared and all(
+        j.gpus == 1 and j.share * 1000 == int(rows[j.id]["gpu_milli"]) for j in shared
+    )
     assert {j.priority for j in alibaba.jobs} == {0, 1, 2}
     assert alibaba.host_sizes is not None and len(alibaba.host_sizes) == 1213
     assert sum(alibaba.host_sizes) == 6212
@@ -188,10 +205,16 @@ def test_energy_cost_is_the_tariffs_energy_cost():
     """The simulator's prefix-sum pricing agrees with Tariff.energy_cost, segment by segment."""
     origin = datetime(2023, 7, 3)
     tar = S.tariff()
-    segments = [(3600.0 * 5, 3600.0 * 30.5, 2.0), (100.0, 200.0, 0.5), (7 * 86400.0, 9 * 86400.0, 8)]
+    segments = [
+        (3600.0 * 5, 3600.0 * 30.5, 2.0),
+        (100.0, 200.0, 0.5),
+        (7 * 86400.0, 9 * 86400.0, 8),
+    ]
     kwh, cost = S._energy(segments, 300.0, origin)
-    want = sum(g * tar.energy_cost(origin + timedelta(seconds=a), origin + timedelta(seconds=b), 300.0)
-               for a, b, g in segments)
+    want = sum(
+        g * tar.energy_cost(origin + timedelta(seconds=a), origin + timedelta(seconds=b), 300.0)
+        for a, b, g in segments
+    )
     assert math.isclose(cost, want, rel_tol=1e-9)
     assert math.isclose(kwh, sum(g * (b - a) for a, b, g in segments) * 0.3 / 3600)
 
@@ -205,7 +228,9 @@ def test_simulation_tariff_answers_cheap_periods_like_the_tariff():
         t = datetime(2017, 9, 4) + timedelta(seconds=rnd.uniform(0, 200 * 86400))
         threshold = rnd.choice([0.10, 0.20, 0.35])
         horizon = timedelta(hours=rnd.choice([1, 24, 168, 500]))
-        assert fast.cheap_periods(t, threshold, horizon) == plain.cheap_periods(t, threshold, horizon)
+        assert fast.cheap_periods(t, threshold, horizon) == plain.cheap_periods(
+            t, threshold, horizon
+        )
 
 
 def test_seeded_rules_mark_the_documented_fractions(philly):
@@ -224,7 +249,8 @@ def test_quick_run_writes_csv_and_plots(tmp_path):
     with open(tmp_path / "simulate.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert {(r["trace"], r["policy"]) for r in rows} == {
-        (t, p) for t in S.TRACES for p in S.POLICIES}
+        (t, p) for t in S.TRACES for p in S.POLICIES
+    }
     for r in rows:
         assert int(r["unfinished"]) == 0 and 0 < float(r["util"]) <= 1
         assert float(r["cost"]) >= float(r["cost_lower_bound"]) > 0

@@ -40,8 +40,9 @@ def revisions(db: Path) -> list[str]:
 
 
 def ddl(db: Path) -> dict[str, str]:
-    return dict(sqlite3.connect(db).execute(
-        "select name, sql from sqlite_master where sql is not null"))
+    return dict(
+        sqlite3.connect(db).execute("select name, sql from sqlite_master where sql is not null")
+    )
 
 
 def dump(db: Path) -> list[str]:
@@ -52,23 +53,37 @@ def dump(db: Path) -> list[str]:
         con.close()
 
 
-def schema_differences(store: Store, metadata: MetaData = SQLModel.metadata, *,
-                       server_defaults: bool = True) -> list:
+def schema_differences(
+    store: Store, metadata: MetaData = SQLModel.metadata, *, server_defaults: bool = True
+) -> list:
     """What autogenerate would write to bring the store to `metadata` (alembic_version aside)."""
     with store.engine.connect() as conn:
-        ctx = MigrationContext.configure(conn, opts={
-            "compare_type": True, "compare_server_default": server_defaults,
-            "include_name": lambda name, kind, _parent: not (kind == "table"
-                                                             and name == "alembic_version")})
+        ctx = MigrationContext.configure(
+            conn,
+            opts={
+                "compare_type": True,
+                "compare_server_default": server_defaults,
+                "include_name": lambda name, kind, _parent: (
+                    not (kind == "table" and name == "alembic_version")
+                ),
+            },
+        )
         return compare_metadata(ctx, metadata)
 
 
 def run_py(code: str, *args: str, **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", code, *args], cwd=REPO, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        cwd=REPO,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        **kw,
+    )
 
 
 # The migrations ------------------------------------------------------------------------------
+
 
 def test_head_names_the_newest_revision():
     """The fast path compares against HEAD without loading Alembic, so HEAD must be the head."""
@@ -101,20 +116,39 @@ def test_a_store_made_by_the_previous_release_is_upgraded_in_place(tmp_path):
     assert revisions(db) == [HEAD]
     with store.session() as s:
         job = s.get(Job, 1)
-        assert (job.name, job.state, job.owner, job.params) == ("prev-release-job", "failed",
-                                                                "alice", {"lr": 0.1})
+        assert (job.name, job.state, job.owner, job.params) == (
+            "prev-release-job",
+            "failed",
+            "alice",
+            {"lr": 0.1},
+        )
         attempt = s.get(Attempt, 1)
-        assert (attempt.job_id, attempt.exit_code, attempt.metrics_cursor,
-                attempt.first_bad_step) == (1, 1, {"jsonl": 123}, 41)
+        assert (
+            attempt.job_id,
+            attempt.exit_code,
+            attempt.metrics_cursor,
+            attempt.first_bad_step,
+        ) == (1, 1, {"jsonl": 123}, 41)
         approval = s.get(Approval, 1)
-        assert (approval.call_id, approval.state, approval.args) == ("call-prev-1", "pending",
-                                                                     {"job_id": 1})
+        assert (approval.call_id, approval.state, approval.args) == (
+            "call-prev-1",
+            "pending",
+            {"job_id": 1},
+        )
         assert (approval.files, approval.requested_via) == ({}, "api")
-        assert (approval.result, approval.error, approval.executed_at, approval.claimed_by,
-                approval.claimed_at) == (None, None, None, None, None)
+        assert (
+            approval.result,
+            approval.error,
+            approval.executed_at,
+            approval.claimed_by,
+            approval.claimed_at,
+        ) == (None, None, None, None, None)
         event = s.get(AuditEvent, 1)
-        assert (event.actor, event.action, event.payload) == ("alice", "submit",
-                                                              {"name": "prev-release-job"})
+        assert (event.actor, event.action, event.payload) == (
+            "alice",
+            "submit",
+            {"name": "prev-release-job"},
+        )
     assert store.get_kv("kill_switch") == '{"by": "alice", "reason": "fixture"}'
     fresh = tmp_path / "fresh.db"
     Store(url(fresh))
@@ -123,9 +157,19 @@ def test_a_store_made_by_the_previous_release_is_upgraded_in_place(tmp_path):
 
     # The new columns are written and read back.
     with store.session() as s:
-        s.add(Approval(call_id="call-new", skill="retry_job", requester="bob", rule="r",
-                       state="executed", result={"ok": True}, files={"a.yaml": "x"},
-                       requested_via="cli", claimed_by="pid 7"))
+        s.add(
+            Approval(
+                call_id="call-new",
+                skill="retry_job",
+                requester="bob",
+                rule="r",
+                state="executed",
+                result={"ok": True},
+                files={"a.yaml": "x"},
+                requested_via="cli",
+                claimed_by="pid 7",
+            )
+        )
     with store.session() as s:
         new = s.get(Approval, 2)
         assert (new.result, new.files, new.requested_via) == ({"ok": True}, {"a.yaml": "x"}, "cli")
@@ -142,21 +186,33 @@ def make_schema1_store(db: Path) -> None:
     """The tables as the create_all before schema 2 made them: attempt without metrics_cursor,
     evidence and first_bad_step, and keyvalue schema_version "1"."""
     old = sqlite3.connect(FIXTURE)
-    statements = [sql for (sql,) in old.execute(
-        "select sql from sqlite_master where sql is not null order by type = 'index'")]
+    statements = [
+        sql
+        for (sql,) in old.execute(
+            "select sql from sqlite_master where sql is not null order by type = 'index'"
+        )
+    ]
     con = sqlite3.connect(db)
     for sql in statements:
         if sql.startswith("CREATE TABLE attempt"):
-            sql = "\n".join(line for line in sql.splitlines() if line.strip().split(" ")[0]
-                            not in ("metrics_cursor", "evidence", "first_bad_step"))
+            sql = "\n".join(
+                line
+                for line in sql.splitlines()
+                if line.strip().split(" ")[0]
+                not in ("metrics_cursor", "evidence", "first_bad_step")
+            )
             assert "metrics_cursor" not in sql and "first_bad_step" not in sql
         con.execute(sql)
-    con.execute("insert into job (id, name, spec, params, state, priority, owner, max_attempts, "
-                "created_at, updated_at) values (1, 'old', '{}', '{}', 'succeeded', 0, 'carol', 3, "
-                "'2024-06-01 00:00:00', '2024-06-01 00:00:00')")
-    con.execute("insert into attempt (id, job_id, number, state, executor, handle, argv, params, "
-                "gpus, start_step, metrics_offset, started_at) values (1, 1, 1, 'exited', 'local',"
-                " '{}', '[]', '{}', '[]', 0, 0, '2024-06-01 00:00:00')")
+    con.execute(
+        "insert into job (id, name, spec, params, state, priority, owner, max_attempts, "
+        "created_at, updated_at) values (1, 'old', '{}', '{}', 'succeeded', 0, 'carol', 3, "
+        "'2024-06-01 00:00:00', '2024-06-01 00:00:00')"
+    )
+    con.execute(
+        "insert into attempt (id, job_id, number, state, executor, handle, argv, params, "
+        "gpus, start_step, metrics_offset, started_at) values (1, 1, 1, 'exited', 'local',"
+        " '{}', '[]', '{}', '[]', 0, 0, '2024-06-01 00:00:00')"
+    )
     con.execute("insert into keyvalue values ('schema_version', '1')")
     con.commit()
     con.close()
@@ -248,8 +304,9 @@ def test_processes_opening_one_store_at_once_all_succeed_with_one_schema(tmp_pat
     procs = [run_py(RACER, str(db), str(go), str(tmp_path / f"ready-{i}")) for i in range(n)]
     deadline = time.monotonic() + 120
     while len(list(tmp_path.glob("ready-*"))) < n:
-        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), \
-            [p.communicate()[0] for p in procs if p.poll() is not None]
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), [
+            p.communicate()[0] for p in procs if p.poll() is not None
+        ]
         time.sleep(0.01)
     go.touch()
     outs = [p.communicate(timeout=120)[0] for p in procs]

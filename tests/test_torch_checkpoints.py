@@ -27,8 +27,11 @@ def torch():
 
 @pytest.fixture
 def ctx(tmp_path) -> SkillContext:
-    return SkillContext(store=Store(f"sqlite:///{tmp_path}/s.db"), settings=Settings(home=str(tmp_path)),
-                        now=datetime(2026, 12, 2, 3, 0))
+    return SkillContext(
+        store=Store(f"sqlite:///{tmp_path}/s.db"),
+        settings=Settings(home=str(tmp_path)),
+        now=datetime(2026, 12, 2, 3, 0),
+    )
 
 
 def train_and_save(torch, path: Path, step: int, **extra) -> None:
@@ -42,8 +45,10 @@ def train_and_save(torch, path: Path, step: int, **extra) -> None:
         loss.backward()
         opt.step()
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "global_step": step,
-                **extra}, path)
+    torch.save(
+        {"model": model.state_dict(), "optimizer": opt.state_dict(), "global_step": step, **extra},
+        path,
+    )
 
 
 def test_plain_torch_files_newest_truncated_is_skipped(torch, ctx, tmp_path):
@@ -52,8 +57,15 @@ def test_plain_torch_files_newest_truncated_is_skipped(torch, ctx, tmp_path):
         train_and_save(torch, tmp_path / f"ckpt_{step}.pt", step)
     newest = tmp_path / "ckpt_300.pt"
     newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
-    r = auto_resume(ctx, {"checkpoint_dir": str(tmp_path), "command": ["python", "train.py"],
-                          "resume_arg": ["--resume", "{checkpoint}"], "current_step": 340})
+    r = auto_resume(
+        ctx,
+        {
+            "checkpoint_dir": str(tmp_path),
+            "command": ["python", "train.py"],
+            "resume_arg": ["--resume", "{checkpoint}"],
+            "current_step": 340,
+        },
+    )
     assert r.found and r.step == 200 and r.path.endswith("ckpt_200.pt")
     assert [Path(s.path).name for s in r.skipped] == ["ckpt_300.pt"]
     assert r.steps_to_recompute == 140
@@ -81,8 +93,14 @@ def test_lightning_layout(torch, ctx, tmp_path):
     """Lightning names carry the step; last.ckpt's step comes from the file itself."""
     train_and_save(torch, tmp_path / "epoch=0-step=500.ckpt", 500)
     train_and_save(torch, tmp_path / "last.ckpt", 900)
-    r = auto_resume(ctx, {"checkpoint_dir": str(tmp_path), "framework": "lightning",
-                          "command": ["python", "fit.py"]})
+    r = auto_resume(
+        ctx,
+        {
+            "checkpoint_dir": str(tmp_path),
+            "framework": "lightning",
+            "command": ["python", "fit.py"],
+        },
+    )
     assert r.found and r.step == 900 and r.path.endswith("last.ckpt")
     assert "--ckpt_path" in r.command
 
@@ -95,7 +113,9 @@ def test_huggingface_checkpoint_folders(torch, ctx, tmp_path):
         train_and_save(torch, d / "optimizer.pt", step)
         (d / "trainer_state.json").write_text(json.dumps({"global_step": step}))
     (tmp_path / "checkpoint-150").mkdir()  # the Trainer died while writing it
-    (tmp_path / "checkpoint-150" / "trainer_state.json").write_text(json.dumps({"global_step": 150}))
+    (tmp_path / "checkpoint-150" / "trainer_state.json").write_text(
+        json.dumps({"global_step": 150})
+    )
     r = auto_resume(ctx, {"checkpoint_dir": str(tmp_path), "command": ["python", "run_clm.py"]})
     assert r.found and r.step == 100 and r.path.endswith("checkpoint-100")
     assert r.command[-2:] == ["--resume_from_checkpoint", r.path]

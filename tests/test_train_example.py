@@ -22,16 +22,37 @@ REPO = Path(__file__).resolve().parents[1]
 TRAIN = REPO / "examples" / "train_numpy.py"
 
 
-def run(tmp_path: Path, *args: str, env: dict[str, str] | None = None, name: str = "run",
-        steps: int = 300) -> tuple[subprocess.CompletedProcess, Path, Path]:
+def run(
+    tmp_path: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    name: str = "run",
+    steps: int = 300,
+) -> tuple[subprocess.CompletedProcess, Path, Path]:
     """Run the example in its own folder; return the process, its checkpoint dir and metrics file."""
     folder = tmp_path / name
     ck, metrics = folder / "checkpoints", folder / "metrics.jsonl"
     clean = {k: v for k, v in os.environ.items() if not k.startswith("NIGHTSHIFT_FAULT_")}
     proc = subprocess.run(
-        [sys.executable, str(TRAIN), "--steps", str(steps), "--checkpoint-dir", str(ck),
-         "--checkpoint-every", "25", "--metrics-file", str(metrics), *args],
-        env={**clean, **(env or {})}, capture_output=True, text=True, timeout=60, check=False)
+        [
+            sys.executable,
+            str(TRAIN),
+            "--steps",
+            str(steps),
+            "--checkpoint-dir",
+            str(ck),
+            "--checkpoint-every",
+            "25",
+            "--metrics-file",
+            str(metrics),
+            *args,
+        ],
+        env={**clean, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     return proc, ck, metrics
 
 
@@ -66,8 +87,11 @@ def test_checkpoints_hold_the_whole_training_state(tmp_path):
     """Each checkpoint has weights, Adam m/v/t, step, loss, data RNG state and args; no temp file is left."""
     proc, ck, metrics = run(tmp_path, steps=60)
     assert proc.returncode == 0, proc.stderr
-    assert sorted(p.name for p in ck.iterdir()) == ["step_00000025.npz", "step_00000050.npz",
-                                                    "step_00000060.npz"]
+    assert sorted(p.name for p in ck.iterdir()) == [
+        "step_00000025.npz",
+        "step_00000050.npz",
+        "step_00000060.npz",
+    ]
     with np.load(ck / "step_00000050.npz", allow_pickle=False) as c:
         for k in ("W1", "b1", "W2", "b2"):
             assert c[f"adam_m_{k}"].shape == c[k].shape == c[f"adam_v_{k}"].shape
@@ -108,7 +132,9 @@ def test_crash_then_resume_matches_the_uninterrupted_run(tmp_path):
     assert max(losses(metrics)) == 139  # every finished step was logged before the sudden death
     assert max(p.name for p in ck.iterdir()) == "step_00000125.npz"
 
-    resumed, _, _ = run(tmp_path, "--resume", str(ck / "step_00000125.npz"), name="crashed", env=env)
+    resumed, _, _ = run(
+        tmp_path, "--resume", str(ck / "step_00000125.npz"), name="crashed", env=env
+    )
     assert resumed.returncode == 0, resumed.stderr  # a resumed run does not crash again
     assert "resumed from step 125" in resumed.stdout
     reference, got = losses(whole_m), records(metrics)
@@ -135,10 +161,22 @@ def test_oom_fault_only_above_the_batch_threshold(tmp_path):
     env = {"NIGHTSHIFT_FAULT_OOM_AT_STEP": "30", "NIGHTSHIFT_FAULT_OOM_ABOVE_BATCH": "16"}
     big, ck, _ = run(tmp_path, env=env, steps=50, name="big")
     assert big.returncode == 1
-    assert ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
-            "total capacity of 79.15 GiB of which 1.02 GiB is free") in big.stderr
-    small, _, metrics = run(tmp_path, "--micro-batch", "16", "--grad-accum", "2",
-                            "--resume", str(ck / "step_00000025.npz"), env=env, steps=50, name="big")
+    assert (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+        "total capacity of 79.15 GiB of which 1.02 GiB is free"
+    ) in big.stderr
+    small, _, metrics = run(
+        tmp_path,
+        "--micro-batch",
+        "16",
+        "--grad-accum",
+        "2",
+        "--resume",
+        str(ck / "step_00000025.npz"),
+        env=env,
+        steps=50,
+        name="big",
+    )
     assert small.returncode == 0, small.stderr
     args = json.loads(small.stdout.splitlines()[0].removeprefix("nightshift-args: "))
     assert args["micro_batch"] == 16 and args["grad_accum"] == 2
@@ -162,9 +200,13 @@ def test_hang_fault_stops_making_progress(tmp_path):
     folder = tmp_path / "hang"
     metrics = folder / "metrics.jsonl"
     clean = {k: v for k, v in os.environ.items() if not k.startswith("NIGHTSHIFT_FAULT_")}
-    proc = subprocess.Popen([sys.executable, str(TRAIN), "--steps", "50", "--metrics-file", str(metrics)],
-                            env={**clean, "NIGHTSHIFT_FAULT_HANG_AT_STEP": "10"},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(TRAIN), "--steps", "50", "--metrics-file", str(metrics)],
+        env={**clean, "NIGHTSHIFT_FAULT_HANG_AT_STEP": "10"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and not (metrics.exists() and len(records(metrics)) >= 9):
@@ -184,7 +226,14 @@ def test_quickstart_spec_loads_and_renders(tmp_path):
     assert spec.unfilled_placeholders() == set()
     assert spec.knobs.learning_rate == "lr" and spec.checkpoint.every_steps == 25
     assert spec.environment.env == {"NIGHTSHIFT_FAULT_CRASH_AT_STEP": "140"}
-    argv = spec.render(spec.parameters, {"python": sys.executable, "checkpoint_dir": "ck",
-                                         "metrics_file": "m.jsonl", "run_dir": str(tmp_path)})
+    argv = spec.render(
+        spec.parameters,
+        {
+            "python": sys.executable,
+            "checkpoint_dir": "ck",
+            "metrics_file": "m.jsonl",
+            "run_dir": str(tmp_path),
+        },
+    )
     assert argv[1] == "train_numpy.py" and (spec.run_dir() / argv[1]).is_file()
     assert argv[argv.index("--lr") + 1] == "0.01" and argv[argv.index("--steps") + 1] == "300"

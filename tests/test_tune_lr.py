@@ -32,8 +32,11 @@ EVERY_25 = list(range(25, 301, 25))
 
 @pytest.fixture
 def ctx(tmp_path) -> SkillContext:
-    return SkillContext(store=Store(f"sqlite:///{tmp_path}/s.db"),
-                        settings=Settings(home=str(tmp_path)), now=datetime(2026, 12, 2, 3, 0))
+    return SkillContext(
+        store=Store(f"sqlite:///{tmp_path}/s.db"),
+        settings=Settings(home=str(tmp_path)),
+        now=datetime(2026, 12, 2, 3, 0),
+    )
 
 
 def curve(name: str) -> list[dict]:
@@ -118,8 +121,10 @@ def test_a_checkpoint_right_before_the_bad_step_is_not_trusted(ctx):
     assert r.resume_from_step == 178
 
 
-@pytest.mark.parametrize(("name", "lr", "began"), [("lr0.3.jsonl", 0.3, 4), ("lr1.0.jsonl", 1.0, 2),
-                                                    ("lr5.0.jsonl", 5.0, 2)])
+@pytest.mark.parametrize(
+    ("name", "lr", "began"),
+    [("lr0.3.jsonl", 0.3, 4), ("lr1.0.jsonl", 1.0, 2), ("lr5.0.jsonl", 5.0, 2)],
+)
 def test_runs_that_diverge_at_once_start_over_at_a_lower_lr(ctx, name, lr, began):
     """Diverging within the first steps: no checkpoint precedes it; halve the lr, suggest a range test."""
     r = decide(ctx, name, checkpoint_steps=EVERY_25)
@@ -189,16 +194,21 @@ def test_range_test_suggests_a_sensible_lr(ctx):
     assert r.current_lr is None  # the top of the sweep is not the run's learning rate
     assert r.reasoning[0].startswith("the learning rate rises geometrically")
     assert any("exceeds 4× its minimum" in line for line in r.reasoning)
-    assert [e.note for e in r.evidence] == ["steepest descent", "minimum of the smoothed loss",
-                                            "the curve stops here"]
+    assert [e.note for e in r.evidence] == [
+        "steepest descent",
+        "minimum of the smoothed loss",
+        "the curve stops here",
+    ]
 
 
 def test_range_test_bound_applies_when_the_steepest_point_is_too_high(ctx):
     """If the loss only falls near the top of the sweep, the steepest descent lies above
     lr_at_min/10 and the bound is the suggestion."""
     lrs = [1e-4 * 10 ** (4 * i / 99) for i in range(100)]
-    points = [{"step": i + 1, "lr": lr, "loss": 2.0 if lr < 0.05 else 2.0 - math.log10(lr / 0.05)}
-              for i, lr in enumerate(lrs)]
+    points = [
+        {"step": i + 1, "lr": lr, "loss": 2.0 if lr < 0.05 else 2.0 - math.log10(lr / 0.05)}
+        for i, lr in enumerate(lrs)
+    ]
     r = tune_lr(ctx, {"points": points})
     assert r.decision == "suggest_lr" and r.steepest_lr > r.lr_at_min_loss / 10
     assert r.suggested_lr == pytest.approx(r.lr_at_min_loss / 10, rel=1e-3)
@@ -222,15 +232,22 @@ def test_same_input_same_output(ctx):
 
 # --- synthetic edge cases -----------------------------------------------------------------------
 def _pts(losses, lr=0.1, grads=None):
-    return [{"step": i + 1, "loss": v, "lr": lr, **({"grad_norm": grads[i]} if grads else {})}
-            for i, v in enumerate(losses)]
+    return [
+        {"step": i + 1, "loss": v, "lr": lr, **({"grad_norm": grads[i]} if grads else {})}
+        for i, v in enumerate(losses)
+    ]
 
 
 def test_grad_norm_explosion_is_a_divergence(ctx):
     """A grad norm 10× its running minimum (smoothed) diverges before the loss shows it."""
     grads = [1.0] * 30 + [50.0] * 5
-    r = tune_lr(ctx, {"points": _pts([1.0 - i * 0.01 for i in range(35)], grads=grads),
-                      "checkpoint_steps": [10, 20, 30]})
+    r = tune_lr(
+        ctx,
+        {
+            "points": _pts([1.0 - i * 0.01 for i in range(35)], grads=grads),
+            "checkpoint_steps": [10, 20, 30],
+        },
+    )
     assert r.decision == "lower_lr_and_resume" and r.divergence_step == 31
     assert r.resume_from_step == 20 and "grad norm" in r.reasoning[0]
     nan = tune_lr(ctx, {"points": _pts([1.0] * 10, grads=[1.0] * 9 + [math.nan])})
@@ -264,7 +281,9 @@ def test_bad_arguments_are_refused(ctx):
         tune_lr(ctx, {"points": [], "job_id": 1})
     with pytest.raises(BadArguments):
         tune_lr(ctx, {"points": [], "factor": 2})
-    assert tune_lr(ctx, {"points": []}).reasoning == ["the history has no points: nothing to decide"]
+    assert tune_lr(ctx, {"points": []}).reasoning == [
+        "the history has no points: nothing to decide"
+    ]
 
 
 def test_the_skill_is_a_registered_read_skill():
@@ -272,8 +291,20 @@ def test_the_skill_is_a_registered_read_skill():
     s = get_skill("tune_lr")
     assert s.capability == "read"
     assert set(s.tool_schema()["function"]["parameters"]["properties"]) >= {
-        "mode", "points", "job_id", "current_lr", "checkpoint_steps", "knob", "window", "k",
-        "factor", "patience", "min_delta", "plateau_action", "min_lr"}
+        "mode",
+        "points",
+        "job_id",
+        "current_lr",
+        "checkpoint_steps",
+        "knob",
+        "window",
+        "k",
+        "factor",
+        "patience",
+        "min_delta",
+        "plateau_action",
+        "min_lr",
+    }
 
 
 # --- a job's recorded metrics -------------------------------------------------------------------
@@ -285,8 +316,11 @@ def _record(store: Store, job_id: int, number: int, points: list[dict]) -> None:
         s.refresh(att)
         for p in points:
             for name in ("loss", "lr"):
-                s.add(MetricPoint(attempt_id=att.id, job_id=job_id, step=p["step"], name=name,
-                                  value=p[name]))
+                s.add(
+                    MetricPoint(
+                        attempt_id=att.id, job_id=job_id, step=p["step"], name=name, value=p[name]
+                    )
+                )
         s.commit()
 
 
@@ -294,8 +328,11 @@ def test_job_history_from_the_store(ctx):
     """With job_id: the spec's lr knob, the job's lr, its recorded checkpoints and metrics; a later
     attempt that resumed from step 100 replaces the diverged steps of the first."""
     with ctx.store.session() as s:
-        job = Job(name="quickstart", spec={"knobs": {"learning_rate": "lr"},
-                                           "metrics": {"name": "loss"}}, params={"lr": 1.0})
+        job = Job(
+            name="quickstart",
+            spec={"knobs": {"learning_rate": "lr"}, "metrics": {"name": "loss"}},
+            params={"lr": 1.0},
+        )
         s.add(job)
         s.commit()
         s.refresh(job)
@@ -320,12 +357,17 @@ def test_job_history_from_the_store(ctx):
 def test_reading_a_metrics_file(tmp_path):
     """Event lines are not steps, a torn line is counted and skipped, NaN becomes None."""
     f = tmp_path / "m.jsonl"
-    f.write_text('{"step": 1, "loss": 2.3, "lr": 0.01}\n{"step": 2, "loss": NaN, "lr": 0.01}\n'
-                 '{"event": "done", "step": 2, "loss": 1.0}\n{"step": 3, "lo\n'
-                 '{"step": 3, "eval_loss": 0.5}\n\n{"step": 4, "loss": 1.5, "grad_norm": 3}\n')
+    f.write_text(
+        '{"step": 1, "loss": 2.3, "lr": 0.01}\n{"step": 2, "loss": NaN, "lr": 0.01}\n'
+        '{"event": "done", "step": 2, "loss": 1.0}\n{"step": 3, "lo\n'
+        '{"step": 3, "eval_loss": 0.5}\n\n{"step": 4, "loss": 1.5, "grad_norm": 3}\n'
+    )
     points, skipped = read_metrics_jsonl(f)
-    assert points == [{"step": 1, "loss": 2.3, "lr": 0.01}, {"step": 2, "loss": None, "lr": 0.01},
-                      {"step": 4, "loss": 1.5, "grad_norm": 3.0}]
+    assert points == [
+        {"step": 1, "loss": 2.3, "lr": 0.01},
+        {"step": 2, "loss": None, "lr": 0.01},
+        {"step": 4, "loss": 1.5, "grad_norm": 3.0},
+    ]
     assert skipped == 2
     assert read_metrics_jsonl(f, loss_name="eval_loss")[0] == [{"step": 3, "loss": 0.5}]
 
@@ -333,15 +375,32 @@ def test_reading_a_metrics_file(tmp_path):
 # --- the example's LR range test mode ------------------------------------------------------------
 def _example(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("NIGHTSHIFT_FAULT_")}
-    return subprocess.run([sys.executable, str(TRAIN), *args], cwd=tmp_path, env=clean,
-                          capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, str(TRAIN), *args],
+        cwd=tmp_path,
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_example_range_test_sweeps_the_lr_geometrically(tmp_path):
     """--lr-range-test START END: step 1 at START, the last at END, a constant ratio between, one
     line per step, and no checkpoints (the weights at the top of the sweep are of no use)."""
-    proc = _example(tmp_path, "--steps", "21", "--lr-range-test", "1e-4", "1",
-                    "--checkpoint-dir", "ck", "--metrics-file", "m.jsonl")
+    proc = _example(
+        tmp_path,
+        "--steps",
+        "21",
+        "--lr-range-test",
+        "1e-4",
+        "1",
+        "--checkpoint-dir",
+        "ck",
+        "--metrics-file",
+        "m.jsonl",
+    )
     assert proc.returncode == 0, proc.stderr
     args = json.loads(proc.stdout.splitlines()[0].removeprefix("nightshift-args: "))
     assert args["lr_range_test"] == [1e-4, 1.0]
@@ -350,7 +409,7 @@ def test_example_range_test_sweeps_the_lr_geometrically(tmp_path):
     lrs = [r["lr"] for r in lines if "event" not in r]
     assert len(lrs) == 21 and lrs[0] == pytest.approx(1e-4) and lrs[-1] == pytest.approx(1.0)
     ratios = [b / a for a, b in zip(lrs, lrs[1:], strict=False)]
-    assert max(ratios) == pytest.approx(min(ratios)) == pytest.approx(10 ** 0.2)
+    assert max(ratios) == pytest.approx(min(ratios)) == pytest.approx(10**0.2)
     assert lines[-1]["event"] == "done"
 
 
@@ -365,27 +424,46 @@ def test_example_range_test_refuses_bad_arguments(tmp_path):
 def test_cli_json_matches_the_skill(home, ctx):
     """The command reads the file into points and asks the skill through the gate (audited)."""
     name = "lr0.01_then_lr1.0_from_100.jsonl"
-    proc = nightshift("tune-lr", str(CURVES / name), "--knob", "lr", "--json",
-                      *[a for step in EVERY_25 for a in ("--checkpoint", str(step))])
+    proc = nightshift(
+        "tune-lr",
+        str(CURVES / name),
+        "--knob",
+        "lr",
+        "--json",
+        *[a for step in EVERY_25 for a in ("--checkpoint", str(step))],
+    )
     assert proc.returncode == 0, proc.stderr
     got = TuneLrResult.model_validate_json(proc.stdout)
     assert got == decide(ctx, name, checkpoint_steps=EVERY_25)
     with Store(f"sqlite:///{home / 'nightshift.db'}").session() as s:
-        starts = s.exec(select(AuditEvent).where(AuditEvent.skill == "tune_lr",
-                                                 AuditEvent.action == "skill.start")).all()
+        starts = s.exec(
+            select(AuditEvent).where(
+                AuditEvent.skill == "tune_lr", AuditEvent.action == "skill.start"
+            )
+        ).all()
     assert len(starts) == 1 and starts[0].call_id.startswith("cli-")
 
 
 def test_cli_prints_the_decision_for_a_person(home):
     """Plain output: decision first, the lr change, where to resume, the reasoning, the changes."""
-    proc = nightshift("tune-lr", str(CURVES / "lr0.01_then_lr1.0_from_100.jsonl"), "--knob", "lr",
-                      "--checkpoint", "100", "--checkpoint", "125")
+    proc = nightshift(
+        "tune-lr",
+        str(CURVES / "lr0.01_then_lr1.0_from_100.jsonl"),
+        "--knob",
+        "lr",
+        "--checkpoint",
+        "100",
+        "--checkpoint",
+        "125",
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0] == "lower_lr_and_resume  (analysis: divergence, 300 points)"
     assert lines[1] == "learning rate: 1 → 0.01"
-    assert lines[2] == ("divergence: began at step 102, detected at step 103; resume from the "
-                        "checkpoint of step 100")
+    assert lines[2] == (
+        "divergence: began at step 102, detected at step 103; resume from the "
+        "checkpoint of step 100"
+    )
     assert "changes: lr = 0.01  (apply with resume_job: param_changes)" in lines
 
 
@@ -393,8 +471,17 @@ def test_cli_modes_and_extra_parameters(home):
     """--mode and --arg key=value reach the skill: a range test, and a configured warm restart."""
     rt = nightshift("tune-lr", str(CURVES / "range_test_1e-5_to_10.jsonl"), "--json")
     assert TuneLrResult.model_validate_json(rt.stdout).decision == "suggest_lr"
-    wr = nightshift("tune-lr", str(CURVES / "lr0.1.jsonl"), "--mode", "plateau", "--arg",
-                    "plateau_action=warm_restart", "--arg", "restart_lr=0.3", "--json")
+    wr = nightshift(
+        "tune-lr",
+        str(CURVES / "lr0.1.jsonl"),
+        "--mode",
+        "plateau",
+        "--arg",
+        "plateau_action=warm_restart",
+        "--arg",
+        "restart_lr=0.3",
+        "--json",
+    )
     assert wr.returncode == 0, wr.stderr
     assert TuneLrResult.model_validate_json(wr.stdout).decision == "warm_restart"
 

@@ -9,16 +9,23 @@ import typer
 from nightshift.agent.console import console
 
 
-def daemon(config: str | None = typer.Option(None, "--config"),
-           max_ticks: int | None = typer.Option(None, "--max-ticks", hidden=True)) -> None:
+def daemon(
+    config: str | None = typer.Option(None, "--config"),
+    max_ticks: int | None = typer.Option(None, "--max-ticks", hidden=True),
+) -> None:
     """Place, start, watch and recover jobs until stopped (SIGTERM or Ctrl-C). Runs keep going
     while it is down; the next daemon re-attaches to them. See README for a systemd unit."""
     from nightshift.agent.daemon import Daemon  # LangGraph: imported by the commands that use it
     from nightshift.agent.wiring import Wiring
 
     w = Wiring.load(config)
-    d = Daemon(w, on_progress=lambda kind, data: kind == "recover" and console.print(
-        f"recovering job {data['job_id']} (thread {data['thread']})"))
+    d = Daemon(
+        w,
+        on_progress=lambda kind, data: (
+            kind == "recover"
+            and console.print(f"recovering job {data['job_id']} (thread {data['thread']})")
+        ),
+    )
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: d.stop_event.set())
     console.print(f"nightshift daemon on {w.settings.store_url} (Ctrl-C to stop)")

@@ -1,6 +1,4 @@
-"""`nightshift diagnose LOGFILE`: run diagnose_failure on any saved log, through the policy gate.
-
-"""
+"""`nightshift diagnose LOGFILE`: run diagnose_failure on any saved log, through the policy gate."""
 
 from __future__ import annotations
 
@@ -40,8 +38,10 @@ def readable_file(path: Path) -> Path:
 def print_diagnosis(r: Any) -> None:
     """The verdict for a person: category first, then why, the lines that show it, what to do."""
     retry = "yes" if r.retryable else "no"
-    say(f"[bold]{r.category}[/]  confidence {r.confidence}, retryable {retry}"
-                  + (f", signal {r.signal}" if r.signal else ""))
+    say(
+        f"[bold]{r.category}[/]  confidence {r.confidence}, retryable {retry}"
+        + (f", signal {r.signal}" if r.signal else "")
+    )
     say(f"why: {escape(r.reasoning)}")
     if r.evidence:
         say("evidence:")
@@ -57,18 +57,25 @@ def print_diagnosis(r: Any) -> None:
 
 def register(app: typer.Typer) -> None:
     @app.command("diagnose")
-    def diagnose(logfile: Path = typer.Argument(..., help="A saved log (stdout + stderr)"),
-                 exit_code: int | None = typer.Option(
-                     None, "--exit-code", help="The process's exit code (negative: killed by "
-                     "that signal; 128+N: signal N, as a shell reports it)"),
-                 signal: int | None = typer.Option(None, "--signal",
-                                                      help="The signal that ended it"),
-                 as_json: bool = typer.Option(False, "--json", help="Print the result as JSON"),
-                 config: str | None = typer.Option(None, "--config", help="Config file")) -> None:
+    def diagnose(
+        logfile: Path = typer.Argument(..., help="A saved log (stdout + stderr)"),
+        exit_code: int | None = typer.Option(
+            None,
+            "--exit-code",
+            help="The process's exit code (negative: killed by "
+            "that signal; 128+N: signal N, as a shell reports it)",
+        ),
+        signal: int | None = typer.Option(None, "--signal", help="The signal that ended it"),
+        as_json: bool = typer.Option(False, "--json", help="Print the result as JSON"),
+        config: str | None = typer.Option(None, "--config", help="Config file"),
+    ) -> None:
         """Say why a run ended, from its saved log: category, evidence lines, what to do next."""
         path = readable_file(logfile)
-        result = call_or_exit(config, "diagnose_failure",
-                              {"log_path": str(path), "exit_code": exit_code, "signal": signal})
+        result = call_or_exit(
+            config,
+            "diagnose_failure",
+            {"log_path": str(path), "exit_code": exit_code, "signal": signal},
+        )
         if as_json:
             print(result.model_dump_json(indent=2))
         else:

@@ -16,17 +16,22 @@ SUITES = {
 }
 
 
-def eval_cmd(ctx: typer.Context,
-             suite: str = typer.Argument(..., help=" | ".join(SUITES))) -> None:
+def eval_cmd(ctx: typer.Context, suite: str = typer.Argument(..., help=" | ".join(SUITES))) -> None:
     """Run an eval suite; arguments after the suite name go to it (try `--help`)."""
     if suite not in SUITES:
-        typer.echo(f"error: no suite '{suite}'; one of: "
-                   + ", ".join(f"{k} ({v[1]})" for k, v in SUITES.items()), err=True)
+        typer.echo(
+            f"error: no suite '{suite}'; one of: "
+            + ", ".join(f"{k} ({v[1]})" for k, v in SUITES.items()),
+            err=True,
+        )
         raise typer.Exit(2)
     module = importlib.import_module(SUITES[suite][0])
     raise typer.Exit(module.main(list(ctx.args)))
 
 
 def register(app: typer.Typer) -> None:
-    app.command("eval", add_help_option=False,
-                context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(eval_cmd)
+    app.command(
+        "eval",
+        add_help_option=False,
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    )(eval_cmd)

@@ -22,19 +22,25 @@ def _steps(a: Any) -> str:
     return f"{a.start_step}→{'?' if a.last_step is None else a.last_step}"
 
 
-def show(job_id: int = typer.Argument(..., help="The job"),
-         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON"),
-         config: str | None = ConfigOpt) -> None:
+def show(
+    job_id: int = typer.Argument(..., help="The job"),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON"),
+    config: str | None = ConfigOpt,
+) -> None:
     """One job in full: every attempt with its steps, cause, evidence, the steps the next attempt
     lost, parameter changes and the checkpoint it resumed from (what `sacct` gives a Slurm user)."""
     r: Any = call_or_exit(config, "show_job", {"job_id": job_id})
     if as_json:
         print(r.model_dump_json(indent=2))
         return
-    console.print(f"[bold]job {r.job_id}[/] {escape(r.name)}: [bold]{r.state}[/]"
-                  + (f" — {escape(r.reason)}" if r.reason else ""))
-    console.print(f"  owner {r.owner}, priority {r.priority}, attempts {len(r.attempts)} of at "
-                  f"most {r.max_attempts}, steps lost in all {r.steps_lost_total}")
+    console.print(
+        f"[bold]job {r.job_id}[/] {escape(r.name)}: [bold]{r.state}[/]"
+        + (f" — {escape(r.reason)}" if r.reason else "")
+    )
+    console.print(
+        f"  owner {r.owner}, priority {r.priority}, attempts {len(r.attempts)} of at "
+        f"most {r.max_attempts}, steps lost in all {r.steps_lost_total}"
+    )
     console.print(f"  folder {r.workspace}\n  checkpoints {r.checkpoint_dir}")
     if r.resume_from or r.resume_step:
         console.print(f"  next attempt resumes from {r.resume_from} (step {r.resume_step})")
@@ -48,24 +54,42 @@ def show(job_id: int = typer.Argument(..., help="The job"),
             how += f" (signal {a.signal})"
         elif a.exit_code not in (None, 0):
             how += f" (exit {a.exit_code})"
-        rows.append([a.number, a.started_at.strftime("%m-%d %H:%M:%S"),
-                     None if a.duration_s is None else f"{a.duration_s:.0f}s", _steps(a), how,
-                     a.cause, a.steps_lost, changes or None,
-                     a.resumed_from and f"{a.resumed_from} @ {a.resumed_from_step}"])
-    console.print(table("attempts", ["#", "started", "ran", "steps", "ended", "cause", "lost",
-                                     "changed", "resumed from"], rows))
+        rows.append(
+            [
+                a.number,
+                a.started_at.strftime("%m-%d %H:%M:%S"),
+                None if a.duration_s is None else f"{a.duration_s:.0f}s",
+                _steps(a),
+                how,
+                a.cause,
+                a.steps_lost,
+                changes or None,
+                a.resumed_from and f"{a.resumed_from} @ {a.resumed_from_step}",
+            ]
+        )
+    console.print(
+        table(
+            "attempts",
+            ["#", "started", "ran", "steps", "ended", "cause", "lost", "changed", "resumed from"],
+            rows,
+        )
+    )
     for a in r.attempts:
         if a.evidence:
             console.print(f"  attempt {a.number}: {escape(a.evidence)}", soft_wrap=True)
 
 
-def logs(job_id: int = typer.Argument(..., help="The job"),
-         attempt: int | None = typer.Option(None, "--attempt", help="Attempt number; default: "
-                                            "the latest"),
-         tail: int = typer.Option(100, "--tail", "-n", help="Lines from the end"),
-         follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines "
-                                     "until Ctrl-C"),
-         config: str | None = ConfigOpt) -> None:
+def logs(
+    job_id: int = typer.Argument(..., help="The job"),
+    attempt: int | None = typer.Option(
+        None, "--attempt", help="Attempt number; default: the latest"
+    ),
+    tail: int = typer.Option(100, "--tail", "-n", help="Lines from the end"),
+    follow: bool = typer.Option(
+        False, "--follow", "-f", help="Keep printing new lines until Ctrl-C"
+    ),
+    config: str | None = ConfigOpt,
+) -> None:
     """The end of a job's log (stdout and stderr of one attempt); -f follows it as it grows."""
     args: dict[str, Any] = {"job_id": job_id, "tail": tail}
     if attempt is not None:
@@ -106,10 +130,12 @@ def _follow(path: Path, offset: int) -> None:
         pass
 
 
-def cancel(job_id: int = typer.Argument(..., help="The job"),
-           reason: str = typer.Option("cancelled by operator", "--reason"),
-           as_json: bool = typer.Option(False, "--json"),
-           config: str | None = ConfigOpt) -> None:
+def cancel(
+    job_id: int = typer.Argument(..., help="The job"),
+    reason: str = typer.Option("cancelled by operator", "--reason"),
+    as_json: bool = typer.Option(False, "--json"),
+    config: str | None = ConfigOpt,
+) -> None:
     """End a job for good, stopping its running attempt (asks for approval as the policy says)."""
     from nightshift.agent.console import error
     from nightshift.agent.wiring import Wiring
@@ -129,25 +155,31 @@ def cancel(job_id: int = typer.Argument(..., help="The job"),
     elif r.before == r.after:
         console.print(f"job {job_id} is {r.after}: nothing to cancel")
     else:
-        console.print(f"job {job_id}: {r.before} → {r.after}"
-                      + (f" (attempt {r.stopped_attempt} stopped)" if r.stopped_attempt else ""))
+        console.print(
+            f"job {job_id}: {r.before} → {r.after}"
+            + (f" (attempt {r.stopped_attempt} stopped)" if r.stopped_attempt else "")
+        )
 
 
-def retry(job_id: int = typer.Argument(..., help="A failed job"),
-          from_scratch: bool = typer.Option(False, "--from-scratch", help="Start at step 0, "
-                                            "not from the job's resume point"),
-          as_json: bool = typer.Option(False, "--json"),
-          config: str | None = ConfigOpt) -> None:
+def retry(
+    job_id: int = typer.Argument(..., help="A failed job"),
+    from_scratch: bool = typer.Option(
+        False, "--from-scratch", help="Start at step 0, not from the job's resume point"
+    ),
+    as_json: bool = typer.Option(False, "--json"),
+    config: str | None = ConfigOpt,
+) -> None:
     """One more attempt of a failed job, even when its retries ran out or recovery gave up."""
     r: Any = call_or_exit(config, "retry_job", {"job_id": job_id, "from_scratch": from_scratch})
     if as_json:
         print(r.model_dump_json(indent=2))
         return
-    where = (f"from {r.resume_from} (step {r.resume_step})" if r.resume_from
-             else "from scratch")
-    console.print(f"job {job_id}: {r.before} → {r.after}, attempt {r.attempts + 1} will start "
-                  f"{where}; max attempts {r.max_attempts_before} → {r.max_attempts_after}"
-                  + (" (this call had already requeued it)" if r.already_done else ""))
+    where = f"from {r.resume_from} (step {r.resume_step})" if r.resume_from else "from scratch"
+    console.print(
+        f"job {job_id}: {r.before} → {r.after}, attempt {r.attempts + 1} will start "
+        f"{where}; max attempts {r.max_attempts_before} → {r.max_attempts_after}"
+        + (" (this call had already requeued it)" if r.already_done else "")
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -27,12 +27,14 @@ def _priority(value: str | None) -> int | None:
         raise BadArguments(f"--priority {value!r}: use high, normal, low or an integer") from None
 
 
-def submit(spec: Path = typer.Argument(..., help="Experiment spec (YAML)"),
-           priority: str | None = typer.Option(None, "--priority", help="high | normal | low | N"),
-           cost: str | None = typer.Option(None, "--cost", help="urgent | cost_sensitive"),
-           param: list[str] = typer.Option([], "--param", help="k=v override (YAML value)"),
-           as_json: bool = typer.Option(False, "--json"),
-           config: str | None = typer.Option(None, "--config")) -> None:
+def submit(
+    spec: Path = typer.Argument(..., help="Experiment spec (YAML)"),
+    priority: str | None = typer.Option(None, "--priority", help="high | normal | low | N"),
+    cost: str | None = typer.Option(None, "--cost", help="urgent | cost_sensitive"),
+    param: list[str] = typer.Option([], "--param", help="k=v override (YAML value)"),
+    as_json: bool = typer.Option(False, "--json"),
+    config: str | None = typer.Option(None, "--config"),
+) -> None:
     """Queue a job — or one per trial of the spec's search_space grid — and return at once."""
     from nightshift.agent.api import Client
     from nightshift.agent.wiring import Wiring
@@ -52,24 +54,34 @@ def submit(spec: Path = typer.Argument(..., help="Experiment spec (YAML)"),
     group = f"{parsed.name}-{uuid.uuid4().hex[:8]}" if len(trials) > 1 else None
     items: list[dict[str, Any]] = []
     for params in trials:
-        args: dict[str, Any] = {"spec_path": str(spec.resolve()), "params": params,
-                                "group": group, "cost_class": cost}
+        args: dict[str, Any] = {
+            "spec_path": str(spec.resolve()),
+            "params": params,
+            "group": group,
+            "cost_class": cost,
+        }
         if priority is not None:
             args["priority"] = _priority(priority)
         items.append(args)
     # One trial is one submit_job; a sweep's trials are one decision, all or none.
-    ids = (client.submit_many(items) if len(items) > 1 else
-           [client.call("submit_job", items[0]).job_id])  # type: ignore[attr-defined]
+    ids = (
+        client.submit_many(items)
+        if len(items) > 1
+        else [client.call("submit_job", items[0]).job_id]
+    )  # type: ignore[attr-defined]
     if as_json:
         print(json.dumps({"job_ids": ids, "group": group}))
     else:
-        console.print(f"queued job(s) {', '.join(map(str, ids))}"
-                      + (f" as sweep {group}" if group else ""))
+        console.print(
+            f"queued job(s) {', '.join(map(str, ids))}" + (f" as sweep {group}" if group else "")
+        )
 
 
-def jobs(state: list[str] = typer.Option([], "--state", help="Only these states"),
-         as_json: bool = typer.Option(False, "--json"),
-         config: str | None = typer.Option(None, "--config")) -> None:
+def jobs(
+    state: list[str] = typer.Option([], "--state", help="Only these states"),
+    as_json: bool = typer.Option(False, "--json"),
+    config: str | None = typer.Option(None, "--config"),
+) -> None:
     """Queue, running and finished jobs, with why each waiting job waits."""
     from sqlmodel import select
 
@@ -92,15 +104,39 @@ def jobs(state: list[str] = typer.Option([], "--state", help="Only these states"
     for j in rows:
         spec = j.spec
         why = j.hold_reason if j.state == "queued" else j.reason
-        out.append({"id": j.id, "name": j.name, "state": j.state, "priority": j.priority,
-                    "cost_class": spec.get("cost_class"), "attempts": counts.get(j.id, 0),
-                    "group": j.group, "why": why})
+        out.append(
+            {
+                "id": j.id,
+                "name": j.name,
+                "state": j.state,
+                "priority": j.priority,
+                "cost_class": spec.get("cost_class"),
+                "attempts": counts.get(j.id, 0),
+                "group": j.group,
+                "why": why,
+            }
+        )
     if as_json:
         print(json.dumps(out, indent=2))
         return
-    console.print(table("jobs", ["id", "name", "state", "prio", "cost", "attempts", "why"],
-                        [[r["id"], r["name"], r["state"], r["priority"], r["cost_class"],
-                          r["attempts"], r["why"]] for r in out]))
+    console.print(
+        table(
+            "jobs",
+            ["id", "name", "state", "prio", "cost", "attempts", "why"],
+            [
+                [
+                    r["id"],
+                    r["name"],
+                    r["state"],
+                    r["priority"],
+                    r["cost_class"],
+                    r["attempts"],
+                    r["why"],
+                ]
+                for r in out
+            ],
+        )
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -9,10 +9,14 @@ import typer
 from nightshift.agent.console import console, table
 
 
-def report(hours: float = typer.Option(24.0, "--hours", min=0.01, help="Look back this many hours"),
-           markdown: Path | None = typer.Option(None, "--markdown", help="Write Markdown (+ PNG plot) here"),
-           as_json: bool = typer.Option(False, "--json"),
-           config: str | None = typer.Option(None, "--config")) -> None:
+def report(
+    hours: float = typer.Option(24.0, "--hours", min=0.01, help="Look back this many hours"),
+    markdown: Path | None = typer.Option(
+        None, "--markdown", help="Write Markdown (+ PNG plot) here"
+    ),
+    as_json: bool = typer.Option(False, "--json"),
+    config: str | None = typer.Option(None, "--config"),
+) -> None:
     """Jobs, attempts, failures by cause, recoveries, GPU-hours, kWh and cost."""
     from nightshift.agent.report import build_report, default_window, plot_metrics, to_markdown
     from nightshift.agent.wiring import Wiring, local_now
@@ -21,8 +25,15 @@ def report(hours: float = typer.Option(24.0, "--hours", min=0.01, help="Look bac
 
     w = Wiring.load(config)
     since, until = default_window(local_now(), hours)
-    r = build_report(w.store, since, until, *w.energy_pricing(), kept_bytes_of=lambda job: sum(
-        k["bytes"] for k in keeper.kept(job_paths(w.settings, job)["workspace"])))
+    r = build_report(
+        w.store,
+        since,
+        until,
+        *w.energy_pricing(),
+        kept_bytes_of=lambda job: sum(
+            k["bytes"] for k in keeper.kept(job_paths(w.settings, job)["workspace"])
+        ),
+    )
     if as_json:
         print(r.model_dump_json(indent=2))
         return
@@ -30,14 +41,29 @@ def report(hours: float = typer.Option(24.0, "--hours", min=0.01, help="Look bac
         plot = markdown.with_suffix(".png")
         has_plot = plot_metrics(w.store, [j.id for j in r.jobs], plot)
         markdown.write_text(to_markdown(r, plot.name if has_plot else None))
-        console.print(f"wrote {markdown}" + (f" and {plot}" if has_plot else
-                                              " (no plot: pip install 'nightshift[report]')"))
+        console.print(
+            f"wrote {markdown}"
+            + (f" and {plot}" if has_plot else " (no plot: pip install 'nightshift[report]')")
+        )
         return
     console.print(to_markdown(r).split("## Jobs")[0].strip())
-    console.print(table("jobs", ["id", "name", "state", "attempts", "final", "note"],
-                        [[j.id, j.name, j.state, j.attempts,
-                          None if j.final_metric is None else f"{j.metric} {j.final_metric:.4g}", j.reason]
-                         for j in r.jobs]))
+    console.print(
+        table(
+            "jobs",
+            ["id", "name", "state", "attempts", "final", "note"],
+            [
+                [
+                    j.id,
+                    j.name,
+                    j.state,
+                    j.attempts,
+                    None if j.final_metric is None else f"{j.metric} {j.final_metric:.4g}",
+                    j.reason,
+                ]
+                for j in r.jobs
+            ],
+        )
+    )
 
 
 def register(app: typer.Typer) -> None:

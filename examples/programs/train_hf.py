@@ -66,11 +66,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--save_total_limit", type=int, default=3)
     p.add_argument("--logging_steps", type=int, default=5)
     p.add_argument("--eval_steps", type=int, default=50)
-    p.add_argument("--nan_inf_filter", choices=["true", "false"], default="true",
-                   help="TrainingArguments.logging_nan_inf_filter")
+    p.add_argument(
+        "--nan_inf_filter",
+        choices=["true", "false"],
+        default="true",
+        help="TrainingArguments.logging_nan_inf_filter",
+    )
     p.add_argument("--sleep_ms", type=float, default=0.0, help="sleep at every step end")
-    p.add_argument("--resume_from_checkpoint", default=None, metavar="PATH",
-                   help="a checkpoint-N folder to continue from")
+    p.add_argument(
+        "--resume_from_checkpoint",
+        default=None,
+        metavar="PATH",
+        help="a checkpoint-N folder to continue from",
+    )
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
     return p.parse_args(argv)
 
@@ -116,25 +124,49 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    config = GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=VOCAB, n_positions=SEQ,
-                        bos_token_id=0, eos_token_id=0)
+    config = GPT2Config(
+        n_layer=2,
+        n_embd=32,
+        n_head=2,
+        vocab_size=VOCAB,
+        n_positions=SEQ,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     model = GPT2LMHeadModel(config)
     training_args = TrainingArguments(
-        output_dir=args.output_dir, max_steps=args.max_steps, learning_rate=args.lr,
-        per_device_train_batch_size=args.batch_size, per_device_eval_batch_size=64,
-        seed=args.seed, save_steps=args.save_steps, save_total_limit=args.save_total_limit,
-        logging_steps=args.logging_steps, eval_strategy="steps", eval_steps=args.eval_steps,
-        report_to=["tensorboard"], use_cpu=True, disable_tqdm=True, dataloader_num_workers=0,
-        logging_nan_inf_filter=args.nan_inf_filter == "true")
+        output_dir=args.output_dir,
+        max_steps=args.max_steps,
+        learning_rate=args.lr,
+        per_device_train_batch_size=args.batch_size,
+        per_device_eval_batch_size=64,
+        seed=args.seed,
+        save_steps=args.save_steps,
+        save_total_limit=args.save_total_limit,
+        logging_steps=args.logging_steps,
+        eval_strategy="steps",
+        eval_steps=args.eval_steps,
+        report_to=["tensorboard"],
+        use_cpu=True,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        logging_nan_inf_filter=args.nan_inf_filter == "true",
+    )
     callbacks: list[TrainerCallback] = [LrFromArgs()]
     if args.sleep_ms:
         callbacks.append(SleepPerStep(args.sleep_ms))
-    trainer = Trainer(model=model, args=training_args, callbacks=callbacks,
-                      train_dataset=CountingSequences(2048, args.seed),
-                      eval_dataset=CountingSequences(64, 10_000 + args.seed))
+    trainer = Trainer(
+        model=model,
+        args=training_args,
+        callbacks=callbacks,
+        train_dataset=CountingSequences(2048, args.seed),
+        eval_dataset=CountingSequences(64, 10_000 + args.seed),
+    )
     result = trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
-    print(f"done: global_step {result.global_step}, training_loss {result.training_loss:.4f}",
-          flush=True)
+    print(
+        f"done: global_step {result.global_step}, training_loss {result.training_loss:.4f}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -47,8 +47,12 @@ from torch.utils.data import DataLoader, TensorDataset
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description="Train an autoencoder on digits with PyTorch Lightning.")
-    p.add_argument("--root", default="lightning_root", help="default_root_dir and CSVLogger save_dir")
+    p = argparse.ArgumentParser(
+        description="Train an autoencoder on digits with PyTorch Lightning."
+    )
+    p.add_argument(
+        "--root", default="lightning_root", help="default_root_dir and CSVLogger save_dir"
+    )
     p.add_argument("--lr", type=float, default=0.5, help="SGD (momentum 0.9) learning rate")
     p.add_argument("--batch_size", type=int, default=32)
     p.add_argument("--max_steps", type=int, default=300)
@@ -74,11 +78,18 @@ class DigitsData(L.LightningDataModule):
         y = torch.tensor(digits.target, dtype=torch.long)
         order = torch.randperm(len(x), generator=torch.Generator().manual_seed(20261202))
         train, val = order[:1500], order[1500:]  # the same split for every --seed
-        self.train_set, self.val_set = TensorDataset(x[train], y[train]), TensorDataset(x[val], y[val])
+        self.train_set, self.val_set = (
+            TensorDataset(x[train], y[train]),
+            TensorDataset(x[val], y[val]),
+        )
 
     def train_dataloader(self) -> DataLoader:
-        return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True,
-                          generator=torch.Generator().manual_seed(self.seed))
+        return DataLoader(
+            self.train_set,
+            batch_size=self.batch_size,
+            shuffle=True,
+            generator=torch.Generator().manual_seed(self.seed),
+        )
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(self.val_set, batch_size=256)
@@ -131,19 +142,33 @@ def main(argv: list[str] | None = None) -> None:
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
     L.seed_everything(args.seed, workers=True)
     model = LitAutoEncoder(lr=args.lr)
-    callbacks: list[Callback] = [ModelCheckpoint(save_last=True, save_top_k=args.save_top_k,
-                                                 every_n_train_steps=args.every_n_train_steps)]
+    callbacks: list[Callback] = [
+        ModelCheckpoint(
+            save_last=True, save_top_k=args.save_top_k, every_n_train_steps=args.every_n_train_steps
+        )
+    ]
     if args.sleep_ms:
         callbacks.append(SleepPerBatch(args.sleep_ms))
     trainer = L.Trainer(
-        accelerator="cpu", devices=1, max_steps=args.max_steps, default_root_dir=args.root,
+        accelerator="cpu",
+        devices=1,
+        max_steps=args.max_steps,
+        default_root_dir=args.root,
         logger=CSVLogger(save_dir=args.root, flush_logs_every_n_steps=args.flush_every),
-        callbacks=callbacks, log_every_n_steps=args.log_every, enable_progress_bar=False,
-        enable_model_summary=False, detect_anomaly=False, deterministic=True)
+        callbacks=callbacks,
+        log_every_n_steps=args.log_every,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        detect_anomaly=False,
+        deterministic=True,
+    )
     trainer.fit(model, datamodule=DigitsData(args.batch_size, args.seed), ckpt_path=args.ckpt_path)
-    print(f"done: global_step {trainer.global_step}, train_loss "
-          f"{float(trainer.callback_metrics.get('train_loss', float('nan'))):.4f}, "
-          f"log_dir {trainer.log_dir}", flush=True)
+    print(
+        f"done: global_step {trainer.global_step}, train_loss "
+        f"{float(trainer.callback_metrics.get('train_loss', float('nan'))):.4f}, "
+        f"log_dir {trainer.log_dir}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

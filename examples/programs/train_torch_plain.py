@@ -50,7 +50,9 @@ out_dir = "out"
 eval_interval = 50
 log_interval = 1
 eval_iters = 10
-always_save_checkpoint = True  # save at every eval, not only when val loss improves (nanoGPT's default)
+always_save_checkpoint = (
+    True  # save at every eval, not only when val loss improves (nanoGPT's default)
+)
 init_from = "scratch"  # 'scratch' or 'resume'
 # data
 batch_size = 16
@@ -78,14 +80,20 @@ threads = 1  # torch.set_num_threads: small models run fastest on one core
 sleep_ms = 0  # sleep this many ms per iteration (to slow the run down for tests)
 hang_at = -1  # at this iteration stop printing and sleep forever (a deadlock); -1: never
 # -----------------------------------------------------------------------------
-config_keys = [k for k, v in globals().items() if not k.startswith("_") and isinstance(v, (int, float, bool, str))]
+config_keys = [
+    k
+    for k, v in globals().items()
+    if not k.startswith("_") and isinstance(v, (int, float, bool, str))
+]
 
 
 def _configure(argv: list[str]) -> None:
     """nanoGPT's configurator: `--key=value` overrides a global of the same type."""
     for arg in argv:
         if not arg.startswith("--") or "=" not in arg:
-            raise ValueError(f"arguments are --key=value, got {arg!r} (config files are not supported)")
+            raise ValueError(
+                f"arguments are --key=value, got {arg!r} (config files are not supported)"
+            )
         key, val = arg[2:].split("=", 1)
         if key not in config_keys:
             raise ValueError(f"Unknown config key: {key}")
@@ -94,7 +102,8 @@ def _configure(argv: list[str]) -> None:
         except (SyntaxError, ValueError):
             attempt = val  # a string
         assert type(attempt) == type(globals()[key]), (  # noqa: E721 (nanoGPT's exact check)
-            f"{key}={val!r}: expected {type(globals()[key]).__name__}, got {type(attempt).__name__}")
+            f"{key}={val!r}: expected {type(globals()[key]).__name__}, got {type(attempt).__name__}"
+        )
         print(f"Overriding: {key} = {attempt}")
         globals()[key] = attempt
 
@@ -111,7 +120,9 @@ def load_text() -> str:
         files = sorted((Path(loc) / "datasets" / "descr").glob("*.rst"))
         if files:
             return "\n".join(f.read_text(encoding="utf-8") for f in files)
-    raise FileNotFoundError("scikit-learn's datasets/descr/*.rst not found: pip install scikit-learn")
+    raise FileNotFoundError(
+        "scikit-learn's datasets/descr/*.rst not found: pip install scikit-learn"
+    )
 
 
 class CausalSelfAttention(nn.Module):
@@ -125,8 +136,9 @@ class CausalSelfAttention(nn.Module):
         B, T, C = x.size()
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0,
-                                           is_causal=True)
+        y = F.scaled_dot_product_attention(
+            q, k, v, dropout_p=self.dropout if self.training else 0, is_causal=True
+        )
         return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
 
 
@@ -136,8 +148,12 @@ class Block(nn.Module):
         self.ln_1 = nn.LayerNorm(n_embd)
         self.attn = CausalSelfAttention(n_embd, n_head, dropout)
         self.ln_2 = nn.LayerNorm(n_embd)
-        self.mlp = nn.Sequential(nn.Linear(n_embd, 4 * n_embd), nn.GELU(), nn.Linear(4 * n_embd, n_embd),
-                                 nn.Dropout(dropout))
+        self.mlp = nn.Sequential(
+            nn.Linear(n_embd, 4 * n_embd),
+            nn.GELU(),
+            nn.Linear(4 * n_embd, n_embd),
+            nn.Dropout(dropout),
+        )
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))
@@ -196,12 +212,18 @@ def main():
     def get_batch(split, gen):
         d = splits[split]
         ix = torch.randint(len(d) - block_size - 1, (batch_size,), generator=gen)
-        x = torch.stack([d[i:i + block_size] for i in ix])
-        y = torch.stack([d[i + 1:i + 1 + block_size] for i in ix])
+        x = torch.stack([d[i : i + block_size] for i in ix])
+        y = torch.stack([d[i + 1 : i + 1 + block_size] for i in ix])
         return x, y
 
-    model_args = dict(vocab_size=len(chars), block_size=block_size, n_layer=n_layer, n_head=n_head,
-                      n_embd=n_embd, dropout=dropout)
+    model_args = dict(
+        vocab_size=len(chars),
+        block_size=block_size,
+        n_layer=n_layer,
+        n_head=n_head,
+        n_embd=n_embd,
+        dropout=dropout,
+    )
     iter_num, best_val_loss = 0, 1e9
     torch.manual_seed(seed)
     if init_from == "scratch":
@@ -222,9 +244,14 @@ def main():
 
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}],
-                                  lr=learning_rate, betas=(beta1, beta2))
+    optimizer = torch.optim.AdamW(
+        [
+            {"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=learning_rate,
+        betas=(beta1, beta2),
+    )
     if checkpoint is not None:
         optimizer.load_state_dict(checkpoint["optimizer"])
     checkpoint = None  # free up memory
@@ -252,14 +279,21 @@ def main():
         # evaluate the loss on train/val sets and write checkpoints
         if iter_num % eval_interval == 0:
             losses = estimate_loss()
-            print(f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}",
-                  flush=True)
+            print(
+                f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}",
+                flush=True,
+            )
             if losses["val"] < best_val_loss or always_save_checkpoint:
                 best_val_loss = min(best_val_loss, losses["val"])
                 if iter_num > 0:
-                    ckpt = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                            "model_args": model_args, "iter_num": iter_num,
-                            "best_val_loss": best_val_loss, "config": config}
+                    ckpt = {
+                        "model": model.state_dict(),
+                        "optimizer": optimizer.state_dict(),
+                        "model_args": model_args,
+                        "iter_num": iter_num,
+                        "best_val_loss": best_val_loss,
+                        "config": config,
+                    }
                     print(f"saving checkpoint to {out_dir}", flush=True)
                     torch.save(ckpt, os.path.join(out_dir, "ckpt.pt"))
         if iter_num >= max_iters:

@@ -15,8 +15,12 @@ import nightshift.runtime.store  # noqa: F401 - defines the tables in SQLModel.m
 
 
 def run(connection: Connection) -> None:
-    context.configure(connection=connection, target_metadata=SQLModel.metadata,
-                      render_as_batch=connection.dialect.name == "sqlite", compare_type=True)
+    context.configure(
+        connection=connection,
+        target_metadata=SQLModel.metadata,
+        render_as_batch=connection.dialect.name == "sqlite",
+        compare_type=True,
+    )
     with context.begin_transaction():
         context.run_migrations()
 

@@ -179,11 +179,19 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id"),
     )
     op.create_index(op.f("ix_metricpoint_job_id"), "metricpoint", ["job_id"], unique=False)
-    op.create_index(op.f("ix_metricpoint_attempt_id"), "metricpoint", ["attempt_id"],
-                    unique=False)
+    op.create_index(op.f("ix_metricpoint_attempt_id"), "metricpoint", ["attempt_id"], unique=False)
 
 
 def downgrade() -> None:
-    for table in ("metricpoint", "attempt", "keyvalue", "plannedcall", "auditevent", "approval",
-                  "gpusample", "checkpoint", "job"):
+    for table in (
+        "metricpoint",
+        "attempt",
+        "keyvalue",
+        "plannedcall",
+        "auditevent",
+        "approval",
+        "gpusample",
+        "checkpoint",
+        "job",
+    ):
         op.drop_table(table)

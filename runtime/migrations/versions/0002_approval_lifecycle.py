@@ -27,12 +27,20 @@ def upgrade() -> None:
         batch.add_column(sa.Column("claimed_by", sa.String(), nullable=True))
         batch.add_column(sa.Column("claimed_at", sa.DateTime(), nullable=True))
         batch.add_column(sa.Column("files", sa.JSON(), nullable=False, server_default="{}"))
-        batch.add_column(sa.Column("requested_via", sa.String(), nullable=False,
-                                   server_default="api"))
+        batch.add_column(
+            sa.Column("requested_via", sa.String(), nullable=False, server_default="api")
+        )
 
 
 def downgrade() -> None:
     with op.batch_alter_table("approval") as batch:
-        for name in ("requested_via", "files", "claimed_at", "claimed_by", "executed_at", "error",
-                     "result"):
+        for name in (
+            "requested_via",
+            "files",
+            "claimed_at",
+            "claimed_by",
+            "executed_at",
+            "error",
+            "result",
+        ):
             batch.drop_column(name)
