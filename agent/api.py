@@ -1,5 +1,10 @@
 """The library API: what a script does instead of shelling out to the CLI. Every call passes the
-same policy gate and lands in the same audit as the CLI and the agent."""
+same policy gate and lands in the same audit as the CLI and the agent.
+
+A call that the store fails under (a full disk, a lock held too long) is never reported as a
+plain failure once it had started: it may have taken effect (a job queued, its result not yet
+recorded), so it raises CallInDoubt with its call id and the jobs it queued; calling again with
+that call id answers from what it did instead of doing it twice."""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ from pydantic import BaseModel
 
 from nightshift.agent.wiring import Wiring
 from nightshift.policies.gate import Confirm, Via
-from nightshift.runtime.errors import ApprovalRequired
+from nightshift.runtime.errors import ApprovalRequired, CallInDoubt, OperatorError
 
 
 class Client:
@@ -53,6 +58,56 @@ class Client:
                     raise
                 wait(exc)
                 confirm = None  # asked once; now it is the others' decision that counts
+            except Exception as exc:
+                fault = self.w.store.fault_of(exc)
+                if fault is None:
+                    raise
+                raise self._in_doubt(skill_name, cid, fault) from exc
+
+    def _in_doubt(self, skill_name: str, cid: str, fault: OperatorError) -> OperatorError:
+        """The fault itself if the call never started; else CallInDoubt, naming the jobs it
+        queued (reads still work on a full or write-locked store)."""
+        from sqlmodel import col, select
+
+        from nightshift.runtime.store import AuditEvent, Job
+
+        try:
+            with self.w.store.session() as s:
+                actions = set(
+                    s.exec(select(AuditEvent.action).where(AuditEvent.call_id == cid)).all()
+                )
+                jobs = sorted(
+                    s.exec(
+                        select(Job.id).where(
+                            (col(Job.submitted_by_call) == cid)
+                            | col(Job.submitted_by_call).startswith(f"{cid}#", autoescape=True)
+                        )
+                    ).all()
+                )
+        except Exception as exc:
+            if self.w.store.fault_of(exc) is None:
+                raise
+            actions, jobs = {"skill.start"}, []  # cannot tell: assume it may have run
+        if "skill.start" not in actions and not jobs:
+            return fault  # failed before the call started: nothing ran
+        when = (
+            "after its result was recorded"
+            if "skill.result" in actions
+            else "before its result was recorded"
+        )
+        done = (
+            f"job {', '.join(map(str, jobs))} {'is' if len(jobs) == 1 else 'are'} queued"
+            " (`nightshift jobs`; do not submit again)"
+            if jobs
+            else "it may have taken effect"
+        )
+        return CallInDoubt(
+            f"{skill_name} started, then the store failed {when}: "
+            f"{done}. The failure: {fault}. Once that is fixed, repeat the call with "
+            f"call_id={cid!r}: it answers from what the call did and does not run it twice",
+            call_id=cid,
+            job_ids=[j for j in jobs if j is not None],
+        )
 
     def submit(
         self,

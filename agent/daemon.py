@@ -5,6 +5,10 @@ approved calls whose requester is gone, and hands every failed or paused job to 
 a `recover job N` goal, so each change to a job passes the policy gate and lands in the audit. Recovery threads are named after the attempt they follow
 (`recover-job-7-after-2`), so a restarted daemon resumes the same thread instead of starting a
 second recovery, and a recovery waiting for approval simply waits across restarts.
+
+A full disk, a store locked past its busy timeout or a store file deleted under it does not end
+the daemon: the loop reports the fault once, waits it out with backoff and says when it cleared
+(agent/loop.py), while the runs go on.
 """
 
 from __future__ import annotations
@@ -79,7 +83,10 @@ class Daemon:
         """Tick until stopped (SIGTERM/SIGINT set `stop_event`). Runs keep going when the daemon
         stops; the next daemon re-attaches to them."""
         self.lock.acquire()
-        self.w.audit.append("system", "daemon.start", payload={"pid": os.getpid()})
+        self.w.loop.survive(
+            "the daemon's start in the audit",
+            lambda: self.w.audit.append("system", "daemon.start", payload={"pid": os.getpid()}),
+        )
         ticks = 0
         try:
             while not self.stop_event.is_set():
@@ -89,10 +96,15 @@ class Daemon:
                     break
                 self.stop_event.wait(self.w.settings.loop.poll_interval_s)
         finally:
-            self.w.audit.append(
-                "system", "daemon.stop", payload={"pid": os.getpid(), "ticks": ticks}
-            )
-            self.lock.release()
+            try:
+                self.w.loop.survive(
+                    "the daemon's stop in the audit",
+                    lambda: self.w.audit.append(
+                        "system", "daemon.stop", payload={"pid": os.getpid(), "ticks": ticks}
+                    ),
+                )
+            finally:
+                self.lock.release()
 
     def step(self) -> None:
         self.w.loop.step()

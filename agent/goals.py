@@ -20,20 +20,36 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from nightshift.runtime.errors import SpecError
+from nightshift.runtime.spec import MAX_PRIORITY, check_finite
 from nightshift.runtime.yamlfile import read_yaml, validate
+
+MAX_JOB_ID = 2**63 - 1  # what the store's integer column holds
 
 
 class Step(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     id: str | None = Field(None, description="Name later steps use in ${ID.FIELD}")
     skill: str | None = None
     args: dict[str, Any] = Field(default_factory=dict)
     watch: int | str | None = Field(
         None, description="Wait until this job is no longer queued or running"
     )
+
+    @field_validator("watch")
+    @classmethod
+    def _job_id_fits(cls, v: int | str | None) -> int | str | None:
+        if isinstance(v, int) and not 1 <= v <= MAX_JOB_ID:
+            raise ValueError(f"watch: job ids run from 1 to {MAX_JOB_ID}")
+        return v
+
+    @field_validator("args")
+    @classmethod
+    def _finite(cls, v: dict[str, Any]) -> dict[str, Any]:
+        check_finite(v, "args")
+        return v
 
     @model_validator(mode="after")
     def _one_kind(self) -> Step:
@@ -55,15 +71,15 @@ def _anchor_paths(goal: Goal) -> None:
 
 
 class Goal(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     name: str = Field("goal", pattern=r"^[A-Za-z0-9_.-]+$")
     goal: Literal["train", "recover", "health"] | None = None
     spec: str | dict[str, Any] | None = Field(
         None, description="Spec path (relative to the goal file) or mapping"
     )
     params: dict[str, Any] = Field(default_factory=dict)
-    priority: int | None = None
-    job_id: int | None = Field(None, description="For goal: recover")
+    priority: int | None = Field(None, ge=-MAX_PRIORITY, le=MAX_PRIORITY)
+    job_id: int | None = Field(None, ge=1, le=MAX_JOB_ID, description="For goal: recover")
     watch: bool = Field(
         True,
         description="recover: after requeueing, wait for the job to end "
@@ -71,6 +87,12 @@ class Goal(BaseModel):
     )
     steps: list[Step] | None = None
     base_dir: str = "."
+
+    @field_validator("params", "spec")
+    @classmethod
+    def _finite(cls, v: Any) -> Any:
+        check_finite(v)
+        return v
 
     @model_validator(mode="after")
     def _shape(self) -> Goal:
@@ -96,13 +118,21 @@ def load_goal(path: str | Path) -> Goal:
         raise SpecError("expected a mapping with 'goal:' or 'steps:'", path=str(path), line=1)
     data.setdefault("base_dir", str(Path(path).resolve().parent))
     goal = validate(Goal, data, path=str(path), node=node)
-    if isinstance(goal.spec, str) and not (Path(goal.base_dir) / goal.spec).exists():
+    if isinstance(goal.spec, str) and not _exists(Path(goal.base_dir) / goal.spec):
         raise SpecError(
             f"spec file {goal.spec} not found (relative to {goal.base_dir})",
             path=str(path),
             field="spec",
         )
     return goal
+
+
+def _exists(path: Path) -> bool:
+    """Path.exists that calls a name with a NUL byte or too long for the system missing."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
 
 
 def recover_goal(job_id: int, *, watch: bool = True) -> Goal:

@@ -4,6 +4,13 @@ A tick checks GPU health when due (placement quarantines by those verdicts), wat
 jobs (the engine), pauses the victims placement proposes — each pause through the gate as the
 `system` principal —, carries out approved calls whose requester is gone (the daemon), and hands
 failed jobs to recovery (the daemon's graph; a goal run recovers its own jobs in its graph).
+
+The loop survives its environment. A step that meets a fault the operator must fix — a full disk
+or quota, a store locked past store.busy_timeout_s, a store file deleted or replaced (checked
+with one os.stat per step) — is cut short and reported once, in one line that says what to fix;
+the loop then waits (1 s, doubling, at most 60 s) and tries again, and says so when a step runs
+clean again. Runs go on meanwhile: they are processes of their own, watched again on recovery.
+Any other error is a bug and surfaces.
 """
 
 from __future__ import annotations
@@ -14,7 +21,15 @@ from typing import TYPE_CHECKING, Any
 
 from sqlmodel import func, select
 
-from nightshift.runtime.errors import NightshiftError
+from nightshift.runtime.backoff import Backoff
+from nightshift.runtime.errors import (
+    DiskFull,
+    NightshiftError,
+    OperatorError,
+    StoreFull,
+    StoreGone,
+    StoreLocked,
+)
 from nightshift.runtime.store import Attempt, Job
 
 if TYPE_CHECKING:
@@ -22,17 +37,106 @@ if TYPE_CHECKING:
 
 Say = Callable[[str, dict[str, Any]], None]
 
+# Waits after a faulted step: 1 s, 2 s, 4 s … 60 s (one loop: no jitter to spread).
+FAULT_BACKOFF = Backoff(base_s=1.0, factor=2.0, cap_s=60.0, jitter_frac=0.0)
+
+
+def print_line(line: str) -> None:
+    from nightshift.agent.console import err_console
+
+    err_console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _kind(fault: OperatorError | None) -> str:
+    """What makes two faults the same one: the class, or the text of a general store error
+    (a log file after another on a full disk is still one full disk)."""
+    specific = (StoreFull, StoreLocked, StoreGone, DiskFull)
+    return type(fault).__name__ if isinstance(fault, specific) else str(fault)
+
 
 class Loop:
-    def __init__(self, w: Wiring, *, say: Say | None = None):
+    def __init__(
+        self,
+        w: Wiring,
+        *,
+        say: Say | None = None,
+        report: Callable[[str], None] | None = None,
+        fault_backoff: Backoff = FAULT_BACKOFF,
+    ):
         self.w = w
         self.say: Say = say or (lambda kind, data: None)
+        # Where a fault and its recovery are told (one line each); stderr unless replaced.
+        self.report: Callable[[str], None] = report or print_line
+        self.fault_backoff = fault_backoff
         # Set by the daemon: hand failed or paused jobs to recovery, carry out orphaned approvals.
         self.recover: Callable[[int, int], None] | None = None
         self.carry_out_approved = False
         self._last_health = float("-inf")
+        self.fault: OperatorError | None = None  # the fault the last step met, until one runs
+        self._fault_since = 0.0
+        self._fault_steps = 0  # faulted steps in a row
+        self._retry_at = float("-inf")
 
     def step(self) -> None:
+        """One step, unless a fault is being waited out; a fault ends the step (reported once
+        and retried with backoff), any other error is raised."""
+        now = time.monotonic()
+        if now < self._retry_at:
+            return
+        try:
+            self.w.store.check_file()  # a store nobody reads any more gets no new work
+            self._step()
+        except Exception as exc:
+            fault = self.w.store.fault_of(exc)
+            if fault is None:
+                raise
+            self._faulted(fault, now)
+            return
+        if self.fault is not None:
+            self._recovered(now)
+
+    def survive(self, what: str, fn: Callable[[], object]) -> None:
+        """Run `fn` (the daemon's start and stop records); a fault is reported, not raised."""
+        try:
+            self.w.store.check_file()
+            fn()
+        except Exception as exc:
+            fault = self.w.store.fault_of(exc)
+            if fault is None:
+                raise
+            self.report(f"warning: could not record {what}: {fault}")
+
+    def _faulted(self, fault: OperatorError, now: float) -> None:
+        first = self.fault is None
+        self._fault_steps += 1
+        wait = self.fault_backoff.delay_s(self._fault_steps, 0)
+        self._retry_at = now + wait
+        if first:
+            self._fault_since = now
+        if first or _kind(fault) != _kind(self.fault):
+            self.report(
+                f"warning: the loop cannot go on: {fault}. Running jobs keep running; the loop "
+                f"retries in {wait:g} s, then at most every {self.fault_backoff.cap_s:g} s"
+            )
+            self.say("fault", {"error": str(fault), "kind": type(fault).__name__, "retry_s": wait})
+        self.fault = fault
+
+    def _recovered(self, now: float) -> None:
+        fault, self.fault = self.fault, None
+        lasted = now - self._fault_since
+        self._fault_steps, self._retry_at = 0, float("-inf")
+        self.report(
+            f"recovered: the loop runs again; the fault ({type(fault).__name__}) cleared after "
+            f"{lasted:.0f} s"
+        )
+        self.say("recovered", {"error": str(fault), "seconds": round(lasted, 1)})
+        payload = {"fault": type(fault).__name__, "error": str(fault), "seconds": round(lasted, 1)}
+        self.survive(
+            "the loop's recovery in the audit",
+            lambda: self.w.audit.append("system", "loop.recovered", payload=payload),
+        )
+
+    def _step(self) -> None:
         self._health_check_if_due()
         self.w.engine.tick()
         self._preempt()
@@ -53,12 +157,17 @@ class Loop:
         try:
             self._system_call("gpu_health_check", {})
         except NightshiftError as exc:  # a failed check is in the audit; keep going
+            if self.w.store.fault_of(exc) is not None:
+                raise
             self.say("health", {"error": str(exc)})
 
     def _preempt(self) -> None:
         """Placement only proposes; each pause passes the gate as a `modify` by `system`."""
         decision = self.w.engine.last_decision
-        for p in decision.preemptions if decision else []:
+        if not decision:
+            return
+        proposals, decision.preemptions = decision.preemptions, []  # the next tick proposes afresh
+        for p in proposals:
             try:
                 self._system_call(
                     "pause_job",
@@ -68,9 +177,9 @@ class Loop:
                     },
                 )
             except NightshiftError as exc:
+                if self.w.store.fault_of(exc) is not None:
+                    raise  # the step stops here
                 self.say("preempt", {"job_id": p.victim_job_id, "error": str(exc)})
-        if decision:
-            decision.preemptions = []  # acted on (or refused); the next tick proposes afresh
 
     def _carry_out_orphans(self) -> None:
         """Approved calls nobody is carrying out (the requester's shell closed, its process was
@@ -82,6 +191,8 @@ class Loop:
             try:
                 self.w.gate.resume(row.id, self.w.context)  # type: ignore[arg-type]
             except NightshiftError as exc:  # recorded on the approval and in the audit
+                if self.w.store.fault_of(exc) is not None:
+                    raise
                 self.say("approved", {"approval_id": row.id, "error": str(exc)})
 
     def _needing_recovery(self) -> list[tuple[int, int]]:

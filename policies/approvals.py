@@ -5,7 +5,10 @@ pending → approved (distinct approving principals other than the requester rea
                     the requester confirms at a terminal where the rule lets them)
         | rejected (one rejection) | expired (no decision before `expires_at`, marked lazily)
 approved → executing (claimed by one live process) → executed | failed (the result is kept).
-Every request, vote (counted, ignored or refused), decision and execution is audited.
+Every request, vote (counted, ignored or refused), decision and execution is audited, and the
+audit's signed events are what an approval stands on: `unsupported` says whether the signed
+request and votes in the chain reach the quorum, and the gate runs nothing they do not (a row set
+to `approved` in the database by hand stays unexecuted).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from sqlmodel import col, select
 from nightshift.policies.audit import AuditLog, iso_utc, job_id_of, write_transaction
 from nightshift.policies.engine import PolicyEngine
 from nightshift.runtime.errors import PolicyDenied, UnknownApproval
-from nightshift.runtime.store import Approval, Store, dumps
+from nightshift.runtime.store import Approval, AuditEvent, Store, dumps
 from nightshift.skills.base import Skill
 
 _TABLE = Approval.__tablename__
@@ -176,6 +179,7 @@ class Approvals:
             s.add(row)
         payload = {
             "approval_id": row.id,
+            "voter": voter,
             "approve": approve,
             "counted": counted,
             "approvals": _approvals(row),
@@ -247,6 +251,7 @@ class Approvals:
                 ts=now,
                 payload={
                     "approval_id": row.id,
+                    "voter": self._name(principal),
                     "state": row.state,
                     "rule": row.rule,
                     "args": row.args,
@@ -254,6 +259,80 @@ class Approvals:
             )
             self._audit_decision(row, now)
         return row
+
+    def unsupported(self, row: Approval) -> str | None:
+        """None when the signed audit events of this approval carry it out: its signed request
+        names this skill, these arguments and files, and its signed votes from principals other
+        than the requester reach the request's quorum (or the requester confirmed at a terminal),
+        with no signed rejection. Else why not. The row itself counts for nothing here: whoever
+        can write the database can set it to `approved`, but cannot sign votes."""
+        mine = [
+            (e, signed)
+            for e, signed in self.audit.authentic_events(row.call_id)
+            if e.payload.get("approval_id") == row.id
+        ]
+        request = next(((e, s) for e, s in mine if e.action == "approval.request"), None)
+        if request is None:
+            return "the audit holds no approval.request event for it"
+        req, req_signed = request
+        if req_signed:
+            asked = (
+                req.skill,
+                dumps(req.payload.get("args")),
+                dumps(req.payload.get("files") or {}),
+            )
+            if asked != (row.skill, dumps(row.args), dumps(row.files)):
+                return "its skill, arguments or files are not those of its signed request"
+            quorum = req.payload.get("quorum")
+            if not isinstance(quorum, int) or quorum < 1:
+                return "its signed request names no quorum"
+        else:  # requested before signing: its quorum is the row's, its votes must be signed
+            quorum = row.quorum
+        requester = self._name(req.actor)
+        signed: list[AuditEvent] = [e for e, s in mine if s]
+        for e in signed:
+            if e.action == "approval.declined" or (
+                e.action == "approval.vote"
+                and e.payload.get("counted")
+                and not e.payload["approve"]
+            ):
+                return f"{e.actor} rejected it (signed event {e.id})"
+        if any(
+            e.action == "approval.confirmed" and self._name(e.actor) == requester for e in signed
+        ):
+            return None
+        voters = {
+            self._name(e.actor)
+            for e in signed
+            if e.action == "approval.vote" and e.payload.get("counted") and e.payload.get("approve")
+        } - {requester}
+        if len(voters) >= quorum:
+            return None
+        return (
+            f"its signed votes in the audit reach {len(voters)} of the {quorum} approvals it needs"
+        )
+
+    def refuse_unsupported(self, row: Approval, why: str, now: datetime) -> Approval:
+        """An approval the signed votes do not carry: rejected (nothing runs, the loop stops
+        retrying it), with why, audited."""
+        now = _naive_utc(now)
+        with write_transaction(self.store, _TABLE) as s:
+            fresh = s.get(Approval, row.id)
+            if fresh is None:
+                raise UnknownApproval(_UNKNOWN.format(id=row.id))
+            before = fresh.state
+            fresh.state, fresh.error, fresh.decided_at = "rejected", why, now
+            s.add(fresh)
+        self.audit.append(
+            "system",
+            "approval.unsupported",
+            skill=fresh.skill,
+            call_id=fresh.call_id,
+            job_id=job_id_of(fresh.args),
+            ts=now,
+            payload={"approval_id": fresh.id, "state_found": before, "reason": why},
+        )
+        return fresh
 
     def claim(self, approval_id: int, claimer: str, now: datetime) -> Approval:
         """approved → executing for `claimer`, atomically: of many processes resuming one call,

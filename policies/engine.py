@@ -3,12 +3,15 @@ approval?
 
 `PolicyEngine.evaluate` is pure: a principal, a skill and its arguments in, a `Verdict` out. The
 order is grants (may this principal use this skill at all?), then limits on what every non-read
-call claims (its input model says: GPUs, images, mounts, runtime), then approval rules. Nothing here runs a skill or writes anything.
+call claims (its input model says: GPUs, images, mounts and every other host path a run touches,
+runtime), then approval rules. Nothing here runs a skill or writes anything.
 """
 
 from __future__ import annotations
 
+import os
 from fnmatch import fnmatchcase
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -224,15 +227,28 @@ def check_limits(limits: Limits, claims: Claims) -> list[tuple[str, str]]:
                     "or add a pattern for it to the policy file",
                 )
             )
+        shown = ", ".join(map(str, roots or [])) or "empty"
         for source in launch.mounts if roots is not None else []:
             path = expand_path(source)
-            if not any(path == root or path.is_relative_to(root) for root in roots or []):
+            if not under_roots(path, roots or []):
                 out.append(
                     (
                         "limits.allowed_mount_roots",
                         f"{where} mounts '{source}' ({path}), outside "
-                        f"limits.allowed_mount_roots ({', '.join(map(str, roots or [])) or 'empty'})"
+                        f"limits.allowed_mount_roots ({shown})"
                         ": mount a folder under one of them, or add its root to the policy file",
+                    )
+                )
+        for host in launch.paths if roots is not None else []:
+            # The run uses the path as written (no ~ or $VAR), so only symlinks are resolved.
+            path = Path(os.path.realpath(host.path))
+            if not under_roots(path, roots or []):
+                out.append(
+                    (
+                        "limits.allowed_mount_roots",
+                        f"{where}: {host.field} '{host.path}' ({path}) lies outside "
+                        f"limits.allowed_mount_roots ({shown}): use a folder under one of "
+                        "them, or add its root to the policy file",
                     )
                 )
         minutes = launch.runtime_min
@@ -250,6 +266,11 @@ def check_limits(limits: Limits, claims: Claims) -> list[tuple[str, str]]:
                 )
             )
     return out
+
+
+def under_roots(path: Path, roots: list[Path]) -> bool:
+    """Whether a resolved path is one of the roots or lies under one."""
+    return any(path == root or path.is_relative_to(root) for root in roots)
 
 
 def image_allowed(image: str, patterns: list[str]) -> bool:

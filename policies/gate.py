@@ -4,7 +4,8 @@
 files they name once (hashing them), evaluates the policy on what the call claims, records the
 audit, and either runs the skill or raises `ApprovalRequired`. Calling again with the same call id
 resumes that call: the gate checks that the approval was given for this skill, these canonical
-arguments and these file contents, claims it (approved → executing, one process wins), runs it and
+arguments and these file contents, that the signed votes in the audit reach its quorum (the
+approval row alone is not trusted), claims it (approved → executing, one process wins), runs it and
 records the result on the approval, so an approved call runs exactly once whoever resumes it.
 Nothing hands the gate a verdict; skills know nothing of permission.
 """
@@ -285,6 +286,19 @@ class Gate:
                 ),
             )
         if row.state in ("approved", "executing"):
+            why = self.approvals.unsupported(row)
+            if why is not None:
+                self.approvals.refuse_unsupported(row, why, ctx.now)
+                self._refuse(
+                    ctx,
+                    skill,
+                    canonical,
+                    PolicyDenied(
+                        f"approval {row.id} for {skill.name} is {row.state} in the store, but {why}: "
+                        "the row was changed outside nightshift, so nothing ran and the approval "
+                        "is now rejected. Run `nightshift audit verify`, and request the call again"
+                    ),
+                )
             row = self._claim(row, ctx)
         return row
 

@@ -78,7 +78,9 @@ class Limits(_Strict):
     )
     allowed_mount_roots: list[str] | None = Field(
         default=None,
-        description="Host folders mounts must lie under; `~` and `$NIGHTSHIFT_HOME` expand",
+        description="Host folders that every path a run touches must lie under (symlinks "
+        "resolved), for every executor: mounts, code folder, checkpoint folder, metrics and log "
+        "files; `~`, `$NIGHTSHIFT_HOME` and `$NIGHTSHIFT_EXAMPLES` (the shipped examples) expand",
     )
     max_runtime_min: float | None = Field(default=None, gt=0)
 
@@ -90,10 +92,19 @@ class Limits(_Strict):
 
 
 def expand_path(raw: str) -> Path:
-    """Expand `$NIGHTSHIFT_HOME` (its default when unset), other variables and `~`; resolve."""
+    """Expand `$NIGHTSHIFT_HOME` (its default when unset), `$NIGHTSHIFT_EXAMPLES` (the examples
+    installed with nightshift, so that the quickstart runs wherever it is installed), other
+    variables and `~`; resolve."""
     text = raw.replace("${NIGHTSHIFT_HOME}", "$NIGHTSHIFT_HOME")
     text = text.replace("$NIGHTSHIFT_HOME", str(nightshift_home()))
+    text = text.replace("${NIGHTSHIFT_EXAMPLES}", "$NIGHTSHIFT_EXAMPLES")
+    text = text.replace("$NIGHTSHIFT_EXAMPLES", str(examples_dir()))
     return Path(os.path.realpath(os.path.expanduser(os.path.expandvars(text))))
+
+
+def examples_dir() -> Path:
+    """The folder of the examples that ship with nightshift (`nightshift.examples`)."""
+    return Path(str(resources.files("nightshift.examples")))
 
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {

@@ -63,13 +63,28 @@ class StoreSettings(BaseModel):
 
 
 class AuditSettings(BaseModel):
-    """How far the audit anchor may trail the log (policies/audit.py: group commit)."""
+    """How far the audit anchor may trail the log (policies/audit.py: group commit), the key that
+    signs the events and where the chain head is published."""
 
     anchor_every_events: int = Field(
         1000, ge=1, description="Rewrite the anchor after this many events"
     )
     anchor_lag_s: float = Field(
         0.2, ge=0, description="…or this long after an event; 0: every event"
+    )
+    key_file: str | None = Field(
+        None,
+        description="HMAC key that signs every event (created 0600 on first use); "
+        "default $NIGHTSHIFT_HOME/keys/audit.key",
+    )
+    publish_file: str | None = Field(
+        None,
+        description="Append the chain head here as JSON lines; keep it where the store's owner "
+        "cannot rewrite it (another host, a mounted share); verify checks against it",
+    )
+    publish_syslog: bool = Field(False, description="Also log the chain head to syslog/journald")
+    publish_every_s: float = Field(
+        60.0, gt=0, description="Publish the head at most this often while events are appended"
     )
 
 

@@ -18,10 +18,11 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlmodel import func, select
+from sqlmodel import col, func, select, update
 
 from nightshift.runtime import checkpoints, divergence, keeper, metric_sources
 from nightshift.runtime.config import Settings
+from nightshift.runtime.crashpoints import crash_point
 from nightshift.runtime.divergence import Divergence
 from nightshift.runtime.early_stop import median_rule, patience_exhausted
 from nightshift.runtime.executor import Executor, LaunchRequest, RunStatus
@@ -227,13 +228,23 @@ class Engine:
                 s.add(job)
 
     # ------------------------------------------------------------------ starting
-    def start_attempt(self, job_id: int, gpus: list[int], now: datetime) -> Attempt:
-        """Record the attempt first, then launch under a key derived from its id, so a crash in
-        between is finished by `recover_starting` without launching twice."""
+    def start_attempt(self, job_id: int, gpus: list[int], now: datetime) -> Attempt | None:
+        """Claim the job, record the attempt, then launch under a key derived from its id, so a
+        crash in between is finished by `recover_starting` without launching twice.
+
+        The claim (queued -> running) is the transaction's first statement, a conditional update:
+        it takes SQLite's write lock before anything is read, so of two loops placing the same job
+        (`nightshift run` and a daemon started later) one claims it and the other gets None."""
         with self.store.session() as s:
+            claimed = s.exec(
+                update(Job)
+                .where(col(Job.id) == job_id, col(Job.state) == "queued")
+                .values(state="running", updated_at=now, reason=None, hold_reason=None)
+            )
+            if claimed.rowcount != 1:
+                return None  # another loop started it, or it left the queue since the snapshot
             job = s.get(Job, job_id)
-            if job is None or job.state != "queued":
-                raise ValueError(f"job {job_id} is not queued")
+            assert job is not None  # the update just matched it
             number = len(list(s.exec(select(Attempt.id).where(Attempt.job_id == job_id)))) + 1
             paths = job_paths(self.settings, job)
             spec = ExperimentSpec.model_validate(job.spec)
@@ -257,14 +268,13 @@ class Engine:
                 log_path=str(log_path),
             )
             s.add(att)
-            job.state, job.updated_at, job.reason, job.hold_reason = "running", now, None, None
-            s.add(job)
             s.flush()
             checkpoint = job.resume_from and keeper.restore(
                 job.resume_from, paths["workspace"], number
             )
             att.argv = self.render_argv(job, paths, checkpoint)
             s.add(att)
+        crash_point("attempt.claimed")
         if checkpoint and checkpoint != job.resume_from:
             # A kept good copy was put back where the program wrote it (many programs only ever
             # load their own fixed path).
@@ -376,6 +386,7 @@ class Engine:
             row = s.get(Attempt, att.id)
             row.handle, row.state, row.executor = handle, "running", self.executor.kind
             s.add(row)
+        crash_point("attempt.running")
         return self._attempt(att.id)
 
     def _stop_leftovers(self, att: Attempt) -> None:

@@ -105,6 +105,30 @@ class StoreError(OperatorError):
     """The store cannot be opened or written (locked, read-only, wrong URL, unknown schema)."""
 
 
+class StoreFull(StoreError):
+    """The disk (or quota) under the store is full: nothing more is written until space is freed."""
+
+
+class StoreLocked(StoreError):
+    """Another process held the store's write lock past store.busy_timeout_s."""
+
+
+class StoreGone(StoreError):
+    """The store file was deleted or replaced under this process; it will not open a new one."""
+
+
+class DiskFull(OperatorError):
+    """A file nightshift writes (a log, a checkpoint, the audit anchor) hit a full or read-only disk."""
+
+
+class CallInDoubt(StoreError):
+    """The store failed after a call started: it may have taken effect; repeat it with its call id."""
+
+    def __init__(self, message: str, *, call_id: str, job_ids: list[int] | None = None):
+        self.call_id, self.job_ids = call_id, job_ids or []
+        super().__init__(message)
+
+
 # The skill ran and could not do its job ---------------------------------------------------------
 class SkillFailed(NightshiftError):
     """The skill ran and failed; the failure is reported, not retried blindly."""

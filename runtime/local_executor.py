@@ -6,6 +6,13 @@ only the process that started it. Handles are JSON files under `<runs_dir>/handl
 `start` idempotent on the request key even across processes, and each handle carries the process
 start time and the boot id, so a recycled pid (or a reboot) is never mistaken for our run.
 
+A launch is exactly-once even when its launcher is SIGKILLed at any moment: the executor writes an
+intent (`<key>.intent.json`) before any process starts, and the supervisor claims it — writes the
+handle, under a lock, only if the intent is still its own — before the program starts. A later
+`start` finds the handle, or waits for the live supervisor of the intent to write it, or (nothing
+of the intent alive) supersedes the intent, so a launch its dead launcher began but no one could see
+yet is refused rather than run beside the new one.
+
 A training program can outlive its supervisor: the supervisor or its group SIGKILLed, or a
 descendant that started its own session (a daemonised data loader). Such a survivor keeps its GPU
 and writes into the run's checkpoints, so before a relaunch it must be found and stopped. Three
@@ -17,6 +24,7 @@ process of the run inherits. `poll` reports survivors of a lost run as `leftover
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -36,9 +44,10 @@ import psutil
 from pydantic import BaseModel, ValidationError
 
 from nightshift.runtime import locks
+from nightshift.runtime.crashpoints import crash_point
 from nightshift.runtime.errors import OperatorError, SkillFailed
 from nightshift.runtime.executor import LaunchRequest, RunStatus
-from nightshift.runtime.supervise import child_file, write_exit_file
+from nightshift.runtime.supervise import child_file, claim_file, write_exit_file
 
 _KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 _SECRET_RE = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
@@ -46,6 +55,9 @@ _POLL_INTERVAL_S = 0.05
 _RESCAN_INTERVAL_S = 0.5
 _KILL_WAIT_S = 5.0
 _FINISH_WAIT_S = 1.0
+# A supervisor writes its handle within a Python start-up; past this, something is wrong.
+_HANDLE_WAIT_S = 60.0
+_HANDLE_POLL_S = 0.005
 # Two reads of one process's create_time agree to float noise; a recycled pid started elsewhen.
 _CTIME_TOLERANCE_S = 0.05
 ATTEMPT_KEY_ENV = "NIGHTSHIFT_ATTEMPT_KEY"
@@ -138,6 +150,12 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
+def _has_marker(proc: psutil.Process, key: str, attempt_id: str) -> bool:
+    """Whether `proc` inherited one launch's env marker (raises psutil.Error if unreadable)."""
+    env = proc.environ()
+    return env.get(ATTEMPT_ID_ENV) == attempt_id and env.get(ATTEMPT_KEY_ENV) == key
+
+
 def _pids(pids: list[int]) -> str:
     return ("process " if len(pids) == 1 else "processes ") + ", ".join(map(str, pids))
 
@@ -180,10 +198,22 @@ class LocalExecutor:
         self.handles_dir.mkdir(parents=True, exist_ok=True)
         # The lock makes "look for a handle, else launch" atomic across processes.
         with locks.exclusive(self.handles_dir / f"{req.key}.lock"):
-            existing = self.find(req.key)
+            existing = self.find(req.key) or self._adopt(req.key)
             if existing is not None:
                 return existing
             return self._launch(req)
+
+    def _adopt(self, key: str) -> dict[str, Any] | None:
+        """The handle of a launch whose launcher died before it read the handle: its supervisor
+        is alive and claiming (wait for the handle it writes), or None when nothing runs."""
+        try:
+            intent = json.loads(self._intent_file(key).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        marker = intent.get("attempt_id") if isinstance(intent, dict) else None
+        if not isinstance(marker, str) or not self._marked(key, marker):
+            return None
+        return self._await_handle(key, marker)
 
     def _launch(self, req: LaunchRequest) -> dict[str, Any]:
         attempt_id = secrets.token_hex(8)
@@ -192,10 +222,30 @@ class LocalExecutor:
         cwd = str(Path(req.cwd).expanduser().resolve())
         self.exits_dir.mkdir(parents=True, exist_ok=True)
         exit_file = self.exits_dir / f"{req.key}.json"
-        exit_file.unlink(missing_ok=True)  # a stale record from a launch whose handle was removed
-        Path(child_file(str(exit_file))).unlink(missing_ok=True)
         log_path = Path(os.path.abspath(Path(req.log_path).expanduser()))
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        handle_file, intent_file = self._handle_file(req.key), self._intent_file(req.key)
+        intent = {
+            "kind": "local",
+            "key": req.key,
+            "exit_file": str(exit_file),
+            "log_path": str(log_path),
+            "argv": list(req.argv),
+            "cwd": cwd,
+            "boot_id": _boot_id(),
+            "attempt_id": attempt_id,
+        }
+        # Under the claim lock: no supervisor can claim between "no handle" and the new intent,
+        # so one that a dead launcher started (and we could not see yet) is refused, not doubled.
+        with locks.exclusive(claim_file(str(handle_file))):
+            existing = self.find(req.key)
+            if existing is not None:
+                return existing
+            # Nothing claimed this key, so these are a refused or removed launch's leftovers.
+            exit_file.unlink(missing_ok=True)
+            Path(child_file(str(exit_file))).unlink(missing_ok=True)
+            self._write_json(intent_file, intent)
+        crash_point("launch.intent")
         cmd = [
             sys.executable,
             "-P",
@@ -203,6 +253,10 @@ class LocalExecutor:
             "nightshift.runtime.supervise",
             "--exit-file",
             str(exit_file),
+            "--intent-file",
+            str(intent_file),
+            "--handle-file",
+            str(handle_file),
             "--",
             *req.argv,
         ]
@@ -220,27 +274,57 @@ class LocalExecutor:
                 )
         except OSError as exc:
             raise SkillFailed(f"could not start the run supervisor for {req.key}: {exc}") from exc
-        # Read the start time before anything can reap the child: a zombie still has its stat.
-        stat = _proc_stat(proc.pid)
-        ctime = _create_time(proc.pid)
         # Reap the supervisor when it ends, so no zombie lingers in a long-lived daemon.
         threading.Thread(target=proc.wait, name=f"nightshift-reap-{req.key}", daemon=True).start()
-        handle = LocalHandle(
-            key=req.key,
-            pid=proc.pid,
-            pgid=proc.pid,
-            start_time=stat[1] if stat else None,
-            exit_file=str(exit_file),
-            log_path=str(log_path),
-            argv=list(req.argv),
-            cwd=cwd,
-            create_time=ctime,
-            boot_id=_boot_id(),
-            attempt_id=attempt_id,
-        )
-        data = handle.model_dump()
-        self._write_json(self._handle_file(req.key), data)
-        return data
+        crash_point("launch.spawned")
+        handle = self._await_handle(req.key, attempt_id, proc, log_path)
+        crash_point("launch.handle")
+        intent_file.unlink(missing_ok=True)
+        return handle
+
+    def _await_handle(
+        self,
+        key: str,
+        marker: str,
+        proc: subprocess.Popen[bytes] | None = None,
+        log_path: Path | None = None,
+    ) -> dict[str, Any]:
+        """The handle the supervisor writes before it starts the program. A supervisor that ends
+        without one ran nothing; one that takes too long is stopped, so nothing runs untracked."""
+        deadline = time.monotonic() + _HANDLE_WAIT_S
+        while True:
+            found = self.find(key)
+            if found is not None:
+                return found
+            ended = proc.poll() is not None if proc is not None else not self._marked(key, marker)
+            if ended and self.find(key) is None:
+                tail = _read_tail(log_path, 5).strip() if log_path else ""
+                raise SkillFailed(
+                    f"the run supervisor for {key} ended before it claimed the launch"
+                    + (f": {tail}" if tail else "")
+                )
+            if time.monotonic() >= deadline:
+                if proc is not None:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                raise SkillFailed(
+                    f"the run supervisor for {key} wrote no handle within {_HANDLE_WAIT_S:g}s "
+                    "(machine overloaded?); it was stopped so that nothing runs untracked"
+                )
+            time.sleep(_HANDLE_POLL_S)
+
+    def _marked(self, key: str, marker: str) -> bool:
+        """Whether a live process carries this launch's env marker (a supervisor or its run)."""
+        me = os.getpid()
+        for proc in psutil.process_iter():
+            if proc.pid == me or proc.pid <= 1:
+                continue
+            try:
+                if proc.status() != psutil.STATUS_ZOMBIE and _has_marker(proc, key, marker):
+                    return True
+            except (psutil.Error, OSError):
+                continue
+        return False
 
     @staticmethod
     def _env(req: LaunchRequest, attempt_id: str) -> dict[str, str]:
@@ -437,13 +521,8 @@ class LocalExecutor:
                     continue
                 if group is not None and os.getpgid(proc.pid) == group:
                     found[proc.pid] = (proc, "group")
-                elif h.attempt_id is not None:
-                    env = proc.environ()
-                    if (
-                        env.get(ATTEMPT_ID_ENV) == h.attempt_id
-                        and env.get(ATTEMPT_KEY_ENV) == h.key
-                    ):
-                        found[proc.pid] = (proc, "marker")
+                elif h.attempt_id is not None and _has_marker(proc, h.key, h.attempt_id):
+                    found[proc.pid] = (proc, "marker")
             except (psutil.Error, OSError):
                 continue
         return found
@@ -491,6 +570,10 @@ class LocalExecutor:
     # ------------------------------------------------------------------------------ helpers
     def _handle_file(self, key: str) -> Path:
         return self.handles_dir / f"{key}.json"
+
+    def _intent_file(self, key: str) -> Path:
+        """What a launch will be, written before its process starts (see supervise.claim)."""
+        return self.handles_dir / f"{key}.intent.json"
 
     @staticmethod
     def _check_key(key: str) -> None:

@@ -7,13 +7,16 @@ from __future__ import annotations
 import json
 import statistics
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
-from sqlalchemy import String, func, select
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from sqlalchemy import String, func, select, true, update
 from sqlalchemy.orm import aliased
+from sqlmodel import col
 
 from nightshift.runtime.backoff import Backoff
 from nightshift.runtime.placement import GpuSlot, PendingJob, RunningJob, Snapshot
+from nightshift.runtime.spec import MAX_MINUTES, Resources
 from nightshift.runtime.store import Attempt, GpuSample, Job, Store
 from nightshift.runtime.tariff import Tariff
 
@@ -34,6 +37,79 @@ SPEC_FIELDS: tuple[tuple[str, ...], ...] = (
     ("depends_on",),
     ("retry_wait_s",),
 )
+
+
+class _Placed(BaseModel):
+    """The plucked fields, under the spec's own constraints: a stored spec that a hand edit or
+    an older version left with `inf`, a string or a negative count fails its job, not the loop."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
+    resources: Resources
+    cost_class: Literal["urgent", "cost_sensitive"] = "urgent"
+    pausable: bool = True
+    checkpoint_dir: str | None = None
+    timeout_min: float | None = Field(None, gt=0, le=MAX_MINUTES)
+    depends_on: list[str] = Field(default_factory=list)
+    retry_wait_s: float | None = Field(None, ge=0, le=MAX_MINUTES * 60)
+
+
+# Fields already found valid (the raw plucked text or its repr), so each is checked once.
+_VALID: set[str] = set()
+_VALID_MAX = 100_000
+
+
+def stored_fields_problem(values: list[Any]) -> str | None:
+    """Why the plucked fields of a stored spec (SPEC_FIELDS order) are unusable, or None."""
+    (gpus, mem, share, cap, minutes, cost_class, pausable, ckpt, timeout, deps, wait) = values
+    raw = {"gpus": gpus, "gpu_memory_gb": mem, "share_gpu": share}
+    raw |= {"gpu_memory_cap_gb": cap, "expected_duration_min": minutes}
+    data = {
+        "resources": {k: v for k, v in raw.items() if v is not None},
+        "cost_class": cost_class if cost_class is not None else "urgent",
+        "pausable": pausable if pausable is not None else True,
+        "checkpoint_dir": ckpt,
+        "timeout_min": timeout,
+        "depends_on": deps if deps is not None else [],
+        "retry_wait_s": wait,
+    }
+    try:
+        _Placed.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]).replace("checkpoint_dir", "checkpoint.dir")
+        return f"stored spec field {where}: {err['msg']}"
+    return None
+
+
+def _check_fields(key: str, values: Any) -> str | None:
+    if key in _VALID:
+        return None
+    if not isinstance(values, list) or len(values) != len(SPEC_FIELDS):
+        return "stored spec is not a mapping of spec fields"
+    problem = stored_fields_problem(values)
+    if problem is None:
+        if len(_VALID) >= _VALID_MAX:
+            _VALID.clear()
+        _VALID.add(key)
+    return problem
+
+
+def _fail_unloadable(store: Store, reasons: dict[int, str], now: datetime) -> None:
+    """Set queued jobs whose stored spec cannot be used `failed`, with the reason in job.reason
+    (this loader has no audit sink); a job that left the queue meanwhile is left alone."""
+    with store.session() as s:
+        for job_id, why in reasons.items():
+            s.exec(
+                update(Job)
+                .where(col(Job.id) == job_id, col(Job.state) == "queued")
+                .values(
+                    state="failed",
+                    reason=f"cannot be loaded: {why}; fix the spec and submit it again",
+                    hold_reason=None,
+                    updated_at=now,
+                )
+            )
 
 
 def _pluck(spec: dict[str, Any]) -> list[Any]:
@@ -61,7 +137,9 @@ def load_snapshot(
 ) -> Snapshot:
     """The placement snapshot from the store in five queries.
 
-    Specs were validated at submit, so they are read as stored, not validated again; on SQLite
+    Specs were validated at submit; the fields placement reads are checked again, once per
+    distinct value, and a queued job whose stored fields fail is set `failed` with the reason
+    (a running one is seen with neutral values) instead of stopping the loop. On SQLite
     only the fields placement needs leave the database (one `json_extract` with several paths:
     decoding each whole spec costs ten times more). Expected duration: the spec's
     `expected_duration_min`, else the median of this name's succeeded attempts, else the
@@ -89,8 +167,16 @@ def load_snapshot(
                 Job.created_at,
                 Job.resume_from,
                 fields.label("fields"),
-            ).where(Job.state.in_(active))
+            ).where(Job.state.in_(active), func.json_valid(Job.spec) if sqlite else true())
         ).all()
+        broken = (
+            conn.execute(
+                select(Job.id).where(Job.state == "queued", ~func.json_valid(Job.spec))
+            ).scalars()
+            if sqlite
+            else []
+        )
+        unloadable = {job_id: "stored spec is not valid JSON" for job_id in broken}
         succeeded = set(
             conn.execute(select(Job.name).where(Job.state == "succeeded").distinct()).scalars()
         )
@@ -138,6 +224,14 @@ def load_snapshot(
     pending: list[PendingJob] = []
     running: list[RunningJob] = []
     for j in jobs:
+        values = json.loads(j.fields) if sqlite else _pluck(j.fields or {})
+        problem = _check_fields(j.fields if sqlite else repr(values), values)
+        if problem is not None:
+            if j.state == "queued":
+                unloadable[j.id] = problem
+                continue
+            values = [None] * len(SPEC_FIELDS)  # running: seen as asking for nothing special
+            values[6] = False  # and not pausable: its checkpoint folder is unknown
         (
             gpus,
             mem,
@@ -150,7 +244,7 @@ def load_snapshot(
             timeout_min,
             depends_on,
             retry_wait_s,
-        ) = json.loads(j.fields) if sqlite else _pluck(j.fields)
+        ) = values
         expected = minutes * 60.0 if minutes else typical.get(j.name)
         att = last.get(j.id)
         common = {
@@ -201,6 +295,8 @@ def load_snapshot(
                     expected_end=end,
                 )
             )
+    if unloadable:
+        _fail_unloadable(store, unloadable, now)
     slots = [
         GpuSlot(
             index=r.gpu_index,

@@ -2,23 +2,44 @@
 
 from __future__ import annotations
 
+import math
+import posixpath
 import re
 import string
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from nightshift.runtime.errors import SpecError
-from nightshift.runtime.yamlfile import load_model_text
+from nightshift.runtime.yamlfile import check_bounds, load_model_text
 
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
-# Filled by nightshift itself, never by a parameter.
-BUILTIN_PLACEHOLDERS = {"python", "checkpoint_dir", "metrics_file", "run_dir", "checkpoint", "step"}
+# Filled by nightshift itself in the command, never by a parameter.
+COMMAND_BUILTINS = {"python", "checkpoint_dir", "metrics_file", "run_dir"}
+# resume_arg sees the command's builtins and the checkpoint chosen to resume from.
+RESUME_PLACEHOLDERS = COMMAND_BUILTINS | {"checkpoint", "step"}
+BUILTIN_PLACEHOLDERS = RESUME_PLACEHOLDERS
+
+# Ranges at submit, so that a stored job can never overflow a column, a timer or a sum later.
+MAX_PRIORITY = 1_000_000  # aging adds about one a hour; a million outranks any real queue
+MAX_MINUTES = 525_600.0  # a year: durations, timeouts and stall limits
+MAX_GPUS = 4096
+MAX_MEMORY_GB = 1_000_000.0  # a petabyte: GPU and host memory
+MAX_POWER_W = 1_000_000.0  # a megawatt
+MAX_STEPS = 10**15
+MAX_SEED = 2**63 - 1
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class CodeSpec(_Strict):
@@ -50,15 +71,15 @@ class EnvironmentSpec(_Strict):
 
 
 class Resources(_Strict):
-    gpus: int = Field(0, ge=0, description="GPUs the run needs; 0 runs on the CPU")
-    gpu_memory_gb: float | None = Field(None, gt=0)
-    host_memory_gb: float | None = Field(None, gt=0)
-    expected_duration_min: float | None = Field(None, gt=0)
+    gpus: int = Field(0, ge=0, le=MAX_GPUS, description="GPUs the run needs; 0 runs on the CPU")
+    gpu_memory_gb: float | None = Field(None, gt=0, le=MAX_MEMORY_GB)
+    host_memory_gb: float | None = Field(None, gt=0, le=MAX_MEMORY_GB)
+    expected_duration_min: float | None = Field(None, gt=0, le=MAX_MINUTES)
     power_w: float | None = Field(
-        None, gt=0, description="Declared draw, for energy where no meter exists"
+        None, gt=0, le=MAX_POWER_W, description="Declared draw, for energy where no meter exists"
     )
     share_gpu: bool = False
-    gpu_memory_cap_gb: float | None = Field(None, gt=0)
+    gpu_memory_cap_gb: float | None = Field(None, gt=0, le=MAX_MEMORY_GB)
 
 
 class CheckpointSpec(_Strict):
@@ -70,10 +91,11 @@ class CheckpointSpec(_Strict):
         default_factory=lambda: ["--resume", "{checkpoint}"],
         description="argv appended on resume; {checkpoint} is the path",
     )
-    every_steps: int | None = Field(None, gt=0)
+    every_steps: int | None = Field(None, gt=0, le=MAX_STEPS)
     steps_per_epoch: int | None = Field(
         None,
         gt=0,
+        le=MAX_STEPS,
         description="For checkpoints that record only an epoch: step = epoch x steps_per_epoch",
     )
     keep_good: int = Field(
@@ -86,6 +108,23 @@ class CheckpointSpec(_Strict):
         "newer unconfirmed copies are kept too); 0: keep none",
     )
 
+    @field_validator("dir")
+    @classmethod
+    def _dir_inside(cls, v: str) -> str:
+        return _inside_job_folder(v, "checkpoint.dir")
+
+    @field_validator("resume_arg")
+    @classmethod
+    def _resume_template(cls, v: list[str]) -> list[str]:
+        for i, item in enumerate(v):
+            unknown = template_names(item, f"resume_arg[{i}]") - RESUME_PLACEHOLDERS
+            if unknown:
+                raise ValueError(
+                    f"resume_arg[{i}] names {{{sorted(unknown)[0]}}}; resume_arg may use only "
+                    f"{', '.join('{' + n + '}' for n in sorted(RESUME_PLACEHOLDERS))}"
+                )
+        return v
+
 
 class DivergenceSpec(_Strict):
     """Stop a run while it runs once its metrics diverge (tune_lr's rules), before it overwrites
@@ -96,7 +135,7 @@ class DivergenceSpec(_Strict):
     k: float = Field(
         4.0,
         gt=1,
-        allow_inf_nan=False,
+        le=1e6,
         description="Diverged when the smoothed metric exceeds k x its running "
         "minimum (mode min only); any non-finite value diverges at once",
     )
@@ -140,6 +179,11 @@ class MetricSpec(_Strict):
     )
     divergence: DivergenceSpec = DivergenceSpec()
 
+    @field_validator("file")
+    @classmethod
+    def _file_inside(cls, v: str | None) -> str | None:
+        return v if v is None else _inside_job_folder(v, "metrics.file")
+
     @field_validator("regex")
     @classmethod
     def _regexes_compile(cls, v: str | list[str] | None) -> str | list[str] | None:
@@ -163,15 +207,17 @@ class MetricSpec(_Strict):
 
 
 class EarlyStopSpec(_Strict):
-    patience: int = Field(5, ge=1, description="Evaluations of metrics.name without improvement")
+    patience: int = Field(
+        5, ge=1, le=MAX_STEPS, description="Evaluations of metrics.name without improvement"
+    )
     min_delta: float = Field(0.0, ge=0)
     median_rule: bool = Field(
         False,
         description="Also stop a trial worse than the median of its "
         "sibling trials (same sweep) at the same step",
     )
-    min_siblings: int = Field(3, ge=1)
-    grace_steps: int = Field(0, ge=0, description="No early stop before this step")
+    min_siblings: int = Field(3, ge=1, le=100_000)
+    grace_steps: int = Field(0, ge=0, le=MAX_STEPS, description="No early stop before this step")
 
 
 class Knobs(_Strict):
@@ -193,22 +239,25 @@ class ExperimentSpec(_Strict):
     checkpoint: CheckpointSpec | None = None
     metrics: MetricSpec = MetricSpec()
     early_stopping: EarlyStopSpec | None = None
-    priority: int = 0
+    priority: int = Field(0, ge=-MAX_PRIORITY, le=MAX_PRIORITY)
     cost_class: Literal["urgent", "cost_sensitive"] = "urgent"
     retries: int = Field(2, ge=0, le=100)
     retry_wait_s: float | None = Field(
         None,
         ge=0,
+        le=MAX_MINUTES * 60,
         description="Wait before the first retry "
         "(then doubling, as the config's retry section says); "
         "default: retry.base_s, 30 s",
     )
-    timeout_min: float | None = Field(None, gt=0)
-    stall_min: float | None = Field(None, gt=0)
-    depends_on: list[str] = Field(default_factory=list)
+    timeout_min: float | None = Field(None, gt=0, le=MAX_MINUTES)
+    stall_min: float | None = Field(None, gt=0, le=MAX_MINUTES)
+    depends_on: list[str] = Field(
+        default_factory=list, description="Names of jobs that must succeed before this one starts"
+    )
     deadline: str | None = None
     pausable: bool = True
-    seed: int | None = None
+    seed: int | None = Field(None, ge=0, le=MAX_SEED)
     knobs: Knobs = Knobs()
 
     # Where the spec was loaded from; relative paths resolve against it. Not part of the user's file.
@@ -222,7 +271,24 @@ class ExperimentSpec(_Strict):
                 "command is an argv list, not a shell string: split it into items, "
                 "e.g. ['python', 'train.py', '--lr', '{lr}']"
             )
+        for i, item in enumerate(v):
+            template_names(item, f"command[{i}]")
         return v
+
+    @field_validator("parameters", "search_space")
+    @classmethod
+    def _finite(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        check_finite(v)
+        return v
+
+    @model_validator(mode="after")
+    def _not_own_dependency(self) -> ExperimentSpec:
+        if self.name in self.depends_on:
+            raise ValueError(
+                f"depends_on names '{self.name}', this spec itself: the job would wait for "
+                "itself forever; remove it"
+            )
+        return self
 
     @model_validator(mode="after")
     def _knobs_name_parameters(self) -> ExperimentSpec:
@@ -244,12 +310,41 @@ class ExperimentSpec(_Strict):
 
     def placeholders(self) -> set[str]:
         names: set[str] = set()
-        for item in self.command:
-            names |= {n for _, n, _, _ in string.Formatter().parse(item) if n}
+        for i, item in enumerate(self.command):
+            names |= template_names(item, f"command[{i}]")
         return names
 
     def unfilled_placeholders(self, params: dict[str, Any] | None = None) -> set[str]:
         return self.placeholders() - set(params or self.parameters) - BUILTIN_PLACEHOLDERS
+
+    def check_filled(self, params: dict[str, Any], *, path: str | None = None) -> None:
+        """Refuse at submit a command whose placeholders these parameters and the builtins leave
+        unfilled (the run would fail to start, on every try)."""
+        missing = self.placeholders() - set(params) - COMMAND_BUILTINS
+        if missing:
+            raise SpecError(
+                f"placeholders {sorted(missing)} are filled by no parameter: add them to "
+                f"parameters, or use only the builtins {sorted(COMMAND_BUILTINS)} "
+                "({checkpoint} and {step} belong in checkpoint.resume_arg); a literal brace "
+                "is written {{ or }}",
+                path=path,
+                field="command",
+            )
+
+    def host_paths(self) -> list[tuple[str, str]]:
+        """(field, path) of the host paths a run of this spec reads or writes outside its job
+        folder: the code folder where the spec names one (code.path, or the spec file's folder;
+        a mapping without code.path runs where the loop runs, the operator's choice), and an
+        absolute checkpoint folder or metrics file. Relative ones stay inside the job's folder
+        (their validators refuse `..`)."""
+        out = []
+        if self.code.path or self.base_dir:
+            out.append(("code.path", str(self.run_dir())))
+        if self.checkpoint and Path(self.checkpoint.dir).is_absolute():
+            out.append(("checkpoint.dir", self.checkpoint.dir))
+        if self.metrics.file and Path(self.metrics.file).is_absolute():
+            out.append(("metrics.file", self.metrics.file))
+        return out
 
     def run_dir(self) -> Path:
         base = Path(self.base_dir or ".")
@@ -265,7 +360,84 @@ class ExperimentSpec(_Strict):
                 "parameters",
                 field="command",
             )
-        return [PLACEHOLDER.sub(lambda m: values[m.group(1)], item) for item in self.command]
+        return [fill(item, values) for item in self.command]
+
+
+def template_names(item: str, where: str) -> set[str]:
+    """The placeholder names of one argv template item, which must be `{name}` fields only
+    (ValueError otherwise, naming `where`): a literal brace is written `{{` or `}}`."""
+    try:
+        parts = list(string.Formatter().parse(item))
+    except ValueError as exc:
+        raise ValueError(
+            f"{where} {item!r} is not a valid template ({exc}): a literal brace is written "
+            "{{ or }}"
+        ) from None
+    names = set()
+    for _, name, spec, conversion in parts:
+        if name is None:
+            continue
+        if not PLACEHOLDER.fullmatch("{" + name + "}") or spec or conversion:
+            shown = name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "")
+            raise ValueError(
+                f"{where} {item!r}: {{{shown}}} is not a placeholder (a parameter's name, such "
+                "as {lr}); a literal brace is written {{ or }}"
+            )
+        names.add(name)
+    return names
+
+
+def fill(item: str, values: dict[str, str]) -> str:
+    """One argv item with its `{name}` fields filled and `{{`/`}}` made single braces."""
+    return "".join(
+        literal + (values[name] if name is not None else "")
+        for literal, name, _, _ in string.Formatter().parse(item)
+    )
+
+
+def check_finite(value: Any, where: str = "") -> None:
+    """ValueError naming the first NaN or infinite number in nested parameters."""
+    stack: list[tuple[Any, str]] = [(value, where)]
+    while stack:
+        v, at = stack.pop()
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ValueError(f"{at or 'value'} is {v}: numbers must be finite")
+        if isinstance(v, dict):
+            stack.extend((x, f"{at}.{k}" if at else str(k)) for k, x in v.items())
+        elif isinstance(v, list | tuple):
+            stack.extend((x, f"{at}[{i}]") for i, x in enumerate(v))
+
+
+def _inside_job_folder(v: str, field: str) -> str:
+    """A relative path means inside the job's folder; `..` out of it is refused (an absolute
+    path is checked against the policy's allowed roots instead)."""
+    if "\x00" in v:
+        raise ValueError(f"{field} contains a NUL byte")
+    if not Path(v).is_absolute() and posixpath.normpath(v).split("/")[0] == "..":
+        raise ValueError(
+            f"{field} {v!r} leaves the job's folder through '..': a relative path lies "
+            "inside it; give an absolute path for a folder elsewhere (the policy's "
+            "allowed roots apply)"
+        )
+    return v
+
+
+def stored_spec(spec: dict[str, Any], params: dict[str, Any]) -> ExperimentSpec:
+    """A stored job's spec and parameters validated again before the loop uses them (a store
+    written by an older version, or edited by hand, must fail that job, not the loop).
+    Raises SpecError naming the field."""
+    try:
+        parsed = ExperimentSpec.model_validate(spec)
+        check_bounds(params, path="<stored job>", field="params")
+        check_finite(params, "params")
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or None
+        raise SpecError(err["msg"], path="<stored job>", field=field) from None
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise SpecError(str(exc) or type(exc).__name__, path="<stored job>") from None
+    parsed.check_filled(params, path="<stored job>")
+    return parsed
 
 
 def _fmt(v: Any) -> str:

@@ -9,8 +9,12 @@ at the same moment end with one schema. An up-to-date store costs one read.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import sqlite3
 import time
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import UTC, datetime
@@ -19,10 +23,17 @@ from typing import Any
 
 from pydantic import NaiveDatetime
 from sqlalchemy import Connection, event, inspect, text
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
 from sqlmodel import JSON, Column, Field, Session, SQLModel, col, create_engine, select
 
-from nightshift.runtime.errors import StoreError
+from nightshift.runtime.errors import (
+    DiskFull,
+    OperatorError,
+    StoreError,
+    StoreFull,
+    StoreGone,
+    StoreLocked,
+)
 from nightshift.runtime.migrations import BASELINE, HEAD, SCRIPT_LOCATION
 
 # Stores from before Alembic say which create_all made them in keyvalue `schema_version`: "2" is
@@ -176,7 +187,8 @@ class Approval(SQLModel, table=True):
 
 
 class AuditEvent(SQLModel, table=True):
-    """Append-only; `hash` chains over `prev_hash` and the canonical JSON of the event."""
+    """Append-only; `hash` chains over `prev_hash` and the canonical JSON of the event, and
+    `signature` is the audit key's HMAC of `hash`."""
 
     id: int | None = Field(default=None, primary_key=True)
     ts: str
@@ -188,6 +200,7 @@ class AuditEvent(SQLModel, table=True):
     payload: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     prev_hash: str
     hash: str = Field(unique=True)
+    signature: str | None = None  # HMAC-SHA256 of `hash` (None: written before signing)
 
 
 class PlannedCall(SQLModel, table=True):
@@ -214,17 +227,22 @@ class KeyValue(SQLModel, table=True):
 
 
 class Store:
-    """Opens the database, brings its schema to the newest revision, hands out sessions."""
+    """Opens the database, brings its schema to the newest revision, hands out sessions.
+
+    A SQLite store remembers which file it opened (device and inode): `check_file` notices that
+    file deleted or replaced, and once open no new connection creates a missing file, so a store
+    deleted under a running process is never silently replaced by an empty one."""
 
     def __init__(self, url: str, busy_timeout_s: float = 30.0):
         self.url = url
         self.busy_timeout_s = busy_timeout_s
         self._db_path: Path | None = None
+        self._identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the file opened
         try:
             if url.startswith("sqlite:///"):
                 path = Path(url[len("sqlite:///") :])
                 if path.name and str(path) != ":memory:":
-                    self._db_path = path
+                    path = self._db_path = path.resolve()
                     try:
                         path.parent.mkdir(parents=True, exist_ok=True)
                     except OSError as exc:
@@ -243,6 +261,16 @@ class Store:
                     cur.execute("PRAGMA synchronous=NORMAL")
                     cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
                     cur.close()
+
+                @event.listens_for(self.engine, "do_connect")
+                def _existing_file_only(dialect, _record, cargs, cparams):  # noqa: ANN001
+                    """After the first open, connect with mode=rw: SQLite itself refuses to
+                    create the file again."""
+                    if self._identity is None or self._db_path is None:
+                        return None  # the first open may create a fresh store
+                    self.check_file()
+                    uri = "file:" + urllib.parse.quote(str(self._db_path)) + "?mode=rw"
+                    return dialect.loaded_dbapi.connect(uri, *cargs[1:], **{**cparams, "uri": True})
             else:
                 self.engine = create_engine(url)
         except (ArgumentError, NoSuchModuleError, ImportError) as exc:
@@ -251,6 +279,15 @@ class Store:
                 "the database driver it names"
             ) from None
         self._open_schema()
+        if self._db_path is not None:
+            try:
+                st = os.stat(self._db_path)
+            except OSError as exc:
+                raise StoreError(
+                    f"the store file {self._db_path} vanished while it was opened "
+                    f"({exc.strerror or exc}); open it again"
+                ) from exc
+            self._identity = (st.st_dev, st.st_ino)
 
     # The schema ---------------------------------------------------------------------------
 
@@ -377,13 +414,110 @@ class Store:
                 raise
 
     def raise_if_busy(self, exc: OperationalError) -> None:
-        """A lock held past busy_timeout_s is the operator's to solve, not a crash."""
-        if "locked" in str(exc.orig):
-            raise StoreError(
-                f"the store {self.url} stayed locked by another process past the busy timeout "
-                "(store.busy_timeout_s); nothing was written. Find the holder with `fuser` on "
-                "the file, or retry"
-            ) from exc
+        """A lock held past busy_timeout_s, a full disk or a read-only, broken or vanished file
+        is the operator's to solve, not a crash: raise it as such (else return)."""
+        fault = self._sqlite_fault(exc.orig, f"the store {self.url}")
+        if fault is not None:
+            raise fault from exc
+
+    def check_file(self) -> None:
+        """Raise StoreGone if the SQLite file opened at start was deleted or replaced (one
+        os.stat; nothing to check for other URLs). Cheap enough for every loop step."""
+        if self._identity is None or self._db_path is None:
+            return
+        try:
+            st = os.stat(self._db_path)
+        except FileNotFoundError:
+            what = "it is gone"
+        except OSError as exc:
+            what = f"it cannot be read: {exc.strerror or exc}"
+        else:
+            if (st.st_dev, st.st_ino) == self._identity:
+                return
+            what = "another file is there now"
+        raise StoreGone(
+            f"the store file {self._db_path} was deleted or replaced ({what}); nothing more is "
+            "written, and no new store is made in its place. Restore the file, or restart "
+            "the daemon (or command) to open what is at that path now"
+        )
+
+    def fault_of(self, exc: BaseException) -> OperatorError | None:
+        """The environment fault behind `exc`, as an error that says what happened and how to
+        fix it: a full disk or quota, a lock held past busy_timeout_s, a read-only, broken or
+        vanished store, a file that cannot be written for lack of space. None for anything
+        else: a programming error, which must surface."""
+        seen: set[int] = set()
+        todo: list[BaseException | None] = [exc]
+        general: StoreError | None = None
+        while todo:
+            e = todo.pop(0)
+            if e is None or id(e) in seen:
+                continue
+            seen.add(id(e))
+            if isinstance(e, StoreFull | StoreLocked | StoreGone | DiskFull):
+                return e
+            if isinstance(e, DBAPIError):
+                fault = self._sqlite_fault(e.orig, f"the store {self.url}")
+                if fault is not None:
+                    return fault
+            elif isinstance(e, sqlite3.Error):
+                fault = self._sqlite_fault(e, "the agent's checkpoint database (graph.db)")
+                if fault is not None:
+                    return fault
+            elif isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+                where = e.filename or "a file under NIGHTSHIFT_HOME"
+                fix = (
+                    "remount that filesystem read-write"
+                    if e.errno == errno.EROFS
+                    else "free space on that filesystem (or raise the quota)"
+                )
+                return DiskFull(f"cannot write {where}: {e.strerror or e}; {fix}")
+            if isinstance(e, StoreError) and general is None:
+                general = e
+            todo += [e.__cause__, e.__context__]
+        return general
+
+    def _sqlite_fault(self, err: BaseException | None, where: str) -> StoreError | None:
+        """A SQLite error that the environment caused, by its result code (or its text)."""
+        if err is None:
+            return None
+        name = str(getattr(err, "sqlite_errorname", "") or "")
+        text = str(err)
+        if name.startswith("SQLITE_FULL") or "disk is full" in text:
+            return StoreFull(
+                f"{where} is full (database or disk is full): nothing more is recorded until "
+                "space is freed. Free space on the disk that holds it (or raise the quota)"
+            )
+        if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in text:
+            return StoreLocked(
+                f"{where} stayed locked by another process past the busy timeout "
+                f"(store.busy_timeout_s, {self.busy_timeout_s:g} s); this write was rolled back. "
+                "Find the holder with `fuser` on the file, or retry"
+            )
+        if name.startswith("SQLITE_READONLY") or "readonly database" in text:
+            return StoreError(
+                f"{where} cannot be written ({text}): make the file and its folder writable "
+                "by this user, or remount the filesystem read-write"
+            )
+        if name.startswith("SQLITE_CANTOPEN") or "unable to open database file" in text:
+            try:
+                self.check_file()
+            except StoreGone as gone:  # the usual reason, after the first open
+                return gone
+            return StoreError(
+                f"{where} cannot be opened ({text}): check that its folder exists and is "
+                "writable by this user"
+            )
+        if name.startswith("SQLITE_IOERR") or "disk I/O error" in text:
+            return StoreError(
+                f"{where} met a disk I/O error ({text}): check the disk (`dmesg`) and its "
+                "free space"
+            )
+        if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or "malformed" in text:
+            return StoreError(
+                f"{where} is damaged ({text}): stop nightshift and restore it from a backup"
+            )
+        return None
 
     # Small helpers used by several layers -------------------------------------------------
 

@@ -12,12 +12,20 @@ child's code, or 128+N when the child died from signal N. Right after starting t
 `{"pid": int, "create_time": float|null}` to PATH.child, so that if the supervisor itself is
 killed, the child it leaves behind can still be found (and told apart from a recycled pid). Only
 the standard library is imported before the child starts, so start-up stays fast.
+
+With `--intent-file I --handle-file H` (what the local executor passes) the supervisor claims the
+launch before anything runs: under the flock on `H.claim` it checks that the intent the executor
+wrote is still its own (the same NIGHTSHIFT_ATTEMPT_ID) and that no handle exists, then writes the
+handle (the intent plus its own pid, process group and start time) durably, and only then starts
+the child. A launcher killed at any moment therefore leaves either a handle a later process finds,
+or no run at all: a supervisor whose intent was superseded by a relaunch exits without running.
 """
 
 from __future__ import annotations
 
 import argparse
 import errno
+import fcntl
 import json
 import os
 import signal
@@ -25,8 +33,12 @@ import subprocess
 import sys
 from typing import Any
 
+from nightshift.runtime.crashpoints import crash_point
+
 EXIT_NOT_FOUND = 127
 EXIT_NOT_EXECUTABLE = 126
+EXIT_NOT_CLAIMED = 125  # the launch was superseded or already claimed: nothing ran
+ATTEMPT_ID_ENV = "NIGHTSHIFT_ATTEMPT_ID"
 
 
 def child_file(exit_file: str) -> str:
@@ -56,16 +68,66 @@ def write_exit_file(path: str, record: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def claim_file(handle_file: str) -> str:
+    """The lock file that makes "is the intent still mine, is there no handle" one step."""
+    return f"{handle_file}.claim"
+
+
+def _own_start() -> tuple[int | None, float | None]:
+    """(start time in clock ticks after boot, create time) of this process, as the executor's
+    handle check reads them (psutil's create_time is boot time + ticks / CLK_TCK)."""
+    try:
+        raw = open("/proc/self/stat", encoding="utf-8").read()
+        ticks = int(raw[raw.rindex(")") + 2 :].split()[19])
+        with open("/proc/stat", encoding="utf-8") as f:
+            btime = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+        return ticks, btime + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, StopIteration):
+        return None, None
+
+
+def claim(intent_file: str, handle_file: str) -> str | None:
+    """Write the handle if the intent is still this process's; otherwise say why not."""
+    fd = os.open(claim_file(handle_file), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # the same kernel lock runtime/locks.py (filelock) takes
+        try:
+            with open(intent_file, encoding="utf-8") as f:
+                intent = json.load(f)
+        except (OSError, ValueError) as exc:
+            return f"cannot read the launch intent {intent_file}: {exc}"
+        if intent.get("attempt_id") != os.environ.get(ATTEMPT_ID_ENV):
+            return "the launch was superseded by a relaunch under the same key"
+        if os.path.exists(handle_file):
+            return "the launch was already claimed"
+        ticks, ctime = _own_start()
+        write_exit_file(
+            handle_file,
+            {
+                **intent,
+                "pid": os.getpid(),
+                "pgid": os.getpgid(0),
+                "start_time": ticks,
+                "create_time": ctime,
+            },
+        )
+        return None
+    finally:
+        os.close(fd)  # closing drops the flock
+
+
 def _ignore(signum: int, frame: object) -> None:
     """A no-op handler rather than SIG_IGN: handlers reset to default on exec, SIG_IGN would not."""
 
 
-def _parse(args: list[str]) -> tuple[str, list[str]]:
+def _parse(args: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(
         prog="python -m nightshift.runtime.supervise",
         description="Run a command and record its exit status in a JSON file.",
     )
     parser.add_argument("--exit-file", required=True, help="where to write the exit status")
+    parser.add_argument("--intent-file", help="the launch intent to claim before running")
+    parser.add_argument("--handle-file", help="where to write the handle when claimed")
     parser.add_argument("argv", nargs=argparse.REMAINDER, help="-- command and its arguments")
     ns = parser.parse_args(args)
     argv = list(ns.argv)
@@ -73,14 +135,24 @@ def _parse(args: list[str]) -> tuple[str, list[str]]:
         argv = argv[1:]
     if not argv:
         parser.error("no command given after --")
-    return ns.exit_file, argv
+    if (ns.intent_file is None) != (ns.handle_file is None):
+        parser.error("--intent-file and --handle-file go together")
+    return ns, argv
 
 
 def main(args: list[str] | None = None) -> int:
     # Install the handlers first: a stop that arrives while the child starts must not kill us.
     signal.signal(signal.SIGTERM, _ignore)
     signal.signal(signal.SIGINT, _ignore)
-    exit_file, argv = _parse(sys.argv[1:] if args is None else args)
+    ns, argv = _parse(sys.argv[1:] if args is None else args)
+    exit_file = ns.exit_file
+    if ns.intent_file is not None:
+        why = claim(ns.intent_file, ns.handle_file)
+        if why is not None:
+            # Not ours to run; the exit file (if any) belongs to the launch that claimed the key.
+            print(f"nightshift supervise: not started: {why}", file=sys.stderr, flush=True)
+            return EXIT_NOT_CLAIMED
+        crash_point("supervise.claimed")
 
     try:
         child = subprocess.Popen(argv)

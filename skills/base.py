@@ -27,6 +27,13 @@ Capability = Literal["read", "launch", "modify", "destroy"]
 CAPABILITIES: tuple[str, ...] = ("read", "launch", "modify", "destroy")
 
 
+class HostPath(BaseModel):
+    """A host path a launch reads or writes, named by the argument field it comes from."""
+
+    field: str = Field(description="Where it comes from: code.path, checkpoint.dir, cwd, ...")
+    path: str = Field(description="The path as the run will use it (symlinks resolved on check)")
+
+
 class Launch(BaseModel):
     """What one job or process a call would start asks of the machine."""
 
@@ -36,6 +43,11 @@ class Launch(BaseModel):
     gpus: int = 0
     image: str | None = None
     mounts: list[str] = Field(default_factory=list, description="Host paths it would mount")
+    paths: list[HostPath] = Field(
+        default_factory=list,
+        description="Other host paths it would touch, for every executor: its working folder, "
+        "checkpoint folder, metrics and log files outside its job folder",
+    )
     runtime_min: float | None = None
 
 

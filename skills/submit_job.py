@@ -3,27 +3,37 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, PrivateAttr, model_validator
-from sqlmodel import select
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from sqlmodel import Session, col, select
 
 from nightshift.runtime.errors import SkillFailed, SpecError
-from nightshift.runtime.spec import ExperimentSpec, load_spec_text
+from nightshift.runtime.spec import MAX_PRIORITY, ExperimentSpec, check_finite, load_spec_text
 from nightshift.runtime.store import Job
-from nightshift.runtime.yamlfile import validate
-from nightshift.skills.base import Claims, Launch, SkillContext, SkillInput, skill
+from nightshift.runtime.yamlfile import check_bounds, validate
+from nightshift.skills.base import Claims, HostPath, Launch, SkillContext, SkillInput, skill
+
+# States in which a job still waits for, or may yet satisfy, a dependency.
+WAITING = ("queued", "running", "paused")
 
 
 class SubmitJobInput(SkillInput):
-    spec_path: str | None = Field(None, description="Path to an experiment spec YAML file")
+    model_config = ConfigDict(allow_inf_nan=False)
+
+    spec_path: str | None = Field(
+        None, max_length=4096, description="Path to an experiment spec YAML file"
+    )
     spec: dict[str, Any] | None = Field(None, description="The experiment spec as a mapping")
     params: dict[str, Any] = Field(
         default_factory=dict, description="Overrides for spec.parameters"
     )
-    priority: int | None = Field(None, description="Overrides spec.priority")
+    priority: int | None = Field(
+        None, ge=-MAX_PRIORITY, le=MAX_PRIORITY, description="Overrides spec.priority"
+    )
     cost_class: Literal["urgent", "cost_sensitive"] | None = Field(
         None,
         description="Overrides spec.cost_class: urgent runs now, cost_sensitive waits for cheap hours",
@@ -32,6 +42,20 @@ class SubmitJobInput(SkillInput):
 
     # The spec as read once (a file's bytes, hashed): what the gate checks is what runs.
     _loaded: tuple[ExperimentSpec, str | None, str | None] | None = PrivateAttr(None)
+
+    @field_validator("spec_path")
+    @classmethod
+    def _no_nul(cls, v: str | None) -> str | None:
+        if v is not None and "\x00" in v:
+            raise ValueError("spec_path contains a NUL byte")
+        return v
+
+    @field_validator("params")
+    @classmethod
+    def _params_bounded(cls, v: dict[str, Any]) -> dict[str, Any]:
+        check_bounds(v, field="params")
+        check_finite(v, "params")
+        return v
 
     @model_validator(mode="after")
     def _one_spec(self) -> SubmitJobInput:
@@ -64,6 +88,7 @@ def spec_launch(spec: ExperimentSpec, where: str) -> Launch:
         gpus=spec.resources.gpus,
         image=spec.environment.image,
         mounts=[m.source for m in spec.environment.mounts],
+        paths=[HostPath(field=f, path=p) for f, p in spec.host_paths()],
         runtime_min=spec.timeout_min,
     )
 
@@ -102,6 +127,7 @@ def build_job(
             f"(known: {sorted(spec.parameters)})"
         )
     params = {**spec.parameters, **inp.params}
+    spec.check_filled(params, path=path)
     if inp.cost_class is not None:
         spec.cost_class = inp.cost_class
     _check_writable(spec, path, ctx.settings.runs_dir, checked)
@@ -143,15 +169,59 @@ def submit_job(ctx: SkillContext, inp: SubmitJobInput) -> SubmitJobResult:
             existing = s.exec(select(Job).where(Job.submitted_by_call == ctx.call_id)).first()
             if existing:
                 return job_result(existing, spec, already=True)
+        check_no_cycle(s, [spec])
         s.add(job)
         s.flush()
         return job_result(job, spec)
 
 
+def check_no_cycle(s: Session, specs: list[ExperimentSpec]) -> None:
+    """Refuse new jobs whose depends_on closes a cycle with each other or with waiting jobs (by
+    name; a name that has succeeded satisfies its dependants): every job in it would wait
+    forever."""
+    if not any(spec.depends_on for spec in specs):
+        return
+    done = set(s.exec(select(Job.name).where(Job.state == "succeeded").distinct()))
+    edges: dict[str, set[str]] = {}
+    for name, stored in s.exec(select(Job.name, Job.spec).where(col(Job.state).in_(WAITING))):
+        deps = stored.get("depends_on") if isinstance(stored, dict) else None
+        edges.setdefault(name, set()).update(d for d in deps or () if isinstance(d, str))
+    for spec in specs:
+        edges.setdefault(spec.name, set()).update(spec.depends_on)
+    for spec in specs:
+        cycle = _cycle_from(spec.name, edges, done)
+        if cycle:
+            raise SpecError(
+                f"depends_on closes a cycle ({' -> '.join(cycle)}): each job would wait for "
+                "the other forever; remove one of these dependencies",
+                path=spec.name,
+                field="depends_on",
+            )
+
+
+def _cycle_from(start: str, edges: dict[str, set[str]], done: set[str]) -> list[str] | None:
+    """A path start -> ... -> start through unsatisfied dependencies, or None (iterative DFS)."""
+    stack: list[tuple[str, list[str]]] = [(start, [start])]
+    seen: set[str] = set()
+    while stack:
+        name, trail = stack.pop()
+        for dep in sorted(edges.get(name, ())):
+            if dep in done:
+                continue
+            if dep == start:
+                return [*trail, start]
+            if dep not in seen:
+                seen.add(dep)
+                stack.append((dep, [*trail, dep]))
+    return None
+
+
 def _check_writable(
     spec: ExperimentSpec, spec_path: str | None, runs_dir: Path, checked: set[str] | None = None
 ) -> None:
-    """Refuse at submit, not at 3 a.m.: the run must be able to write its checkpoints."""
+    """Refuse at submit, not at 3 a.m.: the run must be able to write its checkpoints. Nothing is
+    created here (the policy checked the folder; the run creates it): a folder that does not
+    exist yet must have a writable nearest existing parent."""
     target, field = runs_dir, "executor.runs_dir (config)"
     if spec.checkpoint and Path(spec.checkpoint.dir).is_absolute():
         target, field = Path(spec.checkpoint.dir), "checkpoint.dir"
@@ -160,9 +230,14 @@ def _check_writable(
             return
         checked.add(str(target))
     try:
-        target.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=target):
-            pass
+        existing = next(p for p in (target, *target.parents) if p.exists())
+        if not existing.is_dir():
+            raise NotADirectoryError(20, "a file is in the way", str(existing))
+        if existing == target:
+            with tempfile.TemporaryFile(dir=target):
+                pass
+        elif not os.access(existing, os.W_OK | os.X_OK):
+            raise PermissionError(13, f"{existing} is not writable", str(existing))
     except OSError as exc:
         raise SpecError(
             f"{target} cannot be written ({exc.strerror or exc}); point it at a folder you own",

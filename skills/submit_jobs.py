@@ -11,6 +11,7 @@ from nightshift.skills.submit_job import (
     SubmitJobInput,
     SubmitJobResult,
     build_job,
+    check_no_cycle,
     job_result,
     spec_launch,
 )
@@ -61,6 +62,7 @@ def submit_jobs(ctx: SkillContext, inp: SubmitJobsInput) -> SubmitJobsResult:
                         if j.submitted_by_call in existing
                     ]
                 )
+        check_no_cycle(s, [spec for _, spec in built])
         s.add_all([job for job, _ in built])
         s.flush()
         return SubmitJobsResult(jobs=[job_result(job, spec) for job, spec in built])

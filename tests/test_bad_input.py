@@ -101,15 +101,18 @@ def test_goal_step_with_bad_arguments_exits_2(stored, tmp_path):
 
 
 def test_checkpoint_dir_that_cannot_be_written(stored, tmp_path):
-    """A checkpoint folder nobody can write is refused at submit, naming checkpoint.dir."""
+    """A checkpoint folder nobody can write is refused at submit, naming checkpoint.dir (a file
+    stands where its parent folder should be: root cannot write there either; a folder outside
+    the policy's roots, such as /proc, is denied by the policy: test_paths_confined)."""
     before = snapshot(stored)
     spec = yaml.safe_load((REPO / "examples/specs/quickstart.yaml").read_text())
     spec["code"]["path"] = str(REPO / "examples")
-    spec["checkpoint"]["dir"] = "/proc/nightshift-checkpoints"
+    write(tmp_path, "blocker", "a file, not a folder")
+    spec["checkpoint"]["dir"] = str(tmp_path / "blocker" / "ckpt")
     path = write(tmp_path, "s.yaml", yaml.safe_dump(spec))
     res = nightshift("skill", "submit_job", "--arg", f"spec_path={path}")
     assert res.returncode == 2
-    assert "checkpoint.dir" in res.stderr and "/proc/nightshift-checkpoints" in res.stderr
+    assert "checkpoint.dir" in res.stderr and "blocker" in res.stderr
     assert_untouched(stored, before)
 
 
