@@ -14,8 +14,9 @@ the programs themselves, not by nightshift's own records. Phases, in one fresh N
    0-`--max-life-s` s; again, `--kills` times, topping up the queue as jobs finish;
 2. targeted: for each point of runtime/crashpoints.py, a daemon started with NIGHTSHIFT_CRASH_AT
    dies there (the supervisor's own point kills one supervisor, then the daemon is killed too);
-3. race: `nightshift run GOAL` trains a job whose first attempt fails; a daemon is started while
-   that attempt runs, so both loops see attempt 2 become placeable at about the same moment;
+3. race: `nightshift run GOAL` trains a job whose first attempt SIGKILLs itself (retryable); a
+   daemon is started while that attempt runs, so both loops see attempt 2 become placeable at
+   about the same moment;
 4. settle: one daemon runs until every job is terminal.
 
 Invariants: each (job, attempt) started at most once by the ledger (launches doubled: goal 0), no
@@ -60,7 +61,7 @@ while time.time() < end:
     time.sleep(0.05)
 if fail_first and attempt == "1":
     note("fail")
-    sys.exit(1)
+    os.kill(os.getpid(), 9)  # "killed": retryable, so the goal's recovery requeues attempt 2
 note("end")
 """
 
@@ -73,6 +74,7 @@ class Report(BaseModel):
     kills_before_ready: int = 0
     targeted: dict[str, str] = {}  # point -> "crashed" | "not reached"
     races: int = 0
+    races_failed: int = 0  # a `nightshift run` that did not exit 0 (its job did not succeed)
     jobs: int = 0
     attempts: int = 0
     launches: int = 0
@@ -91,6 +93,8 @@ class Report(BaseModel):
         return (
             self.launches_doubled == 0
             and self.attempt_rows_doubled == 0
+            and self.races_failed == 0
+            and all(v == "crashed" for v in self.targeted.values())
             and self.jobs_lost == 0
             and self.not_terminal == 0
             and self.leftover_processes == 0
@@ -249,7 +253,7 @@ class Harness:
 
     def race(self, trials: int, report: Report) -> None:
         for t in range(trials):
-            goal = self.work / f"race-{t}.yaml"
+            goal = self.work / f"race-{t}-goal.yaml"  # not the spec's own file
             spec = self.spec(f"race-{t}", sleep_s=0.8, fail_first=True)
             goal.write_text(json.dumps({"name": f"race-{t}", "goal": "train", "spec": str(spec)}))
             before = set(self._job_ids())
@@ -276,6 +280,7 @@ class Harness:
             if job is not None:
                 self.submitted.append(job)
             report.races += 1
+            report.races_failed += run.returncode != 0
             self.say(f"race {t + 1}/{trials}: run exited {run.returncode}")
 
     def settle(self, timeout_s: float = 240) -> None:
@@ -398,6 +403,7 @@ def _print(report: Report) -> None:
         ("  of them before it held its lock", report.kills_before_ready, ""),
         ("targeted kills (points reached / points)", f"{reached}/{len(report.targeted)}", "all"),
         ("run + daemon races", report.races, ""),
+        ("  of them whose `nightshift run` failed", report.races_failed, "0"),
         (
             "jobs / attempts / launches (ledger)",
             f"{report.jobs} / {report.attempts} / {report.launches}",
