@@ -270,9 +270,31 @@ def build_graph(
                             },
                         )
 
-        if p.get("wait", True):
+        # A goal run without a daemon places only the jobs it queued; watching never starts one.
+        job = w.store.job(job_id)
+        if job is None:  # a goal naming a job that does not exist is bad input, told at once
+            err = f"UnknownJob: no job {job_id}: `nightshift jobs` lists the jobs"
+            with w.store.session() as s:
+                row = s.get(PlannedCall, p["call_id"])
+                row.state, row.error, row.finished_at = "error", err, local_now()
+                row.result = {"bad_input": True}
+                s.add(row)
+            return _observe(state, p, "error", error=err, bad_input=True)
+        scope = w.engine.scope
+        unplaced = (
+            job is not None
+            and job.state == "queued"
+            and scope is not None
+            and job_id not in scope()
+        )
+        if p.get("wait", True) and not unplaced:
             w.engine.run_until_settled([job_id], on_tick=tick)
         obs = job_observation(w, job_id)
+        if unplaced:
+            obs["reason"] = (
+                "queued, and no daemon is running to place it: a goal run starts only the jobs it "
+                "submitted or requeued, never one it watches. Start `nightshift daemon` to run it"
+            )
         with w.store.session() as s:
             row = s.get(PlannedCall, p["call_id"])
             row.state, row.result, row.finished_at = "done", obs, local_now()

@@ -59,29 +59,54 @@ def job_outcome(w: Wiring, job_id: int) -> JobOutcome:
 
 
 def thread_jobs(w: Wiring, thread: str) -> list[int]:
-    """Jobs this goal run submitted or recovered: those of its calls done or under way (a call
+    """Jobs this goal run owns: those its launch calls (submit, resume, retry) queued. Without a
+    daemon the run's own loop places these and no others, and waits for them, so a job a goal
+    only cancels, watches or reads is never started by it."""
+    from nightshift.skills.base import registry
+
+    skills = registry()
+    return _jobs(
+        w,
+        thread,
+        ("done",),
+        lambda call: call.skill in skills and skills[call.skill].capability == "launch",
+    )
+
+
+def touched_jobs(w: Wiring, thread: str) -> list[int]:
+    """Jobs this goal run submitted or named: those of its calls done or under way (a call
     refused or failed, say one naming a job that does not exist, touched none)."""
+    return _jobs(w, thread, ("done", "planned"), lambda call: True)
+
+
+def _jobs(w: Wiring, thread: str, states: tuple[str, ...], keep: Any) -> list[int]:
     ids: list[int] = []
     with w.store.session() as s:
         for call in s.exec(
             select(PlannedCall)
-            .where(PlannedCall.thread_id == thread, col(PlannedCall.state).in_(("done", "planned")))
+            .where(PlannedCall.thread_id == thread, col(PlannedCall.state).in_(states))
             .order_by(PlannedCall.created_at)
         ):
-            jid: Any = (
-                (call.result or {}).get("job_id")
+            if not keep(call):
+                continue
+            result = call.result or {}
+            found: list[Any] = (
+                [result.get("job_id")]
                 if call.skill == "submit_job"
-                else call.args.get("job_id")
+                else [j.get("job_id") for j in result.get("jobs") or [] if isinstance(j, dict)]
+                if call.skill == "submit_jobs"
+                else [call.args.get("job_id")]
             )
-            if isinstance(jid, int) and jid not in ids and s.get(Job, jid) is not None:
-                ids.append(jid)
+            for jid in found:
+                if isinstance(jid, int) and jid not in ids and s.get(Job, jid) is not None:
+                    ids.append(jid)
     return ids
 
 
 def run_summary(w: Wiring, thread: str, wall_s: float) -> Group:
     """One key/value table per job the goal touched, then the wall time."""
     parts: list[Any] = []
-    for o in (job_outcome(w, j) for j in thread_jobs(w, thread)):
+    for o in (job_outcome(w, j) for j in touched_jobs(w, thread)):
         t = Table(title=f"job {o.job_id} · {o.name}", title_justify="left", show_header=False)
         t.add_column(style="bold")
         t.add_column()
