@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from sqlmodel import select
 
 from nightshift.agent.api import Client
 from nightshift.agent.goals import load_goal
+from nightshift.evals.fuzz_inputs import param_dicts, spec_dicts, texts
 from nightshift.runtime.errors import BadArguments, NightshiftError, SpecError
 from nightshift.runtime.snapshot import load_snapshot
 from nightshift.runtime.spec import ExperimentSpec, load_spec, stored_spec
@@ -223,23 +223,6 @@ def test_poisoned_stored_job_fails_alone(home):
 
 # Fuzzing --------------------------------------------------------------------------------------
 
-scalars = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(min_value=-(2**70), max_value=2**70),
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.text(max_size=20),
-)
-values = st.recursive(
-    scalars,
-    lambda kids: (
-        st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=8), kids, max_size=4)
-    ),
-    max_leaves=20,
-)
-KEYS = list(ExperimentSpec.model_fields) + ["resources.gpus", "extra"]
-spec_dicts = st.dictionaries(st.sampled_from(KEYS), values, max_size=8).map(lambda d: {**GOOD, **d})
-
 
 def _only_spec_errors(fn) -> None:
     try:
@@ -249,7 +232,7 @@ def _only_spec_errors(fn) -> None:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(text=st.text(max_size=300) | st.binary(max_size=300).map(lambda b: b.decode("latin-1")))
+@given(text=texts)
 def test_fuzz_spec_and_goal_text(tmp_path_factory, text):
     """Any text is a spec or goal, or a SpecError: never another exception, never a hang."""
     d = tmp_path_factory.mktemp("fz")
@@ -289,7 +272,7 @@ def test_fuzz_spec_yaml_round_trip(tmp_path_factory, data):
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-@given(data=spec_dicts, params=st.dictionaries(st.sampled_from(["lr", "x"]), values, max_size=2))
+@given(data=spec_dicts, params=param_dicts)
 def test_fuzz_api_submit_store_invariant(client, home, data, params):
     """Through the real Client: accepted, or a NightshiftError with no job and no job event."""
     before = counts(home)

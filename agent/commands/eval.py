@@ -13,6 +13,8 @@ SUITES = {
     "simulate": ("nightshift.evals.simulate", "trace-driven scheduler simulation"),
     "scale": ("nightshift.evals.bench_scale", "store submissions/s, placement time, daemon memory"),
     "perf": ("nightshift.evals.perf", "agent step overhead, audit append/verify throughput"),
+    "crash": ("nightshift.evals.crash_consistency", "daemon SIGKILLs: launches doubled, jobs lost"),
+    "fuzz": ("nightshift.evals.fuzz_inputs", "fuzzed specs and goals: tracebacks, hangs"),
 }
 
 
