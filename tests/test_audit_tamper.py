@@ -491,3 +491,23 @@ def test_a_lowered_quorum_is_held_to_the_signed_request(gated: Gated) -> None:
     with pytest.raises(PolicyDenied, match="reach 1 of the 2"):
         gated.call("agent", "c3")
     assert RAN == []
+
+
+def test_every_report_publishes_and_names_the_chain_head(home, tmp_path: Path) -> None:
+    """A report kept by a person is one more copy of the head, so `report` publishes it too."""
+    from nightshift.agent.api import Client
+
+    from conftest import nightshift
+
+    Client().submit(spec={"name": "r", "command": ["{python}", "-c", "pass"]})
+    heads = tmp_path / "heads.jsonl"
+    r = nightshift("report", env={"NIGHTSHIFT_AUDIT__PUBLISH_FILE": str(heads)})
+    assert r.returncode == 0, r.stdout + r.stderr
+    head = json.loads(heads.read_text().splitlines()[-1])
+    newest = (
+        sqlite3.connect(home / "nightshift.db")
+        .execute("select id, hash from auditevent order by id desc limit 1")
+        .fetchone()
+    )
+    assert (head["seq"], head["hash"]) == newest
+    assert f"audit head: event {newest[0]}, hash {newest[1]}" in r.stdout

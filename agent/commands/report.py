@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from nightshift.agent.console import console, table
+
+if TYPE_CHECKING:
+    from nightshift.agent.wiring import Wiring
 
 
 def report(
@@ -34,13 +38,14 @@ def report(
             k["bytes"] for k in keeper.kept(job_paths(w.settings, job)["workspace"])
         ),
     )
+    head = _publish_head(w)
     if as_json:
         print(r.model_dump_json(indent=2))
         return
     if markdown is not None:
         plot = markdown.with_suffix(".png")
         has_plot = plot_metrics(w.store, [j.id for j in r.jobs], plot)
-        markdown.write_text(to_markdown(r, plot.name if has_plot else None))
+        markdown.write_text(to_markdown(r, plot.name if has_plot else None) + f"\n{head}\n")
         console.print(
             f"wrote {markdown}"
             + (f" and {plot}" if has_plot else " (no plot: pip install 'nightshift[report]')")
@@ -63,6 +68,21 @@ def report(
                 for j in r.jobs
             ],
         )
+    )
+    console.print(head, markup=False, highlight=False)
+
+
+def _publish_head(w: Wiring) -> str:
+    """Every report publishes the audit's chain head (audit.publish_file, syslog) and names it,
+    so a report kept elsewhere is one more copy that catches a rolled-back or truncated log."""
+    from nightshift.policies.audit import AuditLog
+
+    head = AuditLog.from_settings(w.store, w.settings).publish_head()
+    if head is None:
+        return "audit head: the log is empty"
+    return (
+        f"audit head: event {head['seq']}, hash {head['hash']} (check a copy of the log "
+        "against it: `nightshift audit verify`)"
     )
 
 
