@@ -1,6 +1,9 @@
 """The library API: what a script does instead of shelling out to the CLI. Every call passes the
 same policy gate and lands in the same audit as the CLI and the agent.
 
+In a shared install (agent/remote.py says when) the calls go to the daemon's socket, and the
+caller is the uid the kernel reports there: no `principal` can be named.
+
 A call that the store fails under (a full disk, a lock held too long) is never reported as a
 plain failure once it had started: it may have taken effect (a job queued, its result not yet
 recorded), so it raises CallInDoubt with its call id and the jobs it queued; calling again with
@@ -16,7 +19,7 @@ from pydantic import BaseModel
 
 from nightshift.agent.wiring import Wiring
 from nightshift.policies.gate import Confirm, Via
-from nightshift.runtime.errors import ApprovalRequired, CallInDoubt, OperatorError
+from nightshift.runtime.errors import ApprovalRequired, BadArguments, CallInDoubt, OperatorError
 
 
 class Client:
@@ -26,6 +29,11 @@ class Client:
         self, wiring: Wiring | None = None, principal: str | None = None, via: Via = "api"
     ):
         self.w = wiring or Wiring.load()
+        if principal is not None and self.w.remote is not None:
+            raise BadArguments(
+                f"principal={principal!r}: a client of the daemon at {self.w.remote.path} is "
+                "the uid the kernel reports for it, and names no one"
+            )
         self.principal = principal or self.w.user
         self.via = via
 
@@ -46,6 +54,10 @@ class Client:
         cid = call_id or f"api-{uuid.uuid4().hex}"
         while True:
             try:
+                if self.w.remote is not None:  # the daemon's gate, as this process's uid
+                    return self.w.remote.call(
+                        skill_name, args, call_id=cid, via=self.via, confirm=confirm
+                    )
                 return self.w.gate.call(
                     self.w.context(self.principal, cid),
                     skill_name,
@@ -59,6 +71,8 @@ class Client:
                 wait(exc)
                 confirm = None  # asked once; now it is the others' decision that counts
             except Exception as exc:
+                if self.w.remote is not None:
+                    raise  # the daemon has said what the store did
                 fault = self.w.store.fault_of(exc)
                 if fault is None:
                     raise

@@ -64,6 +64,10 @@ def run(
     if sum(x is not None for x in (goal_file, resume, recover)) != 1:
         error("give exactly one of GOAL_FILE, --resume THREAD or --recover JOB")
         raise typer.Exit(2)
+    if w.remote is not None:
+        from nightshift.agent.remote import not_served
+
+        raise not_served(w.remote)
     graph = build_graph(
         w,
         DeterministicPlanner(),
@@ -94,7 +98,8 @@ def run(
         thread = f"{goal.name}-{local_now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:4]}"
         cfg = _cfg(thread)
         console.print(
-            f"[bold]nightshift[/] goal [bold]{goal.name}[/] · thread {thread}\n"
+            f"[bold]nightshift[/] goal [bold]{goal.name}[/] · thread {thread} · as OS user "
+            f"[bold]{w.user}[/] (single-user mode)\n"
             f"[dim](if interrupted: nightshift run --resume {thread})[/]"
         )
         _own_loop(w, thread)
@@ -165,7 +170,8 @@ def skill_cmd(
     from nightshift.skills.base import get_skill
 
     w = Wiring.load(config)
-    get_skill(name)  # an unknown name fails before any argument is parsed
+    if w.remote is None:
+        get_skill(name)  # an unknown name fails before any argument is parsed (else: the daemon's)
     result = call_as_user(w, name, parse_key_values(arg))
     if as_json:
         print(result.model_dump_json(indent=2))
@@ -177,15 +183,20 @@ def skill_cmd(
 @app.command()
 def status(config: str | None = ConfigOpt, as_json: bool = typer.Option(False, "--json")) -> None:
     """Jobs and their attempts, from the store."""
+    from nightshift.agent.shell import call_as_user
     from nightshift.agent.wiring import Wiring
-    from nightshift.policies import killswitch
 
     w = Wiring.load(config)
-    jobs: Any = w.gate.call(w.context(w.user), "list_jobs", {"limit": 200}, via="terminal")
+    jobs: Any = call_as_user(w, "list_jobs", {"limit": 200})
     if as_json:
         print(jobs.model_dump_json(indent=2))
         return
-    paused = killswitch.is_paused(w.store)
+    if w.remote is not None:
+        paused = w.remote.whoami()["paused"] is not None
+    else:
+        from nightshift.policies import killswitch
+
+        paused = killswitch.is_paused(w.store)
     if paused:
         console.print("[bold red]PAUSED[/]: only read skills run until `nightshift resume`")
     rows = []
@@ -287,7 +298,9 @@ def approvals_list(
     from nightshift.runtime.store import Approval
 
     w = Wiring.load(config)
-    if all_:
+    if w.remote is not None:
+        rows = w.remote.approvals(all_)
+    elif all_:
         with w.store.session() as s:
             rows = list(s.exec(select(Approval).order_by(Approval.id)))
     else:
@@ -314,7 +327,11 @@ def approvals_show(
     from nightshift.agent.wiring import Wiring, local_now
 
     w = Wiring.load(config)
-    a = w.approvals.status(approval_id, local_now())
+    a = (
+        w.remote.approval(approval_id)
+        if w.remote is not None
+        else w.approvals.status(approval_id, local_now())
+    )
     if as_json:
         print(json.dumps(a.model_dump(mode="json"), indent=2))
         return
@@ -355,8 +372,11 @@ def _vote(approval_id: int, approve: bool, config: str | None) -> None:
     from nightshift.agent.wiring import Wiring, local_now
 
     w = Wiring.load(config)
-    a = w.approvals.vote(approval_id, w.user, approve, local_now())
-    console.print(f"approval {a.id}: {a.state} ({w.user} voted {'yes' if approve else 'no'})")
+    if w.remote is not None:  # the daemon counts the vote under this connection's uid
+        voter, a = w.remote.vote(approval_id, approve)
+    else:
+        voter, a = w.user, w.approvals.vote(approval_id, w.user, approve, local_now())
+    console.print(f"approval {a.id}: {a.state} ({voter} voted {'yes' if approve else 'no'})")
     if a.state == "approved":
         console.print(
             "  the requester's shell carries it out if it still waits; otherwise the "
@@ -366,7 +386,7 @@ def _vote(approval_id: int, approve: bool, config: str | None) -> None:
 
 @approvals_app.command("approve")
 def approvals_approve(approval_id: int, config: str | None = ConfigOpt) -> None:
-    """Approve another principal's pending call (as the local user)."""
+    """Approve another principal's pending call (as your OS user; never your own call)."""
     _vote(approval_id, True, config)
 
 

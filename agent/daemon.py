@@ -9,6 +9,12 @@ second recovery, and a recovery waiting for approval simply waits across restart
 A full disk, a store locked past its busy timeout or a store file deleted under it does not end
 the daemon: the loop reports the fault once, waits it out with backoff and says when it cleared
 (agent/loop.py), while the runs go on.
+
+The daemon owns its state: at start its home folder is made 0700 and the store, anchor and lock
+files in it not writable by group or others (keys/ is 0700 already, policies/audit.py), and a
+policy file others could write is refused. With `serve_api` it serves the API on its Unix socket
+(agent/api_server.py) while it runs: in a shared install the CLI of every other user goes
+through it, known by uid.
 """
 
 from __future__ import annotations
@@ -24,9 +30,66 @@ from langgraph.types import Command
 from nightshift.agent.goals import recover_goal
 from nightshift.agent.graph import build_graph, sqlite_checkpointer
 from nightshift.agent.planner import DeterministicPlanner, Planner
-from nightshift.agent.wiring import Wiring, local_now
+from nightshift.agent.wiring import Wiring, local_now, os_user_name
 from nightshift.runtime import locks
+from nightshift.runtime.config import Settings
 from nightshift.runtime.errors import OperatorError
+
+# Files in the home folder that only the daemon's user may write.
+STATE_FILES = (
+    "nightshift.db",
+    "nightshift.db-wal",
+    "nightshift.db-shm",
+    "graph.db",
+    "graph.db-wal",
+    "graph.db-shm",
+    "audit.anchor",
+    "audit.since",
+    "daemon.lock",
+    "config.yaml",
+)
+
+
+def own_state(settings: Settings) -> None:
+    """The home folder 0700 (made so if it is this user's), the state files in it not writable
+    by group or others, and a policy file that only its owner (this user or root) can write.
+    Else an OperatorError naming the path and the fix."""
+    home, me = settings.home_path, os.geteuid()
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = home.stat()
+    if st.st_uid != me:
+        raise OperatorError(
+            f"the daemon's home {home} belongs to {os_user_name(st.st_uid)}, not to "
+            f"{os_user_name(me)}, which runs the daemon: `chown -R {os_user_name(me)} {home}`, "
+            "or run the daemon as its owner"
+        )
+    try:
+        if st.st_mode & 0o777 != 0o700:
+            home.chmod(0o700)
+        for name in STATE_FILES:
+            path = home / name
+            try:
+                mode = path.lstat().st_mode
+            except FileNotFoundError:
+                continue
+            if mode & 0o022:
+                path.chmod(mode & 0o755)
+    except OSError as exc:
+        raise OperatorError(
+            f"cannot keep {exc.filename or home} to the daemon's user: {exc.strerror or exc}"
+        ) from exc
+    if settings.policy.file:
+        path = Path(settings.policy.file).expanduser()
+        try:
+            pst = path.stat()
+        except OSError:
+            return  # loading it says what is wrong
+        if pst.st_uid not in (0, me) or pst.st_mode & 0o022:
+            raise OperatorError(
+                f"policy file {path} can be changed by others (owner {os_user_name(pst.st_uid)}, "
+                f"mode {pst.st_mode & 0o777:04o}): whoever writes it decides who may do what. "
+                f"`chown {os_user_name(me)} {path}; chmod go-w {path}`"
+            )
 
 
 class DaemonLock:
@@ -63,8 +126,13 @@ class Daemon:
         w: Wiring,
         planner: Planner | None = None,
         on_progress: Callable[[str, dict[str, Any]], None] | None = None,
+        *,
+        serve_api: bool = False,
+        say: Callable[[str], None] | None = None,
     ):
         self.w = w
+        self.serve_api = serve_api
+        self.tell = say or (lambda message: None)
         self.say = on_progress or (lambda kind, data: None)
         self.graph = build_graph(
             w,
@@ -82,7 +150,23 @@ class Daemon:
     def run(self, *, max_ticks: int | None = None) -> None:
         """Tick until stopped (SIGTERM/SIGINT set `stop_event`). Runs keep going when the daemon
         stops; the next daemon re-attaches to them."""
+        own_state(self.w.settings)
         self.lock.acquire()
+        api = None
+        try:
+            if self.serve_api:
+                from nightshift.agent.api_server import ApiServer
+
+                api = ApiServer(self.w, say=self.tell)
+                if api.start():
+                    self.tell(f"API on {api.path} (mode {self.w.settings.api.socket_mode})")
+            self._run(max_ticks)
+        finally:
+            if api is not None:
+                api.stop()
+            self.lock.release()
+
+    def _run(self, max_ticks: int | None) -> None:
         self.w.loop.survive(
             "the daemon's start in the audit",
             lambda: self.w.audit.append("system", "daemon.start", payload={"pid": os.getpid()}),
@@ -96,15 +180,12 @@ class Daemon:
                     break
                 self.stop_event.wait(self.w.settings.loop.poll_interval_s)
         finally:
-            try:
-                self.w.loop.survive(
-                    "the daemon's stop in the audit",
-                    lambda: self.w.audit.append(
-                        "system", "daemon.stop", payload={"pid": os.getpid(), "ticks": ticks}
-                    ),
-                )
-            finally:
-                self.lock.release()
+            self.w.loop.survive(
+                "the daemon's stop in the audit",
+                lambda: self.w.audit.append(
+                    "system", "daemon.stop", payload={"pid": os.getpid(), "ticks": ticks}
+                ),
+            )
 
     def step(self) -> None:
         self.w.loop.step()

@@ -74,9 +74,13 @@ def wait_for_decision(w: Wiring, approval_id: int) -> str:
 
 
 def call_as_user(w: Wiring, name: str, args: dict[str, Any]) -> BaseModel:
-    """One skill call from the shell, as the local user, through the gate. Where the policy lets
-    the requester confirm, a terminal asks y/N; otherwise it waits for other principals."""
+    """One skill call from the shell, as the local user, through the gate (the daemon's, in a
+    shared install). Where the policy lets the requester confirm, a terminal asks y/N;
+    otherwise it waits for other principals."""
     from nightshift.agent.api import Client
+
+    if w.remote is not None:
+        return w.remote.call_as_user(name, args)
 
     interactive = sys.stdin is not None and sys.stdin.isatty()
     return Client(w, via="terminal").call(

@@ -1,10 +1,16 @@
 """Builds the parts a command needs from the settings: store, executor, loop, policy gate, audit.
 Each part is built, and its modules imported, when first asked for: `nightshift jobs` needs the
-store only, and the policy stack and the engine would double its start-up time."""
+store only, and the policy stack and the engine would double its start-up time.
+
+Who asks is the kernel's answer, never a setting: here the process's OS user (the single-user
+embedded mode), and in a shared install the daemon's peer uid (agent/api_server.py). When the
+daemon of a shared install serves its socket, `remote` is the client of it (agent/remote.py) and
+the store is not this process's to open."""
 
 from __future__ import annotations
 
-import getpass
+import os
+import pwd
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cached_property
@@ -14,6 +20,7 @@ from nightshift.runtime.config import Settings, load_settings
 
 if TYPE_CHECKING:
     from nightshift.agent.loop import Loop
+    from nightshift.agent.remote import Remote
     from nightshift.policies.approvals import Approvals
     from nightshift.policies.audit import AuditLog
     from nightshift.policies.engine import PolicyEngine
@@ -29,18 +36,42 @@ def local_now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
+def os_user_name(uid: int) -> str:
+    """The user database's name for a uid (`uid-N` for one it does not list), not $USER or
+    getpass, which read the environment."""
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid-{uid}"
+
+
 @dataclass
 class Wiring:
     settings: Settings
+    server: bool = False  # the daemon: it owns the state, and is never a client of itself
 
     @classmethod
-    def load(cls, config: str | None = None) -> Wiring:
-        return cls(load_settings(config))
+    def load(cls, config: str | None = None, *, server: bool = False) -> Wiring:
+        return cls(load_settings(config), server=server)
+
+    @cached_property
+    def remote(self) -> Remote | None:
+        """The client of the daemon's socket when this command is one (agent/remote.py says
+        when), else None: the single-user embedded mode."""
+        if self.server:
+            return None
+        from nightshift.agent.remote import client_for
+
+        return client_for(self.settings)
 
     @cached_property
     def store(self) -> Store:
         from nightshift.runtime.store import Store
 
+        if self.remote is not None:
+            from nightshift.agent.remote import not_served
+
+            raise not_served(self.remote)
         self.settings.home_path.mkdir(parents=True, exist_ok=True)
         return Store(self.settings.store_url, busy_timeout_s=self.settings.store.busy_timeout_s)
 
@@ -65,13 +96,9 @@ class Wiring:
     def audit(self) -> AuditLog:
         from nightshift.policies.audit import AuditLog
 
-        a = self.settings.audit
-        return AuditLog(
-            self.store,
-            self.settings.home_path / "audit.anchor",
-            anchor_every=a.anchor_every_events,
-            anchor_lag_s=a.anchor_lag_s,
-        )
+        # From the settings: the key file and the publish sinks too, so a daemon publishes the
+        # chain head on its schedule and every process that appended publishes it at exit.
+        return AuditLog.from_settings(self.store, self.settings)
 
     @cached_property
     def approvals(self) -> Approvals:
@@ -133,8 +160,8 @@ class Wiring:
 
     @property
     def user(self) -> str:
-        """The local OS user, as the policy knows them."""
-        return self.settings.policy.principal or getpass.getuser()
+        """Who runs this process, as the kernel says: its effective uid's user name."""
+        return os_user_name(os.geteuid())
 
     def context(self, principal: str, call_id: str | None = None) -> SkillContext:
         from nightshift.skills.base import SkillContext

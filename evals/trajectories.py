@@ -652,7 +652,7 @@ def _build_world(case: Case, home: Path, world_dir: Path) -> Settings:
         executor=ExecutorSettings(stop_grace_s=2.0),
         # the cases judge calls and end states, not the wait before a retry (30 s by default)
         retry=Backoff(base_s=0.5),
-        policy=PolicySettings(file=str(policy_file) if policy_file else None, principal=APPROVER),
+        policy=PolicySettings(file=str(policy_file) if policy_file else None),
     )
 
 

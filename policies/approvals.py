@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
 from datetime import UTC, datetime
 from functools import cache
 from typing import Any
@@ -37,17 +38,22 @@ _UNKNOWN = "no approval with id {id}; `nightshift approvals list` shows the pend
 
 
 @cache
-def claimer_id() -> str:
-    """host:pid:start time of this process: who carries out an approved call (a pid alone may be
-    reused after a crash)."""
+def _process_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{psutil.Process().create_time():.3f}"
+
+
+def claimer_id() -> str:
+    """host:pid:start time of this process (a pid alone may be reused after a crash), #thread:
+    who carries out an approved call. The daemon's loop and the requests it serves are threads of
+    one process, each its own claimer, so two of them never both run one call."""
+    return f"{_process_id()}#{threading.get_ident()}"
 
 
 def claimer_alive(claimer: str | None) -> bool:
     """Whether the process that claimed a call still lives (on another host: assumed so)."""
     if not claimer:
         return False
-    host, _, rest = claimer.partition(":")
+    host, _, rest = claimer.split("#")[0].partition(":")
     pid, _, started = rest.partition(":")
     if host != socket.gethostname():
         return True

@@ -124,7 +124,67 @@ class PolicySettings(BaseModel):
     file: str | None = Field(
         None, description="Policy YAML; default: the shipped policies/default.yaml"
     )
-    principal: str | None = Field(None, description="Name for the local OS user; default: $USER")
+    # Not a setting: who asks comes from the kernel (agent/wiring.py, agent/api_server.py). The
+    # field stays only so that `load_settings` can refuse it from a file or the environment with
+    # the fix, instead of a bare "extra field"; nothing reads it.
+    principal: str | None = Field(
+        None,
+        description="Refused: who you are is your OS user (or your uid on the daemon's socket)",
+    )
+
+
+class ApiSettings(BaseModel):
+    """The daemon's API on a Unix socket (agent/api_server.py), and when the CLI is its client
+    (agent/remote.py): who asks is the peer's uid from the kernel, never a name it sends."""
+
+    socket: str | None = Field(
+        None,
+        description="The socket the daemon serves and clients connect to; default "
+        "$NIGHTSHIFT_HOME/api.sock. A shared install puts it outside the daemon's 0700 home, "
+        "e.g. /run/nightshift/api.sock, and points clients at it",
+    )
+    socket_mode: str = Field(
+        "0666",
+        description="Permissions of the socket, octal: who may connect (0660 with socket_group: "
+        "that group only); what each may do is the policy's, by the uid the kernel reports",
+    )
+    socket_group: str | None = Field(
+        None, description="Group given the socket; default: the daemon's"
+    )
+    mode: Literal["auto", "client", "embedded"] = Field(
+        "auto",
+        description="auto: a client of the daemon when the socket (or its folder) belongs to "
+        "another user, else embedded; client: always through the socket; embedded: never",
+    )
+    serve: bool = Field(True, description="Whether `nightshift daemon` serves the API")
+    max_request_bytes: int = Field(1 << 20, ge=1024, description="Longest request line")
+    idle_timeout_s: float = Field(
+        30.0, gt=0, description="A connection that sends no whole request for this long is closed"
+    )
+    confirm_timeout_s: float = Field(
+        300.0, gt=0, description="How long the daemon waits for a requester's y/N (then: no)"
+    )
+    max_connections_per_user: int = Field(16, ge=1, description="Open connections per uid")
+
+    @field_validator("socket_mode", mode="before")
+    @classmethod
+    def _octal(cls, v: Any) -> Any:
+        # YAML 1.1 reads `0660` as the integer 432; the environment gives the string "0660".
+        if isinstance(v, int) and not isinstance(v, bool):
+            v = f"{v:04o}"
+        if isinstance(v, str):
+            try:
+                bits = int(v.strip(), 8)
+            except ValueError:
+                raise ValueError(f"{v!r} is not an octal mode such as 0666 or 0660") from None
+            if not 0 <= bits <= 0o777:
+                raise ValueError(f"{v!r} is not a permission mode (0000 to 0777)")
+            return f"{bits:04o}"
+        return v
+
+    @property
+    def socket_mode_bits(self) -> int:
+        return int(self.socket_mode, 8)
 
 
 class LoopSettings(BaseModel):
@@ -184,6 +244,7 @@ class Settings(BaseSettings):
     gpu: GpuSettings = GpuSettings()
     health: HealthThresholds = HealthThresholds()
     policy: PolicySettings = PolicySettings()
+    api: ApiSettings = ApiSettings()
     loop: LoopSettings = LoopSettings()
     scheduler: SchedulerSettings = SchedulerSettings()
     retry: Backoff = Backoff()
@@ -207,6 +268,13 @@ class Settings(BaseSettings):
     @property
     def runs_dir(self) -> Path:
         return Path(self.executor.runs_dir) if self.executor.runs_dir else self.home_path / "runs"
+
+    @property
+    def api_socket(self) -> Path:
+        """The daemon's API socket: `api.socket`, else `$NIGHTSHIFT_HOME/api.sock`."""
+        return (
+            Path(self.api.socket).expanduser() if self.api.socket else self.home_path / "api.sock"
+        )
 
     @classmethod
     def settings_customise_sources(
@@ -376,11 +444,23 @@ def load_settings_with_sources(path: str | Path | None = None) -> tuple[Settings
 def _load(path: str | Path | None) -> tuple[Settings, _Load]:
     home = nightshift_home()
     cfg_path = Path(path).expanduser() if path else home / "config.yaml"
-    if path and not cfg_path.exists():
+    try:
+        exists = cfg_path.exists()
+    except PermissionError:  # a folder above it is not ours to enter
+        raise ConfigError(
+            f"{cfg_path}: cannot be read (permission denied)"
+            + (
+                ""
+                if path
+                else f": NIGHTSHIFT_HOME {home} is another user's (a shared install's daemon's?); "
+                "a client keeps a home of its own and sets api.socket"
+            )
+        ) from None
+    if path and not exists:
         raise ConfigError(f"--config {cfg_path}: file not found")
-    if cfg_path.exists() and not cfg_path.is_file():
+    if exists and not cfg_path.is_file():
         raise ConfigError(f"{cfg_path}: not a file")
-    load = _Load(cfg_path if cfg_path.exists() else None)
+    load = _Load(cfg_path if exists else None)
     token = _LOADING.set(load)
     try:
         settings = Settings(home=str(home))
@@ -393,4 +473,12 @@ def _load(path: str | Path | None) -> tuple[Settings, _Load]:
         raise ConfigError(f"config: {exc}") from exc
     finally:
         _LOADING.reset(token)
+    if settings.policy.principal is not None:
+        source = _origin_of(("policy", "principal"), _origins(load))
+        raise ConfigError(
+            f"config field policy.principal is no longer a setting (from {source}): a name "
+            "anyone can set is not who asks. nightshift takes it from the kernel: your OS user "
+            "here, or your uid on the daemon's socket in a shared install (`nightshift whoami`). "
+            "Remove it; another person approves from their own account"
+        )
     return settings, load

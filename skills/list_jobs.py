@@ -39,6 +39,9 @@ class JobSummary(BaseModel):
     owner: str
     params: dict
     reason: str | None
+    hold_reason: str | None = Field(None, description="Why a queued job waits")
+    cost_class: str | None = None
+    group: str | None = Field(None, description="The sweep it belongs to")
     attempts: list[AttemptSummary]
 
 
@@ -69,6 +72,9 @@ def list_jobs(ctx: SkillContext, inp: ListJobsInput) -> ListJobsResult:
                 owner=j.owner,
                 params=j.params,
                 reason=j.reason,
+                hold_reason=j.hold_reason,
+                cost_class=j.spec.get("cost_class"),
+                group=j.group,
                 attempts=[
                     AttemptSummary.model_validate(a, from_attributes=True)
                     for a in attempts.get(j.id, [])

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from nightshift.agent.wiring import Wiring
+from nightshift.agent.wiring import Wiring, local_now
 from nightshift.runtime.store import Approval, Job
 
 from conftest import REPO, nightshift
@@ -90,11 +90,16 @@ def test_requester_killed_after_asking_the_daemon_carries_the_call_out_once(home
     finally:
         if asker.poll() is None:
             asker.kill()
-    # The requester cannot approve its own call from another shell; bob can.
+    # The requester cannot approve its own call from another shell, nor pose as someone else
+    # there (who asks is the kernel's OS user, not a setting).
     r = nightshift("approvals", "approve", str(row.id))
     assert r.returncode == 3 and "requester never counts" in r.stderr, r.stderr
     r = nightshift("approvals", "approve", str(row.id), env={"NIGHTSHIFT_POLICY__PRINCIPAL": "bob"})
-    assert r.returncode == 0 and "approved" in r.stdout, r.stderr
+    assert r.returncode == 5 and "policy.principal is no longer a setting" in r.stderr, r.stderr
+    assert w.approvals.get(row.id).state == "pending"
+    # Bob, another person: his vote as the kernel would name his uid (tests/test_multi_user.py
+    # has him vote from his own OS account, through the daemon's socket).
+    assert w.approvals.vote(row.id, "bob", True, local_now()).state == "approved"
     assert w.store.job(job_id).state == "queued"  # nobody has carried it out yet
 
     for _ in range(2):  # a second daemon finds nothing left to do

@@ -511,3 +511,22 @@ def test_every_report_publishes_and_names_the_chain_head(home, tmp_path: Path) -
     )
     assert (head["seq"], head["hash"]) == newest
     assert f"audit head: event {newest[0]}, hash {newest[1]}" in r.stdout
+
+
+def test_a_command_that_appends_publishes_the_head_at_exit(home, tmp_path: Path) -> None:
+    """The publish settings reach every process (the daemon's schedule, a CLI call's exit), not
+    only `audit publish`: a submit leaves the head it wrote in the published file."""
+    from conftest import nightshift
+
+    heads = tmp_path / "heads.jsonl"
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump({"name": "p", "command": ["{python}", "-c", "pass"]}))
+    r = nightshift("submit", str(spec), env={"NIGHTSHIFT_AUDIT__PUBLISH_FILE": str(heads)})
+    assert r.returncode == 0, r.stdout + r.stderr
+    newest = (
+        sqlite3.connect(home / "nightshift.db")
+        .execute("select id, hash from auditevent order by id desc limit 1")
+        .fetchone()
+    )
+    head = json.loads(heads.read_text().splitlines()[-1])
+    assert (head["seq"], head["hash"]) == newest

@@ -1,4 +1,4 @@
-"""`nightshift daemon`: run the scheduler/monitor loop in the foreground."""
+"""`nightshift daemon`: run the scheduler/monitor loop in the foreground, and serve the API."""
 
 from __future__ import annotations
 
@@ -13,22 +13,27 @@ def daemon(
     config: str | None = typer.Option(None, "--config"),
     max_ticks: int | None = typer.Option(None, "--max-ticks", hidden=True),
 ) -> None:
-    """Place, start, watch and recover jobs until stopped (SIGTERM or Ctrl-C). Runs keep going
-    while it is down; the next daemon re-attaches to them. See README for a systemd unit."""
+    """Place, start, watch and recover jobs until stopped (SIGTERM or Ctrl-C), and serve the API
+    on a Unix socket (api.socket), where who asks is the peer's uid. Runs keep going while it is
+    down; the next daemon re-attaches to them. See README for a systemd unit and a shared install."""
     from nightshift.agent.daemon import Daemon  # LangGraph: imported by the commands that use it
     from nightshift.agent.wiring import Wiring
 
-    w = Wiring.load(config)
+    w = Wiring.load(config, server=True)
     d = Daemon(
         w,
         on_progress=lambda kind, data: (
             kind == "recover"
             and console.print(f"recovering job {data['job_id']} (thread {data['thread']})")
         ),
+        serve_api=w.settings.api.serve,
+        say=lambda message: console.print(message, markup=False, highlight=False),
     )
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: d.stop_event.set())
-    console.print(f"nightshift daemon on {w.settings.store_url} (Ctrl-C to stop)")
+    console.print(
+        f"nightshift daemon on {w.settings.store_url} as OS user {w.user} (Ctrl-C to stop)"
+    )
     d.run(max_ticks=max_ticks)
     console.print("daemon stopped; runs continue and are re-attached at the next start")
 

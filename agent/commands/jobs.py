@@ -6,13 +6,16 @@ from __future__ import annotations
 import signal
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.markup import escape
 
 from nightshift.agent.console import console, table
-from nightshift.agent.shell import call_or_exit
+from nightshift.agent.shell import call_as_user, call_or_exit
+
+if TYPE_CHECKING:
+    from nightshift.skills.job_logs import JobLogsResult
 
 ConfigOpt = typer.Option(None, "--config", help="Config file")
 FOLLOW_POLL_S = 0.5
@@ -91,17 +94,42 @@ def logs(
     config: str | None = ConfigOpt,
 ) -> None:
     """The end of a job's log (stdout and stderr of one attempt); -f follows it as it grows."""
+    from nightshift.agent.wiring import Wiring
+
+    w = Wiring.load(config)
+    if follow and w.remote is not None:  # the daemon reads the log (its user's file) for us
+        from nightshift.skills.job_logs import JobLogsResult
+
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            w.remote.follow_logs(
+                job_id,
+                attempt,
+                tail,
+                on_result=lambda data: _print_logs(job_id, JobLogsResult.model_validate(data)),
+                on_lines=_print_lines,
+            )
+        except KeyboardInterrupt:
+            pass
+        return
     args: dict[str, Any] = {"job_id": job_id, "tail": tail}
     if attempt is not None:
         args["attempt"] = attempt
-    r: Any = call_or_exit(config, "job_logs", args)
-    for line in r.lines:
+    r: Any = call_as_user(w, "job_logs", args)
+    _print_logs(job_id, r)
+    if follow and r.log_path:
+        _follow(Path(r.log_path), r.end_offset)
+
+
+def _print_logs(job_id: int, r: JobLogsResult) -> None:
+    _print_lines(r.lines)
+    if r.log_path is None:
+        console.print(f"job {job_id} has no attempt yet, so no log")
+
+
+def _print_lines(lines: list[str]) -> None:
+    for line in lines:
         console.out(line, highlight=False)  # log text is data: printed, never interpreted
-    if not follow or not r.log_path:
-        if r.log_path is None:
-            console.print(f"job {job_id} has no attempt yet, so no log")
-        return
-    _follow(Path(r.log_path), r.end_offset)
 
 
 def _follow(path: Path, offset: int) -> None:
@@ -142,14 +170,19 @@ def cancel(
 
     # Nobody is asked to approve the cancel of a job that does not exist or has already ended;
     # cancel_job checks again when it runs.
-    job = Wiring.load(config).store.job(job_id)
-    if job is None:
+    w = Wiring.load(config)
+    if w.remote is not None:  # the daemon's store: asked through its gate (a read)
+        state = _remote_state(w, job_id)
+    else:
+        job = w.store.job(job_id)
+        state = None if job is None else job.state
+    if state is None:
         error(f"no job {job_id}; `nightshift jobs` lists the jobs")
         raise typer.Exit(2)
-    if job.state in ("succeeded", "failed", "cancelled"):
-        console.print(f"job {job_id} is {job.state}: nothing to cancel")
+    if state in ("succeeded", "failed", "cancelled"):
+        console.print(f"job {job_id} is {state}: nothing to cancel")
         return
-    r: Any = call_or_exit(config, "cancel_job", {"job_id": job_id, "reason": reason})
+    r: Any = call_as_user(w, "cancel_job", {"job_id": job_id, "reason": reason})
     if as_json:
         print(r.model_dump_json(indent=2))
     elif r.before == r.after:
@@ -159,6 +192,15 @@ def cancel(
             f"job {job_id}: {r.before} → {r.after}"
             + (f" (attempt {r.stopped_attempt} stopped)" if r.stopped_attempt else "")
         )
+
+
+def _remote_state(w: Any, job_id: int) -> str | None:
+    from nightshift.runtime.errors import UnknownJob
+
+    try:
+        return w.remote.call("show_job", {"job_id": job_id}, via="terminal").state  # type: ignore[no-any-return]
+    except UnknownJob:
+        return None
 
 
 def retry(

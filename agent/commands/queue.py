@@ -40,7 +40,9 @@ def submit(
     from nightshift.agent.wiring import Wiring
     from nightshift.runtime.spec import load_spec
 
-    client = Client(Wiring.load(config))
+    w = Wiring.load(config)
+    # In a shared install the daemon reads the spec (and runs the code) as its own user.
+    client: Any = w.remote if w.remote is not None else Client(w)
     parsed = load_spec(spec)
     check = client.call("config_validator", {"path": str(spec.resolve())})
     if not check.valid:  # type: ignore[attr-defined]
@@ -64,11 +66,10 @@ def submit(
             args["priority"] = _priority(priority)
         items.append(args)
     # One trial is one submit_job; a sweep's trials are one decision, all or none.
-    ids = (
-        client.submit_many(items)
-        if len(items) > 1
-        else [client.call("submit_job", items[0]).job_id]
-    )  # type: ignore[attr-defined]
+    if len(items) > 1:
+        ids = [j.job_id for j in client.call("submit_jobs", {"items": items}).jobs]
+    else:
+        ids = [client.call("submit_job", items[0]).job_id]
     if as_json:
         print(json.dumps({"job_ids": ids, "group": group}))
     else:
@@ -83,39 +84,14 @@ def jobs(
     config: str | None = typer.Option(None, "--config"),
 ) -> None:
     """Queue, running and finished jobs, with why each waiting job waits."""
-    from sqlmodel import select
-
     from nightshift.agent.wiring import Wiring
-    from nightshift.runtime.store import JOB_STATES, Attempt, Job
+    from nightshift.runtime.store import JOB_STATES
 
     unknown = [x for x in state if x not in JOB_STATES]
     if unknown:
         raise BadArguments(f"--state {unknown[0]!r}: use one of {', '.join(JOB_STATES)}")
     w = Wiring.load(config)
-    with w.store.session() as s:
-        q = select(Job).order_by(Job.id)
-        if state:
-            q = q.where(Job.state.in_(state))
-        rows = list(s.exec(q))
-        counts: dict[int, int] = {}
-        for a in s.exec(select(Attempt.job_id)):
-            counts[a] = counts.get(a, 0) + 1
-    out = []
-    for j in rows:
-        spec = j.spec
-        why = j.hold_reason if j.state == "queued" else j.reason
-        out.append(
-            {
-                "id": j.id,
-                "name": j.name,
-                "state": j.state,
-                "priority": j.priority,
-                "cost_class": spec.get("cost_class"),
-                "attempts": counts.get(j.id, 0),
-                "group": j.group,
-                "why": why,
-            }
-        )
+    out = _remote_jobs(w, state) if w.remote is not None else _local_jobs(w, state)
     if as_json:
         print(json.dumps(out, indent=2))
         return
@@ -137,6 +113,53 @@ def jobs(
             ],
         )
     )
+
+
+def _local_jobs(w: Any, state: list[str]) -> list[dict[str, Any]]:
+    """The rows from this process's own store (the single-user mode): no policy stack."""
+    from sqlmodel import select
+
+    from nightshift.runtime.store import Attempt, Job
+
+    with w.store.session() as s:
+        q = select(Job).order_by(Job.id)
+        if state:
+            q = q.where(Job.state.in_(state))
+        rows = list(s.exec(q))
+        counts: dict[int, int] = {}
+        for a in s.exec(select(Attempt.job_id)):
+            counts[a] = counts.get(a, 0) + 1
+    return [
+        {
+            "id": j.id,
+            "name": j.name,
+            "state": j.state,
+            "priority": j.priority,
+            "cost_class": j.spec.get("cost_class"),
+            "attempts": counts.get(j.id, 0),
+            "group": j.group,
+            "why": j.hold_reason if j.state == "queued" else j.reason,
+        }
+        for j in rows
+    ]
+
+
+def _remote_jobs(w: Any, state: list[str]) -> list[dict[str, Any]]:
+    """The same rows from the daemon, through list_jobs (a read through its gate)."""
+    r: Any = w.remote.call("list_jobs", {"states": state or None, "limit": 10_000}, via="terminal")
+    return [
+        {
+            "id": j.id,
+            "name": j.name,
+            "state": j.state,
+            "priority": j.priority,
+            "cost_class": j.cost_class,
+            "attempts": len(j.attempts),
+            "group": j.group,
+            "why": j.hold_reason if j.state == "queued" else j.reason,
+        }
+        for j in sorted(r.jobs, key=lambda j: j.id)
+    ]
 
 
 def register(app: typer.Typer) -> None:
