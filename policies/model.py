@@ -7,9 +7,11 @@ a role that does not exist).
 
 from __future__ import annotations
 
+import functools
 import operator
 import os
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
@@ -85,10 +87,23 @@ class Limits(_Strict):
     max_runtime_min: float | None = Field(default=None, gt=0)
 
     def mount_roots(self) -> list[Path] | None:
-        """The allowed roots, expanded now (the environment may change between calls)."""
+        """The allowed roots, expanded for the current environment. Resolving them costs a
+        realpath per root and was a fifth of a submission's time, so an expansion is reused
+        for the same environment for ROOTS_TTL_S (a root re-pointed by a symlink is seen then)."""
         if self.allowed_mount_roots is None:
             return None
-        return [expand_path(r) for r in self.allowed_mount_roots]
+        key = (tuple(self.allowed_mount_roots), tuple(sorted(os.environ.items())))
+        now = time.monotonic()
+        hit = _roots_cache.get(key)
+        if hit is None or now - hit[0] > ROOTS_TTL_S:
+            hit = (now, [expand_path(r) for r in self.allowed_mount_roots])
+            _roots_cache.clear()  # one environment at a time is the common case
+            _roots_cache[key] = hit
+        return list(hit[1])
+
+
+ROOTS_TTL_S = 5.0
+_roots_cache: dict[tuple[Any, ...], tuple[float, list[Path]]] = {}
 
 
 def expand_path(raw: str) -> Path:
@@ -102,6 +117,7 @@ def expand_path(raw: str) -> Path:
     return Path(os.path.realpath(os.path.expanduser(os.path.expandvars(text))))
 
 
+@functools.cache
 def examples_dir() -> Path:
     """The folder of the examples that ship with nightshift (`nightshift.examples`)."""
     return Path(str(resources.files("nightshift.examples")))

@@ -65,19 +65,21 @@ class SubmitJobInput(SkillInput):
 
     def loaded(self) -> tuple[ExperimentSpec, str | None]:
         """The validated spec (a copy: callers may change it) and its resolved path."""
-        if self._loaded is None:
-            self._loaded = _load(self.spec_path, self.spec)
-        spec, path, _ = self._loaded
+        spec, path, _ = self._load_once()
         return spec.model_copy(deep=True), path
 
+    def _load_once(self) -> tuple[ExperimentSpec, str | None, str | None]:
+        """Read and validate once per call: the file is hashed, checked and run as one."""
+        if self._loaded is None:
+            self._loaded = _load(self.spec_path, self.spec)
+        return self._loaded
+
     def files(self) -> dict[str, str]:
-        self.loaded()
-        assert self._loaded is not None
-        _, path, digest = self._loaded
+        _, path, digest = self._load_once()
         return {path: digest} if path and digest else {}
 
     def claims(self) -> Claims:
-        spec, path = self.loaded()
+        spec, path, _ = self._load_once()  # read only: no copy
         return Claims(launches=[spec_launch(spec, path or "spec")])
 
 
