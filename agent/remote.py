@@ -15,7 +15,6 @@ are the daemon's, and so is who the caller is (their uid, from the kernel).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import socket
 import sys
@@ -214,21 +213,13 @@ class Remote:
     def wait_for_decision(self, approval_id: int) -> str:
         """Wait until others decide or the approval expires, saying what for; Ctrl-C leaves it
         pending (once approved, the daemon carries it out)."""
-        from nightshift.agent.wiring import local_now
+        from nightshift.agent.shell import announce_wait, say_expiry
 
         row = self.approval(approval_id)
-        console.print(
-            f"[bold yellow]approval {approval_id} needed[/]: {row.skill} "
-            f"{json.dumps(row.args)} (rule {row.rule}, {row.quorum} from others)\n"
-            f"  decide from another principal's shell: [bold]nightshift approvals approve "
-            f"{approval_id}[/] / [bold]nightshift approvals reject {approval_id}[/]"
-        )
+        announce_wait(row)
         last_said = time.monotonic()
         while row.state == "pending":
-            if row.expires_at is not None and time.monotonic() - last_said >= 60:
-                left = (row.expires_at - local_now()).total_seconds()
-                console.print(f"  [dim]waiting; it expires in {max(0, left) / 60:.0f} min[/]")
-                last_said = time.monotonic()
+            last_said = say_expiry(row, last_said)
             row = self._approval_row(
                 self.request({"op": "approvals.wait", "approval_id": approval_id})
             )

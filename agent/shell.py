@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from nightshift.agent.wiring import Wiring
+    from nightshift.runtime.store import Approval
 
 
 def terminal_confirm(request: dict[str, Any]) -> bool:
@@ -34,6 +35,27 @@ def terminal_confirm(request: dict[str, Any]) -> bool:
     return answer in ("y", "yes")
 
 
+def announce_wait(row: Approval) -> None:
+    """What a waiting shell says first: the call, its rule and how others decide it."""
+    console.print(
+        f"[bold yellow]approval {row.id} needed[/]: {row.skill} "
+        f"{json.dumps(row.args)} (rule {row.rule}, {row.quorum} from others)\n"
+        f"  decide from another principal's shell: [bold]nightshift approvals approve "
+        f"{row.id}[/] / [bold]nightshift approvals reject {row.id}[/]"
+    )
+
+
+def say_expiry(row: Approval, last_said: float) -> float:
+    """Once a minute while waiting, how long the approval has left; returns when it last said."""
+    from nightshift.agent.wiring import local_now
+
+    if row.expires_at is None or time.monotonic() - last_said < 60:
+        return last_said
+    left = (row.expires_at - local_now()).total_seconds()
+    console.print(f"  [dim]waiting; it expires in {max(0, left) / 60:.0f} min[/]")
+    return time.monotonic()
+
+
 def wait_for_decision(w: Wiring, approval_id: int) -> str:
     """Wait until other principals decide (or the approval expires), saying what it waits for
     and for how long. At a terminal whose user is not the requester (a goal's agent-planned
@@ -42,12 +64,7 @@ def wait_for_decision(w: Wiring, approval_id: int) -> str:
     from nightshift.agent.wiring import local_now
 
     row = w.approvals.status(approval_id, local_now())
-    console.print(
-        f"[bold yellow]approval {approval_id} needed[/]: {row.skill} "
-        f"{json.dumps(row.args)} (rule {row.rule}, {row.quorum} from others)\n"
-        f"  decide from another principal's shell: [bold]nightshift approvals approve "
-        f"{approval_id}[/] / [bold]nightshift approvals reject {approval_id}[/]"
-    )
+    announce_wait(row)
     ask = (
         sys.stdin is not None
         and sys.stdin.isatty()
@@ -58,10 +75,7 @@ def wait_for_decision(w: Wiring, approval_id: int) -> str:
         console.print(f"  approve as {w.user}? \\[y/N] ", end="")
     last_said = time.monotonic()
     while row.state == "pending":
-        if row.expires_at is not None and time.monotonic() - last_said >= 60:
-            left = (row.expires_at - local_now()).total_seconds()
-            console.print(f"  [dim]waiting; it expires in {max(0, left) / 60:.0f} min[/]")
-            last_said = time.monotonic()
+        last_said = say_expiry(row, last_said)
         if ask and select.select([sys.stdin], [], [], 1.0)[0]:
             answer = sys.stdin.readline().strip().lower()
             w.approvals.vote(approval_id, w.user, answer in ("y", "yes"), local_now())
