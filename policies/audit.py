@@ -30,6 +30,7 @@ import atexit
 import hashlib
 import hmac
 import json
+import json.encoder
 import os
 import secrets
 import threading
@@ -42,7 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic import BaseModel, Field
-from sqlalchemy import Connection, insert
+from sqlalchemy import Connection, Text, insert, type_coerce
 from sqlalchemy.exc import OperationalError
 from sqlmodel import Session, col, select
 
@@ -129,6 +130,55 @@ def event_hash(
         }
     )
     return hashlib.sha256((prev_hash + body).encode("utf-8")).hexdigest()
+
+
+_enc = json.encoder.encode_basestring_ascii  # a str as json.dumps writes it (ensure_ascii)
+
+
+def stored_hash_matches(
+    digest: str,
+    prev_hash: str,
+    ts: Any,
+    actor: Any,
+    action: Any,
+    skill: Any,
+    call_id: Any,
+    job_id: Any,
+    payload_text: Any,
+) -> bool:
+    """Whether a stored row (its payload as the stored text) hashes to `digest`.
+
+    Fast path: the canonical body built around the stored text, which `CanonicalJSON` wrote
+    canonical. A match proves the row: the body was hashed with the fields encoded as complete
+    JSON tokens, so the tokens before the payload can only match the same values, and with no
+    backslash in the skill and ts tokens after it (no escaped quote to shift a boundary), the
+    payload text can only be the text that was hashed. Anything else — text written before
+    canonical storage, odd types, escapes — takes the slow path: decode, re-encode, hash."""
+    if (
+        type(payload_text) is str
+        and type(ts) is str
+        and type(actor) is str
+        and type(action) is str
+        and (skill is None or type(skill) is str)
+        and (call_id is None or type(call_id) is str)
+        and (job_id is None or type(job_id) is int)
+    ):
+        skill_tok = "null" if skill is None else _enc(skill)
+        ts_tok = _enc(ts)
+        if "\\" not in skill_tok and "\\" not in ts_tok:
+            body = (
+                f'{{"action":{_enc(action)},"actor":{_enc(actor)},'
+                f'"call_id":{"null" if call_id is None else _enc(call_id)},'
+                f'"job_id":{"null" if job_id is None else job_id},"payload":{payload_text},'
+                f'"skill":{skill_tok},"ts":{ts_tok}}}'
+            )
+            if hashlib.sha256((prev_hash + body).encode("utf-8")).hexdigest() == digest:
+                return True
+    try:
+        payload = json.loads(payload_text) if isinstance(payload_text, str) else payload_text
+        return event_hash(prev_hash, ts, actor, action, skill, call_id, job_id, payload) == digest
+    except (TypeError, ValueError):
+        return False
 
 
 def sign(key: bytes, digest: str) -> str:
@@ -684,7 +734,7 @@ class AuditLog:
             c.skill,
             c.call_id,
             c.job_id,
-            c.payload,
+            type_coerce(c.payload, Text),  # the stored text: hashed as it is (CanonicalJSON)
             c.prev_hash,
             c.hash,
             c.signature,
@@ -731,9 +781,8 @@ class AuditLog:
                             f"event {ev_id}: {what}: an event before it was removed, reordered "
                             "or edited",
                         )
-                    if (
-                        event_hash(prev, ts, actor, action, skill, call_id, job_id, payload)
-                        != digest
+                    if not stored_hash_matches(
+                        digest, prev, ts, actor, action, skill, call_id, job_id, payload
                     ):
                         return bad(
                             ev_id,
@@ -791,8 +840,8 @@ class AuditLog:
                             )
                     if action == "skill.start" and call_id:
                         starts.add(call_id)
-                    elif action == "job.state" and isinstance(payload, dict):
-                        j, n = payload.get("job_id"), payload.get("attempt")
+                    elif action == "job.state" and (body := _object(payload)) is not None:
+                        j, n = body.get("job_id"), body.get("attempt")
                         if isinstance(j, int) and isinstance(n, int):
                             attempt_events.add((j, n))
                     prev, last_id = digest, ev_id
@@ -963,6 +1012,15 @@ def _missing_rows(
         "; ".join(parts) + ": their audit events were removed (the log emptied or cut short, "
         "perhaps with its anchor), or the rows were written into the store directly"
     )
+
+
+def _object(text: Any) -> dict[str, Any] | None:
+    """A stored payload's object (verify reads payloads as text), or None."""
+    try:
+        value = json.loads(text) if isinstance(text, str) else text
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _batch_call(key: str) -> str | None:

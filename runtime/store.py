@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import NaiveDatetime
 from sqlalchemy import Connection, event, inspect, text
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
+from sqlalchemy.types import TypeDecorator
 from sqlmodel import JSON, Column, Field, Session, SQLModel, col, create_engine, select
 
 from nightshift.runtime.errors import (
@@ -186,6 +187,18 @@ class Approval(SQLModel, table=True):
     requested_via: str = Field(default="api", sa_column_kwargs={"server_default": "api"})
 
 
+class CanonicalJSON(TypeDecorator[Any]):
+    """JSON stored as its canonical text (`dumps`: sorted keys, no spaces), the very text the
+    audit hash covers, so `AuditLog.verify` can hash what is stored without decoding and
+    re-encoding it. Read back as the impl's JSON; the column's SQL type is unchanged."""
+
+    impl = JSON
+    cache_ok = True
+
+    def bind_processor(self, dialect: Any) -> Any:
+        return lambda value: None if value is None else dumps(value)
+
+
 class AuditEvent(SQLModel, table=True):
     """Append-only; `hash` chains over `prev_hash` and the canonical JSON of the event, and
     `signature` is the audit key's HMAC of `hash`."""
@@ -197,7 +210,7 @@ class AuditEvent(SQLModel, table=True):
     skill: str | None = None
     call_id: str | None = Field(default=None, index=True)
     job_id: int | None = Field(default=None, index=True)
-    payload: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    payload: dict = Field(default_factory=dict, sa_column=Column(CanonicalJSON, nullable=False))
     prev_hash: str
     hash: str = Field(unique=True)
     signature: str | None = None  # HMAC-SHA256 of `hash` (None: written before signing)

@@ -13,9 +13,11 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from nightshift.policies.audit import GENESIS, AuditLog
-from nightshift.runtime.store import Store
+from nightshift.policies.audit import GENESIS, AuditLog, event_hash, stored_hash_matches
+from nightshift.runtime.store import Store, dumps
 
 
 class Clock:
@@ -304,3 +306,61 @@ def test_concurrent_appends_from_four_processes(db: Path, tmp_path: Path) -> Non
     res = log.verify()
     assert (res.ok, res.count) == (True, 4 * n), res.reason
     assert log.anchor()["id"] == events[-1].id
+
+
+# The verify fast path: hashing the stored canonical payload text must accept exactly what the
+# slow path (decode, re-encode) accepts, whatever the fields hold.
+_text = st.text(max_size=12)
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | _text,
+    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(_text, kids, max_size=3),
+    max_leaves=8,
+)
+_row = st.fixed_dictionaries(
+    {
+        "ts": _text,
+        "actor": _text,
+        "action": _text,
+        "skill": st.none() | _text,
+        "call_id": st.none() | _text,
+        "job_id": st.none() | st.integers(),
+        "payload": st.dictionaries(_text, _json, max_size=4),
+    }
+)
+
+
+def _digest(r: dict) -> str:
+    return event_hash(
+        "p", r["ts"], r["actor"], r["action"], r["skill"], r["call_id"], r["job_id"], r["payload"]
+    )
+
+
+def _matches(digest: str, r: dict, text: str) -> bool:
+    fields = (r["ts"], r["actor"], r["action"], r["skill"], r["call_id"], r["job_id"])
+    return stored_hash_matches(digest, "p", *fields, text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(row=_row, other=_row)
+def test_verify_fast_path_accepts_what_the_slow_path_accepts(row, other) -> None:
+    digest = _digest(row)
+    assert _matches(digest, row, dumps(row["payload"]))  # canonical text: the fast path
+    assert _matches(digest, row, json.dumps(row["payload"]))  # older text: the slow path
+    # Any other row — fields or payload moved between columns, escapes, other values — is
+    # accepted only if its canonical event is the same one.
+    for mixed in (
+        other,
+        {**row, "payload": other["payload"]},
+        {**row, "skill": other["skill"], "ts": other["ts"]},
+    ):
+        same = _digest(mixed) == digest
+        assert _matches(digest, mixed, dumps(mixed["payload"])) == same
+
+
+def test_verify_fast_path_refuses_a_payload_that_swallows_the_next_field() -> None:
+    """A boundary shift: the payload text takes over the skill token of the hashed body."""
+    row = {"ts": "t", "actor": "a", "action": "x", "skill": 'k"', "call_id": None, "job_id": 1}
+    digest = _digest({**row, "payload": {}})
+    forged = dict(row, skill=None)
+    assert not _matches(digest, {**forged, "payload": {}}, '{},"skill":"k\\""')
+    assert _matches(digest, {**row, "payload": {}}, "{}")
