@@ -108,8 +108,7 @@ def iso_utc(when: datetime) -> str:
     return when.isoformat(timespec="microseconds") + "Z"
 
 
-def event_hash(
-    prev_hash: str,
+def event_body(
     ts: str,
     actor: str,
     action: str,
@@ -118,7 +117,8 @@ def event_hash(
     job_id: int | None,
     payload: dict[str, Any],
 ) -> str:
-    body = dumps(
+    """The canonical JSON an event's hash covers (everything but the chain link)."""
+    return dumps(
         {
             "ts": ts,
             "actor": actor,
@@ -129,7 +129,23 @@ def event_hash(
             "payload": payload,
         }
     )
+
+
+def chain_hash(prev_hash: str, body: str) -> str:
     return hashlib.sha256((prev_hash + body).encode("utf-8")).hexdigest()
+
+
+def event_hash(
+    prev_hash: str,
+    ts: str,
+    actor: str,
+    action: str,
+    skill: str | None,
+    call_id: str | None,
+    job_id: int | None,
+    payload: dict[str, Any],
+) -> str:
+    return chain_hash(prev_hash, event_body(ts, actor, action, skill, call_id, job_id, payload))
 
 
 _enc = json.encoder.encode_basestring_ascii  # a str as json.dumps writes it (ensure_ascii)
@@ -172,7 +188,7 @@ def stored_hash_matches(
                 f'"job_id":{"null" if job_id is None else job_id},"payload":{payload_text},'
                 f'"skill":{skill_tok},"ts":{ts_tok}}}'
             )
-            if hashlib.sha256((prev_hash + body).encode("utf-8")).hexdigest() == digest:
+            if chain_hash(prev_hash, body) == digest:
                 return True
     try:
         payload = json.loads(payload_text) if isinstance(payload_text, str) else payload_text
@@ -444,6 +460,20 @@ class AuditLog:
                 }
             )
         key = self.key
+        # The bodies do not depend on the chain: made before the write lock, which is then held
+        # only for the link, the signature and the insert.
+        bodies = [
+            event_body(
+                r["ts"],
+                r["actor"],
+                r["action"],
+                r["skill"],
+                r["call_id"],
+                r["job_id"],
+                r["payload"],
+            )
+            for r in rows
+        ]
         # SQLAlchemy Core on one connection, statements built once: the ORM's session and unit
         # of work cost more than the insert itself.
         with self.store.engine.connect() as conn:
@@ -451,18 +481,9 @@ class AuditLog:
                 _lock_for_write(conn, AuditEvent.__tablename__)
                 last = conn.execute(_NEWEST).first()
                 prev = last[0] if last else GENESIS
-                for r in rows:
+                for r, body in zip(rows, bodies, strict=True):
                     r["prev_hash"] = prev
-                    r["hash"] = prev = event_hash(
-                        prev,
-                        r["ts"],
-                        r["actor"],
-                        r["action"],
-                        r["skill"],
-                        r["call_id"],
-                        r["job_id"],
-                        r["payload"],
-                    )
+                    r["hash"] = prev = chain_hash(prev, body)
                     r["signature"] = sign(key, prev)
                 ids = conn.execute(_INSERT, rows).scalars().all()
                 if last is not None and last[1] is None:  # the first signed event of the store
