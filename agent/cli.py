@@ -219,20 +219,6 @@ def status(config: str | None = ConfigOpt, as_json: bool = typer.Option(False, "
 
 
 # ------------------------------------------------------------------------------------ audit
-@audit_app.command("verify")
-def audit_verify(config: str | None = ConfigOpt) -> None:
-    """Check the hash chain and the anchor; OK, or the first bad event."""
-    from nightshift.agent.wiring import Wiring
-
-    w = Wiring.load(config)
-    res = w.audit.verify()
-    if res.ok:
-        console.print(f"[green]OK[/]: {res.count} audit events, chain and anchor intact")
-        return
-    error(f"audit chain broken at event {res.first_bad_id}: {res.reason}")
-    raise typer.Exit(1)
-
-
 @audit_app.command("show")
 def audit_show(
     limit: int = typer.Option(50, "--limit", min=1),

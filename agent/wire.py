@@ -131,12 +131,16 @@ def error_info(exc: NightshiftError, approval: dict[str, Any] | None = None) -> 
     )
 
 
+# The branch of the error tree for an exit code, for an error class this install does not know.
 _BY_EXIT: dict[int, type[NightshiftError]] = {
-    1: errors.SkillFailed,
-    2: errors.BadArguments,
-    3: errors.Refused,
-    4: errors.ApprovalRequired,
-    5: errors.OperatorError,
+    cls.exit_code: cls
+    for cls in (
+        errors.SkillFailed,
+        errors.BadArguments,
+        errors.Refused,
+        errors.ApprovalRequired,
+        errors.OperatorError,
+    )
 }
 
 

@@ -169,6 +169,15 @@ class Harness:
             time.sleep(0.01)
         raise AssertionError("the daemon did not take its lock within a minute")
 
+    @classmethod
+    def stop(cls, proc: subprocess.Popen[bytes]) -> None:
+        """SIGTERM, as an operator stops a daemon; SIGKILL if it has not ended in 30 s."""
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            cls.kill(proc)
+
     @staticmethod
     def kill(proc: subprocess.Popen[bytes]) -> None:
         if proc.poll() is None:
@@ -272,11 +281,7 @@ class Harness:
             try:
                 run.wait(timeout=180)
             finally:
-                d.send_signal(signal.SIGTERM)
-                try:
-                    d.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    self.kill(d)
+                self.stop(d)
             if job is not None:
                 self.submitted.append(job)
             report.races += 1
@@ -293,11 +298,7 @@ class Harness:
                     return
                 time.sleep(0.2)
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.kill(proc)
+            self.stop(proc)
 
     # ------------------------------------------------------------------ checks
     def check(self, report: Report) -> None:

@@ -292,11 +292,20 @@ class LocalExecutor:
         """The handle the supervisor writes before it starts the program. A supervisor that ends
         without one ran nothing; one that takes too long is stopped, so nothing runs untracked."""
         deadline = time.monotonic() + _HANDLE_WAIT_S
+        next_scan = 0.0  # without our own child, "ended" is a scan of every process: not each poll
         while True:
             found = self.find(key)
             if found is not None:
                 return found
-            ended = proc.poll() is not None if proc is not None else not self._marked(key, marker)
+            if proc is not None:
+                ended = proc.poll() is not None
+            elif time.monotonic() >= next_scan:
+                ended, next_scan = (
+                    not self._marked(key, marker),
+                    time.monotonic() + _RESCAN_INTERVAL_S,
+                )
+            else:
+                ended = False
             if ended and self.find(key) is None:
                 tail = _read_tail(log_path, 5).strip() if log_path else ""
                 raise SkillFailed(

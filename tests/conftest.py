@@ -9,7 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -49,6 +49,17 @@ def home(tmp_path, monkeypatch) -> Path:
     # (test_backoff, test_placement), and a second here keeps every recovery test short.
     monkeypatch.setenv("NIGHTSHIFT_RETRY__BASE_S", "1")
     return h
+
+
+class Clock:
+    """A clock that ticks one second per reading: deterministic timestamps."""
+
+    def __init__(self) -> None:
+        self.t = datetime(2026, 12, 2, 3, 0)
+
+    def __call__(self) -> datetime:
+        self.t += timedelta(seconds=1)
+        return self.t
 
 
 @pytest.fixture

@@ -19,16 +19,7 @@ from hypothesis import strategies as st
 from nightshift.policies.audit import GENESIS, AuditLog, event_hash, stored_hash_matches
 from nightshift.runtime.store import Store, dumps
 
-
-class Clock:
-    """A clock that ticks one second per reading: deterministic timestamps."""
-
-    def __init__(self) -> None:
-        self.t = datetime(2026, 12, 2, 3, 0)
-
-    def __call__(self) -> datetime:
-        self.t += timedelta(seconds=1)
-        return self.t
+from conftest import Clock
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import json
 import shutil
 import sqlite3
 import stat
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -27,16 +27,9 @@ from nightshift.runtime.errors import ApprovalRequired, PolicyDenied, StoreError
 from nightshift.runtime.store import Job, Store
 from nightshift.skills.base import Claims, SkillContext, SkillInput, skill
 
+from conftest import Clock
+
 FIXTURE = Path(__file__).parent / "fixtures/stores/release-0.1.0-schema2.db"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = datetime(2026, 12, 2, 3, 0)
-
-    def __call__(self) -> datetime:
-        self.t += timedelta(seconds=1)
-        return self.t
 
 
 @pytest.fixture

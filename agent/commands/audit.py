@@ -2,8 +2,7 @@
 chain against its anchor, the heads published outside the store and the job and attempt rows;
 publish the newest head now (to the configured file and syslog, and on stdout to keep elsewhere).
 
-The two commands join the `audit` group that agent/cli.py declares; this `verify` replaces the
-one there (which checks neither published heads nor rows)."""
+The two commands join the `audit` group that agent/cli.py declares (beside its `show`)."""
 
 from __future__ import annotations
 
@@ -24,10 +23,8 @@ ConfigOpt = typer.Option(None, "--config", help="Config file")
 def _log(config: str | None) -> AuditLog:
     """The log as configured (the key file, the publish sinks)."""
     from nightshift.agent.wiring import Wiring
-    from nightshift.policies.audit import AuditLog
 
-    w = Wiring.load(config)
-    return AuditLog.from_settings(w.store, w.settings)
+    return Wiring.load(config).audit
 
 
 def verify(
@@ -77,6 +74,5 @@ def publish(config: str | None = ConfigOpt) -> None:
 def register(app: typer.Typer) -> None:
     group = next(g.typer_instance for g in app.registered_groups if g.name == "audit")
     assert group is not None
-    group.registered_commands = [c for c in group.registered_commands if c.name != "verify"]
     group.command("verify")(verify)
     group.command("publish")(publish)

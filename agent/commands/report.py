@@ -75,9 +75,7 @@ def report(
 def _publish_head(w: Wiring) -> str:
     """Every report publishes the audit's chain head (audit.publish_file, syslog) and names it,
     so a report kept elsewhere is one more copy that catches a rolled-back or truncated log."""
-    from nightshift.policies.audit import AuditLog
-
-    head = AuditLog.from_settings(w.store, w.settings).publish_head()
+    head = w.audit.publish_head()
     if head is None:
         return "audit head: the log is empty"
     return (
