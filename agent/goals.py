@@ -12,7 +12,9 @@ Two shapes:
                                             args: {job_id: ${submit.job_id}}
 
 `goal:` names a built-in playbook (train, recover, health); `steps:` are explicit skill calls run in
-order, where `${ID.FIELD}` stands for a field of an earlier step's result.
+order, where `${ID.FIELD}` stands for a field of an earlier step's result. `goal: chat` with
+`text:` is free text (what a researcher typed) that only a model planner can read: a goal file
+uses the model only when it says `planner: llm`.
 """
 
 from __future__ import annotations
@@ -73,7 +75,13 @@ def _anchor_paths(goal: Goal) -> None:
 class Goal(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     name: str = Field("goal", pattern=r"^[A-Za-z0-9_.-]+$")
-    goal: Literal["train", "recover", "health"] | None = None
+    goal: Literal["train", "recover", "health", "chat"] | None = None
+    planner: Literal["deterministic", "llm"] = Field(
+        "deterministic", description="Who plans: the playbooks, or the model (needs an endpoint)"
+    )
+    text: str | None = Field(
+        None, max_length=20_000, description="goal: chat - what the user asked, in their words"
+    )
     spec: str | dict[str, Any] | None = Field(
         None, description="Spec path (relative to the goal file) or mapping"
     )
@@ -102,6 +110,10 @@ class Goal(BaseModel):
             raise ValueError("goal: train needs 'spec:' (a path or a mapping)")
         if self.goal == "recover" and self.job_id is None:
             raise ValueError("goal: recover needs 'job_id:'")
+        if (self.goal == "chat") != (self.text is not None):
+            raise ValueError("'text:' goes with goal: chat (free text), and goal: chat needs it")
+        if self.goal == "chat" and self.planner != "llm":
+            raise ValueError("goal: chat is free text: it needs 'planner: llm' (a model endpoint)")
         _anchor_paths(self)
         return self
 

@@ -127,6 +127,13 @@ class DeterministicPlanner:
             )
         if goal.steps is not None:
             return self._steps(goal, history)
+        if goal.goal == "chat":
+            return Finish(
+                ok=False,
+                summary="free-form goals need a model endpoint: set OPENAI_BASE_URL and "
+                "NIGHTSHIFT_MODEL (`nightshift doctor` checks them)",
+                bad_input=True,
+            )
         if goal.goal == "health":
             if not history:
                 return Call(skill="gpu_health_check", args={}, why="goal: health")
