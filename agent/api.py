@@ -87,9 +87,9 @@ class Client:
 
         try:
             with self.w.store.session() as s:
-                actions = set(
-                    s.exec(select(AuditEvent.action).where(AuditEvent.call_id == cid)).all()
-                )
+                events = s.exec(
+                    select(AuditEvent.action, AuditEvent.payload).where(AuditEvent.call_id == cid)
+                ).all()
                 jobs = sorted(
                     s.exec(
                         select(Job.id).where(
@@ -101,9 +101,14 @@ class Client:
         except Exception as exc:
             if self.w.store.fault_of(exc) is None:
                 raise
-            actions, jobs = {"skill.start"}, []  # cannot tell: assume it may have run
-        if "skill.start" not in actions and not jobs:
-            return fault  # failed before the call started: nothing ran
+            events, jobs = [("skill.start", {})], []  # cannot tell: assume it may have run
+        actions = {action for action, _ in events}
+        undone = any(  # a store-only call whose transaction was rolled back: nothing stayed
+            action == "skill.result" and (payload or {}).get("rolled_back")
+            for action, payload in events
+        )
+        if undone or ("skill.start" not in actions and not jobs):
+            return fault  # nothing the call did stayed
         when = (
             "after its result was recorded"
             if "skill.result" in actions

@@ -15,7 +15,7 @@ from typing import Any, TypedDict
 
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
-from langgraph.types import interrupt
+from langgraph.types import Command, interrupt
 from pydantic import BaseModel
 from sqlmodel import select
 
@@ -32,7 +32,7 @@ from nightshift.runtime.errors import (
 )
 from nightshift.runtime.snapshot import FAILED_OUTCOMES
 from nightshift.runtime.spec import ExperimentSpec
-from nightshift.runtime.store import Attempt, Job, PlannedCall
+from nightshift.runtime.store import Attempt, GoalRun, Job, PlannedCall
 
 AGENT = "agent"
 
@@ -125,6 +125,15 @@ def build_graph(
                 action = planner.next(goal, history)
                 if isinstance(action, Finish):
                     return {"pending": None, "finish": action.model_dump()}
+                if not history:  # the goal, for a replay if the run dies before a checkpoint
+                    s.add(
+                        GoalRun(
+                            thread_id=thread,
+                            goal=state["goal"],
+                            on_behalf_of=str(state.get("on_behalf_of") or AGENT),
+                            created_at=local_now(),
+                        )
+                    )
                 s.add(
                     PlannedCall(
                         call_id=call_id,
@@ -349,7 +358,56 @@ def build_graph(
     g.add_edge("act", "plan")
     g.add_edge("watch", "plan")
     g.add_edge("report", END)
-    return g.compile(checkpointer=checkpointer)
+    return AgentGraph(w, g.compile(checkpointer=checkpointer))
+
+
+class AgentGraph:
+    """The compiled graph, checkpointed only where a run stops: at an approval interrupt, at the
+    end, on an error (LangGraph's `durability="exit"`). Checkpointing every super-step bought
+    nothing: each call is a PlannedCall row written before it acts and answered from after, so a
+    run killed between checkpoints is replayed from its goal (a GoalRun row, written with its first
+    planned call) and every call it had made answers from its row instead of acting again.
+    Anything else is LangGraph's."""
+
+    def __init__(self, w: Wiring, compiled: Any):
+        self.w = w
+        self.compiled = compiled
+
+    def invoke(self, input: Any, config: dict[str, Any], **kw: Any) -> Any:
+        kw.setdefault("durability", "exit")
+        return self.compiled.invoke(input, config, **kw)
+
+    def goal_of(self, config: dict[str, Any]) -> dict[str, Any] | None:
+        """The goal a thread was started with (its checkpoint's, else its GoalRun row's)."""
+        values = self.compiled.get_state(config).values
+        if values:
+            return values.get("goal")
+        with self.w.store.session() as s:
+            row = s.get(GoalRun, config["configurable"]["thread_id"])
+        return None if row is None else row.goal
+
+    def resume(self, config: dict[str, Any], decide: Callable[[int], str]) -> Any:
+        """Continue a thread where it stopped: answer its pending approval with `decide`
+        (approval id → "approved" / "rejected" / "expired"), run its next step, or replay its
+        recorded goal if it was killed before its first checkpoint. None: no such thread."""
+        snap = self.compiled.get_state(config)
+        if not snap.values:
+            with self.w.store.session() as s:
+                row = s.get(GoalRun, config["configurable"]["thread_id"])
+            if row is None:
+                return None
+            return self.invoke(
+                {"goal": row.goal, "history": [], "on_behalf_of": row.on_behalf_of}, config
+            )
+        pending = [i for t in snap.tasks for i in t.interrupts]
+        if pending:
+            return self.invoke(Command(resume=decide(pending[0].value["approval_id"])), config)
+        if snap.next:
+            return self.invoke(None, config)
+        return snap.values
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.compiled, name)
 
 
 def sqlite_checkpointer(w: Wiring) -> SqliteSaver:

@@ -49,7 +49,16 @@ from sqlmodel import Session, col, select
 
 from nightshift.runtime import locks
 from nightshift.runtime.errors import StoreError
-from nightshift.runtime.store import Attempt, AuditEvent, Job, Store, dumps, utcnow
+from nightshift.runtime.store import (
+    Attempt,
+    AuditEvent,
+    CallTransaction,
+    Job,
+    Store,
+    dumps,
+    lock_for_write,
+    utcnow,
+)
 
 if TYPE_CHECKING:
     from nightshift.runtime.config import Settings
@@ -60,6 +69,13 @@ ANCHOR_EVERY = 1000
 ANCHOR_LAG_S = 0.2
 PUBLISH_EVERY_S = 60.0
 KEY_BYTES = 32
+
+
+class Prepared(NamedTuple):
+    """Events with their hashed bodies, made outside the write lock (see `AuditLog.prepare`)."""
+
+    rows: list[dict[str, Any]]
+    bodies: list[str]
 
 
 class Appended(NamedTuple):
@@ -263,21 +279,11 @@ def job_id_of(args: dict[str, Any]) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
-def _lock_for_write(conn: Connection, table: str) -> None:
-    """Take the database's write lock at the first statement, so that a read followed by a write
-    cannot interleave with another process (SQLite: BEGIN IMMEDIATE)."""
-    dialect = conn.dialect.name
-    if dialect == "sqlite":
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
-    elif dialect == "postgresql":
-        conn.exec_driver_sql(f'LOCK TABLE "{table}" IN SHARE ROW EXCLUSIVE MODE')
-
-
 @contextmanager
 def write_transaction(store: Store, table: str) -> Iterator[Session]:
     """A session holding the database's write lock from its first statement."""
     with store.session() as s:
-        _lock_for_write(s.connection(), table)
+        lock_for_write(s.connection(), table)
         yield s
 
 
@@ -442,6 +448,41 @@ class AuditLog:
     def append_many(self, items: list[dict[str, Any]]) -> list[Appended]:
         """Append several events (each with append's keywords) in one write transaction: one
         call's verdict and start land together, chained in order."""
+        rows, bodies = self._event_rows(items)
+        # SQLAlchemy Core on one connection, statements built once: the ORM's session and unit
+        # of work cost more than the insert itself.
+        with self.store.engine.connect() as conn:
+            try:
+                lock_for_write(conn, AuditEvent.__tablename__)
+                ids = self._link(conn, rows, bodies)
+                conn.commit()
+            except OperationalError as exc:
+                self.store.raise_if_busy(exc)
+                raise
+        self._committed(ids[-1], rows[-1]["hash"], len(rows))
+        return [Appended(id=i, **r) for i, r in zip(ids, rows, strict=True)]
+
+    def prepare(self, items: list[dict[str, Any]]) -> Prepared:
+        """Events made ready for `append_in`, before the write lock is taken."""
+        return Prepared(*self._event_rows(items))
+
+    def append_in(self, tx: CallTransaction, *batches: Prepared) -> list[Appended]:
+        """Append prepared events inside a call's transaction (which holds the write lock): they
+        commit, or vanish, with the rows the call wrote; the anchor hears of them once
+        committed."""
+        rows = [r for b in batches for r in b.rows]
+        bodies = [body for b in batches for body in b.bodies]
+        try:
+            ids = self._link(tx.session().connection(), rows, bodies)
+        except OperationalError as exc:
+            self.store.raise_if_busy(exc)
+            raise
+        tx.after_commit(lambda: self._committed(ids[-1], rows[-1]["hash"], len(rows)))
+        return [Appended(id=i, **r) for i, r in zip(ids, rows, strict=True)]
+
+    def _event_rows(self, items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+        """The rows and hashed bodies of events, made before the write lock: they do not depend
+        on the chain, so the lock is held only for the link, the signature and the insert."""
         rows = []
         for it in items:
             ts = it.get("ts")
@@ -459,9 +500,6 @@ class AuditLog:
                     "payload": body,
                 }
             )
-        key = self.key
-        # The bodies do not depend on the chain: made before the write lock, which is then held
-        # only for the link, the signature and the insert.
         bodies = [
             event_body(
                 r["ts"],
@@ -474,26 +512,22 @@ class AuditLog:
             )
             for r in rows
         ]
-        # SQLAlchemy Core on one connection, statements built once: the ORM's session and unit
-        # of work cost more than the insert itself.
-        with self.store.engine.connect() as conn:
-            try:
-                _lock_for_write(conn, AuditEvent.__tablename__)
-                last = conn.execute(_NEWEST).first()
-                prev = last[0] if last else GENESIS
-                for r, body in zip(rows, bodies, strict=True):
-                    r["prev_hash"] = prev
-                    r["hash"] = prev = chain_hash(prev, body)
-                    r["signature"] = sign(key, prev)
-                ids = conn.execute(_INSERT, rows).scalars().all()
-                if last is not None and last[1] is None:  # the first signed event of the store
-                    self._write_since(ids[0], rows[0]["hash"])
-                conn.commit()
-            except OperationalError as exc:
-                self.store.raise_if_busy(exc)
-                raise
-        self._committed(ids[-1], rows[-1]["hash"], len(rows))
-        return [Appended(id=i, **r) for i, r in zip(ids, rows, strict=True)]
+        return rows, bodies
+
+    def _link(self, conn: Connection, rows: list[dict[str, Any]], bodies: list[str]) -> list[int]:
+        """Chain and sign the rows onto the newest event and insert them (the caller holds the
+        write lock); returns their ids."""
+        key = self.key
+        last = conn.execute(_NEWEST).first()
+        prev = last[0] if last else GENESIS
+        for r, body in zip(rows, bodies, strict=True):
+            r["prev_hash"] = prev
+            r["hash"] = prev = chain_hash(prev, body)
+            r["signature"] = sign(key, prev)
+        ids = list(conn.execute(_INSERT, rows).scalars().all())
+        if last is not None and last[1] is None:  # the first signed event of the store
+            self._write_since(ids[0], rows[0]["hash"])
+        return ids
 
     def _committed(self, event_id: int, digest: str, n: int) -> None:
         """Note committed events; write the anchor when enough are behind it, else make sure a

@@ -34,7 +34,7 @@ from nightshift.runtime.errors import (
     SkillFailed,
     UnknownJob,
 )
-from nightshift.runtime.store import Approval, Job, Store, dumps
+from nightshift.runtime.store import Approval, AuditEvent, Job, Store, dumps
 from nightshift.skills.base import Claims, Skill, SkillContext, SkillInput, get_skill
 
 # How a call reached the gate: a person at a terminal may confirm their own request there.
@@ -357,7 +357,11 @@ class Gate:
         before: list[dict[str, Any]] | None = None,
     ) -> BaseModel:
         """Run an allowed (or approved and claimed) call, auditing its start and result: one
-        transaction before the side effect, one after."""
+        transaction before the side effect, one after. A read, or a skill whose only effects are
+        rows in the store, has no side effect to record first: one transaction holds its rows
+        and its events."""
+        if approval is None and (skill.store_only or skill.capability == "read"):
+            return self._run_at_once(ctx, skill, inp, canonical, verdict, before or [])
         self.audit.append_many(
             [
                 *(before or []),
@@ -416,6 +420,61 @@ class Gate:
                 now=ctx.now,
             )
         return result
+
+    def _run_at_once(
+        self,
+        ctx: SkillContext,
+        skill: Skill,
+        inp: BaseModel,
+        canonical: dict[str, Any],
+        verdict: Verdict,
+        before: list[dict[str, Any]],
+    ) -> BaseModel:
+        start = _event(
+            ctx,
+            skill,
+            canonical,
+            "skill.start",
+            {"args": canonical, "capability": skill.capability, "rule": verdict.rule},
+        )
+        if not skill.store_only:  # a read runs on its own sessions, holding no lock meanwhile
+            try:
+                result = skill.fn(ctx, inp)
+            except Exception as exc:
+                self.audit.append_many([*before, start, _failed(ctx, skill, canonical, exc)])
+                raise
+            self.audit.append_many([*before, start, _done(ctx, skill, canonical, result)])
+            return result
+        # The skill's first session begins the transaction, under the write lock.
+        first = self.audit.prepare([*before, start])
+        with self.store.call_transaction(AuditEvent.__tablename__) as tx:
+            try:
+                result = skill.fn(ctx, inp)
+            except Exception as exc:
+                tx.rollback()  # nothing it wrote stays; the audit says so
+                failed = _failed(ctx, skill, canonical, exc)
+                failed["payload"]["rolled_back"] = True
+                self.audit.append_many([*before, start, failed])
+                raise
+            self.audit.append_in(
+                tx, first, self.audit.prepare([_done(ctx, skill, canonical, result)])
+            )
+            tx.commit()
+        return result
+
+
+def _failed(
+    ctx: SkillContext, skill: Skill, canonical: dict[str, Any], exc: Exception
+) -> dict[str, Any]:
+    error = f"{type(exc).__name__}: {exc}"
+    return _event(ctx, skill, canonical, "skill.result", {"ok": False, "error": error})
+
+
+def _done(
+    ctx: SkillContext, skill: Skill, canonical: dict[str, Any], result: BaseModel
+) -> dict[str, Any]:
+    out = result.model_dump(mode="json")
+    return _event(ctx, skill, canonical, "skill.result", {"ok": True, "result": out})
 
 
 def _event(

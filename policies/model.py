@@ -92,7 +92,10 @@ class Limits(_Strict):
         for the same environment for ROOTS_TTL_S (a root re-pointed by a symlink is seen then)."""
         if self.allowed_mount_roots is None:
             return None
-        key = (tuple(self.allowed_mount_roots), tuple(sorted(os.environ.items())))
+        key = (
+            tuple(self.allowed_mount_roots),
+            tuple(os.environ.get(v) for v in _root_variables(tuple(self.allowed_mount_roots))),
+        )
         now = time.monotonic()
         hit = _roots_cache.get(key)
         if hit is None or now - hit[0] > ROOTS_TTL_S:
@@ -104,6 +107,16 @@ class Limits(_Strict):
 
 ROOTS_TTL_S = 5.0
 _roots_cache: dict[tuple[Any, ...], tuple[float, list[Path]]] = {}
+
+
+@functools.cache
+def _root_variables(roots: tuple[str, ...]) -> tuple[str, ...]:
+    """The environment variables an expansion of these roots reads (HOME for `~`): a change to
+    any other variable cannot change it."""
+    names = {"HOME", "NIGHTSHIFT_HOME"}
+    for root in roots:
+        names.update(a or b for a, b in re.findall(r"\$\{(\w+)\}|\$(\w+)", root))
+    return tuple(sorted(names))
 
 
 def expand_path(raw: str) -> Path:

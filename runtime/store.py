@@ -15,8 +15,9 @@ import os
 import sqlite3
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -232,6 +233,16 @@ class PlannedCall(SQLModel, table=True):
     finished_at: NaiveDatetime | None = None
 
 
+class GoalRun(SQLModel, table=True):
+    """The goal that started an agent thread, recorded before its first step: a run killed before
+    LangGraph checkpointed it is replayed from this, its planned calls answering from their rows."""
+
+    thread_id: str = Field(primary_key=True)
+    goal: dict = Field(sa_column=Column(JSON, nullable=False))
+    on_behalf_of: str
+    created_at: NaiveDatetime = Field(default_factory=utcnow)
+
+
 class KeyValue(SQLModel, table=True):
     """Small switches that every process must see, such as the kill switch."""
 
@@ -413,7 +424,18 @@ class Store:
 
     @contextmanager
     def session(self) -> Iterator[Session]:
-        """A session that commits on success and rolls back on error: nothing half-written."""
+        """A session that commits on success and rolls back on error: nothing half-written.
+        Inside a CallTransaction on this store, its session: the call's owner commits it."""
+        tx = _CALL_TX.get()
+        if tx is not None and tx.store is self:
+            s = tx.session()
+            yield s
+            try:
+                s.flush()
+            except OperationalError as exc:
+                self.raise_if_busy(exc)
+                raise
+            return
         with Session(self.engine, expire_on_commit=False) as s:
             try:
                 yield s
@@ -534,10 +556,17 @@ class Store:
 
     # Small helpers used by several layers -------------------------------------------------
 
+    def call_transaction(self, lock_table: str) -> CallTransaction:
+        return CallTransaction(self, lock_table)
+
     def get_kv(self, key: str, default: str | None = None) -> str | None:
-        with self.session() as s:
-            row = s.get(KeyValue, key)
-            return row.value if row else default
+        with self.engine.connect() as conn:  # Core: the ORM's identity map costs more than this
+            try:
+                value = conn.execute(_KV_VALUE, {"key": key}).scalar()
+            except OperationalError as exc:
+                self.raise_if_busy(exc)
+                raise
+        return default if value is None else value
 
     def set_kv(self, key: str, value: str | None) -> None:
         with self.session() as s:
@@ -576,6 +605,93 @@ class Store:
             if name:
                 q = q.where(MetricPoint.name == name)
             return list(s.exec(q.order_by(col(MetricPoint.id))))
+
+
+_KV_VALUE = text("SELECT value FROM keyvalue WHERE key = :key")
+
+
+def lock_for_write(conn: Connection, table: str) -> None:
+    """Take the database's write lock at the first statement, so that a read followed by a write
+    cannot interleave with another process (SQLite: BEGIN IMMEDIATE; PostgreSQL: `table`)."""
+    dialect = conn.dialect.name
+    if dialect == "sqlite":
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+    elif dialect == "postgresql":
+        conn.exec_driver_sql(f'LOCK TABLE "{table}" IN SHARE ROW EXCLUSIVE MODE')
+
+
+_CALL_TX: ContextVar[CallTransaction | None] = ContextVar("nightshift_call_tx", default=None)
+
+
+class CallTransaction:
+    """One call's rows and its audit events in one write transaction, for a skill whose only
+    effects are rows in the store: nothing to record before a side effect, so its rows and the
+    events that say why they exist commit together, or not at all.
+
+        with store.call_transaction("auditevent") as tx:
+            result = skill(...)          # its store.session() joins tx, begun at first use
+            audit.append_in(tx, events)  # the events, chained under the same lock
+            tx.commit()
+
+    The write lock is taken at the first statement (`lock_table` names what PostgreSQL locks), so
+    the skill's reads and the chain head are read under it. Leaving without commit rolls back."""
+
+    def __init__(self, store: Store, lock_table: str):
+        self.store, self.lock_table = store, lock_table
+        self._session: Session | None = None
+        self._mutex: int | None = None
+        self._after: list[Callable[[], None]] = []
+
+    def __enter__(self) -> CallTransaction:
+        self._token = _CALL_TX.set(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _CALL_TX.reset(self._token)
+        self.rollback()
+
+    def session(self) -> Session:
+        if self._session is None:
+            s = Session(self.store.engine, expire_on_commit=False)
+            try:
+                lock_for_write(s.connection(), self.lock_table)
+            except OperationalError as exc:
+                s.close()
+                self.store.raise_if_busy(exc)
+                raise
+            self._session = s
+        return self._session
+
+    def after_commit(self, fn: Callable[[], None]) -> None:
+        self._after.append(fn)
+
+    def commit(self) -> None:
+        s = self.session()
+        try:
+            s.commit()
+        except OperationalError as exc:
+            self.rollback()
+            self.store.raise_if_busy(exc)
+            raise
+        s.close()
+        self._session = None
+        self._unlock()
+        after, self._after = self._after, []
+        for fn in after:
+            fn()
+
+    def rollback(self) -> None:
+        """Undo what the call wrote (its events too); nothing of it is ever seen."""
+        s, self._session, self._after = self._session, None, []
+        if s is not None:
+            s.rollback()
+            s.close()
+        self._unlock()
+
+    def _unlock(self) -> None:
+        m, self._mutex = self._mutex, None
+        if m is not None:
+            os.close(m)
 
 
 def _revisions(conn: Connection) -> set[str] | None:

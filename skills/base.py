@@ -102,6 +102,8 @@ class Skill(Generic[In, Out]):
     input_model: type[In]
     output_model: type[Out]
     fn: Callable[[SkillContext, In], Out]
+    # Its only effects are rows in the store: they and the call's audit events commit together.
+    store_only: bool = False
 
     def parse(self, args: dict[str, Any] | In) -> In:
         """Validate arguments against the input model; errors name the field for the planner."""
@@ -148,10 +150,12 @@ def _model_hint(name: str, what: str, hint: Any) -> type[BaseModel]:
 
 
 def skill(
-    name: str, *, capability: Capability
+    name: str, *, capability: Capability, store_only: bool = False
 ) -> Callable[[Callable[[SkillContext, Any], Any]], Skill]:
     """Turn a typed function into a Skill; models come from its annotations, the description from
-    its docstring. Checked when the module is imported, so a malformed skill never registers."""
+    its docstring. Checked when the module is imported, so a malformed skill never registers.
+    `store_only`: the skill changes nothing but rows of `ctx.store`, from this thread (no process,
+    file or remote call), so the gate commits those rows and the call's audit in one transaction."""
     if capability not in CAPABILITIES:
         raise ValueError(f"skill {name}: capability must be one of {CAPABILITIES}")
 
@@ -172,7 +176,7 @@ def skill(
         doc = inspect.cleandoc(fn.__doc__ or "")
         if not doc:
             raise TypeError(f"skill {name}: needs a docstring; the planner reads it")
-        return Skill(name, doc, capability, inp, out, fn)
+        return Skill(name, doc, capability, inp, out, fn, store_only)
 
     return wrap
 

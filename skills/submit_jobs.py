@@ -12,7 +12,9 @@ from nightshift.skills.submit_job import (
     SubmitJobResult,
     build_job,
     check_no_cycle,
+    insert_jobs,
     job_result,
+    job_row,
     spec_launch,
 )
 
@@ -37,7 +39,7 @@ class SubmitJobsResult(BaseModel):
     jobs: list[SubmitJobResult]
 
 
-@skill("submit_jobs", capability="launch")
+@skill("submit_jobs", capability="launch", store_only=True)
 def submit_jobs(ctx: SkillContext, inp: SubmitJobsInput) -> SubmitJobsResult:
     """Queue several experiments at once, all or none: every item is validated before any job is
     stored, then all are stored in one transaction. The policy checks every item's limits. The
@@ -47,6 +49,7 @@ def submit_jobs(ctx: SkillContext, inp: SubmitJobsInput) -> SubmitJobsResult:
         build_job(ctx, item, f"{ctx.call_id}#{i}" if ctx.call_id else None, checked)
         for i, item in enumerate(inp.items)
     ]
+    rows = [job_row(job) for job, _ in built]
     with ctx.store.session() as s:
         if ctx.call_id:
             keys = [job.submitted_by_call for job, _ in built]
@@ -63,6 +66,7 @@ def submit_jobs(ctx: SkillContext, inp: SubmitJobsInput) -> SubmitJobsResult:
                     ]
                 )
         check_no_cycle(s, [spec for _, spec in built])
-        s.add_all([job for job, _ in built])
-        s.flush()
+        ids = insert_jobs(s, rows)
+        for (job, _), job_id in zip(built, ids, strict=True):
+            job.id = job_id
         return SubmitJobsResult(jobs=[job_result(job, spec) for job, spec in built])

@@ -38,8 +38,8 @@ SPEC = str(REPO / "examples/specs/quickstart.yaml")
 
 @pytest.fixture
 def full_store(home) -> Iterator[tuple[Client, dict[str, bool]]]:
-    """A client whose store may not grow while `armed["on"]`; `armed["at_job"]` arms it the
-    moment a job row is inserted (after that, the next write needing a page fails)."""
+    """A client whose store may not grow while `armed["on"]`, or, while `armed["at_job"]`, from
+    the moment a job row is about to be inserted (that write, if it needs a page, fails)."""
     c = Client()
     armed = {"on": False, "at_job": False}
 
@@ -53,39 +53,52 @@ def full_store(home) -> Iterator[tuple[Client, dict[str, bool]]]:
             cur.execute("PRAGMA max_page_count=1073741823")
         cur.close()
 
-    def _job_inserted(*_: object) -> None:
-        if armed["at_job"]:
-            armed["on"] = True
+    @event.listens_for(c.w.store.engine, "before_cursor_execute")
+    def _at_job(conn, cursor, statement, *_: object) -> None:  # noqa: ANN001
+        if armed["at_job"] and statement.lstrip().upper().startswith("INSERT INTO JOB"):
+            cur = conn.connection.dbapi_connection.cursor()
+            pages = cur.execute("PRAGMA page_count").fetchone()[0]
+            cur.execute(f"PRAGMA max_page_count={pages}")
+            cur.close()
 
-    event.listen(Job, "after_insert", _job_inserted)
-    try:
-        yield c, armed
-    finally:
-        event.remove(Job, "after_insert", _job_inserted)
+    yield c, armed
 
 
 # A long parameter makes each event that carries it need new pages rather than fit in free space.
 BIG = {"seed": "7" * 6000}
 
 
-def test_store_full_after_the_job_committed_is_in_doubt_and_a_retry_adds_no_duplicate(full_store):
-    """The job row commits, then the result's audit event finds the store full: the caller is
-    told the job id and the call id, and the retry with that call id returns the same job."""
+def test_store_full_as_the_job_is_written_leaves_nothing_and_a_retry_queues_it_once(full_store):
+    """The job row and the call's audit events commit in one transaction: the store filling up
+    as the job is written leaves no job and no event of the call, so the caller is told a plain
+    StoreFull (nothing is in doubt), and the retry with that call id queues the job once."""
     c, armed = full_store
+    c.submit(SPEC, call_id="warm-up")
     armed["at_job"] = True
-    with pytest.raises(CallInDoubt) as caught:
+    with pytest.raises(StoreFull, match="database or disk is full") as caught:
         c.submit(SPEC, params=BIG, call_id="submit-1")
-    err = caught.value
-    assert err.call_id == "submit-1" and err.job_ids == [1]
-    assert "job 1 is queued" in str(err) and "call_id='submit-1'" in str(err)
-    assert "database or disk is full" in str(err)
-
-    armed.update(on=False, at_job=False)  # space freed
-    assert c.submit(SPEC, params=BIG, call_id="submit-1") == 1
+    assert not isinstance(caught.value, CallInDoubt)
     with c.w.store.session() as s:
-        assert s.exec(select(Job.id)).all() == [1]
-        results = s.exec(select(AuditEvent).where(AuditEvent.action == "skill.result")).all()
-    assert [r.payload["result"]["already_submitted"] for r in results] == [True]
+        assert s.exec(select(Job.submitted_by_call)).all() == ["warm-up"]
+        said = s.exec(select(AuditEvent).where(AuditEvent.call_id == "submit-1")).all()
+    # Recorded afterwards on another connection: it started, and its rows were rolled back.
+    assert [e.action for e in said] == ["policy.verdict", "skill.start", "skill.result"]
+    assert said[-1].payload["ok"] is False and said[-1].payload["rolled_back"] is True
+
+    armed["at_job"] = False  # space freed
+    job_id = c.submit(SPEC, params=BIG, call_id="submit-1")
+    with c.w.store.session() as s:
+        assert s.exec(select(Job.id).where(Job.submitted_by_call == "submit-1")).all() == [job_id]
+        results = s.exec(
+            select(AuditEvent).where(
+                AuditEvent.action == "skill.result", AuditEvent.call_id == "submit-1"
+            )
+        ).all()
+    assert [r.payload.get("result", {}).get("already_submitted") for r in results] == [
+        None,  # the rolled-back try
+        False,  # the retry queued it, once
+    ]
+    assert c.w.audit.verify().ok
 
 
 def test_store_full_before_the_call_started_is_a_plain_fault_and_queues_nothing(full_store):
