@@ -15,6 +15,7 @@ from nightshift.agent.console import console, error, table
 from nightshift.runtime.errors import NightshiftError
 
 if TYPE_CHECKING:
+    from nightshift.agent.planner import Planner
     from nightshift.agent.wiring import Wiring
     from nightshift.runtime.store import Approval
 
@@ -68,33 +69,34 @@ def run(
         from nightshift.agent.remote import not_served
 
         raise not_served(w.remote)
+    checkpointer = sqlite_checkpointer(w)
+    goal = None
+    if resume:  # the planner the interrupted goal asked for
+        recorded = build_graph(w, DeterministicPlanner(), checkpointer=checkpointer).goal_of(
+            _cfg(resume)
+        )
+        if recorded is None:
+            error(f"no run with thread id '{resume}' in {w.settings.home_path}")
+            raise typer.Exit(2)
+        asked = recorded.get("planner")
+    else:
+        goal = recover_goal(recover) if recover is not None else load_goal(goal_file)
+        asked = goal.planner
     graph = build_graph(
         w,
-        DeterministicPlanner(),
-        checkpointer=sqlite_checkpointer(w),
+        _planner(w, asked),
+        checkpointer=checkpointer,
         on_progress=progress_printer(),
     )
     started = time.monotonic()
     if resume:
         thread = resume
         cfg = _cfg(thread)
-        snap = graph.get_state(cfg)
-        if not snap.values:
-            error(f"no run with thread id '{thread}' in {w.settings.home_path / 'graph.db'}")
-            raise typer.Exit(2)
         console.print(f"[bold]resuming[/] thread {thread}")
         _own_loop(w, thread)
-        pending = [i for t in snap.tasks for i in t.interrupts]
-        if pending:
-            result = graph.invoke(
-                Command(resume=wait_for_decision(w, pending[0].value["approval_id"])), cfg
-            )
-        elif snap.next:
-            result = graph.invoke(None, cfg)
-        else:
-            result = snap.values
+        result = graph.resume(cfg, lambda approval_id: wait_for_decision(w, approval_id))
     else:
-        goal = recover_goal(recover) if recover is not None else load_goal(goal_file)
+        assert goal is not None
         thread = f"{goal.name}-{local_now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:4]}"
         cfg = _cfg(thread)
         console.print(
@@ -115,6 +117,35 @@ def run(
     fin = result.get("finish") or {"ok": False, "summary": "run ended without a result"}
     console.print(run_summary(w, thread, time.monotonic() - started))
     raise typer.Exit(0 if fin["ok"] else (2 if fin.get("bad_input") else 1))
+
+
+def _planner(w: Wiring, asked: str | None) -> Planner:
+    """The deterministic planner, which never calls a model; the LLM planner only for a goal that
+    says `planner: llm`, and then an endpoint must be configured (exit 2 if not)."""
+    from nightshift.agent.planner import DeterministicPlanner
+
+    if asked != "llm":
+        return DeterministicPlanner()
+    from rich.markup import escape
+
+    from nightshift.agent.llm import NO_ENDPOINT, LLMPlanner, endpoint
+
+    ep = endpoint(w.settings)
+    if ep is None:
+        error(f"the goal says planner: llm, but {NO_ENDPOINT}")
+        raise typer.Exit(2)
+
+    def step(s: dict[str, Any]) -> None:
+        cost = f", cost {s['cost']:g}" if s.get("cost") is not None else ""
+        what = s.get("error") or f"→ {s.get('tool') or 'answer'}"
+        console.print(
+            f"[dim]  model step {s['step']}: {s.get('prompt_tokens', 0)}+"
+            f"{s.get('completion_tokens', 0)} tokens, {s['latency_s']:.2f} s{cost} "
+            f"{escape(what)}[/]"
+        )
+
+    console.print(f"[dim]planner: llm, {ep.describe()}[/]")
+    return LLMPlanner(ep, w.settings.llm, audit=w.audit, on_step=step)
 
 
 def _own_loop(w: Wiring, thread: str) -> None:

@@ -112,19 +112,21 @@ def build_graph(
         goal = Goal.model_validate(state["goal"])
         history = [Observation.model_validate(o) for o in state.get("history", [])]
         call_id = f"{thread}/{len(history) + 1}"
-        # One transaction: look for the decision, or record the new one before anything acts.
         with w.store.session() as s:
             stored = s.get(PlannedCall, call_id)
-            if stored is not None:  # decided before a crash: replay the same decision, never re-ask
-                action: Call | Watch | Finish = (
-                    Watch(job_id=stored.args["job_id"], wait=stored.args.get("wait", True))
-                    if stored.skill == "@watch"
-                    else Call(skill=stored.skill, args=stored.args)
-                )
-            else:
-                action = planner.next(goal, history)
-                if isinstance(action, Finish):
-                    return {"pending": None, "finish": action.model_dump()}
+        if stored is not None:  # decided before a crash: replay the same decision, never re-ask
+            action: Call | Watch | Finish = (
+                Watch(job_id=stored.args["job_id"], wait=stored.args.get("wait", True))
+                if stored.skill == "@watch"
+                else Call(skill=stored.skill, args=stored.args)
+            )
+        else:
+            # No session is open while the planner thinks (a model may take seconds); the
+            # decision is recorded before anything acts.
+            action = planner.next(goal, history)
+            if isinstance(action, Finish):
+                return {"pending": None, "finish": action.model_dump()}
+            with w.store.session() as s:
                 if not history:  # the goal, for a replay if the run dies before a checkpoint
                     s.add(
                         GoalRun(

@@ -21,12 +21,20 @@ The runner takes any planner through a factory, `run_case(case, factory)`. Two c
   one model call per decision and estimates tokens as len(JSON of the request it would have sent:
   messages + tool schemas, plus the reply) // 4, since no endpoint exists here.
 
-A later LLM planner plugs in as one more factory: it receives the same `CaseRun` (the goal, the
-chat text, the wiring) and reports `model_calls` and `tokens` attributes, measured instead of
-estimated; the cases do not change.
+* `llm` — the LLM planner (agent/llm.py) with the real `openai` client, against a scripted
+  OpenAI-compatible server on loopback (evals/openai_stub.py) that answers each request with the
+  scripted model's call: the HTTP round trip, the prompts, the untrusted blocks, the parsing and
+  the planner's own checks are real; the choices are the script's. Tokens are what the stub
+  reports. Not part of `all`.
 
-    nightshift eval trajectories [--planner deterministic|scripted|all] [--quick]
+`nightshift eval chat --base-url URL --model M` runs the chat cases with the LLM planner against a
+real endpoint, several times each, and prints the pass rate per case (`chat_main`). A real model
+need not make the scripted model's mistakes, so the expected `skill:error` calls are dropped
+from its expectations; the outcomes are judged as written.
+
+    nightshift eval trajectories [--planner deterministic|scripted|llm|all] [--quick]
                                  [--cases GLOB] [--csv PATH] [--list]
+    nightshift eval chat --base-url URL --model M [--api-key-env VAR] [--runs N] [--quick]
 """
 
 from __future__ import annotations
@@ -63,6 +71,7 @@ from nightshift.agent.api import Client
 from nightshift.agent.console import console
 from nightshift.agent.goals import Goal
 from nightshift.agent.graph import build_graph, sqlite_checkpointer
+from nightshift.agent.llm import PROMPTS, LLMPlanner, tool_schemas
 from nightshift.agent.planner import (
     Action,
     DeterministicPlanner,
@@ -73,17 +82,18 @@ from nightshift.agent.planner import (
 from nightshift.agent.wiring import Wiring, local_now
 from nightshift.policies import killswitch
 from nightshift.policies.model import DEFAULT_POLICY
+from nightshift.prompts import load
 from nightshift.runtime.backoff import Backoff
 from nightshift.runtime.config import (
     ExecutorSettings,
     GpuSettings,
+    LlmSettings,
     LoopSettings,
     PolicySettings,
     Settings,
 )
 from nightshift.runtime.errors import NightshiftError, PolicyDenied
 from nightshift.runtime.store import Approval, Attempt, Job
-from nightshift.skills.base import registry
 
 CASES_DIR = Path(__file__).resolve().parent / "cases"
 EXAMPLES_DIR = Path(nightshift.examples.__file__).resolve().parent
@@ -426,38 +436,6 @@ class ScriptedFactory:
         return ScriptedChatModel(run.case.script, run)
 
 
-SYSTEM_PROMPT = (
-    "You are nightshift, an operations agent for deep-learning training. Plan one "
-    "tool call at a time; call finish when the goal is met or cannot be."
-)
-META_TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "watch_job",
-            "description": "Wait until the job is no longer queued or running.",
-            "parameters": {
-                "type": "object",
-                "properties": {"job_id": {"type": "integer"}},
-                "required": ["job_id"],
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "finish",
-            "description": "End the goal with a summary.",
-            "parameters": {
-                "type": "object",
-                "properties": {"ok": {"type": "boolean"}, "summary": {"type": "string"}},
-                "required": ["ok"],
-            },
-        },
-    },
-]
-
-
 class ScriptedChatModel:
     """Plays a chat model from the case's script. Each decision is one model call: the request it
     would send (system prompt, the user's text or goal, every tool call so far with its result, the
@@ -470,7 +448,7 @@ class ScriptedChatModel:
         self.run = run
         self.model_calls = 0
         self.tokens = 0
-        self._tools = [s.tool_schema() for _, s in sorted(registry().items())] + META_TOOLS
+        self._tools = tool_schemas()
 
     # the planner protocol -------------------------------------------------------------------
     def next(self, goal: Goal, history: list[Observation]) -> Action:
@@ -549,7 +527,7 @@ class ScriptedChatModel:
             "Goal file:\n" + json.dumps(goal.model_dump(exclude_defaults=True), default=str)
         )
         msgs: list[dict[str, Any]] = [
-            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "system", "content": "\n\n".join(load(p) for p in PROMPTS)},
             {"role": "user", "content": user},
         ]
         for i, o in enumerate(history):
@@ -583,11 +561,107 @@ def _tool_call(name: str, args: dict[str, Any], call_id: str = "call") -> dict[s
     }
 
 
-# A planner that needs an endpoint (the LLM planner) registers its factory here; `all` stays the
-# two that run anywhere.
+def _as_chat(goal: Goal, text: str) -> Goal:
+    return Goal(name=goal.name, goal="chat", planner="llm", text=text)
+
+
+def _goal_text(run: CaseRun) -> str:
+    """What the model is asked: the case's chat text, or its goal file as JSON."""
+    if run.chat is not None:
+        return run.chat
+    return "Goal file: " + json.dumps(run.case.goal, default=str)
+
+
+class StubbedLLM:
+    """The LLM planner, with the real `openai` client over HTTP, against the scripted server
+    (evals/openai_stub.py) on loopback, which plays the case's script: each request is answered
+    with the tool call the scripted model would make at that point of the goal's history. What
+    is real: the client, the request (prompts, untrusted blocks, tool schemas), the parsing of
+    the reply, the planner's checks and budgets. What is scripted: the model's choices. Tokens
+    are what the stub reports (len(JSON)//4 of each request and reply)."""
+
+    name = "llm"
+
+    def __init__(self, run: CaseRun):
+        from nightshift.evals.openai_stub import StubServer
+
+        self.script = ScriptedChatModel(run.case.script or [], run)
+        self.text = _goal_text(run)
+        self.history: list[Observation] = []
+        self.server = StubServer(self._reply, model="scripted").start()
+        llm = LlmSettings(base_url=self.server.base_url, model="scripted", max_retries=0)
+        self.planner = LLMPlanner.from_settings(
+            run.wiring.settings.model_copy(update={"llm": llm}), audit=run.wiring.audit
+        )
+
+    def next(self, goal: Goal, history: list[Observation]) -> Action:
+        self.history = list(history)
+        return self.planner.next(_as_chat(goal, self.text), history)
+
+    def _reply(self, request: dict[str, Any]) -> dict[str, Any]:
+        return {"tool_calls": [self.script._decide(self.history)]}
+
+    @property
+    def model_calls(self) -> int:
+        return self.planner.model_calls
+
+    @property
+    def tokens(self) -> int:
+        return self.planner.tokens
+
+    def close(self) -> None:
+        self.server.close()
+
+
+class LLMFactory:
+    """`--planner llm`: the LLM planner against the stub server playing the case's script."""
+
+    name = "llm"
+
+    def __call__(self, run: CaseRun) -> Planner:
+        if run.case.script is None:
+            raise NotApplicable("the case has no script for the stub server to play")
+        return StubbedLLM(run)
+
+
+class EndpointLLM:
+    """The LLM planner against a real endpoint (`nightshift eval chat`)."""
+
+    name = "endpoint"
+
+    def __init__(self, run: CaseRun, llm: LlmSettings):
+        self.text = _goal_text(run)
+        self.planner = LLMPlanner.from_settings(
+            run.wiring.settings.model_copy(update={"llm": llm}), audit=run.wiring.audit
+        )
+
+    def next(self, goal: Goal, history: list[Observation]) -> Action:
+        return self.planner.next(_as_chat(goal, self.text), history)
+
+    @property
+    def model_calls(self) -> int:
+        return self.planner.model_calls
+
+    @property
+    def tokens(self) -> int:
+        return self.planner.tokens
+
+
+@dataclass
+class EndpointFactory:
+    llm: LlmSettings
+    name: str = "endpoint"
+
+    def __call__(self, run: CaseRun) -> Planner:
+        return EndpointLLM(run, self.llm)
+
+
+# `all` stays the two planners that need neither a model nor a server; `llm` runs the LLM planner
+# over the real client against the scripted stub server.
 FACTORIES: dict[str, PlannerFactory] = {
     "deterministic": DeterministicFactory(),
     "scripted": ScriptedFactory(),
+    "llm": LLMFactory(),
 }
 
 
@@ -818,6 +892,9 @@ def run_case(
         finally:
             result.model_calls = int(getattr(planner, "model_calls", 0) or 0)
             result.tokens = int(getattr(planner, "tokens", 0) or 0)
+            close = getattr(planner, "close", None)
+            if callable(close):
+                close()  # a planner's server (the stub) stops with its case
             if checkpointer is not None:
                 checkpointer.conn.close()
             if w is not None and "store" in vars(w):  # the store was opened: stop what runs
@@ -1247,7 +1324,8 @@ def main(argv: list[str] | None = None) -> int:
         "--planner",
         choices=[*FACTORIES, "all"],
         default="all",
-        help=f"all: {', '.join(PLANNERS)} (no endpoint needed)",
+        help=f"all: {', '.join(PLANNERS)}; llm: the LLM planner over the real openai client "
+        "against a stub server on loopback that plays each case's script (no endpoint needed)",
     )
     ap.add_argument("--quick", action="store_true", help="only the small subset CI runs")
     ap.add_argument("--cases", metavar="GLOB", help="case names (or case files) matching GLOB")
@@ -1302,3 +1380,104 @@ def main(argv: list[str] | None = None) -> int:
     write_csv(results, args.csv)
     console.print(f"wrote {args.csv}")
     return 0 if all(r.ok for r in results) else 1
+
+
+# ------------------------------------------------------------------------- against a real model
+def for_a_real_model(case: Case) -> Case:
+    """The case as a real model is judged: the scripted model's deliberate mistakes (expected
+    `skill:error` calls) are not required of it; everything else is as written."""
+    exp = case.expect.model_copy(
+        update={
+            "calls": [c for c in case.expect.calls if not c.endswith(":error")],
+            "calls_unordered": [c for c in case.expect.calls_unordered if not c.endswith(":error")],
+        }
+    )
+    return case.model_copy(update={"expect": exp, "expect_by_planner": {}})
+
+
+def chat_main(argv: list[str] | None = None) -> int:
+    """`nightshift eval chat`: the chat cases with the LLM planner against a real
+    OpenAI-compatible endpoint, each run --runs times; prints the pass rate per case."""
+    ap = argparse.ArgumentParser(
+        prog="nightshift eval chat",
+        description="The chat cases against a real OpenAI-compatible endpoint (llama.cpp, vLLM, "
+        "Ollama, OpenAI): the pass rate per case. The key, if the server needs one, comes from "
+        "an environment variable, never the command line.",
+    )
+    ap.add_argument("--base-url", required=True, help="e.g. http://127.0.0.1:8080/v1")
+    ap.add_argument("--model", required=True, help="the model's name as the server knows it")
+    ap.add_argument(
+        "--api-key-env", default="OPENAI_API_KEY", metavar="VAR", help="variable holding the key"
+    )
+    ap.add_argument("--runs", type=int, default=3, help="runs per case (default 3)")
+    ap.add_argument("--quick", action="store_true", help="only the chat cases of the CI subset")
+    ap.add_argument("--cases", metavar="GLOB", help="case names matching GLOB")
+    ap.add_argument("--timeout-s", type=float, default=300.0, help="one request's time limit")
+    ap.add_argument("--max-steps", type=int, default=12, help="model calls per goal")
+    ap.add_argument(
+        "--csv", type=Path, default=Path("evals/out/chat.csv"), metavar="PATH", help="per run"
+    )
+    args = ap.parse_args(argv)
+    if args.runs < 1:
+        console.print("[bold red]error:[/] --runs must be at least 1")
+        return 2
+    key = os.environ.get(args.api_key_env)
+    try:
+        llm = LlmSettings(
+            base_url=args.base_url,
+            model=args.model,
+            api_key=key or None,
+            timeout_s=args.timeout_s,
+            max_steps=args.max_steps,
+            max_retries=1,
+        )
+        cases = [c for c in load_cases(args.cases, quick=args.quick) if c.chat is not None]
+    except (ValidationError, ValueError) as exc:
+        console.print(f"[bold red]error:[/] {escape(str(exc))}")
+        return 2
+    if not cases:
+        console.print("[bold red]error:[/] no chat case matches")
+        return 2
+    factory = EndpointFactory(llm)
+    console.print(
+        f"{len(cases)} chat case(s) × {args.runs} run(s) against {escape(args.model)} at "
+        f"{escape(llm.base_url or '')}"
+    )
+    results: list[CaseResult] = []
+    for case in cases:
+        judged = for_a_real_model(case)
+        for i in range(args.runs):
+            r = run_case(judged, factory)
+            results.append(r)
+            console.print(
+                f"{r.name:<46} run {i + 1}: [{COLOURS[r.status]}]{r.status:>5}[/] "
+                f"{r.seconds:6.1f}s  {escape(short_trajectory(r.calls))}"
+            )
+    t = Table(title=f"chat cases against {escape(args.model)} (pass rate per case)")
+    for col in ("case", "passed", "pass rate", "model calls", "tokens", "s/run", "a failure"):
+        t.add_column(
+            col, overflow="fold", justify="left" if col in ("case", "a failure") else "right"
+        )
+    for case in cases:
+        mine = [r for r in results if r.name == case.name]
+        n = len(mine)
+        passed = sum(r.passed for r in mine)
+        fail = next((f for r in mine for f in r.failures), "")
+        t.add_row(
+            case.name,
+            f"{passed}/{n}",
+            f"{passed / n:.0%}",
+            f"{sum(r.model_calls for r in mine) / n:.1f}",
+            f"{sum(r.tokens for r in mine) / n:.0f}",
+            f"{sum(r.seconds for r in mine) / n:.1f}",
+            escape(fail[:200]),
+        )
+    console.print(t)
+    total = sum(r.passed for r in results)
+    console.print(
+        f"overall: {total}/{len(results)} runs passed ({total / len(results):.0%}); tokens as "
+        "the server reported them"
+    )
+    write_csv(results, args.csv)
+    console.print(f"wrote {args.csv}")
+    return 0

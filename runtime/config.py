@@ -2,8 +2,10 @@
 
 `load_settings()` reads, highest precedence first: init kwargs (only `home`, which is always
 `nightshift_home()`), the environment `NIGHTSHIFT_<SECTION>__<KEY>` (pydantic-settings'
-`env_prefix="NIGHTSHIFT_"`, `env_nested_delimiter="__"`), `$NIGHTSHIFT_HOME/config.yaml` (or an
-explicit path; pydantic-settings' YAML source) and the built-in defaults. It also says where each
+`env_prefix="NIGHTSHIFT_"`, `env_nested_delimiter="__"`), the model endpoint's standard variables
+`OPENAI_BASE_URL`, `OPENAI_API_KEY` and `NIGHTSHIFT_MODEL` (the `llm` section),
+`$NIGHTSHIFT_HOME/config.yaml` (or an explicit path; pydantic-settings' YAML source) and the
+built-in defaults. It also says where each
 effective value came from, and turns every problem into one `ConfigError` naming the field and
 its source.
 
@@ -27,7 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -223,6 +225,57 @@ class SchedulerSettings(BaseModel):
     )
 
 
+class LlmSettings(BaseModel):
+    """The model endpoint that `planner: llm` goals and `nightshift chat` plan with: any
+    OpenAI-compatible server (OpenAI, vLLM, Ollama, llama.cpp's server). The standard variables
+    OPENAI_BASE_URL, OPENAI_API_KEY and NIGHTSHIFT_MODEL set it too (NIGHTSHIFT_LLM__* wins).
+    The key is a secret: never printed, logged or audited, and never read from a config file that
+    others can read."""
+
+    base_url: str | None = Field(
+        None,
+        description="The server's OpenAI API root, e.g. http://127.0.0.1:8080/v1; "
+        "env OPENAI_BASE_URL. None: no model (the deterministic planner only)",
+    )
+    model: str | None = Field(
+        None, description="The model's name as the server knows it; env NIGHTSHIFT_MODEL"
+    )
+    api_key: SecretStr | None = Field(
+        None,
+        description="Bearer token; env OPENAI_API_KEY (a local server may need none)",
+    )
+    api_key_file: str | None = Field(
+        None, description="A file holding the key, readable by its owner only (chmod 600)"
+    )
+    timeout_s: float = Field(60.0, gt=0, description="One request's time limit")
+    max_retries: int = Field(
+        2, ge=0, le=10, description="Retries of a request that timed out, 429 or 5xx"
+    )
+    max_steps: int = Field(30, ge=1, description="Model calls per goal")
+    max_tokens: int = Field(200_000, ge=1, description="Prompt plus completion tokens per goal")
+    max_bad_calls: int = Field(
+        3,
+        ge=1,
+        description="Refused calls in a row (bad arguments, unknown tool) the model may retry",
+    )
+    max_tool_result_chars: int = Field(
+        12_000, ge=500, description="A tool result longer than this reaches the model cut"
+    )
+    price_in_per_1k: float | None = Field(
+        None, ge=0, description="Price per 1000 prompt tokens, for the cost per step"
+    )
+    price_out_per_1k: float | None = Field(
+        None, ge=0, description="Price per 1000 completion tokens"
+    )
+
+    @field_validator("base_url")
+    @classmethod
+    def _http(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^https?://[^/\s]+", v.strip()):
+            raise ValueError(f"{v!r} is not an http(s) URL such as http://127.0.0.1:8080/v1")
+        return v.strip().rstrip("/") if v is not None else v
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX,
@@ -248,6 +301,7 @@ class Settings(BaseSettings):
     loop: LoopSettings = LoopSettings()
     scheduler: SchedulerSettings = SchedulerSettings()
     retry: Backoff = Backoff()
+    llm: LlmSettings = LlmSettings()
     tariff: Tariff | None = Field(
         None, description="Time-of-use price windows; None: no tariff holds"
     )
@@ -293,7 +347,11 @@ class Settings(BaseSettings):
             env_settings.env_vars = {  # type: ignore[attr-defined]  # EnvSettingsSource's
                 k: v for k, v in env_vars.items() if k.upper().startswith(ENV_PREFIX)
             }
-        sources: list[Any] = [init_settings, _Recorded(env_settings, load.env, _env_failure)]
+        sources: list[Any] = [
+            init_settings,
+            _Recorded(env_settings, load.env, _env_failure),
+            _Recorded(_OpenAIEnv(), load.openai_env),
+        ]
         if load.file is not None:
             sources.append(_Recorded(_YamlFile(settings_cls, yaml_file=load.file), load.from_file))
         return tuple(sources)
@@ -306,6 +364,7 @@ class _Load:
     def __init__(self, file: Path | None):
         self.file = file
         self.env: dict[str, Any] = {}
+        self.openai_env: dict[str, Any] = {}
         self.from_file: dict[str, Any] = {}
 
 
@@ -335,6 +394,24 @@ class _Recorded:
         return data
 
 
+# The variables every OpenAI client reads, and ours for the model; below NIGHTSHIFT_LLM__*.
+OPENAI_ENV = {
+    "OPENAI_BASE_URL": "base_url",
+    "OPENAI_API_KEY": "api_key",
+    "NIGHTSHIFT_MODEL": "model",
+}
+
+
+class _OpenAIEnv:
+    """OPENAI_BASE_URL, OPENAI_API_KEY and NIGHTSHIFT_MODEL as the `llm` section."""
+
+    __name__ = "OpenAIEnv"
+
+    def __call__(self) -> dict[str, Any]:
+        llm = {key: os.environ[var] for var, key in OPENAI_ENV.items() if os.environ.get(var)}
+        return {"llm": llm} if llm else {}
+
+
 class _YamlFile(YamlConfigSettingsSource):
     """pydantic-settings' YAML source, whose every problem is a ConfigError naming the file."""
 
@@ -357,8 +434,23 @@ class _YamlFile(YamlConfigSettingsSource):
                 f"{file_path}: 'home' cannot be set in the config file, which lives "
                 "in it; set NIGHTSHIFT_HOME"
             )
+        llm = loaded.get("llm")
+        if isinstance(llm, dict) and llm.get("api_key") and _others_may_read(Path(file_path)):
+            raise ConfigError(
+                f"{file_path}: llm.api_key is a secret and others may read this file: "
+                f"`chmod 600 {file_path}`, or set OPENAI_API_KEY, or name a file of your own "
+                "in llm.api_key_file"
+            )
         # `loop:` with nothing under it is the section at its defaults, as is leaving it out.
         return {section: values for section, values in loaded.items() if values is not None}
+
+
+def _others_may_read(path: Path) -> bool:
+    """Whether the group or anyone else may read `path`."""
+    try:
+        return bool(path.stat().st_mode & 0o044)
+    except OSError:
+        return False
 
 
 def _env_names() -> dict[str, str]:
@@ -408,6 +500,9 @@ def _origins(load: _Load) -> dict[str, str]:
         out[section] = file
         for k in values if isinstance(values, dict) else ():
             out[f"{section}.{k}"] = file
+    for var, key in OPENAI_ENV.items():
+        if key in load.openai_env.get("llm", {}):
+            out["llm"] = out[f"llm.{key}"] = f"env {var}"
     names = _env_names() if load.env else {}
     for section, values in load.env.items():
         if section == "home":

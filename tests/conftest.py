@@ -1,38 +1,81 @@
-"""Shared fixtures. No test may reach a remote host: sockets to anything but loopback fail."""
+"""Shared fixtures, and the loopback guard: no test may reach a remote host.
+
+The guard (tests/loopback_guard.py) covers the test process and every Python process it starts
+(the CLI subprocesses, the training runs they launch), through a copy put first on PYTHONPATH for
+the session as `sitecustomize.py`: a TCP or UDP connection to anything but 127.0.0.0/8, ::1 or
+`localhost` is refused and written to a log, and an autouse fixture fails the test during which a
+line appeared (even when the code under test swallowed the error). Unix sockets are fine. A
+process started with a PYTHONPATH of its own that drops ours (the multi-user test's clients, which
+run as other users with a minimal environment) is not covered; pip is exempt (it reaches the
+package index by design, as `pip wheel` in test_packaging may).
+"""
 
 from __future__ import annotations
 
-import ipaddress
+import atexit
 import os
-import socket
+import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import loopback_guard  # noqa: F401  (installs the guard in this process on import)
 import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 
-_real_connect = socket.socket.connect
+
+def _install_guard() -> Path:
+    """Put a copy of the guard first on PYTHONPATH as sitecustomize.py, for every process the
+    tests start; it is already installed here (imported above). Returns the violations log."""
+    folder = Path(tempfile.mkdtemp(prefix="nightshift-loopback-guard-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    folder.chmod(0o755)
+    shutil.copyfile(Path(loopback_guard.__file__), folder / "sitecustomize.py")
+    log = folder / "violations.log"
+    log.touch()
+    log.chmod(0o666)  # a process of the test's that runs as another user may still report
+    os.environ[loopback_guard.LOG_VAR] = str(log)
+    paths = [str(folder), *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
+    os.environ["PYTHONPATH"] = os.pathsep.join(paths)
+    return log
 
 
-def _loopback_only(self, address):  # noqa: ANN001
-    host = address[0] if isinstance(address, tuple) else None
-    if host is not None:
-        try:
-            ok = ipaddress.ip_address(host).is_loopback
-        except ValueError:
-            ok = host == "localhost"
-        if not ok:
-            raise RuntimeError(f"tests may only talk to loopback, not {host}")
-    return _real_connect(self, address)
+GUARD_LOG = _install_guard()
 
 
-socket.socket.connect = _loopback_only  # type: ignore[method-assign]
+def _violations_since(offset: int) -> tuple[str, int]:
+    with GUARD_LOG.open() as f:
+        f.seek(offset)
+        new = f.read()
+    return new, offset + len(new.encode())
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    item.stash[_GUARD_OFFSET] = GUARD_LOG.stat().st_size
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+    """A test during which it, or a process it started, tried to reach a host that is not this
+    one fails (its teardown errs for what happened after the call), even when the code under
+    test swallowed the refusal."""
+    report = yield
+    if call.when in ("call", "teardown") and _GUARD_OFFSET in item.stash:
+        new, item.stash[_GUARD_OFFSET] = _violations_since(item.stash[_GUARD_OFFSET])
+        if new.strip() and report.outcome != "skipped":
+            report.outcome = "failed"
+            report.longrepr = f"non-loopback connection(s) during this test:\n{new}"
+    return report
+
+
+_GUARD_OFFSET = pytest.StashKey[int]()
 
 
 @pytest.fixture
@@ -44,6 +87,8 @@ def home(tmp_path, monkeypatch) -> Path:
     for key in list(os.environ):
         if key.startswith("NIGHTSHIFT_") and "__" in key:
             monkeypatch.delenv(key)
+    for key in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "NIGHTSHIFT_MODEL"):  # no developer's model
+        monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("NIGHTSHIFT_LOOP__POLL_INTERVAL_S", "0.1")
     # The wait before a retry is 30 s by default (doubling); the waits are tested on their own
     # (test_backoff, test_placement), and a second here keeps every recovery test short.

@@ -1,5 +1,5 @@
 """`nightshift eval SUITE [ARGS…]`: run one of the evals/ suites (each prints a table, writes CSV
-and, where a picture helps, a plot)."""
+and, where a picture helps, a plot). A suite is a module's `main(argv)`, or `module:function`."""
 
 from __future__ import annotations
 
@@ -15,6 +15,10 @@ SUITES = {
     "perf": ("nightshift.evals.perf", "agent step overhead, audit append/verify throughput"),
     "crash": ("nightshift.evals.crash_consistency", "daemon SIGKILLs: launches doubled, jobs lost"),
     "fuzz": ("nightshift.evals.fuzz_inputs", "fuzzed specs and goals: tracebacks, hangs"),
+    "chat": (
+        "nightshift.evals.trajectories:chat_main",
+        "the chat cases against a real model endpoint: pass rate per case",
+    ),
 }
 
 
@@ -27,8 +31,9 @@ def eval_cmd(ctx: typer.Context, suite: str = typer.Argument(..., help=" | ".joi
             err=True,
         )
         raise typer.Exit(2)
-    module = importlib.import_module(SUITES[suite][0])
-    raise typer.Exit(module.main(list(ctx.args)))
+    module_name, _, function = SUITES[suite][0].partition(":")
+    main = getattr(importlib.import_module(module_name), function or "main")
+    raise typer.Exit(main(list(ctx.args)))
 
 
 def register(app: typer.Typer) -> None:
