@@ -50,6 +50,7 @@ from nightshift.agent.wire import (
     send,
 )
 from nightshift.agent.wiring import Wiring, local_now, os_user_name
+from nightshift.policies.gate import PERSON_HERE
 from nightshift.runtime.errors import (
     ApprovalRequired,
     BadArguments,
@@ -331,7 +332,7 @@ class ApiServer:
             self._refused(peer, str(exc), req.model_dump_json().encode())
             raise
         confirm = None
-        if req.interactive and req.via == "terminal":
+        if req.interactive and req.via in PERSON_HERE:
             confirm = self._asker(conn, reader)
         result = Client(self.w, principal=peer.name, via=req.via).call(
             req.skill, req.args, call_id=self._call_id(peer, req.call_id), confirm=confirm

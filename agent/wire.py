@@ -39,7 +39,7 @@ class Call(_Request):
     call_id: str | None = Field(
         None, max_length=200, description="Repeat a call (after an approval) under its id"
     )
-    via: Literal["terminal", "api"] = "api"
+    via: Literal["terminal", "chat", "api"] = "api"
     interactive: bool = Field(
         False, description="A person at a terminal can answer a confirmation on this connection"
     )

@@ -39,6 +39,8 @@ from nightshift.skills.base import Claims, Skill, SkillContext, SkillInput, get_
 
 # How a call reached the gate: a person at a terminal may confirm their own request there.
 Via = Literal["terminal", "api", "agent", "system", "chat"]
+# The doors where the requester is a person who can answer now (a shell, the chat TUI).
+PERSON_HERE: tuple[Via, ...] = ("terminal", "chat")
 # confirm(request) -> True (yes) / False (no); given only where a person can answer now.
 Confirm = Callable[[dict[str, Any]], bool]
 
@@ -244,7 +246,7 @@ class Gate:
         if (
             row.state == "pending"
             and confirm is not None
-            and via == "terminal"
+            and via in PERSON_HERE
             and not verdict.from_others
             and self.engine.canonical(ctx.principal) == self.engine.canonical(row.requester)
         ):
