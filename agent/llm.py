@@ -287,7 +287,9 @@ class LLMPlanner:
             msgs.append(
                 {
                     "role": "assistant",
-                    "content": None,
+                    # A string, never null: llama-cpp-python's server refuses null (and its
+                    # chat templates read the key), and the API takes "" beside tool calls.
+                    "content": "",
                     "tool_calls": [
                         {
                             "id": call_id,
@@ -356,7 +358,7 @@ class LLMPlanner:
                 call = reply["tool_calls"][0]
                 messages = [
                     *messages,
-                    {"role": "assistant", "content": None, "tool_calls": [call]},
+                    {"role": "assistant", "content": "", "tool_calls": [call]},
                     {
                         "role": "tool",
                         "tool_call_id": call["id"],
@@ -390,6 +392,9 @@ class LLMPlanner:
                 model=ep.model,
                 messages=cast(Any, messages),
                 tools=cast(Any, self.tools),
+                # The API's default with tools, said outright: llama-cpp-python's server treats
+                # a request without it as "none" and offers the model no tools at all.
+                tool_choice="auto",
                 temperature=0,
             )
         except Exception as exc:  # noqa: BLE001  (every endpoint failure ends the goal clearly)

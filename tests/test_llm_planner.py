@@ -111,6 +111,7 @@ def test_the_request_carries_the_registry_tools_the_prompts_and_the_key(w):
     assert out["finish"] == {"kind": "finish", "ok": True, "summary": "fine", "bad_input": False}
     (req,) = srv.chat_requests
     assert req["temperature"] == 0 and req["model"] == "stub-model"
+    assert req["tool_choice"] == "auto"  # said outright: some servers read absent as "none"
     by_name = {t["function"]["name"]: t for t in req["tools"]}
     assert list(by_name) == [*sorted(registry()), "watch_job", "finish"]
     for name, skill in registry().items():
@@ -141,6 +142,10 @@ def test_bad_arguments_go_back_to_the_model_which_retries(w):
     refused = tool_results(srv.chat_requests[1])[0]
     assert "list_jobs: invalid arguments: limit:" in refused and "greater than or equal" in refused
     assert starts(w, "list_jobs") == 1
+    # The model's earlier call goes back with content "", never null or missing:
+    # llama-cpp-python's server answers 500 to either.
+    said = [m for m in srv.chat_requests[1]["messages"] if m["role"] == "assistant"]
+    assert said and all(m["content"] == "" and m["tool_calls"] for m in said)
 
 
 @pytest.mark.parametrize(

@@ -216,6 +216,7 @@ def _chat(ep: Endpoint, client: Any) -> list[Check]:
             model=ep.model,
             messages=[{"role": "user", "content": load("doctor")}],
             tools=[PING_TOOL],
+            tool_choice="auto",  # as the planner asks (llama-cpp-python: absent means "none")
             temperature=0,
         )
     except Exception as exc:  # noqa: BLE001
