@@ -572,7 +572,21 @@ def _goal_text(run: CaseRun) -> str:
     return "Goal file: " + json.dumps(run.case.goal, default=str)
 
 
-class StubbedLLM:
+class _LLMCounts:
+    """The counts the report reads, from the LLM planner being driven."""
+
+    planner: LLMPlanner
+
+    @property
+    def model_calls(self) -> int:
+        return self.planner.model_calls
+
+    @property
+    def tokens(self) -> int:
+        return self.planner.tokens
+
+
+class StubbedLLM(_LLMCounts):
     """The LLM planner, with the real `openai` client over HTTP, against the scripted server
     (evals/openai_stub.py) on loopback, which plays the case's script: each request is answered
     with the tool call the scripted model would make at that point of the goal's history. What
@@ -601,14 +615,6 @@ class StubbedLLM:
     def _reply(self, request: dict[str, Any]) -> dict[str, Any]:
         return {"tool_calls": [self.script._decide(self.history)]}
 
-    @property
-    def model_calls(self) -> int:
-        return self.planner.model_calls
-
-    @property
-    def tokens(self) -> int:
-        return self.planner.tokens
-
     def close(self) -> None:
         self.server.close()
 
@@ -624,7 +630,7 @@ class LLMFactory:
         return StubbedLLM(run)
 
 
-class EndpointLLM:
+class EndpointLLM(_LLMCounts):
     """The LLM planner against a real endpoint (`nightshift eval chat`)."""
 
     name = "endpoint"
@@ -637,14 +643,6 @@ class EndpointLLM:
 
     def next(self, goal: Goal, history: list[Observation]) -> Action:
         return self.planner.next(_as_chat(goal, self.text), history)
-
-    @property
-    def model_calls(self) -> int:
-        return self.planner.model_calls
-
-    @property
-    def tokens(self) -> int:
-        return self.planner.tokens
 
 
 @dataclass

@@ -364,60 +364,28 @@ class Gate:
         and its events."""
         if approval is None and (skill.store_only or skill.capability == "read"):
             return self._run_at_once(ctx, skill, inp, canonical, verdict, before or [])
-        self.audit.append_many(
-            [
-                *(before or []),
-                _event(
-                    ctx,
-                    skill,
-                    canonical,
-                    "skill.start",
-                    {
-                        "args": canonical,
-                        "capability": skill.capability,
-                        "rule": verdict.rule,
-                        "approval_id": approval.id if approval else None,
-                    },
-                ),
-            ]
-        )
+        self.audit.append_many([*(before or []), _start(ctx, skill, canonical, verdict, approval)])
         try:
             result = skill.fn(ctx, inp)
         except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
-            self.audit.append(
-                ctx.principal,
-                "skill.result",
-                skill=skill.name,
-                call_id=ctx.call_id,
-                job_id=job_id_of(canonical),
-                ts=ctx.now,
-                payload={"ok": False, "error": error},
-            )
+            failed = _failed(ctx, skill, canonical, exc)
+            self.audit.append_many([failed])
             if approval is not None:
                 self.approvals.finish(
                     approval.id,
                     ok=False,
                     result=None,
-                    error=error,  # type: ignore[arg-type]
+                    error=failed["payload"]["error"],  # type: ignore[arg-type]
                     now=ctx.now,
                 )
             raise
-        out = result.model_dump(mode="json")
-        self.audit.append(
-            ctx.principal,
-            "skill.result",
-            skill=skill.name,
-            call_id=ctx.call_id,
-            job_id=job_id_of(canonical),
-            ts=ctx.now,
-            payload={"ok": True, "result": out},
-        )
+        done = _done(ctx, skill, canonical, result)
+        self.audit.append_many([done])
         if approval is not None:
             self.approvals.finish(
                 approval.id,
                 ok=True,
-                result=out,
+                result=done["payload"]["result"],
                 error=None,  # type: ignore[arg-type]
                 now=ctx.now,
             )
@@ -432,13 +400,7 @@ class Gate:
         verdict: Verdict,
         before: list[dict[str, Any]],
     ) -> BaseModel:
-        start = _event(
-            ctx,
-            skill,
-            canonical,
-            "skill.start",
-            {"args": canonical, "capability": skill.capability, "rule": verdict.rule},
-        )
+        start = _start(ctx, skill, canonical, verdict, None)
         if not skill.store_only:  # a read runs on its own sessions, holding no lock meanwhile
             try:
                 result = skill.fn(ctx, inp)
@@ -463,6 +425,22 @@ class Gate:
             )
             tx.commit()
         return result
+
+
+def _start(
+    ctx: SkillContext,
+    skill: Skill,
+    canonical: dict[str, Any],
+    verdict: Verdict,
+    approval: Approval | None,
+) -> dict[str, Any]:
+    payload = {
+        "args": canonical,
+        "capability": skill.capability,
+        "rule": verdict.rule,
+        "approval_id": approval.id if approval else None,
+    }
+    return _event(ctx, skill, canonical, "skill.start", payload)
 
 
 def _failed(
