@@ -23,7 +23,6 @@ read as a command beyond the grammar below. Without a model endpoint the free-te
 
 from __future__ import annotations
 
-import importlib
 import json
 import re
 import shlex
@@ -172,7 +171,7 @@ ChatEvent = Annotated[
 ]
 Emit = Callable[[BaseModel], None]
 # Given the per-step callback, a planner for one goal.
-PlannerFactory = Callable[[Callable[[Any], None]], "Planner"]
+PlannerFactory = Callable[[Callable[[dict[str, Any]], None]], "Planner"]
 
 
 # ------------------------------------------------------------------------------------ helpers
@@ -294,75 +293,40 @@ def approval_view(w: Wiring, row: Approval) -> ApprovalView:
 
 
 def model_planner_factory(w: Wiring) -> PlannerFactory | None:
-    """The model planner (agent/llm.py) when an endpoint is configured, else None. Imported by
-    name: without that module, or without an endpoint, chat keeps to the direct commands."""
-    try:
-        llm: Any = importlib.import_module("nightshift.agent.llm")
-    except ModuleNotFoundError as exc:
-        if exc.name == "nightshift.agent.llm":
-            return None
-        raise
-    if llm.endpoint(w.settings) is None:
+    """The model planner (agent/llm.py) when an endpoint is configured, else None: without one,
+    chat keeps to the direct commands."""
+    from nightshift.agent.llm import LLMPlanner, endpoint
+
+    if endpoint(w.settings) is None:
         return None
 
-    def make(on_step: Callable[[Any], None]) -> Planner:
-        return llm.LLMPlanner.from_settings(  # type: ignore[no-any-return]
-            w.settings, audit=w.audit, on_step=on_step
-        )
+    def make(on_step: Callable[[dict[str, Any]], None]) -> Planner:
+        return LLMPlanner.from_settings(w.settings, audit=w.audit, on_step=on_step)
 
     return make
 
 
 def endpoint_label(w: Wiring) -> str | None:
     """`model at base_url` of the configured endpoint, for a header; None without one."""
-    try:
-        llm: Any = importlib.import_module("nightshift.agent.llm")
-    except ModuleNotFoundError:
-        return None
-    ep = llm.endpoint(w.settings)
-    if ep is None:
-        return None
-    if hasattr(ep, "describe"):
-        return str(ep.describe())
-    return " at ".join(str(x) for x in (getattr(ep, "model", ""), getattr(ep, "base_url", "")) if x)
+    from nightshift.agent.llm import endpoint
 
-
-def stats_dict(raw: Any) -> dict[str, Any]:
-    """What a planner reports about a step, as a plain dict."""
-    if isinstance(raw, BaseModel):
-        return raw.model_dump(mode="json")
-    if isinstance(raw, dict):
-        return dict(raw)
-    if hasattr(raw, "__dataclass_fields__"):
-        import dataclasses
-
-        return dataclasses.asdict(raw)
-    return {"step": str(raw)}
-
-
-def _first(data: dict[str, Any], *keys: str) -> Any:
-    return next((data[k] for k in keys if data.get(k) is not None), None)
+    ep = endpoint(w.settings)
+    return None if ep is None else ep.describe()
 
 
 def format_stats(data: dict[str, Any]) -> str:
-    """`512 in / 40 out tokens · 0.81 s · cost 0.0004 · → submit_job` from whatever the planner
-    reported (the cost is in the currency of the configured prices)."""
+    """`512 in / 40 out tokens · 0.81 s · cost 0.0004 · → submit_job` from an `llm.step` record
+    (agent/llm.py; the cost is in the currency of the configured prices)."""
     parts = []
-    tin = _first(data, "prompt_tokens", "input_tokens", "tokens_in")
-    tout = _first(data, "completion_tokens", "output_tokens", "tokens_out")
-    total = _first(data, "total_tokens", "tokens")
+    tin, tout = data.get("prompt_tokens"), data.get("completion_tokens")
     if tin is not None or tout is not None:
         parts.append(
             f"{tin if tin is not None else '?'} in / {tout if tout is not None else '?'} out tokens"
         )
-    elif total is not None:
-        parts.append(f"{total} tokens")
-    latency = _first(data, "latency_s", "seconds", "latency")
-    if latency is None and data.get("latency_ms") is not None:
-        latency = data["latency_ms"] / 1000
+    latency = data.get("latency_s")
     if isinstance(latency, int | float):
         parts.append(f"{latency:.2f} s")
-    cost = _first(data, "cost", "cost_usd")
+    cost = data.get("cost")
     if isinstance(cost, int | float):
         parts.append(f"cost {cost:.4f}")
     if data.get("tool"):
@@ -372,18 +336,7 @@ def format_stats(data: dict[str, Any]) -> str:
     return " · ".join(parts) or ", ".join(f"{k}={v}" for k, v in data.items())
 
 
-SUMMED = (
-    "prompt_tokens",
-    "completion_tokens",
-    "input_tokens",
-    "output_tokens",
-    "total_tokens",
-    "tokens",
-    "latency_s",
-    "latency_ms",
-    "cost",
-    "cost_usd",
-)
+SUMMED = ("prompt_tokens", "completion_tokens", "latency_s", "cost")
 
 
 def add_stats(total: dict[str, Any], data: dict[str, Any]) -> None:
@@ -1128,9 +1081,9 @@ class ChatSession:
         with self._lock:
             self._threads.append(thread)
 
-        def on_step(raw: Any) -> None:
+        def on_step(raw: dict[str, Any]) -> None:
             g.steps += 1
-            data = stats_dict(raw)
+            data = dict(raw)
             add_stats(g.stats, data)
             self._emit(StepStats(thread_id=thread, step=g.steps, data=data))
 

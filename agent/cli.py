@@ -55,8 +55,7 @@ def run(
 
     from nightshift.agent.console import progress_printer
     from nightshift.agent.goals import load_goal, recover_goal
-    from nightshift.agent.graph import build_graph, sqlite_checkpointer
-    from nightshift.agent.planner import DeterministicPlanner
+    from nightshift.agent.graph import build_graph, recorded_goal, sqlite_checkpointer
     from nightshift.agent.shell import wait_for_decision
     from nightshift.agent.summary import run_summary, thread_jobs
     from nightshift.agent.wiring import Wiring, local_now
@@ -72,9 +71,7 @@ def run(
     checkpointer = sqlite_checkpointer(w)
     goal = None
     if resume:  # the planner the interrupted goal asked for
-        recorded = build_graph(w, DeterministicPlanner(), checkpointer=checkpointer).goal_of(
-            _cfg(resume)
-        )
+        recorded = recorded_goal(w, checkpointer, resume)
         if recorded is None:
             error(f"no run with thread id '{resume}' in {w.settings.home_path}")
             raise typer.Exit(2)

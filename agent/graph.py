@@ -379,23 +379,13 @@ class AgentGraph:
         kw.setdefault("durability", "exit")
         return self.compiled.invoke(input, config, **kw)
 
-    def goal_of(self, config: dict[str, Any]) -> dict[str, Any] | None:
-        """The goal a thread was started with (its checkpoint's, else its GoalRun row's)."""
-        values = self.compiled.get_state(config).values
-        if values:
-            return values.get("goal")
-        with self.w.store.session() as s:
-            row = s.get(GoalRun, config["configurable"]["thread_id"])
-        return None if row is None else row.goal
-
     def resume(self, config: dict[str, Any], decide: Callable[[int], str]) -> Any:
         """Continue a thread where it stopped: answer its pending approval with `decide`
         (approval id → "approved" / "rejected" / "expired"), run its next step, or replay its
         recorded goal if it was killed before its first checkpoint. None: no such thread."""
         snap = self.compiled.get_state(config)
         if not snap.values:
-            with self.w.store.session() as s:
-                row = s.get(GoalRun, config["configurable"]["thread_id"])
+            row = goal_run(self.w, config["configurable"]["thread_id"])
             if row is None:
                 return None
             return self.invoke(
@@ -410,6 +400,21 @@ class AgentGraph:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.compiled, name)
+
+
+def goal_run(w: Wiring, thread: str) -> GoalRun | None:
+    with w.store.session() as s:
+        return s.get(GoalRun, thread)
+
+
+def recorded_goal(w: Wiring, checkpointer: Any, thread: str) -> dict[str, Any] | None:
+    """The goal a thread was started with: its newest checkpoint's, else its GoalRun row's
+    (read without compiling a graph)."""
+    saved = checkpointer.get_tuple({"configurable": {"thread_id": thread}})
+    if saved is not None and saved.checkpoint["channel_values"].get("goal"):
+        return saved.checkpoint["channel_values"]["goal"]
+    row = goal_run(w, thread)
+    return None if row is None else row.goal
 
 
 def sqlite_checkpointer(w: Wiring) -> SqliteSaver:

@@ -47,7 +47,7 @@ from nightshift.agent.planner import (
 from nightshift.prompts import load, render
 from nightshift.runtime.config import LlmSettings, Settings
 from nightshift.runtime.errors import ConfigError
-from nightshift.skills.base import registry
+from nightshift.skills.base import field_errors, registry
 
 if TYPE_CHECKING:
     from openai import OpenAI
@@ -478,7 +478,7 @@ class LLMPlanner:
             try:
                 return Watch(job_id=_WatchArgs.model_validate(args).job_id, why="planned by model")
             except ValidationError as exc:
-                raise _Retry(f"watch_job: invalid arguments: {_errors(exc)}") from None
+                raise _Retry(f"watch_job: invalid arguments: {field_errors(exc)}") from None
         if args is None:
             skill = registry().get(name)
             if skill is not None and skill.input_model.model_config.get("extra") == "allow":
@@ -573,12 +573,6 @@ def _not_json_error(name: str, raw: Any, why: str = "") -> str:
     return (
         f"{name}: the arguments were not JSON ({why}); nothing ran. Send the call again with "
         "the arguments as one JSON object that matches the tool's parameters"
-    )
-
-
-def _errors(exc: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(str(p) for p in e['loc']) or '(arguments)'}: {e['msg']}" for e in exc.errors()
     )
 
 

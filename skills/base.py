@@ -123,11 +123,7 @@ class Skill(Generic[In, Out]):
         try:
             return self.input_model.model_validate(args)
         except ValidationError as exc:
-            parts = []
-            for err in exc.errors():
-                loc = ".".join(str(p) for p in err["loc"]) or "(arguments)"
-                parts.append(f"{loc}: {err['msg']}")
-            raise BadArguments(f"{self.name}: invalid arguments: " + "; ".join(parts)) from exc
+            raise BadArguments(f"{self.name}: invalid arguments: {field_errors(exc)}") from exc
 
     def __call__(self, ctx: SkillContext, args: dict[str, Any] | In) -> Out:
         return self.fn(ctx, self.parse(args))
@@ -140,6 +136,13 @@ class Skill(Generic[In, Out]):
             "type": "function",
             "function": {"name": self.name, "description": self.description, "parameters": params},
         }
+
+
+def field_errors(exc: ValidationError) -> str:
+    """`field.path: message; ...` for each error, as the planner and a person read them."""
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or '(arguments)'}: {e['msg']}" for e in exc.errors()
+    )
 
 
 def _model_hint(name: str, what: str, hint: Any) -> type[BaseModel]:
