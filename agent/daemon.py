@@ -14,7 +14,8 @@ The daemon owns its state: at start its home folder is made 0700 and the store, 
 files in it not writable by group or others (keys/ is 0700 already, policies/audit.py), and a
 policy file others could write is refused. With `serve_api` it serves the API on its Unix socket
 (agent/api_server.py) while it runs: in a shared install the CLI of every other user goes
-through it, known by uid.
+through it, known by uid. With Slack or WeChat Work configured it posts approval cards and
+notifications there and serves their callbacks (agent/channels/service.py), in threads of its own.
 """
 
 from __future__ import annotations
@@ -152,8 +153,12 @@ class Daemon:
         stops; the next daemon re-attaches to them."""
         own_state(self.w.settings)
         self.lock.acquire()
-        api = None
+        api = channels = None
         try:
+            from nightshift.agent.channels.service import ChannelService
+
+            channels = ChannelService(self.w, say=self.tell)
+            channels.start()
             if self.serve_api:
                 from nightshift.agent.api_server import ApiServer
 
@@ -164,6 +169,8 @@ class Daemon:
         finally:
             if api is not None:
                 api.stop()
+            if channels is not None:
+                channels.stop()
             self.lock.release()
 
     def _run(self, max_ticks: int | None) -> None:

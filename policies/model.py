@@ -216,6 +216,11 @@ class ApprovalRule(_Strict):
         description="Only principals other than the "
         "requester count, even for a person confirming at a terminal",
     )
+    channels: list[Literal["slack", "wechat"]] | None = Field(
+        default=None,
+        description="Where the request is posted besides the CLI and the TUI (which always "
+        "have it); None: every configured channel, []: none",
+    )
 
     _conditions: list[Condition] = PrivateAttr(default_factory=list)
 

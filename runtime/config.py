@@ -276,6 +276,105 @@ class LlmSettings(BaseModel):
         return v.strip().rstrip("/") if v is not None else v
 
 
+class SlackSettings(BaseModel):
+    """A Slack app that posts approval cards and notifications (agent/channels/slack.py). The
+    tokens and the signing secret come from the environment (SLACK_BOT_TOKEN,
+    SLACK_SIGNING_SECRET, SLACK_APP_TOKEN) or `channels.secrets_file`, never a readable file."""
+
+    bot_token: SecretStr | None = Field(None, description="xoxb-… token; env SLACK_BOT_TOKEN")
+    signing_secret: SecretStr | None = Field(
+        None, description="Checks the interactivity endpoint's requests; env SLACK_SIGNING_SECRET"
+    )
+    app_token: SecretStr | None = Field(
+        None, description="xapp-… app-level token for Socket Mode; env SLACK_APP_TOKEN"
+    )
+    socket_mode: bool = Field(
+        False, description="Receive clicks over Socket Mode instead of the HTTP endpoint"
+    )
+    approvals_channel: str | None = Field(None, description="Channel id approval cards go to")
+    notify_channel: str | None = Field(
+        None, description="Channel id for notifications; default approvals_channel"
+    )
+    base_url: str = Field("https://slack.com/api/", description="The Web API's root")
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.bot_token and self.approvals_channel)
+
+
+class WeChatSettings(BaseModel):
+    """A WeChat Work (企业微信) self-built app that sends approval cards and notifications
+    (agent/channels/wechat.py), and optionally a group robot for notifications. The app's secret,
+    the callback token and EncodingAESKey and the robot's URL are secrets."""
+
+    corp_id: str | None = Field(None, description="The corporation id (corpid)")
+    agent_id: int | None = Field(None, description="The app's AgentId")
+    secret: SecretStr | None = Field(None, description="The app's Secret; env WECOM_SECRET")
+    token: SecretStr | None = Field(None, description="The callback Token; env WECOM_TOKEN")
+    encoding_aes_key: SecretStr | None = Field(
+        None, description="The callback EncodingAESKey (43 characters); env WECOM_ENCODING_AES_KEY"
+    )
+    approvers: list[str] | None = Field(
+        None,
+        description="WeChat user ids cards go to; default the wechat_id of every principal "
+        "whose role may approve",
+    )
+    robot_webhook: SecretStr | None = Field(
+        None, description="A group robot's webhook URL, for notifications; env WECOM_ROBOT_WEBHOOK"
+    )
+    base_url: str = Field("https://qyapi.weixin.qq.com/cgi-bin/", description="The API's root")
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.corp_id and self.agent_id is not None and self.secret)
+
+
+class ChannelsSettings(BaseModel):
+    """Where approval requests and notifications go besides the CLI and the TUI, and the
+    daemon's endpoint for the clicks that come back."""
+
+    slack: SlackSettings = SlackSettings()
+    wechat: WeChatSettings = WeChatSettings()
+    secrets_file: str | None = Field(
+        None,
+        description="A YAML file of secrets ({slack: {bot_token, …}, wechat: {secret, …}}); the "
+        "daemon refuses to start if its group or others may read it",
+    )
+    listen: str | None = Field(
+        "127.0.0.1:8787",
+        description="host:port of the callback endpoint (/slack/interactivity, "
+        "/wechat/callback) that a reverse proxy or tunnel exposes; null: none",
+    )
+    notify: list[str] = Field(
+        default_factory=lambda: [
+            "job_failed",
+            "job_recovered",
+            "job_finished",
+            "job_early_stopped",
+            "report",
+        ],
+        description="Notice kinds sent to every configured channel",
+    )
+    retry_max_s: float = Field(
+        300.0, gt=0, description="Longest wait between tries of a message a channel refused"
+    )
+    failure_notice_wait_s: float = Field(
+        30.0,
+        ge=0,
+        description="A failure's notice waits up to this long for its diagnosis",
+    )
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, v: str | None) -> str | None:
+        if v is None or v == "":
+            return None
+        host, sep, port = v.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+            raise ValueError(f"{v!r} is not host:port, such as 127.0.0.1:8787")
+        return v
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX,
@@ -302,6 +401,7 @@ class Settings(BaseSettings):
     scheduler: SchedulerSettings = SchedulerSettings()
     retry: Backoff = Backoff()
     llm: LlmSettings = LlmSettings()
+    channels: ChannelsSettings = ChannelsSettings()
     tariff: Tariff | None = Field(
         None, description="Time-of-use price windows; None: no tariff holds"
     )
@@ -350,7 +450,8 @@ class Settings(BaseSettings):
         sources: list[Any] = [
             init_settings,
             _Recorded(env_settings, load.env, _env_failure),
-            _Recorded(_OpenAIEnv(), load.openai_env),
+            _Recorded(_OpenAIEnv(), load.standard_env),
+            _Recorded(_ChannelEnv(), load.standard_env),
         ]
         if load.file is not None:
             sources.append(_Recorded(_YamlFile(settings_cls, yaml_file=load.file), load.from_file))
@@ -364,7 +465,7 @@ class _Load:
     def __init__(self, file: Path | None):
         self.file = file
         self.env: dict[str, Any] = {}
-        self.openai_env: dict[str, Any] = {}
+        self.standard_env: dict[str, Any] = {}
         self.from_file: dict[str, Any] = {}
 
 
@@ -400,6 +501,35 @@ OPENAI_ENV = {
     "OPENAI_API_KEY": "api_key",
     "NIGHTSHIFT_MODEL": "model",
 }
+
+
+# Slack's and WeChat Work's usual variable names, as the channels section (below NIGHTSHIFT_*).
+CHANNEL_ENV = {
+    "SLACK_BOT_TOKEN": ("slack", "bot_token"),
+    "SLACK_SIGNING_SECRET": ("slack", "signing_secret"),
+    "SLACK_APP_TOKEN": ("slack", "app_token"),
+    "WECOM_SECRET": ("wechat", "secret"),
+    "WECOM_TOKEN": ("wechat", "token"),
+    "WECOM_ENCODING_AES_KEY": ("wechat", "encoding_aes_key"),
+    "WECOM_ROBOT_WEBHOOK": ("wechat", "robot_webhook"),
+}
+CHANNEL_SECRETS = {
+    "slack": ("bot_token", "signing_secret", "app_token"),
+    "wechat": ("secret", "token", "encoding_aes_key", "robot_webhook"),
+}
+
+
+class _ChannelEnv:
+    """SLACK_BOT_TOKEN and the others above as the `channels` section."""
+
+    __name__ = "ChannelEnv"
+
+    def __call__(self) -> dict[str, Any]:
+        found: dict[str, dict[str, str]] = {}
+        for var, (channel, key) in CHANNEL_ENV.items():
+            if os.environ.get(var):
+                found.setdefault(channel, {})[key] = os.environ[var]
+        return {"channels": found} if found else {}
 
 
 class _OpenAIEnv:
@@ -441,6 +571,17 @@ class _YamlFile(YamlConfigSettingsSource):
                 f"`chmod 600 {file_path}`, or set OPENAI_API_KEY, or name a file of your own "
                 "in llm.api_key_file"
             )
+        channels = loaded.get("channels")
+        if isinstance(channels, dict) and _others_may_read(Path(file_path)):
+            for channel, keys in CHANNEL_SECRETS.items():
+                section = channels.get(channel)
+                named = [k for k in keys if isinstance(section, dict) and section.get(k)]
+                if named:
+                    raise ConfigError(
+                        f"{file_path}: channels.{channel}.{named[0]} is a secret and others may "
+                        f"read this file: `chmod 600 {file_path}`, or set it in the environment, "
+                        "or in channels.secrets_file"
+                    )
         # `loop:` with nothing under it is the section at its defaults, as is leaving it out.
         return {section: values for section, values in loaded.items() if values is not None}
 
@@ -501,8 +642,11 @@ def _origins(load: _Load) -> dict[str, str]:
         for k in values if isinstance(values, dict) else ():
             out[f"{section}.{k}"] = file
     for var, key in OPENAI_ENV.items():
-        if key in load.openai_env.get("llm", {}):
+        if key in load.standard_env.get("llm", {}):
             out["llm"] = out[f"llm.{key}"] = f"env {var}"
+    for var, (channel, key) in CHANNEL_ENV.items():
+        if key in load.standard_env.get("channels", {}).get(channel, {}):
+            out["channels"] = out[f"channels.{channel}"] = f"env {var}"
     names = _env_names() if load.env else {}
     for section, values in load.env.items():
         if section == "home":

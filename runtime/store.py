@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import NaiveDatetime
-from sqlalchemy import Connection, event, inspect, text
+from sqlalchemy import Connection, UniqueConstraint, event, inspect, text
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import JSON, Column, Field, Session, SQLModel, col, create_engine, select
@@ -241,6 +241,40 @@ class GoalRun(SQLModel, table=True):
     goal: dict = Field(sa_column=Column(JSON, nullable=False))
     on_behalf_of: str
     created_at: NaiveDatetime = Field(default_factory=utcnow)
+
+
+class ChannelMessage(SQLModel, table=True):
+    """The channels' outbox: one row per message a channel must show, written before it is sent,
+    so a request is never lost while a channel is down. An approval's row is sent again whenever
+    its card changes (`shown` is the card version last shown); a notice's row is sent once."""
+
+    __tablename__ = "channel_message"
+    __table_args__ = (UniqueConstraint("channel", "subject"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    channel: str  # slack | wechat
+    subject: str  # "approval:12", "event:345" (a job event's audit id), "report:2026-12-04"
+    notice: dict | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    # queued → sent (an approval's row is queued again when its card changes) | dropped
+    state: str = Field(default="queued", index=True)
+    shown: str | None = None
+    ref: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    attempts: int = 0
+    next_try_at: NaiveDatetime = Field(default_factory=utcnow)
+    last_error: str | None = None
+    created_at: NaiveDatetime = Field(default_factory=utcnow)
+    sent_at: NaiveDatetime | None = None
+
+
+class ChannelReceipt(SQLModel, table=True):
+    """What a channel's callback may carry only once (its signature, its event id): a replayed
+    request finds its key here and is refused."""
+
+    __tablename__ = "channel_receipt"
+
+    key: str = Field(primary_key=True)
+    channel: str
+    received_at: NaiveDatetime = Field(default_factory=utcnow)
 
 
 class KeyValue(SQLModel, table=True):

@@ -27,6 +27,8 @@ import loopback_guard  # noqa: F401  (installs the guard in this process on impo
 import pytest
 import yaml
 
+from nightshift.runtime.config import CHANNEL_ENV
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -87,7 +89,8 @@ def home(tmp_path, monkeypatch) -> Path:
     for key in list(os.environ):
         if key.startswith("NIGHTSHIFT_") and "__" in key:
             monkeypatch.delenv(key)
-    for key in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "NIGHTSHIFT_MODEL"):  # no developer's model
+    # No developer's model, Slack app or WeChat Work app.
+    for key in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "NIGHTSHIFT_MODEL", *CHANNEL_ENV):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("NIGHTSHIFT_LOOP__POLL_INTERVAL_S", "0.1")
     # The wait before a retry is 30 s by default (doubling); the waits are tested on their own
