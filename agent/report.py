@@ -181,6 +181,15 @@ def to_markdown(r: Report, plot_name: str | None = None) -> str:
     return "\n".join(out) + "\n"
 
 
+def summary_lines(r: Report) -> list[str]:
+    """The report's headline figures, one per line (the morning report a channel posts)."""
+    head = to_markdown(r).split("## Jobs")[0]
+    lines = [x.removeprefix("- ") for x in head.splitlines()[1:] if x.startswith("- ")]
+    failed = [j for j in r.jobs if j.state == "failed"]
+    lines += [f"failed: job {j.id} {j.name}: {j.reason or 'no reason recorded'}" for j in failed]
+    return lines
+
+
 def plot_metrics(store: Store, job_ids: list[int], path: Path) -> bool:
     """Each job's metric over steps, one line per attempt so resumes show; False without matplotlib."""
     try:

@@ -358,6 +358,11 @@ class ChannelsSettings(BaseModel):
     retry_max_s: float = Field(
         300.0, gt=0, description="Longest wait between tries of a message a channel refused"
     )
+    report_at: str | None = Field(
+        "07:00",
+        pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$",
+        description="Local time (HH:MM) the daemon posts the last 24 hours' report; null: never",
+    )
     failure_notice_wait_s: float = Field(
         30.0,
         ge=0,

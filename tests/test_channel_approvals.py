@@ -10,14 +10,20 @@ import socket
 import subprocess
 import sys
 import time
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import yaml
-from fake_slack import FakeSlack, block_actions_body, sign
+from fake_slack import (
+    FakeSlack,
+    block_actions_body,
+    block_actions_payload,
+    interactive_envelope,
+    sign,
+)
 from fake_wecom import FakeWeCom, encrypted_event
 from sqlmodel import select
 
@@ -382,6 +388,34 @@ def test_one_notice_per_job_event(rig):
     assert len(posts) == 2 and "out of memory" in posts[1]
     robot_or_app = [c for c in rig.wecom.calls if c[0].endswith("message/send")]
     assert len(robot_or_app) == 2
+    # The recovery that requeued it, and an early stop.
+    w.audit.append(
+        "system",
+        "skill.result",
+        skill="retry_job",
+        job_id=job_id,
+        payload={
+            "ok": True,
+            "result": {"attempts": 2, "reason_before": "OOM", "resume_from": "ckpt/step-800"},
+        },
+    )
+    w.audit.append(
+        "system",
+        "job.state",
+        job_id=job_id,
+        payload={
+            "after": "succeeded",
+            "outcome": "early_stopped",
+            "attempt": 3,
+            "reason": "plateau",
+        },
+    )
+    rig.tick()
+    rig.tick()
+    posts = [json.dumps(p) for m, p in rig.slack.calls if m == "chat.postMessage"]
+    assert len(posts) == 4
+    assert "requeued" in posts[2] and "ckpt/step-800" in posts[2]
+    assert "stopped early" in posts[3] and "plateau" in posts[3]
 
 
 def test_secrets_must_be_private(home, monkeypatch, tmp_path):
@@ -452,3 +486,92 @@ def test_the_daemon_posts_serves_callbacks_and_carries_out(home, monkeypatch, fa
         assert s.get(Job, job_id).state == "cancelled"
     assert len(r.w.audit.events(action="skill.start", call_id=f"agent/cancel-{job_id}")) == 1
     assert "message/update_template_card" in wecom.paths()
+
+
+def test_doctor_checks_each_channels_credentials(rig, fakes):
+    """`nightshift doctor` runs auth.test and gettoken, shows neither secret, and fails on a
+    wrong one."""
+    done = nightshift("doctor", "--json", "--timeout", "2")
+    checks = {c["area"]: c for c in json.loads(done.stdout)}
+    assert checks["approval channels: slack"]["status"] == "ok"
+    assert "/slack/interactivity" in checks["approval channels: slack"]["detail"]
+    assert checks["approval channels: wechat"]["status"] == "ok"
+    assert "2 approver(s)" in checks["approval channels: wechat"]["detail"]
+    assert "auth.test" in rig.slack.methods()
+    assert "app-secret" not in done.stdout and rig.slack.token not in done.stdout
+    bad = nightshift("doctor", "--json", env={"WECOM_SECRET": "wrong"})
+    checks = {c["area"]: c for c in json.loads(bad.stdout)}
+    assert checks["approval channels: wechat"]["status"] == "fail" and bad.returncode == 5
+    assert "wrong" not in checks["approval channels: wechat"]["detail"]
+
+
+def test_the_morning_report_is_posted_once_a_day(rig):
+    """At channels.report_at (07:00 local by default) the last 24 hours' report is queued once
+    that day; the outbox posts it to every channel."""
+    local = datetime.now().astimezone().replace(hour=6, minute=59, second=0, microsecond=0)
+    rig.t = local.astimezone(UTC).replace(tzinfo=None)
+    assert rig.service.morning_report() is False
+    rig.t += timedelta(minutes=2)
+    assert rig.service.morning_report() is True
+    assert rig.service.morning_report() is False
+    rig.tick()
+    posts = [json.dumps(p) for m, p in rig.slack.calls if m == "chat.postMessage"]
+    assert len(posts) == 1 and "nightshift report" in posts[0] and "GPU-hours" in posts[0]
+    assert len([b for b in rig.wecom.bodies("message/send") if b["msgtype"] == "markdown"]) == 1
+    rig.t += timedelta(days=1)
+    assert rig.service.morning_report() is True
+
+
+def test_socket_mode_clicks_count_once(home, monkeypatch, fakes):
+    """A server nobody can reach from outside: clicks arrive over Slack's Socket Mode (the SDK's
+    client on a WebSocket to the fake), acked, counted once, and a resent envelope is not."""
+    slack, wecom = fakes
+    for k, v in channel_env(home, slack, wecom, "127.0.0.1:0").items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("SLACK_SIGNING_SECRET")
+    monkeypatch.setenv("SLACK_APP_TOKEN", slack.app_token)
+    monkeypatch.setenv("NIGHTSHIFT_CHANNELS__SLACK__SOCKET_MODE", "true")
+    r = Rig(home, slack, wecom)
+    r.service.start(outbox_thread=False)
+    try:
+        assert "/slack/interactivity" not in r.service.built.routes
+        aid = r.agent_asks_cancel(r.queued_job())
+        r.tick()
+        envelope = interactive_envelope(block_actions_payload("UALICE", aid, True), "env-1")
+        for _ in range(2):  # Slack resends an envelope it thinks was not acked
+            slack.socket_send(envelope)
+        end = time.monotonic() + 10
+        while len(slack.socket_acks) < 2 and time.monotonic() < end:
+            time.sleep(0.05)
+        assert [a["envelope_id"] for a in slack.socket_acks] == ["env-1", "env-1"]
+
+        def replay_refused() -> bool:
+            return any("replayed" in e.payload["reason"] for e in r.events("channel.refused"))
+
+        while not replay_refused() and time.monotonic() < end:  # handled after the ack
+            time.sleep(0.05)
+        assert replay_refused()
+        assert len(r.approval(aid).votes) == 1
+    finally:
+        r.service.stop()
+
+
+def test_the_endpoint_refuses_what_is_not_a_callback(rig):
+    """Bounded bodies, known paths only, and an empty or slow client holds only its thread."""
+    assert httpx.get(f"{rig.url}/healthz").status_code == 200
+    assert httpx.post(f"{rig.url}/anything", content=b"x").status_code == 404
+    assert httpx.get(f"{rig.url}/slack/interactivity").status_code == 405
+    host, port = rig.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as s:
+        s.sendall(
+            b"POST /slack/interactivity HTTP/1.1\r\nHost: x\r\nContent-Length: 999999999\r\n\r\n"
+        )
+        assert s.recv(100).startswith(b"HTTP/1.0 413")
+    with socket.create_connection((host, int(port))) as s:
+        s.sendall(b"POST /wechat/callback HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert s.recv(100).startswith(b"HTTP/1.0 411")
+    silent = socket.create_connection((host, int(port)))  # sends nothing at all
+    try:
+        assert httpx.get(f"{rig.url}/healthz", timeout=5).status_code == 200
+    finally:
+        silent.close()

@@ -70,7 +70,7 @@ def test_without_an_endpoint_it_says_what_works_and_what_to_set(env):
     assert checks["GPU probe"]["detail"].startswith("inventory: 2 GPU(s)")
     assert checks["dockerd"]["status"] == "info" and "not reachable" in checks["dockerd"]["detail"]
     assert checks["daemon"]["status"] == "info" and "not running" in checks["daemon"]["detail"]
-    assert checks["approval channels"]["detail"].startswith("none built yet")
+    assert checks["approval channels"]["detail"].startswith("none configured")
 
 
 def test_a_working_endpoint_answers_and_its_tool_calls_parse(env):

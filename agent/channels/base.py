@@ -135,3 +135,8 @@ class Channel(Protocol):
     def notify(self, notice: Notice) -> None:
         """Post a notification."""
         ...
+
+    def probe(self) -> str:
+        """Check the credentials without posting anything (`nightshift doctor`): one line on
+        who the app is, or ChannelDown."""
+        ...

@@ -14,14 +14,14 @@ import stat
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import SecretStr, ValidationError
 
-from nightshift.agent.channels.base import Channel
+from nightshift.agent.channels.base import Channel, Notice
 from nightshift.agent.channels.callbacks import (
     CallbackServer,
     Desk,
@@ -167,6 +167,32 @@ def build(cfg: ChannelsSettings, policy: PolicyEngine) -> Built:
     return out
 
 
+REPORT_DAY = "channels.report_day"
+
+
+def report_notice(w: Wiring, now: datetime, day: str, hours: float = 24.0) -> Notice:
+    """The report of the `hours` before `now` as a notice (its key names `day`: one each)."""
+    from nightshift.agent.report import build_report, summary_lines
+    from nightshift.runtime import keeper
+    from nightshift.runtime.engine import job_paths
+
+    r = build_report(
+        w.store,
+        now - timedelta(hours=hours),
+        now,
+        *w.energy_pricing(),
+        kept_bytes_of=lambda job: sum(
+            k["bytes"] for k in keeper.kept(job_paths(w.settings, job)["workspace"])
+        ),
+    )
+    return Notice(
+        key=f"report:{day}",
+        kind="report",
+        title=f"nightshift report for the {hours:g} hours to {now:%Y-%m-%d %H:%M} UTC",
+        lines=tuple(summary_lines(r)),
+    )
+
+
 class ChannelService:
     """The daemon's channels: start() after the store is open, stop() before it closes."""
 
@@ -264,6 +290,7 @@ class ChannelService:
             if self._socket_down:
                 self._connect_socket()
             try:
+                self.morning_report()
                 self.outbox.tick()
                 if failing:
                     self.say("channel outbox: working again")
@@ -274,6 +301,21 @@ class ChannelService:
                     self.say(f"channel outbox: {why}; trying again")
                 failing = why
             self._stop.wait(TICK_S)
+
+    def morning_report(self) -> bool:
+        """Queue the last 24 hours' report once a day, at `channels.report_at` local time."""
+        cfg = self.w.settings.channels
+        if not cfg.report_at or "report" not in cfg.notify or not self.active:
+            return False
+        now = self.clock()
+        local = now.replace(tzinfo=UTC).astimezone()
+        hour, minute = (int(x) for x in cfg.report_at.split(":"))
+        day = local.date().isoformat()
+        if (local.hour, local.minute) < (hour, minute) or self.w.store.get_kv(REPORT_DAY) == day:
+            return False
+        self.outbox.queue_notice(report_notice(self.w, now, day))
+        self.w.store.set_kv(REPORT_DAY, day)
+        return True
 
     def stop(self) -> None:
         self._stop.set()

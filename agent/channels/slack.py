@@ -322,6 +322,11 @@ class SlackChannel:
             **_POST_OPTIONS,
         )
 
+    def probe(self) -> str:
+        """auth.test: the workspace and the bot the token belongs to."""
+        r = self._call("auth.test", self._client.auth_test)
+        return f"bot {r.get('user')} in workspace {r.get('team')}"
+
     def _call(self, method: str, fn: Callable[..., Any], **kwargs: Any) -> Any:
         """One Web API call; every failure becomes ChannelDown naming the method and Slack's
         error code. The SDK's own exception is dropped (`from None`): it holds the request,

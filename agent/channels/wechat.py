@@ -221,6 +221,12 @@ class WeComChannel:
 
     # ----------------------------------------------------------------------------- the API
 
+    def probe(self) -> str:
+        """gettoken with the app's secret: whether the corp id and secret are right."""
+        self._access_token()
+        robot = ", and a group robot" if self._robot is not None else ""
+        return f"app {self.agent_id} of {self.corp_id}: {len(self.approvers)} approver(s){robot}"
+
     def _call(self, api: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST to an app API with the access token; on a token error, once more with a new
         one."""

@@ -119,7 +119,7 @@ def run_checks(config: str | None, timeout_s: float) -> list[Check]:
         ("GPU probe", lambda: [_gpu(settings)]),
         ("dockerd", lambda: [_docker(settings)]),
         ("daemon", lambda: [_daemon(settings)]),
-        ("approval channels", lambda: [_channels()]),
+        ("approval channels", lambda: _channels(settings)),
     ):
         checks += _safely(area, fn)
     return checks
@@ -395,13 +395,41 @@ def _unix_connects(path: str) -> bool:
         return False
 
 
-def _channels() -> Check:
-    return Check(
-        "approval channels",
-        "info",
-        "none built yet (Slack, WeChat Work): approvals are decided with `nightshift approve ID` "
-        "/ `nightshift reject ID`, or confirmed at the terminal that asked",
-    )
+def _channels(settings: Settings) -> list[Check]:
+    """Each configured channel's credentials (auth.test, gettoken), and how clicks come back."""
+    from nightshift.agent.channels.base import ChannelDown
+    from nightshift.agent.channels.service import build
+    from nightshift.policies.engine import PolicyEngine
+    from nightshift.policies.model import load_policy
+
+    area = "approval channels"
+    built = build(settings.channels, PolicyEngine(load_policy(settings.policy.file)))
+    if not built.channels:
+        return [
+            Check(
+                area,
+                "info",
+                "none configured: approvals are decided with `nightshift approve ID` / "
+                "`nightshift reject ID`, in `nightshift chat`, or at the terminal that asked",
+                "README, 'Approvals on Slack and WeChat Work', to add one",
+            )
+        ]
+    listen = settings.channels.listen or "nowhere (channels.listen is null)"
+    receive = {
+        "slack": "Socket Mode"
+        if built.socket_mode
+        else f"interactivity URL https://<your host>/slack/interactivity → {listen}",
+        "wechat": f"callback URL https://<your host>/wechat/callback → {listen}",
+    }
+    out = []
+    for name, channel in built.channels.items():
+        try:
+            who = channel.probe()
+        except ChannelDown as exc:
+            out.append(Check(f"{area}: {name}", "fail", str(exc), "check the token or secret"))
+            continue
+        out.append(Check(f"{area}: {name}", "ok", f"{who}; clicks via {receive[name]}"))
+    return out
 
 
 def register(app: typer.Typer) -> None:

@@ -19,6 +19,9 @@ def report(
         None, "--markdown", help="Write Markdown (+ PNG plot) here"
     ),
     as_json: bool = typer.Option(False, "--json"),
+    notify: bool = typer.Option(
+        False, "--notify", help="Also queue it for Slack / WeChat Work (the daemon posts it)"
+    ),
     config: str | None = typer.Option(None, "--config"),
 ) -> None:
     """Jobs, attempts, failures by cause, recoveries, GPU-hours, kWh and cost."""
@@ -39,6 +42,8 @@ def report(
         ),
     )
     head = _publish_head(w)
+    if notify:
+        _queue_for_channels(w, hours)
     if as_json:
         print(r.model_dump_json(indent=2))
         return
@@ -70,6 +75,24 @@ def report(
         )
     )
     console.print(head, markup=False, highlight=False)
+
+
+def _queue_for_channels(w: Wiring, hours: float) -> None:
+    from nightshift.agent.channels.service import ChannelService, report_notice
+    from nightshift.agent.wiring import local_now
+    from nightshift.runtime.errors import ConfigError
+
+    service = ChannelService(w, say=console.print)
+    if not service.active:
+        raise ConfigError(
+            "--notify: no channel is configured (README, 'Approvals on Slack and WeChat Work')"
+        )
+    now = local_now()
+    notice = report_notice(w, now, f"{now:%Y-%m-%dT%H:%M}", hours)
+    service.outbox.queue_notice(notice)
+    console.print(
+        f"queued for {', '.join(service.built.channels)}: the daemon posts it (`nightshift daemon`)"
+    )
 
 
 def _publish_head(w: Wiring) -> str:
