@@ -575,3 +575,19 @@ def test_the_endpoint_refuses_what_is_not_a_callback(rig):
         assert httpx.get(f"{rig.url}/healthz", timeout=5).status_code == 200
     finally:
         silent.close()
+
+
+def test_a_rule_names_its_channels(home, monkeypatch, fakes):
+    """`channels: [slack]` on a rule: its requests go to Slack only (the CLI and TUI have every
+    request regardless)."""
+    slack, wecom = fakes
+    for k, v in channel_env(home, slack, wecom, "127.0.0.1:0").items():
+        monkeypatch.setenv(k, v)
+    policy = json.loads(json.dumps(POLICY))
+    policy["approvals"][0]["channels"] = ["slack"]
+    (home / "policy.yaml").write_text(yaml.safe_dump(policy))
+    r = Rig(home, slack, wecom)
+    r.agent_asks_cancel(r.queued_job())
+    r.tick()
+    assert "chat.postMessage" in slack.methods()
+    assert wecom.cards() == []

@@ -32,3 +32,22 @@ def test_ci_runs_the_readme_test_command():
     )
     ci_lines = [line for line in (REPO / ".ci" / "run").read_text().splitlines() if line.strip()]
     assert ci_lines[-1] == test_cmd
+
+
+def test_channels_example_loads(home):
+    """The channels block of the README loads as settings, and its policy block as a policy."""
+    from nightshift.policies.model import load_policy
+
+    block = README.split("```yaml\n# config.yaml: the ids")[1].split("```")[0].partition("\n")[2]
+    (home / "config.yaml").write_text(block)
+    settings = load_settings()
+    assert settings.channels.slack.approvals_channel == "C0123456789"
+    assert settings.channels.wechat.agent_id == 1000002
+    policy = README.split("```yaml\n# policy.yaml\n")[1].split("```")[0]
+    (home / "policy.yaml").write_text(
+        "version: 1\nroles: {operator: {capabilities: [read, destroy], can_approve: true}, "
+        "reader: {capabilities: [read]}}\nlocal_user_principal: null\n" + policy
+    )
+    loaded = load_policy(home / "policy.yaml")
+    assert loaded.principals["alice"].slack_id == "U024BE7LH"
+    assert loaded.approvals[0].quorum == 2
