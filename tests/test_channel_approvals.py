@@ -591,3 +591,28 @@ def test_a_rule_names_its_channels(home, monkeypatch, fakes):
     r.tick()
     assert "chat.postMessage" in slack.methods()
     assert wecom.cards() == []
+
+
+def test_a_replayed_wechat_event_counts_once(rig):
+    aid = rig.agent_asks_cancel(rig.queued_job())
+    rig.tick()
+    now = int(time.time())
+    query, body = encrypted_event(
+        WECOM_TOKEN,
+        AES_KEY,
+        CORP,
+        user="bob.w",
+        approval_id=aid,
+        approve=True,
+        task_id=rig.wecom.last_card()["task_id"],
+        response_code=rig.wecom.new_response_code(),
+        create_time=now,
+        timestamp=now,
+        nonce="same-nonce",
+    )
+    for _ in range(2):
+        assert (
+            httpx.post(f"{rig.url}/wechat/callback", params=query, content=body).status_code == 200
+        )
+    assert len(rig.approval(aid).votes) == 1
+    assert [e.payload["channel"] for e in rig.events("channel.refused")] == ["wechat"]
