@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from sqlmodel import func, select
+from sqlmodel import col, func, select
 
 from nightshift.runtime.backoff import Backoff
 from nightshift.runtime.errors import (
@@ -196,11 +196,24 @@ class Loop:
                 self.say("approved", {"approval_id": row.id, "error": str(exc)})
 
     def _needing_recovery(self) -> list[tuple[int, int]]:
+        """Failed and paused jobs whose last attempt this node ran: one daemon recovers each."""
         with self.w.store.session() as s:
             rows = s.exec(
-                select(Job.id, func.count(Attempt.id))
+                select(Job.id, func.count(Attempt.id), func.max(Attempt.id))
                 .join(Attempt, Attempt.job_id == Job.id)
                 .where(Job.state.in_(("failed", "paused")))
                 .group_by(Job.id)
             ).all()
-        return [(j, n) for j, n in rows]
+            last = (
+                dict(
+                    s.exec(
+                        select(Attempt.id, Attempt.node).where(
+                            col(Attempt.id).in_([r[2] for r in rows])
+                        )
+                    ).all()
+                )
+                if rows
+                else {}
+            )
+        node = self.w.settings.node
+        return [(j, n) for j, n, a in rows if last.get(a) in (node, "")]

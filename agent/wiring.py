@@ -88,6 +88,18 @@ class Wiring:
                 stop_grace_s=ex.stop_grace_s,
                 pids_limit=ex.pids_limit,
             )
+        if ex.kind == "ray":
+            from nightshift.runtime.ray_executor import RayExecutor  # needs the ray extra
+
+            return RayExecutor(
+                self.settings.runs_dir, address=ex.ray_address, stop_grace_s=ex.stop_grace_s
+            )
+        if ex.kind == "kubernetes":
+            from nightshift.runtime.kubernetes_executor import KubernetesExecutor
+
+            return KubernetesExecutor(
+                self.settings.runs_dir, settings=ex.kubernetes, stop_grace_s=ex.stop_grace_s
+            )
         from nightshift.runtime.local_executor import LocalExecutor
 
         return LocalExecutor(self.settings.runs_dir)

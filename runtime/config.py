@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 from collections.abc import Callable
 from contextvars import ContextVar
 from pathlib import Path
@@ -90,10 +91,49 @@ class AuditSettings(BaseModel):
     )
 
 
-class ExecutorSettings(BaseModel):
-    kind: Literal["local", "docker"] = Field(
-        "local", description="local processes, or Docker containers for specs that name an image"
+class PvcMount(BaseModel):
+    """A PersistentVolumeClaim every Kubernetes pod mounts (code, data, checkpoints)."""
+
+    claim: str = Field(description="The PVC's name, in the executor's namespace")
+    mount_path: str = Field(description="Where the pod sees it; give the same path as the host")
+    sub_path: str | None = None
+    read_only: bool = False
+
+
+class KubernetesSettings(BaseModel):
+    """Where and how a `batch/v1` Job per attempt is created (runtime/kubernetes_executor.py)."""
+
+    namespace: str = "default"
+    api_url: str | None = Field(
+        None,
+        description="The API server's URL; None: the kubeconfig (or in-cluster config) decides",
     )
+    kubeconfig: str | None = Field(None, description="A kubeconfig file; default ~/.kube/config")
+    context: str | None = Field(None, description="The kubeconfig context to use")
+    mounts: list[PvcMount] = Field(default_factory=list)
+    priority_classes: dict[int, str] = Field(
+        default_factory=dict,
+        description="Job priority (at least this) → PriorityClass name, e.g. {0: batch, 5: urgent}",
+    )
+    kueue_queue: str | None = Field(
+        None, description="Kueue LocalQueue (the kueue.x-k8s.io/queue-name label); None: no Kueue"
+    )
+    service_account: str | None = None
+    image: str | None = Field(
+        None, description="The image of a job whose spec names none (a pod always needs one)"
+    )
+
+
+class ExecutorSettings(BaseModel):
+    kind: Literal["local", "docker", "ray", "kubernetes"] = Field(
+        "local",
+        description="local processes; Docker containers for specs that name an image; jobs "
+        "of an existing Ray cluster (its Jobs API); a Kubernetes Job per attempt",
+    )
+    ray_address: str = Field(
+        "http://127.0.0.1:8265", description="The Ray dashboard's address (the Jobs API)"
+    )
+    kubernetes: KubernetesSettings = KubernetesSettings()
     runs_dir: str | None = Field(
         None, description="Where attempt logs go; default $NIGHTSHIFT_HOME/runs"
     )
@@ -191,6 +231,12 @@ class ApiSettings(BaseModel):
 
 class LoopSettings(BaseModel):
     poll_interval_s: float = 0.5
+    node: str | None = Field(
+        None,
+        description="This daemon's name among the daemons sharing one store (default: the host "
+        "name): it starts any queued job, and watches, recovers and places on its own GPUs only "
+        "the attempts it started",
+    )
     cpu_slots: int = Field(1, ge=1, description="CPU-only jobs that may run at once")
     health_interval_min: float = Field(
         10.0, gt=0, description="The daemon checks GPU health this often"
@@ -419,6 +465,11 @@ class Settings(BaseSettings):
     @property
     def home_path(self) -> Path:
         return Path(self.home)
+
+    @property
+    def node(self) -> str:
+        """`loop.node`, else this host's name."""
+        return self.loop.node or socket.gethostname()
 
     @property
     def store_url(self) -> str:

@@ -32,6 +32,7 @@ from nightshift.runtime.spec import ExperimentSpec
 from nightshift.runtime.store import Attempt, CheckpointRecord, Job, MetricPoint, Store, utcnow
 
 ACTIVE = ("queued", "running")
+DEADLINE_MARGIN_S = 300
 # How a job stands after an attempt the loop ended on purpose (anything else unclean: failed).
 JOB_STATE_AFTER = {
     "early_stopped": "succeeded",
@@ -184,6 +185,7 @@ class Engine:
             preempt_margin=sched.preempt_margin,
             default_duration_s=sched.default_duration_min * 60,
             scope=self.scope() if self.scope is not None else None,
+            node=self.settings.node,
         )
         snap = snap.model_copy(
             update={
@@ -236,6 +238,15 @@ class Engine:
         it takes SQLite's write lock before anything is read, so of two loops placing the same job
         (`nightshift run` and a daemon started later) one claims it and the other gets None."""
         with self.store.session() as s:
+            if s.connection().dialect.name == "postgresql":
+                # Another daemon claiming this job holds its row: skip it, do not wait for it.
+                free = s.exec(
+                    select(Job.id)
+                    .where(col(Job.id) == job_id, col(Job.state) == "queued")
+                    .with_for_update(skip_locked=True)
+                ).first()
+                if free is None:
+                    return None
             claimed = s.exec(
                 update(Job)
                 .where(col(Job.id) == job_id, col(Job.state) == "queued")
@@ -259,6 +270,7 @@ class Engine:
             att = Attempt(
                 job_id=job_id,
                 number=number,
+                node=self.settings.node,
                 gpus=gpus,
                 params=dict(job.params),
                 start_step=job.resume_step or 0,
@@ -364,7 +376,19 @@ class Engine:
             mounts=mounts,
             network_mode=spec.environment.network_mode,
             memory_gb=res.host_memory_gb,
-            labels={"nightshift.job": str(job.id), "nightshift.attempt": str(att.number)},
+            labels={
+                "nightshift.job": str(job.id),
+                "nightshift.attempt": str(att.number),
+                # What a cluster executor schedules by: a priority class, and a deadline that
+                # backs up the loop's own timeout_min (a few minutes later, so the loop's stop,
+                # at a checkpoint, comes first while a daemon watches).
+                "nightshift.priority": str(job.priority),
+                **(
+                    {"nightshift.timeout_s": f"{spec.timeout_min * 60 + DEADLINE_MARGIN_S:g}"}
+                    if spec.timeout_min
+                    else {}
+                ),
+            },
         )
 
     def _launch(self, att: Attempt) -> Attempt:
@@ -411,10 +435,14 @@ class Engine:
                     },
                 )
 
+    def mine(self) -> Any:
+        """The attempts this node watches: those it started (and those from before nodes)."""
+        return col(Attempt.node).in_((self.settings.node, ""))
+
     def recover_starting(self) -> None:
         """Finish launches that a crashed process recorded but may not have started."""
         with self.store.session() as s:
-            starting = list(s.exec(select(Attempt).where(Attempt.state == "starting")))
+            starting = list(s.exec(select(Attempt).where(Attempt.state == "starting", self.mine())))
         for att in starting:
             self._launch(att)
 
@@ -426,7 +454,7 @@ class Engine:
     def watch_running(self, now: datetime) -> None:
         self.recover_starting()
         with self.store.session() as s:
-            running = list(s.exec(select(Attempt).where(Attempt.state == "running")))
+            running = list(s.exec(select(Attempt).where(Attempt.state == "running", self.mine())))
         for att in running:
             job = self.store.job(att.job_id)
             spec = ExperimentSpec.model_validate(job.spec)

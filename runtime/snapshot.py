@@ -134,6 +134,7 @@ def load_snapshot(
     preempt_margin: int | None = None,
     default_duration_s: float = 3600.0,
     scope: set[int] | None = None,
+    node: str | None = None,
 ) -> Snapshot:
     """The placement snapshot from the store in five queries.
 
@@ -147,7 +148,9 @@ def load_snapshot(
     attempts; a running job ends by its timeout at the latest. Backoff: a queued job whose last
     attempt failed waits until `backoff.not_before(ended_at, number, job_id)`. A job may be
     paused only when its spec allows it and it has a checkpoint to resume from. GPUs: the
-    latest health sample of each (host, index), not the whole sample history."""
+    latest health sample of each (host, index), not the whole sample history. With `node`
+    (several daemons on one store), the running jobs and the GPUs are that node's only: another
+    node's GPU 0 is not this one's, and its CPU jobs take none of this node's slots."""
     backoff = backoff or Backoff()
     active = ("queued", "running")
     with store.session() as s:
@@ -188,6 +191,7 @@ def load_snapshot(
                 Attempt.gpus,
                 Attempt.started_at,
                 Attempt.ended_at,
+                Attempt.node,
             )
             .join(Job, Job.id == Attempt.job_id)
             .where(Job.state.in_(active))
@@ -203,6 +207,8 @@ def load_snapshot(
             )
         ).all()
         latest = select(func.max(GpuSample.id)).group_by(GpuSample.host, GpuSample.gpu_index)
+        if node is not None:  # this node's samples (and those from before nodes existed)
+            latest = latest.where(GpuSample.host.in_((node, "localhost")))
         samples = conn.execute(
             select(GpuSample.gpu_index, GpuSample.host, GpuSample.verdict, GpuSample.data)
             .where(GpuSample.id.in_(latest))
@@ -277,6 +283,8 @@ def load_snapshot(
                 )
             )
         else:
+            if node is not None and att is not None and att.node not in (node, ""):
+                continue  # another node's run: its GPUs and slots are not ours
             started = att.started_at if att is not None and att.ended_at is None else None
             end = None
             if started is not None:

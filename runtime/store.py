@@ -101,6 +101,9 @@ class Attempt(SQLModel, table=True):
     # starting → running → exited | lost | stopped
     state: str = Field(default="starting", index=True)
     executor: str = "local"
+    # The daemon (`loop.node`) that started it, the only one that watches it: a local pid or a
+    # GPU index means something on that node only. "" for attempts from before nodes existed.
+    node: str = Field(default="", sa_column_kwargs={"server_default": text("''")}, index=True)
     handle: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     argv: list = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
     params: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))

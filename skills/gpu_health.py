@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
-from sqlmodel import select
+from sqlmodel import col, select
 
 from nightshift.runtime.config import HealthThresholds
 from nightshift.runtime.errors import BadArguments, SpecError
@@ -378,7 +378,14 @@ def _latest_per_index(ctx: SkillContext) -> list[GpuSample]:
     """The newest sample of each GPU index up to ctx.now: the GPUs as placement knows them."""
     latest: dict[int, GpuSample] = {}
     with ctx.store.session() as s:
-        rows = s.exec(select(GpuSample).where(GpuSample.taken_at <= ctx.now).order_by(GpuSample.id))
+        rows = s.exec(
+            select(GpuSample)
+            .where(
+                GpuSample.taken_at <= ctx.now,
+                col(GpuSample.host).in_((ctx.settings.node, "localhost")),
+            )
+            .order_by(GpuSample.id)
+        )
         for row in rows:
             latest[row.gpu_index] = row
     return [latest[i] for i in sorted(latest)]
@@ -467,7 +474,7 @@ def _missing_gpus(
     return found.verdicts, notes
 
 
-def _sample(v: GpuVerdict, now: datetime) -> GpuSample | None:
+def _sample(v: GpuVerdict, now: datetime, host: str) -> GpuSample | None:
     """The row that records a verdict; none for a GPU known by bus id alone or an unknown index."""
     if v.index is None:
         return None
@@ -478,7 +485,9 @@ def _sample(v: GpuVerdict, now: datetime) -> GpuSample | None:
         data["missing"] = [r.message for r in v.reasons]
     else:
         return None
-    return GpuSample(gpu_index=v.index, uuid=v.uuid, verdict=v.verdict, data=data, taken_at=now)
+    return GpuSample(
+        host=host, gpu_index=v.index, uuid=v.uuid, verdict=v.verdict, data=data, taken_at=now
+    )
 
 
 # ----------------------------------------------------------------------------------- sources
@@ -563,7 +572,10 @@ def gpu_health_check(ctx: SkillContext, inp: HealthCheckInput) -> HealthCheckRes
     if record:
         # GPUs not seen go first: where another GPU now answers at the same index, its sample
         # is the newer one, and placement reads the newest per index.
-        rows = [_sample(v, ctx.now) for v in sorted(verdicts, key=lambda v: not v.missing)]
+        rows = [
+            _sample(v, ctx.now, ctx.settings.node)
+            for v in sorted(verdicts, key=lambda v: not v.missing)
+        ]
         with ctx.store.session() as s:
             for row in rows:
                 if row is not None:

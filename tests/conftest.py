@@ -141,9 +141,7 @@ def need(module: str, why: str):
     except ImportError:
         if os.environ.get("CI") == "true":
             pytest.fail(f"{module} is required in CI ({why}); .ci/run installs it")
-        pytest.skip(
-            f"{module} is not installed ({why}); `pip install torch==2.13.0` or see .ci/run"
-        )
+        pytest.skip(f"{module} is not installed ({why}); .ci/run shows how it is installed")
 
 
 def write_spec(

@@ -15,6 +15,10 @@ SUITES = {
     "perf": ("nightshift.evals.perf", "agent step overhead, audit append/verify throughput"),
     "crash": ("nightshift.evals.crash_consistency", "daemon SIGKILLs: launches doubled, jobs lost"),
     "fuzz": ("nightshift.evals.fuzz_inputs", "fuzzed specs and goals: tracebacks, hangs"),
+    "team": (
+        "nightshift.evals.team_load",
+        "submitters and daemons on one PostgreSQL store: jobs lost, run twice",
+    ),
     "chat": (
         "nightshift.evals.trajectories:chat_main",
         "the chat cases against a real model endpoint: pass rate per case",
