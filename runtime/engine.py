@@ -314,7 +314,7 @@ class Engine:
         spec.base_dir = str(Path(job.spec_path).parent) if job.spec_path else spec.base_dir
         builtins = {
             "python": spec.environment.python
-            or ("python3" if spec.environment.image else sys.executable),
+            or ("python3" if self._in_image(spec) else sys.executable),
             "checkpoint_dir": str(paths["checkpoint_dir"]),
             "metrics_file": str(paths["metrics_file"]),
             "run_dir": str(paths["workspace"]),
@@ -329,6 +329,12 @@ class Engine:
             argv += [a.format(**extra) for a in spec.checkpoint.resume_arg]
         return argv
 
+    def _in_image(self, spec: ExperimentSpec) -> bool:
+        """Whether the run sees an image's file system, not this host's: the spec names an
+        image, or every run is a pod (Kubernetes, with `executor.kubernetes.image` by default).
+        Then `{python}` is the image's python3 and the code and job folders are mounted."""
+        return bool(spec.environment.image) or self.settings.executor.kind == "kubernetes"
+
     def _request(self, att: Attempt, job: Job) -> LaunchRequest:
         spec = ExperimentSpec.model_validate(job.spec)
         spec.base_dir = str(Path(job.spec_path).parent) if job.spec_path else None
@@ -342,7 +348,7 @@ class Engine:
             "PYTHONUNBUFFERED": "1",
         }
         mounts = []
-        if spec.environment.image:
+        if self._in_image(spec):
             # In a container the code and the job's folder sit at the same paths as on the host,
             # so the rendered argv ({checkpoint_dir}, {metrics_file}) means the same in both.
             mounts = [

@@ -513,3 +513,52 @@ def test_unloadable_kubeconfig_is_an_operator_error(tmp_path: Path) -> None:
     )
     with pytest.raises(OperatorError, match=r"executor\.kubernetes\.kubeconfig"):
         ex.find("attempt-1")
+
+
+def test_a_queued_job_becomes_a_kubernetes_job_through_the_loop(
+    kube, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """executor.kind: kubernetes end to end up to the API: the loop claims the job and creates a
+    Job whose pod runs the image's python3 in the code folder, mounts the code and job folders
+    from the PVCs that hold them, takes its priority class and a deadline past timeout_min."""
+    import json
+
+    import yaml
+
+    from nightshift.agent.api import Client
+    from nightshift.agent.wiring import Wiring
+
+    from conftest import REPO, write_spec
+
+    spec_path = write_spec(tmp_path, steps=20)
+    spec = yaml.safe_load(spec_path.read_text())
+    spec["timeout_min"] = 30
+    spec_path.write_text(yaml.safe_dump(spec))
+    for key, value in {
+        "KIND": "kubernetes",
+        "KUBERNETES__API_URL": kube.url,
+        "KUBERNETES__IMAGE": "registry.local/train:1",
+        "KUBERNETES__MOUNTS": json.dumps(
+            [
+                {"claim": "scratch", "mount_path": str(tmp_path)},
+                {"claim": "home", "mount_path": str(home)},
+                {"claim": "code", "mount_path": str(REPO), "read_only": True},
+            ]
+        ),
+        "KUBERNETES__PRIORITY_CLASSES": json.dumps({"0": "batch", "5": "urgent"}),
+    }.items():
+        monkeypatch.setenv(f"NIGHTSHIFT_EXECUTOR__{key}", value)
+    w = Wiring.load()
+    job_id = Client(w).submit(str(spec_path), priority=5)
+    w.engine.tick()
+    att = w.store.attempts(job_id)[0]
+    assert att.state == "running", (att.state, att.outcome, att.handle, w.store.job(job_id).reason)
+    manifest = kube.job(att.handle["name"])
+    pod = pod_spec(manifest)
+    main = pod["containers"][0]
+    assert main["command"][0] == "python3" and main["image"] == "registry.local/train:1"
+    mounted = {m["mountPath"] for m in main.get("volumeMounts", [])}
+    assert {str(tmp_path), str(home), str(REPO)} <= mounted
+    assert pod["priorityClassName"] == "urgent"
+    assert manifest["spec"]["activeDeadlineSeconds"] == 30 * 60 + 300
+    assert manifest["spec"]["backoffLimit"] == 0
