@@ -36,10 +36,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from nightshift.runtime import locks
 from nightshift.runtime.errors import OperatorError, SkillFailed
 from nightshift.runtime.executor import LaunchRequest, RunStatus
 from nightshift.runtime.local_executor import _SECRET_RE, _read_tail
+from nightshift.runtime.run_state import RunStateFiles
 
 try:
     import docker
@@ -133,6 +133,7 @@ class DockerExecutor:
         Docker's init as PID 1, so the run gets stop signals and its zombies are reaped."""
         self.runs_dir = Path(runs_dir).expanduser().resolve()
         self.state_dir = self.runs_dir / "docker"
+        self._states = RunStateFiles(self.state_dir, _CopyState)
         self.base_url = base_url
         self.network_mode = network_mode
         self.stop_grace_s = stop_grace_s
@@ -460,8 +461,7 @@ class DockerExecutor:
     # ------------------------------------------------------------------------ copying output
     def _copy_logs(self, h: DockerHandle) -> None:
         """Append the container's output that no process has copied yet to the log file."""
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        with locks.exclusive(self.state_dir / f"{h.name}.lock"):
+        with self._states.locked(h.name):
             state = self._read_state(h)
             since = state.cut_ns // 10**9
             stream = self._docker().api.logs(
@@ -539,28 +539,13 @@ class DockerExecutor:
                 self._client = None
 
     def _read_state(self, h: DockerHandle) -> _CopyState:
-        path = self.state_dir / f"{h.name}.json"
-        try:
-            return _CopyState.model_validate_json(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return _CopyState()
-        except ValidationError as exc:
-            raise OperatorError(
-                f"log copy state {str(path)!r} is unreadable ({exc.errors()[0]['msg']}); remove "
-                "it and the run's output is copied again from the start"
-            ) from exc
+        return self._states.read(h.name, _CopyState)
 
     def _write_state(self, h: DockerHandle, state: _CopyState) -> None:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        path = self.state_dir / f"{h.name}.json"
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(state.model_dump_json(), encoding="utf-8")
-        os.replace(tmp, path)
+        self._states.write(h.name, state)
 
     def _update_state(self, h: DockerHandle, **changes: Any) -> None:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        with locks.exclusive(self.state_dir / f"{h.name}.lock"):
-            self._write_state(h, self._read_state(h).model_copy(update=changes))
+        self._states.update(h.name, lambda: self._read_state(h), **changes)
 
     # ------------------------------------------------------------------------------ helpers
     def _docker(self) -> Any:

@@ -46,12 +46,12 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, Field, ValidationError
 
-from nightshift.runtime import locks
 from nightshift.runtime.config import KubernetesSettings
 from nightshift.runtime.docker_executor import _ts_ns
 from nightshift.runtime.errors import OperatorError, SkillFailed
 from nightshift.runtime.executor import LaunchRequest, RunStatus
 from nightshift.runtime.local_executor import _SECRET_RE, _read_tail
+from nightshift.runtime.run_state import RunStateFiles
 
 try:
     import kubernetes.client
@@ -188,6 +188,7 @@ class KubernetesExecutor:
         terminationGracePeriodSeconds: SIGTERM, then SIGKILL that long after a stop."""
         self.runs_dir = Path(runs_dir).expanduser().resolve()
         self.state_dir = self.runs_dir / "kubernetes"
+        self._states = RunStateFiles(self.state_dir, _State)
         self.settings = settings or KubernetesSettings()
         self.namespace = self.settings.namespace
         self.stop_grace_s = stop_grace_s
@@ -636,8 +637,7 @@ class KubernetesExecutor:
     def _copy_logs(self, h: KubernetesHandle, pods: list[dict[str, Any]]) -> None:
         """Append the pods' output that no process has copied yet to the log file."""
         _, core = self._api()
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        with locks.exclusive(self._state_path(h, ".lock")):
+        with self._states.locked(self._state_name(h)):
             state = self._read_state(h)
             before = state.model_copy(deep=True)
             out = bytearray()
@@ -696,34 +696,20 @@ class KubernetesExecutor:
             self._update_state(h, final=status)
         return status
 
-    def _state_path(self, h: KubernetesHandle, suffix: str) -> Path:
-        return self.state_dir / f"{h.namespace}.{h.name}{suffix}"
+    @staticmethod
+    def _state_name(h: KubernetesHandle) -> str:
+        return f"{h.namespace}.{h.name}"
 
     def _read_state(self, h: KubernetesHandle) -> _State:
-        path = self._state_path(h, ".json")
-        try:
-            state = _State.model_validate_json(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return _State(uid=h.uid)
-        except ValidationError as exc:
-            raise OperatorError(
-                f"log copy state {str(path)!r} is unreadable ({exc.errors()[0]['msg']}); remove "
-                "it and the run's output is copied again from the start"
-            ) from exc
+        state = self._states.read(self._state_name(h), lambda: _State(uid=h.uid))
         # A Job of the same name created later (a relaunch of the key) starts afresh.
         return state if state.uid == h.uid else _State(uid=h.uid)
 
     def _write_state(self, h: KubernetesHandle, state: _State) -> None:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        path = self._state_path(h, ".json")
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(state.model_dump_json(), encoding="utf-8")
-        os.replace(tmp, path)
+        self._states.write(self._state_name(h), state)
 
     def _update_state(self, h: KubernetesHandle, **changes: Any) -> None:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        with locks.exclusive(self._state_path(h, ".lock")):
-            self._write_state(h, self._read_state(h).model_copy(update=changes))
+        self._states.update(self._state_name(h), lambda: self._read_state(h), **changes)
 
     # ------------------------------------------------------------------------------ helpers
     def _api(self) -> tuple[Any, Any]:

@@ -53,10 +53,10 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from nightshift.runtime import locks
 from nightshift.runtime.errors import OperatorError, SkillFailed
 from nightshift.runtime.executor import LaunchRequest, RunStatus
 from nightshift.runtime.local_executor import _SECRET_RE, ATTEMPT_KEY_ENV, _read_tail
+from nightshift.runtime.run_state import RunStateFiles
 
 try:
     from ray.exceptions import AuthenticationError
@@ -163,6 +163,7 @@ class RayExecutor:
         runs on the head node, where Ray puts such jobs). `timeout_s` bounds each request."""
         self.runs_dir = Path(runs_dir).expanduser().resolve()
         self.state_dir = self.runs_dir / "ray"
+        self._states = RunStateFiles(self.state_dir, _CopyState)
         self.address = _address(address)
         self.stop_grace_s = stop_grace_s
         self.num_cpus = num_cpus
@@ -447,8 +448,7 @@ class RayExecutor:
             every = min(_COPY_EVERY_MAX_S, max(_COPY_EVERY_S, last[1] / _COPY_BYTES_PER_S))
             if now - last[0] < every:
                 return
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        with locks.exclusive(self.state_dir / f"{h.submission_id}.lock"):
+        with self._states.locked(h.submission_id):
             state = self._read_state(h)
             try:
                 text = self._request(
@@ -472,31 +472,14 @@ class RayExecutor:
             state.copied = len(text)
             self._write_state(h, state)
 
-    def _state_file(self, h: RayHandle) -> Path:
-        return self.state_dir / f"{h.submission_id}.json"
-
     def _read_state(self, h: RayHandle) -> _CopyState:
-        path = self._state_file(h)
-        try:
-            return _CopyState.model_validate_json(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return _CopyState()
-        except ValidationError as exc:
-            raise OperatorError(
-                f"log copy state {str(path)!r} is unreadable ({exc.errors()[0]['msg']}); remove "
-                "it and the run's output is copied again from the start"
-            ) from exc
+        return self._states.read(h.submission_id, _CopyState)
 
     def _write_state(self, h: RayHandle, state: _CopyState) -> None:
-        path = self._state_file(h)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(state.model_dump_json(), encoding="utf-8")
-        os.replace(tmp, path)
+        self._states.write(h.submission_id, state)
 
     def _update_state(self, h: RayHandle, **changes: Any) -> None:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        with locks.exclusive(self.state_dir / f"{h.submission_id}.lock"):
-            self._write_state(h, self._read_state(h).model_copy(update=changes))
+        self._states.update(h.submission_id, lambda: self._read_state(h), **changes)
 
     # ------------------------------------------------------------------------------ helpers
     def _client(self) -> Any:
