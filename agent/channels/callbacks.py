@@ -186,43 +186,45 @@ def _handler(server: CallbackServer) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def slack_route(interactivity: Any, desk: Desk) -> Route:
-    """Slack's interactivity request: verified by SlackInteractivity.decide, then counted.
-    Slack shows nothing of the answer's body for block_actions; a 200 stops its retries."""
+def _route(channel: str, desk: Desk, verify: Callable[..., Decision | str]) -> Route:
+    """A callback: `verify(method, query, headers, body)` checks it (BadCallback: refused and
+    audited, the HTTP answer says only that) and gives a Decision to count, or the text a URL
+    check must echo. A verified click gets an empty 200 whether or not it counted (the audit says
+    why): the channels retry anything else."""
 
     def route(method: str, query: dict[str, str], headers: dict[str, str], body: bytes):
-        if method != "POST":
-            return 405, "POST only"
         try:
-            decision = interactivity.decide(headers, body)
+            verified = verify(method, query, headers, body)
         except BadCallback as exc:
-            desk.refuse("slack", str(exc), peer=headers.get("x-forwarded-for"))
+            desk.refuse(channel, str(exc), peer=headers.get("x-forwarded-for"))
             return exc.status, "refused"
+        if isinstance(verified, str):
+            return 200, verified
         try:
-            desk.decide(decision)
+            desk.decide(verified)
         except Refused:
-            return 200, ""  # verified and audited; a retry would be refused again
+            pass
         return 200, ""
 
     return route
+
+
+def slack_route(interactivity: Any, desk: Desk) -> Route:
+    """Slack's interactivity requests (POST), verified by SlackInteractivity.decide."""
+
+    def verify(method: str, query: dict[str, str], headers: dict[str, str], body: bytes):
+        if method != "POST":
+            raise BadCallback("only POST carries a click", status=405)
+        return interactivity.decide(headers, body)
+
+    return _route("slack", desk, verify)
 
 
 def wechat_route(callback: Any, desk: Desk) -> Route:
-    """WeChat Work's callback: GET verifies the URL (echoes the decrypted echostr), POST carries
-    an encrypted event; an empty 200 answers (WeChat retries otherwise)."""
+    """WeChat Work's callback: GET verifies the URL (the decrypted echostr is echoed), POST
+    carries an encrypted event."""
 
-    def route(method: str, query: dict[str, str], headers: dict[str, str], body: bytes):
-        try:
-            if method == "GET":
-                return 200, callback.verify_url(query)
-            decision = callback.decide(query, body)
-        except BadCallback as exc:
-            desk.refuse("wechat", str(exc), peer=headers.get("x-forwarded-for"))
-            return exc.status, "refused"
-        try:
-            desk.decide(decision)
-        except Refused:
-            return 200, ""
-        return 200, ""
+    def verify(method: str, query: dict[str, str], headers: dict[str, str], body: bytes):
+        return callback.verify_url(query) if method == "GET" else callback.decide(query, body)
 
-    return route
+    return _route("wechat", desk, verify)
