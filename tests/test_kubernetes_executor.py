@@ -562,3 +562,23 @@ def test_a_queued_job_becomes_a_kubernetes_job_through_the_loop(
     assert pod["priorityClassName"] == "urgent"
     assert manifest["spec"]["activeDeadlineSeconds"] == 30 * 60 + 300
     assert manifest["spec"]["backoffLimit"] == 0
+
+
+def test_doctor_checks_the_cluster(kube, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`nightshift doctor` asks the API server what the executor will (a list of Jobs by label),
+    and fails with the address when it does not answer."""
+    import json
+
+    from conftest import nightshift
+
+    monkeypatch.setenv("NIGHTSHIFT_EXECUTOR__KIND", "kubernetes")
+    monkeypatch.setenv("NIGHTSHIFT_EXECUTOR__KUBERNETES__API_URL", kube.url)
+    monkeypatch.setenv("NIGHTSHIFT_EXECUTOR__KUBERNETES__IMAGE", "registry.local/train:1")
+    checks = {c["area"]: c for c in json.loads(nightshift("doctor", "--json").stdout)}
+    assert checks["cluster: kubernetes"]["status"] == "ok", checks["cluster: kubernetes"]
+    assert checks["store"]["status"] == "ok" and checks["store"]["detail"].startswith("sqlite")
+    kube.down = True
+    done = nightshift("doctor", "--json")
+    checks = {c["area"]: c for c in json.loads(done.stdout)}
+    assert checks["cluster: kubernetes"]["status"] == "fail" and done.returncode == 5
+    assert kube.url in checks["cluster: kubernetes"]["detail"]

@@ -93,3 +93,16 @@ def test_two_daemons_never_start_one_job_twice(postgres_url, tmp_path):
     assert r.submitted == 60 and r.ok, r
     assert r.launches == 60 and sum(r.started_by_node.values()) == 60
     assert len(r.started_by_node) == 2  # both nodes took work
+
+
+def test_doctor_reports_the_store_without_its_password(pg_home, monkeypatch, postgres_url):
+    import json
+
+    from conftest import nightshift
+
+    with_password = postgres_url.replace("postgres@", "postgres:sekrit@")
+    monkeypatch.setenv("NIGHTSHIFT_STORE__URL", with_password)
+    done = nightshift("doctor", "--json")
+    store = {c["area"]: c for c in json.loads(done.stdout)}["store"]
+    assert store["status"] == "ok" and store["detail"].startswith("postgresql at 127.0.0.1")
+    assert "sekrit" not in done.stdout + done.stderr

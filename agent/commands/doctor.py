@@ -1,7 +1,8 @@
 """`nightshift doctor`: what this machine and configuration have, what answers, and what is
 missing — the model endpoint (configured? does it answer `/models` and a chat completion with a
-tool? do tool calls come back parsed?), the GPU probe, dockerd, the daemon and the approval
-channels — each with the fix. It never prints the API key, and never a traceback.
+tool? do tool calls come back parsed?), the GPU probe, the store, dockerd, a Ray or Kubernetes
+cluster, the daemon and the approval channels — each with the fix. It never prints the API key
+(nor a channel's secret or the store's password), and never a traceback.
 
 Exit code: 0 when nothing failed (warnings are things you may not need: no model endpoint, no
 GPU, no dockerd unless the docker executor is configured), 5 when a check failed: the operator
@@ -68,7 +69,7 @@ def doctor(
     ),
     as_json: bool = typer.Option(False, "--json", help="The checks as JSON"),
 ) -> None:
-    """Check the model endpoint, GPU probe, dockerd, daemon and approval channels; say what to fix.
+    """Check the model endpoint, GPU probe, store, dockerd, cluster, daemon and approval channels.
     Exit 0 when nothing failed, 5 when something must be fixed."""
     checks = run_checks(config, timeout_s)
     if as_json:
@@ -117,7 +118,9 @@ def run_checks(config: str | None, timeout_s: float) -> list[Check]:
     for area, fn in (
         ("model endpoint", lambda: _model(settings, sources, timeout_s)),
         ("GPU probe", lambda: [_gpu(settings)]),
+        ("store", lambda: [_store(settings)]),
         ("dockerd", lambda: [_docker(settings)]),
+        ("cluster", lambda: _cluster(settings)),
         ("daemon", lambda: [_daemon(settings)]),
         ("approval channels", lambda: _channels(settings)),
     ):
@@ -294,6 +297,49 @@ def _gpu(settings: Settings) -> Check:
         f"{result.backend}: no GPU ({why}); CPU jobs only",
         "install the NVIDIA driver (NVML / nvidia-smi), or declare gpu.inventory",
     )
+
+
+def _store(settings: Settings) -> Check:
+    """The store opens and is at this release's schema (it is migrated if it is older)."""
+    from nightshift.runtime.migrations import HEAD
+    from nightshift.runtime.store import Store
+
+    url = settings.store_url
+    shown = url.split("@")[-1] if "@" in url else url  # never the password
+    try:
+        store = Store(url, busy_timeout_s=min(settings.store.busy_timeout_s, 10.0))
+    except NightshiftError as exc:
+        return Check("store", "fail", str(exc), "fix store.url, or start the database it names")
+    dialect = store.engine.dialect.name
+    store.engine.dispose()
+    return Check("store", "ok", f"{dialect} at {shown}, schema {HEAD}")
+
+
+def _cluster(settings: Settings) -> list[Check]:
+    """A Ray head's Jobs API or a Kubernetes API answers, with the rights the executor needs
+    (looking a run up by its key is a read of each)."""
+    kind = settings.executor.kind
+    if kind not in ("ray", "kubernetes"):
+        return []
+    from nightshift.agent.wiring import Wiring
+
+    where = (
+        settings.executor.ray_address
+        if kind == "ray"
+        else settings.executor.kubernetes.api_url or "the kubeconfig's cluster"
+    )
+    try:
+        Wiring(settings).executor.find("nightshift-doctor")
+    except (NightshiftError, ImportError) as exc:
+        return [
+            Check(
+                f"cluster: {kind}",
+                "fail",
+                f"{where}: {exc}",
+                "see the README, 'Beyond one machine'",
+            )
+        ]
+    return [Check(f"cluster: {kind}", "ok", f"{where} answers")]
 
 
 def _docker(settings: Settings) -> Check:
