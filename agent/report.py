@@ -6,13 +6,16 @@ from __future__ import annotations
 from collections import Counter
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 from sqlmodel import select
 
 from nightshift.runtime.spec import ExperimentSpec
 from nightshift.runtime.store import Attempt, AuditEvent, Job, MetricPoint, Store
+
+if TYPE_CHECKING:
+    from nightshift.agent.wiring import Wiring
 
 
 class JobLine(BaseModel):
@@ -140,6 +143,25 @@ def build_report(
         energy_cost=cost,
         currency=currency if cost is not None else None,
         kept_checkpoint_bytes=sum(kept_bytes_of(j) for j in jobs.values()) if kept_bytes_of else 0,
+    )
+
+
+def report_of(w: Wiring, since: datetime, until: datetime) -> Report:
+    """The report of this installation: its store, its tariff's prices, the disk its kept
+    checkpoints take."""
+    from nightshift.runtime import keeper
+    from nightshift.runtime.engine import job_paths
+
+    cost_of, currency = w.energy_pricing()
+    return build_report(
+        w.store,
+        since,
+        until,
+        cost_of,
+        currency,
+        kept_bytes_of=lambda job: sum(
+            k["bytes"] for k in keeper.kept(job_paths(w.settings, job)["workspace"])
+        ),
     )
 
 

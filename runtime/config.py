@@ -506,8 +506,7 @@ class Settings(BaseSettings):
         sources: list[Any] = [
             init_settings,
             _Recorded(env_settings, load.env, _env_failure),
-            _Recorded(_OpenAIEnv(), load.standard_env),
-            _Recorded(_ChannelEnv(), load.standard_env),
+            _Recorded(_StandardEnv(), load.standard_env),
         ]
         if load.file is not None:
             sources.append(_Recorded(_YamlFile(settings_cls, yaml_file=load.file), load.from_file))
@@ -551,23 +550,19 @@ class _Recorded:
         return data
 
 
-# The variables every OpenAI client reads, and ours for the model; below NIGHTSHIFT_LLM__*.
-OPENAI_ENV = {
-    "OPENAI_BASE_URL": "base_url",
-    "OPENAI_API_KEY": "api_key",
-    "NIGHTSHIFT_MODEL": "model",
-}
-
-
-# Slack's and WeChat Work's usual variable names, as the channels section (below NIGHTSHIFT_*).
-CHANNEL_ENV = {
-    "SLACK_BOT_TOKEN": ("slack", "bot_token"),
-    "SLACK_SIGNING_SECRET": ("slack", "signing_secret"),
-    "SLACK_APP_TOKEN": ("slack", "app_token"),
-    "WECOM_SECRET": ("wechat", "secret"),
-    "WECOM_TOKEN": ("wechat", "token"),
-    "WECOM_ENCODING_AES_KEY": ("wechat", "encoding_aes_key"),
-    "WECOM_ROBOT_WEBHOOK": ("wechat", "robot_webhook"),
+# The variables other tools already read, as settings (below NIGHTSHIFT_*): every OpenAI client's
+# and ours for the model; Slack's and WeChat Work's usual names for an app's secrets.
+STANDARD_ENV: dict[str, tuple[str, ...]] = {
+    "OPENAI_BASE_URL": ("llm", "base_url"),
+    "OPENAI_API_KEY": ("llm", "api_key"),
+    "NIGHTSHIFT_MODEL": ("llm", "model"),
+    "SLACK_BOT_TOKEN": ("channels", "slack", "bot_token"),
+    "SLACK_SIGNING_SECRET": ("channels", "slack", "signing_secret"),
+    "SLACK_APP_TOKEN": ("channels", "slack", "app_token"),
+    "WECOM_SECRET": ("channels", "wechat", "secret"),
+    "WECOM_TOKEN": ("channels", "wechat", "token"),
+    "WECOM_ENCODING_AES_KEY": ("channels", "wechat", "encoding_aes_key"),
+    "WECOM_ROBOT_WEBHOOK": ("channels", "wechat", "robot_webhook"),
 }
 CHANNEL_SECRETS = {
     "slack": ("bot_token", "signing_secret", "app_token"),
@@ -575,27 +570,29 @@ CHANNEL_SECRETS = {
 }
 
 
-class _ChannelEnv:
-    """SLACK_BOT_TOKEN and the others above as the `channels` section."""
+class _StandardEnv:
+    """The variables of STANDARD_ENV that are set, nested as their settings."""
 
-    __name__ = "ChannelEnv"
+    __name__ = "StandardEnv"
 
     def __call__(self) -> dict[str, Any]:
-        found: dict[str, dict[str, str]] = {}
-        for var, (channel, key) in CHANNEL_ENV.items():
+        found: dict[str, Any] = {}
+        for var, path in STANDARD_ENV.items():
             if os.environ.get(var):
-                found.setdefault(channel, {})[key] = os.environ[var]
-        return {"channels": found} if found else {}
+                section = found
+                for part in path[:-1]:
+                    section = section.setdefault(part, {})
+                section[path[-1]] = os.environ[var]
+        return found
 
 
-class _OpenAIEnv:
-    """OPENAI_BASE_URL, OPENAI_API_KEY and NIGHTSHIFT_MODEL as the `llm` section."""
-
-    __name__ = "OpenAIEnv"
-
-    def __call__(self) -> dict[str, Any]:
-        llm = {key: os.environ[var] for var, key in OPENAI_ENV.items() if os.environ.get(var)}
-        return {"llm": llm} if llm else {}
+def _standard_env_sets(load: _Load, path: tuple[str, ...]) -> bool:
+    value: Any = load.standard_env
+    for part in path:
+        if not isinstance(value, dict) or part not in value:
+            return False
+        value = value[part]
+    return True
 
 
 class _YamlFile(YamlConfigSettingsSource):
@@ -697,12 +694,9 @@ def _origins(load: _Load) -> dict[str, str]:
         out[section] = file
         for k in values if isinstance(values, dict) else ():
             out[f"{section}.{k}"] = file
-    for var, key in OPENAI_ENV.items():
-        if key in load.standard_env.get("llm", {}):
-            out["llm"] = out[f"llm.{key}"] = f"env {var}"
-    for var, (channel, key) in CHANNEL_ENV.items():
-        if key in load.standard_env.get("channels", {}).get(channel, {}):
-            out["channels"] = out[f"channels.{channel}"] = f"env {var}"
+    for var, path in STANDARD_ENV.items():
+        if _standard_env_sets(load, path):
+            out[path[0]] = out[".".join(path[:2])] = f"env {var}"
     names = _env_names() if load.env else {}
     for section, values in load.env.items():
         if section == "home":

@@ -27,7 +27,7 @@ import loopback_guard  # noqa: F401  (installs the guard in this process on impo
 import pytest
 import yaml
 
-from nightshift.runtime.config import CHANNEL_ENV
+from nightshift.runtime.config import STANDARD_ENV
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -90,7 +90,7 @@ def home(tmp_path, monkeypatch) -> Path:
         if key.startswith("NIGHTSHIFT_") and "__" in key:
             monkeypatch.delenv(key)
     # No developer's model, Slack app or WeChat Work app.
-    for key in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "NIGHTSHIFT_MODEL", *CHANNEL_ENV):
+    for key in STANDARD_ENV:
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("NIGHTSHIFT_LOOP__POLL_INTERVAL_S", "0.1")
     # The wait before a retry is 30 s by default (doubling); the waits are tested on their own

@@ -45,8 +45,6 @@ gpus:
 
 @pytest.fixture
 def w(home, monkeypatch) -> Wiring:
-    for var in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "NIGHTSHIFT_MODEL"):
-        monkeypatch.delenv(var, raising=False)
     return Wiring.load()
 
 

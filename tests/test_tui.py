@@ -45,8 +45,6 @@ gpus:
 @pytest.fixture
 def tui_home(home, monkeypatch) -> Path:
     """A home with a declared GPU inventory, no model endpoint, and the user called alice."""
-    for var in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "NIGHTSHIFT_MODEL"):
-        monkeypatch.delenv(var, raising=False)
     (home / "inv.yaml").write_text(INVENTORY)
     monkeypatch.setenv("NIGHTSHIFT_GPU__PROBE", "inventory")
     monkeypatch.setenv("NIGHTSHIFT_GPU__INVENTORY", "inv.yaml")

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlmodel import col, select
+from sqlmodel import col, delete, select
 
 from nightshift.agent.channels.base import (
     ApprovalCard,
@@ -303,11 +303,9 @@ class Outbox:
 
     def _forget_receipts(self, now: datetime) -> None:
         with self.store.session() as s:
-            old = s.exec(
-                select(ChannelReceipt).where(col(ChannelReceipt.received_at) < now - RECEIPTS_KEPT)
+            s.exec(
+                delete(ChannelReceipt).where(col(ChannelReceipt.received_at) < now - RECEIPTS_KEPT)
             )
-            for row in old:
-                s.delete(row)
 
 
 # --------------------------------------------------------------------------- cards and notices

@@ -172,19 +172,9 @@ REPORT_DAY = "channels.report_day"
 
 def report_notice(w: Wiring, now: datetime, day: str, hours: float = 24.0) -> Notice:
     """The report of the `hours` before `now` as a notice (its key names `day`: one each)."""
-    from nightshift.agent.report import build_report, summary_lines
-    from nightshift.runtime import keeper
-    from nightshift.runtime.engine import job_paths
+    from nightshift.agent.report import report_of, summary_lines
 
-    r = build_report(
-        w.store,
-        now - timedelta(hours=hours),
-        now,
-        *w.energy_pricing(),
-        kept_bytes_of=lambda job: sum(
-            k["bytes"] for k in keeper.kept(job_paths(w.settings, job)["workspace"])
-        ),
-    )
+    r = report_of(w, now - timedelta(hours=hours), now)
     return Notice(
         key=f"report:{day}",
         kind="report",

@@ -25,22 +25,12 @@ def report(
     config: str | None = typer.Option(None, "--config"),
 ) -> None:
     """Jobs, attempts, failures by cause, recoveries, GPU-hours, kWh and cost."""
-    from nightshift.agent.report import build_report, default_window, plot_metrics, to_markdown
+    from nightshift.agent.report import default_window, plot_metrics, report_of, to_markdown
     from nightshift.agent.wiring import Wiring, local_now
-    from nightshift.runtime import keeper
-    from nightshift.runtime.engine import job_paths
 
     w = Wiring.load(config)
     since, until = default_window(local_now(), hours)
-    r = build_report(
-        w.store,
-        since,
-        until,
-        *w.energy_pricing(),
-        kept_bytes_of=lambda job: sum(
-            k["bytes"] for k in keeper.kept(job_paths(w.settings, job)["workspace"])
-        ),
-    )
+    r = report_of(w, since, until)
     head = _publish_head(w)
     if notify:
         _queue_for_channels(w, hours)
