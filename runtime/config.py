@@ -148,7 +148,15 @@ class GpuSettings(BaseModel):
     inventory: str | None = Field(
         None, description="Declared inventory file (YAML) for the inventory probe"
     )
-    nvidia_smi: str = "nvidia-smi"
+    nvidia_smi: str = Field(
+        "nvidia-smi", description="nvidia-smi's name or path (on every node, for a Ray cluster)"
+    )
+    cluster_census_timeout_s: float = Field(
+        15.0,
+        gt=0,
+        le=600,
+        description="With executor.kind: ray, how long each nvidia-smi command on a node may take",
+    )
 
 
 class HealthThresholds(BaseModel):

@@ -27,7 +27,8 @@ from nightshift.runtime.divergence import Divergence
 from nightshift.runtime.early_stop import median_rule, patience_exhausted
 from nightshift.runtime.executor import Executor, LaunchRequest, RunStatus
 from nightshift.runtime.placement import Decision, place
-from nightshift.runtime.snapshot import load_snapshot
+from nightshift.runtime.ray_census import HOST_PREFIX
+from nightshift.runtime.snapshot import load_snapshot, on_host
 from nightshift.runtime.spec import ExperimentSpec
 from nightshift.runtime.store import Attempt, CheckpointRecord, Job, MetricPoint, Store, utcnow
 
@@ -186,6 +187,7 @@ class Engine:
             default_duration_s=sched.default_duration_min * 60,
             scope=self.scope() if self.scope is not None else None,
             node=self.settings.node,
+            cluster=self.cluster,
         )
         snap = snap.model_copy(
             update={
@@ -201,7 +203,8 @@ class Engine:
         self.last_decision = decision
         self._record_holds([p.id for p in snap.pending], decision.holds)
         for start in decision.starts:
-            self.start_attempt(start.job_id, start.gpus, now)
+            host, gpus = on_host(snap, start.gpus) if self.cluster else ("", start.gpus)
+            self.start_attempt(start.job_id, gpus, now, host=host)
         for pause in decision.pauses:
             self.pause_job(pause.job_id, now, outcome="paused", why=pause.reason)
         return decision.holds
@@ -230,7 +233,15 @@ class Engine:
                 s.add(job)
 
     # ------------------------------------------------------------------ starting
-    def start_attempt(self, job_id: int, gpus: list[int], now: datetime) -> Attempt | None:
+    @property
+    def cluster(self) -> str | None:
+        """The host prefix of the cluster whose GPUs placement places on ("ray:"), or None
+        when the GPUs are this node's."""
+        return HOST_PREFIX if self.settings.executor.kind == "ray" else None
+
+    def start_attempt(
+        self, job_id: int, gpus: list[int], now: datetime, *, host: str = ""
+    ) -> Attempt | None:
         """Claim the job, record the attempt, then launch under a key derived from its id, so a
         crash in between is finished by `recover_starting` without launching twice.
 
@@ -271,6 +282,7 @@ class Engine:
                 job_id=job_id,
                 number=number,
                 node=self.settings.node,
+                host=host,
                 gpus=gpus,
                 params=dict(job.params),
                 start_step=job.resume_step or 0,
@@ -377,6 +389,7 @@ class Engine:
             cwd=str(spec.run_dir()),
             env=env,
             gpus=att.gpus,
+            host=att.host,
             log_path=att.log_path or "",
             image=spec.environment.image,
             mounts=mounts,

@@ -21,6 +21,11 @@ class LaunchRequest(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     gpus: list[int] = Field(default_factory=list, description="GPU indices; [] hides all GPUs")
     log_path: str
+    host: str = Field(
+        "",
+        description="The cluster host placement chose for the GPUs ('ray:10.0.0.5'); '' for "
+        "the daemon's own node",
+    )
     image: str | None = None
     user: str | None = None
     memory_gb: float | None = None

@@ -704,14 +704,21 @@ class NvidiaSmiProbe:
             return True, None
         return False, f"{self.executable} is not on PATH"
 
+    def query_argv(self, fields: list[str]) -> list[str]:
+        return [self.executable, f"--query-gpu={','.join(fields)}", "--format=csv"]
+
+    def apps_argv(self) -> list[str]:
+        return [
+            self.executable,
+            f"--query-compute-apps={','.join(QUERY_APPS_FIELDS)}",
+            "--format=csv",
+        ]
+
     def read(self) -> ProbeResult:
         fields = list(QUERY_GPU_FIELDS)
         for _ in range(len(QUERY_GPU_FIELDS) + 1):
             try:
-                rc, out, err = self._run(
-                    [self.executable, f"--query-gpu={','.join(fields)}", "--format=csv"],
-                    self.timeout_s,
-                )
+                rc, out, err = self._run(self.query_argv(fields), self.timeout_s)
             except (OSError, subprocess.TimeoutExpired) as exc:
                 return ProbeResult(backend=self.name, error=f"{self.executable} failed: {exc}")
             bad = _invalid_field(out + "\n" + err)
@@ -734,14 +741,7 @@ class NvidiaSmiProbe:
 
     def _add_processes(self, gpus: list[GpuReading]) -> None:
         try:
-            rc, out, _ = self._run(
-                [
-                    self.executable,
-                    f"--query-compute-apps={','.join(QUERY_APPS_FIELDS)}",
-                    "--format=csv",
-                ],
-                self.timeout_s,
-            )
+            rc, out, _ = self._run(self.apps_argv(), self.timeout_s)
         except (OSError, subprocess.TimeoutExpired) as exc:
             for g in gpus:
                 g.unreadable.append("processes")

@@ -38,6 +38,8 @@ How a Ray job maps onto a run's status (the local executor's outcomes):
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import json
 import math
 import os
@@ -46,7 +48,9 @@ import shlex
 import signal
 import threading
 import time
+import uuid
 from collections.abc import Callable
+from functools import partial
 from hashlib import sha256
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -56,6 +60,7 @@ from pydantic import BaseModel, ValidationError
 from nightshift.runtime.errors import OperatorError, SkillFailed
 from nightshift.runtime.executor import LaunchRequest, RunStatus
 from nightshift.runtime.local_executor import _SECRET_RE, ATTEMPT_KEY_ENV, _read_tail
+from nightshift.runtime.ray_census import HOST_PREFIX
 from nightshift.runtime.run_state import RunStateFiles
 
 try:
@@ -68,6 +73,7 @@ except ImportError:  # the ray extra is optional; render() works without it
 
 GIB = 1024**3
 KEY_META = "nightshift.key"
+CENSUS_PREFIX = "nightshift-census-"
 LOG_META = "nightshift.log_path"
 WAIT_META = "nightshift.stop_wait_s"
 _ID_BAD = re.compile(r"[^A-Za-z0-9_-]")
@@ -233,6 +239,10 @@ class RayExecutor:
             kwargs["entrypoint_num_gpus"] = len(req.gpus)
         if req.memory_gb is not None:
             kwargs["entrypoint_memory"] = int(req.memory_gb * GIB)
+        if req.host:
+            # Pinned to the node placement chose from the census: Ray gives every node a
+            # resource named after its address, of which this takes a sliver.
+            kwargs["entrypoint_resources"] = {f"node:{_node_ip(req.host)}": 0.001}
         return kwargs
 
     def _stop_wait_s(self) -> int:
@@ -431,11 +441,54 @@ class RayExecutor:
             if opt in kwargs:
                 v = kwargs[opt]
                 options.append(f"{opt}={v:g}" if isinstance(v, float) else f"{opt}={v}")
+        if "entrypoint_resources" in kwargs:
+            options.append(f"on node {_node_ip(req.host)}")
         options += [f"env: {env}", f"metadata: {_json(kwargs['metadata'])}"]
         return (
             f"[ray {req.key}] {kwargs['entrypoint']}  ({'; '.join(options)}; output copied to "
             f"{req.log_path})"
         )
+
+    # ---------------------------------------------------------------------------- census
+    def run_driver(self, argv: list[str], wait_s: float) -> str:
+        """Run a short driver program as a Ray job on the head and return its log (the GPU
+        census, `runtime/ray_census.py`); it reserves nothing, is waited for at most `wait_s`,
+        and is deleted from the cluster by the next one."""
+        self._forget_censuses()
+        sid = f"{CENSUS_PREFIX}{uuid.uuid4().hex[:12]}"
+        self._request(
+            "starting the GPU census",
+            lambda c: c.submit_job(
+                entrypoint=shlex.join(argv), submission_id=sid, entrypoint_num_cpus=0
+            ),
+        )
+        deadline = time.monotonic() + wait_s
+        while True:
+            status = self._request("waiting for the GPU census", lambda c: c.get_job_status(sid))
+            if status.is_terminal():
+                break
+            if time.monotonic() > deadline:
+                self._request("stopping the GPU census", lambda c: c.stop_job(sid))
+                raise SkillFailed(
+                    f"the GPU census on the Ray cluster at {self.address} took over {wait_s:.0f} s"
+                )
+            time.sleep(_STOP_POLL_S)
+        log = str(self._request("reading the GPU census", lambda c: c.get_job_logs(sid)))
+        if status != "SUCCEEDED":
+            info = self._info(sid, "reading the GPU census")
+            why = _reason(getattr(info, "message", None)) or _reason(log)
+            raise SkillFailed(f"the GPU census on the Ray cluster ended {status}: {why}")
+        return log
+
+    def _forget_censuses(self) -> None:
+        """Delete the ended census jobs of earlier checks. Not each one as it ends: deleted at
+        once, Ray records it again as failed when its supervisor exits a moment later."""
+        jobs = self._request("listing the cluster's jobs", lambda c: c.list_jobs())
+        for job in jobs:
+            sid = job.submission_id or ""
+            if sid.startswith(CENSUS_PREFIX) and job.status.is_terminal():
+                with contextlib.suppress(RuntimeError):
+                    self._request("deleting an old GPU census", partial(_delete, sid))
 
     # ------------------------------------------------------------------------ copying output
     def _copy_logs(self, h: RayHandle, force: bool) -> None:
@@ -549,6 +602,23 @@ class RayExecutor:
             return RayHandle.model_validate(handle)
         except ValidationError as exc:
             raise OperatorError(f"ray run handle is invalid: {exc.errors()[0]['msg']}") from exc
+
+
+def _delete(sid: str, client: Any) -> Any:
+    return client.delete_job(sid)
+
+
+def _node_ip(host: str) -> str:
+    """The address of a census host ("ray:10.0.0.5"), checked: it becomes a resource name."""
+    ip = host.removeprefix(HOST_PREFIX)
+    try:
+        ipaddress.ip_address(ip)
+    except ValueError:
+        raise OperatorError(
+            f"GPU host {host!r} is not a Ray node ('{HOST_PREFIX}<IP>', as the GPU census "
+            "records them): run gpu_health_check again with executor.kind: ray"
+        ) from None
+    return ip
 
 
 def _json(data: dict[str, Any]) -> str:

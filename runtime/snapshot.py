@@ -15,7 +15,7 @@ from sqlalchemy.orm import aliased
 from sqlmodel import col
 
 from nightshift.runtime.backoff import Backoff
-from nightshift.runtime.placement import GpuSlot, PendingJob, RunningJob, Snapshot
+from nightshift.runtime.placement import QUARANTINED, GpuSlot, PendingJob, RunningJob, Snapshot
 from nightshift.runtime.spec import MAX_MINUTES, Resources
 from nightshift.runtime.store import Attempt, GpuSample, Job, Store
 from nightshift.runtime.tariff import Tariff
@@ -122,6 +122,40 @@ def _pluck(spec: dict[str, Any]) -> list[Any]:
     return out
 
 
+HOST_STRIDE = 1000  # GPU ids across a cluster's hosts: host rank × stride + index on the host
+
+
+def cluster_gpu_id(rank: int, index: int) -> int:
+    return rank * HOST_STRIDE + index
+
+
+def on_host(snap: Snapshot, gpus: list[int]) -> tuple[str, list[int]]:
+    """The host and its own GPU indices of a start placed on a cluster snapshot's GPU ids."""
+    if not gpus:
+        return "", []
+    host = next(g.host for g in snap.gpus if g.index == gpus[0])
+    return host, [g % HOST_STRIDE for g in gpus]
+
+
+def _across_hosts(slots: list[GpuSlot]) -> tuple[list[GpuSlot], dict[str, int]]:
+    """The cluster's GPUs under ids unique across hosts, and each host's rank. A host with a
+    quarantined GPU has all of them quarantined: which of its GPUs a run gets is the cluster's
+    choice, and it may be the bad one."""
+    hosts = {h: rank for rank, h in enumerate(sorted({g.host for g in slots}))}
+    bad = {g.host for g in slots if g.verdict in QUARANTINED}
+    out = [
+        g.model_copy(
+            update={
+                "index": cluster_gpu_id(hosts[g.host], g.index),
+                "verdict": "CRITICAL" if g.host in bad else g.verdict,
+            }
+        )
+        for g in slots
+        if 0 <= g.index < HOST_STRIDE
+    ]
+    return out, hosts
+
+
 def load_snapshot(
     store: Store,
     now: datetime,
@@ -135,6 +169,7 @@ def load_snapshot(
     default_duration_s: float = 3600.0,
     scope: set[int] | None = None,
     node: str | None = None,
+    cluster: str | None = None,
 ) -> Snapshot:
     """The placement snapshot from the store in five queries.
 
@@ -150,7 +185,10 @@ def load_snapshot(
     paused only when its spec allows it and it has a checkpoint to resume from. GPUs: the
     latest health sample of each (host, index), not the whole sample history. With `node`
     (several daemons on one store), the running jobs and the GPUs are that node's only: another
-    node's GPU 0 is not this one's, and its CPU jobs take none of this node's slots."""
+    node's GPU 0 is not this one's, and its CPU jobs take none of this node's slots. With
+    `cluster` (a host prefix such as "ray:"), the GPUs are those of the cluster's hosts, as the
+    census recorded them, numbered across hosts (`cluster_gpu_id`), and a host with any
+    quarantined GPU is quarantined whole: the cluster, not nightshift, picks the GPUs on a host."""
     backoff = backoff or Backoff()
     active = ("queued", "running")
     with store.session() as s:
@@ -192,6 +230,7 @@ def load_snapshot(
                 Attempt.started_at,
                 Attempt.ended_at,
                 Attempt.node,
+                Attempt.host,
             )
             .join(Job, Job.id == Attempt.job_id)
             .where(Job.state.in_(active))
@@ -207,7 +246,9 @@ def load_snapshot(
             )
         ).all()
         latest = select(func.max(GpuSample.id)).group_by(GpuSample.host, GpuSample.gpu_index)
-        if node is not None:  # this node's samples (and those from before nodes existed)
+        if cluster is not None:  # the census of the cluster's hosts
+            latest = latest.where(GpuSample.host.startswith(cluster, autoescape=True))
+        elif node is not None:  # this node's samples (and those from before nodes existed)
             latest = latest.where(GpuSample.host.in_((node, "localhost")))
         samples = conn.execute(
             select(GpuSample.gpu_index, GpuSample.host, GpuSample.verdict, GpuSample.data)
@@ -226,6 +267,26 @@ def load_snapshot(
         last[a.job_id] = a
         if a.ended_at is not None:
             ran_s[a.job_id] = ran_s.get(a.job_id, 0.0) + (a.ended_at - a.started_at).total_seconds()
+
+    slots = [
+        GpuSlot(
+            index=r.gpu_index,
+            host=r.host,
+            verdict=r.verdict,
+            memory_total_mib=(r.data or {}).get("memory_total_mib"),
+            memory_used_mib=(r.data or {}).get("memory_used_mib"),
+        )
+        for r in samples
+    ]
+    hosts: dict[str, int] = {}
+    if cluster is not None:
+        slots, hosts = _across_hosts(slots)
+
+    def held(att: Any) -> list[int]:
+        if cluster is None:
+            return list(att.gpus)
+        rank = hosts.get(att.host)
+        return [] if rank is None else [cluster_gpu_id(rank, i) for i in att.gpus]
 
     pending: list[PendingJob] = []
     running: list[RunningJob] = []
@@ -296,7 +357,7 @@ def load_snapshot(
             running.append(
                 RunningJob(
                     **common,
-                    gpus=list(att.gpus) if att is not None and started is not None else [],
+                    gpus=held(att) if att is not None and started is not None else [],
                     gpu_memory_gb=mem,
                     submitted_at=j.created_at,
                     started_at=started,
@@ -305,16 +366,6 @@ def load_snapshot(
             )
     if unloadable:
         _fail_unloadable(store, unloadable, now)
-    slots = [
-        GpuSlot(
-            index=r.gpu_index,
-            host=r.host,
-            verdict=r.verdict,
-            memory_total_mib=(r.data or {}).get("memory_total_mib"),
-            memory_used_mib=(r.data or {}).get("memory_used_mib"),
-        )
-        for r in samples
-    ]
     return Snapshot(
         now=now,
         pending=pending,

@@ -104,6 +104,9 @@ class Attempt(SQLModel, table=True):
     # The daemon (`loop.node`) that started it, the only one that watches it: a local pid or a
     # GPU index means something on that node only. "" for attempts from before nodes existed.
     node: str = Field(default="", sa_column_kwargs={"server_default": text("''")}, index=True)
+    # The cluster host whose GPUs it runs on ("ray:10.0.0.5"), when the executor is a cluster's
+    # and placement chose the node; "" for a run on the daemon's own node.
+    host: str = Field(default="", sa_column_kwargs={"server_default": text("''")})
     handle: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     argv: list = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
     params: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))

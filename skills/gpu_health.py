@@ -40,11 +40,13 @@ from nightshift.runtime.gpu import (
     normalize_bus_id,
 )
 from nightshift.runtime.nvidia_smi_text import TextProbe
+from nightshift.runtime.ray_census import HOST_PREFIX, RayGpuCensus
 from nightshift.runtime.store import GpuSample
 from nightshift.skills.base import SkillContext, skill
 
 Verdict = Literal["OK", "WARNING", "UNKNOWN", "CRITICAL"]
 OverallVerdict = Literal["OK", "WARNING", "UNKNOWN", "CRITICAL", "NO_GPUS"]
+Hosts = tuple[str, ...]  # the GpuSample hosts that are one machine's
 
 # Worst wins: a GPU that cannot be judged ranks above one that merely needs watching.
 SEVERITY: dict[str, int] = {"OK": 0, "WARNING": 1, "UNKNOWN": 2, "CRITICAL": 3}
@@ -131,6 +133,7 @@ class GpuVerdict(BaseModel):
         default=False,
         description="Not seen by the probe: expected by the inventory, or recorded at an earlier check",
     )
+    host: str | None = Field(None, description="The cluster node ('ray:<IP>'); None: this machine")
 
 
 class HealthCheckResult(BaseModel):
@@ -345,7 +348,9 @@ def _lost_verdict(label: str, match: GpuSample | None, t: HealthThresholds) -> G
     return judge_reading(reading, t)
 
 
-def _unmatched_lost(ctx: SkillContext, result: ProbeResult, use_store: bool) -> list[GpuVerdict]:
+def _unmatched_lost(
+    ctx: SkillContext, result: ProbeResult, use_store: bool, hosts: Hosts
+) -> list[GpuVerdict]:
     seen: set[str] = set()
     for g in result.gpus:
         seen |= {f"index {g.index}", g.uuid or ""}
@@ -355,16 +360,19 @@ def _unmatched_lost(ctx: SkillContext, result: ProbeResult, use_store: bool) -> 
     for label in result.lost:
         if label in seen or normalize_bus_id(label) in seen:
             continue
-        match = _sample_for_bus_id(ctx, label) if use_store else None
+        match = _sample_for_bus_id(ctx, label, hosts) if use_store else None
         out.append(_lost_verdict(label, match, ctx.settings.health))
     return out
 
 
-def _sample_for_bus_id(ctx: SkillContext, bus_id: str) -> GpuSample | None:
+def _sample_for_bus_id(ctx: SkillContext, bus_id: str, hosts: Hosts) -> GpuSample | None:
     want = normalize_bus_id(bus_id)
     with ctx.store.session() as s:
         rows = s.exec(
-            select(GpuSample).order_by(GpuSample.taken_at.desc(), GpuSample.id.desc()).limit(1000)
+            select(GpuSample)
+            .where(col(GpuSample.host).in_(hosts))
+            .order_by(GpuSample.taken_at.desc(), GpuSample.id.desc())
+            .limit(1000)
         )
         for row in rows:
             known = (row.data or {}).get("pci_bus_id")
@@ -374,7 +382,7 @@ def _sample_for_bus_id(ctx: SkillContext, bus_id: str) -> GpuSample | None:
 
 
 # ------------------------------------------------------------------------------ missing GPUs
-def _latest_per_index(ctx: SkillContext) -> list[GpuSample]:
+def _latest_per_index(ctx: SkillContext, hosts: Hosts) -> list[GpuSample]:
     """The newest sample of each GPU index up to ctx.now: the GPUs as placement knows them."""
     latest: dict[int, GpuSample] = {}
     with ctx.store.session() as s:
@@ -382,7 +390,7 @@ def _latest_per_index(ctx: SkillContext) -> list[GpuSample]:
             select(GpuSample)
             .where(
                 GpuSample.taken_at <= ctx.now,
-                col(GpuSample.host).in_((ctx.settings.node, "localhost")),
+                col(GpuSample.host).in_(hosts),
             )
             .order_by(GpuSample.id)
         )
@@ -425,7 +433,7 @@ def _missing_summary(v: GpuVerdict) -> str:
 
 
 def _missing_gpus(
-    ctx: SkillContext, result: ProbeResult, present: list[GpuVerdict]
+    ctx: SkillContext, result: ProbeResult, present: list[GpuVerdict], hosts: Hosts
 ) -> tuple[list[GpuVerdict], list[str]]:
     """GPUs the inventory declares or placement knows that the probe does not see, and notes
     for the message (an inventory that cannot be read)."""
@@ -442,7 +450,7 @@ def _missing_gpus(
     notes: list[str] = []
 
     path = inventory_path(ctx.settings)
-    if path is not None and result.backend != "inventory":
+    if path is not None and result.backend != "inventory" and ctx.settings.node in hosts:
         try:
             inventory = InventoryProbe(path).load()
         except SpecError as exc:
@@ -454,7 +462,7 @@ def _missing_gpus(
                     what = g.uuid or f"GPU {index}"
                     found.flag(index, g.uuid, g.name, f"{MISSING_FROM_INVENTORY} ({what}, {path})")
 
-    for sample in _latest_per_index(ctx):
+    for sample in _latest_per_index(ctx, hosts):
         i, uuid = sample.gpu_index, sample.uuid
         name = (sample.data or {}).get("name")
         when = f"{sample.taken_at:%Y-%m-%d %H:%M}"
@@ -510,7 +518,12 @@ def _source(ctx: SkillContext, inp: HealthCheckInput) -> Any:
                 "that is not one nvidia-smi output"
             )
         return _text_probe(text, str(path))
-    return ctx.probe if ctx.probe is not None else make_probe(ctx.settings)
+    if ctx.probe is not None:
+        return ctx.probe
+    if ctx.settings.executor.kind == "ray" and hasattr(ctx.executor, "run_driver"):
+        gpu = ctx.settings.gpu
+        return RayGpuCensus(ctx.executor.run_driver, gpu.nvidia_smi, gpu.cluster_census_timeout_s)
+    return make_probe(ctx.settings)
 
 
 def _text_probe(text: str, source: str) -> TextProbe:
@@ -518,6 +531,94 @@ def _text_probe(text: str, source: str) -> TextProbe:
         return TextProbe(text, source)
     except ValueError as exc:
         raise BadArguments(f"gpu_health_check: {source}: {exc}") from exc
+
+
+def _judge_host(
+    ctx: SkillContext, inp: HealthCheckInput, result: ProbeResult, hosts: Hosts, this_machine: bool
+) -> tuple[list[GpuVerdict], list[str]]:
+    """The verdicts on one machine's reading, and notes for the message."""
+    verdicts = [judge_reading(g, ctx.settings.health) for g in result.gpus]
+    verdicts += _unmatched_lost(ctx, result, this_machine, hosts)
+    notes: list[str] = []
+    if this_machine and (result.gpus or not result.error):
+        unseen, notes = _missing_gpus(ctx, result, verdicts, hosts)
+        verdicts += unseen
+    if inp.gpus is None:
+        return verdicts, notes
+    wanted = set(inp.gpus)
+    verdicts = [
+        v for v in verdicts if v.index in wanted or (v.index is None and v.verdict == "CRITICAL")
+    ]
+    for missing in sorted(wanted - {v.index for v in verdicts}):
+        reason = HealthReason(
+            field="index",
+            value=missing,
+            severity="UNKNOWN",
+            message=f"GPU {missing} is not visible to the {result.backend} backend",
+        )
+        verdicts.append(
+            GpuVerdict(
+                index=missing,
+                verdict="UNKNOWN",
+                reasons=[reason],
+                summary=f"GPU {missing}: UNKNOWN — {reason.message}",
+            )
+        )
+    return verdicts, notes
+
+
+# ----------------------------------------------------------------------------- a Ray cluster
+def _on(host: str, v: GpuVerdict) -> GpuVerdict:
+    return v.model_copy(update={"host": host, "summary": f"{host} {v.summary}"})
+
+
+def _unreadable(ctx: SkillContext, host: str, verdict: Verdict, why: str) -> list[GpuVerdict]:
+    """A cluster host's GPUs, as last recorded, judged `verdict` because the host itself could
+    not be read (or left): placement must not send work there on an old OK."""
+    out = []
+    for sample in _latest_per_index(ctx, (host,)):
+        if sample.verdict == verdict and (sample.data or {}).get("missing") == [why]:
+            continue  # already recorded so: nothing new to add each check
+        name = (sample.data or {}).get("name")
+        reason = HealthReason(field="host", value=host, severity=verdict, message=why)
+        label = f"GPU {sample.gpu_index}" + (f" ({name})" if name else "")
+        out.append(
+            GpuVerdict(
+                index=sample.gpu_index,
+                host=host,
+                uuid=sample.uuid,
+                name=name,
+                verdict=verdict,
+                reasons=[reason],
+                summary=f"{host} {label}: {verdict} — {why}",
+                missing=True,
+            )
+        )
+    return out
+
+
+def _hosts_gone(ctx: SkillContext, seen: set[str]) -> list[str]:
+    """Cluster hosts recorded before that the census no longer finds."""
+    with ctx.store.session() as s:
+        hosts = s.exec(
+            select(GpuSample.host)
+            .where(col(GpuSample.host).startswith(HOST_PREFIX, autoescape=True))
+            .distinct()
+        ).all()
+    return sorted(set(hosts) - seen)
+
+
+def _overall(probe: Any, results: dict[str, ProbeResult]) -> ProbeResult:
+    """One machine's result, or a cluster's hosts as one: their errors and messages, by host."""
+    if len(results) == 1 and not isinstance(probe, RayGpuCensus):
+        return next(iter(results.values()))
+    errors = [f"{h}: {r.error}" for h, r in results.items() if r.error]
+    return ProbeResult(
+        backend=probe.name,
+        gpus=[g for r in results.values() for g in r.gpus],
+        error="; ".join(errors) or None,
+        message=None if results else "the Ray cluster has no alive node with GPUs",
+    )
 
 
 @skill("gpu_health_check", capability="read")
@@ -534,46 +635,44 @@ def gpu_health_check(ctx: SkillContext, inp: HealthCheckInput) -> HealthCheckRes
     with the same rules; a paste is not recorded unless record is true."""
     thresholds = ctx.settings.health
     probe = _source(ctx, inp)
-    result: ProbeResult = probe.read()
     # A paste is judged on its own unless the caller says it is this machine's (record=true).
     this_machine = not inp.pasted or inp.record is True
     record = inp.record if inp.record is not None else not inp.pasted
 
-    verdicts = [judge_reading(g, thresholds) for g in result.gpus]
-    verdicts += _unmatched_lost(ctx, result, use_store=this_machine)
+    cluster = isinstance(probe, RayGpuCensus)
+    if cluster:
+        results = probe.read_hosts()
+        known: dict[str, Hosts] = {h: (h,) for h in results}
+    else:
+        results = {ctx.settings.node: probe.read()}
+        known = {ctx.settings.node: (ctx.settings.node, "localhost")}
+    verdicts: list[GpuVerdict] = []
     notes: list[str] = []
-    if this_machine and (result.gpus or not result.error):
-        unseen, notes = _missing_gpus(ctx, result, verdicts)
-        verdicts += unseen
-    if inp.gpus is not None:
-        wanted = set(inp.gpus)
-        verdicts = [
-            v
-            for v in verdicts
-            if v.index in wanted or (v.index is None and v.verdict == "CRITICAL")
-        ]
-        for missing in sorted(wanted - {v.index for v in verdicts}):
-            reason = HealthReason(
-                field="index",
-                value=missing,
-                severity="UNKNOWN",
-                message=f"GPU {missing} is not visible to the {result.backend} backend",
-            )
-            verdicts.append(
-                GpuVerdict(
-                    index=missing,
-                    verdict="UNKNOWN",
-                    reasons=[reason],
-                    summary=f"GPU {missing}: UNKNOWN — {reason.message}",
-                )
-            )
+    for host, result in results.items():
+        found, said = _judge_host(ctx, inp, result, known[host], this_machine)
+        if cluster:
+            found = [_on(host, v) for v in found]
+            if result.error and not result.gpus:
+                judged = {v.index for v in found}
+                found += [
+                    v
+                    for v in _unreadable(ctx, host, "UNKNOWN", f"not read: {result.error}")
+                    if v.index not in judged
+                ]
+            said = [f"{host}: {n}" for n in said]
+        verdicts += found
+        notes += said
+    if cluster:
+        for host in _hosts_gone(ctx, set(results)):
+            verdicts += _unreadable(ctx, host, "CRITICAL", "the node is not in the Ray cluster")
+    result = _overall(probe, results)
 
     recorded = 0
     if record:
         # GPUs not seen go first: where another GPU now answers at the same index, its sample
         # is the newer one, and placement reads the newest per index.
         rows = [
-            _sample(v, ctx.now, ctx.settings.node)
+            _sample(v, ctx.now, v.host or ctx.settings.node)
             for v in sorted(verdicts, key=lambda v: not v.missing)
         ]
         with ctx.store.session() as s:

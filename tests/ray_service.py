@@ -3,7 +3,8 @@
 `ray start --head` (the `ray[default]` package: its dashboard serves the Jobs API) is started once
 for the test session, on 127.0.0.1 only, with two CPUs, its own ports (picked free, outside Ray's
 worker port range), its own temporary folder (short: Ray's Unix sockets live under it), usage
-statistics off, and nothing that asks the network where it runs (see `_head_env`). Every process
+statistics off, nothing that asks the network where it runs (see `_head_env`), and two logical
+GPUs read through a stand-in nvidia-smi (`_fake_nvidia_smi`). Every process
 it starts inherits a marker in its environment (the head's own processes, the workers the raylet
 forks, the job drivers and Ray's watchers of them), so at the end all of them are found and
 stopped by PID with SIGKILL (what `ray stop --force` sends). Not `ray stop` itself, which stops
@@ -18,6 +19,7 @@ fail (.ci/run installs it).
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -51,6 +53,7 @@ class RayHead:
     gcs_address: str
     temp_dir: Path
     marker: str
+    smi_state: Path  # what the head's fake nvidia-smi reports: "ok", or "lost"
 
     def pids(self) -> list[int]:
         """The live processes of this head (the marker in their environment)."""
@@ -118,6 +121,20 @@ def _stop(marker: str) -> None:
         time.sleep(0.1)
 
 
+def _fake_nvidia_smi(bin_dir: Path, state: Path) -> None:
+    """The head has no GPUs: its two logical ones (--num-gpus=2) are read through a stand-in
+    nvidia-smi on its PATH that answers from a real capture (tests/fake_nvidia_smi.py)."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    script = Path(__file__).parent / "fake_nvidia_smi.py"
+    wrapper = bin_dir / "nvidia-smi"
+    wrapper.write_text(
+        f"#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(script))} "
+        f'{shlex.quote(str(state))} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    state.write_text("ok\n")
+
+
 def _head_env(marker: str, home: Path) -> dict[str, str]:
     """The head's environment: ours (the loopback guard's PYTHONPATH included), the marker, usage
     statistics off, and a HOME of its own whose `ray_bootstrap_config.yaml` (an empty cluster
@@ -134,6 +151,7 @@ def _head_env(marker: str, home: Path) -> dict[str, str]:
             "RAY_USAGE_STATS_ENABLED": "0",
             "RAY_USAGE_STATS_PROMPT_ENABLED": "0",
             "RAY_DISABLE_DOCKER_CPU_WARNING": "1",
+            "PATH": f"{home.parent / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
         }
     )
     return env
@@ -169,7 +187,7 @@ def ray_head() -> Iterator[RayHead]:
         "--dashboard-host=127.0.0.1",
         "--include-dashboard=true",
         "--num-cpus=2",
-        "--num-gpus=0",
+        "--num-gpus=2",
         "--disable-usage-stats",
         f"--object-store-memory={_OBJECT_STORE_BYTES}",
         f"--temp-dir={temp_dir}",
@@ -181,7 +199,9 @@ def ray_head() -> Iterator[RayHead]:
         gcs_address=f"127.0.0.1:{ports['--port']}",
         temp_dir=temp_dir,
         marker=marker,
+        smi_state=temp_dir / "nvidia-smi-state",
     )
+    _fake_nvidia_smi(temp_dir / "bin", head.smi_state)
     env = pytest.MonkeyPatch()
     for var in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS"):
         env.delenv(var, raising=False)

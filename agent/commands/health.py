@@ -119,7 +119,7 @@ def _row(v: GpuVerdict) -> list[Any]:
             "\n" if reasons else ""
         ) + f"[dim]not supported: {', '.join(v.not_supported)}[/]"
     return [
-        "?" if v.index is None else v.index,
+        ("?" if v.index is None else str(v.index)) if v.host is None else f"{v.host} {v.index}",
         escape(v.name or v.uuid or ""),
         _coloured(v.verdict),
         _value(r, "temperature_c", " °C"),
