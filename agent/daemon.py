@@ -147,6 +147,7 @@ class Daemon:
         w.loop.say = self.say
         w.loop.recover = self._recover
         w.loop.carry_out_approved = True
+        w.loop.drive_sweeps = True
 
     def run(self, *, max_ticks: int | None = None) -> None:
         """Tick until stopped (SIGTERM/SIGINT set `stop_event`). Runs keep going when the daemon

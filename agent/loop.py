@@ -4,6 +4,8 @@ A tick checks GPU health when due (placement quarantines by those verdicts), wat
 jobs (the engine), pauses the victims placement proposes — each pause through the gate as the
 `system` principal —, carries out approved calls whose requester is gone (the daemon), and hands
 failed jobs to recovery (the daemon's graph; a goal run recovers its own jobs in its graph).
+The daemon's loop also drives the sweeps (runtime/sweeps.py): it tells, prunes and asks for
+their trials, each trial submitted through the gate as the sweep's owner.
 
 The loop survives its environment. A step that meets a fault the operator must fix — a full disk
 or quota, a store locked past store.busy_timeout_s, a store file deleted or replaced (checked
@@ -30,10 +32,11 @@ from nightshift.runtime.errors import (
     StoreGone,
     StoreLocked,
 )
-from nightshift.runtime.store import Attempt, Job
+from nightshift.runtime.store import Attempt, Job, Sweep
 
 if TYPE_CHECKING:
     from nightshift.agent.wiring import Wiring
+    from nightshift.runtime.sweeps import SweepDriver
 
 Say = Callable[[str, dict[str, Any]], None]
 
@@ -71,6 +74,9 @@ class Loop:
         # Set by the daemon: hand failed or paused jobs to recovery, carry out orphaned approvals.
         self.recover: Callable[[int, int], None] | None = None
         self.carry_out_approved = False
+        # Set by the daemon: ask, tell and prune the sweeps' trials (runtime/sweeps.py).
+        self.drive_sweeps = False
+        self._sweeps: SweepDriver | None = None
         self._last_health = float("-inf")
         self.fault: OperatorError | None = None  # the fault the last step met, until one runs
         self._fault_since = 0.0
@@ -139,6 +145,8 @@ class Loop:
     def _step(self) -> None:
         self._health_check_if_due()
         self.w.engine.tick()
+        if self.drive_sweeps:
+            self._drive_sweeps()
         self._preempt()
         if self.carry_out_approved:
             self._carry_out_orphans()
@@ -180,6 +188,48 @@ class Loop:
                 if self.w.store.fault_of(exc) is not None:
                     raise  # the step stops here
                 self.say("preempt", {"job_id": p.victim_job_id, "error": str(exc)})
+
+    def _drive_sweeps(self) -> None:
+        """Each running sweep's trials: told, reported, pruned and asked for; each trial is
+        submitted through the gate as the sweep's owner, under a call id of its own."""
+        if self._sweeps is None:
+            from nightshift.runtime.sweeps import SweepDriver
+
+            def on_event(action: str, payload: dict[str, Any]) -> None:
+                self.w.audit.append("system", action, job_id=payload.get("job_id"), payload=payload)
+                self.say(action, payload)
+
+            settings = self.w.settings
+            self._sweeps = SweepDriver(
+                self.w.store,
+                self.w.engine,
+                self._submit_trial,
+                on_event=on_event,
+                clock=self.w.engine.clock,
+                share=settings.scheduler.sweep_share,
+                cpu_slots=settings.loop.cpu_slots,
+                node=settings.node,
+            )
+        self._sweeps.tick()
+
+    def _submit_trial(self, sweep: Sweep, number: int, params: dict[str, Any]) -> int | None:
+        """One trial as an ordinary job (submit_job: the policy's limits, tariffs, priorities
+        and recovery apply); None while an approval holds it. SweepRefused for good."""
+        from nightshift.runtime.errors import ApprovalRequired
+        from nightshift.runtime.sweeps import SweepRefused, call_key
+
+        assert sweep.id is not None
+        ctx = self.w.context(sweep.owner, call_key(sweep.id, number))
+        args = {"spec": sweep.spec, "params": params, "group": sweep.name}
+        try:
+            result = self.w.gate.call(ctx, "submit_job", args, via="system")
+        except ApprovalRequired:
+            return None
+        except NightshiftError as exc:
+            if self.w.store.fault_of(exc) is not None:
+                raise
+            raise SweepRefused(str(exc)) from exc
+        return int(result.job_id)  # type: ignore[attr-defined]
 
     def _carry_out_orphans(self) -> None:
         """Approved calls nobody is carrying out (the requester's shell closed, its process was

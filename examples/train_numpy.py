@@ -14,7 +14,11 @@ ways nightshift cares about:
   arguments; `--resume PATH` continues from such a file and prints `resumed from step N`;
 * one JSON line per step is appended (and flushed) to `--metrics-file`:
   `{"step": s, "loss": ..., "lr": ..., "micro_batch": ..., "grad_accum": ...}`, and at the end
-  `{"event": "done", "step": ..., "loss": ..., "eval_accuracy": ...}`.
+  `{"event": "done", "step": ..., "loss": ..., "eval_accuracy": ...}`;
+* with `--val-every N`, every N steps (and at the last step) one more line
+  `{"step": s, "val_loss": ..., "val_accuracy": ...}` measured on the held-out split, the
+  objective a sweep (`nightshift sweep`) optimises and prunes on; `--hidden` sets the width of
+  the hidden layer (64), a hyperparameter worth searching.
 
 Fault injection, by environment variable (K is an optimiser step, counted from 1; a fault fires
 at the start of step K, before that step's update, so step K is never logged or checkpointed):
@@ -64,7 +68,7 @@ from typing import Any
 
 import numpy as np
 
-N_HIDDEN = 64
+N_HIDDEN = 64  # the default --hidden
 N_CLASSES = 10
 N_TEST = 297  # digits has 1797 images: 1500 to train on, 297 to evaluate
 SPLIT_SEED = 20261202  # the train/test split is the same for every --seed
@@ -90,6 +94,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--checkpoint-dir", default=None, help="where step_<N>.npz files go")
     p.add_argument("--checkpoint-every", type=int, default=25, help="steps between checkpoints")
     p.add_argument("--metrics-file", default=None, help="JSONL file to append metrics to")
+    p.add_argument("--val-every", type=int, default=0, help="log val_loss every N steps (0: never)")
+    p.add_argument("--hidden", type=int, default=N_HIDDEN, help="hidden units")
     p.add_argument("--resume", default=None, metavar="PATH", help="a step_<N>.npz to continue from")
     p.add_argument(
         "--lr-range-test",
@@ -100,7 +106,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="sweep the lr exponentially from START to END over --steps (ignores --lr)",
     )
     args = p.parse_args(argv)
-    for name in ("micro_batch", "grad_accum", "steps", "checkpoint_every"):
+    if args.val_every < 0:
+        p.error("--val-every must be 0 (never) or more")
+    for name in ("micro_batch", "grad_accum", "steps", "checkpoint_every", "hidden"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
     if not (args.lr > 0 and math.isfinite(args.lr)):
@@ -240,14 +248,23 @@ class BatchStream:
 
 
 # --- model ----------------------------------------------------------------------------------------
-def init_params(seed: int, n_in: int) -> dict[str, np.ndarray]:
+def init_params(seed: int, n_in: int, hidden: int = N_HIDDEN) -> dict[str, np.ndarray]:
     rng = np.random.default_rng([seed, 0])
     return {
-        "W1": rng.normal(0.0, 1.0 / math.sqrt(n_in), (n_in, N_HIDDEN)),
-        "b1": np.zeros(N_HIDDEN),
-        "W2": rng.normal(0.0, 1.0 / math.sqrt(N_HIDDEN), (N_HIDDEN, N_CLASSES)),
+        "W1": rng.normal(0.0, 1.0 / math.sqrt(n_in), (n_in, hidden)),
+        "b1": np.zeros(hidden),
+        "W2": rng.normal(0.0, 1.0 / math.sqrt(hidden), (hidden, N_CLASSES)),
         "b2": np.zeros(N_CLASSES),
     }
+
+
+def evaluate(params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Mean cross-entropy and accuracy on held-out data."""
+    _, logits = forward(params, x)
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    loss = float(-log_probs[np.arange(len(y)), y].mean())
+    return loss, float((logits.argmax(axis=1) == y).mean())
 
 
 def forward(params: dict[str, np.ndarray], x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -367,6 +384,8 @@ def effective_args(args: argparse.Namespace) -> dict[str, Any]:
         "metrics_file": args.metrics_file,
         "resume": args.resume,
         "lr_range_test": args.lr_range_test,
+        **({"val_every": args.val_every} if args.val_every else {}),
+        **({"hidden": args.hidden} if args.hidden != N_HIDDEN else {}),
     }
 
 
@@ -394,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     train, test = split[:-N_TEST], split[-N_TEST:]
     x_train, y_train, x_test, y_test = x[train], y[train], x[test], y[test]
 
-    params = init_params(args.seed, x.shape[1])
+    params = init_params(args.seed, x.shape[1], args.hidden)
     opt = Adam(params)
     stream = BatchStream(len(y_train), args.seed)
     start_step, loss = 0, float("nan")
@@ -449,6 +468,9 @@ def main(argv: list[str] | None = None) -> int:
             raise FloatingPointError(f"loss is {loss} at step {step}")
         opt.update(params, grads, lr)
         metrics.write(record)
+        if args.val_every and (step % args.val_every == 0 or step == args.steps):
+            val_loss, val_accuracy = evaluate(params, x_test, y_test)
+            metrics.write({"step": step, "val_loss": val_loss, "val_accuracy": val_accuracy})
         if step % 25 == 0:
             print(f"step {step} loss {loss:.4f}", flush=True)
         if folder is not None and (step % args.checkpoint_every == 0 or step == args.steps):

@@ -277,6 +277,13 @@ class SchedulerSettings(BaseModel):
     display_tz: str | None = Field(
         None, description="Zone for times in hold reasons; default: the tariff's"
     )
+    sweep_share: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="The share of this node's GPUs (of its CPU slots, for CPU-only trials) that "
+        "one sweep's trials may hold at once (`nightshift sweep`); at least one trial",
+    )
 
 
 class LlmSettings(BaseModel):

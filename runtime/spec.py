@@ -6,6 +6,7 @@ import math
 import posixpath
 import re
 import string
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -220,6 +221,118 @@ class EarlyStopSpec(_Strict):
     grace_steps: int = Field(0, ge=0, le=MAX_STEPS, description="No early stop before this step")
 
 
+SearchType = Literal["log_uniform", "uniform", "int", "categorical"]
+Choice = str | int | float | bool
+SWEEP_MAX_TRIALS = 100_000
+HH_MM = re.compile(r"^([01]?\d|2[0-3]):([0-5]\d)$")
+
+
+class SearchParam(_Strict):
+    """One dimension of a sweep's search space (Optuna's distributions), and when it applies."""
+
+    type: SearchType = Field(
+        description="log_uniform and uniform: a float in [low, high]; int: an integer in [low, "
+        "high] (step, log); categorical: one of choices"
+    )
+    low: float | None = Field(None, description="Lower bound (log_uniform: > 0)")
+    high: float | None = Field(None, description="Upper bound, included")
+    step: float | None = Field(None, gt=0, description="uniform and int: the grid step")
+    log: bool = Field(False, description="int: sample on a log scale")
+    choices: list[Choice] | None = Field(None, description="categorical: the values")
+    when: dict[str, Choice | list[Choice]] | None = Field(
+        None,
+        description="Sample this parameter only when each named categorical parameter (listed "
+        "before it) has this value, or one of these values; else it keeps its value from "
+        "parameters (Optuna's conditional search spaces)",
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SearchParam:
+        if self.type == "categorical":
+            if not self.choices:
+                raise ValueError("a categorical parameter needs choices: [a, b, ...]")
+            if self.low is not None or self.high is not None or self.step is not None:
+                raise ValueError("a categorical parameter takes choices, not low/high/step")
+            return self
+        if self.choices is not None:
+            raise ValueError(f"type {self.type} takes low and high, not choices")
+        if self.low is None or self.high is None:
+            raise ValueError(f"type {self.type} needs both low and high")
+        if not self.low < self.high:
+            raise ValueError(f"low ({self.low:g}) must be below high ({self.high:g})")
+        if self.type == "log_uniform" and self.low <= 0:
+            raise ValueError(f"log_uniform needs low > 0 (got {self.low:g}): use uniform instead")
+        if self.type == "log_uniform" and self.step is not None:
+            raise ValueError("log_uniform takes no step")
+        if self.type == "int":
+            if self.low != int(self.low) or self.high != int(self.high):
+                raise ValueError("int needs whole low and high, e.g. low: 1, high: 8")
+            if self.step is not None and self.step != int(self.step):
+                raise ValueError("int needs a whole step")
+            if self.log and self.low < 1:
+                raise ValueError("int with log: true needs low >= 1")
+            if self.log and self.step not in (None, 1):
+                raise ValueError("int with log: true takes no step")
+        elif self.log:
+            raise ValueError("log: true is for int; use type log_uniform for floats")
+        return self
+
+
+class SweepSpec(_Strict):
+    """How `nightshift sweep` searches: the budget, the sampler and the pruner (Optuna's)."""
+
+    trials: int | None = Field(None, ge=1, le=SWEEP_MAX_TRIALS, description="Trials to run at most")
+    gpu_hours: float | None = Field(
+        None,
+        gt=0,
+        le=1e9,
+        description="Stop asking for trials once the trials used this much: GPU-hours, "
+        "counting a CPU-only trial's hours as one slot",
+    )
+    until: str | None = Field(
+        None, description="Local time HH:MM (next occurrence): no new trial after it"
+    )
+    deadline: datetime | None = Field(
+        None, description="ISO date-time (naive: local time): no new trial after it"
+    )
+    metric: str | None = Field(
+        None, description="The objective's metric; default metrics.name (e.g. val_loss)"
+    )
+    mode: Literal["min", "max"] | None = Field(None, description="Default metrics.mode")
+    sampler: Literal["tpe", "random"] = "tpe"
+    startup_trials: int = Field(
+        10, ge=0, le=SWEEP_MAX_TRIALS, description="TPE: random trials before TPE takes over"
+    )
+    pruner: Literal["median", "successive_halving", "none"] = "median"
+    prune_startup_trials: int = Field(
+        5, ge=0, le=SWEEP_MAX_TRIALS, description="median: no pruning before this many trials end"
+    )
+    prune_warmup_steps: int = Field(
+        0, ge=0, le=MAX_STEPS, description="median: no pruning of a trial before this step"
+    )
+    min_resource: int | None = Field(
+        None, ge=1, le=MAX_STEPS, description="successive_halving: steps of the first rung"
+    )
+    reduction_factor: int = Field(3, ge=2, le=100, description="successive_halving")
+    max_parallel: int = Field(
+        2, ge=1, le=10_000, description="Trials queued or running at once (the share caps it too)"
+    )
+    seed: int | None = Field(
+        None, ge=0, le=MAX_SEED, description="Seeds the sampler; default: the spec's seed, else 0"
+    )
+    enqueue: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Trials to run first, e.g. the learning rate tune_lr's range test suggests",
+    )
+
+    @field_validator("until")
+    @classmethod
+    def _hh_mm(cls, v: str | None) -> str | None:
+        if v is not None and not HH_MM.match(v):
+            raise ValueError(f"until {v!r} is not a time of day: write HH:MM, e.g. '07:00'")
+        return v
+
+
 class Knobs(_Strict):
     """Which parameters recovery may change, so it never has to guess."""
 
@@ -235,6 +348,10 @@ class ExperimentSpec(_Strict):
     command: list[str] = Field(min_length=1, description="argv template with {param} placeholders")
     parameters: dict[str, Any] = Field(default_factory=dict)
     search_space: dict[str, Any] | None = None
+    search: dict[str, SearchParam] | None = Field(
+        None, description="A sweep's search space (`nightshift sweep`), sampled by Optuna"
+    )
+    sweep: SweepSpec | None = Field(None, description="A sweep's budget, sampler and pruner")
     resources: Resources = Resources()
     checkpoint: CheckpointSpec | None = None
     metrics: MetricSpec = MetricSpec()
@@ -293,11 +410,56 @@ class ExperimentSpec(_Strict):
     @model_validator(mode="after")
     def _knobs_name_parameters(self) -> ExperimentSpec:
         for knob, param in self.knobs.model_dump().items():
-            if param is not None and param not in self.parameters:
+            if param is not None and param not in self.parameters and param not in self.searched():
                 raise ValueError(
                     f"knobs.{knob} names parameter '{param}', which is not in parameters"
                 )
         return self
+
+    @model_validator(mode="after")
+    def _search_consistent(self) -> ExperimentSpec:
+        if self.sweep is not None and not self.search:
+            raise ValueError(
+                "sweep needs a search space: add search: {lr: {type: log_uniform, low: 1e-4, "
+                "high: 1e-1}}"
+            )
+        if not self.search:
+            return self
+        grid = [k for k, v in (self.search_space or {}).items() if isinstance(v, list)]
+        if grid:
+            raise ValueError(
+                f"search_space lists ({', '.join(grid)}) make a grid for `nightshift submit`, "
+                "search is sampled by `nightshift sweep`: use one of them"
+            )
+        seen: dict[str, SearchParam] = {}
+        for name, p in self.search.items():
+            if not PLACEHOLDER.fullmatch("{" + name + "}"):
+                raise ValueError(f"search.{name}: not a parameter name (letters, digits, _)")
+            for other, value in (p.when or {}).items():
+                parent = seen.get(other)
+                if parent is None or parent.type != "categorical":
+                    raise ValueError(
+                        f"search.{name}.when names '{other}', which is not a categorical "
+                        "parameter listed before it in search"
+                    )
+                values = value if isinstance(value, list) else [value]
+                bad = [v for v in values if v not in (parent.choices or [])]
+                if bad:
+                    raise ValueError(
+                        f"search.{name}.when: {bad[0]!r} is not one of search.{other}.choices "
+                        f"{parent.choices}"
+                    )
+            if p.when and name not in self.parameters:
+                raise ValueError(
+                    f"search.{name} is conditional (when): give it a value in parameters for "
+                    "the trials where it is not sampled"
+                )
+            seen[name] = p
+        return self
+
+    def searched(self) -> set[str]:
+        """The parameters a sweep samples."""
+        return set(self.search or {})
 
     def grid(self) -> list[dict[str, Any]]:
         """One parameter set per trial: the cartesian product of the list-valued search_space
@@ -315,7 +477,12 @@ class ExperimentSpec(_Strict):
         return names
 
     def unfilled_placeholders(self, params: dict[str, Any] | None = None) -> set[str]:
-        return self.placeholders() - set(params or self.parameters) - BUILTIN_PLACEHOLDERS
+        return (
+            self.placeholders()
+            - set(params or self.parameters)
+            - self.searched()
+            - BUILTIN_PLACEHOLDERS
+        )
 
     def check_filled(self, params: dict[str, Any], *, path: str | None = None) -> None:
         """Refuse at submit a command whose placeholders these parameters and the builtins leave

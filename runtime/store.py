@@ -283,6 +283,30 @@ class ChannelReceipt(SQLModel, table=True):
     received_at: NaiveDatetime = Field(default_factory=utcnow)
 
 
+class Sweep(SQLModel, table=True):
+    """A search over a spec's `search` space (`nightshift sweep`): its trials are jobs of the
+    group `name`, submitted under the call id `sweep-<id>-trial-<n>`, and the Optuna study that
+    asks for them lives in `storage` under `study`."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(index=True, unique=True)
+    study: str
+    storage: str
+    spec: dict = Field(sa_column=Column(JSON, nullable=False))
+    spec_path: str | None = None
+    owner: str
+    # running → done (budget spent, or every trial told) | failed (a trial could not be queued)
+    # | stopped (by a person)
+    state: str = Field(default="running", index=True)
+    # trials, gpu_hours, deadline (naive UTC ISO), max_parallel, seed: the spec's, with the
+    # command line's overrides
+    budget: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    result: dict | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    reason: str | None = None
+    created_at: NaiveDatetime = Field(default_factory=utcnow)
+    updated_at: NaiveDatetime = Field(default_factory=utcnow)
+
+
 class KeyValue(SQLModel, table=True):
     """Small switches that every process must see, such as the kill switch."""
 

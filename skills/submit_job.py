@@ -125,7 +125,9 @@ def build_job(
     """A validated, not yet stored Job for one submission (shared by submit_job and submit_jobs;
     `checked` remembers folders already found writable within one batch)."""
     spec, path = inp.loaded()
-    unknown = set(inp.params) - set(spec.parameters) - set(spec.search_space or {})
+    unknown = (
+        set(inp.params) - set(spec.parameters) - set(spec.search_space or {}) - spec.searched()
+    )
     if unknown:
         raise SkillFailed(
             f"params {sorted(unknown)} are not parameters of spec '{spec.name}' "

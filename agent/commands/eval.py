@@ -19,6 +19,10 @@ SUITES = {
         "nightshift.evals.team_load",
         "submitters and daemons on one PostgreSQL store: jobs lost, run twice",
     ),
+    "sweep": (
+        "nightshift.evals.sweep_bench",
+        "random vs TPE vs TPE + pruning on real training: trial time to the best of random",
+    ),
     "chat": (
         "nightshift.evals.trajectories:chat_main",
         "the chat cases against a real model endpoint: pass rate per case",

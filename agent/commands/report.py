@@ -22,6 +22,9 @@ def report(
     notify: bool = typer.Option(
         False, "--notify", help="Also queue it for Slack / WeChat Work (the daemon posts it)"
     ),
+    sweep: str | None = typer.Option(
+        None, "--sweep", help="One sweep instead: best trial, trials, plot, GPU-hours saved"
+    ),
     config: str | None = typer.Option(None, "--config"),
 ) -> None:
     """Jobs, attempts, failures by cause, recoveries, GPU-hours, kWh and cost."""
@@ -29,6 +32,9 @@ def report(
     from nightshift.agent.wiring import Wiring, local_now
 
     w = Wiring.load(config)
+    if sweep is not None:
+        _sweep_report(w, sweep, markdown, as_json)
+        return
     since, until = default_window(local_now(), hours)
     r = report_of(w, since, until)
     head = _publish_head(w)
@@ -65,6 +71,81 @@ def report(
         )
     )
     console.print(head, markup=False, highlight=False)
+
+
+def _sweep_report(w: Wiring, name: str, markdown: Path | None, as_json: bool) -> None:
+    """One sweep: the best trial and its parameters, the trials, GPU-hours used and saved by
+    pruning (an estimate), and a plot next to the Markdown (or in $NIGHTSHIFT_HOME/sweeps/)."""
+    from nightshift.agent.sweep_report import plot_sweep, sweep_report
+    from nightshift.agent.wiring import local_now
+
+    r = sweep_report(w.store, name, local_now())
+    if as_json:
+        print(r.model_dump_json(indent=2))
+        return
+    plot = (
+        markdown.with_suffix(".png")
+        if markdown
+        else w.settings.home_path / "sweeps" / f"{name}.png"
+    )
+    has_plot = plot_sweep(w.store, r, plot)
+    best = r.best
+    lines = [
+        f"# Sweep {r.name} ({r.state}{': ' + r.reason if r.reason else ''})",
+        "",
+        f"- objective: {r.metric} ({r.mode}) over {', '.join(r.searched)}",
+        f"- trials: {len(r.trials)}, {sum(t.state == 'COMPLETE' for t in r.trials)} complete, "
+        f"{r.pruned} pruned, {sum(t.state == 'FAIL' for t in r.trials)} failed",
+        f"- best: trial {best.number} (job {best.job_id}), {r.metric} {best.value:.6g}, "
+        f"params {best.params}"
+        if best and best.value is not None
+        else "- best: no trial has finished yet",
+        f"- GPU-hours used: {r.gpu_hours:.4f} (CPU-only trials count one slot)",
+        f"- GPU-hours saved by pruning: {r.saved_gpu_hours:.4f} (an estimate: each pruned "
+        "trial's remaining steps at its own seconds per step)",
+    ]
+    if markdown is not None:
+        rows = [
+            "| trial | state | value | job | steps | seconds | params |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        rows += [
+            f"| {t.number} | {t.state.lower()} | {'' if t.value is None else f'{t.value:.6g}'} | "
+            f"{t.job_id or ''} | {t.last_step or ''} | {t.seconds:.1f} | {t.params} |"
+            for t in r.trials
+        ]
+        image = [f"![sweep {r.name}]({plot.name})", ""] if has_plot else []
+        markdown.write_text("\n".join([*lines, "", *image, *rows, ""]))
+        console.print(f"wrote {markdown}" + (f" and {plot}" if has_plot else ""))
+        return
+    console.print("\n".join(lines), markup=False, highlight=False)
+    console.print(
+        table(
+            "trials",
+            ["trial", "state", r.metric, "job", "steps", "seconds", *r.searched],
+            [
+                [
+                    t.number,
+                    t.state.lower() + (f" @{t.pruned_at}" if t.pruned_at is not None else ""),
+                    None if t.value is None else f"{t.value:.5g}",
+                    t.job_id,
+                    t.last_step,
+                    f"{t.seconds:.1f}",
+                    *[_short(t.params.get(k)) for k in r.searched],
+                ]
+                for t in r.trials
+            ],
+        )
+    )
+    console.print(
+        f"plot: {plot}" if has_plot else "no plot: pip install 'nightshift[report]'",
+        markup=False,
+        highlight=False,
+    )
+
+
+def _short(v: object) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
 def _queue_for_channels(w: Wiring, hours: float) -> None:
