@@ -79,7 +79,7 @@ def sweep_report(store: Store, name: str, now: datetime) -> SweepReport:
             last_step[a.job_id] = max(last_step.get(a.job_id, 0), a.last_step)
         gpus[a.job_id] = max(1, len(a.gpus))
     lines = []
-    for t in load_study(row).get_trials(deepcopy=False):
+    for t in load_study(row, store.url).get_trials(deepcopy=False):
         job_id = t.user_attrs.get("job_id")
         job = jobs.get(job_id) if job_id is not None else None
         lines.append(

@@ -17,10 +17,12 @@ sweep:
    placement and recovery apply unchanged) under the call id `sweep-<id>-trial-<n>`, so a
    driver killed at any instant never queues a trial twice.
 
-Where the study lives: in a SQLite file next to the store (`nightshift-optuna.db` beside
-`nightshift.db`), not in the store itself. Optuna's RDBStorage keeps its own Alembic revision in
-the default `alembic_version` table, which the store's migrations own: one database cannot hold
-both. A sibling file also keeps Optuna's writes off the store's write lock.
+Where the study lives: Optuna's RDBStorage keeps its own Alembic revision in the default
+`alembic_version` table, which the store's migrations own, so not among the store's tables. With
+a SQLite store, in a file next to it (`nightshift-optuna.db` beside `nightshift.db`, which also
+keeps Optuna's writes off the store's write lock); with PostgreSQL, in the same database under a
+schema of its own (`nightshift_optuna`, the connection's search_path), so every daemon of a team
+sees it.
 
 Seeded: the sampler of trial n is seeded from (seed, n), so the same seed and the same results in
 the same order ask for the same trials, even across a restarted daemon.
@@ -64,12 +66,19 @@ def call_key(sweep_id: int, number: int) -> str:
     return f"sweep-{sweep_id}-trial-{number}"
 
 
+OPTUNA_SCHEMA = "nightshift_optuna"
+_IN_SCHEMA = "schema:"  # Sweep.storage for a study kept in a schema of the store's database
+
+
 def storage_url(store_url: str) -> str:
-    """Where the studies live: a SQLite file next to the store's (see the module docstring)."""
+    """Where the studies live (recorded on the sweep, never with a password): a SQLite file next
+    to a SQLite store, or a schema of its own in a PostgreSQL store's database."""
+    if store_url.startswith("postgresql"):
+        return _IN_SCHEMA + OPTUNA_SCHEMA
     if not store_url.startswith("sqlite:///") or store_url.endswith(":memory:"):
         raise ConfigError(
-            f"sweeps keep their Optuna study next to a SQLite store; store.url {store_url!r} is "
-            "not one. Run sweeps with a SQLite store (the default)"
+            f"sweeps keep their Optuna study beside a SQLite store or in a PostgreSQL one; "
+            f"store.url {store_url!r} is neither"
         )
     path = Path(store_url[len("sqlite:///") :]).resolve()
     return f"sqlite:///{path.with_name(path.stem + '-optuna.db')}"
@@ -84,17 +93,42 @@ def _optuna() -> Any:
     return optuna
 
 
-_STORAGES: dict[str, Any] = {}
+_STORAGES: dict[tuple[str, str], Any] = {}
 
 
-def storage(url: str) -> optuna.storages.RDBStorage:
-    """One RDBStorage per URL and process (making one checks the schema: not once a tick)."""
-    if url not in _STORAGES:
+def storage(where: str, store_url: str | None = None) -> optuna.storages.RDBStorage:
+    """The study storage a sweep records (`storage_url`), for the store at `store_url`; one per
+    process (making one checks the schema: not once a tick). In PostgreSQL, Optuna's tables and
+    its Alembic revision live in their own schema (the connection's search_path), apart from the
+    store's `alembic_version`."""
+    key = (where, store_url or "")
+    if key not in _STORAGES:
         optuna = _optuna()
-        _STORAGES[url] = optuna.storages.RDBStorage(
-            url, engine_kwargs={"connect_args": {"timeout": 30}}
-        )
-    return _STORAGES[url]  # type: ignore[no-any-return]
+        if where.startswith(_IN_SCHEMA):
+            if store_url is None:
+                raise ConfigError(f"sweep storage {where!r} is the store's: give its URL")
+            schema = where[len(_IN_SCHEMA) :]
+            if not re.fullmatch(r"[a-z_][a-z0-9_]*", schema):
+                raise ConfigError(f"sweep storage {where!r} names no valid schema")
+            _create_schema(store_url, schema)
+            kwargs = {"connect_args": {"options": f"-csearch_path={schema}"}}
+            _STORAGES[key] = optuna.storages.RDBStorage(store_url, engine_kwargs=kwargs)
+        else:
+            _STORAGES[key] = optuna.storages.RDBStorage(
+                where, engine_kwargs={"connect_args": {"timeout": 30}}
+            )
+    return _STORAGES[key]  # type: ignore[no-any-return]
+
+
+def _create_schema(store_url: str, schema: str) -> None:
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(store_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(f"CREATE SCHEMA IF NOT EXISTS {schema}"))
+    finally:
+        engine.dispose()
 
 
 # ------------------------------------------------------------------------------ the search
@@ -279,7 +313,7 @@ def create_sweep(
     optuna = _optuna()
     _, mode = objective(spec)
     study = optuna.create_study(
-        storage=storage(url),
+        storage=storage(url, store.url),
         study_name=name,
         direction="minimize" if mode == "min" else "maximize",
         load_if_exists=True,  # a creation cut short before its row was written
@@ -303,12 +337,12 @@ def create_sweep(
     return row
 
 
-def load_study(sweep: Sweep, number: int = 0) -> Any:
+def load_study(sweep: Sweep, store_url: str | None = None, number: int = 0) -> Any:
     spec = ExperimentSpec.model_validate(sweep.spec)
     sw = spec.sweep or SweepSpec()
     return _optuna().load_study(
         study_name=sweep.study,
-        storage=storage(sweep.storage),
+        storage=storage(sweep.storage, store_url),
         sampler=sampler_for(sw, Budget.model_validate(sweep.budget).seed, number),
         pruner=pruner_for(sw),
     )
@@ -346,7 +380,7 @@ class SweepDriver:
         spec = ExperimentSpec.model_validate(sweep.spec)
         sw = spec.sweep or SweepSpec()
         budget = Budget.model_validate(sweep.budget)
-        study = load_study(sweep)
+        study = load_study(sweep, self.store.url)
         optuna = _optuna()
         RUNNING = optuna.trial.TrialState.RUNNING
         jobs = self._jobs(sweep)

@@ -16,7 +16,7 @@ from nightshift.evals import team_load
 from nightshift.runtime.migrations import HEAD
 from nightshift.runtime.store import Store
 
-from conftest import write_spec
+from conftest import REPO, write_spec
 
 pytestmark = pytest.mark.service
 pytest_plugins = ["postgres_service"]
@@ -106,3 +106,50 @@ def test_doctor_reports_the_store_without_its_password(pg_home, monkeypatch, pos
     store = {c["area"]: c for c in json.loads(done.stdout)}["store"]
     assert store["status"] == "ok" and store["detail"].startswith("postgresql at 127.0.0.1")
     assert "sekrit" not in done.stdout + done.stderr
+
+
+def test_a_sweeps_study_lives_in_its_own_schema_of_the_store(postgres_url, tmp_path):
+    """Optuna's tables and Alembic revision go to the nightshift_optuna schema: the store keeps
+    its own revision, and a second process (another daemon) loads the same study."""
+    from datetime import UTC, datetime
+
+    import yaml
+
+    from nightshift.runtime.spec import ExperimentSpec
+    from nightshift.runtime.sweeps import create_sweep, load_study
+
+    store = Store(postgres_url)
+    spec = yaml.safe_load((REPO / "examples/specs/sweep_numpy.yaml").read_text())
+    spec["code"]["path"] = str(REPO / "examples")
+    row = create_sweep(
+        store,
+        ExperimentSpec.model_validate(spec),
+        spec_path=None,
+        owner="alice",
+        name="pg-sweep",
+        now=datetime(2026, 12, 4, 20, 0),
+        tz=UTC,
+    )
+    assert row.storage == "schema:nightshift_optuna"  # no URL, no password, in the store
+    study = load_study(row, store.url)
+    trial = study.ask()
+    study.tell(trial, 0.25)
+    other = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from nightshift.runtime.store import Store, Sweep; "
+            "from nightshift.runtime.sweeps import load_study; from sqlmodel import select; "
+            "s = Store(sys.argv[1]); r = s.session().__enter__().exec(select(Sweep)).one(); "
+            "print(load_study(r, s.url).best_value)",
+            postgres_url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert other.stdout.strip() == "0.25", other.stderr
+    with store.engine.connect() as c:
+        assert c.execute(text("select version_num from alembic_version")).scalar_one() == HEAD
+        optuna_rev = c.execute(text("select version_num from nightshift_optuna.alembic_version"))
+        assert optuna_rev.scalar_one() != HEAD

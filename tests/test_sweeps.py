@@ -210,10 +210,12 @@ def test_the_same_seed_asks_for_the_same_trials_even_across_a_restart(tmp_path):
     assert any(p["mom"] != 0.0 for p in first if p["opt"] == "sgd")
 
 
-def test_the_study_lives_next_to_a_sqlite_store_only():
+def test_the_study_lives_beside_a_sqlite_store_or_in_a_postgresql_schema():
+    """(PostgreSQL for real: tests/test_postgres_store.py.) No password is ever recorded."""
     assert storage_url("sqlite:////h/nightshift.db") == "sqlite:////h/nightshift-optuna.db"
-    with pytest.raises(Exception, match="SQLite store"):
-        storage_url("postgresql+psycopg://u@db/n")
+    assert storage_url("postgresql+psycopg://u:secret@db/n") == "schema:nightshift_optuna"
+    with pytest.raises(Exception, match="neither"):
+        storage_url("mysql://u@db/n")
 
 
 # ------------------------------------------------------------------------ a real sweep
