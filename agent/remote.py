@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 
 # The commands a client of the daemon has (README "Shared install"); the others open the store.
 SERVED = (
-    "skill, submit, status, jobs, show, logs, cancel, retry, approve, reject, approvals, whoami"
+    "skill, submit, sweep, status, jobs, show, logs, cancel, retry, approve, reject, approvals, "
+    "whoami"
 )
 
 

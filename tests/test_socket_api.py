@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from pydantic import BaseModel
 
 from nightshift.agent.api_server import ApiServer
@@ -363,6 +364,31 @@ def test_cli_commands_go_through_the_socket(daemon: Served, tmp_path: Path) -> N
     r = daemon.run("audit", "verify")
     assert r.returncode == 5 and "the daemon serves: skill, submit" in r.stderr, r.stderr
     assert r.stderr.count("error:") == 1 and "Traceback" not in r.stderr
+
+
+def test_a_sweep_starts_through_the_socket_and_the_daemon_queues_its_trials(
+    daemon: Served, tmp_path: Path
+) -> None:
+    """`nightshift sweep` in a shared install: start_sweep runs in the daemon as the caller,
+    and the daemon's loop queues the trials (they wait for a GPU here) under the caller."""
+    spec = queued_spec(tmp_path, "sweep-through-socket")
+    text = yaml.safe_load(spec.read_text())
+    text["search"] = {"lr": {"type": "log_uniform", "low": 0.001, "high": 0.1}}
+    text["sweep"] = {"trials": 4, "max_parallel": 2, "pruner": "none"}
+    spec.write_text(yaml.safe_dump(text))
+    r = daemon.run("sweep", str(spec), "--name", "remote-lr", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["sweep"] == "remote-lr"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        rows = json.loads(daemon.run("jobs", "--json").stdout)
+        trials = [j for j in rows if j["name"] == "sweep-through-socket"]
+        if len(trials) == 2:
+            break
+        time.sleep(0.3)
+    assert len(trials) == 2, rows
+    shown = json.loads(daemon.run("show", str(trials[0]["id"]), "--json").stdout)
+    assert shown["owner"] == ME and shown["group"] == "remote-lr"
 
 
 @pytest.mark.parametrize(

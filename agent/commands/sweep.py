@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from pydantic import ValidationError
 
 from nightshift.agent.console import console, error
 from nightshift.runtime.errors import BadArguments
@@ -40,24 +39,23 @@ def sweep(
 ) -> None:
     """Start a sweep (Optuna: TPE after a random start, median pruning) and return at once."""
     from nightshift.agent.api import Client
-    from nightshift.agent.wiring import Wiring, local_now
-    from nightshift.runtime.spec import SweepSpec, load_spec
-    from nightshift.runtime.sweeps import create_sweep, local_zone
+    from nightshift.agent.wiring import Wiring
+    from nightshift.runtime.spec import load_spec
 
     w = Wiring.load(config)
-    if w.remote is not None:
-        from nightshift.agent.remote import not_served
-
-        raise not_served(w.remote)
+    # In a shared install the daemon reads the spec and keeps the study, as its own user.
+    client: Any = w.remote if w.remote is not None else Client(w)
     parsed = load_spec(spec)
-    check: Any = Client(w).call("config_validator", {"path": str(spec.resolve())})
+    check: Any = client.call("config_validator", {"path": str(spec.resolve())})
     if not check.valid:
         for e in check.errors:
             error(f"{spec}: field '{e.field}': {e.message}")
         raise typer.Exit(2)
-    overrides: dict[str, Any] = {
+    args: dict[str, Any] = {
         k: v
         for k, v in {
+            "spec_path": str(spec.resolve()),
+            "name": name,
             "trials": trials,
             "gpu_hours": gpu_hours,
             "until": until,
@@ -67,37 +65,13 @@ def sweep(
         }.items()
         if v is not None
     }
-    base = (parsed.sweep or SweepSpec()).model_dump()
-    try:
-        effective = SweepSpec.model_validate({**base, **overrides})
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"])
-        flag = {"max_parallel": "parallel", "gpu_hours": "gpu-hours"}.get(field, field)
-        raise BadArguments(f"--{flag}: {err['msg']}") from None
-    parsed = parsed.model_copy(update={"sweep": effective})
     if lr_range_test is not None:
-        parsed = _seed_lr(w, parsed, lr_range_test)
-    now = local_now()
-    sweep_name = name or f"{parsed.name}-{now:%Y%m%d-%H%M%S}"
-    row = create_sweep(
-        w.store,
-        parsed,
-        spec_path=str(spec.resolve()),
-        owner=w.user,
-        name=sweep_name,
-        now=now,
-        tz=local_zone(w.settings.scheduler.display_tz),
-    )
-    w.audit.append(
-        w.user,
-        "sweep.start",
-        payload={"sweep": row.name, "spec_path": row.spec_path, "budget": row.budget},
-    )
+        args["lr_prior"] = _suggested_lr(client, parsed, lr_range_test)
+    r: Any = client.call("start_sweep", args)
     if as_json:
-        print(json.dumps({"sweep": row.name, "budget": row.budget}))
+        print(json.dumps({"sweep": r.name, "budget": r.budget}))
         return
-    b = row.budget
+    b = r.budget
     bounds = [
         f"{b['trials']} trials" if b.get("trials") else None,
         f"{b['gpu_hours']:g} GPU-hours" if b.get("gpu_hours") else None,
@@ -106,28 +80,26 @@ def sweep(
         else None,
     ]
     console.print(
-        f"sweep [bold]{row.name}[/]: {effective.sampler}"
-        + (f" after {effective.startup_trials} random trials" if effective.sampler == "tpe" else "")
-        + f", pruner {effective.pruner}, {' · '.join(x for x in bounds if x)}, at most "
-        f"{b['max_parallel']} at once, seed {b['seed']}.\n"
+        f"sweep [bold]{r.name}[/]: {r.sampler}"
+        + (f" after {r.startup_trials} random trials" if r.sampler == "tpe" else "")
+        + f", pruner {r.pruner}, {' · '.join(x for x in bounds if x)}, at most "
+        f"{b['max_parallel']} at once, seed {b['seed']}, {r.mode}imising {r.metric}.\n"
         "The daemon runs its trials (`nightshift daemon`); "
-        f"`nightshift report --sweep {row.name}` shows the best so far."
+        f"`nightshift report --sweep {r.name}` shows the best so far."
     )
 
 
-def _seed_lr(w: Any, spec: Any, metrics: Path) -> Any:
-    """tune_lr's range test (through the gate, as `nightshift tune-lr --mode range_test`) turned
-    into the sweep's learning-rate prior."""
-    from nightshift.agent.api import Client
+def _suggested_lr(client: Any, spec: Any, metrics: Path) -> float:
+    """tune_lr's range test on a metrics file (through the gate, as `nightshift tune-lr --mode
+    range_test`): the learning rate that seeds the sweep's prior."""
     from nightshift.agent.commands.diagnose import readable_file
-    from nightshift.runtime.sweeps import seed_lr_prior
     from nightshift.skills.tune_lr import read_metrics_jsonl
 
     try:
         points, _ = read_metrics_jsonl(readable_file(metrics), spec.metrics.name)
     except OSError as exc:
         raise BadArguments(f"--lr-range-test {metrics}: {exc.strerror or exc}") from None
-    r: Any = Client(w).call("tune_lr", {"mode": "range_test", "points": points})
+    r: Any = client.call("tune_lr", {"mode": "range_test", "points": points})
     if r.suggested_lr is None:
         raise BadArguments(
             f"--lr-range-test {metrics}: tune_lr found no suggestion in it ("
@@ -135,7 +107,7 @@ def _seed_lr(w: Any, spec: Any, metrics: Path) -> Any:
             + ")"
         )
     console.print(f"lr prior from the range test: suggested lr {r.suggested_lr:.4g}")
-    return seed_lr_prior(spec, r.suggested_lr)
+    return float(r.suggested_lr)
 
 
 def register(app: typer.Typer) -> None:
