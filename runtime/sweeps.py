@@ -41,7 +41,7 @@ from zoneinfo import ZoneInfo
 from pydantic import BaseModel, Field
 from sqlmodel import col, select
 
-from nightshift.runtime.errors import BadArguments, ConfigError
+from nightshift.runtime.errors import BadArguments, ConfigError, OperatorError
 from nightshift.runtime.spec import ExperimentSpec, SearchParam, SweepSpec
 from nightshift.runtime.store import Attempt, GpuSample, Job, MetricPoint, Store, Sweep, utcnow
 
@@ -370,10 +370,21 @@ class SweepDriver:
         self.share, self.cpu_slots, self.node = share, cpu_slots, node
 
     def tick(self) -> None:
+        """Drive every running sweep. One that cannot be driven (its study file deleted or
+        corrupt, say) ends failed with the reason; it never stops the loop for everyone else.
+        A fault of the store itself (a full disk) is the loop's to report and wait out."""
         with self.store.session() as s:
             sweeps = list(s.exec(select(Sweep).where(Sweep.state == "running")))
         for sweep in sweeps:
-            self.drive(sweep)
+            try:
+                self.drive(sweep)
+            except OperatorError:
+                raise
+            except Exception as exc:
+                if self.store.fault_of(exc) is not None:
+                    raise
+                why = f"the sweep could not be driven: {type(exc).__name__}: {exc}"
+                self._end(sweep, None, "failed", why[:500], self.clock())
 
     def drive(self, sweep: Sweep) -> None:
         now = self.clock()
@@ -516,7 +527,7 @@ class SweepDriver:
         )
 
     def _end(self, sweep: Sweep, study: Any, state: str, reason: str, now: datetime) -> None:
-        result = best_of(study)
+        result = best_of(study) if study is not None else {}
         with self.store.session() as s:
             row = s.get(Sweep, sweep.id)
             if row is None or row.state != "running":

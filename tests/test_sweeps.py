@@ -339,3 +339,31 @@ def test_a_range_test_suggestion_becomes_the_learning_rate_prior():
         seed_lr_prior(spec, 50.0)
     with pytest.raises(BadArguments, match="knobs.learning_rate"):
         seed_lr_prior(spec_of(sweep={"trials": 3}), 0.05)
+
+
+def test_a_sweep_that_cannot_be_driven_fails_alone_and_the_loop_goes_on(home, tmp_path):
+    """A sweep whose study is gone ends failed with the reason; the other sweep is driven on
+    (its first trials queued) and the loop's step raises nothing."""
+    from nightshift.runtime.store import Job, Sweep
+
+    spec = sweep_spec(tmp_path)
+    for name in ("broken", "fine"):
+        r = nightshift("sweep", str(spec), "--name", name)
+        assert r.returncode == 0, r.stderr
+    from nightshift.agent.wiring import Wiring
+
+    w = Wiring.load()
+    with w.store.session() as s:
+        row = s.exec(select(Sweep).where(Sweep.name == "broken")).one()
+        row.study = "deleted-by-hand"
+        s.add(row)
+    w.loop.drive_sweeps = True
+    w.loop.step()
+    assert w.loop.fault is None
+    with w.store.session() as s:
+        rows = {r.name: r for r in s.exec(select(Sweep))}
+        fine_jobs = list(s.exec(select(Job.id).where(Job.group == "fine")))
+    assert rows["broken"].state == "failed" and "could not be driven" in (
+        rows["broken"].reason or ""
+    )
+    assert rows["fine"].state == "running" and len(fine_jobs) >= 1
