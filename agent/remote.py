@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 # The commands a client of the daemon has (README "Shared install"); the others open the store.
 SERVED = (
-    "skill, submit, sweep, status, jobs, show, logs, cancel, retry, approve, reject, approvals, "
+    "skill, submit, sweep, sweep-stop, status, jobs, show, logs, cancel, retry, approve, reject, approvals, "
     "whoami"
 )
 

@@ -244,9 +244,12 @@ class Budget(BaseModel):
     deadline: datetime | None = Field(None, description="Naive UTC: no new trial after it")
     max_parallel: int = 2
     seed: int = 0
+    stopped: str | None = Field(None, description="Who stopped the sweep, and why (stop_sweep)")
 
     def spent(self, trials: int, gpu_hours: float, now: datetime) -> str | None:
         """Why no new trial may start, or None while the budget lasts."""
+        if self.stopped is not None:
+            return self.stopped
         if self.trials is not None and trials >= self.trials:
             return f"{trials} of {self.trials} trials queued"
         if self.gpu_hours is not None and gpu_hours >= self.gpu_hours:

@@ -3,6 +3,8 @@ asks, and a real sweep of real training driven by the loop through a restart."""
 
 from __future__ import annotations
 
+import getpass
+import json
 import sqlite3
 import time
 from datetime import datetime
@@ -367,3 +369,39 @@ def test_a_sweep_that_cannot_be_driven_fails_alone_and_the_loop_goes_on(home, tm
         rows["broken"].reason or ""
     )
     assert rows["fine"].state == "running" and len(fine_jobs) >= 1
+
+
+@pytest.mark.slow
+def test_a_stopped_sweep_queues_no_more_and_ends_when_its_trial_does(home, tmp_path):
+    """`nightshift sweep-stop` while the first trial trains: no second trial is ever queued, the
+    running one finishes and is told, and the sweep ends done, saying who stopped it."""
+    from nightshift.runtime.store import Job, Sweep
+
+    r = nightshift("sweep", str(sweep_spec(tmp_path)), "--name", "halt")
+    assert r.returncode == 0, r.stderr
+
+    def trial_running(w: Any) -> bool:
+        with w.store.session() as s:
+            return s.exec(select(Job).where(Job.group == "halt", Job.state == "running")).first()
+
+    drive(trial_running)
+    r = nightshift("sweep-stop", "halt", "--reason", "enough", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == {"sweep": "halt", "before": "running", "after": "stopping"}
+
+    def ended(w: Any) -> bool:
+        with w.store.session() as s:
+            return s.exec(select(Sweep)).one().state != "running"
+
+    w = drive(ended, timeout=60)
+    with w.store.session() as s:
+        row = s.exec(select(Sweep)).one()
+        jobs = list(s.exec(select(Job).where(Job.group == "halt")))
+    assert (
+        row.state == "done"
+        and row.reason == f"budget spent: stopped by {getpass.getuser()}: enough"
+    )
+    assert len(jobs) == 1 and jobs[0].state == "succeeded"
+    assert row.result and row.result["best_job_id"] == jobs[0].id
+    again = nightshift("sweep-stop", "halt")
+    assert again.returncode == 0 and "already ended (done)" in again.stdout

@@ -110,5 +110,31 @@ def _suggested_lr(client: Any, spec: Any, metrics: Path) -> float:
     return float(r.suggested_lr)
 
 
+def sweep_stop(
+    name: str = typer.Argument(..., help="The sweep"),
+    reason: str = typer.Option("", "--reason", help="Why; recorded on the sweep"),
+    as_json: bool = typer.Option(False, "--json"),
+    config: str | None = typer.Option(None, "--config"),
+) -> None:
+    """No new trials for a sweep; those queued or running finish, then it ends with its best."""
+    from nightshift.agent.api import Client
+    from nightshift.agent.wiring import Wiring
+
+    w = Wiring.load(config)
+    client: Any = w.remote if w.remote is not None else Client(w)
+    r: Any = client.call("stop_sweep", {"name": name, "reason": reason})
+    if as_json:
+        print(json.dumps({"sweep": r.name, "before": r.before, "after": r.after}))
+        return
+    if r.before != "running":
+        console.print(f"sweep {r.name} had already ended ({r.before})")
+        return
+    console.print(
+        f"sweep {r.name}: no new trials; {r.trials_left} queued or running will finish, then "
+        f"`nightshift report --sweep {r.name}` shows the best"
+    )
+
+
 def register(app: typer.Typer) -> None:
     app.command()(sweep)
+    app.command("sweep-stop")(sweep_stop)
