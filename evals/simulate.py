@@ -1,38 +1,49 @@
 """Trace-driven scheduler simulation: real GPU-cluster traces replayed through the placement
-function the daemon uses, against FIFO and EASY-backfill baselines.
+function the daemon uses, against FIFO and EASY-backfill baselines, with the goals of issue 14.
 
-    python -m nightshift.evals.simulate                  # default sampled windows, load 0.8
+    python -m nightshift.evals.simulate --load-for tiresias=2   # every trace and policy, goals
     python -m nightshift.evals.simulate --quick          # small windows: a smoke test (seconds)
     python -m nightshift.evals.simulate --full           # the whole traces (tens of minutes)
     nightshift eval simulate --load 0.6,0.8,1.0          # the same through the CLI, with a sweep
 
 Traces (copied into evals/data/traces/ with their SOURCES.md): Microsoft Philly (ATC'19), one row
-per job; Alibaba GPU v2023 (ATC'23), one row per pod, and its node list. A discrete-event loop
-advances from event to event (arrivals, completions, GPU health changes, and for the tariff-aware
-policy the tariff's window boundaries) and calls `nightshift.runtime.placement.place` at each
-event time at which something could change: the very function object the daemon calls.
+per job; Alibaba GPU v2023 (ATC'23), one row per pod, and its node list; Tiresias' 60-job trace
+and cluster (NSDI'19; synthetic, 4-GPU nodes); and `pollux`, the Pollux artifact's trace, which
+is the Philly file itself, so it is run over another window: the stretch in which the most jobs
+arrive. A discrete-event loop advances from event to event (arrivals, completions, GPU health
+changes, and for the tariff-aware policies the tariff's window boundaries) and calls
+`nightshift.runtime.placement.place` at each event time at which something could change: the
+very function object the daemon calls.
 
-Policies, all on the same cluster, trace window, health events and seeded job attributes:
+Policies, all on the same trace window, health events and seeded job attributes:
 
-* fifo — place() with no priorities, no aging and no tariff, keeping only the starts that come
-  before the first job it could not start (place() has no switch for "no backfill", so the
-  simulator drops its backfill starts; jobs are chosen in queue order, so the kept prefix is
-  exactly what strict FIFO starts);
-* easy — place() as it is with no priorities, no aging, no tariff and no preemption: EASY
-  backfill, one reservation for the job at the head, estimates from the users' overestimates;
-* priority — nightshift without the tariff: trace priorities with aging, and backfill (an
-  ablation, to tell the ordering's effect from the tariff's);
-* nightshift — place() as the daemon configures it by default: trace priorities (Alibaba's QoS
-  class) with aging of 1 point per hour, backfill, and tariff holding of the seeded
-  cost-sensitive jobs (with the pauses at the cheap period's end that place() proposes).
+* fifo, fifo-pool — place() with no priorities, no aging and no tariff, keeping only the starts
+  that come before the first job it could not start (strict FIFO); on the traced hosts, and on
+  one pool holding every GPU (no topology: FIFO's best case);
+* easy, easy-pool, easy-best — place() with no priorities, aging, tariff or preemption: EASY
+  backfill, one reservation for the head; on the hosts, on one pool, and with best-fit hosts;
+* priority, priority-best, sjf-first, sjf, las — orderings without the tariff (ablations):
+  trace priorities with aging; shortest-estimate-first with aging (`order: sjf_aging`), first
+  or best fit; least attained service (Tiresias) with preemption at checkpoints;
+* nightshift-v1 — the previous default: priority order, first fit, tariff holds that ignore
+  deadlines;
+* nightshift — the daemon's default: sjf_aging, best fit, tariff holds and pauses that keep
+  every deadline on its estimate (`twin` sjf is the same without the tariff);
+  nightshift-notpeak the same with `cost_threshold: not_peak`; nightshift-first with first fit;
+  nightshift-big4 holding only jobs of 4 GPU-hours or more (`hold_min_gpu_h`).
+
+Metrics: waits of all, urgent and cost-sensitive jobs; deadline misses, those after a tariff hold
+or pause and those caused by it (met by the twin without the tariff); energy cost against two
+floors (cost-sensitive work at the valley price or at the cheapest prices before its deadline,
+the rest at the tariff's average) and the share of FIFO's achievable saving each policy takes.
 
 Declared, since the traces do not say (see docs/benchmarks.md for the reasons): hosts of 8 GPUs
-for Philly, Alibaba's hosts drawn from its node list's GPUs-per-node mix; a cluster size giving
-the offered load asked for; jobs wider than the widest host dropped and counted; 300 W per busy
-GPU; a three-band time-of-use tariff in the trace's own clock; user runtime estimates = truth x a
-seeded log-uniform factor in [1, 4]; 25 % of jobs cost-sensitive; deadline = submit + 30 min +
-U(1.5, 4) x runtime; 1 % of GPU time quarantined by seeded health events (6 h mean); a tariff
-pause costs 5 min of redone work; preemption off.
+for Philly, Alibaba's hosts drawn from its node list's GPUs-per-node mix, Tiresias' 4; a cluster
+size giving the offered load asked for; jobs wider than the widest host dropped and counted;
+300 W per busy GPU; a three-band time-of-use tariff in the trace's own clock (Tiresias' second
+0 at a Monday 09:00); user runtime estimates = truth x a seeded log-uniform factor in [1, 4];
+25 % of jobs cost-sensitive; deadline = submit + 30 min + U(1.5, 4) x runtime; 1 % of GPU time
+quarantined by seeded health events (6 h mean); a pause costs 5 min of redone work.
 """
 
 from __future__ import annotations
@@ -40,6 +51,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import csv
+import dataclasses
 import functools
 import gzip
 import heapq
@@ -52,6 +64,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from pydantic import PrivateAttr
@@ -60,18 +73,42 @@ from rich.table import Table
 
 from nightshift.evals.output import write_csv
 from nightshift.runtime import placement  # place() is looked up here at every call
-from nightshift.runtime.placement import GpuSlot, PendingJob, RunningJob, Snapshot, Start
+from nightshift.runtime.placement import (
+    CostBand,
+    GpuSlot,
+    HostFit,
+    Order,
+    PendingJob,
+    RunningJob,
+    Snapshot,
+    Start,
+    penalty_of,
+)
 from nightshift.runtime.tariff import Period, PriceWindow, Tariff
 
 DATA = Path(__file__).resolve().parent / "data" / "traces"
 PHILLY_FILE = DATA / "pollux_adaptdl_philly_jobs.csv.gz"
 ALIBABA_PODS = DATA / "alibaba_gpu_v2023_openb_pod_list_default.csv"
 ALIBABA_NODES = DATA / "alibaba_gpu_v2023_openb_node_list_gpu_node.csv"
+TIRESIAS_JOBS = DATA / "tiresias_60_job.csv"
+TIRESIAS_CLUSTER = DATA / "tiresias_cluster_n32g4.csv"
 ALIBABA_ORIGIN = datetime(2023, 7, 3)  # declared: the trace counts seconds from its start only
+TIRESIAS_ORIGIN = datetime(2019, 6, 3, 9, 0)  # declared: a Monday morning, in the shoulder band
 QOS_PRIORITY = {"Guaranteed": 2, "LS": 2, "Burstable": 1, "BE": 0}
-TRACES = ("philly", "alibaba")
-WINDOW_DAYS = {"philly": 7.0, "alibaba": 14.0}  # default sampled windows
-QUICK_DAYS = {"philly": 0.5, "alibaba": 1.0}
+TRACES = ("philly", "alibaba", "tiresias", "pollux")
+# default windows in days; None: the whole trace; pollux: its busiest stretch of this length
+WINDOW_DAYS: dict[str, float | None] = {
+    "philly": 7.0,
+    "alibaba": 14.0,
+    "tiresias": None,
+    "pollux": 7.0,
+}
+QUICK_DAYS: dict[str, float | None] = {
+    "philly": 0.5,
+    "alibaba": 1.0,
+    "tiresias": None,
+    "pollux": 0.25,
+}
 PHILLY_GPUS_PER_HOST = 8
 GPU_MIB = 32768.0  # every simulated GPU: 32 GiB; a sharing pod's cap is its fraction of it
 DAY = 86400.0
@@ -151,6 +188,7 @@ class Trace:
     rows: int
     excluded: dict[str, int] = field(default_factory=dict)
     host_sizes: list[int] | None = None  # GPUs per node of the traced cluster, where known
+    busiest: bool = False  # windows cover the busiest stretch (most jobs submitted)
 
 
 def load_philly(path: Path = PHILLY_FILE) -> Trace:
@@ -209,7 +247,40 @@ def load_alibaba(pods: Path = ALIBABA_PODS, nodes: Path = ALIBABA_NODES) -> Trac
     )
 
 
-LOADERS: dict[str, Callable[[], Trace]] = {"philly": load_philly, "alibaba": load_alibaba}
+def load_tiresias(jobs: Path = TIRESIAS_JOBS, cluster: Path = TIRESIAS_CLUSTER) -> Trace:
+    """Tiresias' 60-job trace: `submit_time` and `duration` in seconds, `num_gpu`; its cluster
+    file gives the GPUs per node (4). A small synthetic trace in the shape of the paper's."""
+    with open(jobs, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    out = [
+        TraceJob(
+            id=i,
+            submit_s=float(r["submit_time"]),
+            duration_s=float(r["duration"]),
+            gpus=int(r["num_gpu"]),
+        )
+        for i, r in enumerate(rows, 1)
+    ]
+    out.sort(key=lambda j: (j.submit_s, j.id))
+    with open(cluster, newline="") as fh:
+        sizes = [int(r["num_gpu_p_node"]) for r in csv.DictReader(fh)]
+    return Trace("tiresias", TIRESIAS_ORIGIN, out, rows=len(rows), host_sizes=sizes)
+
+
+def load_pollux() -> Trace:
+    """The Pollux artifact's trace is the very file the Philly workload reads (same md5), so
+    this workload is a different window of it, not other data: the busiest stretch (most jobs
+    submitted), where Philly's default is a seeded random week."""
+    t = load_philly()
+    return Trace("pollux", t.origin, t.jobs, rows=t.rows, busiest=True)
+
+
+LOADERS: dict[str, Callable[[], Trace]] = {
+    "philly": load_philly,
+    "alibaba": load_alibaba,
+    "tiresias": load_tiresias,
+    "pollux": load_pollux,
+}
 
 
 @functools.cache
@@ -302,8 +373,21 @@ def pick_window(trace: Trace, days: float | None, seed: int) -> tuple[float, flo
     if days is None:
         return first, last + 1.0
     span = days * DAY
+    if trace.busiest:
+        return _busiest(trace, span)
     starts = [j.submit_s for j in trace.jobs if j.submit_s + span <= last] or [first]
     t0 = random.Random(f"{seed}:{trace.name}:window").choice(starts)
+    return t0, t0 + span
+
+
+def _busiest(trace: Trace, span: float) -> tuple[float, float]:
+    """The `span`-long window, starting at a submit time, in which the most jobs arrive."""
+    subs = [j.submit_s for j in trace.jobs]
+    best, t0 = -1, subs[0]
+    for i, s in enumerate(subs):
+        n = bisect.bisect_left(subs, s + span, i) - i
+        if n > best:
+            best, t0 = n, s
     return t0, t0 + span
 
 
@@ -346,13 +430,15 @@ def make_setups(
     days: dict[str, float | None],
     gpus_per_host: int | None,
     opts: Options,
+    load_for: dict[str, list[float]] | None = None,
 ) -> list[Setup]:
+    """One setup per trace and load (`load_for` overrides the loads of the traces it names)."""
     setups = []
     for name in names:
         trace = load_trace(name)
         window = pick_window(trace, days[name], opts.seed)
         jobs = [j for j in seeded_jobs(trace, opts) if window[0] <= j.submit_s < window[1]]
-        for load in loads:
+        for load in (load_for or {}).get(name, loads):
             hosts, kept, dropped = size_cluster(trace, jobs, window, load, gpus_per_host, opts.seed)
             counts = {
                 "rows": trace.rows,
@@ -375,16 +461,47 @@ class Policy:
     aging_per_hour: float
     priorities: bool  # use the trace's priorities (else every job has priority 0)
     tariff: bool  # hold cost-sensitive jobs for cheap hours (and honour the pauses)
+    deadlines: bool = False  # tell place() the deadlines: holds and pauses that keep them
+    order: Order = "priority"
+    host_fit: HostFit = "first"
+    pool: bool = False  # every GPU on one host: no topology (a baseline's best case)
+    preempt_margin: int | None = None  # honour place()'s preemption proposals
+    cost_threshold: float | CostBand | None = None
+    hold_min_gpu_h: float = 0.0  # hold only cost-sensitive jobs at least this big
+    twin: str = ""  # the same policy without the tariff: what a hold's misses are judged against
 
 
+_DEFAULT = Policy("", fifo=False, aging_per_hour=1.0, priorities=True, tariff=False)
+
+
+def _policy(name: str, **kw: Any) -> Policy:
+    """A policy: nightshift's defaults (trace priorities, aging 1/h, backfill) changed by kw."""
+    return dataclasses.replace(_DEFAULT, name=name, **kw)
+
+
+_BASE = {"aging_per_hour": 0.0, "priorities": False}
+_NS = {"order": "sjf_aging", "host_fit": "best", "tariff": True, "deadlines": True}
 POLICIES = {
-    "fifo": Policy("fifo", fifo=True, aging_per_hour=0.0, priorities=False, tariff=False),
-    "easy": Policy("easy", fifo=False, aging_per_hour=0.0, priorities=False, tariff=False),
-    "priority": Policy("priority", fifo=False, aging_per_hour=1.0, priorities=True, tariff=False),
-    "nightshift": Policy(
-        "nightshift", fifo=False, aging_per_hour=1.0, priorities=True, tariff=True
-    ),
+    p.name: p
+    for p in (
+        _policy("fifo", fifo=True, **_BASE),
+        _policy("fifo-pool", fifo=True, pool=True, **_BASE),
+        _policy("easy", **_BASE),
+        _policy("easy-pool", pool=True, **_BASE),
+        _policy("easy-best", host_fit="best", **_BASE),
+        _policy("priority"),
+        _policy("priority-best", host_fit="best"),
+        _policy("sjf-first", order="sjf_aging"),
+        _policy("sjf", order="sjf_aging", host_fit="best"),
+        _policy("las", order="las", host_fit="best", preempt_margin=4),
+        _policy("nightshift-v1", tariff=True, twin="priority"),
+        _policy("nightshift", twin="sjf", **_NS),
+        _policy("nightshift-notpeak", cost_threshold="not_peak", twin="sjf", **_NS),
+        _policy("nightshift-first", twin="sjf-first", **(_NS | {"host_fit": "first"})),
+        _policy("nightshift-big4", hold_min_gpu_h=4.0, twin="sjf", **_NS),
+    )
 }
+NIGHTSHIFT = "nightshift"  # the policy the goals are measured on: place() as the daemon runs it
 
 
 # ---------------------------------------------------------------------------------- the loop
@@ -403,6 +520,7 @@ class _Job:
         "epoch",
         "gpus",
         "shared",
+        "held",
     )
 
     def __init__(self, sj: SimJob, key: tuple, model: PendingJob):
@@ -417,6 +535,7 @@ class _Job:
         )
         self.gpus: list[int] = []
         self.shared = sj.share < 1.0
+        self.held = False  # held or paused for the tariff at least once
 
 
 class _Boundaries:
@@ -454,6 +573,8 @@ class RunResult:
     queue: list[tuple[float, int]]  # (trace seconds, pending jobs), at each change
     delays: list[float]  # queueing delay of every completed job, seconds
     first_start: dict[int, float]  # job id -> when it first started (trace seconds)
+    missed: frozenset[int] = frozenset()  # jobs that finished after their deadline
+    held_missed: frozenset[int] = frozenset()  # of those, the ones held or paused for the tariff
 
 
 class _Run:
@@ -464,10 +585,11 @@ class _Run:
         self.origin = setup.origin
         self.tariff = tariff(_SimTariff) if policy.tariff else None
         self.rate = policy.aging_per_hour / 3600.0
+        self.penalty = penalty_of(Snapshot.model_construct(**self._knobs()))
         n = setup.gpus
         self.slots: list[GpuSlot] = []
         gid = 0
-        for h, size in enumerate(setup.hosts):
+        for h, size in enumerate([n] if policy.pool else setup.hosts):
             for _ in range(size):
                 self.slots.append(
                     GpuSlot.model_construct(
@@ -499,7 +621,33 @@ class _Run:
         ]
         self.calls = 0
         self.pauses = 0
+        self.preemptions = 0
         self.queue_cap_hits = 0
+        self.cs_pending: set[int] = set()  # cost-sensitive jobs waiting (tariff policies only)
+
+    def _knobs(self) -> dict[str, object]:
+        """The Snapshot fields that are the same at every call of this run."""
+        pol = self.policy
+        return {
+            "cpu_slots": 1,
+            "tariff": self.tariff,
+            "cost_threshold": pol.cost_threshold,
+            "hold_slack_s": 3600.0,
+            "deadline_boost": 1000.0,
+            "hold_min_gpu_h": pol.hold_min_gpu_h,
+            "tariff_horizon_h": 168.0,
+            "long_job_start_grace_s": 1800.0,
+            "aging_per_hour": pol.aging_per_hour,
+            "order": pol.order,
+            "sjf_per_doubling": 1.0,
+            "las_thresholds_gpu_h": [1.0, 10.0],
+            "las_points": 4.0,
+            "host_fit": pol.host_fit,
+            "preempt_margin": pol.preempt_margin,
+            "preempt_max_per_call": 4,
+            "default_duration_s": 3600.0,
+            "display_tz": None,
+        }
 
     # -------------------------------------------------------------- bookkeeping
     def _push(self, t: float, kind: int, payload: _Payload) -> None:
@@ -528,7 +676,7 @@ class _Run:
     def _dt(self, t: float) -> datetime:
         return self.origin + timedelta(seconds=t)
 
-    def _pending_model(self, sj: SimJob, expected_s: float) -> PendingJob:
+    def _pending_model(self, sj: SimJob, expected_s: float, attained: float) -> PendingJob:
         pol = self.policy
         cs = pol.tariff and sj.cost_sensitive
         return PendingJob.model_construct(
@@ -541,20 +689,31 @@ class _Run:
             expected_duration_s=expected_s,
             cost_class="cost_sensitive" if cs else "urgent",
             pausable=True,
+            deadline=self._dt(sj.deadline_s) if pol.deadlines else None,
+            attained_gpu_s=attained,
         )
+
+    def _key(self, sj: SimJob, m: PendingJob) -> tuple:
+        """The job's rank in place()'s order, fixed while it waits: aging adds the same to every
+        job, so priority + rate x (now - submit) - penalty orders alike at every `now`."""
+        prio = m.priority
+        pen = self.penalty(m.expected_duration_s or 3600.0, m.attained_gpu_s)
+        return (-(prio - self.rate * sj.submit_s - pen), sj.submit_s, sj.id)
 
     # -------------------------------------------------------------- events
     def _arrive(self, sj: SimJob) -> None:
-        prio = sj.priority if self.policy.priorities else 0
-        # place() ranks by priority + rate x (now - submit): a fixed order, whatever `now` is
-        key = (-(prio - self.rate * sj.submit_s), sj.submit_s, sj.id)
-        j = _Job(sj, key, self._pending_model(sj, sj.duration_s * sj.overestimate))
+        m = self._pending_model(sj, sj.duration_s * sj.overestimate, 0.0)
+        key = self._key(sj, m)
+        j = _Job(sj, key, m)
         self.jobs[sj.id] = j
         bisect.insort(self.queue, key)
+        if m.cost_class == "cost_sensitive":
+            self.cs_pending.add(sj.id)
 
     def _start(self, s: Start, t: float) -> None:
         j = self.jobs[s.job_id]
         del self.queue[bisect.bisect_left(self.queue, j.key)]
+        self.cs_pending.discard(s.job_id)
         if j.first_start is None:
             j.first_start = t
         j.seg_start, j.gpus = t, list(s.gpus)
@@ -574,6 +733,8 @@ class _Run:
             cost_class=m.cost_class,
             gpu_memory_gb=None,
             gpu_memory_cap_gb=m.gpu_memory_cap_gb,
+            deadline=m.deadline,
+            attained_gpu_s=m.attained_gpu_s,
         )
         if m.cost_class == "cost_sensitive":
             self.cs_running += 1
@@ -598,18 +759,27 @@ class _Run:
         j.done = t
         self.left -= 1
 
-    def _pause(self, jid: int, t: float) -> None:
-        """A tariff pause at a checkpoint: back to the queue with what remains, plus the work
-        redone since the last checkpoint; the estimate stays the user's factor x what remains."""
+    def _pause(self, jid: int, t: float, tariff: bool = True) -> None:
+        """A pause at a checkpoint (the tariff's, or a preemption): back to the queue with what
+        remains, plus the work redone since the last checkpoint; the estimate stays the user's
+        factor x what remains."""
         j = self.jobs.get(jid)
         if j is None or jid not in self.running:
             return
         self._stop(j, t)
         j.epoch += 1
         j.rem = j.rem - (t - j.seg_start) + self.opts.pause_overhead_s
-        j.model = self._pending_model(j.sj, j.rem * j.sj.overestimate)
+        attained = j.ran * j.sj.gpus * j.sj.share
+        j.model = self._pending_model(j.sj, j.rem * j.sj.overestimate, attained)
+        j.key = self._key(j.sj, j.model)
         bisect.insort(self.queue, j.key)
-        self.pauses += 1
+        if j.model.cost_class == "cost_sensitive":
+            self.cs_pending.add(jid)
+        if tariff:
+            j.held = True
+            self.pauses += 1
+        else:
+            self.preemptions += 1
 
     def _health(self, i: int, t: float) -> None:
         """Flip GPU i between healthy and quarantined (CRITICAL); schedule its next flip. Each
@@ -641,16 +811,7 @@ class _Run:
             pending=[self.jobs[k[2]].model for k in keys],
             running=list(self.running.values()),
             gpus=self.slots,
-            cpu_slots=1,
-            tariff=self.tariff,
-            cost_threshold=None,
-            tariff_horizon_h=168.0,
-            long_job_start_grace_s=1800.0,
-            aging_per_hour=self.policy.aging_per_hour,
-            preempt_margin=None,
-            preempt_max_per_call=4,
-            default_duration_s=3600.0,
-            display_tz=None,
+            **self._knobs(),
         )
 
     def _decide(self, t: float, tick: bool) -> None:
@@ -664,12 +825,21 @@ class _Run:
         cap = self.opts.max_pending
         if len(self.queue) > cap:
             self.queue_cap_hits += 1
-        self.calls += 1
-        d = placement.place(self._snapshot(t, self.queue[:cap]))
-        for p in d.pauses:
-            self._pause(p.job_id, t)
-        for s in d.starts:
-            self._start(s, t)
+        for _ in range(3):  # again at once after preemptions: the preemptors start now
+            self.calls += 1
+            d = placement.place(self._snapshot(t, self.queue[:cap]))
+            for p in d.pauses:
+                self._pause(p.job_id, t)
+            for s in d.starts:
+                self._start(s, t)
+            if self.cs_pending:
+                for jid in self.cs_pending:
+                    if d.holds.get(jid, "").startswith("held for off-peak"):
+                        self.jobs[jid].held = True
+            if not d.preemptions:
+                break
+            for pr in d.preemptions:
+                self._pause(pr.victim_job_id, t, tariff=False)
 
     def _decide_fifo(self, t: float) -> None:
         """Strict FIFO through place(): a prefix of the queue in, and only the starts before the
@@ -760,8 +930,14 @@ class _Run:
         kwh, cost = _energy(self.segments, opts.gpu_watts, self.origin)
         valley = tariff().cheapest_price()
         misses = sum(1 for j, d in finished if d > j.sj.deadline_s)
+        hold_misses = sum(1 for j, d in finished if d > j.sj.deadline_s and j.held)
         marked = [d - j.sj.submit_s for j, d in finished if j.sj.cost_sensitive]
         others = [d - j.sj.submit_s for j, d in finished if not j.sj.cost_sensitive]
+        cs_delays = [x for (j, _), x in zip(done, delays, strict=True) if j.sj.cost_sensitive]
+        urgent_delays = [
+            x for (j, _), x in zip(done, delays, strict=True) if not j.sj.cost_sensitive
+        ]
+        floor, floor_deadline = energy_floors(setup)
 
         def pct(a: np.ndarray, q: float) -> float:
             return float(np.percentile(a, q)) if a.size else math.nan
@@ -782,24 +958,102 @@ class _Run:
             "jct_mean_cost_sensitive_h": float(np.mean(marked)) / 3600.0 if marked else math.nan,
             "jct_mean_other_h": float(np.mean(others)) / 3600.0 if others else math.nan,
             "delay_mean_h": float(dh.mean()) if dh.size else math.nan,
+            # "urgent": the jobs the seed did not mark cost-sensitive, under every policy
+            "delay_mean_urgent_h": _mean_h(urgent_delays),
+            "delay_mean_cs_h": _mean_h(cs_delays),
             "delay_p50_h": pct(dh, 50),
             "delay_p95_h": pct(dh, 95),
             "energy_kwh": kwh,
             "cost": cost,
             "cost_lower_bound": kwh * valley,
             "cost_ratio": cost / (kwh * valley) if kwh else math.nan,
+            "cost_floor": floor,
+            "cost_floor_deadline": floor_deadline,
             "deadline_misses": misses,
+            "hold_misses": hold_misses,
             "deadline_miss_rate": misses / len(finished) if finished else math.nan,
             "pauses": self.pauses,
+            "preemptions": self.preemptions,
+            "held": sum(1 for j in self.jobs.values() if j.held),
             "place_calls": self.calls,
             "queue_cap_hits": self.queue_cap_hits,
             "makespan_h": (max((d for _, d in done), default=w0) - w0) / 3600.0,
             "wall_s": wall_s,
         }
         starts = {jid: j.first_start for jid, j in self.jobs.items() if j.first_start is not None}
+        missed = frozenset(j.sj.id for j, d in finished if d > j.sj.deadline_s)
         return RunResult(
-            setup.trace, setup.load, self.policy.name, m, self.queue_series, delays, starts
+            setup.trace,
+            setup.load,
+            self.policy.name,
+            m,
+            self.queue_series,
+            delays,
+            starts,
+            missed,
+            frozenset(i for i in missed if self.jobs[i].held),
         )
+
+
+def _mean_h(xs: list[float]) -> float:
+    return float(np.mean(xs)) / 3600.0 if xs else math.nan
+
+
+@functools.cache
+def _price_table(origin: datetime, lo: float, hi: float) -> tuple[list[float], list[float]]:
+    """(piece starts in trace seconds, prices) of the simulation tariff over [lo, hi)."""
+    pieces = tariff().pieces(origin + timedelta(seconds=lo), origin + timedelta(seconds=hi))
+    return [(p.start - origin).total_seconds() for p in pieces], [p.price for p in pieces]
+
+
+def energy_floors(setup: Setup) -> tuple[float, float]:
+    """Two schedule-independent floors on the energy cost (true run times, no pauses' redone
+    work): only cost-sensitive jobs may move, so the rest are priced at the tariff's time-average
+    price (what running at random times pays, in expectation: one schedule may pay less) and the
+    cost-sensitive jobs at (1) the valley price, or (2) the cheapest prices inside [submit,
+    deadline] — what holds that keep every deadline could at best reach (a job may be cut into
+    any pieces there)."""
+    key = (setup.trace, setup.window, setup.opts.seed, setup.opts.gpu_watts, len(setup.jobs))
+    got = _FLOORS.get(key)
+    if got is not None:
+        return got
+    tar = tariff()
+    week = tar.pieces(datetime(2024, 1, 1), datetime(2024, 1, 8))
+    avg = sum(p.price * (p.end - p.start).total_seconds() for p in week) / (7 * DAY)
+    valley = tar.cheapest_price()
+    kw = setup.opts.gpu_watts / 1000.0
+    lo = min((j.submit_s for j in setup.jobs), default=0.0) - DAY
+    hi = max((j.deadline_s for j in setup.jobs), default=0.0) + DAY
+    starts, prices = _price_table(setup.origin, lo, hi)
+    fixed = valley_cost = deadline_cost = 0.0
+    for j in setup.jobs:
+        kwh = j.gpus * j.share * j.duration_s / 3600.0 * kw
+        if not j.cost_sensitive:
+            fixed += kwh * avg
+            continue
+        valley_cost += kwh * valley
+        # the cheapest `duration_s` seconds of price within [submit, deadline]
+        i = max(0, bisect.bisect_right(starts, j.submit_s) - 1)
+        spans: list[tuple[float, float]] = []
+        while i < len(starts) and starts[i] < j.deadline_s:
+            a = max(starts[i], j.submit_s)
+            b = min(starts[i + 1] if i + 1 < len(starts) else hi, j.deadline_s)
+            if b > a:
+                spans.append((prices[i], b - a))
+            i += 1
+        need, paid = j.duration_s, 0.0
+        for price, secs in sorted(spans):
+            take = min(need, secs)
+            paid += price * take
+            need -= take
+            if need <= 0:
+                break
+        deadline_cost += paid / 3600.0 * j.gpus * j.share * kw
+    got = _FLOORS[key] = (fixed + valley_cost, fixed + deadline_cost)
+    return got
+
+
+_FLOORS: dict[tuple, tuple[float, float]] = {}
 
 
 def _energy(
@@ -935,6 +1189,158 @@ def headline_table(rows: list[dict[str, object]]) -> Table:
     return table
 
 
+def add_shares(results: list[RunResult]) -> None:
+    """Each run's misses caused by holds (missed after a tariff hold or pause, and met by its
+    twin without the tariff) and its share of the achievable saving, (FIFO's cost - its cost) /
+    (FIFO's cost - the floor), against the valley floor and the deadline-feasible one (FIFO on
+    the same hosts, trace and load)."""
+    fifo = {(r.trace, r.load): r.metrics for r in results if r.policy == "fifo"}
+    runs = {(r.trace, r.load, r.policy): r for r in results}
+    for r in results:
+        f, m = fifo.get((r.trace, r.load)), r.metrics
+        twin = runs.get((r.trace, r.load, POLICIES[r.policy].twin if r.policy in POLICIES else ""))
+        # missed after a hold, and met without the tariff under the same ordering
+        m["hold_misses_caused"] = (
+            len(r.held_missed - twin.missed) if twin is not None else float(len(r.held_missed))
+        )
+        for key, floor in (
+            ("saving_share", "cost_floor"),
+            ("saving_share_deadline", "cost_floor_deadline"),
+        ):
+            room = f["cost"] - m[floor] if f is not None else math.nan
+            m[key] = (f["cost"] - m["cost"]) / room if f is not None and room > 0 else math.nan
+
+
+# (goal, metric, threshold, pass when the value is at most the threshold)
+GOALS = (
+    ("delay ÷ EASY", "delay_vs_easy", 0.9, True),
+    ("delay ÷ FIFO", "delay_vs_fifo", 0.5, True),
+    ("urgent delay ÷ EASY's", "urgent_vs_easy", 1.0, True),
+    ("saving share", "saving_share", 0.9, False),
+    ("misses caused by holds", "hold_misses_caused", 0.0, True),
+    ("util − EASY's", "util_vs_easy", 0.0, False),
+)
+
+
+def goals(results: list[RunResult], policy: str = NIGHTSHIFT) -> list[dict[str, object]]:
+    """The issue's goals for `policy` on each trace and load, against the baselines on the same
+    hosts (and, for information, against FIFO and EASY on one pool of every GPU)."""
+    by = {(r.trace, r.load, r.policy): r.metrics for r in results}
+    rows: list[dict[str, object]] = []
+    for trace, load in dict.fromkeys((r.trace, r.load) for r in results):
+        m = by.get((trace, load, policy))
+        easy, fifo = by.get((trace, load, "easy")), by.get((trace, load, "fifo"))
+        if m is None or easy is None or fifo is None:
+            continue
+
+        def ratio(key: str, base: dict[str, float] | None, m: dict[str, float] = m) -> float:
+            return m[key] / base[key] if base and base[key] else math.nan
+
+        row: dict[str, object] = {
+            "trace": trace,
+            "load": load,
+            "policy": policy,
+            "delay_vs_easy": ratio("delay_mean_h", easy),
+            "delay_vs_fifo": ratio("delay_mean_h", fifo),
+            "urgent_vs_easy": ratio("delay_mean_urgent_h", easy),
+            "saving_share": m.get("saving_share", math.nan),
+            "hold_misses_caused": m["hold_misses_caused"],
+            "hold_misses": m["hold_misses"],
+            "util_vs_easy": m["util"] - easy["util"],
+            "delay_vs_easy_pool": ratio("delay_mean_h", by.get((trace, load, "easy-pool"))),
+            "delay_vs_fifo_pool": ratio("delay_mean_h", by.get((trace, load, "fifo-pool"))),
+            "saving_share_deadline": m.get("saving_share_deadline", math.nan),
+        }
+        for _, key, limit, at_most in GOALS:
+            v = _num(row[key])
+            ok = v <= limit + 1e-12 if at_most else v >= limit - 1e-12
+            row[f"{key}_ok"] = bool(ok and not math.isnan(v))
+        rows.append(row)
+    return rows
+
+
+def _num(v: object) -> float:
+    return float(v) if isinstance(v, int | float) else math.nan
+
+
+def goals_table(rows: list[dict[str, object]]) -> Table:
+    table = Table(title=f"Goals for {NIGHTSHIFT} (✓ met, ✗ missed)")
+    for head in (
+        "trace",
+        "load",
+        *(f"{g} {'≤' if le else '≥'} {lim:g}" for g, _, lim, le in GOALS),
+    ):
+        table.add_column(head, justify="right")
+    table.add_column("÷ EASY-pool / FIFO-pool", justify="right")
+    table.add_column("share of deadline-feasible", justify="right")
+    for r in rows:
+        cells = [f"{'✓' if r[f'{k}_ok'] else '✗'} {_num(r[k]):.3g}" for _, k, _, _ in GOALS]
+        table.add_row(
+            str(r["trace"]),
+            f"{r['load']:g}",
+            *cells,
+            f"{_num(r['delay_vs_easy_pool']):.3g} / {_num(r['delay_vs_fifo_pool']):.3g}",
+            f"{_num(r['saving_share_deadline']):.3g}",
+        )
+    return table
+
+
+MD_COLUMNS = (
+    ("util", "util", "{:.3f}"),
+    ("delay_mean_h", "delay mean h", "{:.2f}"),
+    ("delay_mean_urgent_h", "urgent", "{:.2f}"),
+    ("delay_mean_cs_h", "c-s", "{:.2f}"),
+    ("delay_p95_h", "delay p95 h", "{:.2f}"),
+    ("jct_mean_h", "JCT mean h", "{:.2f}"),
+    ("deadline_misses", "missed", "{:.0f}"),
+    ("hold_misses", "after a hold", "{:.0f}"),
+    ("hold_misses_caused", "caused", "{:.0f}"),
+    ("cost", "cost EUR", "{:,.0f}"),
+    ("saving_share", "saving share", "{:.2f}"),
+    ("saving_share_deadline", "of deadline-feasible", "{:.2f}"),
+    ("pauses", "pauses", "{:.0f}"),
+    ("preemptions", "preempt", "{:.0f}"),
+)
+
+
+def markdown(results: list[RunResult], setups: list[Setup], rows: list[dict[str, object]]) -> str:
+    """The tables of docs/benchmarks.md, as this run made them."""
+    out = []
+    for s in setups:
+        runs = [r for r in results if r.trace == s.trace and r.load == s.load]
+        if not runs:
+            continue
+        m0 = runs[0].metrics
+        start = s.origin + timedelta(seconds=s.window[0])
+        out.append(
+            f"**{s.trace}**, load {s.load:g}: window {start:%Y-%m-%d %H:%M} + "
+            f"{(s.window[1] - s.window[0]) / DAY:.3g} d, {len(s.jobs)} jobs on {s.gpus} GPUs "
+            f"({len(s.hosts)} hosts), {s.counts['dropped']} dropped as wider than a host; "
+            f"floor EUR {m0['cost_floor']:,.0f} (valley), {m0['cost_floor_deadline']:,.0f} "
+            "(deadline-feasible)\n"
+        )
+        out.append("| policy | " + " | ".join(h for _, h, _ in MD_COLUMNS) + " |")
+        out.append("| --- | " + " | ".join("---:" for _ in MD_COLUMNS) + " |")
+        for r in runs:
+            cells = [_cell(k, f, r.metrics.get(k, math.nan)) for k, _, f in MD_COLUMNS]
+            out.append(f"| {r.policy} | " + " | ".join(cells) + " |")
+        out.append("")
+    out.append(
+        "| trace | load | "
+        + " | ".join(f"{g} {'≤' if le else '≥'} {lim:g}" for g, _, lim, le in GOALS)
+        + " | ÷ EASY-pool | ÷ FIFO-pool | share of deadline-feasible |"
+    )
+    out.append("| --- | ---: | " + " | ".join("---:" for _ in GOALS) + " | ---: | ---: | ---: |")
+    for g in rows:
+        cells = [f"{'✓' if g[f'{k}_ok'] else '✗'} {_num(g[k]):.3g}" for _, k, _, _ in GOALS]
+        extra = [
+            f"{_num(g[k]):.3g}"
+            for k in ("delay_vs_easy_pool", "delay_vs_fifo_pool", "saving_share_deadline")
+        ]
+        out.append(f"| {g['trace']} | {g['load']:g} | " + " | ".join(cells + extra) + " |")
+    return "\n".join(out) + "\n"
+
+
 def csv_rows(results: list[RunResult], setups: list[Setup]) -> list[dict[str, object]]:
     """One row per trace x load x policy: the window, the seed and every metric."""
     by = {(s.trace, s.load): s for s in setups}
@@ -957,10 +1363,22 @@ def csv_rows(results: list[RunResult], setups: list[Setup]) -> list[dict[str, ob
 
 STYLE = {
     "fifo": ("tab:gray", "s", "-"),
+    "fifo-pool": ("silver", "s", ":"),
     "easy": ("tab:blue", "^", "--"),
+    "easy-pool": ("lightsteelblue", "^", ":"),
+    "easy-best": ("tab:cyan", "^", "-."),
     "priority": ("tab:green", "v", ":"),
+    "priority-best": ("yellowgreen", "v", "-."),
+    "sjf-first": ("tab:pink", "D", ":"),
+    "sjf": ("tab:purple", "D", "-."),
+    "las": ("tab:brown", "P", "-."),
+    "nightshift-v1": ("tab:red", "x", ":"),
     "nightshift": ("tab:orange", "o", "-"),
+    "nightshift-notpeak": ("gold", "o", "--"),
+    "nightshift-first": ("darkorange", "o", ":"),
+    "nightshift-big4": ("peru", "o", "-."),
 }
+PLOTTED = ("fifo", "easy", "easy-pool", "sjf", "nightshift-v1", "nightshift")  # queue, CDF
 
 
 def write_plots(out: Path, results: list[RunResult], setups: list[Setup]) -> list[Path]:
@@ -974,14 +1392,19 @@ def write_plots(out: Path, results: list[RunResult], setups: list[Setup]) -> lis
 
     traces = list(dict.fromkeys(r.trace for r in results))
     loads = sorted({r.load for r in results})
-    shown = min(loads, key=lambda x: abs(x - 0.8))
+    near = {
+        t: min((r.load for r in results if r.trace == t), key=lambda x: abs(x - 0.8))
+        for t in traces
+    }
     windows = {(s.trace, s.load): s.window for s in setups}
     paths = []
 
     fig, axes = plt.subplots(1, len(traces), figsize=(5.2 * len(traces), 3.6), squeeze=False)
     for ax, trace in zip(axes[0], traces, strict=True):
-        w0, w1 = windows[(trace, shown)]
-        runs = [r for r in results if r.trace == trace and r.load == shown]
+        w0, w1 = windows[(trace, near[trace])]
+        runs = [
+            r for r in results if r.trace == trace and r.load == near[trace] and r.policy in PLOTTED
+        ]
         end = max((t for r in runs for t, q in r.queue if q), default=w1)
         end = min(max(end, w1), w1 + (w1 - w0))  # the window, and as much again of its drain
         for r in runs:
@@ -994,7 +1417,7 @@ def write_plots(out: Path, results: list[RunResult], setups: list[Setup]) -> lis
             )
         ax.axvline((w1 - w0) / DAY, color="k", lw=0.6, ls=":")
         ax.set(
-            title=f"{trace} (load {shown:g})",
+            title=f"{trace} (load {near[trace]:g})",
             xlabel="days from window start",
             ylabel="jobs waiting",
         )
@@ -1007,7 +1430,7 @@ def write_plots(out: Path, results: list[RunResult], setups: list[Setup]) -> lis
     fig, axes = plt.subplots(1, len(traces), figsize=(5.2 * len(traces), 3.6), squeeze=False)
     for ax, trace in zip(axes[0], traces, strict=True):
         for r in results:
-            if r.trace != trace or r.load != shown or not r.delays:
+            if r.trace != trace or r.load != near[trace] or not r.delays or r.policy not in PLOTTED:
                 continue
             d = np.sort(np.maximum(np.array(r.delays), 60.0))
             y = np.arange(1, d.size + 1) / d.size
@@ -1024,7 +1447,7 @@ def write_plots(out: Path, results: list[RunResult], setups: list[Setup]) -> lis
             )
         ax.set_xscale("log")
         ax.set(
-            title=f"{trace} (load {shown:g})",
+            title=f"{trace} (load {near[trace]:g})",
             xlabel="queueing delay, h (under 1 min shown at 1 min)",
             ylabel="fraction of jobs",
             ylim=(0, 1.01),
@@ -1046,7 +1469,7 @@ def write_plots(out: Path, results: list[RunResult], setups: list[Setup]) -> lis
                 r.metrics["cost_ratio"],
                 color=color,
                 marker=marker,
-                label=r.policy if r.load == shown else None,
+                label=r.policy if r.load == near[trace] else None,
             )
             if len(loads) > 1:
                 ax.annotate(
@@ -1072,6 +1495,34 @@ def write_plots(out: Path, results: list[RunResult], setups: list[Setup]) -> lis
     paths.append(out / "simulate_cost_delay.png")
     fig.savefig(paths[-1], dpi=90)
     plt.close(fig)
+
+    # the ablation: every policy's mean delay ÷ EASY's on the same hosts, per trace
+    pols = list(dict.fromkeys(r.policy for r in results))
+    by = {(r.trace, r.policy): r.metrics for r in results if r.load == near[r.trace]}
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(traces) * len(pols) / 4), 3.8))
+    width = 0.8 / max(1, len(pols))
+    for k, pol in enumerate(pols):
+        ys = []
+        for trace in traces:
+            m, e = by.get((trace, pol)), by.get((trace, "easy"))
+            ys.append(
+                m["delay_mean_h"] / e["delay_mean_h"] if m and e and e["delay_mean_h"] else np.nan
+            )
+        color, _, _ = STYLE.get(pol, ("k", ".", "-"))
+        ax.bar(np.arange(len(traces)) + k * width, ys, width, color=color, label=pol)
+    ax.axhline(1.0, color="k", lw=0.6)
+    ax.axhline(0.9, color="k", lw=0.6, ls=":")
+    ax.set_yscale("log")
+    ax.set_xticks(np.arange(len(traces)) + 0.4 - width / 2, traces)
+    ax.set(
+        ylabel="mean queueing delay ÷ EASY's (log)",
+        title="ablation (each trace at its load nearest 0.8)",
+    )
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    paths.append(out / "simulate_ablation.png")
+    fig.savefig(paths[-1], dpi=90)
+    plt.close(fig)
     return paths
 
 
@@ -1082,9 +1533,15 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--traces", default=",".join(TRACES), help="comma list (default: both)")
+    parser.add_argument("--traces", default=",".join(TRACES), help="comma list (default: all four)")
     parser.add_argument("--policies", default=",".join(POLICIES), help="comma list (default: all)")
     parser.add_argument("--load", default="0.8", help="offered load(s), comma list: 0.6,0.8,1.0")
+    parser.add_argument(
+        "--load-for",
+        default="",
+        help="per-trace loads instead of --load, e.g. tiresias=2 or tiresias=1.5:2 "
+        "(Tiresias' 60 jobs barely queue at 0.8)",
+    )
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="small windows (a smoke test)")
     size.add_argument("--full", action="store_true", help="the whole traces")
@@ -1163,7 +1620,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     console = Console()
     t0 = time.perf_counter()
-    setups = make_setups(names, loads, days, args.gpus_per_host, opts)
+    load_for: dict[str, list[float]] = {}
+    for item in filter(None, (x.strip() for x in args.load_for.split(","))):
+        name, _, vals = item.partition("=")
+        try:
+            load_for[name] = [float(v) for v in vals.split(":") if v]
+        except ValueError:
+            parser.error(f"--load-for: TRACE=LOAD[:LOAD…], not {item!r}")
+        if name not in LOADERS or not load_for[name] or min(load_for[name]) <= 0:
+            parser.error(f"--load-for: TRACE=LOAD[:LOAD…] with a known trace, not {item!r}")
+    setups = make_setups(names, loads, days, args.gpus_per_host, opts, load_for)
     for s in setups:
         c = s.counts
         console.print(
@@ -1185,11 +1651,15 @@ def main(argv: list[str] | None = None) -> int:
             results = list(pool.map(_unit, units))
     else:
         results = [_unit(u) for u in units]
+    add_shares(results)
     for table in results_tables(results):
         console.print(table)
     heads = headline(results)
     if heads:
         console.print(headline_table(heads))
+    goal_rows = goals(results)
+    if goal_rows:
+        console.print(goals_table(goal_rows))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     write_csv(out / "simulate.csv", csv_rows(results, setups))
@@ -1197,6 +1667,11 @@ def main(argv: list[str] | None = None) -> int:
     if heads:
         write_csv(out / "simulate_headline.csv", heads)
         written.append(out / "simulate_headline.csv")
+    if goal_rows:
+        write_csv(out / "simulate_goals.csv", goal_rows)
+        written.append(out / "simulate_goals.csv")
+    (out / "simulate.md").write_text(markdown(results, setups, goal_rows))
+    written.append(out / "simulate.md")
     if not args.no_plots:
         written += write_plots(out, results, setups)
     unfinished = sum(int(r.metrics["unfinished"]) for r in results)

@@ -270,7 +270,35 @@ class SchedulerSettings(BaseModel):
     cost_threshold_per_kwh: float | None = Field(
         None,
         ge=0,
-        description="cost_sensitive jobs start at or below this price; None: the cheapest band",
+        description="cost_sensitive jobs start at or below this price; None: `cost_band`",
+    )
+    cost_band: Literal["cheapest", "not_peak"] = Field(
+        "cheapest",
+        description="When no price is set: cost_sensitive jobs run at the tariff's cheapest "
+        "price, or (not_peak) at any price below its highest",
+    )
+    hold_slack_min: float = Field(
+        60.0,
+        ge=0,
+        description="A cost_sensitive job with a deadline is held for cheap hours only if it "
+        "could still start this long before the last moment that meets the deadline",
+    )
+    hold_min_gpu_h: float = Field(
+        0.0,
+        ge=0,
+        description="Hold for cheap hours only cost_sensitive jobs expected to use at least "
+        "this many GPU-hours; smaller ones start at once",
+    )
+    order: Literal["priority", "sjf_aging", "las"] = Field(
+        "sjf_aging",
+        description="Queue order: priority (aged priority), sjf_aging (also shortest estimate "
+        "first, a point off per doubling), las (least attained GPU time, Tiresias); measured "
+        "in docs/benchmarks.md",
+    )
+    host_fit: Literal["first", "best"] = Field(
+        "best",
+        description="Host for a job: the first that fits, or the best fit (fewest GPUs left), "
+        "keeping whole hosts for wide jobs",
     )
     tariff_horizon_h: float = Field(168.0, gt=0)
     long_job_start_grace_min: float = Field(30.0, ge=0)

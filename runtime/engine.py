@@ -195,6 +195,15 @@ class Engine:
                 "preempt_max_per_call": sched.preempt_max_per_call,
                 "long_job_start_grace_s": sched.long_job_start_grace_min * 60,
                 "display_tz": sched.display_tz,
+                "cost_threshold": (
+                    sched.cost_threshold_per_kwh
+                    if sched.cost_threshold_per_kwh is not None
+                    else sched.cost_band
+                ),
+                "hold_slack_s": sched.hold_slack_min * 60,
+                "hold_min_gpu_h": sched.hold_min_gpu_h,
+                "order": sched.order,
+                "host_fit": sched.host_fit,
             }
         )
         if not snap.pending and not snap.running:

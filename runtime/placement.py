@@ -9,10 +9,16 @@ What it decides, in order, for each pending job:
 1. dependencies: a job whose `depends_on` names have not all succeeded waits on them;
 2. backoff: a job whose last attempt failed waits until its `not_before`;
 3. tariff: a cost_sensitive job starts only inside a cheap period (price at or below the
-   threshold) that it fits in before the period ends; a job longer than every cheap period in the
-   horizon starts only as one opens (within `long_job_start_grace_s`); urgent jobs ignore prices;
+   threshold, a price or a band: `cheapest`, `not_peak`) that it fits in before the period ends;
+   a job longer than every cheap period in the horizon starts only as one opens (within
+   `long_job_start_grace_s`); a job with a `deadline` is held only for a cheap period that opens
+   early enough to finish by the deadline on its estimate (with `hold_slack_s` to spare), and
+   otherwise starts now; urgent jobs ignore prices;
 4. resources, highest effective priority first (priority + `aging_per_hour` × hours waited, so a
-   low priority cannot starve): CPU slots for jobs that ask for no GPU; otherwise healthy GPUs
+   low priority cannot starve; `order: sjf_aging` takes `sjf_per_doubling` off per doubling of
+   the estimate, `order: las` `las_points` per level of attained GPU time; a cost_sensitive job
+   that a hold could have delayed and that has no slack left gets `deadline_boost`), on the first
+   host that fits or (`host_fit: best`) the one left with the fewest free GPUs: CPU slots for jobs that ask for no GPU; otherwise healthy GPUs
    (CRITICAL and UNKNOWN are quarantined) on one host, all at once, each with the free memory the
    job asks for — a GPU of its own, or, when the spec allows sharing, a share of a GPU that no
    exclusive job holds, counted against the memory caps of the jobs already on it;
@@ -24,12 +30,17 @@ What it decides, in order, for each pending job:
    running pausable job's (aged alike, so it cannot flip back) by at least the margin proposes
    pausing it at a checkpoint; at most `preempt_max_per_call` jobs preempt per call.
 
-Running cost_sensitive pausable jobs get a pause proposal once their cheap period is over.
+Running cost_sensitive pausable jobs get a pause proposal once their cheap period is over,
+unless they have a deadline that resuming at the next cheap period would miss (or were started
+off-peak because of it).
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
+import math
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 from zoneinfo import ZoneInfo
@@ -77,6 +88,14 @@ class PendingJob(BaseModel):
         None, description="From the spec or history; for a resumed job, what remains"
     )
     pausable: bool = True
+    deadline: datetime | None = Field(
+        None,
+        description="Finish by this; a cost_sensitive job is held for cheap hours only while "
+        "it can still make it by its expected duration",
+    )
+    attained_gpu_s: float = Field(
+        0.0, ge=0, description="GPU-seconds run in earlier attempts: what `order: las` ranks by"
+    )
 
 
 class RunningJob(BaseModel):
@@ -98,6 +117,17 @@ class RunningJob(BaseModel):
     cost_class: CostClass = "urgent"
     gpu_memory_gb: float | None = None
     gpu_memory_cap_gb: float | None = None
+    deadline: datetime | None = Field(
+        None, description="A tariff pause is proposed only if it can resume and still make this"
+    )
+    attained_gpu_s: float = Field(
+        0.0, ge=0, description="GPU-seconds run before this attempt (`order: las`)"
+    )
+
+
+CostBand = Literal["cheapest", "not_peak"]
+Order = Literal["priority", "sjf_aging", "las"]
+HostFit = Literal["first", "best"]
 
 
 class Snapshot(BaseModel):
@@ -109,10 +139,31 @@ class Snapshot(BaseModel):
     gpus: list[GpuSlot] = Field(default_factory=list)
     cpu_slots: int = 1
     tariff: Tariff | None = None
-    cost_threshold: float | None = Field(
+    cost_threshold: float | CostBand | None = Field(
         None,
-        description="Price per kWh at or below which cost_sensitive jobs run; "
-        "None: the tariff's cheapest price",
+        description="Price per kWh at or below which cost_sensitive jobs run, or a band: "
+        "'cheapest' (the tariff's lowest price) or 'not_peak' (any price below its highest); "
+        "None: 'cheapest'",
+    )
+    hold_slack_s: float = Field(
+        3600.0,
+        ge=0,
+        description="A cost_sensitive job is held only if the cheap period it waits for opens "
+        "at least this long before the latest start that meets its deadline",
+    )
+    hold_min_gpu_h: float = Field(
+        0.0,
+        ge=0,
+        description="Only cost_sensitive jobs expected to use at least this many GPU-hours are "
+        "held for cheap hours (a CPU job counts as one GPU); smaller ones start at once: they "
+        "are most of the jobs and little of the energy",
+    )
+    deadline_boost: float = Field(
+        1000.0,
+        ge=0,
+        description="Priority points for a cost_sensitive job that had more than `hold_slack_s` "
+        "to spare at submission (so a hold could have delayed it) and has no more now: a job "
+        "released from a hold near its deadline goes first",
     )
     tariff_horizon_h: float = Field(
         168.0, gt=0, description="How far ahead to look for cheap periods"
@@ -123,6 +174,27 @@ class Snapshot(BaseModel):
         description="A job longer than every cheap period starts this soon after one opens",
     )
     aging_per_hour: float = Field(1.0, ge=0, description="Priority points gained per hour waited")
+    order: Order = Field(
+        "priority",
+        description="priority: aged priority only; sjf_aging: also minus `sjf_per_doubling` "
+        "points per doubling of the expected duration above a minute (shortest first, aging "
+        "so long jobs still run); las: also minus `las_points` per `las_thresholds_gpu_h` "
+        "threshold of GPU time already run (Tiresias' least attained service; with "
+        "`preempt_margin` it preempts at checkpoints)",
+    )
+    sjf_per_doubling: float = Field(
+        1.0, ge=0, description="sjf_aging: priority points lost per doubling of the estimate"
+    )
+    las_thresholds_gpu_h: list[float] = Field(
+        default_factory=lambda: [1.0, 10.0],
+        description="las: attained GPU-hours at which a job drops one level",
+    )
+    las_points: float = Field(4.0, ge=0, description="las: priority points lost per level")
+    host_fit: HostFit = Field(
+        "first",
+        description="first: the first host (by name) that fits; best: the host left with the "
+        "fewest free GPUs, keeping whole hosts for wide jobs",
+    )
     preempt_margin: int | None = Field(None, ge=1, description="None: never propose preemption")
     preempt_max_per_call: int = Field(
         4, ge=0, description="Pending jobs that may preempt per call (no preemption storms)"
@@ -253,6 +325,7 @@ class _Request:
 class _Cluster:
     def __init__(self, snap: Snapshot, ends_of: dict[int, datetime]):
         self.now = snap.now
+        self.best_fit = snap.host_fit == "best"
         self.gpus: dict[int, _Gpu] = {}
         self.quarantined = 0
         for slot in snap.gpus:
@@ -310,6 +383,8 @@ class _Cluster:
     def pick(self, req: _Request, avoid: set[int], allow_avoid: bool) -> list[int] | None:
         """k GPUs on one host that fit now: those not in `avoid` first, then (if allowed) those in
         it; a sharing job prefers GPUs already shared, keeping whole GPUs for exclusive jobs."""
+        if self.best_fit:
+            return self._pick_best(req, avoid, allow_avoid)
         k, need = req.k, req.need
         for host in self.hosts:
             first: list[int] = []
@@ -334,6 +409,41 @@ class _Cluster:
             if allow_avoid and len(first) + len(later) >= k:
                 return first + later[: k - len(first)]
         return None
+
+    def _pick_best(self, req: _Request, avoid: set[int], allow_avoid: bool) -> list[int] | None:
+        """Best fit: of the hosts that can take the job, the one with the fewest GPUs that fit it
+        (a sharing job: the fullest shared GPUs first), so free hosts stay whole for wide jobs.
+        GPUs outside `avoid` are preferred over any host's GPUs inside it."""
+        k, need = req.k, req.need
+        best: tuple[tuple[int, int, int], list[int]] | None = None
+        for rank, host in enumerate(self.hosts):
+            pools = (
+                (self.sharing.get(host, ()), self.free_excl.get(host, ()))
+                if req.shared
+                else (self.free_excl.get(host, ()),)
+            )
+            first: list[tuple[float, int]] = []
+            later: list[tuple[float, int]] = []
+            for p, pool in enumerate(pools):
+                for i in pool:
+                    g = self.gpus[i]
+                    room = g.free - g.caps
+                    if room < need:
+                        continue
+                    # sharing: pool 0 (already shared) before pool 1 (whole GPUs), least room first
+                    (later if i in avoid else first).append((p * 1e18 + room, i))
+            n = len(first) + (len(later) if allow_avoid else 0)
+            if n < k:
+                continue
+            mixed = 1 if len(first) < k else 0
+            score = (mixed, n, rank)
+            if best is None or score < best[0]:
+                first.sort()
+                later.sort()
+                best = (score, [i for _, i in (first + later)[:k]])
+                if score[:2] == (0, k):
+                    break  # an exact fit outside `avoid`: nothing beats it
+        return None if best is None else best[1]
 
     def take(self, req: _Request, ids: list[int], end: datetime) -> None:
         for i in ids:
@@ -394,14 +504,16 @@ class _Cluster:
 
 # ---------------------------------------------------------------------------------- tariff gate
 class _TariffGate:
-    """Whether a cost_sensitive job may start now, and which running ones must pause."""
+    """Whether a cost_sensitive job may start now, and which running ones must pause. A job with
+    a deadline is held only for a cheap period that opens in time for it to finish by the
+    deadline on its estimate; otherwise it starts now at whatever price."""
 
     def __init__(self, snap: Snapshot, tariff: Tariff, clock: _Clock):
         self.now, self.clock = snap.now, clock
+        self.tariff = tariff
         self.grace = snap.long_job_start_grace_s
-        self.threshold = (
-            snap.cost_threshold if snap.cost_threshold is not None else tariff.cheapest_price()
-        )
+        self.slack = snap.hold_slack_s
+        self.threshold = band_price(tariff, snap.cost_threshold)
         self.horizon_h = snap.tariff_horizon_h
         self.currency = tariff.currency
         self.periods = tariff.cheap_periods(
@@ -413,18 +525,40 @@ class _TariffGate:
         self.longest = max((p.seconds for p in ps), default=0.0)
         self.left = (self.current.end - snap.now).total_seconds() if self.current else 0.0
         self.since_open = (snap.now - self.current.start).total_seconds() if self.current else 0.0
-        self._memo: dict[tuple[float, bool], str | None] = {}
+        self._memo: dict[float, str | None] = {}
 
-    def hold(self, dur: float, pausable: bool) -> str | None:
-        """None when the job may start now; else why it waits."""
+    def hold(self, dur: float, deadline: datetime | None) -> str | None:
+        """None when the job may start now; else why it waits. With a deadline it waits only
+        for a cheap period that opens in time to finish by the deadline on its estimate: the
+        first that fits it whole, else (when no cheap period is under way) the next to open,
+        which it runs past, pausing at its end only if it can resume and still make it."""
         if self.current is not None and dur <= self.left:
             return None
-        key = (dur, pausable)
-        if key not in self._memo:
-            self._memo[key] = self._why(dur)
-        return self._memo[key]
+        if dur in self._memo:
+            why = self._memo[dur]
+        else:
+            why = self._memo[dur] = self._why(dur)
+        if why is None or deadline is None:
+            return why
+        fits = next((p for p in self.future if p.seconds >= dur), None)
+        if fits is not None and self._in_time(fits.start, dur, deadline):
+            return (
+                f"held for off-peak until {self.clock(fits.start)}, when a cheap period long "
+                f"enough for its {_hours(dur)} opens; deadline {self.clock(deadline)} still met"
+            )
+        nxt = self.future[0] if self.future and self.current is None else None
+        if nxt is not None and self._in_time(nxt.start, dur, deadline):
+            return (
+                f"held for off-peak until {self.clock(nxt.start)}, when a cheap period opens "
+                f"(its {_hours(dur)} outlasts it; deadline {self.clock(deadline)} still met)"
+            )
+        return None  # waiting would miss the deadline: start at today's price
+
+    def _in_time(self, at: datetime, dur: float, deadline: datetime) -> bool:
+        return (deadline - at).total_seconds() - dur >= self.slack
 
     def _why(self, dur: float) -> str | None:
+        """Why a job of `dur` seconds with no deadline waits; None: it may start now."""
         if not self.periods:
             return (
                 f"held for off-peak: no price at or below {self.threshold:g} {self.currency}"
@@ -452,7 +586,12 @@ class _TariffGate:
             return f"held for off-peak: {longer}, and none opens in the next {self.horizon_h:g} h"
         return f"held for off-peak until {self.clock(self.future[0].start)} ({longer})"
 
-    def start_note(self, dur: float, pausable: bool) -> str:
+    def start_note(self, dur: float, pausable: bool, deadline: datetime | None) -> str:
+        if deadline is not None and self.hold(dur, None) is not None:  # held but for its deadline
+            return (
+                f"starts off-peak: waiting for a cheap period would miss its deadline "
+                f"{self.clock(deadline)} on its {_hours(dur)} estimate"
+            )
         if self.current is None or dur <= self.left:
             return ""
         then = "pauses at a checkpoint then" if pausable else "runs through it (not pausable)"
@@ -465,6 +604,12 @@ class _TariffGate:
         if self.current is not None or job.cost_class != "cost_sensitive" or not job.pausable:
             return None
         resume = self.future[0].start if self.future else None
+        if job.deadline is not None:
+            if job.started_at is not None and self.tariff.price_at(job.started_at) > self.threshold:
+                return None  # started off-peak on purpose: its deadline could not wait
+            left = (job.expected_end - self.now).total_seconds() if job.expected_end else 0.0
+            if resume is None or not self._in_time(resume, max(0.0, left), job.deadline):
+                return None  # a pause now would miss the deadline: run through
         then = f"resume at {self.clock(resume)}" if resume else "resume in the next cheap period"
         return Pause(
             job_id=job.id,
@@ -474,6 +619,17 @@ class _TariffGate:
                 f"checkpoint, {then}"
             ),
         )
+
+
+def band_price(tariff: Tariff, threshold: float | str | None) -> float:
+    """The price a cost_threshold names: a price as it is; 'cheapest' (or None) the tariff's
+    lowest; 'not_peak' the highest price below its peak (every price, if it has one only)."""
+    if isinstance(threshold, int | float):
+        return float(threshold)
+    prices = tariff.prices()
+    if threshold == "not_peak" and len(prices) > 1:
+        return prices[-2]
+    return prices[0]
 
 
 # ---------------------------------------------------------------------------------- place
@@ -487,6 +643,21 @@ def _effective(priority: int, since: datetime | None, now: datetime, rate_s: flo
     if since is None:
         return float(priority)
     return priority + rate_s * (now - since).total_seconds()
+
+
+def penalty_of(snap: Snapshot) -> Callable[[float, float], float]:
+    """The priority points `snap.order` takes off a job, as f(expected seconds, attained
+    GPU-seconds): none (priority); the estimate's doublings above a minute (sjf_aging: shorter
+    first, and aging lets a long job through once it has waited its doublings' worth); the
+    job's level of attained GPU time (las: Tiresias' discretised least-attained-service)."""
+    if snap.order == "sjf_aging":
+        w = snap.sjf_per_doubling
+        return lambda dur, _att: w * math.log2(dur / 60.0) if dur > 60.0 else 0.0
+    if snap.order == "las":
+        cuts = sorted(h * 3600.0 for h in snap.las_thresholds_gpu_h)
+        pts = snap.las_points
+        return lambda _dur, att: pts * bisect.bisect_right(cuts, att)
+    return lambda _dur, _att: 0.0
 
 
 def place(snap: Snapshot) -> Decision:
@@ -539,6 +710,7 @@ class _Placer:
         self.cpu_free = snap.cpu_slots - sum(1 for r in snap.running if not r.gpus)
         self.cpu_reason = f"all {snap.cpu_slots} CPU slot(s) busy"
         self.margin = snap.preempt_margin or 0
+        self.sjf = snap.order == "sjf_aging"
         self.preempt_budget = snap.preempt_max_per_call
         # Failures only grow within one call (starts and claims only take resources away), so
         # a request that failed once fails for every later job that makes it.
@@ -573,6 +745,9 @@ class _Placer:
         """Dependencies, backoff and tariff, in any order; the rest bucketed by request."""
         now, holds, clock, gate = self.now, self.holds, self.clock, self.gate
         default_s, rate_s, tariff = self.default_s, self.rate_s, self.snap.tariff
+        penalty = None if self.snap.order == "priority" else penalty_of(self.snap)
+        slack, boost = self.snap.hold_slack_s, self.snap.deadline_boost
+        min_gpu_s = self.snap.hold_min_gpu_h * 3600.0
         buckets: dict[tuple, list[Entry]] = {}
         for j in self.snap.pending:
             f = j.__dict__  # the field values; half the cost of attribute access on a model
@@ -589,17 +764,36 @@ class _Placer:
                 )
                 continue
             dur = f["expected_duration_s"] or default_s
-            if tariff is not None and f["cost_class"] == "cost_sensitive":
+            if (
+                tariff is not None
+                and f["cost_class"] == "cost_sensitive"
+                and max(1, f["gpus"]) * dur >= min_gpu_s
+            ):
                 if gate is None:
                     gate = self.gate = _TariffGate(self.snap, tariff, clock)
-                why = gate.hold(dur, f["pausable"])
+                why = gate.hold(dur, f["deadline"])
                 if why is not None:
                     holds[jid] = why
                     continue
             wait = (now - f["submitted_at"]).total_seconds()
             k = f["gpus"]
             raw = (k, f["gpu_memory_gb"], f["share_gpu"], f["gpu_memory_cap_gb"]) if k else _CPU
-            entry = (-(f["priority"] + rate_s * wait), -wait, jid, dur, j)
+            eff = f["priority"] + rate_s * wait
+            if penalty is not None:
+                eff -= penalty(dur, f["attained_gpu_s"])
+            dl = f["deadline"]
+            if (
+                dl is not None
+                and tariff is not None
+                and f["cost_class"] == "cost_sensitive"
+                and (dl - now).total_seconds() - dur
+                <= slack
+                < (dl - f["submitted_at"]).total_seconds() - dur
+            ):
+                # a job a hold could have delayed (it had more than the slack to spare) and that
+                # has no more now: first, so that a hold never costs a deadline
+                eff += boost
+            entry = (-eff, -wait, jid, dur, j)
             got = buckets.get(raw)
             if got is None:
                 buckets[raw] = [entry]
@@ -618,19 +812,24 @@ class _Placer:
             ends_of[r.id] = end if end > now else now  # overdue: could end any moment
         self.cluster = _Cluster(snap, ends_of)
         if snap.preempt_margin is not None:
+            penalty = penalty_of(
+                snap.model_copy(update={"order": "priority"}) if self.sjf else snap
+            )
+
+            def eff(r: RunningJob) -> float:
+                """Aged like a waiting job, less what the ordering takes off for what remains
+                (sjf_aging) or what it has run (las)."""
+                started = r.started_at or now
+                left = (ends_of[r.id] - now).total_seconds()
+                ran = len(r.gpus) * (now - started).total_seconds()
+                return _effective(
+                    r.priority, r.submitted_at or r.started_at, now, self.rate_s
+                ) - penalty(left, r.attained_gpu_s + ran)
+
             victims = _Victims(
                 self.cluster,
                 sorted(
-                    (
-                        (
-                            _effective(
-                                r.priority, r.submitted_at or r.started_at, now, self.rate_s
-                            ),
-                            r,
-                        )
-                        for r in snap.running
-                        if r.pausable and r.gpus
-                    ),
+                    ((eff(r), r) for r in snap.running if r.pausable and r.gpus),
                     key=lambda v: (v[0], v[1].id),
                 ),
             )
@@ -781,10 +980,19 @@ class _Placer:
             return
 
         # Blocked. Preempt lower-priority pausable work, if allowed and it would help.
-        eff = -neg_eff
         victims = self.victims
-        if victims is not None and (eff < victims.lowest + self.margin or self.preempt_budget <= 0):
-            victims = self.victims = None  # sorted: no later job outranks a victim by the margin
+        if self.sjf:  # shortest-first orders the queue; preemption still weighs aged priority
+            eff = j.priority - self.rate_s * entry[1]
+            if victims is not None and self.preempt_budget <= 0:
+                victims = self.victims = None
+            elif victims is not None and eff < victims.lowest + self.margin:
+                victims = None  # not this job; a later, longer one may outrank a victim
+        else:
+            eff = -neg_eff
+            if victims is not None and (
+                eff < victims.lowest + self.margin or self.preempt_budget <= 0
+            ):
+                victims = self.victims = None  # sorted: no later job outranks a victim enough
         if victims is not None and key not in self.fail_preempt:
             plan = victims.plan(req, eff - self.margin, self.reserved | self.claimed)
             if plan is None:
@@ -846,7 +1054,7 @@ def _named(name: str) -> str:
 def _note(gate: _TariffGate | None, j: PendingJob, dur: float) -> str:
     if gate is None or j.cost_class != "cost_sensitive":
         return ""
-    return gate.start_note(dur, j.pausable)
+    return gate.start_note(dur, j.pausable, j.deadline)
 
 
 def _no_fit(req: _Request) -> str:

@@ -238,6 +238,10 @@ class Tariff(BaseModel):
     def cheapest_price(self) -> float:
         return min(s[2] for s in self._segs)
 
+    def prices(self) -> list[float]:
+        """Every distinct price of the week, lowest first (for price bands such as not-peak)."""
+        return sorted({s[2] for s in self._segs})
+
     # ------------------------------------------------------------------ stretches
     def pieces(self, start_utc: datetime, end_utc: datetime) -> list[Piece]:
         """[start, end) cut where the price or window changes, in UTC, adjacent equals merged."""

@@ -1,0 +1,253 @@
+"""Placement, issue 14: holds and pauses that keep deadlines, price bands, and the queue orders
+and host fit that the simulation measured (docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nightshift.runtime.placement import GpuSlot, PendingJob, RunningJob, Snapshot, place
+from nightshift.runtime.tariff import PriceWindow, Tariff
+
+NOON = datetime(2026, 12, 2, 12, 0)  # naive UTC; the tariff below is in UTC too
+H = timedelta(hours=1)
+
+
+def three_band() -> Tariff:
+    """valley 23-07 (0.10), shoulder (0.20), peak 17-21 (0.35), shoulder 21-23."""
+    return Tariff(
+        timezone="UTC",
+        currency="EUR",
+        windows=[
+            PriceWindow(name="valley", start="23:00", end="07:00", price_per_kwh=0.10),
+            PriceWindow(name="shoulder", start="07:00", end="17:00", price_per_kwh=0.20),
+            PriceWindow(name="peak", start="17:00", end="21:00", price_per_kwh=0.35),
+            PriceWindow(name="evening", start="21:00", end="23:00", price_per_kwh=0.20),
+        ],
+    )
+
+
+def gpus(n: int, host: str = "a") -> list[GpuSlot]:
+    return [GpuSlot(index=i, memory_total_mib=80 * 1024, host=host) for i in range(n)]
+
+
+def cs_job(id: int = 1, hours: float = 2.0, deadline: datetime | None = None, **kw) -> PendingJob:
+    kw.setdefault("submitted_at", NOON)
+    return PendingJob(
+        id=id,
+        gpus=1,
+        cost_class="cost_sensitive",
+        expected_duration_s=hours * 3600,
+        deadline=deadline,
+        **kw,
+    )
+
+
+def snap(pending, now: datetime = NOON, running=(), n_gpus: int = 2, **kw) -> Snapshot:
+    kw.setdefault("tariff", three_band())
+    return Snapshot(now=now, pending=list(pending), running=list(running), gpus=gpus(n_gpus), **kw)
+
+
+# ------------------------------------------------------------------------------ holds
+def test_hold_only_while_the_deadline_can_still_be_met():
+    """At noon a 2 h job waits for 23:00 when its deadline allows (and the reason says so); with
+    a deadline the valley cannot meet it starts now, and the start says why."""
+    roomy = place(snap([cs_job(deadline=NOON + 20 * H)]))
+    assert roomy.starts == []
+    assert roomy.holds[1].startswith("held for off-peak until 23:00")
+    assert "deadline" in roomy.holds[1] and "still met" in roomy.holds[1]
+
+    tight = place(snap([cs_job(deadline=NOON + 10 * H)]))  # 23:00 + 2 h + 1 h slack > 22:00
+    assert [s.job_id for s in tight.starts] == [1]
+    assert "would miss its deadline" in tight.starts[0].note
+
+
+def test_hold_slack_is_kept():
+    """The cheap period must open `hold_slack_s` before the latest start that keeps the deadline."""
+    deadline = NOON + 13 * H  # 01:00: 23:00 + 2 h leaves no slack
+    assert place(snap([cs_job(deadline=deadline)], hold_slack_s=0)).holds
+    assert place(snap([cs_job(deadline=deadline)], hold_slack_s=600)).starts
+
+
+def test_long_job_waits_for_the_next_cheap_period_only_when_the_deadline_allows():
+    """A 12 h job outlasts every 8 h valley: with room it waits for 23:00 and runs past 07:00;
+    a job without a deadline keeps the old rule (start as a cheap period opens)."""
+    d = place(snap([cs_job(hours=12, deadline=NOON + 40 * H), cs_job(2, hours=12)]))
+    assert d.starts == []
+    assert "outlasts it" in d.holds[1] and "longer than every cheap period" in d.holds[2]
+    assert place(snap([cs_job(hours=12, deadline=NOON + 20 * H)])).starts
+
+
+def test_pause_only_when_it_can_resume_and_still_meet_the_deadline():
+    """At 07:30 a job started in the valley with 4 h left pauses when 23:00 + 4 h meets its
+    deadline, and runs through when it does not."""
+    now = datetime(2026, 12, 3, 7, 30)
+
+    def running(deadline: datetime) -> RunningJob:
+        return RunningJob(
+            id=5,
+            gpus=[0],
+            pausable=True,
+            cost_class="cost_sensitive",
+            started_at=now - 3 * H,
+            expected_end=now + 4 * H,
+            deadline=deadline,
+        )
+
+    paused = place(snap([], now=now, running=[running(now + 30 * H)]))
+    assert [p.job_id for p in paused.pauses] == [5]
+    assert paused.pauses[0].resume_at == datetime(2026, 12, 3, 23, 0)
+    assert place(snap([], now=now, running=[running(now + 18 * H)])).pauses == []
+
+
+def test_a_job_started_off_peak_for_its_deadline_is_not_paused():
+    """Started in the shoulder because waiting would miss: no pause at the next call."""
+    r = RunningJob(
+        id=5,
+        gpus=[0],
+        pausable=True,
+        cost_class="cost_sensitive",
+        started_at=NOON - 600 * 1e-3 * H,
+        expected_end=NOON + 20 * H,
+        deadline=NOON + 60 * H,
+    )
+    assert place(snap([], running=[r])).pauses == []
+
+
+def test_cost_threshold_can_name_a_band():
+    """'not_peak' runs cost-sensitive work in the shoulder and holds it at peak; 'cheapest'
+    (the default) holds it until the valley."""
+    job = cs_job()
+    assert place(snap([job], cost_threshold="not_peak")).starts
+    assert place(snap([job], cost_threshold="cheapest")).holds
+    peak = datetime(2026, 12, 2, 18, 0)
+    held = place(snap([cs_job(submitted_at=peak)], now=peak, cost_threshold="not_peak"))
+    assert held.holds[1].startswith("held for off-peak until 21:00")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    hour=st.integers(0, 23),
+    jobs=st.lists(
+        st.tuples(st.floats(0.1, 30), st.floats(0, 40), st.booleans()), min_size=1, max_size=6
+    ),
+    slack_min=st.sampled_from([0, 60]),
+)
+def test_holds_and_pauses_never_plan_past_a_deadline(hour, jobs, slack_min):
+    """Property: a held job could still start when the next cheap period opens and finish by
+    its deadline on its estimate, with the slack; a pause's resume does too."""
+    tariff = three_band()
+    now = datetime(2026, 12, 2, hour, 0)
+    slack = slack_min * 60.0
+    pending = [
+        cs_job(i, hours=h, deadline=now + d * H if has else None, submitted_at=now)
+        for i, (h, d, has) in enumerate(jobs, 1)
+    ]
+    running = [
+        RunningJob(
+            id=100 + i,
+            gpus=[i],
+            pausable=True,
+            cost_class="cost_sensitive",
+            started_at=now - timedelta(hours=0.5 + i % 3) - 8 * H * (i % 2),
+            expected_end=now + h * H,
+            deadline=now + d * H if has else None,
+        )
+        for i, (h, d, has) in enumerate(jobs)
+    ]
+    dec = place(
+        Snapshot(
+            now=now,
+            pending=pending,
+            running=running,
+            gpus=gpus(len(jobs) + 2),
+            tariff=tariff,
+            hold_slack_s=slack,
+        )
+    )
+    nxt = tariff.next_cheap_start(now + timedelta(seconds=1), tariff.cheapest_price())
+    assert nxt is not None
+    for j in pending:
+        if j.deadline is not None and dec.holds.get(j.id, "").startswith("held for off-peak"):
+            left = (j.deadline - nxt).total_seconds() - (j.expected_duration_s or 0)
+            assert left >= slack - 1e-6
+    ends = {r.id: r for r in running}
+    for p in dec.pauses:
+        r = ends[p.job_id]
+        if r.deadline is not None:
+            assert p.resume_at is not None and r.expected_end is not None
+            rest = (r.expected_end - now).total_seconds()
+            assert (r.deadline - p.resume_at).total_seconds() - rest >= slack - 1e-6
+
+
+# ------------------------------------------------------------------------------ order and fit
+def test_sjf_aging_starts_the_shortest_estimate_first_until_aging_catches_up():
+    """One GPU, a 16 h job submitted first and a 1 h one just after: sjf_aging starts the short
+    one; priority order starts the older. Waiting 4 h (4 doublings) lets the long one first."""
+    long = PendingJob(id=1, gpus=1, expected_duration_s=16 * 3600, submitted_at=NOON - 60 * H / 60)
+    short = PendingJob(id=2, gpus=1, expected_duration_s=3600, submitted_at=NOON)
+    kw = {"tariff": None, "n_gpus": 1}
+    assert [s.job_id for s in place(snap([long, short], order="sjf_aging", **kw)).starts] == [2]
+    assert [s.job_id for s in place(snap([long, short], order="priority", **kw)).starts] == [1]
+    aged = long.model_copy(update={"submitted_at": NOON - 5 * H})
+    assert [s.job_id for s in place(snap([aged, short], order="sjf_aging", **kw)).starts] == [1]
+
+
+def test_las_ranks_least_attained_service_first_and_preempts_at_checkpoints():
+    """A resumed job with 20 GPU-h attained waits behind a fresh one; with a margin, a fresh job
+    preempts a running pausable one that has run past the thresholds."""
+    old = PendingJob(id=1, gpus=1, attained_gpu_s=20 * 3600, submitted_at=NOON - 60 * H / 60)
+    fresh = PendingJob(id=2, gpus=1, submitted_at=NOON)
+    kw = {"tariff": None, "n_gpus": 1, "order": "las"}
+    assert [s.job_id for s in place(snap([old, fresh], **kw)).starts] == [2]
+    hog = RunningJob(
+        id=9,
+        gpus=[0],
+        pausable=True,
+        started_at=NOON - 2 * H,
+        submitted_at=NOON - 2 * H,
+        attained_gpu_s=9 * 3600,
+    )
+    d = place(snap([fresh], running=[hog], preempt_margin=4, **kw))
+    assert [(p.victim_job_id, p.for_job_id) for p in d.preemptions] == [(9, 2)]
+
+
+def test_best_fit_packs_the_fullest_host_and_keeps_whole_hosts_free():
+    """Host a has 4 free GPUs, host b 1: a 1-GPU job goes to b with best fit (a to first fit),
+    so a 4-GPU job that comes next still finds a whole host."""
+    slots = [GpuSlot(index=i, memory_total_mib=80 * 1024, host="a") for i in range(4)] + [
+        GpuSlot(index=4 + i, memory_total_mib=80 * 1024, host="b") for i in range(4)
+    ]
+    busy = RunningJob(id=50, gpus=[4, 5, 6], started_at=NOON)
+    small = PendingJob(id=1, gpus=1, submitted_at=NOON - H)
+    wide = PendingJob(id=2, gpus=4, submitted_at=NOON)
+
+    def go(fit: str) -> dict[int, list[int]]:
+        d = place(
+            Snapshot(now=NOON, pending=[small, wide], running=[busy], gpus=slots, host_fit=fit)
+        )
+        return {s.job_id: s.gpus for s in d.starts}
+
+    assert go("best") == {1: [7], 2: [0, 1, 2, 3]}
+    assert go("first") == {1: [0]}
+
+
+def test_hold_min_gpu_h_lets_small_cost_sensitive_jobs_through():
+    """With a 4 GPU-hour floor a 2 GPU-hour job starts at noon and a 12 GPU-hour one waits."""
+    d = place(snap([cs_job(1, hours=2), cs_job(2, hours=12)], hold_min_gpu_h=4))
+    assert [s.job_id for s in d.starts] == [1] and 2 in d.holds
+
+
+def test_a_job_a_hold_could_have_delayed_goes_first_once_its_slack_is_gone():
+    """One GPU at 23:00: the cost-sensitive job released from its hold with under an hour to
+    spare starts before an older, higher-priority urgent job; with slack left it waits its turn."""
+    night = datetime(2026, 12, 2, 23, 0)
+    urgent = PendingJob(id=1, gpus=1, priority=5, expected_duration_s=3600, submitted_at=NOON)
+    tight = cs_job(2, hours=2, deadline=night + 2.5 * H, submitted_at=NOON)
+    roomy = cs_job(3, hours=2, deadline=night + 9 * H, submitted_at=NOON)
+    first = place(snap([urgent, tight], now=night, n_gpus=1, order="sjf_aging"))
+    assert [s.job_id for s in first.starts] == [2]
+    later = place(snap([urgent, roomy], now=night, n_gpus=1, order="sjf_aging"))
+    assert [s.job_id for s in later.starts] == [1]
