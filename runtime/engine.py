@@ -26,6 +26,7 @@ from nightshift.runtime.crashpoints import crash_point
 from nightshift.runtime.divergence import Divergence
 from nightshift.runtime.early_stop import median_rule, patience_exhausted
 from nightshift.runtime.executor import Executor, LaunchRequest, RunStatus
+from nightshift.runtime.local_time import local_zone
 from nightshift.runtime.placement import Decision, place
 from nightshift.runtime.ray_census import HOST_PREFIX
 from nightshift.runtime.snapshot import load_snapshot, on_host
@@ -188,6 +189,7 @@ class Engine:
             scope=self.scope() if self.scope is not None else None,
             node=self.settings.node,
             cluster=self.cluster,
+            tz=local_zone(sched.display_tz),
         )
         snap = snap.model_copy(
             update={

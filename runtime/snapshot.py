@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -15,6 +15,7 @@ from sqlalchemy.orm import aliased
 from sqlmodel import col
 
 from nightshift.runtime.backoff import Backoff
+from nightshift.runtime.local_time import deadline_of
 from nightshift.runtime.placement import QUARANTINED, GpuSlot, PendingJob, RunningJob, Snapshot
 from nightshift.runtime.spec import MAX_MINUTES, Resources
 from nightshift.runtime.store import Attempt, GpuSample, Job, Store
@@ -36,6 +37,7 @@ SPEC_FIELDS: tuple[tuple[str, ...], ...] = (
     ("timeout_min",),
     ("depends_on",),
     ("retry_wait_s",),
+    ("deadline",),
 )
 
 
@@ -61,7 +63,7 @@ _VALID_MAX = 100_000
 
 def stored_fields_problem(values: list[Any]) -> str | None:
     """Why the plucked fields of a stored spec (SPEC_FIELDS order) are unusable, or None."""
-    (gpus, mem, share, cap, minutes, cost_class, pausable, ckpt, timeout, deps, wait) = values
+    (gpus, mem, share, cap, minutes, cost_class, pausable, ckpt, timeout, deps, wait, _) = values
     raw = {"gpus": gpus, "gpu_memory_gb": mem, "share_gpu": share}
     raw |= {"gpu_memory_cap_gb": cap, "expected_duration_min": minutes}
     data = {
@@ -110,6 +112,17 @@ def _fail_unloadable(store: Store, reasons: dict[int, str], now: datetime) -> No
                     updated_at=now,
                 )
             )
+
+
+def _deadline(text: Any, submitted: datetime, tz: tzinfo) -> datetime | None:
+    """The job's deadline as naive UTC; None without one (or with one a hand edit broke: the
+    spec's validator refuses it at submit, and placement then simply has no deadline)."""
+    if not isinstance(text, str):
+        return None
+    try:
+        return deadline_of(text, submitted, tz)
+    except ValueError:
+        return None
 
 
 def _pluck(spec: dict[str, Any]) -> list[Any]:
@@ -170,6 +183,7 @@ def load_snapshot(
     scope: set[int] | None = None,
     node: str | None = None,
     cluster: str | None = None,
+    tz: tzinfo = UTC,
 ) -> Snapshot:
     """The placement snapshot from the store in five queries.
 
@@ -311,8 +325,10 @@ def load_snapshot(
             timeout_min,
             depends_on,
             retry_wait_s,
+            deadline_text,
         ) = values
         expected = minutes * 60.0 if minutes else typical.get(j.name)
+        deadline = _deadline(deadline_text, j.created_at, tz)
         att = last.get(j.id)
         common = {
             "id": j.id,
@@ -341,6 +357,7 @@ def load_snapshot(
                     expected_duration_s=expected,
                     attempt=att.number if att is not None else 0,
                     not_before=not_before,
+                    deadline=deadline,
                 )
             )
         else:
@@ -362,6 +379,7 @@ def load_snapshot(
                     submitted_at=j.created_at,
                     started_at=started,
                     expected_end=end,
+                    deadline=deadline,
                 )
             )
     if unloadable:

@@ -372,13 +372,33 @@ class ExperimentSpec(_Strict):
     depends_on: list[str] = Field(
         default_factory=list, description="Names of jobs that must succeed before this one starts"
     )
-    deadline: str | None = None
+    deadline: str | None = Field(
+        None,
+        max_length=40,
+        description="When it must be done: 'HH:MM' (the next such local time after it is "
+        "submitted) or an ISO date-time (naive: local). A cost_sensitive job waits for cheap "
+        "hours only while its expected duration still fits before it",
+    )
     pausable: bool = True
     seed: int | None = Field(None, ge=0, le=MAX_SEED)
     knobs: Knobs = Knobs()
 
     # Where the spec was loaded from; relative paths resolve against it. Not part of the user's file.
     base_dir: str | None = Field(None, exclude=True)
+
+    @field_validator("deadline")
+    @classmethod
+    def _a_time(cls, v: str | None) -> str | None:
+        if v is None or HH_MM.match(v.strip()):
+            return v
+        try:
+            datetime.fromisoformat(v.strip())
+        except ValueError:
+            raise ValueError(
+                f"deadline {v!r} is not a time: write HH:MM (e.g. '07:00', the next one after "
+                "submission) or an ISO date-time (e.g. '2026-12-05T07:00')"
+            ) from None
+        return v
 
     @field_validator("command")
     @classmethod

@@ -33,15 +33,15 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta, tzinfo
+from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, Field
 from sqlmodel import col, select
 
 from nightshift.runtime.errors import BadArguments, ConfigError, OperatorError
+from nightshift.runtime.local_time import until_deadline
 from nightshift.runtime.spec import ExperimentSpec, SearchParam, SweepSpec
 from nightshift.runtime.store import Attempt, GpuSample, Job, MetricPoint, Store, Sweep, utcnow
 
@@ -216,26 +216,6 @@ def seed_lr_prior(spec: ExperimentSpec, suggested: float) -> ExperimentSpec:
 
 
 # ------------------------------------------------------------------------------ the budget
-def until_deadline(until: str, now_utc: datetime, tz: tzinfo) -> datetime:
-    """The next local `HH:MM` after `now_utc` (naive UTC), as naive UTC."""
-    hh, mm = (int(x) for x in until.split(":"))
-    local = now_utc.replace(tzinfo=UTC).astimezone(tz)
-    target = local.replace(hour=hh, minute=mm, second=0, microsecond=0)
-    if target <= local:
-        target = (local + timedelta(days=1)).replace(hour=hh, minute=mm, second=0, microsecond=0)
-        target = target.replace(tzinfo=tz)  # the zone's offset on that day
-    return target.astimezone(UTC).replace(tzinfo=None)
-
-
-def local_zone(name: str | None) -> tzinfo:
-    """The zone `until` and naive deadlines are read in: the setting's, else this machine's."""
-    if name:
-        return ZoneInfo(name)
-    local = datetime.now().astimezone().tzinfo
-    assert local is not None
-    return local
-
-
 class Budget(BaseModel):
     """What a sweep may spend; every bound is optional, and at least one is set."""
 

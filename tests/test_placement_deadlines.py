@@ -251,3 +251,48 @@ def test_a_job_a_hold_could_have_delayed_goes_first_once_its_slack_is_gone():
     assert [s.job_id for s in first.starts] == [2]
     later = place(snap([urgent, roomy], now=night, n_gpus=1, order="sjf_aging"))
     assert [s.job_id for s in later.starts] == [1]
+
+
+# ------------------------------------------------------------------- from the spec, in the daemon
+def test_a_specs_deadline_reaches_placement_through_the_store(tmp_path):
+    """The daemon's snapshot reads `deadline` from the stored spec ("HH:MM": the next such time
+    in the display zone after submission; ISO: as written): of two cost-sensitive 2 h jobs
+    submitted at noon, the one due at 13:30 starts now, the one due at 07:00 waits for 23:00."""
+    from zoneinfo import ZoneInfo
+
+    from nightshift.runtime.snapshot import load_snapshot
+    from nightshift.runtime.store import Job, Store
+
+    store = Store(f"sqlite:///{tmp_path}/s.db")
+    paris = ZoneInfo("Europe/Paris")  # noon UTC is 13:00 in Paris in December
+    with store.session() as s:
+        for name, deadline in (("soon", "14:30"), ("tomorrow", "2026-12-03T08:00")):
+            spec = {
+                "name": name,
+                "command": ["true"],
+                "cost_class": "cost_sensitive",
+                "deadline": deadline,
+                "resources": {"gpus": 1, "expected_duration_min": 120},
+            }
+            s.add(Job(name=name, spec=spec, created_at=NOON, updated_at=NOON))
+    sn = load_snapshot(store, NOON, tariff=three_band(), tz=paris)
+    due = {p.name: p.deadline for p in sn.pending}
+    assert due == {"soon": NOON + 1.5 * H, "tomorrow": datetime(2026, 12, 3, 7, 0)}
+    decision = place(sn.model_copy(update={"gpus": gpus(2)}))
+    assert [s.job_id for s in decision.starts] == [1]
+    assert "deadline" in decision.starts[0].note
+    assert decision.holds[2].startswith("held for off-peak until 23:00")
+
+
+def test_a_deadline_that_is_not_a_time_is_refused_naming_the_field():
+    import pytest
+
+    from nightshift.runtime.errors import SpecError
+    from nightshift.runtime.spec import ExperimentSpec
+    from nightshift.runtime.yamlfile import validate
+
+    spec = {"name": "x", "command": ["true"], "deadline": "tomorrow morning"}
+    with pytest.raises(SpecError, match="deadline.*HH:MM"):
+        validate(ExperimentSpec, spec, path="spec.yaml")
+    for ok in ("07:00", "2026-12-05T07:00", "2026-12-05T07:00+01:00"):
+        assert validate(ExperimentSpec, {**spec, "deadline": ok}, path="spec.yaml").deadline == ok
