@@ -18,7 +18,9 @@ ways nightshift cares about:
 * with `--val-every N`, every N steps (and at the last step) one more line
   `{"step": s, "val_loss": ..., "val_accuracy": ...}` measured on the held-out split, the
   objective a sweep (`nightshift sweep`) optimises and prunes on; `--hidden` sets the width of
-  the hidden layer (64), a hyperparameter worth searching.
+  the hidden layer (64), a hyperparameter worth searching; `--log-every N` writes the training
+  loss line every N steps only (and at the last step), for long runs whose every step need not be
+  stored (a sweep's trials).
 
 Fault injection, by environment variable (K is an optimiser step, counted from 1; a fault fires
 at the start of step K, before that step's update, so step K is never logged or checkpointed):
@@ -95,6 +97,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--checkpoint-every", type=int, default=25, help="steps between checkpoints")
     p.add_argument("--metrics-file", default=None, help="JSONL file to append metrics to")
     p.add_argument("--val-every", type=int, default=0, help="log val_loss every N steps (0: never)")
+    p.add_argument(
+        "--log-every",
+        type=int,
+        default=1,
+        help="log the training loss every N steps (and the last)",
+    )
     p.add_argument("--hidden", type=int, default=N_HIDDEN, help="hidden units")
     p.add_argument("--resume", default=None, metavar="PATH", help="a step_<N>.npz to continue from")
     p.add_argument(
@@ -108,7 +116,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.val_every < 0:
         p.error("--val-every must be 0 (never) or more")
-    for name in ("micro_batch", "grad_accum", "steps", "checkpoint_every", "hidden"):
+    for name in ("micro_batch", "grad_accum", "steps", "checkpoint_every", "hidden", "log_every"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
     if not (args.lr > 0 and math.isfinite(args.lr)):
@@ -386,6 +394,7 @@ def effective_args(args: argparse.Namespace) -> dict[str, Any]:
         "lr_range_test": args.lr_range_test,
         **({"val_every": args.val_every} if args.val_every else {}),
         **({"hidden": args.hidden} if args.hidden != N_HIDDEN else {}),
+        **({"log_every": args.log_every} if args.log_every != 1 else {}),
     }
 
 
@@ -467,7 +476,8 @@ def main(argv: list[str] | None = None) -> int:
                 break
             raise FloatingPointError(f"loss is {loss} at step {step}")
         opt.update(params, grads, lr)
-        metrics.write(record)
+        if step % args.log_every == 0 or step == args.steps:
+            metrics.write(record)
         if args.val_every and (step % args.val_every == 0 or step == args.steps):
             val_loss, val_accuracy = evaluate(params, x_test, y_test)
             metrics.write({"step": step, "val_loss": val_loss, "val_accuracy": val_accuracy})

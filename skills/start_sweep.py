@@ -14,8 +14,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from nightshift.runtime.errors import BadArguments
-from nightshift.runtime.spec import MAX_SEED, SWEEP_MAX_TRIALS, SweepSpec
 from nightshift.runtime.local_time import local_zone
+from nightshift.runtime.spec import MAX_SEED, SWEEP_MAX_TRIALS, SweepSpec
 from nightshift.runtime.sweeps import create_sweep, objective, seed_lr_prior
 from nightshift.skills.base import SkillContext, skill
 from nightshift.skills.submit_job import SubmitJobInput

@@ -83,6 +83,14 @@ def test_trains_and_loss_decreases(tmp_path):
     assert elapsed < 10
 
 
+def test_log_every_thins_the_training_loss_lines_only(tmp_path):
+    """A sweep's long trials log the loss every N steps (and the last); validation is unchanged."""
+    proc, _, metrics = run(tmp_path, "--log-every", "40", "--val-every", "100", steps=250)
+    assert proc.returncode == 0, proc.stderr
+    assert [r["step"] for r in records(metrics) if "lr" in r] == [40, 80, 120, 160, 200, 240, 250]
+    assert [r["step"] for r in records(metrics) if "val_loss" in r] == [100, 200, 250]
+
+
 def test_checkpoints_hold_the_whole_training_state(tmp_path):
     """Each checkpoint has weights, Adam m/v/t, step, loss, data RNG state and args; no temp file is left."""
     proc, ck, metrics = run(tmp_path, steps=60)
