@@ -59,6 +59,17 @@ def _violations_since(offset: int) -> tuple[str, int]:
 
 
 @pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`--dist loadgroup`, pyproject's addopts) a module's tests stay on one
+    worker, so a module-scoped fixture (a real eval run, a served daemon) is set up once; the
+    service modules share a named group (`xdist_group("ray")`), so one Ray head, one dockerd
+    and one PostgreSQL server serve them. Runs before xdist reads the groups."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__ if item.module else ""))
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     item.stash[_GUARD_OFFSET] = GUARD_LOG.stat().st_size
 

@@ -103,14 +103,19 @@ def _sendmsg(self, buffers, *rest):
 
 
 def install():
-    """Patch the socket class once per process."""
+    """Patch the socket class once per process. When another copy patched it first (a pytest-xdist
+    worker starts with the controller's copy as its sitecustomize), this module's
+    LoopbackViolation becomes that copy's, the class the patched calls raise."""
+    global LoopbackViolation
     if getattr(socket.socket, "_loopback_guard", False):
+        LoopbackViolation = getattr(socket.socket, "_loopback_guard_error", LoopbackViolation)
         return
     socket.socket.connect = _connect
     socket.socket.connect_ex = _connect_ex
     socket.socket.sendto = _sendto
     socket.socket.sendmsg = _sendmsg
     socket.socket._loopback_guard = True
+    socket.socket._loopback_guard_error = LoopbackViolation
 
 
 def _is_guard(folder):

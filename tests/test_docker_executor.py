@@ -34,7 +34,8 @@ from conftest import REPO
 if TYPE_CHECKING:
     from docker_service import DockerEngine
 
-pytestmark = pytest.mark.service
+# One worker runs every test of the group: the service starts once (pytest-xdist, loadgroup).
+pytestmark = [pytest.mark.service, pytest.mark.xdist_group("docker")]
 pytest_plugins = ["docker_service"]  # the private dockerd and the test images
 
 GIB = 1024**3

@@ -14,7 +14,8 @@ from nightshift.agent.wiring import Wiring
 
 from conftest import REPO, write_spec
 
-pytestmark = pytest.mark.service
+# One worker runs every test of the group: the service starts once (pytest-xdist, loadgroup).
+pytestmark = [pytest.mark.service, pytest.mark.xdist_group("docker")]
 pytest_plugins = ["docker_service"]
 
 

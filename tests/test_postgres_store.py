@@ -18,7 +18,8 @@ from nightshift.runtime.store import Store
 
 from conftest import REPO, write_spec
 
-pytestmark = pytest.mark.service
+# One worker runs every test of the group: the service starts once (pytest-xdist, loadgroup).
+pytestmark = [pytest.mark.service, pytest.mark.xdist_group("postgres")]
 pytest_plugins = ["postgres_service"]
 
 

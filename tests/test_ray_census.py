@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from fake_nvidia_smi import main as fake_smi  # noqa: E402
 
 pytest_plugins = ["ray_service"]
+pytestmark = pytest.mark.xdist_group("ray")  # the Ray head starts once (pytest-xdist, loadgroup)
 NOW = datetime(2026, 12, 4, 2, 0)
 
 

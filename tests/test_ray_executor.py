@@ -24,7 +24,8 @@ from nightshift.runtime.ray_executor import RayExecutor
 
 from conftest import REPO, need, store_row, write_spec
 
-pytestmark = pytest.mark.service
+# One worker runs every test of the group: the service starts once (pytest-xdist, loadgroup).
+pytestmark = [pytest.mark.service, pytest.mark.xdist_group("ray")]
 pytest_plugins = ["ray_service"]
 
 # Prints its working directory, its arguments and what it was given, then exits as told.
