@@ -16,6 +16,25 @@ from nightshift.runtime.errors import BadArguments
 PRIORITIES = {"high": 10, "normal": 0, "low": -10}
 
 
+def checked_spec(spec: Path, config: str | None) -> tuple[Any, Any]:
+    """The client to call (in a shared install the daemon's: it reads the spec and runs the code
+    as its own user) and the parsed spec, once config_validator found it valid; else each error
+    on its own line and exit code 2."""
+    from nightshift.agent.api import Client
+    from nightshift.agent.wiring import Wiring
+    from nightshift.runtime.spec import load_spec
+
+    w = Wiring.load(config)
+    client: Any = w.remote if w.remote is not None else Client(w)
+    parsed = load_spec(spec)
+    check: Any = client.call("config_validator", {"path": str(spec.resolve())})
+    if not check.valid:
+        for e in check.errors:
+            error(f"{spec}: field '{e.field}': {e.message}")
+        raise typer.Exit(2)
+    return client, parsed
+
+
 def _priority(value: str | None) -> int | None:
     if value is None:
         return None
@@ -36,19 +55,7 @@ def submit(
     config: str | None = typer.Option(None, "--config"),
 ) -> None:
     """Queue a job — or one per trial of the spec's search_space grid — and return at once."""
-    from nightshift.agent.api import Client
-    from nightshift.agent.wiring import Wiring
-    from nightshift.runtime.spec import load_spec
-
-    w = Wiring.load(config)
-    # In a shared install the daemon reads the spec (and runs the code) as its own user.
-    client: Any = w.remote if w.remote is not None else Client(w)
-    parsed = load_spec(spec)
-    check = client.call("config_validator", {"path": str(spec.resolve())})
-    if not check.valid:  # type: ignore[attr-defined]
-        for e in check.errors:  # type: ignore[attr-defined]
-            error(f"{spec}: field '{e.field}': {e.message}")
-        raise typer.Exit(2)
+    client, parsed = checked_spec(spec, config)
     if cost not in (None, "urgent", "cost_sensitive"):
         raise BadArguments(f"--cost {cost!r}: use urgent or cost_sensitive")
     overrides = parse_key_values(param, "--param")

@@ -14,7 +14,7 @@ from typing import Any
 
 import typer
 
-from nightshift.agent.console import console, error
+from nightshift.agent.console import console
 from nightshift.runtime.errors import BadArguments
 
 
@@ -38,19 +38,9 @@ def sweep(
     config: str | None = typer.Option(None, "--config"),
 ) -> None:
     """Start a sweep (Optuna: TPE after a random start, median pruning) and return at once."""
-    from nightshift.agent.api import Client
-    from nightshift.agent.wiring import Wiring
-    from nightshift.runtime.spec import load_spec
+    from nightshift.agent.commands.queue import checked_spec
 
-    w = Wiring.load(config)
-    # In a shared install the daemon reads the spec and keeps the study, as its own user.
-    client: Any = w.remote if w.remote is not None else Client(w)
-    parsed = load_spec(spec)
-    check: Any = client.call("config_validator", {"path": str(spec.resolve())})
-    if not check.valid:
-        for e in check.errors:
-            error(f"{spec}: field '{e.field}': {e.message}")
-        raise typer.Exit(2)
+    client, parsed = checked_spec(spec, config)
     args: dict[str, Any] = {
         k: v
         for k, v in {
