@@ -51,43 +51,36 @@ EXAMPLES = REPO / "examples"
 ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
-def numpy_spec(steps: int) -> tuple[dict[str, Any], int]:
-    """The quickstart's MLP on digits (examples/train_numpy.py): 20 validations per trial."""
+def _mlp_spec(
+    name: str,
+    folder: Path,
+    program: str,
+    steps: int,
+    parameters: dict[str, Any],
+    search: dict[str, Any],
+) -> tuple[dict[str, Any], int]:
+    """A sweep spec for one of the NumPy example programs, which share their arguments: each
+    searched parameter as `--name {name}`, 20 validations and 50 loss lines per trial, one
+    checkpoint at the end."""
     every = max(1, steps // 20)
+    searched = [w for p in parameters for w in (f"--{p.replace('_', '-')}", f"{{{p}}}")]
+    command = [
+        "{python}", program, *searched,
+        "--steps", str(steps),
+        "--val-every", str(every),
+        "--log-every", str(max(1, steps // 50)),
+        "--seed", "0",
+        "--checkpoint-dir", "{checkpoint_dir}",
+        "--checkpoint-every", str(steps),
+        "--metrics-file", "{metrics_file}",
+    ]  # fmt: skip
     return {
-        "name": "bench-numpy",
-        "code": {"path": str(EXAMPLES)},
+        "name": name,
+        "code": {"path": str(folder)},
         "environment": {"env": ONE_THREAD},
-        "command": [
-            "{python}",
-            "train_numpy.py",
-            "--lr",
-            "{lr}",
-            "--micro-batch",
-            "{micro_batch}",
-            "--hidden",
-            "{hidden}",
-            "--steps",
-            str(steps),
-            "--val-every",
-            str(every),
-            "--log-every",
-            str(max(1, steps // 50)),
-            "--seed",
-            "0",
-            "--checkpoint-dir",
-            "{checkpoint_dir}",
-            "--checkpoint-every",
-            str(steps),
-            "--metrics-file",
-            "{metrics_file}",
-        ],  # fmt: skip
-        "parameters": {"lr": 0.01, "micro_batch": 32, "hidden": 64},
-        "search": {
-            "lr": {"type": "log_uniform", "low": 1e-4, "high": 1.0},
-            "micro_batch": {"type": "categorical", "choices": [8, 16, 32, 64, 128]},
-            "hidden": {"type": "int", "low": 8, "high": 256, "log": True},
-        },
+        "command": command,
+        "parameters": parameters,
+        "search": search,
         "metrics": {"file": "metrics.jsonl", "name": "loss", "mode": "min"},
         "checkpoint": {"dir": "checkpoints"},
         "retries": 0,
@@ -95,52 +88,37 @@ def numpy_spec(steps: int) -> tuple[dict[str, Any], int]:
     }, every
 
 
+def numpy_spec(steps: int) -> tuple[dict[str, Any], int]:
+    """The quickstart's MLP on digits (examples/train_numpy.py)."""
+    return _mlp_spec(
+        "bench-numpy",
+        EXAMPLES,
+        "train_numpy.py",
+        steps,
+        {"lr": 0.01, "micro_batch": 32, "hidden": 64},
+        {
+            "lr": {"type": "log_uniform", "low": 1e-4, "high": 1.0},
+            "micro_batch": {"type": "categorical", "choices": [8, 16, 32, 64, 128]},
+            "hidden": {"type": "int", "low": 8, "high": 256, "log": True},
+        },
+    )
+
+
 def charmlp_spec(steps: int) -> tuple[dict[str, Any], int]:
-    """A character-level MLP language model on English text
-    (examples/programs/train_charmlp.py): 20 validations per trial."""
-    every = max(1, steps // 20)
-    return {
-        "name": "bench-charmlp",
-        "code": {"path": str(EXAMPLES / "programs")},
-        "environment": {"env": ONE_THREAD},
-        "command": [
-            "{python}",
-            "train_charmlp.py",
-            "--lr",
-            "{lr}",
-            "--micro-batch",
-            "{micro_batch}",
-            "--hidden",
-            "{hidden}",
-            "--embed",
-            "{embed}",
-            "--steps",
-            str(steps),
-            "--val-every",
-            str(every),
-            "--log-every",
-            str(max(1, steps // 50)),
-            "--seed",
-            "0",
-            "--checkpoint-dir",
-            "{checkpoint_dir}",
-            "--checkpoint-every",
-            str(steps),
-            "--metrics-file",
-            "{metrics_file}",
-        ],  # fmt: skip
-        "parameters": {"lr": 0.003, "micro_batch": 64, "hidden": 128, "embed": 16},
-        "search": {
+    """A character-level MLP language model on English text (examples/programs/train_charmlp.py)."""
+    return _mlp_spec(
+        "bench-charmlp",
+        EXAMPLES / "programs",
+        "train_charmlp.py",
+        steps,
+        {"lr": 0.003, "micro_batch": 64, "hidden": 128, "embed": 16},
+        {
             "lr": {"type": "log_uniform", "low": 1e-4, "high": 0.1},
             "micro_batch": {"type": "categorical", "choices": [16, 32, 64, 128]},
             "hidden": {"type": "int", "low": 32, "high": 256, "log": True},
             "embed": {"type": "categorical", "choices": [4, 8, 16, 24]},
         },
-        "metrics": {"file": "metrics.jsonl", "name": "loss", "mode": "min"},
-        "checkpoint": {"dir": "checkpoints"},
-        "retries": 0,
-        "seed": 0,
-    }, every
+    )
 
 
 def torch_spec(steps: int) -> tuple[dict[str, Any], int]:
