@@ -387,7 +387,9 @@ class SweepDriver:
                 elif self._settle(sweep, spec, study, t, job, now):
                     active += 1
             used_trials = len(jobs)
-            spent = budget.spent(used_trials, self._gpu_hours(jobs, now), now)
+            # Trials queued below have no attempt yet: the hours used stay what they are now.
+            hours = self._gpu_hours(jobs, now)
+            spent = budget.spent(used_trials, hours, now)
             free = min(budget.max_parallel, self._share_cap(spec)) - active
             while spent is None and free > 0:
                 number = len(study.get_trials(deepcopy=False))
@@ -399,7 +401,7 @@ class SweepDriver:
                 used_trials += 1
                 active += 1
                 free -= 1
-                spent = budget.spent(used_trials, self._gpu_hours(self._jobs(sweep), now), now)
+                spent = budget.spent(used_trials, hours, now)
                 if not queued:
                     break  # its submission waits (an approval): ask for no more this step
         except SweepRefused as exc:

@@ -608,13 +608,11 @@ def _hosts_gone(ctx: SkillContext, seen: set[str]) -> list[str]:
     return sorted(set(hosts) - seen)
 
 
-def _overall(probe: Any, results: dict[str, ProbeResult]) -> ProbeResult:
-    """One machine's result, or a cluster's hosts as one: their errors and messages, by host."""
-    if len(results) == 1 and not isinstance(probe, RayGpuCensus):
-        return next(iter(results.values()))
+def _as_one(backend: str, results: dict[str, ProbeResult]) -> ProbeResult:
+    """A cluster's hosts as one result: their GPUs, and their errors by host."""
     errors = [f"{h}: {r.error}" for h, r in results.items() if r.error]
     return ProbeResult(
-        backend=probe.name,
+        backend=backend,
         gpus=[g for r in results.values() for g in r.gpus],
         error="; ".join(errors) or None,
         message=None if results else "the Ray cluster has no alive node with GPUs",
@@ -665,7 +663,7 @@ def gpu_health_check(ctx: SkillContext, inp: HealthCheckInput) -> HealthCheckRes
     if cluster:
         for host in _hosts_gone(ctx, set(results)):
             verdicts += _unreadable(ctx, host, "CRITICAL", "the node is not in the Ray cluster")
-    result = _overall(probe, results)
+    result = _as_one(probe.name, results) if cluster else results[ctx.settings.node]
 
     recorded = 0
     if record:

@@ -8,25 +8,17 @@ from datetime import datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nightshift.evals.simulate import tariff as simulated_tariff
 from nightshift.runtime.placement import GpuSlot, PendingJob, RunningJob, Snapshot, place
-from nightshift.runtime.tariff import PriceWindow, Tariff
+from nightshift.runtime.tariff import Tariff
 
 NOON = datetime(2026, 12, 2, 12, 0)  # naive UTC; the tariff below is in UTC too
 H = timedelta(hours=1)
 
 
 def three_band() -> Tariff:
-    """valley 23-07 (0.10), shoulder (0.20), peak 17-21 (0.35), shoulder 21-23."""
-    return Tariff(
-        timezone="UTC",
-        currency="EUR",
-        windows=[
-            PriceWindow(name="valley", start="23:00", end="07:00", price_per_kwh=0.10),
-            PriceWindow(name="shoulder", start="07:00", end="17:00", price_per_kwh=0.20),
-            PriceWindow(name="peak", start="17:00", end="21:00", price_per_kwh=0.35),
-            PriceWindow(name="evening", start="21:00", end="23:00", price_per_kwh=0.20),
-        ],
-    )
+    """valley 23-07 (0.10), shoulder (0.20), peak 17-21 (0.35), shoulder 21-23: the simulator's."""
+    return simulated_tariff()
 
 
 def gpus(n: int, host: str = "a") -> list[GpuSlot]:
