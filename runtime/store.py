@@ -15,6 +15,7 @@ import os
 import sqlite3
 import time
 import urllib.parse
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
@@ -98,6 +99,12 @@ class Attempt(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     job_id: int = Field(foreign_key="job.id", index=True)
     number: int
+    # Globally unique: names the run's folder, intent and exit files and keys the executor's
+    # idempotent launch, so a recreated store (whose row ids start again at 1) never adopts the
+    # runs of another. Attempts from before 0009 keep "attempt-<id>".
+    key: str = Field(
+        default_factory=lambda: f"attempt-{uuid.uuid4().hex}", unique=True, index=True
+    )
     # starting → running → exited | lost | stopped
     state: str = Field(default="starting", index=True)
     executor: str = "local"
@@ -124,6 +131,11 @@ class Attempt(SQLModel, table=True):
     evidence: str | None = None  # what the monitor saw: the first bad metric, the leftovers stopped
     first_bad_step: int | None = None  # the first step whose metrics diverged
     last_progress_at: NaiveDatetime | None = None
+    # The kernel's monotonic clock (time.monotonic) at start and at the last progress, valid on
+    # the boot `boot_id`: timeouts and stalls are elapsed time, immune to wall-clock steps.
+    boot_id: str | None = None
+    started_mono: float | None = None
+    progress_mono: float | None = None
     # succeeded | failed | lost | diverged | early_stopped | timeout | stalled | paused |
     # preempted | cancelled
     outcome: str | None = None
@@ -305,6 +317,21 @@ class Sweep(SQLModel, table=True):
     reason: str | None = None
     created_at: NaiveDatetime = Field(default_factory=utcnow)
     updated_at: NaiveDatetime = Field(default_factory=utcnow)
+
+
+class StoreLease(SQLModel, table=True):
+    """Who serves the store: on SQLite one daemon from any home, refused to a second while its
+    heartbeat is fresh (a killed daemon's lease goes stale and is taken over)."""
+
+    __tablename__ = "store_lease"
+
+    name: str = Field(primary_key=True)  # "daemon"
+    node: str
+    home: str
+    pid: int
+    token: str  # this holder's random token: a heartbeat renews only its own lease
+    acquired_at: NaiveDatetime = Field(default_factory=utcnow)
+    heartbeat_at: NaiveDatetime = Field(default_factory=utcnow)
 
 
 class KeyValue(SQLModel, table=True):
