@@ -374,7 +374,9 @@ COMMANDS: dict[str, Command] = {
         Command("approve", "approve ID", "approve another principal's pending call"),
         Command("reject", "reject ID [REASON]", "reject a pending call, with a reason"),
         Command("pause", "pause [JOB | REASON]", "pause a job; alone: the kill switch"),
-        Command("resume", "resume [JOB]", "resume a paused job; alone: lift the kill switch"),
+        Command(
+            "resume", "resume [JOB]", "resume a held or paused job; alone: lift the kill switch"
+        ),
         Command("approvals", "approvals", "the pending approvals"),
         Command("skill", "skill NAME [k=v ...]", "call any skill through the gate"),
         Command("help", "help", "this list"),
@@ -853,7 +855,7 @@ class ChatSession:
 
             def done(r: Any) -> None:
                 if r.before == r.after:
-                    self._answer(f"job {job_id} is {r.after}: only a running job pauses")
+                    self._answer(f"job {job_id} is {r.after}: only a queued or running job pauses")
                 else:
                     self._answer(
                         f"job {job_id}: {r.before} → {r.after}"
@@ -884,8 +886,15 @@ class ChatSession:
         job = job_observation(self.w, job_id)
         if job["state"] == "missing":
             raise UnknownJob(f"no job {job_id}; `status` lists the jobs")
-        if job["state"] not in ("paused", "failed"):
-            self._answer(f"job {job_id} is {job['state']}: only a paused or failed job resumes")
+        if job["state"] == "held":  # a person's hold ends with release_job, then resume as paused
+            released = self._call("release_job", {"job_id": job_id}, why="end the hold")
+            if released.after != "paused":
+                self._answer(f"job {job_id}: held → {released.after}; " + self._who_places())
+                return
+        elif job["state"] not in ("paused", "failed"):
+            self._answer(
+                f"job {job_id} is {job['state']}: only a held, paused or failed job resumes"
+            )
             return
         args_ckpt: dict[str, Any] = {
             "checkpoint_dir": job["checkpoint_dir"],

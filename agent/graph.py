@@ -22,6 +22,7 @@ from sqlmodel import select
 from nightshift.agent.goals import Goal
 from nightshift.agent.planner import Call, Finish, Observation, Planner, Watch
 from nightshift.agent.wiring import Wiring, local_now
+from nightshift.runtime import lifecycle
 from nightshift.runtime.engine import job_paths
 from nightshift.runtime.errors import (
     ApprovalRejected,
@@ -64,6 +65,8 @@ def job_observation(w: Wiring, job_id: int) -> dict[str, Any]:
         "params": job.params,
         "knobs": spec.knobs.model_dump(exclude_none=True),
         "attempts": len(atts),
+        # what counts against max_attempts: the run's failures, not pauses or holds
+        "failures": lifecycle.failures([a.outcome for a in atts]),
         "max_attempts": job.max_attempts,
         "checkpoint_dir": str(paths["checkpoint_dir"]),
         "good_checkpoint_dir": str(paths["good_checkpoints"]),
@@ -237,12 +240,7 @@ def build_graph(
                 and p["args"].get("log_path")
             ):
                 # Bookkeeping for reports: the diagnosed cause on the attempt whose log it read.
-                att = s.exec(
-                    select(Attempt).where(Attempt.log_path == p["args"]["log_path"])
-                ).first()
-                if att is not None:
-                    att.cause = out.get("category")
-                    s.add(att)
+                lifecycle.record_cause(s, p["args"]["log_path"], out.get("category"))
         return _observe(state, p, status, result=out, error=err, bad_input=bad)
 
     def watch(state: AgentState) -> dict[str, Any]:

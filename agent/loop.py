@@ -182,6 +182,7 @@ class Loop:
                     {
                         "job_id": p.victim_job_id,
                         "reason": f"preempted for job {p.for_job_id}: {p.reason}",
+                        "preempted_for": p.for_job_id,
                     },
                 )
             except NightshiftError as exc:
@@ -246,7 +247,8 @@ class Loop:
                 self.say("approved", {"approval_id": row.id, "error": str(exc)})
 
     def _needing_recovery(self) -> list[tuple[int, int]]:
-        """Failed and paused jobs whose last attempt this node ran: one daemon recovers each."""
+        """Failed and paused jobs whose last attempt this node ran: one daemon recovers each.
+        A job a person holds is `held`, never here: recovery does not undo a person's pause."""
         with self.w.store.session() as s:
             rows = s.exec(
                 select(Job.id, func.count(Attempt.id), func.max(Attempt.id))

@@ -260,7 +260,8 @@ class DeterministicPlanner:
                     summary=f"job {job_id} failed: {diag.get('category')} "
                     f"(not retryable). {plan}".strip(),
                 )
-            attempts, limit = job.get("attempts", 0), job.get("max_attempts", 1)
+            attempts = job.get("failures", job.get("attempts", 0))
+            limit = job.get("max_attempts", 1)
             runs = job.get("attempt_history") or []
             if (
                 len(runs) >= 2

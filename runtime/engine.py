@@ -14,18 +14,19 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlmodel import col, func, select, update
+from sqlmodel import col, func, select
 
-from nightshift.runtime import checkpoints, divergence, keeper, metric_sources
+from nightshift.runtime import checkpoints, divergence, keeper, lifecycle, metric_sources
 from nightshift.runtime.config import Settings
 from nightshift.runtime.crashpoints import crash_point
 from nightshift.runtime.divergence import Divergence
 from nightshift.runtime.early_stop import median_rule, patience_exhausted
 from nightshift.runtime.executor import Executor, LaunchRequest, RunStatus
+from nightshift.runtime.lifecycle import ACTIVE, Ended, JobState, Outcome
 from nightshift.runtime.local_time import local_zone
 from nightshift.runtime.placement import Decision, place
 from nightshift.runtime.ray_census import HOST_PREFIX
@@ -33,27 +34,11 @@ from nightshift.runtime.snapshot import load_snapshot, on_host
 from nightshift.runtime.spec import ExperimentSpec
 from nightshift.runtime.store import Attempt, CheckpointRecord, Job, MetricPoint, Store, utcnow
 
-ACTIVE = ("queued", "running")
 DEADLINE_MARGIN_S = 300
-# How a job stands after an attempt the loop ended on purpose (anything else unclean: failed).
-JOB_STATE_AFTER = {
-    "early_stopped": "succeeded",
-    "paused": "paused",
-    "preempted": "paused",
-    "cancelled": "cancelled",
-}
+# A wall-clock jump larger than this between two ticks (beyond the time the monotonic clock saw
+# pass) is reported once as a clock step; durations never follow it.
+CLOCK_STEP_S = 60.0
 EventSink = Callable[[str, dict[str, Any]], None]
-
-
-def attempt_energy(
-    spec: ExperimentSpec, start: datetime, end: datetime
-) -> tuple[float | None, str]:
-    """kWh of one attempt from the spec's declared draw; None where nothing measures or declares
-    it (a GPU's own energy counter, where one exists, is read by the health check samples)."""
-    if spec.resources.power_w is None:
-        return None, "none"
-    hours = max(0.0, (end - start).total_seconds()) / 3600
-    return spec.resources.power_w * hours / 1000, "declared_power"
 
 
 def job_workspace(settings: Settings, job_id: int) -> Path:
@@ -90,10 +75,15 @@ class Engine:
         on_event: EventSink | None = None,
         clock: Callable[[], datetime] = utcnow,
         paused: Callable[[], str | None] = lambda: None,
+        mono: Callable[[], float] = time.monotonic,
     ):
         self.store, self.executor, self.settings = store, executor, settings
         self.on_event = on_event or (lambda action, payload: None)
-        self.clock = clock
+        self.clock = clock  # the wall clock: tariffs, deadlines and what the records show
+        # Durations (timeouts, stalls) are measured on the monotonic clock of this boot.
+        self.mono = mono
+        self.boot_id = lifecycle.boot_id()
+        self._last_clocks: tuple[datetime, float] | None = None
         self.paused = paused  # returns why new work may not start (the kill switch), or None
         # Which queued jobs this loop may start; None = all (the daemon). A `nightshift run`
         # without a daemon starts only its own goal's jobs.
@@ -113,15 +103,36 @@ class Engine:
         """Watch what runs, then place what waits. Returns the hold reason of each waiting job."""
         with self._lock:
             now = self.clock()
+            self._check_clock_step(now)
             self.watch_running(now)
             why = self.paused()
             if why:
                 with self.store.session() as s:
-                    queued = list(s.exec(select(Job).where(Job.state == "queued")))
+                    queued = list(s.exec(select(Job).where(Job.state == JobState.QUEUED)))
                 holds = {j.id: why for j in queued}
                 self._record_holds([j.id for j in queued], holds)
                 return holds
             return self.place_queued(now)
+
+    def _check_clock_step(self, now: datetime) -> None:
+        """Report a wall-clock step (an NTP jump, a hand-set clock) once: durations ignore it,
+        but tariff windows and deadlines, which are wall-clock times, move with it."""
+        mono = self.mono()
+        last, self._last_clocks = self._last_clocks, (now, mono)
+        if last is None:
+            return
+        step_s = (now - last[0]).total_seconds() - (mono - last[1])
+        if abs(step_s) > CLOCK_STEP_S:
+            self.on_event(
+                "clock.stepped",
+                {
+                    "by_s": round(step_s, 1),
+                    "wall_before": last[0].isoformat(),
+                    "wall_after": now.isoformat(),
+                    "effect": "timeouts and stalls follow the monotonic clock; tariff windows "
+                    "and deadlines follow the wall clock",
+                },
+            )
 
     def start_background(self) -> None:
         """Tick in a thread, so runs are watched and placed while the agent waits (on a human)."""
@@ -217,10 +228,10 @@ class Engine:
             host, gpus = on_host(snap, start.gpus) if self.cluster else ("", start.gpus)
             self.start_attempt(start.job_id, gpus, now, host=host)
         for pause in decision.pauses:
-            self.pause_job(pause.job_id, now, outcome="paused", why=pause.reason)
+            self.pause_job(pause.job_id, now, outcome=Outcome.PAUSED, why=pause.reason)
         return decision.holds
 
-    def pause_job(self, job_id: int, now: datetime, *, outcome: str, why: str) -> bool:
+    def pause_job(self, job_id: int, now: datetime, *, outcome: Outcome, why: str) -> bool:
         """Stop a job's live attempt at its last checkpoint; the job becomes `paused` and the
         recover playbook requeues it from that checkpoint. False when nothing was running."""
         with self.store.session() as s:
@@ -260,24 +271,9 @@ class Engine:
         it takes SQLite's write lock before anything is read, so of two loops placing the same job
         (`nightshift run` and a daemon started later) one claims it and the other gets None."""
         with self.store.session() as s:
-            if s.connection().dialect.name == "postgresql":
-                # Another daemon claiming this job holds its row: skip it, do not wait for it.
-                free = s.exec(
-                    select(Job.id)
-                    .where(col(Job.id) == job_id, col(Job.state) == "queued")
-                    .with_for_update(skip_locked=True)
-                ).first()
-                if free is None:
-                    return None
-            claimed = s.exec(
-                update(Job)
-                .where(col(Job.id) == job_id, col(Job.state) == "queued")
-                .values(state="running", updated_at=now, reason=None, hold_reason=None)
-            )
-            if claimed.rowcount != 1:
+            job = lifecycle.claim(s, job_id, now)
+            if job is None:
                 return None  # another loop started it, or it left the queue since the snapshot
-            job = s.get(Job, job_id)
-            assert job is not None  # the update just matched it
             number = len(list(s.exec(select(Attempt.id).where(Attempt.job_id == job_id)))) + 1
             paths = job_paths(self.settings, job)
             spec = ExperimentSpec.model_validate(job.spec)
@@ -299,6 +295,9 @@ class Engine:
                 start_step=job.resume_step or 0,
                 started_at=now,
                 last_progress_at=now,
+                boot_id=self.boot_id,
+                started_mono=self.mono(),
+                progress_mono=self.mono(),
                 metrics_cursor={"metrics": cursor},
                 log_path=str(log_path),
             )
@@ -395,7 +394,7 @@ class Engine:
             mounts += [m.model_dump() for m in spec.environment.mounts]
         res = spec.resources
         return LaunchRequest(
-            key=f"attempt-{att.id}",
+            key=att.key,
             argv=att.argv,
             cwd=str(spec.run_dir()),
             env=env,
@@ -432,14 +431,13 @@ class Engine:
                 att.id,
                 RunStatus(state="exited", exit_code=None, detail=f"could not start: {exc}"),
                 self.clock(),
-                outcome="failed",
+                outcome=Outcome.FAILED,
                 reason=f"could not start: {exc}",
             )
             return self._attempt(att.id)
         with self.store.session() as s:
             row = s.get(Attempt, att.id)
-            row.handle, row.state, row.executor = handle, "running", self.executor.kind
-            s.add(row)
+            lifecycle.attempt_running(s, row, handle, self.executor.kind)
         crash_point("attempt.running")
         return self._attempt(att.id)
 
@@ -503,7 +501,7 @@ class Engine:
                         att.id,
                         status,
                         now,
-                        outcome="failed",
+                        outcome=Outcome.FAILED,
                         reason=(
                             f"exited with code 0, but its final {spec.metrics.name} is {final}"
                         ),
@@ -512,19 +510,34 @@ class Engine:
                     self._finish(att.id, status, now)
                 continue
             stop_early = self._early_stop_reason(att, job, spec)
+            mono = self.mono()
+            ran_s = lifecycle.elapsed_s(
+                att.started_mono,
+                att.boot_id,
+                att.started_at,
+                mono_now=mono,
+                this_boot=self.boot_id,
+                now=now,
+            )
+            quiet_s = lifecycle.elapsed_s(
+                att.progress_mono,
+                att.boot_id,
+                att.last_progress_at or att.started_at,
+                mono_now=mono,
+                this_boot=self.boot_id,
+                now=now,
+            )
             if stop_early:
-                self._stop_for(att, now, "early_stopped", stop_early)
-            elif spec.timeout_min and now - att.started_at > timedelta(minutes=spec.timeout_min):
-                self._stop_for(att, now, "timeout", f"timeout_min={spec.timeout_min:g} reached")
-            elif (
-                spec.stall_min
-                and att.last_progress_at
-                and now - att.last_progress_at > timedelta(minutes=spec.stall_min)
-            ):
+                self._stop_for(att, now, Outcome.EARLY_STOPPED, stop_early)
+            elif spec.timeout_min and ran_s > spec.timeout_min * 60:
+                self._stop_for(
+                    att, now, Outcome.TIMEOUT, f"timeout_min={spec.timeout_min:g} reached"
+                )
+            elif spec.stall_min and quiet_s > spec.stall_min * 60:
                 self._stop_for(
                     att,
                     now,
-                    "stalled",
+                    Outcome.STALLED,
                     f"no progress for stall_min={spec.stall_min:g} minutes "
                     f"(metrics.progress={spec.metrics.progress})",
                 )
@@ -575,13 +588,13 @@ class Engine:
                 {"job_id": att.job_id, "attempt": att.number, "steps": dropped, "why": "diverged"},
             )
         if status.state == "running":
-            self._stop_for(att, now, "diverged", why)
+            self._stop_for(att, now, Outcome.DIVERGED, why)
         else:
             self._finish(
                 att.id,
                 status,
                 now,
-                outcome="diverged",
+                outcome=Outcome.DIVERGED,
                 reason=why + (" (the process exited with code 0)" if status.exit_code == 0 else ""),
             )
 
@@ -693,7 +706,7 @@ class Engine:
             best(finite), [best(v) for v in per.values()], mode=mode, min_siblings=min_siblings
         )
 
-    def _stop_for(self, att: Attempt, now: datetime, outcome: str, why: str) -> None:
+    def _stop_for(self, att: Attempt, now: datetime, outcome: Outcome, why: str) -> None:
         """Enforce a limit the user declared in the spec; audited as a system action."""
         self.on_event(
             "limit.enforced",
@@ -761,6 +774,7 @@ class Engine:
                     row.last_loss = mine[-1] if math.isfinite(mine[-1]) else None
             if progress[spec.metrics.progress]:
                 row.last_progress_at = now
+                row.progress_mono = self.mono() if row.boot_id == self.boot_id else None
             s.add(row)
         if bad is not None:
             where = next(
@@ -781,52 +795,20 @@ class Engine:
         status: RunStatus,
         now: datetime,
         *,
-        outcome: str | None = None,
+        outcome: Outcome | None = None,
         reason: str | None = None,
+        stopped: bool = False,
     ) -> None:
+        """Record how an attempt ended (the lifecycle's one end path: exit, outcome, energy)
+        and report its job's move; nothing when it had already ended."""
         with self.store.session() as s:
             att = s.get(Attempt, attempt_id)
-            if att.state in ("exited", "lost", "stopped"):
+            if att.state in lifecycle.ENDED_ATTEMPT:
                 return
-            job = s.get(Job, att.job_id)
-            ok = status.state == "exited" and status.exit_code == 0 and outcome is None
-            if outcome is None and status.state == "lost":
-                outcome = "lost"
-                att.evidence = status.detail
-            att.outcome = outcome or ("succeeded" if ok else "failed")
-            att.state = {"exited": "exited", "lost": "lost"}.get(status.state, "stopped")
-            att.exit_code, att.signal, att.ended_at = status.exit_code, status.signal, now
-            spec = ExperimentSpec.model_validate(job.spec)
-            att.energy_kwh, att.energy_source = attempt_energy(spec, att.started_at, now)
-            before = job.state
-            if job.state == "running":
-                job.state = "succeeded" if ok else JOB_STATE_AFTER.get(att.outcome, "failed")
-                job.reason = (
-                    reason
-                    or status.detail
-                    or (
-                        None
-                        if ok
-                        else f"attempt {att.number} exited with code {status.exit_code}"
-                        + (f" (signal {status.signal})" if status.signal else "")
-                    )
-                )
-                job.updated_at = now
-            s.add(att)
-            s.add(job)
-        if att.outcome == "lost":
+            moved = lifecycle.end_attempt(
+                s, att, Ended.of(status, stopped=stopped), now, outcome=outcome, reason=reason
+            )
+        if att.outcome == Outcome.LOST:
             self._stop_lost(att)
-        self.on_event(
-            "job.state",
-            {
-                "job_id": job.id,
-                "before": before,
-                "after": job.state,
-                "attempt": att.number,
-                "outcome": att.outcome,
-                "exit_code": att.exit_code,
-                "signal": att.signal,
-                "last_step": att.last_step,
-                "reason": job.reason,
-            },
-        )
+        if moved is not None:
+            self.on_event("job.state", moved.event())

@@ -10,10 +10,10 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from sqlalchemy import String, func, select, true, update
+from sqlalchemy import String, func, select, true
 from sqlalchemy.orm import aliased
-from sqlmodel import col
 
+from nightshift.runtime import lifecycle
 from nightshift.runtime.backoff import Backoff
 from nightshift.runtime.local_time import deadline_of
 from nightshift.runtime.placement import QUARANTINED, GpuSlot, PendingJob, RunningJob, Snapshot
@@ -102,15 +102,8 @@ def _fail_unloadable(store: Store, reasons: dict[int, str], now: datetime) -> No
     (this loader has no audit sink); a job that left the queue meanwhile is left alone."""
     with store.session() as s:
         for job_id, why in reasons.items():
-            s.exec(
-                update(Job)
-                .where(col(Job.id) == job_id, col(Job.state) == "queued")
-                .values(
-                    state="failed",
-                    reason=f"cannot be loaded: {why}; fix the spec and submit it again",
-                    hold_reason=None,
-                    updated_at=now,
-                )
+            lifecycle.fail_queued(
+                s, job_id, f"cannot be loaded: {why}; fix the spec and submit it again", now
             )
 
 

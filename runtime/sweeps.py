@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 from sqlmodel import col, select
 
+from nightshift.runtime import lifecycle
 from nightshift.runtime.errors import BadArguments, ConfigError, OperatorError
 from nightshift.runtime.local_time import until_deadline
 from nightshift.runtime.spec import ExperimentSpec, SearchParam, SweepSpec
@@ -461,7 +462,9 @@ class SweepDriver:
                 self._told(sweep, t.number, job, "fail", None)
             return False
         if job.state == "cancelled" or (
-            job.state == "failed" and len(self.store.attempts(job.id)) >= job.max_attempts
+            job.state == "failed"
+            and lifecycle.failures([a.outcome for a in self.store.attempts(job.id)])
+            >= job.max_attempts
         ):
             study._storage.set_trial_user_attr(t._trial_id, "reason", job.reason or job.state)
             study.tell(t.number, state=optuna.trial.TrialState.FAIL)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from pydantic import BaseModel, Field
-from sqlmodel import select
+from sqlmodel import col, select
 
+from nightshift.runtime import lifecycle
 from nightshift.runtime.errors import UnknownJob
+from nightshift.runtime.lifecycle import JobState
 from nightshift.runtime.store import Attempt, Job
 from nightshift.skills.base import Claims, SkillContext, SkillInput, skill
 from nightshift.skills.live_runs import stop_attempt
@@ -28,23 +30,23 @@ class CancelJobResult(BaseModel):
 
 @skill("cancel_job", capability="destroy")
 def cancel_job(ctx: SkillContext, inp: CancelJobInput) -> CancelJobResult:
-    """Cancel a queued or running job for good: a running attempt is stopped (SIGTERM, then SIGKILL
-    after the grace period) and the job never runs again. Cancelling a finished job changes nothing."""
+    """Cancel a job for good — queued, running, paused, held or failed: a running attempt is
+    stopped (SIGTERM, then SIGKILL after the grace period) and the job never runs again.
+    Cancelling a finished job changes nothing."""
     with ctx.store.session() as s:
         job = s.get(Job, inp.job_id)
         if job is None:
             raise UnknownJob(f"no job {inp.job_id}; `nightshift status` lists jobs")
         before = job.state
-        if before not in ("queued", "running", "failed"):
+        if not lifecycle.can_move(before, JobState.CANCELLED):
             return CancelJobResult(job_id=job.id, before=before, after=before)
-        job.state, job.reason, job.updated_at = "cancelled", inp.reason, ctx.now
-        s.add(job)
+        lifecycle.move_job(s, job, JobState.CANCELLED, ctx.now, reason=inp.reason)
         live = s.exec(
             select(Attempt).where(
-                Attempt.job_id == job.id, Attempt.state.in_(("starting", "running"))
+                Attempt.job_id == job.id, col(Attempt.state).in_(("starting", "running"))
             )
         ).first()
-    stopped = stop_attempt(ctx, live, "cancelled") if live is not None else None
+    stopped = stop_attempt(ctx, live) if live is not None else None
     return CancelJobResult(
         job_id=inp.job_id, before=before, after="cancelled", stopped_attempt=stopped
     )

@@ -1,12 +1,14 @@
-"""pause_job: stop a running job at its last checkpoint, to resume it later (nothing is lost but
-the steps since that checkpoint)."""
+"""pause_job: stop a job at its last checkpoint and keep it back — a person's hold that only
+release_job ends, or the loop's preemption that recovery resumes when there is room."""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, Field
-from sqlmodel import select
+from sqlmodel import col, select
 
-from nightshift.runtime.errors import SkillFailed
+from nightshift.runtime import lifecycle
+from nightshift.runtime.errors import SkillFailed, UnknownJob
+from nightshift.runtime.lifecycle import JobState
 from nightshift.runtime.spec import ExperimentSpec
 from nightshift.runtime.store import Attempt, Job
 from nightshift.skills.base import Claims, SkillContext, SkillInput, skill
@@ -15,7 +17,13 @@ from nightshift.skills.live_runs import stop_attempt
 
 class PauseJobInput(SkillInput):
     job_id: int
-    reason: str = Field("paused", description="Why; recorded on the job (e.g. preempted for job 7)")
+    reason: str = Field("paused", description="Why; recorded on the job")
+    preempted_for: int | None = Field(
+        None,
+        description="Set by the scheduler only: the job this one makes room for. Then the job "
+        "is `paused` and resumed when there is room; without it the job is `held` until a "
+        "person releases it (release_job)",
+    )
 
     def claims(self) -> Claims:
         return Claims(jobs=[self.job_id])
@@ -31,44 +39,48 @@ class PauseJobResult(BaseModel):
 
 @skill("pause_job", capability="modify")
 def pause_job(ctx: SkillContext, inp: PauseJobInput) -> PauseJobResult:
-    """Pause a running job whose spec allows it: its run is stopped (SIGTERM, then SIGKILL after
-    the grace period) and the job waits as `paused` until it is resumed from its newest valid
-    checkpoint. Used to preempt low-priority work; a job that is not running is left as it is."""
+    """Hold a job: a running one is stopped at its newest checkpoint (SIGTERM, then SIGKILL after
+    the grace period; its spec must allow pausing), a queued or paused one is kept from starting.
+    The job stays `held` — recovery never touches it and it costs no retry — until release_job.
+    With preempted_for (the scheduler's preemption), a running job becomes `paused` instead and
+    is resumed from its checkpoint when there is room. A finished job is left as it is."""
+    after = JobState.PAUSED if inp.preempted_for is not None else JobState.HELD
     with ctx.store.session() as s:
         job = s.get(Job, inp.job_id)
         if job is None:
-            raise SkillFailed(f"no job {inp.job_id}")
-        if job.state != "running":
+            raise UnknownJob(f"no job {inp.job_id}; `nightshift jobs` lists the jobs")
+        before = job.state
+        if not lifecycle.can_move(before, after) or (
+            after is JobState.PAUSED and before != JobState.RUNNING
+        ):
             return PauseJobResult(
-                job_id=job.id,
-                before=job.state,
-                after=job.state,
-                stopped_attempt=None,
-                last_step=None,
+                job_id=job.id, before=before, after=before, stopped_attempt=None, last_step=None
             )
-        spec = ExperimentSpec.model_validate(job.spec)
-        if not spec.pausable or spec.checkpoint is None:
-            raise SkillFailed(
-                f"job {job.id} cannot be paused: its spec has pausable={spec.pausable}"
-                f" and {'a' if spec.checkpoint else 'no'} checkpoint section"
-            )
+        if before == JobState.RUNNING:
+            spec = ExperimentSpec.model_validate(job.spec)
+            if not spec.pausable or spec.checkpoint is None:
+                raise SkillFailed(
+                    f"job {job.id} cannot be paused: its spec has pausable={spec.pausable}"
+                    f" and {'a' if spec.checkpoint else 'no'} checkpoint section"
+                )
         live = s.exec(
-            select(Attempt).where(Attempt.job_id == job.id, Attempt.state == "running")
+            select(Attempt).where(
+                Attempt.job_id == job.id,
+                col(Attempt.state).in_(("starting", "running")),
+            )
         ).first()
-        job.state, job.reason, job.updated_at = "paused", inp.reason, ctx.now
-        s.add(job)
-    if live is None:
-        return PauseJobResult(
-            job_id=inp.job_id,
-            before="running",
-            after="paused",
-            stopped_attempt=None,
-            last_step=None,
-        )
+        lifecycle.move_job(s, job, after, ctx.now, reason=_why(inp, ctx.principal))
+    stopped = stop_attempt(ctx, live) if live is not None else None
     return PauseJobResult(
         job_id=inp.job_id,
-        before="running",
-        after="paused",
-        stopped_attempt=stop_attempt(ctx, live, "preempted"),
-        last_step=live.last_step,
+        before=before,
+        after=after.value,
+        stopped_attempt=stopped,
+        last_step=live.last_step if live is not None else None,
     )
+
+
+def _why(inp: PauseJobInput, principal: str) -> str:
+    if inp.preempted_for is not None:
+        return inp.reason
+    return f"held by {principal}" + (f": {inp.reason}" if inp.reason != "paused" else "")

@@ -6,7 +6,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from nightshift.runtime import lifecycle
 from nightshift.runtime.errors import SkillFailed
+from nightshift.runtime.lifecycle import JobState
 from nightshift.runtime.store import Job
 from nightshift.skills.base import Claims, SkillContext, SkillInput, skill
 
@@ -59,7 +61,12 @@ def resume_job(ctx: SkillContext, inp: ResumeJobInput) -> ResumeJobResult:
                 params_before=dict(job.params),
                 params_after=dict(job.params),
             )
-        if job.state not in ("failed", "paused"):
+        if job.state == JobState.HELD:
+            raise SkillFailed(
+                f"job {job.id} is held by a person ({job.reason}); `nightshift release "
+                f"{job.id}` (release_job) lets it run again"
+            )
+        if job.state not in (JobState.FAILED, JobState.PAUSED):
             raise SkillFailed(f"job {job.id} is {job.state}; only failed or paused jobs resume")
         unknown = set(inp.param_changes) - set(job.params)
         if unknown:
@@ -67,8 +74,7 @@ def resume_job(ctx: SkillContext, inp: ResumeJobInput) -> ResumeJobResult:
         before, params_before = job.state, dict(job.params)
         job.params = {**job.params, **inp.param_changes}
         job.resume_from, job.resume_step = inp.checkpoint, inp.step
-        job.state, job.reason, job.updated_at = "queued", None, ctx.now
-        s.add(job)
+        lifecycle.move_job(s, job, JobState.QUEUED, ctx.now)
         return ResumeJobResult(
             job_id=job.id,
             before=before,

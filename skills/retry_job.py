@@ -6,7 +6,9 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 from sqlmodel import func, select
 
+from nightshift.runtime import lifecycle
 from nightshift.runtime.errors import SkillFailed, UnknownJob
+from nightshift.runtime.lifecycle import JobState
 from nightshift.runtime.store import Attempt, Job, KeyValue
 from nightshift.skills.base import Claims, SkillContext, SkillInput, skill
 
@@ -19,6 +21,7 @@ REFUSED = {
     "running": "it is running now; wait for it to end, or `nightshift cancel {id}`",
     "paused": "it is paused at a checkpoint and the recover playbook resumes it "
     "(`nightshift run --recover {id}` to do that now)",
+    "held": "a person holds it; `nightshift release {id}` lets it run again",
     "succeeded": "it succeeded; submit its spec again for another run",
     # Cancelling is for good, decided as a `destroy` call that a second person approved. A retry is
     # a `launch`, which needs no approval and which the agent may plan itself: letting it revive a
@@ -99,8 +102,7 @@ def retry_job(ctx: SkillContext, inp: RetryJobInput) -> RetryJobResult:
         )
         job.max_attempts = result.max_attempts_after
         job.resume_from, job.resume_step = result.resume_from, result.resume_step
-        job.state, job.reason, job.hold_reason, job.updated_at = "queued", None, None, ctx.now
-        s.add(job)
+        lifecycle.move_job(s, job, JobState.QUEUED, ctx.now)
         if key:
             s.add(KeyValue(key=key, value=result.model_dump_json()))
         return result

@@ -20,7 +20,7 @@ from nightshift.runtime.yamlfile import check_bounds, validate
 from nightshift.skills.base import Claims, HostPath, Launch, SkillContext, SkillInput, skill
 
 # States in which a job still waits for, or may yet satisfy, a dependency.
-WAITING = ("queued", "running", "paused")
+WAITING = ("queued", "running", "paused", "held")
 
 
 class SubmitJobInput(SkillInput):

@@ -23,6 +23,7 @@ import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import lifecycle_guard
 import loopback_guard  # noqa: F401  (installs the guard in this process on import)
 import pytest
 import yaml
@@ -56,6 +57,17 @@ def _violations_since(offset: int) -> tuple[str, int]:
         f.seek(offset)
         new = f.read()
     return new, offset + len(new.encode())
+
+
+@pytest.fixture(autouse=True)
+def _only_the_lifecycle_moves_jobs():
+    """Fails a test during which our code wrote a job's state or an attempt's end anywhere but
+    runtime/lifecycle.py (tests/lifecycle_guard.py)."""
+    seen = len(lifecycle_guard.VIOLATIONS)
+    yield
+    new = lifecycle_guard.VIOLATIONS[seen:]
+    if new:
+        pytest.fail("state written outside the lifecycle:\n" + "\n".join(new), pytrace=False)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -267,7 +267,8 @@ def test_cancel_without_a_confirmation_waits_for_another_principal(w, tmp_path):
 
 def test_pause_and_resume_the_kill_switch_and_a_job(w, tmp_path):
     """`pause` alone is the kill switch (status says so, a submit is refused), `resume` lifts it;
-    `pause N` on a job that is not running changes nothing."""
+    `pause N` on a queued job holds it (a person's hold), `resume N` releases it to the queue;
+    a job that is neither held, paused nor failed does not resume."""
     job_id = submitted(w, tmp_path)
     chat = Chat(w)
     chat.session.cwd = tmp_path
@@ -280,9 +281,13 @@ def test_pause_and_resume_the_kill_switch_and_a_job(w, tmp_path):
     assert not killswitch.is_paused(w.store)
     assert chat.send("resume").text == "was not paused"
     job = chat.send(f"pause {job_id}")
-    assert job.text == f"job {job_id} is queued: only a running job pauses"
+    assert job.text.startswith(f"job {job_id}: queued → held")
+    assert w.store.job(job_id).state == "held"
+    released = chat.send(f"resume {job_id}")
+    assert released.text.startswith(f"job {job_id}: held → queued")
+    assert w.store.job(job_id).state == "queued"
     not_paused = chat.send(f"resume {job_id}")
-    assert "only a paused or failed job resumes" in not_paused.text
+    assert "only a held, paused or failed job resumes" in not_paused.text
 
 
 def test_skill_command_and_approvals_listing(w, tmp_path):

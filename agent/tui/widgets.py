@@ -53,6 +53,7 @@ STATE_STYLE = {
     "failed": "red",
     "cancelled": "dim",
     "paused": "yellow",
+    "held": "yellow",
 }
 
 
