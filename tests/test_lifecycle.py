@@ -13,17 +13,18 @@ import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import lifecycle_guard
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import lifecycle_guard
-from conftest import REPO, nightshift, store_row, write_spec
-from nightshift.agent.planner import Call, DeterministicPlanner, Observation
 from nightshift.agent.goals import recover_goal
+from nightshift.agent.planner import Call, DeterministicPlanner, Observation
 from nightshift.runtime import lifecycle
 from nightshift.runtime.lifecycle import JOB_TRANSITIONS, IllegalTransition, JobState
 from nightshift.runtime.store import Job, Store
+
+from conftest import REPO, nightshift, store_row, write_spec
 
 
 def test_terminal_states_lead_nowhere_and_every_state_is_in_the_table():
