@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from nightshift.agent.commands import register_all
-from nightshift.agent.console import console, error, table
-from nightshift.runtime.errors import NightshiftError
+from nightshift.agent.console import console, error, key_values, say, table
+from nightshift.runtime.errors import BadArguments, NightshiftError
 
 if TYPE_CHECKING:
     from nightshift.agent.planner import Planner
@@ -59,24 +59,29 @@ def run(
     from nightshift.agent.shell import wait_for_decision
     from nightshift.agent.summary import run_summary, thread_jobs
     from nightshift.agent.wiring import Wiring, local_now
+    from nightshift.runtime.user_files import regular_file
 
     w = Wiring.load(config)
     if sum(x is not None for x in (goal_file, resume, recover)) != 1:
         error("give exactly one of GOAL_FILE, --resume THREAD or --recover JOB")
         raise typer.Exit(2)
+    if resume is not None and not resume:
+        raise BadArguments("--resume '': give the thread id the run printed when it started")
     if w.remote is not None:
         from nightshift.agent.remote import not_served
 
         raise not_served(w.remote)
     checkpointer = sqlite_checkpointer(w)
     goal = None
-    if resume:  # the planner the interrupted goal asked for
+    if resume is not None:  # the planner the interrupted goal asked for
         recorded = recorded_goal(w, checkpointer, resume)
         if recorded is None:
             error(f"no run with thread id '{resume}' in {w.settings.home_path}")
             raise typer.Exit(2)
         asked = recorded.get("planner")
     else:
+        if goal_file is not None:  # a FIFO or a device is refused before anything opens it
+            regular_file(goal_file, "GOAL_FILE")
         goal = recover_goal(recover) if recover is not None else load_goal(goal_file)
         asked = goal.planner
     graph = build_graph(
@@ -86,20 +91,23 @@ def run(
         on_progress=progress_printer(),
     )
     started = time.monotonic()
-    if resume:
+    if resume is not None:
         thread = resume
         cfg = _cfg(thread)
-        console.print(f"[bold]resuming[/] thread {thread}")
+        say("[bold]resuming[/] thread {}", thread)
         _own_loop(w, thread)
         result = graph.resume(cfg, lambda approval_id: wait_for_decision(w, approval_id))
     else:
         assert goal is not None
         thread = f"{goal.name}-{local_now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:4]}"
         cfg = _cfg(thread)
-        console.print(
-            f"[bold]nightshift[/] goal [bold]{goal.name}[/] · thread {thread} · as OS user "
-            f"[bold]{w.user}[/] (single-user mode)\n"
-            f"[dim](if interrupted: nightshift run --resume {thread})[/]"
+        say(
+            "[bold]nightshift[/] goal [bold]{}[/] · thread {} · as OS user [bold]{}[/] "
+            "(single-user mode)\n[dim](if interrupted: nightshift run --resume {})[/]",
+            goal.name,
+            thread,
+            w.user,
+            thread,
         )
         _own_loop(w, thread)
         result = graph.invoke(
@@ -123,8 +131,6 @@ def _planner(w: Wiring, asked: str | None) -> Planner:
 
     if asked != "llm":
         return DeterministicPlanner()
-    from rich.markup import escape
-
     from nightshift.agent.llm import NO_ENDPOINT, LLMPlanner, endpoint
 
     ep = endpoint(w.settings)
@@ -135,13 +141,17 @@ def _planner(w: Wiring, asked: str | None) -> Planner:
     def step(s: dict[str, Any]) -> None:
         cost = f", cost {s['cost']:g}" if s.get("cost") is not None else ""
         what = s.get("error") or f"→ {s.get('tool') or 'answer'}"
-        console.print(
-            f"[dim]  model step {s['step']}: {s.get('prompt_tokens', 0)}+"
-            f"{s.get('completion_tokens', 0)} tokens, {s['latency_s']:.2f} s{cost} "
-            f"{escape(what)}[/]"
+        say(
+            "[dim]  model step {}: {}+{} tokens, {} s{} {}[/]",
+            s["step"],
+            s.get("prompt_tokens", 0),
+            s.get("completion_tokens", 0),
+            f"{s['latency_s']:.2f}",
+            cost,
+            what,
         )
 
-    console.print(f"[dim]planner: llm, {ep.describe()}[/]")
+    say("[dim]planner: llm, {}[/]", ep.describe())
     return LLMPlanner(ep, w.settings.llm, audit=w.audit, on_step=step)
 
 
@@ -204,7 +214,7 @@ def skill_cmd(
     if as_json:
         print(result.model_dump_json(indent=2))
     else:
-        console.print(result)
+        console.print(result, markup=False)
 
 
 # ------------------------------------------------------------------------------------ status
@@ -336,8 +346,6 @@ def approvals_show(
     approval_id: int, config: str | None = ConfigOpt, as_json: bool = typer.Option(False, "--json")
 ) -> None:
     """One approval in full: the call, the files it names, votes, and what running it did."""
-    from rich.table import Table
-
     from nightshift.agent.wiring import Wiring, local_now
 
     w = Wiring.load(config)
@@ -349,10 +357,7 @@ def approvals_show(
     if as_json:
         print(json.dumps(a.model_dump(mode="json"), indent=2))
         return
-    t = Table(title=f"approval {a.id} · {a.state}", title_justify="left", show_header=False)
-    t.add_column(style="bold")
-    t.add_column()
-    for key, value in (
+    pairs: tuple[tuple[str, Any], ...] = (
         ("skill", a.skill),
         ("call", a.call_id),
         ("requester", a.requester),
@@ -377,9 +382,13 @@ def approvals_show(
         ("executed", a.executed_at),
         ("result", json.dumps(a.result) if a.result is not None else "-"),
         ("error", a.error or "-"),
-    ):
-        t.add_row(key, str(value) if value is not None else "-")
-    console.print(t)
+    )
+    console.print(
+        key_values(
+            f"approval {a.id} · {a.state}",
+            [(key, "-" if value is None else value) for key, value in pairs],
+        )
+    )
 
 
 def _vote(approval_id: int, approve: bool, config: str | None) -> None:
@@ -390,7 +399,7 @@ def _vote(approval_id: int, approve: bool, config: str | None) -> None:
         voter, a = w.remote.vote(approval_id, approve)
     else:
         voter, a = w.user, w.approvals.vote(approval_id, w.user, approve, local_now())
-    console.print(f"approval {a.id}: {a.state} ({voter} voted {'yes' if approve else 'no'})")
+    say("approval {}: {} ({} voted {})", a.id, a.state, voter, "yes" if approve else "no")
     if a.state == "approved":
         console.print(
             "  the requester's shell carries it out if it still waits; otherwise the "

@@ -1,18 +1,95 @@
-"""The one place that prints: progress lines, tables, and errors as one clear line."""
+"""The one place that prints, and the one rendering boundary.
+
+Rich reads `[...]` in a string as markup. Anything that did not come from nightshift's own code —
+what a user typed, a job's name or reason, a log line, a store row, a model's answer — reaches
+Rich only through the helpers here, which show it literally: `error()` prints its message as
+plain text, `styled()`/`say()` fill our own markup template with values Rich never parses, and
+`table()`/`key_values()` make every cell literal unless it is already a `Text` we styled. So
+`[/x]` prints as `[/x]` (never a MarkupError traceback), and `pip install 'nightshift[tui]'`
+keeps its `[tui]`. A command that prints a value with `console.print` must pass `markup=False`.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.table import Table
+from rich.text import Text
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
 
+# A value's place in a template while Rich parses it: Unicode private use, never in our own text.
+_SLOT = 0xE000
+
 
 def error(message: str) -> None:
-    err_console.print(f"[bold red]error:[/] {message}")
+    """One error line: our red `error:`, then the message exactly as it is."""
+    err_console.print(Text.assemble(("error:", "bold red"), " ", message))
+
+
+def literal(value: Any) -> Text:
+    """A value as it is (None: empty); a Text is ours, already styled, and is kept."""
+    if isinstance(value, Text):
+        return value
+    return Text("" if value is None else str(value))
+
+
+def styled(template: str, *values: Any) -> Text:
+    """Our own markup `template` with each `{}` filled by a value, shown literally (a Text value
+    keeps its own style). A value inherits the template's style around its `{}`, as if typed
+    there, but no `[` in it is read as a tag: it is inserted after Rich has parsed the template."""
+    n = len(values)
+    parsed = Text.from_markup(template.format(*(chr(_SLOT + i) for i in range(n))))
+    slots = [at for at, ch in enumerate(parsed.plain) if _SLOT <= ord(ch) < _SLOT + n]
+    cuts = sorted({cut for at in slots for cut in (at, at + 1)})
+    out = Text(end=parsed.end)
+    for piece in parsed.divide(cuts):
+        text = piece.plain
+        if len(text) != 1 or not _SLOT <= ord(text) < _SLOT + n:
+            out.append(piece)
+            continue
+        value = Text().append(literal(values[ord(text) - _SLOT]))  # its own style: a span
+        for span in reversed(piece.spans):  # the template's style goes under the value's own
+            value.stylize_before(span.style, 0, len(value))
+        out.append(value)
+    return out
+
+
+def say(template: str, *values: Any, **options: Any) -> None:
+    """Print `styled(template, *values)`; options as for Console.print (soft_wrap, end...)."""
+    console.print(styled(template, *values), **options)
+
+
+def table(
+    title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]], **column_options: Any
+) -> Table:
+    """A table whose title, headers and cells are literal; a cell that is a Text (or another
+    Rich renderable) is ours and kept as it is."""
+    t = Table(title=Text(title, style="table.title"), title_justify="left")
+    for c in columns:
+        t.add_column(Text(c), **column_options)
+    for r in rows:
+        t.add_row(*[_cell(v) for v in r])
+    return t
+
+
+def key_values(title: str, pairs: Iterable[tuple[str, Any]]) -> Table:
+    """A two-column key/value table (keys bold), every value literal as in `table()`."""
+    t = Table(title=Text(title, style="table.title"), title_justify="left", show_header=False)
+    t.add_column(style="bold")
+    t.add_column()
+    for key, value in pairs:
+        t.add_row(Text(key), _cell(value))
+    return t
+
+
+def _cell(value: Any) -> RenderableType:
+    if hasattr(value, "__rich_console__") or hasattr(value, "__rich__"):
+        return value  # type: ignore[no-any-return]
+    return literal(value)
 
 
 def progress_printer(verbose: bool = False):
@@ -22,25 +99,25 @@ def progress_printer(verbose: bool = False):
 
     def show(kind: str, data: dict[str, Any]) -> None:
         if kind == "plan" and data.get("kind") == "call":
-            why = f"  [dim]{data.get('why')}[/]" if data.get("why") else ""
-            console.print(f"[cyan]→[/] {data['skill']}{why}")
+            why = styled("  [dim]{}[/]", data["why"]) if data.get("why") else ""
+            say("[cyan]→[/] {}{}", data["skill"], why)
         elif kind == "verdict" and data["verdict"]["decision"] != "allow":
             v = data["verdict"]
-            console.print(
-                f"  [yellow]policy:[/] {v['decision']} by rule {v['rule']}"
-                + (f" — {'; '.join(v['reasons'])}" if v.get("reasons") else "")
-            )
+            reasons = f" — {'; '.join(v['reasons'])}" if v.get("reasons") else ""
+            say("  [yellow]policy:[/] {} by rule {}{}", v["decision"], v["rule"], reasons)
         elif kind == "observe":
-            console.print("  " + describe(data))
+            say("  {}", describe(data))
         elif kind == "watch":
-            console.print(f"[cyan]→[/] watching job {data['job_id']}")
+            say("[cyan]→[/] watching job {}", data["job_id"])
         elif kind == "attempt" and data.get("last_step") is not None:
             key = (data["number"], data.get("last_step"))
             if seen_ticks.get(data["job_id"]) != key:
                 seen_ticks[data["job_id"]] = key
-                console.print(
-                    f"    attempt {data['number']}: step {data.get('last_step')}"
-                    f" loss {_num(data.get('last_loss'))}"
+                say(
+                    "    attempt {}: step {} loss {}",
+                    data["number"],
+                    data.get("last_step"),
+                    _num(data.get("last_loss")),
                 )
         elif kind == "backoff":
             # The retry backoff is silent otherwise: say what it waits for, then count down.
@@ -51,20 +128,22 @@ def progress_printer(verbose: bool = False):
                 how = data["outcome"] + (
                     f", exit {data['exit_code']}" if data.get("exit_code") not in (None, 0) else ""
                 )
-                console.print(
-                    f"    attempt {data['attempt']} {how}: attempt "
-                    f"{data['attempt'] + 1} starts in {left} s (retry backoff; "
-                    "retry_wait_s in the spec, retry.base_s in the config)"
+                say(
+                    "    attempt {} {}: attempt {} starts in {} s (retry backoff; "
+                    "retry_wait_s in the spec, retry.base_s in the config)",
+                    data["attempt"],
+                    how,
+                    data["attempt"] + 1,
+                    left,
                 )
                 said_wait[key] = left
             elif left < before and (left % 5 == 0 or left <= 3):
-                console.print(f"      … {left} s")
+                say("      … {} s", left)
                 said_wait[key] = left
         elif kind == "finish":
             colour = "green" if data["ok"] else "red"
-            console.print(
-                f"[bold {colour}]{'done' if data['ok'] else 'failed'}:[/] {data['summary']}"
-            )
+            word = "done" if data["ok"] else "failed"
+            say(f"[bold {colour}]{word}:[/] {{}}", data["summary"])
 
     return show
 
@@ -73,10 +152,14 @@ def _num(v: Any) -> str:
     return f"{v:.4f}" if isinstance(v, float) else str(v)
 
 
-def describe(obs: dict[str, Any]) -> str:
+def describe(obs: dict[str, Any]) -> Text:
     """One line for an observation, readable by a person at 3 a.m."""
     if obs["status"] != "ok":
-        return f"[red]{obs['status']}:[/] {obs.get('error')}"
+        return styled("[red]{}:[/] {}", obs["status"], obs.get("error"))
+    return literal(_describe_ok(obs))
+
+
+def _describe_ok(obs: dict[str, Any]) -> str:
     r = obs.get("result") or {}
     skill = obs.get("skill")
     if obs["kind"] == "watch":
@@ -113,12 +196,3 @@ def describe(obs: dict[str, Any]) -> str:
             f", changed {changed}" if changed else ""
         )
     return f"{skill}: ok"
-
-
-def table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
-    t = Table(title=title, title_justify="left")
-    for c in columns:
-        t.add_column(c)
-    for r in rows:
-        t.add_row(*["" if v is None else str(v) for v in r])
-    return t

@@ -10,8 +10,8 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from nightshift.agent.console import console
-from nightshift.runtime.errors import BadArguments
+from nightshift.agent.console import console, say
+from nightshift.runtime.errors import BadArguments, SpecError
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -22,26 +22,30 @@ if TYPE_CHECKING:
 
 def terminal_confirm(request: dict[str, Any]) -> bool:
     """Show the whole request and ask y/N; anything but y/yes (or end of input) is no."""
-    console.print(
-        f"[bold yellow]{request['skill']}[/] needs confirmation (rule {request['rule']}):"
-    )
+    say("[bold yellow]{}[/] needs confirmation (rule {}):", request["skill"], request["rule"])
     console.print_json(json.dumps(request["args"]))
     for path, digest in (request.get("files") or {}).items():
-        console.print(f"  file {path} (sha256 {digest[:16]}…)")
+        say("  file {} (sha256 {}…)", path, digest[:16])
     for reason in request.get("reasons") or []:
-        console.print(f"  [dim]{reason}[/]")
-    console.print(f"  run it? (approval {request['approval_id']}) \\[y/N] ", end="")
+        say("  [dim]{}[/]", reason)
+    say("  run it? (approval {}) \\[y/N] ", request["approval_id"], end="")
     answer = sys.stdin.readline().strip().lower()
     return answer in ("y", "yes")
 
 
 def announce_wait(row: Approval) -> None:
     """What a waiting shell says first: the call, its rule and how others decide it."""
-    console.print(
-        f"[bold yellow]approval {row.id} needed[/]: {row.skill} "
-        f"{json.dumps(row.args)} (rule {row.rule}, {row.quorum} from others)\n"
-        f"  decide from another principal's shell: [bold]nightshift approvals approve "
-        f"{row.id}[/] / [bold]nightshift approvals reject {row.id}[/]"
+    say(
+        "[bold yellow]approval {} needed[/]: {} {} (rule {}, {} from others)\n"
+        "  decide from another principal's shell: [bold]nightshift approvals approve {}[/] / "
+        "[bold]nightshift approvals reject {}[/]",
+        row.id,
+        row.skill,
+        json.dumps(row.args),
+        row.rule,
+        row.quorum,
+        row.id,
+        row.id,
     )
 
 
@@ -52,7 +56,7 @@ def say_expiry(row: Approval, last_said: float) -> float:
     if row.expires_at is None or time.monotonic() - last_said < 60:
         return last_said
     left = (row.expires_at - local_now()).total_seconds()
-    console.print(f"  [dim]waiting; it expires in {max(0, left) / 60:.0f} min[/]")
+    say("  [dim]waiting; it expires in {} min[/]", f"{max(0, left) / 60:.0f}")
     return time.monotonic()
 
 
@@ -72,7 +76,7 @@ def wait_for_decision(w: Wiring, approval_id: int) -> str:
         and w.policy.may_approve(w.user)
     )
     if ask:
-        console.print(f"  approve as {w.user}? \\[y/N] ", end="")
+        say("  approve as {}? \\[y/N] ", w.user, end="")
     last_said = time.monotonic()
     while row.state == "pending":
         last_said = say_expiry(row, last_said)
@@ -83,7 +87,7 @@ def wait_for_decision(w: Wiring, approval_id: int) -> str:
         else:
             time.sleep(1.0)
         row = w.approvals.status(approval_id, local_now())
-    console.print(f"  approval {approval_id}: {row.state}")
+    say("  approval {}: {}", approval_id, row.state)
     return row.state
 
 
@@ -115,13 +119,32 @@ def call_or_exit(config: str | None, name: str, args: dict[str, Any]) -> BaseMod
 
 
 def parse_key_values(items: list[str], option: str = "--arg") -> dict[str, Any]:
-    """`k=v` items with YAML values (`lr=1e-3` is a float, `gpus=[0,1]` a list)."""
-    import yaml
+    """`k=v` items with YAML values (`lr=1e-3` is a float, `gpus=[0,1]` a list), parsed by the
+    bounded loader user files go through (no aliases, bounded depth); a value that is not valid
+    YAML is BadArguments naming the option and the key, never a parser traceback."""
+    from nightshift.runtime.yamlfile import parse_yaml
 
     out: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise BadArguments(f"{option} {item!r}: expected key=value")
-        out[key] = yaml.safe_load(value) if value else ""
+        where = f"{option} {key}"
+        try:
+            out[key] = parse_yaml(value, where)[0] if value else ""
+        except (SpecError, ValueError, OverflowError) as exc:  # ValueError: a date like 2024-13-45
+            shown = item if len(item) <= 80 else item[:79] + "…"
+            raise BadArguments(
+                f"{option} {shown!r}: the value is not YAML ({_why(exc, where)}); quote it "
+                f"to pass it as text ({option} {key}='\"...\"') or write valid YAML"
+            ) from None
     return out
+
+
+def _why(exc: Exception, where: str) -> str:
+    """The parser's reason on one line, without the `WHERE:LINE: ` SpecError puts first."""
+    text = str(exc)
+    line = exc.line if isinstance(exc, SpecError) else None
+    prefix = where + (f":{line}" if line is not None else "") + ": "
+    text = text.removeprefix(prefix).removeprefix("not valid YAML: ")
+    return " ".join(text.split())

@@ -6,10 +6,10 @@ from typing import Any
 
 from pydantic import BaseModel
 from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 from sqlmodel import col, select
 
+from nightshift.agent.console import key_values
 from nightshift.agent.wiring import Wiring
 from nightshift.runtime.spec import ExperimentSpec
 from nightshift.runtime.store import Attempt, Job, MetricPoint, PlannedCall
@@ -104,20 +104,20 @@ def _jobs(w: Wiring, thread: str, states: tuple[str, ...], keep: Any) -> list[in
 
 
 def run_summary(w: Wiring, thread: str, wall_s: float) -> Group:
-    """One key/value table per job the goal touched, then the wall time."""
+    """One key/value table per job the goal touched, then the wall time (names, reasons and
+    metric names are the job's: shown literally)."""
     parts: list[Any] = []
     for o in (job_outcome(w, j) for j in touched_jobs(w, thread)):
-        t = Table(title=f"job {o.job_id} · {o.name}", title_justify="left", show_header=False)
-        t.add_column(style="bold")
-        t.add_column()
-        t.add_row(
-            "state", o.state + (f" ({o.reason})" if o.reason and o.state != "succeeded" else "")
-        )
-        t.add_row("attempts", str(o.attempts))
-        t.add_row("resumed from step", ", ".join(map(str, o.resumed_from_steps)) or "-")
-        t.add_row("steps lost to failures", str(o.steps_lost))
-        t.add_row("final step", str(o.final_step))
-        t.add_row(f"final {o.metric}", "-" if o.final_metric is None else f"{o.final_metric:.4f}")
-        parts.append(t)
+        state = o.state + (f" ({o.reason})" if o.reason and o.state != "succeeded" else "")
+        final = "-" if o.final_metric is None else f"{o.final_metric:.4f}"
+        rows = [
+            ("state", state),
+            ("attempts", o.attempts),
+            ("resumed from step", ", ".join(map(str, o.resumed_from_steps)) or "-"),
+            ("steps lost to failures", o.steps_lost),
+            ("final step", str(o.final_step)),
+            (f"final {o.metric}", final),
+        ]
+        parts.append(key_values(f"job {o.job_id} · {o.name}", rows))
     parts.append(Text(f"wall time {wall_s:.1f} s · thread {thread}"))
     return Group(*parts)

@@ -38,6 +38,7 @@ The analyses, each explained line by line in `reasoning`:
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from collections.abc import Sequence
@@ -51,6 +52,7 @@ from sqlmodel import col, select
 
 from nightshift.runtime.errors import SkillFailed
 from nightshift.runtime.store import CheckpointRecord
+from nightshift.runtime.user_files import read_limited
 from nightshift.skills.base import SkillContext, skill
 
 Decision = Literal["lower_lr_and_resume", "reduce_lr", "warm_restart", "suggest_lr", "no_change"]
@@ -689,42 +691,55 @@ def _range_test(points: list[_Point], inp: TuneLrInput, out: _Outcome) -> None:
 
 
 # --- history ------------------------------------------------------------------------------------
-def read_metrics_jsonl(path: str | Path, loss_name: str = "loss") -> tuple[list[dict], int]:
+# A metrics line is about 75 bytes a step: 64 MiB is some 800,000 steps.
+MAX_METRICS_BYTES = 64 << 20
+
+
+def read_metrics_jsonl(
+    path: str | Path, loss_name: str = "loss", argument: str = "metrics file"
+) -> tuple[list[dict], int]:
     """Points from a metrics JSONL file as examples/train_numpy.py writes it (one object per step
     with `step`, the loss, and `lr` / `grad_norm` when logged), in file order, and the number of
     lines skipped (torn, not JSON, or without a step and a loss). Event records (`"event": ...`,
     e.g. the final summary) are not steps. Lines are parsed as JSON data, nothing else. A
-    non-finite loss becomes None, the store's convention. Raises OSError if the file cannot be
-    read."""
+    non-finite loss becomes None, the store's convention. BadArguments, naming `argument`, for a
+    path that is not a regular file (a FIFO would block, a device never end), cannot be read or
+    is over MAX_METRICS_BYTES."""
+    raw = read_limited(
+        path,
+        argument,
+        MAX_METRICS_BYTES,
+        "keep the steps that matter (e.g. `tail -n 500000 FILE > part.jsonl`) and give that",
+    )
     points, skipped = [], 0
-    with open(Path(path).expanduser(), encoding="utf-8", errors="replace") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                skipped += 1
-                continue
-            if not isinstance(rec, dict) or "event" in rec:
-                continue
-            step, loss = rec.get("step"), rec.get(loss_name, _MISSING)
-            if (
-                not isinstance(step, int)
-                or isinstance(step, bool)
-                or step < 0
-                or not (loss is None or _is_number(loss))
-            ):
-                skipped += 1
-                continue
-            point: dict = {
-                "step": step,
-                "loss": float(loss) if _is_number(loss) and math.isfinite(loss) else None,
-            }
-            for key in ("lr", "grad_norm"):
-                if _is_number(rec.get(key)):
-                    point[key] = float(rec[key])
-            points.append(point)
+    # Lines as a text file reads them (universal newlines), never split at U+2028 and its kin.
+    for line in io.StringIO(raw.decode("utf-8", errors="replace"), newline=None):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            skipped += 1
+            continue
+        if not isinstance(rec, dict) or "event" in rec:
+            continue
+        step, loss = rec.get("step"), rec.get(loss_name, _MISSING)
+        if (
+            not isinstance(step, int)
+            or isinstance(step, bool)
+            or step < 0
+            or not (loss is None or _is_number(loss))
+        ):
+            skipped += 1
+            continue
+        point: dict = {
+            "step": step,
+            "loss": float(loss) if _is_number(loss) and math.isfinite(loss) else None,
+        }
+        for key in ("lr", "grad_norm"):
+            if _is_number(rec.get(key)):
+                point[key] = float(rec[key])
+        points.append(point)
     return points, skipped
 
 

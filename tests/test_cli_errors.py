@@ -99,6 +99,31 @@ def run_all(
     return results
 
 
+def invoke(argv: list[str]) -> tuple[int, str, str, str | None]:
+    """`nightshift ARGV` in this process, through the CLI's own main() (as DRIVER runs each
+    line): exit code, stdout, stderr and a traceback if one escaped. For tests that run many
+    commands (fuzzing) or must be stopped by a timeout if a command hangs."""
+    import contextlib
+    import io
+    import traceback
+
+    from nightshift.agent import cli
+
+    out, err, code, tb = io.StringIO(), io.StringIO(), 0, None
+    saved = sys.argv
+    sys.argv = ["nightshift", *argv]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            cli.main()
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+        except BaseException:
+            code, tb = -1, traceback.format_exc()
+        finally:
+            sys.argv = saved
+    return code, out.getvalue(), err.getvalue(), tb
+
+
 def test_a_store_that_cannot_be_opened_is_one_line_and_exit_5(home, tmp_path):
     """store.url under a regular file (even root cannot create that folder): every command that
     needs the store says which and where, exit 5; the ones that need none still work."""

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from nightshift.agent.console import console, error
+from nightshift.agent.console import console, error, say
+from nightshift.runtime.user_files import regular_file
 
 if TYPE_CHECKING:
     from nightshift.policies.audit import AuditLog
@@ -38,6 +39,8 @@ def verify(
     """Check the chain, each event's signature, the anchor, the published heads and that every job
     and attempt has its events; OK, or the first thing wrong."""
     log = _log(config)
+    if against is not None and against.exists():  # a FIFO or a device is refused, never opened
+        regular_file(against, "--against")
     res = log.verify(against=against)
     if not res.ok:
         error(
@@ -54,11 +57,9 @@ def verify(
         if res.heads_checked
         else " (no published heads to check: set audit.publish_file, keep it elsewhere)"
     )
-    console.print(
-        f"[green]OK[/]: {res.count} audit events, chain, signatures and anchor intact{heads}"
-    )
+    say("[green]OK[/]: {} audit events, chain, signatures and anchor intact{}", res.count, heads)
     if res.unanchored or res.unsigned or ";" in res.reason:  # more to say than "intact"
-        console.print(res.reason, highlight=False)
+        console.print(res.reason, markup=False, highlight=False)
 
 
 def publish(config: str | None = ConfigOpt) -> None:

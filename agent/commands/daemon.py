@@ -6,7 +6,7 @@ import signal
 
 import typer
 
-from nightshift.agent.console import console
+from nightshift.agent.console import console, say
 
 
 def daemon(
@@ -24,16 +24,14 @@ def daemon(
         w,
         on_progress=lambda kind, data: (
             kind == "recover"
-            and console.print(f"recovering job {data['job_id']} (thread {data['thread']})")
+            and say("recovering job {} (thread {})", data["job_id"], data["thread"])
         ),
         serve_api=w.settings.api.serve,
         say=lambda message: console.print(message, markup=False, highlight=False),
     )
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: d.stop_event.set())
-    console.print(
-        f"nightshift daemon on {w.settings.store_url} as OS user {w.user} (Ctrl-C to stop)"
-    )
+    say("nightshift daemon on {} as OS user {} (Ctrl-C to stop)", w.settings.store_url, w.user)
     d.run(max_ticks=max_ticks)
     console.print("daemon stopped; runs continue and are re-attached at the next start")
 

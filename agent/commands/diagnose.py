@@ -6,53 +6,36 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.markup import escape
 
-from nightshift.agent.console import console, error
+from nightshift.agent.console import say
 from nightshift.agent.shell import call_or_exit
-
-
-def say(text: str) -> None:
-    """One line to the terminal, never wrapped (a log line stays whole)."""
-    console.print(text, soft_wrap=True)
-
-
-def readable_file(path: Path) -> Path:
-    """The path, resolved, if it is a file this process can read; else print why and exit 2."""
-    full = path.expanduser()
-    if not full.exists():
-        error(f"{full}: no such file")
-        raise typer.Exit(2)
-    if full.is_dir():
-        error(f"{full}: is a folder, not a file")
-        raise typer.Exit(2)
-    try:
-        with open(full, "rb") as f:
-            f.read(1)
-    except OSError as exc:
-        error(f"{full}: cannot be read ({exc.strerror or exc})")
-        raise typer.Exit(2) from None
-    return full.resolve()
+from nightshift.runtime.user_files import regular_file
 
 
 def print_diagnosis(r: Any) -> None:
-    """The verdict for a person: category first, then why, the lines that show it, what to do."""
+    """The verdict for a person: category first, then why, the lines that show it, what to do.
+    Each line is whole (soft wrap): a log line stays one line."""
     retry = "yes" if r.retryable else "no"
+    signal = f", signal {r.signal}" if r.signal else ""
     say(
-        f"[bold]{r.category}[/]  confidence {r.confidence}, retryable {retry}"
-        + (f", signal {r.signal}" if r.signal else "")
+        "[bold]{}[/]  confidence {}, retryable {}{}",
+        r.category,
+        r.confidence,
+        retry,
+        signal,
+        soft_wrap=True,
     )
-    say(f"why: {escape(r.reasoning)}")
+    say("why: {}", r.reasoning, soft_wrap=True)
     if r.evidence:
-        say("evidence:")
+        say("evidence:", soft_wrap=True)
         width = len(str(max(e.line_no for e in r.evidence)))
         for e in r.evidence:
-            say(f"  {e.line_no:>{width}}: {escape(e.text)}")
+            say("  {}: {}", f"{e.line_no:>{width}}", e.text, soft_wrap=True)
     rem = r.remediation
-    say(f"remediation: [bold]{rem.action}[/] — {escape(rem.message)}")
+    say("remediation: [bold]{}[/] — {}", rem.action, rem.message, soft_wrap=True)
     if rem.changes:
         changes = ", ".join(f"{k} = {v}" for k, v in rem.changes.items())
-        say(f"  changes: {escape(changes)}")
+        say("  changes: {}", changes, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -70,7 +53,8 @@ def register(app: typer.Typer) -> None:
         config: str | None = typer.Option(None, "--config", help="Config file"),
     ) -> None:
         """Say why a run ended, from its saved log: category, evidence lines, what to do next."""
-        path = readable_file(logfile)
+        # The skill reads the log's tail (bounded); a FIFO or a device is refused before it opens.
+        path = regular_file(logfile, "LOGFILE")
         result = call_or_exit(
             config,
             "diagnose_failure",

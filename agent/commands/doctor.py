@@ -20,10 +20,9 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import typer
-from rich.markup import escape
-from rich.table import Table
+from rich.text import Text
 
-from nightshift.agent.console import console
+from nightshift.agent.console import console, say, table
 from nightshift.runtime.errors import NightshiftError
 
 if TYPE_CHECKING:
@@ -75,23 +74,15 @@ def doctor(
     if as_json:
         print(json.dumps([asdict(c) for c in checks], indent=2))
     else:
-        t = Table(title="nightshift doctor", title_justify="left")
-        for col in ("check", "status", "detail", "fix"):
-            t.add_column(col, overflow="fold")
-        for c in checks:
-            t.add_row(
-                c.area,
-                f"[{COLOURS[c.status]}]{c.status}[/]",
-                escape(c.detail),
-                escape(c.fix),
-            )
-        console.print(t)
-        failed = [c.area for c in checks if c.status == "fail"]
+        rows = [[c.area, Text(c.status, style=COLOURS[c.status]), c.detail, c.fix] for c in checks]
         console.print(
-            f"[bold red]{len(failed)} check(s) failed:[/] {escape(', '.join(failed))}"
-            if failed
-            else "[green]nothing failed[/]"
+            table("nightshift doctor", ["check", "status", "detail", "fix"], rows, overflow="fold")
         )
+        failed = [c.area for c in checks if c.status == "fail"]
+        if failed:
+            say("[bold red]{} check(s) failed:[/] {}", len(failed), ", ".join(failed))
+        else:
+            say("[green]nothing failed[/]")
     raise typer.Exit(EXIT_FAILED if any(c.status == "fail" for c in checks) else 0)
 
 

@@ -7,11 +7,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import typer
-from rich.markup import escape
+from rich.text import Text
 
-from nightshift.agent.console import console, error, table
+from nightshift.agent.console import console, error, say, styled, table
 from nightshift.agent.shell import call_as_user
 from nightshift.runtime.errors import NightshiftError
+from nightshift.runtime.user_files import regular_file
 
 if TYPE_CHECKING:
     from nightshift.runtime.gpu import GpuReading
@@ -82,8 +83,8 @@ def _check(
     w = Wiring.load(config)
     skill = get_skill("gpu_health_check")
     args: dict[str, Any] = {}
-    if from_file is not None:
-        args["from_file"] = str(from_file.expanduser().resolve())
+    if from_file is not None:  # a FIFO or a device is refused before the skill opens it
+        args["from_file"] = str(regular_file(from_file, "--from"))
     if record is not None:
         args["record"] = record
     if gpus:
@@ -91,8 +92,8 @@ def _check(
     return cast("HealthCheckResult", call_as_user(w, skill.name, args))
 
 
-def _coloured(verdict: str) -> str:
-    return f"[bold {COLOURS.get(verdict, 'white')}]{verdict}[/]"
+def _coloured(verdict: str) -> Text:
+    return Text(verdict, style=f"bold {COLOURS.get(verdict, 'white')}")
 
 
 def _value(r: GpuReading | None, name: str, unit: str = "") -> str:
@@ -113,14 +114,14 @@ def _pair(r: GpuReading | None, a: str, b: str, unit: str) -> str:
 
 def _row(v: GpuVerdict) -> list[Any]:
     r = v.reading
-    reasons = "; ".join(f"[{COLOURS[x.severity]}]{escape(x.message)}[/]" for x in v.reasons)
+    reasons = Text("; ").join(Text(x.message, style=COLOURS[x.severity]) for x in v.reasons)
     if v.not_supported:
-        reasons += (
-            "\n" if reasons else ""
-        ) + f"[dim]not supported: {', '.join(v.not_supported)}[/]"
+        if reasons:
+            reasons.append("\n")
+        reasons.append_text(styled("[dim]not supported: {}[/]", ", ".join(v.not_supported)))
     return [
         ("?" if v.index is None else str(v.index)) if v.host is None else f"{v.host} {v.index}",
-        escape(v.name or v.uuid or ""),
+        v.name or v.uuid or "",
         _coloured(v.verdict),
         _value(r, "temperature_c", " °C"),
         _pair(r, "memory_used_mib", "memory_total_mib", "MiB"),
@@ -150,13 +151,13 @@ def _show(result: HealthCheckResult) -> None:
         )
     lines = result.message.splitlines()
     head = lines[0] if lines else ""
-    console.print(f"overall: {_coloured(result.overall)} — {escape(head)}")
+    say("overall: {} — {}", _coloured(result.overall), head)
     # The per-GPU summaries are in the table; the rest of the message is context worth a line.
     summaries = {v.summary for v in result.gpus}
     for line in lines[1:]:
         if line not in summaries:
-            console.print(f"[dim]{escape(line)}[/]")
-    console.print(f"[dim]recorded {result.recorded} sample(s)[/]")
+            say("[dim]{}[/]", line)
+    say("[dim]recorded {} sample(s)[/]", result.recorded)
 
 
 def register(app: typer.Typer) -> None:

@@ -9,9 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.markup import escape
 
-from nightshift.agent.console import console, table
+from nightshift.agent.console import console, say, table
 from nightshift.agent.shell import call_as_user, call_or_exit
 
 if TYPE_CHECKING:
@@ -36,19 +35,26 @@ def show(
     if as_json:
         print(r.model_dump_json(indent=2))
         return
-    console.print(
-        f"[bold]job {r.job_id}[/] {escape(r.name)}: [bold]{r.state}[/]"
-        + (f" — {escape(r.reason)}" if r.reason else "")
+    say(
+        "[bold]job {}[/] {}: [bold]{}[/]{}",
+        r.job_id,
+        r.name,
+        r.state,
+        f" — {r.reason}" if r.reason else "",
     )
-    console.print(
-        f"  owner {r.owner}, priority {r.priority}, attempts {len(r.attempts)} of at "
-        f"most {r.max_attempts}, steps lost in all {r.steps_lost_total}"
+    say(
+        "  owner {}, priority {}, attempts {} of at most {}, steps lost in all {}",
+        r.owner,
+        r.priority,
+        len(r.attempts),
+        r.max_attempts,
+        r.steps_lost_total,
     )
-    console.print(f"  folder {r.workspace}\n  checkpoints {r.checkpoint_dir}")
+    say("  folder {}\n  checkpoints {}", r.workspace, r.checkpoint_dir)
     if r.resume_from or r.resume_step:
-        console.print(f"  next attempt resumes from {r.resume_from} (step {r.resume_step})")
+        say("  next attempt resumes from {} (step {})", r.resume_from, r.resume_step)
     for k in r.good_checkpoints:
-        console.print(f"  kept good checkpoint: step {k.step}, {k.bytes / 1e6:.1f} MB, {k.path}")
+        say("  kept good checkpoint: step {}, {} MB, {}", k.step, f"{k.bytes / 1e6:.1f}", k.path)
     rows = []
     for a in r.attempts:
         changes = ", ".join(f"{k} {c.before}→{c.after}" for k, c in a.param_changes.items())
@@ -79,7 +85,7 @@ def show(
     )
     for a in r.attempts:
         if a.evidence:
-            console.print(f"  attempt {a.number}: {escape(a.evidence)}", soft_wrap=True)
+            say("  attempt {}: {}", a.number, a.evidence, soft_wrap=True)
 
 
 def logs(
@@ -124,7 +130,7 @@ def logs(
 def _print_logs(job_id: int, r: JobLogsResult) -> None:
     _print_lines(r.lines)
     if r.log_path is None:
-        console.print(f"job {job_id} has no attempt yet, so no log")
+        say("job {} has no attempt yet, so no log", job_id)
 
 
 def _print_lines(lines: list[str]) -> None:
@@ -180,18 +186,16 @@ def cancel(
         error(f"no job {job_id}; `nightshift jobs` lists the jobs")
         raise typer.Exit(2)
     if state in ("succeeded", "failed", "cancelled"):
-        console.print(f"job {job_id} is {state}: nothing to cancel")
+        say("job {} is {}: nothing to cancel", job_id, state)
         return
     r: Any = call_as_user(w, "cancel_job", {"job_id": job_id, "reason": reason})
     if as_json:
         print(r.model_dump_json(indent=2))
     elif r.before == r.after:
-        console.print(f"job {job_id} is {r.after}: nothing to cancel")
+        say("job {} is {}: nothing to cancel", job_id, r.after)
     else:
-        console.print(
-            f"job {job_id}: {r.before} → {r.after}"
-            + (f" (attempt {r.stopped_attempt} stopped)" if r.stopped_attempt else "")
-        )
+        stopped = f" (attempt {r.stopped_attempt} stopped)" if r.stopped_attempt else ""
+        say("job {}: {} → {}{}", job_id, r.before, r.after, stopped)
 
 
 def _remote_state(w: Any, job_id: int) -> str | None:
@@ -217,10 +221,16 @@ def retry(
         print(r.model_dump_json(indent=2))
         return
     where = f"from {r.resume_from} (step {r.resume_step})" if r.resume_from else "from scratch"
-    console.print(
-        f"job {job_id}: {r.before} → {r.after}, attempt {r.attempts + 1} will start "
-        f"{where}; max attempts {r.max_attempts_before} → {r.max_attempts_after}"
-        + (" (this call had already requeued it)" if r.already_done else "")
+    say(
+        "job {}: {} → {}, attempt {} will start {}; max attempts {} → {}{}",
+        job_id,
+        r.before,
+        r.after,
+        r.attempts + 1,
+        where,
+        r.max_attempts_before,
+        r.max_attempts_after,
+        " (this call had already requeued it)" if r.already_done else "",
     )
 
 

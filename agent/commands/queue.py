@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from nightshift.agent.console import console, error, table
+from nightshift.agent.console import console, error, say, table
 from nightshift.agent.shell import parse_key_values
 from nightshift.runtime.errors import BadArguments
 
@@ -23,7 +23,9 @@ def checked_spec(spec: Path, config: str | None) -> tuple[Any, Any]:
     from nightshift.agent.api import Client
     from nightshift.agent.wiring import Wiring
     from nightshift.runtime.spec import load_spec
+    from nightshift.runtime.user_files import regular_file
 
+    regular_file(spec, "SPEC")  # a FIFO or a device is refused before anything opens it
     w = Wiring.load(config)
     client: Any = w.remote if w.remote is not None else Client(w)
     parsed = load_spec(spec)
@@ -80,9 +82,7 @@ def submit(
     if as_json:
         print(json.dumps({"job_ids": ids, "group": group}))
     else:
-        console.print(
-            f"queued job(s) {', '.join(map(str, ids))}" + (f" as sweep {group}" if group else "")
-        )
+        say("queued job(s) {}{}", ", ".join(map(str, ids)), f" as sweep {group}" if group else "")
 
 
 def jobs(

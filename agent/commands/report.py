@@ -49,10 +49,12 @@ def report(
         markdown.write_text(to_markdown(r, plot.name if has_plot else None) + f"\n{head}\n")
         console.print(
             f"wrote {markdown}"
-            + (f" and {plot}" if has_plot else " (no plot: pip install 'nightshift[report]')")
+            + (f" and {plot}" if has_plot else " (no plot: pip install 'nightshift[report]')"),
+            markup=False,
         )
         return
-    console.print(to_markdown(r).split("## Jobs")[0].strip())
+    # Job names, reasons and causes are the jobs' own: printed as they are, never as markup.
+    console.print(to_markdown(r).split("## Jobs")[0].strip(), markup=False)
     console.print(
         table(
             "jobs",
@@ -116,7 +118,7 @@ def _sweep_report(w: Wiring, name: str, markdown: Path | None, as_json: bool) ->
         ]
         image = [f"![sweep {r.name}]({plot.name})", ""] if has_plot else []
         markdown.write_text("\n".join([*lines, "", *image, *rows, ""]))
-        console.print(f"wrote {markdown}" + (f" and {plot}" if has_plot else ""))
+        console.print(f"wrote {markdown}" + (f" and {plot}" if has_plot else ""), markup=False)
         return
     console.print("\n".join(lines), markup=False, highlight=False)
     console.print(
@@ -153,7 +155,7 @@ def _queue_for_channels(w: Wiring, hours: float) -> None:
     from nightshift.agent.wiring import local_now
     from nightshift.runtime.errors import ConfigError
 
-    service = ChannelService(w, say=console.print)
+    service = ChannelService(w, say=lambda line: console.print(line, markup=False))
     if not service.active:
         raise ConfigError(
             "--notify: no channel is configured (README, 'Approvals on Slack and WeChat Work')"
@@ -162,7 +164,8 @@ def _queue_for_channels(w: Wiring, hours: float) -> None:
     notice = report_notice(w, now, f"{now:%Y-%m-%dT%H:%M}", hours)
     service.outbox.queue_notice(notice)
     console.print(
-        f"queued for {', '.join(service.built.channels)}: the daemon posts it (`nightshift daemon`)"
+        f"queued for {', '.join(service.built.channels)}: the daemon posts it (`nightshift daemon`)",
+        markup=False,
     )
 
 

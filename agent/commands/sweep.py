@@ -14,8 +14,9 @@ from typing import Any
 
 import typer
 
-from nightshift.agent.console import console
+from nightshift.agent.console import say
 from nightshift.runtime.errors import BadArguments
+from nightshift.runtime.user_files import regular_file
 
 
 def sweep(
@@ -40,6 +41,8 @@ def sweep(
     """Start a sweep (Optuna: TPE after a random start, median pruning) and return at once."""
     from nightshift.agent.commands.queue import checked_spec
 
+    if lr_range_test is not None:  # refused before anything is called or queued
+        regular_file(lr_range_test, "--lr-range-test")
     client, parsed = checked_spec(spec, config)
     args: dict[str, Any] = {
         k: v
@@ -69,26 +72,30 @@ def sweep(
         if b.get("deadline")
         else None,
     ]
-    console.print(
-        f"sweep [bold]{r.name}[/]: {r.sampler}"
-        + (f" after {r.startup_trials} random trials" if r.sampler == "tpe" else "")
-        + f", pruner {r.pruner}, {' · '.join(x for x in bounds if x)}, at most "
-        f"{b['max_parallel']} at once, seed {b['seed']}, {r.mode}imising {r.metric}.\n"
+    say(
+        "sweep [bold]{}[/]: {}{}, pruner {}, {}, at most {} at once, seed {}, {}imising {}.\n"
         "The daemon runs its trials (`nightshift daemon`); "
-        f"`nightshift report --sweep {r.name}` shows the best so far."
+        "`nightshift report --sweep {}` shows the best so far.",
+        r.name,
+        r.sampler,
+        f" after {r.startup_trials} random trials" if r.sampler == "tpe" else "",
+        r.pruner,
+        " · ".join(x for x in bounds if x),
+        b["max_parallel"],
+        b["seed"],
+        r.mode,
+        r.metric,
+        r.name,
     )
 
 
 def _suggested_lr(client: Any, spec: Any, metrics: Path) -> float:
     """tune_lr's range test on a metrics file (through the gate, as `nightshift tune-lr --mode
     range_test`): the learning rate that seeds the sweep's prior."""
-    from nightshift.agent.commands.diagnose import readable_file
     from nightshift.skills.tune_lr import read_metrics_jsonl
 
-    try:
-        points, _ = read_metrics_jsonl(readable_file(metrics), spec.metrics.name)
-    except OSError as exc:
-        raise BadArguments(f"--lr-range-test {metrics}: {exc.strerror or exc}") from None
+    # A FIFO or a device is refused before it is opened; the file is read within a limit.
+    points, _ = read_metrics_jsonl(metrics, spec.metrics.name, "--lr-range-test")
     r: Any = client.call("tune_lr", {"mode": "range_test", "points": points})
     if r.suggested_lr is None:
         raise BadArguments(
@@ -96,7 +103,7 @@ def _suggested_lr(client: Any, spec: Any, metrics: Path) -> float:
             + "; ".join(r.reasoning[:2])
             + ")"
         )
-    console.print(f"lr prior from the range test: suggested lr {r.suggested_lr:.4g}")
+    say("lr prior from the range test: suggested lr {}", f"{r.suggested_lr:.4g}")
     return float(r.suggested_lr)
 
 
@@ -117,11 +124,14 @@ def sweep_stop(
         print(json.dumps({"sweep": r.name, "before": r.before, "after": r.after}))
         return
     if r.before != "running":
-        console.print(f"sweep {r.name} had already ended ({r.before})")
+        say("sweep {} had already ended ({})", r.name, r.before)
         return
-    console.print(
-        f"sweep {r.name}: no new trials; {r.trials_left} queued or running will finish, then "
-        f"`nightshift report --sweep {r.name}` shows the best"
+    say(
+        "sweep {}: no new trials; {} queued or running will finish, then "
+        "`nightshift report --sweep {}` shows the best",
+        r.name,
+        r.trials_left,
+        r.name,
     )
 
 

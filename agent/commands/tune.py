@@ -8,15 +8,15 @@ printed, never applied.
 from __future__ import annotations
 
 import math
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import typer
-from rich.markup import escape
 
-from nightshift.agent.commands.diagnose import readable_file, say
-from nightshift.agent.console import error
+from nightshift.agent.console import say
 from nightshift.agent.shell import call_or_exit, parse_key_values
+from nightshift.runtime.errors import BadArguments
 
 MODES = ("auto", "divergence", "plateau", "range_test")
 
@@ -26,43 +26,55 @@ def _num(v: float | None) -> str:
 
 
 def print_proposal(r: Any, skipped: int) -> None:
-    """The decision first, then the values, the reasoning and the points it rests on."""
-    say(
-        f"[bold]{r.decision}[/]  (analysis: {r.analysis}, {r.points_used} points"
-        + (f", {skipped} unusable line(s) skipped" if skipped else "")
-        + ")"
+    """The decision first, then the values, the reasoning and the points it rests on (each line
+    whole: soft wrap)."""
+    line = partial(say, soft_wrap=True)
+    line(
+        "[bold]{}[/]  (analysis: {}, {} points{})",
+        r.decision,
+        r.analysis,
+        r.points_used,
+        f", {skipped} unusable line(s) skipped" if skipped else "",
     )
     if r.new_lr is not None:
         now = "" if r.current_lr is None else f"{_num(r.current_lr)} → "
-        say(f"learning rate: {now}[bold]{_num(r.new_lr)}[/]")
+        line("learning rate: {}[bold]{}[/]", now, _num(r.new_lr))
     if r.divergence_step is not None:
         resume = (
             "start again from the beginning"
             if r.resume_from_step is None
             else f"resume from the checkpoint of step {r.resume_from_step}"
         )
-        say(
-            f"divergence: began at step {r.divergence_step}, detected at step "
-            f"{r.detected_at_step}; {resume}"
+        line(
+            "divergence: began at step {}, detected at step {}; {}",
+            r.divergence_step,
+            r.detected_at_step,
+            resume,
         )
     if r.suggested_lr is not None:
-        say(
-            f"range test: suggested lr {_num(r.suggested_lr)} (steepest descent at "
-            f"{_num(r.steepest_lr)}, minimum at {_num(r.lr_at_min_loss)})"
+        line(
+            "range test: suggested lr {} (steepest descent at {}, minimum at {})",
+            _num(r.suggested_lr),
+            _num(r.steepest_lr),
+            _num(r.lr_at_min_loss),
         )
-    say("reasoning:")
-    for line in r.reasoning:
-        say(f"  - {escape(line)}")
+    line("reasoning:")
+    for reason in r.reasoning:
+        line("  - {}", reason)
     if r.evidence:
-        say("evidence:")
+        line("evidence:")
         for e in r.evidence:
-            say(
-                f"  step {e.step}: loss {_num(e.loss)}, smoothed {_num(e.smoothed)}, "
-                f"lr {_num(e.lr)} — {escape(e.note)}"
+            line(
+                "  step {}: loss {}, smoothed {}, lr {} — {}",
+                e.step,
+                _num(e.loss),
+                _num(e.smoothed),
+                _num(e.lr),
+                e.note,
             )
     if r.changes:
         changes = ", ".join(f"{k} = {v:g}" for k, v in r.changes.items())
-        say(f"changes: {escape(changes)}  (apply with resume_job: param_changes)")
+        line("changes: {}  (apply with resume_job: param_changes)", changes)
 
 
 def register(app: typer.Typer) -> None:
@@ -91,16 +103,11 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Propose a learning-rate change from a run's metrics file: divergence, plateau, range test."""
         if mode not in MODES:
-            error(f"--mode {mode!r}: expected one of {', '.join(MODES)}")
-            raise typer.Exit(2)
+            raise BadArguments(f"--mode {mode!r}: expected one of {', '.join(MODES)}")
         from nightshift.skills.tune_lr import read_metrics_jsonl
 
-        path = readable_file(metrics)
-        try:
-            points, skipped = read_metrics_jsonl(path, loss_name)
-        except OSError as exc:
-            error(f"{path}: cannot be read ({exc.strerror or exc})")
-            raise typer.Exit(2) from None
+        # A FIFO or a device is refused before it is opened; the file is read within a limit.
+        points, skipped = read_metrics_jsonl(metrics, loss_name, "METRICS")
         args = parse_key_values(arg)
         args.update(
             {

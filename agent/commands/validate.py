@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import typer
-from rich.markup import escape
 
-from nightshift.agent.console import console, error, table
+from nightshift.agent.console import console, say, styled, table
 from nightshift.agent.shell import call_or_exit
+from nightshift.runtime.user_files import regular_file
 
 if TYPE_CHECKING:
     from nightshift.runtime.training_configs import TrainingView
@@ -130,7 +130,7 @@ def _view_rows(view: TrainingView) -> list[list[Any]]:
         if value is None and not (src is not None and src.auto):
             continue
         shown = "auto" if value is None else value
-        out.append([escape(label), escape(str(shown)), escape(_from(view, field))])
+        out.append([label, shown, _from(view, field)])
     return out
 
 
@@ -141,13 +141,13 @@ def print_result(path: Path, r: ConfigValidatorResult) -> None:
         title = f"{path.name} · {view.source_format}"
         console.print(table(title, ["field", "value", "from"], _view_rows(view)))
         if view.auto_fields:
-            console.print(
-                '[dim]"auto" (filled at launch, unknown here):[/] '
-                + escape(", ".join(view.auto_fields)),
+            say(
+                '[dim]"auto" (filled at launch, unknown here):[/] {}',
+                ", ".join(view.auto_fields),
                 soft_wrap=True,
             )
         for note in view.notes:
-            console.print(f"[dim]note:[/] {escape(note)}", soft_wrap=True)
+            say("[dim]note:[/] {}", note, soft_wrap=True)
     est = r.estimate
     if est is not None:
         act = "?" if est.activations_gib is None else f"{est.activations_gib:g}"
@@ -156,25 +156,31 @@ def print_result(path: Path, r: ConfigValidatorResult) -> None:
             if est.target_gpu_memory_gib is not None
             else " (no target GPU known: pass --gpu-memory)"
         )
-        console.print(
-            f"[bold]memory per GPU[/] ≈ {est.total_gib:g} GiB{escape(target)}: weights "
-            f"{est.weights_gib:g} + gradients {est.gradients_gib:g} + optimizer "
-            f"{est.optimizer_gib:g} + activations {act} GiB"
-            + (f"; {est.host_offload_gib:g} GiB offloaded to CPU" if est.host_offload_gib else ""),
+        offload = f"; {est.host_offload_gib:g} GiB offloaded to CPU" if est.host_offload_gib else ""
+        say(
+            "[bold]memory per GPU[/] ≈ {} GiB{}: weights {} + gradients {} + optimizer {} "
+            "+ activations {} GiB{}",
+            f"{est.total_gib:g}",
+            target,
+            f"{est.weights_gib:g}",
+            f"{est.gradients_gib:g}",
+            f"{est.optimizer_gib:g}",
+            act,
+            offload,
             soft_wrap=True,
         )
         for a in est.assumptions:
-            console.print(f"  [dim]{escape(a)}[/]", soft_wrap=True)
+            say("  [dim]{}[/]", a, soft_wrap=True)
     elif view is not None:
         console.print("[bold]memory per GPU[/]: unknown (parameter count unknown)")
     for f in r.errors:
-        console.print(f"[bold red]error[/] {escape(_where(f))}{escape(f.message)}", soft_wrap=True)
+        say("[bold red]error[/] {}{}", _where(f), f.message, soft_wrap=True)
     for f in r.warnings:
-        console.print(f"[yellow]warning[/] {escape(_where(f))}{escape(f.message)}", soft_wrap=True)
+        say("[yellow]warning[/] {}{}", _where(f), f.message, soft_wrap=True)
     for s in r.suggestions:
-        console.print(f"[cyan]suggestion[/] {escape(s)}", soft_wrap=True)
-    verdict = "[bold green]valid[/]" if r.valid else "[bold red]invalid[/]"
-    console.print(f"{verdict}: {len(r.errors)} error(s), {len(r.warnings)} warning(s)")
+        say("[cyan]suggestion[/] {}", s, soft_wrap=True)
+    verdict = styled("[bold green]valid[/]") if r.valid else styled("[bold red]invalid[/]")
+    say("{}: {} error(s), {} warning(s)", verdict, len(r.errors), len(r.warnings))
 
 
 def _where(f: Any) -> str:
@@ -207,10 +213,12 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Check a training config before it runs: the numbers it implies, memory per GPU, and
         what to change."""
+        # Refused before the skill opens it: a FIFO, a device, a folder, or a file over the limit
+        # the YAML reader keeps (config_validator reads a JSON config whole).
+        from nightshift.runtime.yamlfile import MAX_FILE_BYTES
+
         path = file.expanduser()
-        if not path.is_file():
-            error(f"{path}: no such file")
-            raise typer.Exit(2)
+        regular_file(path, "FILE", MAX_FILE_BYTES, "a training config is a page of YAML or JSON")
         args: dict[str, Any] = {"path": str(path.resolve())}
         if gpu_memory is not None:
             args["gpu_memory_gib"] = gpu_memory

@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from nightshift.agent.console import console
+from nightshift.agent.console import say
 
 
 def whoami(
@@ -45,11 +45,13 @@ def whoami(
     if as_json:
         print(json.dumps(info, indent=2))
         return
-    console.print(
-        f"[bold]{info['principal']}[/]: {how}\n"
-        f"  roles {', '.join(info['roles'])}; "
-        f"{'may' if info['may_approve'] else 'may not'} vote on other principals' approvals; "
-        f"policy {info['policy_file'] or 'the shipped default'}"
+    say(
+        "[bold]{}[/]: {}\n  roles {}; {} vote on other principals' approvals; policy {}",
+        info["principal"],
+        how,
+        ", ".join(info["roles"]),
+        "may" if info["may_approve"] else "may not",
+        info["policy_file"] or "the shipped default",
     )
 
 
