@@ -10,6 +10,11 @@ A full disk, a store locked past its busy timeout or a store file deleted under 
 the daemon: the loop reports the fault once, waits it out with backoff and says when it cleared
 (agent/loop.py), while the runs go on.
 
+One daemon serves a SQLite store, whichever home it runs from: at start it takes the store's
+lease (runtime/store_lease.py), renews it as it ticks and deletes it when it stops, and it binds
+the runs folder to the store (runtime/runs_binding.py), so a store missing, recreated or already
+served is refused before any work starts. Daemons of several nodes share a PostgreSQL store.
+
 The daemon owns its state: at start its home folder is made 0700 and the store, anchor and lock
 files in it not writable by group or others (keys/ is 0700 already, policies/audit.py), and a
 policy file others could write is refused. With `serve_api` it serves the API on its Unix socket
@@ -35,6 +40,9 @@ from nightshift.agent.wiring import Wiring, local_now, os_user_name
 from nightshift.runtime import locks
 from nightshift.runtime.config import Settings
 from nightshift.runtime.errors import OperatorError
+from nightshift.runtime.runs_binding import bind_runs
+from nightshift.runtime.store import utcnow
+from nightshift.runtime.store_lease import DaemonLease
 
 # Files in the home folder that only the daemon's user may write.
 STATE_FILES = (
@@ -142,6 +150,7 @@ class Daemon:
             on_progress=on_progress,
         )
         self.lock = DaemonLock(w.settings.home_path)
+        self.lease: DaemonLease | None = None  # on a SQLite store, from run() on
         self.stop_event = threading.Event()
         self._finished: set[str] = set()  # recovery threads known to be over
         w.loop.say = self.say
@@ -156,6 +165,7 @@ class Daemon:
         self.lock.acquire()
         api = channels = None
         try:
+            self._serve_store()
             from nightshift.agent.channels.service import ChannelService
 
             channels = ChannelService(self.w, say=self.tell)
@@ -172,7 +182,29 @@ class Daemon:
                 api.stop()
             if channels is not None:
                 channels.stop()
+            if self.lease is not None and not self.lease.release():
+                self.tell(
+                    "warning: could not delete this daemon's lease on the store; it goes stale"
+                )
             self.lock.release()
+
+    def _serve_store(self) -> None:
+        """Take the store's lease (one daemon per SQLite store, whichever home it runs from),
+        then bind the runs folder to the store: a store missing, recreated or served by another
+        daemon is refused here, before any work starts."""
+        s = self.w.settings
+        self.lease = DaemonLease(
+            self.w.store,
+            node=s.node,
+            home=str(s.home_path.resolve()),
+            heartbeat_s=s.loop.lease_heartbeat_s,
+            timeout_s=s.loop.lease_timeout_s,
+        )
+        taken = self.lease.acquire()
+        if taken is not None:
+            gone = taken.describe(utcnow())
+            self.tell(f"the store's lease was left by a daemon that is gone; taken over: {gone}")
+        bind_runs(self.w.store, s.runs_dir)
 
     def _run(self, max_ticks: int | None) -> None:
         self.w.loop.survive(
@@ -182,6 +214,7 @@ class Daemon:
         ticks = 0
         try:
             while not self.stop_event.is_set():
+                self._heartbeat()
                 self.step()
                 ticks += 1
                 if max_ticks is not None and ticks >= max_ticks:
@@ -197,6 +230,17 @@ class Daemon:
 
     def step(self) -> None:
         self.w.loop.step()
+
+    def _heartbeat(self) -> None:
+        """Renew the store's lease when due. A store fault is left to the loop's step, which
+        meets it too and reports it once; a lease taken over by another daemon ends this one."""
+        if self.lease is None:
+            return
+        try:
+            self.lease.renew()
+        except Exception as exc:
+            if self.w.store.fault_of(exc) is None:
+                raise
 
     def _recover(self, job_id: int, attempts: int) -> None:
         thread = f"recover-job-{job_id}-after-{attempts}"

@@ -17,6 +17,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from nightshift.runtime.config import Settings, load_settings
+from nightshift.runtime.errors import OperatorError, StoreError
 
 if TYPE_CHECKING:
     from nightshift.agent.loop import Loop
@@ -72,8 +73,16 @@ class Wiring:
             from nightshift.agent.remote import not_served
 
             raise not_served(self.remote)
+        from nightshift.runtime.runs_binding import check_store_present
+
+        check_store_present(self.settings.store_url, self.settings.runs_dir)
         self.settings.home_path.mkdir(parents=True, exist_ok=True)
-        return Store(self.settings.store_url, busy_timeout_s=self.settings.store.busy_timeout_s)
+        store = Store(self.settings.store_url, busy_timeout_s=self.settings.store.busy_timeout_s)
+        from nightshift.policies.audit import AuditLog
+
+        # Every transition's audit event is chained in with the rows it moved (lifecycle).
+        store.recorder = AuditLog.from_settings(store, self.settings)
+        return store
 
     @cached_property
     def executor(self) -> Executor:
@@ -109,8 +118,11 @@ class Wiring:
         from nightshift.policies.audit import AuditLog
 
         # From the settings: the key file and the publish sinks too, so a daemon publishes the
-        # chain head on its schedule and every process that appended publishes it at exit.
-        return AuditLog.from_settings(self.store, self.settings)
+        # chain head on its schedule and every process that appended publishes it at exit. The
+        # store's recorder is this log: one chain, one anchor per process.
+        recorder = self.store.recorder
+        assert isinstance(recorder, AuditLog)
+        return recorder
 
     @cached_property
     def approvals(self) -> Approvals:
@@ -135,6 +147,7 @@ class Wiring:
     def engine(self) -> Engine:
         from nightshift.policies import killswitch
         from nightshift.runtime.engine import Engine
+        from nightshift.runtime.runs_binding import bind_runs
 
         def on_event(action: str, payload: dict[str, Any]) -> None:
             self.audit.append("system", action, job_id=payload.get("job_id"), payload=payload)
@@ -145,9 +158,49 @@ class Wiring:
                 f"paused by {info['by']}: `nightshift resume` to start new work" if info else None
             )
 
+        # Work starts only where the runs folder belongs to this store (runtime/runs_binding.py).
+        bind_runs(self.store, self.settings.runs_dir)
         engine = Engine(self.store, self.executor, self.settings, on_event=on_event, paused=paused)
-        engine.step = lambda: self.loop.step()  # whoever ticks, the whole loop's step runs
+        if self.server:  # the daemon, which holds the store's lease (agent/daemon.py)
+            engine.step = lambda: self.loop.step()  # whoever ticks, the whole loop's step runs
+            return engine
+
+        def step() -> None:
+            try:
+                self.refuse_foreign_daemon()
+            except StoreError:
+                pass  # a store fault: the loop's step meets it too, and waits it out
+            self.loop.step()
+
+        start = engine.start_background
+
+        def start_background() -> None:
+            self.refuse_foreign_daemon()  # here, in the caller's thread, before the loop's
+            start()
+
+        engine.step = step
+        engine.start_background = start_background  # type: ignore[method-assign]
         return engine
+
+    def refuse_foreign_daemon(self) -> None:
+        """This process drives a loop of its own (`nightshift run`, chat): not on a SQLite store
+        that a daemon of another home serves, whose loop would place the same jobs. (A daemon of
+        this home is seen by its lock, and the command leaves the loop to it.)"""
+        from nightshift.runtime.runs_binding import shown_url
+        from nightshift.runtime.store import utcnow
+        from nightshift.runtime.store_lease import serving
+
+        s = self.settings
+        holder = serving(self.store, node=s.node, timeout_s=s.loop.lease_timeout_s)
+        if holder is None or holder.home == str(s.home_path.resolve()):
+            return
+        raise OperatorError(
+            f"a nightshift daemon of another home serves the store {shown_url(self.store.url)}: "
+            f"{holder.describe(utcnow())}. A loop here would place the same jobs; nothing was "
+            f"started. Run the command in that daemon's home (NIGHTSHIFT_HOME={holder.home}), "
+            "stop that daemon, or give this home its own store (unset store.url / "
+            "NIGHTSHIFT_STORE__URL)"
+        )
 
     @cached_property
     def loop(self) -> Loop:

@@ -30,7 +30,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -249,6 +256,29 @@ class LoopSettings(BaseModel):
     health_interval_min: float = Field(
         10.0, gt=0, description="The daemon checks GPU health this often"
     )
+    lease_heartbeat_s: float = Field(
+        5.0,
+        gt=0,
+        description="On a SQLite store, the daemon renews its lease on the store (one daemon "
+        "per store, from any home) this often",
+    )
+    lease_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="On a SQLite store, a lease not renewed for this long is stale: its daemon "
+        "is taken for dead and another may serve the store (at once on the same node when its "
+        "process is gone); at least twice lease_heartbeat_s",
+    )
+
+    @model_validator(mode="after")
+    def _lease_outlives_heartbeats(self) -> LoopSettings:
+        if self.lease_timeout_s < 2 * self.lease_heartbeat_s:
+            raise ValueError(
+                f"lease_timeout_s ({self.lease_timeout_s:g}) must be at least twice "
+                f"lease_heartbeat_s ({self.lease_heartbeat_s:g}): else a live daemon's lease "
+                "goes stale between two heartbeats"
+            )
+        return self
 
 
 class SchedulerSettings(BaseModel):

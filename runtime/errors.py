@@ -117,6 +117,10 @@ class StoreGone(StoreError):
     """The store file was deleted or replaced under this process; it will not open a new one."""
 
 
+class StoreUnavailable(StoreError):
+    """The store's database server refused, lost or closed the connection: wait and retry."""
+
+
 class DiskFull(OperatorError):
     """A file nightshift writes (a log, a checkpoint, the audit anchor) hit a full or read-only disk."""
 

@@ -15,7 +15,10 @@ from pydantic import BaseModel, Field
 class LaunchRequest(BaseModel):
     """What to run. argv is a list: nothing is ever passed through a shell."""
 
-    key: str = Field(description="Idempotency key, e.g. 'attempt-12'; unique per launch")
+    key: str = Field(
+        description="Idempotency key, unique per launch in any store: the attempt's key "
+        "('attempt-<uuid hex>'; 'attempt-<row id>' for attempts from before schema 0009)"
+    )
     argv: list[str] = Field(min_length=1)
     cwd: str
     env: dict[str, str] = Field(default_factory=dict)

@@ -21,11 +21,17 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import NaiveDatetime
 from sqlalchemy import Connection, UniqueConstraint, event, inspect, text
-from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
+from sqlalchemy.exc import (
+    ArgumentError,
+    DBAPIError,
+    IntegrityError,
+    NoSuchModuleError,
+    OperationalError,
+)
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import JSON, Column, Field, Session, SQLModel, col, create_engine, select
 
@@ -36,8 +42,10 @@ from nightshift.runtime.errors import (
     StoreFull,
     StoreGone,
     StoreLocked,
+    StoreUnavailable,
 )
 from nightshift.runtime.migrations import BASELINE, HEAD, SCRIPT_LOCATION
+from nightshift.runtime.unreachable import is_unreachable, store_unavailable
 
 # Stores from before Alembic say which create_all made them in keyvalue `schema_version`: "2" is
 # the baseline revision; "1" lacks these attempt columns (release 0.1.0 added them in place).
@@ -102,9 +110,7 @@ class Attempt(SQLModel, table=True):
     # Globally unique: names the run's folder, intent and exit files and keys the executor's
     # idempotent launch, so a recreated store (whose row ids start again at 1) never adopts the
     # runs of another. Attempts from before 0009 keep "attempt-<id>".
-    key: str = Field(
-        default_factory=lambda: f"attempt-{uuid.uuid4().hex}", unique=True, index=True
-    )
+    key: str = Field(default_factory=lambda: f"attempt-{uuid.uuid4().hex}", unique=True, index=True)
     # starting → running → exited | lost | stopped
     state: str = Field(default="starting", index=True)
     executor: str = "local"
@@ -351,6 +357,9 @@ class Store:
     def __init__(self, url: str, busy_timeout_s: float = 30.0):
         self.url = url
         self.busy_timeout_s = busy_timeout_s
+        # Writes the audit events of the lifecycle's transitions inside their transaction (the
+        # audit log, set by whoever wires one; runtime/lifecycle.py says how). None: not audited.
+        self.recorder: RowRecorder | None = None
         self._db_path: Path | None = None
         self._identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the file opened
         try:
@@ -387,7 +396,16 @@ class Store:
                     uri = "file:" + urllib.parse.quote(str(self._db_path)) + "?mode=rw"
                     return dialect.loaded_dbapi.connect(uri, *cargs[1:], **{**cparams, "uri": True})
             else:
-                self.engine = create_engine(url)
+                # A pooled connection the server dropped (a restart) is tested and replaced
+                # before use; one that cannot be had is StoreUnavailable, wherever it is met.
+                self.engine = create_engine(url, pool_pre_ping=True)
+
+                @event.listens_for(self.engine, "handle_error")
+                def _unreachable(ctx):  # noqa: ANN001
+                    exc = ctx.sqlalchemy_exception
+                    if not ctx.is_pre_ping and exc is not None and is_unreachable(exc):
+                        return store_unavailable(url)
+                    return None
         except (ArgumentError, NoSuchModuleError, ImportError) as exc:
             raise StoreError(
                 f"cannot open the store at {url}: {exc}. Fix store.url, or install "
@@ -523,15 +541,15 @@ class Store:
             yield s
             try:
                 s.flush()
-            except OperationalError as exc:
+            except DBAPIError as exc:
                 self.raise_if_busy(exc)
                 raise
             return
-        with Session(self.engine, expire_on_commit=False) as s:
+        with Session(self.engine, expire_on_commit=False, info={STORE_INFO: self}) as s:
             try:
                 yield s
                 s.commit()
-            except OperationalError as exc:
+            except DBAPIError as exc:
                 s.rollback()
                 self.raise_if_busy(exc)
                 raise
@@ -539,9 +557,30 @@ class Store:
                 s.rollback()
                 raise
 
-    def raise_if_busy(self, exc: OperationalError) -> None:
-        """A lock held past busy_timeout_s, a full disk or a read-only, broken or vanished file
-        is the operator's to solve, not a crash: raise it as such (else return)."""
+    @contextmanager
+    def write_session(self, lock_table: str = "auditevent") -> Iterator[Session]:
+        """A session holding the write lock from its first statement (as a call's transaction
+        does), so that what it reads and the audit chain head it extends are read under it.
+        Inside a CallTransaction on this store: its session, which holds the lock already."""
+        tx = _CALL_TX.get()
+        if tx is not None and tx.store is self:
+            with self.session() as s:
+                yield s
+            return
+        with self.session() as s:
+            try:
+                lock_for_write(s.connection(), lock_table)
+            except OperationalError as exc:
+                self.raise_if_busy(exc)
+                raise
+            yield s
+
+    def raise_if_busy(self, exc: DBAPIError) -> None:
+        """A lock held past busy_timeout_s, a full disk, a read-only, broken or vanished file or
+        a database server that cannot be reached is the operator's to solve (or to wait out),
+        not a crash: raise it as such (else return)."""
+        if is_unreachable(exc):
+            raise store_unavailable(self.url) from exc
         fault = self._sqlite_fault(exc.orig, f"the store {self.url}")
         if fault is not None:
             raise fault from exc
@@ -570,8 +609,8 @@ class Store:
     def fault_of(self, exc: BaseException) -> OperatorError | None:
         """The environment fault behind `exc`, as an error that says what happened and how to
         fix it: a full disk or quota, a lock held past busy_timeout_s, a read-only, broken or
-        vanished store, a file that cannot be written for lack of space. None for anything
-        else: a programming error, which must surface."""
+        vanished store, a database server that cannot be reached, a file that cannot be written
+        for lack of space. None for anything else: a programming error, which must surface."""
         seen: set[int] = set()
         todo: list[BaseException | None] = [exc]
         general: StoreError | None = None
@@ -580,8 +619,10 @@ class Store:
             if e is None or id(e) in seen:
                 continue
             seen.add(id(e))
-            if isinstance(e, StoreFull | StoreLocked | StoreGone | DiskFull):
+            if isinstance(e, StoreFull | StoreLocked | StoreGone | StoreUnavailable | DiskFull):
                 return e
+            if is_unreachable(e):
+                return store_unavailable(self.url)
             if isinstance(e, DBAPIError):
                 fault = self._sqlite_fault(e.orig, f"the store {self.url}")
                 if fault is not None:
@@ -651,12 +692,12 @@ class Store:
         return CallTransaction(self, lock_table)
 
     def get_kv(self, key: str, default: str | None = None) -> str | None:
-        with self.engine.connect() as conn:  # Core: the ORM's identity map costs more than this
-            try:
+        try:  # Core: the ORM's identity map costs more than this
+            with self.engine.connect() as conn:
                 value = conn.execute(_KV_VALUE, {"key": key}).scalar()
-            except OperationalError as exc:
-                self.raise_if_busy(exc)
-                raise
+        except DBAPIError as exc:
+            self.raise_if_busy(exc)
+            raise
         return default if value is None else value
 
     def set_kv(self, key: str, value: str | None) -> None:
@@ -697,8 +738,77 @@ class Store:
                 q = q.where(MetricPoint.name == name)
             return list(s.exec(q.order_by(col(MetricPoint.id))))
 
+    # Identity -----------------------------------------------------------------------------
+
+    _instance_id: str | None = None
+
+    def instance_id(self) -> str:
+        """This store's UUID, made by the first process that asks (an insert that yields to
+        another's, then a read back, so two processes opening a fresh store agree). A runs
+        folder records it (runtime/runs_binding.py): a store recreated at the same path, whose
+        row ids start again at 1, is told apart from the one those runs belong to."""
+        if self._instance_id is None:
+            found = self.get_kv(INSTANCE_KEY)
+            if found is None:
+                with self.engine.connect() as conn:
+                    try:
+                        conn.execute(
+                            _insert_if_missing(conn.dialect.name),
+                            {"key": INSTANCE_KEY, "value": str(uuid.uuid4())},
+                        )
+                        conn.commit()
+                    except IntegrityError:  # a dialect without an upsert: another was first
+                        conn.rollback()
+                    except OperationalError as exc:
+                        self.raise_if_busy(exc)
+                        raise
+                found = self.get_kv(INSTANCE_KEY)
+            if found is None:
+                raise StoreError(f"the store {self.url} did not keep its instance id; retry")
+            self._instance_id = found
+        return self._instance_id
+
+
+INSTANCE_KEY = "store.instance_id"
+
+
+def _insert_if_missing(dialect: str) -> Any:
+    """An insert into keyvalue that leaves an existing row alone (plain on other dialects)."""
+    if dialect == "sqlite":
+        return text("INSERT OR IGNORE INTO keyvalue (key, value) VALUES (:key, :value)")
+    if dialect == "postgresql":
+        return text(
+            "INSERT INTO keyvalue (key, value) VALUES (:key, :value) ON CONFLICT (key) DO NOTHING"
+        )
+    return text("INSERT INTO keyvalue (key, value) VALUES (:key, :value)")
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file of a SQLite store URL, as Store opens it; None for any other store."""
+    if not url.startswith("sqlite:///"):
+        return None
+    path = Path(url[len("sqlite:///") :])
+    if not path.name or str(path) == ":memory:":
+        return None
+    return path.resolve()
+
 
 _KV_VALUE = text("SELECT value FROM keyvalue WHERE key = :key")
+# A session's info key naming the Store that made it (the lifecycle's audit hook reads it).
+STORE_INFO = "nightshift.store"
+
+
+class RowRecorder(Protocol):
+    """Appends events to the audit chain inside a transaction that holds the write lock
+    (policies.audit.AuditLog); runtime knows it only by this shape."""
+
+    def record_in(self, conn: Connection, events: list[dict[str, Any]]) -> Callable[[], None]:
+        """Chain and insert `events` on `conn`; returns what to run once they are committed."""
+        ...
+
+    def authentic(self, event: AuditEvent) -> bool:
+        """Whether a stored event's hash matches its contents and its signature is the key's."""
+        ...
 
 
 def lock_for_write(conn: Connection, table: str) -> None:
@@ -743,7 +853,7 @@ class CallTransaction:
 
     def session(self) -> Session:
         if self._session is None:
-            s = Session(self.store.engine, expire_on_commit=False)
+            s = Session(self.store.engine, expire_on_commit=False, info={STORE_INFO: self.store})
             try:
                 lock_for_write(s.connection(), self.lock_table)
             except OperationalError as exc:
