@@ -225,7 +225,7 @@ def build_graph(
                 f"{type(exc).__name__}: {exc}",
                 isinstance(exc, BadArguments),
             )
-        with w.store.session() as s:
+        with w.store.write_session() as s:
             row = s.get(PlannedCall, p["call_id"])
             row.state = "done" if status == "ok" else status
             row.result = out if status == "ok" else {"bad_input": bad}

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from sqlmodel import col, func, select
@@ -32,6 +33,7 @@ from nightshift.runtime.errors import (
     StoreGone,
     StoreLocked,
 )
+from nightshift.runtime.lifecycle import JobState
 from nightshift.runtime.store import Attempt, Job, Sweep
 
 if TYPE_CHECKING:
@@ -40,6 +42,8 @@ if TYPE_CHECKING:
 
 Say = Callable[[str, dict[str, Any]], None]
 
+# A job moved this long before the last recovery scan began is read again by the next one.
+RESCAN_SLACK = timedelta(minutes=1)
 # Waits after a faulted step: 1 s, 2 s, 4 s … 60 s (one loop: no jitter to spread).
 FAULT_BACKOFF = Backoff(base_s=1.0, factor=2.0, cap_s=60.0, jitter_frac=0.0)
 
@@ -82,6 +86,7 @@ class Loop:
         self._fault_since = 0.0
         self._fault_steps = 0  # faulted steps in a row
         self._retry_at = float("-inf")
+        self._scanned_at: datetime | None = None  # when the recovery scan last began
 
     def step(self) -> None:
         """One step, unless a fault is being waited out; a fault ends the step (reported once
@@ -248,14 +253,21 @@ class Loop:
 
     def _needing_recovery(self) -> list[tuple[int, int]]:
         """Failed and paused jobs whose last attempt this node ran: one daemon recovers each.
-        A job a person holds is `held`, never here: recovery does not undo a person's pause."""
+        A job a person holds is `held`, never here: recovery does not undo a person's pause.
+
+        Only what changed since the last scan is read (jobs moved since it began, with a minute
+        of slack for transactions that committed late); the first scan reads them all."""
+        now = self.w.engine.clock()
+        since, self._scanned_at = self._scanned_at, now - RESCAN_SLACK
         with self.w.store.session() as s:
-            rows = s.exec(
+            q = (
                 select(Job.id, func.count(Attempt.id), func.max(Attempt.id))
                 .join(Attempt, Attempt.job_id == Job.id)
-                .where(Job.state.in_(("failed", "paused")))
-                .group_by(Job.id)
-            ).all()
+                .where(col(Job.state).in_((JobState.FAILED, JobState.PAUSED)))
+            )
+            if since is not None:
+                q = q.where(col(Job.updated_at) >= since)
+            rows = s.exec(q.group_by(Job.id)).all()
             last = (
                 dict(
                     s.exec(

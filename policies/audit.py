@@ -44,10 +44,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic import BaseModel, Field
-from sqlalchemy import Connection, Text, insert, type_coerce
+from sqlalchemy import Connection, Text, func, insert, type_coerce
 from sqlalchemy.exc import OperationalError
 from sqlmodel import Session, col, select
 
+from nightshift.policies.row_audit import RowBindings
 from nightshift.runtime import locks
 from nightshift.runtime.errors import StoreError
 from nightshift.runtime.store import (
@@ -55,6 +56,7 @@ from nightshift.runtime.store import (
     AuditEvent,
     CallTransaction,
     Job,
+    KeyValue,
     Store,
     dumps,
     lock_for_write,
@@ -214,6 +216,20 @@ def stored_hash_matches(
         return False
 
 
+def key_id(key: bytes) -> str:
+    """A short public name for the audit key (not the key): the store records which key signs."""
+    return hashlib.sha256(b"nightshift-audit-key-id:" + key).hexdigest()[:16]
+
+
+def _anchor_text(anchor: dict[str, Any]) -> str:
+    return f"anchor:{anchor['id']}:{anchor['hash']}:{anchor.get('count')}"
+
+
+def anchor_signed(key: bytes, anchor: dict[str, Any]) -> bool:
+    sig = anchor.get("signature")
+    return isinstance(sig, str) and hmac.compare_digest(sig, sign(key, _anchor_text(anchor)))
+
+
 def sign(key: bytes, digest: str) -> str:
     """The event's signature: HMAC-SHA256 of its chain hash under the audit key, hex."""
     return hmac.digest(key, digest.encode("ascii"), "sha256").hex()
@@ -293,6 +309,9 @@ _NEWEST = select(_TABLE.c.hash, _TABLE.c.signature).order_by(_TABLE.c.id.desc())
 _INSERT = insert(_TABLE).returning(_TABLE.c.id, sort_by_parameter_order=True)
 
 _OPEN_LOGS: weakref.WeakSet[AuditLog] = weakref.WeakSet()
+KEY_ID = "audit.key_id"  # keyvalue: the id of the key that signs this store's events
+# The actions whose payloads bind rows (and name attempts).
+_BINDING = ("job.submitted", "job.state", "attempt.running", "attempt.ended", "attempt.cause")
 _JobRow = tuple[int, str | None, str]  # id, submitted_by_call, created_at
 _AttemptRow = tuple[int, int, str, str]  # job id, number, state, started_at
 
@@ -481,6 +500,40 @@ class AuditLog:
         tx.after_commit(lambda: self._committed(ids[-1], rows[-1]["hash"], len(rows)))
         return [Appended(id=i, **r) for i, r in zip(ids, rows, strict=True)]
 
+    def record_in(self, conn: Connection, events: list[dict[str, Any]]) -> Callable[[], None]:
+        """The lifecycle's events (runtime.store.RowRecorder), chained in on the transaction of
+        the rows they bind, which holds the write lock on SQLite (its rows were written first);
+        on PostgreSQL the chain's lock is taken here. Returns what to run after the commit."""
+        if conn.dialect.name == "postgresql":
+            lock_for_write(conn, AuditEvent.__tablename__)
+        rows, bodies = self._event_rows(events)
+        try:
+            ids = self._link(conn, rows, bodies)
+        except OperationalError as exc:
+            self.store.raise_if_busy(exc)
+            raise
+        return lambda: self._committed(ids[-1], rows[-1]["hash"], len(rows))
+
+    def authentic(self, event: AuditEvent) -> bool:
+        """Whether a stored event's hash matches its contents and it carries this log's
+        signature (an unsigned event is authentic only in a store that never signed)."""
+        digest = event_hash(
+            event.prev_hash,
+            event.ts,
+            event.actor,
+            event.action,
+            event.skill,
+            event.call_id,
+            event.job_id,
+            event.payload,
+        )
+        if digest != event.hash:
+            return False
+        key = self._key_if_any()
+        if event.signature is None:
+            return key is None
+        return key is not None and hmac.compare_digest(event.signature, sign(key, digest))
+
     def _event_rows(self, items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
         """The rows and hashed bodies of events, made before the write lock: they do not depend
         on the chain, so the lock is held only for the link, the signature and the insert."""
@@ -528,6 +581,10 @@ class AuditLog:
         ids = list(conn.execute(_INSERT, rows).scalars().all())
         if last is not None and last[1] is None:  # the first signed event of the store
             self._write_since(ids[0], rows[0]["hash"])
+        if last is None or last[1] is None:  # from now on its events must carry this key
+            kv = KeyValue.__table__  # type: ignore[attr-defined]
+            conn.execute(kv.delete().where(kv.c.key == KEY_ID))
+            conn.execute(kv.insert().values(key=KEY_ID, value=key_id(key)))
         return ids
 
     def _committed(self, event_id: int, digest: str, n: int) -> None:
@@ -786,6 +843,7 @@ class AuditLog:
         except StoreError as exc:
             return VerifyResult(ok=False, count=0, reason=str(exc))
         count, prev, last_id = 0, GENESIS, None
+        anchored_count: int | None = None
         anchored_hash: str | None = None
         after_anchor = unsigned = 0
         signed_seen = False
@@ -819,7 +877,14 @@ class AuditLog:
                 reason=reason,
             )
 
+        bindings = RowBindings()
         with self.store.engine.connect() as conn:
+            # One snapshot for the chain and the rows it binds: a transition committed while we
+            # read is either in both or in neither.
+            if conn.dialect.name == "sqlite":
+                conn.exec_driver_sql("BEGIN")
+            elif conn.dialect.name == "postgresql":
+                conn = conn.execution_options(isolation_level="REPEATABLE READ")
             while True:
                 q = select(*columns).order_by(c.id).limit(_PAGE)
                 if last_id is not None:
@@ -909,13 +974,49 @@ class AuditLog:
                             )
                     if action == "skill.start" and call_id:
                         starts.add(call_id)
-                    elif action == "job.state" and (body := _object(payload)) is not None:
+                    elif action in _BINDING and (body := _object(payload)) is not None:
                         j, n = body.get("job_id"), body.get("attempt")
-                        if isinstance(j, int) and isinstance(n, int):
+                        if action == "job.state" and isinstance(j, int) and isinstance(n, int):
                             attempt_events.add((j, n))
+                        bindings.observe(ev_id, action, body)
+                    if anchor is not None and ev_id == anchor["id"]:
+                        anchored_count = count
                     prev, last_id = digest, ev_id
                 if len(page) < _PAGE:
                     break
+            row_problems = bindings.problems(conn)
+            jobs_exist = bool(conn.execute(select(func.count()).select_from(Job)).scalar())
+            key_on_record = conn.execute(
+                select(KeyValue.value).where(col(KeyValue.key) == KEY_ID)
+            ).scalar()
+        if key_on_record is not None and (key is None or key_id(key) != key_on_record):
+            return bad(
+                None,
+                f"the store records that its events are signed with key {key_on_record}, but "
+                + (
+                    f"there is no key at {self.key_path}"
+                    if key is None
+                    else f"the key at {self.key_path} is {key_id(key)}"
+                )
+                + ": the key was deleted or replaced, and the chain cannot be trusted",
+            )
+        if key_on_record is not None and unsigned and not signed_seen:
+            return bad(
+                None,
+                f"the store records signing key {key_on_record}, but none of its {count} events "
+                "is signed: the signatures were stripped and the chain rehashed",
+            )
+        if count == 0 and (jobs_exist or key is not None):
+            return bad(
+                None,
+                "the audit log is empty, but "
+                + (
+                    "the store holds jobs"
+                    if jobs_exist
+                    else f"the audit key {self.key_path} exists"
+                )
+                + ": the history was deleted",
+            )
         if unsigned and since is None and key is not None:
             return bad(
                 None,
@@ -944,6 +1045,12 @@ class AuditLog:
         missing = _missing_rows(jobs, attempts, starts, attempt_events)
         if missing:
             return bad(None, missing)
+        if row_problems:
+            return bad(
+                None,
+                "rows were changed behind nightshift's back (they differ from the digests their "
+                "audit events bound): " + " | ".join(row_problems),
+            )
         unaudited = sorted(job_id for job_id, call, _ in jobs if not call)
         notes = []
         if unsigned:
@@ -995,6 +1102,19 @@ class AuditLog:
                 f"event {anchor['id']} has a different hash than the anchor records: the chain "
                 "was rewritten",
             )
+        if key is not None and not anchor_signed(key, anchor):
+            return bad(
+                anchor["id"],
+                f"the anchor {self.anchor_path} is not signed by the audit key: it was written "
+                "by hand (to hide removed events), or by a nightshift from before anchors were "
+                "signed (the next event appended signs it)",
+            )
+        if "count" in anchor and anchor["count"] != anchored_count:
+            return bad(
+                anchor["id"],
+                f"the anchor records {anchor['count']} events up to event {anchor['id']}, but "
+                f"the database holds {anchored_count}: events before it were removed",
+            )
         if after_anchor:
             return good(
                 f"{count} events, chain intact; the anchor names event {anchor['id']} and the "
@@ -1024,6 +1144,17 @@ class AuditLog:
 
     # The anchor ---------------------------------------------------------------------------------
 
+    def _count_to(self, event_id: int) -> int:
+        """How many events the chain holds up to `event_id`, as the anchor records it: a later
+        removal of events before the anchor changes the count even where the hashes are redone."""
+        with self.store.engine.connect() as conn:
+            return int(
+                conn.execute(
+                    select(func.count()).select_from(_TABLE).where(_TABLE.c.id <= event_id)
+                ).scalar()
+                or 0
+            )
+
     def _write_anchor(self, event_id: int, digest: str) -> None:
         """Atomically replace the anchor; never move it back (appends may finish out of order).
         Not fsynced, like the store's own commits (WAL, synchronous=NORMAL): a power cut can cost
@@ -1035,9 +1166,11 @@ class AuditLog:
                 current = self.anchor()
                 if current is not None and current["id"] >= event_id:
                     return
+                body = {"id": event_id, "hash": digest, "count": self._count_to(event_id)}
+                body["signature"] = sign(self.key, _anchor_text(body))
                 tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
                 with open(tmp, "w") as fh:
-                    fh.write(json.dumps({"id": event_id, "hash": digest}))
+                    fh.write(json.dumps(body))
                 os.replace(tmp, path)
         except OSError as exc:
             raise StoreError(f"cannot write the audit anchor {path}: {exc}") from exc

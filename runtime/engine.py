@@ -270,10 +270,14 @@ class Engine:
         The claim (queued -> running) is the transaction's first statement, a conditional update:
         it takes SQLite's write lock before anything is read, so of two loops placing the same job
         (`nightshift run` and a daemon started later) one claims it and the other gets None."""
-        with self.store.session() as s:
+        with self.store.write_session() as s:
             job = lifecycle.claim(s, job_id, now)
             if job is None:
                 return None  # another loop started it, or it left the queue since the snapshot
+            tampered = lifecycle.unaudited_content(s, job)
+            if tampered is not None:
+                lifecycle.move_job(s, job, JobState.FAILED, now, reason=f"not launched: {tampered}")
+                return None
             number = len(list(s.exec(select(Attempt.id).where(Attempt.job_id == job_id)))) + 1
             paths = job_paths(self.settings, job)
             spec = ExperimentSpec.model_validate(job.spec)
@@ -303,30 +307,15 @@ class Engine:
             )
             s.add(att)
             s.flush()
-            checkpoint = job.resume_from and keeper.restore(
-                job.resume_from, paths["workspace"], number
+            # Only where the copy will go: the copy itself is made before the launch, outside
+            # this transaction, which holds the store's write lock.
+            checkpoint = job.resume_from and keeper.restored_path(
+                job.resume_from, paths["workspace"]
             )
             att.argv = self.render_argv(job, paths, checkpoint)
             s.add(att)
+            lifecycle.started(s, job, att, gpus=gpus, argv=att.argv)
         crash_point("attempt.claimed")
-        if checkpoint and checkpoint != job.resume_from:
-            # A kept good copy was put back where the program wrote it (many programs only ever
-            # load their own fixed path).
-            self.on_event(
-                "checkpoint.restored",
-                {"job_id": job_id, "from": job.resume_from, "to": checkpoint, "attempt": number},
-            )
-        self.on_event(
-            "job.state",
-            {
-                "job_id": job_id,
-                "before": "queued",
-                "after": "running",
-                "attempt": number,
-                "gpus": gpus,
-                "argv": att.argv,
-            },
-        )
         return self._launch(att)
 
     def render_argv(
@@ -424,6 +413,7 @@ class Engine:
         job = self.store.job(att.job_id)
         assert job is not None
         self._stop_leftovers(att)
+        self._restore_kept(att, job)
         try:
             handle = self.executor.start(self._request(att, job))
         except Exception as exc:  # the run never started: record why, leave recovery to the agent
@@ -435,11 +425,35 @@ class Engine:
                 reason=f"could not start: {exc}",
             )
             return self._attempt(att.id)
-        with self.store.session() as s:
+        with self.store.write_session() as s:
             row = s.get(Attempt, att.id)
             lifecycle.attempt_running(s, row, handle, self.executor.kind)
         crash_point("attempt.running")
         return self._attempt(att.id)
+
+    def _restore_kept(self, att: Attempt, job: Job) -> None:
+        """Put a kept good copy back where the program wrote it, once per attempt and before its
+        launch (a crash after the copy copies again: nothing had started from it)."""
+        if not job.resume_from or att.metrics_cursor.get("restored"):
+            return
+        ws = job_paths(self.settings, job)["workspace"]
+        checkpoint = keeper.restore(job.resume_from, ws, att.number)
+        with self.store.session() as s:
+            row = s.get(Attempt, att.id)
+            row.metrics_cursor = {**row.metrics_cursor, "restored": True}
+            s.add(row)
+        att.metrics_cursor = row.metrics_cursor
+        if checkpoint != job.resume_from:
+            # Many programs only ever load their own fixed path.
+            self.on_event(
+                "checkpoint.restored",
+                {
+                    "job_id": job.id,
+                    "from": job.resume_from,
+                    "to": checkpoint,
+                    "attempt": att.number,
+                },
+            )
 
     def _stop_leftovers(self, att: Attempt) -> None:
         """Two copies of one job never train at once: before a launch, stop whatever is left of
@@ -801,14 +815,12 @@ class Engine:
     ) -> None:
         """Record how an attempt ended (the lifecycle's one end path: exit, outcome, energy)
         and report its job's move; nothing when it had already ended."""
-        with self.store.session() as s:
+        with self.store.write_session() as s:
             att = s.get(Attempt, attempt_id)
             if att.state in lifecycle.ENDED_ATTEMPT:
                 return
-            moved = lifecycle.end_attempt(
+            lifecycle.end_attempt(
                 s, att, Ended.of(status, stopped=stopped), now, outcome=outcome, reason=reason
             )
         if att.outcome == Outcome.LOST:
             self._stop_lost(att)
-        if moved is not None:
-            self.on_event("job.state", moved.event())

@@ -158,20 +158,36 @@ def kept(workspace: Path) -> list[dict]:
     return out
 
 
-def restore(checkpoint: str, workspace: Path, attempt: int) -> str:
-    """For a resume from a kept copy: put its files back where the program wrote them and return
-    the original checkpoint path; any other checkpoint path is returned unchanged."""
+def _kept(checkpoint: str, workspace: Path) -> tuple[Path, dict] | None:
+    """The kept copy's folder and manifest when `checkpoint` is one of them, else None."""
     path = Path(checkpoint)
     good = good_dir(workspace).resolve()
     try:
         rel = path.resolve().relative_to(good)
     except ValueError:
-        return checkpoint
+        return None
     folder = good / rel.parts[0]
     try:
-        meta = json.loads((folder / MANIFEST).read_text())
+        return folder, json.loads((folder / MANIFEST).read_text())
     except (OSError, ValueError):
+        return None
+
+
+def restored_path(checkpoint: str, workspace: Path) -> str:
+    """Where `restore` puts a kept copy back (the original checkpoint path), read from its small
+    manifest without copying anything; any other checkpoint path is returned unchanged."""
+    kept = _kept(checkpoint, workspace)
+    return checkpoint if kept is None else kept[1]["path"]
+
+
+def restore(checkpoint: str, workspace: Path, attempt: int) -> str:
+    """For a resume from a kept copy: put its files back where the program wrote them and return
+    the original checkpoint path; any other checkpoint path is returned unchanged. Copies files:
+    the engine runs it outside any store transaction, before the launch."""
+    kept = _kept(checkpoint, workspace)
+    if kept is None:
         return checkpoint
+    folder, meta = kept
     root = Path(meta["root"])
     aside = workspace / DISPLACED_DIR / f"before-attempt-{attempt}"
     for name in meta["files"]:

@@ -7,6 +7,11 @@ exit, loss, a limit, a pause or a cancel — gets its exit status, outcome and e
 job leaves `running` only by the table below. Each function works inside the caller's session,
 so a transition commits with whatever else the caller writes, or not at all.
 
+Each transition's audit event is written in the same transaction as the rows it moved, and binds
+a digest of each row as the transition left it (runtime/row_digest.py): the functions below note
+their events on the session, and a hook chains them in (through `Store.recorder`, the audit log)
+just before the session commits — so the digests are those of the rows as committed.
+
 Who moved a job matters for what happens next (SkyPilot's `sky/jobs/state.py` has the shape):
 
 - `paused` is the loop's doing — a cheap window closed, or placement preempted the job for
@@ -26,10 +31,12 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import event
 from sqlmodel import Session, col, select, update
 
+from nightshift.runtime import row_digest
 from nightshift.runtime.errors import SkillFailed
-from nightshift.runtime.store import Attempt, Job
+from nightshift.runtime.store import STORE_INFO, Attempt, AuditEvent, Job, KeyValue
 
 
 class JobState(StrEnum):
@@ -147,6 +154,8 @@ def move_job(
     now: datetime,
     *,
     reason: str | None = None,
+    by: str = "system",
+    attempts: tuple[Attempt, ...] = (),
     **extra: Any,
 ) -> Transition:
     """Move `job` to `after` (guarded by JOB_TRANSITIONS), recording why; IllegalTransition
@@ -168,7 +177,9 @@ def move_job(
     job.updated_at = now
     s.add(job)
     assert job.id is not None
-    return Transition(job.id, before, after.value, reason, dict(extra))
+    moved = Transition(job.id, before, after.value, reason, dict(extra))
+    note(s, "job.state", moved.event(), by=by, job_id=job.id, jobs=(job,), attempts=attempts)
+    return moved
 
 
 def claim(s: Session, job_id: int, now: datetime) -> Job | None:
@@ -190,7 +201,25 @@ def claim(s: Session, job_id: int, now: datetime) -> Job | None:
     )
     if claimed.rowcount != 1:
         return None
-    return s.get(Job, job_id)
+    job = s.get(Job, job_id)
+    if job is not None:
+        s.refresh(job)  # the identity map may hold it from before the update
+    return job
+
+
+def started(s: Session, job: Job, att: Attempt, *, gpus: list[int], argv: list[str]) -> Transition:
+    """The claim's event, once its attempt is recorded (the claim itself is the transaction's
+    first statement): queued → running with attempt N, bound to both rows."""
+    assert job.id is not None
+    moved = Transition(
+        job.id,
+        JobState.QUEUED.value,
+        JobState.RUNNING.value,
+        None,
+        {"attempt": att.number, "gpus": gpus, "argv": argv},
+    )
+    note(s, "job.state", moved.event(), job_id=job.id, jobs=(job,), attempts=(att,))
+    return moved
 
 
 def fail_queued(s: Session, job_id: int, reason: str, now: datetime) -> bool:
@@ -201,13 +230,27 @@ def fail_queued(s: Session, job_id: int, reason: str, now: datetime) -> bool:
         .where(col(Job.id) == job_id, col(Job.state) == JobState.QUEUED.value)
         .values(state=JobState.FAILED.value, reason=reason, hold_reason=None, updated_at=now)
     )
-    return moved.rowcount == 1
+    if moved.rowcount != 1:
+        return False
+    job = s.get(Job, job_id)
+    assert job is not None
+    s.refresh(job)
+    event = Transition(job_id, JobState.QUEUED.value, JobState.FAILED.value, reason).event()
+    note(s, "job.state", event, job_id=job_id, jobs=(job,))
+    return True
 
 
 def attempt_running(s: Session, att: Attempt, handle: dict[str, Any], executor: str) -> None:
     """starting → running, with the executor's handle that lets a new process re-attach."""
     att.handle, att.state, att.executor = handle, AttemptState.RUNNING.value, executor
     s.add(att)
+    note(
+        s,
+        "attempt.running",
+        {"job_id": att.job_id, "attempt": att.number, "executor": executor},
+        job_id=att.job_id,
+        attempts=(att,),
+    )
 
 
 def attempt_energy(
@@ -250,6 +293,7 @@ def end_attempt(
     *,
     outcome: Outcome | None = None,
     reason: str | None = None,
+    by: str = "system",
 ) -> Transition | None:
     """Record the end of `att` once — exit status, outcome, energy — and move its job on if it
     was still running. None (nothing written) when the attempt had already ended.
@@ -259,6 +303,7 @@ def end_attempt(
     its move meant, whatever the exit code of the stopped process."""
     if att.state in ENDED_ATTEMPT:
         return None
+    outcome = Outcome(outcome) if outcome is not None else None  # a plain string names one too
     job = s.get(Job, att.job_id)
     assert job is not None
     ok = how.state is AttemptState.EXITED and how.exit_code == 0 and outcome is None
@@ -278,6 +323,8 @@ def end_attempt(
     att.energy_kwh, att.energy_source = attempt_energy(_power_w(job.spec), att.started_at, now)
     s.add(att)
     if job.state != JobState.RUNNING.value:
+        payload = {"job_id": job.id, "attempt": att.number, "outcome": outcome.value}
+        note(s, "attempt.ended", payload, by=by, job_id=job.id, attempts=(att,))
         return None
     why = reason or how.detail
     if why is None and outcome is Outcome.FAILED:
@@ -290,6 +337,8 @@ def end_attempt(
         JOB_AFTER.get(outcome, JobState.FAILED),
         now,
         reason=why,
+        by=by,
+        attempts=(att,),
         attempt=att.number,
         outcome=outcome.value,
         exit_code=how.exit_code,
@@ -310,14 +359,140 @@ def _power_w(spec: dict[str, Any]) -> float | None:
 def record_cause(s: Session, log_path: str, category: str | None) -> None:
     """The diagnosed failure category, on the attempt whose log was read (for reports)."""
     att = s.exec(select(Attempt).where(Attempt.log_path == log_path)).first()
-    if att is not None:
+    if att is not None and att.cause != category:
         att.cause = category
         s.add(att)
+        payload = {"job_id": att.job_id, "attempt": att.number, "cause": category}
+        note(s, "attempt.cause", payload, job_id=att.job_id, attempts=(att,))
 
 
 def failures(outcomes: list[str | None]) -> int:
     """Attempts that count against max_attempts: the run's failures, not pauses or holds."""
     return sum(1 for o in outcomes if o in FAILED_OUTCOMES)
+
+
+def submitted(s: Session, rows: list[dict[str, Any]], *, by: str) -> None:
+    """New jobs (their column values, with ids), each bound by a `job.submitted` event."""
+    for row in rows:
+        payload = {"job_id": row["id"], "name": row["name"], "state": row["state"]}
+        note(s, "job.submitted", payload, by=by, job_id=row["id"], jobs=(row,))
+
+
+# The audit of the rows -------------------------------------------------------------------------
+
+_NOTES = "nightshift.audit_notes"
+_AFTER = "nightshift.audit_after_commit"
+# Events that bind a job row (the others bind attempts only).
+JOB_BINDING = ("job.submitted", "job.state")
+# Jobs and attempts up to these ids were made before rows were audited (migration 0009).
+ROWS_AFTER_JOB, ROWS_AFTER_ATTEMPT = "audit.rows_after_job", "audit.rows_after_attempt"
+
+
+@dataclass
+class _Note:
+    action: str
+    actor: str
+    job_id: int | None
+    payload: dict[str, Any]
+    jobs: tuple[Job | dict[str, Any], ...]
+    attempts: tuple[Attempt, ...]
+
+
+def note(
+    s: Session,
+    action: str,
+    payload: dict[str, Any],
+    *,
+    by: str = "system",
+    job_id: int | None = None,
+    jobs: tuple[Job | dict[str, Any], ...] = (),
+    attempts: tuple[Attempt, ...] = (),
+) -> None:
+    """Queue an audit event on the session; it is chained in, with the digests of `jobs` and
+    `attempts` as they are then, just before the session commits (and dropped on rollback)."""
+    s.info.setdefault(_NOTES, []).append(_Note(action, by, job_id, payload, jobs, attempts))
+
+
+@event.listens_for(Session, "before_commit")
+def _write_notes(s: Session) -> None:
+    notes: list[_Note] = s.info.pop(_NOTES, [])
+    store = s.info.get(STORE_INFO)
+    recorder = getattr(store, "recorder", None)
+    if not notes or recorder is None:
+        return
+    s.flush()  # ids for new rows, and the rows as they will commit
+    events = []
+    for n in notes:
+        rows: dict[str, Any] = {}
+        if n.jobs:
+            rows["jobs"] = {str(_id(j)): row_digest.job_row(j) for j in n.jobs}
+        if n.attempts:
+            rows["attempts"] = {str(a.id): row_digest.attempt_row(a) for a in n.attempts}
+        events.append(
+            {
+                "actor": n.actor,
+                "action": n.action,
+                "job_id": n.job_id,
+                "payload": {**n.payload, "rows": rows},
+            }
+        )
+    s.info[_AFTER] = recorder.record_in(s.connection(), events)
+
+
+@event.listens_for(Session, "after_commit")
+def _after_notes(s: Session) -> None:
+    after = s.info.pop(_AFTER, None)
+    if after is not None:
+        after()
+
+
+@event.listens_for(Session, "after_soft_rollback")
+def _drop_notes(s: Session, previous_transaction: Any) -> None:
+    s.info.pop(_NOTES, None)
+    s.info.pop(_AFTER, None)
+
+
+def _id(job: Job | dict[str, Any]) -> int:
+    return int(job["id"] if isinstance(job, dict) else job.id)  # type: ignore[arg-type]
+
+
+def unaudited_content(s: Session, job: Job) -> str | None:
+    """Why `job` must not be launched — its content differs from what its newest event bound,
+    or it has no event though it was made after rows were audited (written into the store
+    directly) — or None. Without an audit log on the store nothing is checked."""
+    store = s.info.get(STORE_INFO)
+    recorder = getattr(store, "recorder", None)
+    if recorder is None or job.id is None:
+        return None
+    bound = s.exec(
+        select(AuditEvent)
+        .where(AuditEvent.job_id == job.id, col(AuditEvent.action).in_(JOB_BINDING))
+        .order_by(col(AuditEvent.id).desc())
+        .limit(1)
+    ).first()
+    binding = None
+    if bound is not None and isinstance(bound.payload, dict):
+        binding = ((bound.payload.get("rows") or {}).get("jobs") or {}).get(str(job.id))
+    if binding is None or bound is None:
+        legacy = s.get(KeyValue, ROWS_AFTER_JOB)
+        if legacy is not None and legacy.value.isdigit() and job.id <= int(legacy.value):
+            return None  # made before rows were audited: nothing to compare with
+        return (
+            f"job {job.id} has no audit event that submitted it: it was written into the store "
+            "directly, not submitted through nightshift"
+        )
+    if not recorder.authentic(bound):
+        return (
+            f"the audit event {bound.id} that binds job {job.id} is not authentic (its hash or "
+            "signature does not match): it was forged"
+        )
+    if binding.get("content") != row_digest.job_content(job):
+        return (
+            f"job {job.id}'s spec, parameters or owner in the store differ from what audit event "
+            f"{bound.id} recorded when it was last changed through nightshift: the row was "
+            "edited behind nightshift's back"
+        )
+    return None
 
 
 # Time ---------------------------------------------------------------------------------------

@@ -100,7 +100,7 @@ def _check_fields(key: str, values: Any) -> str | None:
 def _fail_unloadable(store: Store, reasons: dict[int, str], now: datetime) -> None:
     """Set queued jobs whose stored spec cannot be used `failed`, with the reason in job.reason
     (this loader has no audit sink); a job that left the queue meanwhile is left alone."""
-    with store.session() as s:
+    with store.write_session() as s:
         for job_id, why in reasons.items():
             lifecycle.fail_queued(
                 s, job_id, f"cannot be loaded: {why}; fix the spec and submit it again", now

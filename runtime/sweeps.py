@@ -496,7 +496,7 @@ class SweepDriver:
             f"{new[-1][1]:.6g} (trial {t.number})"
         )
         trial.set_user_attr("pruned_at", last)
-        if self.engine.pause_job(job.id, now, outcome="early_stopped", why=why):
+        if self.engine.pause_job(job.id, now, outcome=lifecycle.Outcome.EARLY_STOPPED, why=why):
             self.on_event(
                 "sweep.pruned",
                 {"sweep": sweep.name, "trial": t.number, "job_id": job.id, "step": last},

@@ -33,14 +33,14 @@ def cancel_job(ctx: SkillContext, inp: CancelJobInput) -> CancelJobResult:
     """Cancel a job for good — queued, running, paused, held or failed: a running attempt is
     stopped (SIGTERM, then SIGKILL after the grace period) and the job never runs again.
     Cancelling a finished job changes nothing."""
-    with ctx.store.session() as s:
+    with ctx.store.write_session() as s:
         job = s.get(Job, inp.job_id)
         if job is None:
             raise UnknownJob(f"no job {inp.job_id}; `nightshift status` lists jobs")
         before = job.state
         if not lifecycle.can_move(before, JobState.CANCELLED):
             return CancelJobResult(job_id=job.id, before=before, after=before)
-        lifecycle.move_job(s, job, JobState.CANCELLED, ctx.now, reason=inp.reason)
+        lifecycle.move_job(s, job, JobState.CANCELLED, ctx.now, reason=inp.reason, by=ctx.principal)
         live = s.exec(
             select(Attempt).where(
                 Attempt.job_id == job.id, col(Attempt.state).in_(("starting", "running"))

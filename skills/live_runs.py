@@ -16,8 +16,10 @@ def stop_attempt(ctx: SkillContext, live: Attempt) -> int:
     if ctx.executor is None:
         raise SkillFailed("a run is live but no executor was given to stop it")
     status = ctx.executor.stop(live.handle, grace_s=ctx.settings.executor.stop_grace_s)
-    with ctx.store.session() as s:
+    with ctx.store.write_session() as s:
         att = s.get(Attempt, live.id)
         if att is not None:
-            lifecycle.end_attempt(s, att, lifecycle.Ended.of(status, stopped=True), ctx.now)
+            lifecycle.end_attempt(
+                s, att, lifecycle.Ended.of(status, stopped=True), ctx.now, by=ctx.principal
+            )
     return live.number

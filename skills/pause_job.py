@@ -45,7 +45,7 @@ def pause_job(ctx: SkillContext, inp: PauseJobInput) -> PauseJobResult:
     With preempted_for (the scheduler's preemption), a running job becomes `paused` instead and
     is resumed from its checkpoint when there is room. A finished job is left as it is."""
     after = JobState.PAUSED if inp.preempted_for is not None else JobState.HELD
-    with ctx.store.session() as s:
+    with ctx.store.write_session() as s:
         job = s.get(Job, inp.job_id)
         if job is None:
             raise UnknownJob(f"no job {inp.job_id}; `nightshift jobs` lists the jobs")
@@ -69,7 +69,9 @@ def pause_job(ctx: SkillContext, inp: PauseJobInput) -> PauseJobResult:
                 col(Attempt.state).in_(("starting", "running")),
             )
         ).first()
-        lifecycle.move_job(s, job, after, ctx.now, reason=_why(inp, ctx.principal))
+        lifecycle.move_job(
+            s, job, after, ctx.now, reason=_why(inp, ctx.principal), by=ctx.principal
+        )
     stopped = stop_attempt(ctx, live) if live is not None else None
     return PauseJobResult(
         job_id=inp.job_id,

@@ -33,7 +33,7 @@ def release_job(ctx: SkillContext, inp: ReleaseJobInput) -> ReleaseJobResult:
     """Release a held job: one whose run the hold stopped becomes `paused`, and recovery resumes
     it from its newest valid checkpoint; one held before it ran (again) is queued. Costs no
     retry. Releasing a job that is not held changes nothing."""
-    with ctx.store.session() as s:
+    with ctx.store.write_session() as s:
         job = s.get(Job, inp.job_id)
         if job is None:
             raise UnknownJob(f"no job {inp.job_id}; `nightshift jobs` lists the jobs")
@@ -47,5 +47,7 @@ def release_job(ctx: SkillContext, inp: ReleaseJobInput) -> ReleaseJobResult:
             .order_by(col(Attempt.number).desc())
         ).first()
         after = JobState.PAUSED if last == Outcome.HELD else JobState.QUEUED
-        lifecycle.move_job(s, job, after, ctx.now, reason=f"released by {ctx.principal}")
+        lifecycle.move_job(
+            s, job, after, ctx.now, reason=f"released by {ctx.principal}", by=ctx.principal
+        )
         return ReleaseJobResult(job_id=job.id, before=JobState.HELD.value, after=after.value)

@@ -41,7 +41,7 @@ class ResumeJobResult(BaseModel):
 def resume_job(ctx: SkillContext, inp: ResumeJobInput) -> ResumeJobResult:
     """Put a failed (or paused) job back in the queue to resume from the given checkpoint, applying
     parameter changes (before and after values are recorded). The scheduler starts the new attempt."""
-    with ctx.store.session() as s:
+    with ctx.store.write_session() as s:
         job = s.get(Job, inp.job_id)
         if job is None:
             raise SkillFailed(f"no job {inp.job_id}")
@@ -74,7 +74,7 @@ def resume_job(ctx: SkillContext, inp: ResumeJobInput) -> ResumeJobResult:
         before, params_before = job.state, dict(job.params)
         job.params = {**job.params, **inp.param_changes}
         job.resume_from, job.resume_step = inp.checkpoint, inp.step
-        lifecycle.move_job(s, job, JobState.QUEUED, ctx.now)
+        lifecycle.move_job(s, job, JobState.QUEUED, ctx.now, by=ctx.principal)
         return ResumeJobResult(
             job_id=job.id,
             before=before,

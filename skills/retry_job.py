@@ -72,7 +72,7 @@ def retry_job(ctx: SkillContext, inp: RetryJobInput) -> RetryJobResult:
     pick a newer checkpoint, use auto_resume and resume_job instead. Only failed jobs are retried:
     a cancelled job stays cancelled (submit its spec again). The same call id never requeues twice."""
     key = DONE_KEY.format(call_id=ctx.call_id) if ctx.call_id else None
-    with ctx.store.session() as s:
+    with ctx.store.write_session() as s:
         done = s.get(KeyValue, key) if key else None
         if done is not None:  # this very call already ran (a node re-run after a crash)
             return RetryJobResult.model_validate_json(done.value).model_copy(
@@ -102,7 +102,7 @@ def retry_job(ctx: SkillContext, inp: RetryJobInput) -> RetryJobResult:
         )
         job.max_attempts = result.max_attempts_after
         job.resume_from, job.resume_step = result.resume_from, result.resume_step
-        lifecycle.move_job(s, job, JobState.QUEUED, ctx.now)
+        lifecycle.move_job(s, job, JobState.QUEUED, ctx.now, by=ctx.principal)
         if key:
             s.add(KeyValue(key=key, value=result.model_dump_json()))
         return result

@@ -13,6 +13,7 @@ from sqlalchemy import bindparam, insert
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
+from nightshift.runtime import lifecycle
 from nightshift.runtime.errors import SkillFailed, SpecError
 from nightshift.runtime.spec import MAX_PRIORITY, ExperimentSpec, check_finite, load_spec_text
 from nightshift.runtime.store import Job
@@ -178,7 +179,7 @@ def submit_job(ctx: SkillContext, inp: SubmitJobInput) -> SubmitJobResult:
             if existing is not None:
                 return job_result(s.get_one(Job, existing), spec, already=True)
         check_no_cycle(s, [spec])
-        job.id = insert_jobs(s, [row])[0]
+        job.id = insert_jobs(s, [row], by=ctx.principal)[0]
         return job_result(job, spec)
 
 
@@ -195,9 +196,12 @@ def job_row(job: Job) -> dict[str, Any]:
     return {c: getattr(job, c) for c in _JOB_COLUMNS}
 
 
-def insert_jobs(s: Session, rows: list[dict[str, Any]]) -> list[int]:
-    """Insert new jobs in one statement on the session's transaction; their ids, in order."""
-    return list(s.connection().execute(_INSERT_JOBS, rows).scalars().all())
+def insert_jobs(s: Session, rows: list[dict[str, Any]], *, by: str) -> list[int]:
+    """Insert new jobs in one statement on the session's transaction, each bound by its
+    `job.submitted` audit event in the same transaction; their ids, in order."""
+    ids = list(s.connection().execute(_INSERT_JOBS, rows).scalars().all())
+    lifecycle.submitted(s, [{**r, "id": i} for r, i in zip(rows, ids, strict=True)], by=by)
+    return ids
 
 
 def check_no_cycle(s: Session, specs: list[ExperimentSpec]) -> None:

@@ -66,7 +66,7 @@ def submit_jobs(ctx: SkillContext, inp: SubmitJobsInput) -> SubmitJobsResult:
                     ]
                 )
         check_no_cycle(s, [spec for _, spec in built])
-        ids = insert_jobs(s, rows)
+        ids = insert_jobs(s, rows, by=ctx.principal)
         for (job, _), job_id in zip(built, ids, strict=True):
             job.id = job_id
         return SubmitJobsResult(jobs=[job_result(job, spec) for job, spec in built])

@@ -189,6 +189,23 @@ def write_spec(
     return path
 
 
+def made_by_hand(store) -> None:
+    """Count the jobs and attempts a test wrote straight into `store` (no gated call, no
+    transition) as made before rows were audited, as in an upgraded store: `audit verify` and
+    the engine's launch check then take only later rows to their events."""
+    from sqlalchemy import func
+    from sqlmodel import select
+
+    from nightshift.runtime.lifecycle import ROWS_AFTER_ATTEMPT, ROWS_AFTER_JOB
+    from nightshift.runtime.store import Attempt, Job
+
+    with store.session() as s:
+        top_job = s.exec(select(func.max(Job.id))).one() or 0
+        top_attempt = s.exec(select(func.max(Attempt.id))).one() or 0
+    store.set_kv(ROWS_AFTER_JOB, str(top_job))
+    store.set_kv(ROWS_AFTER_ATTEMPT, str(top_attempt))
+
+
 def store_row(db: Path, query: str, timeout: float = 60.0, proc: subprocess.Popen | None = None):
     """Poll a nightshift store until `query` returns a row (failing early if `proc`, the
     nightshift process being watched, ends first)."""

@@ -89,7 +89,8 @@ def test_append_verify_and_list(log: AuditLog) -> None:
     assert len(log.events(actor="alice", action="test.step")) == 5
     assert log.events(call_id="c2")[0].payload["nested"]["b"] == [1, 2.5, None]
     assert [e.id for e in log.events(after_id=3)] == [4, 5]
-    assert log.anchor() == {"id": 5, "hash": log.head().hash}
+    anchor = log.anchor()
+    assert (anchor["id"], anchor["hash"], anchor["count"]) == (5, log.head().hash, 5)
 
 
 def test_edited_payload_is_detected(log: AuditLog, db: Path) -> None:
@@ -145,7 +146,7 @@ def test_deleted_newest_events_detected_by_anchor(log: AuditLog, db: Path) -> No
     assert "newest events were removed" in res.reason
     sql(db, "DELETE FROM auditevent")
     res = log.verify()
-    assert (res.ok, res.first_bad_id, res.count) == (False, 5, 0)
+    assert (res.ok, res.count) == (False, 0) and "the history was deleted" in res.reason
 
 
 def test_rewritten_chain_detected_by_anchor(db: Path, tmp_path: Path) -> None:
@@ -181,7 +182,7 @@ def test_anchor_is_replaced_atomically_and_never_moves_back(log: AuditLog) -> No
     log.flush()
     head = log.head()
     log._write_anchor(2, "0" * 64)
-    assert log.anchor() == {"id": 3, "hash": head.hash}
+    assert {k: log.anchor()[k] for k in ("id", "hash")} == {"id": 3, "hash": head.hash}
     assert sorted(
         p.name for p in log.anchor_path.parent.iterdir() if p.name.startswith("audit.anchor")
     ) == ["audit.anchor", "audit.anchor.lock"]

@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel
 
 from nightshift.policies.approvals import Approvals
-from nightshift.policies.audit import GENESIS, AuditLog, event_hash
+from nightshift.policies.audit import GENESIS, AuditLog, event_hash, sign
 from nightshift.policies.engine import PolicyEngine
 from nightshift.policies.gate import Gate
 from nightshift.policies.model import Policy, load_policy
@@ -86,14 +86,26 @@ def rechain(db: Path, from_id: int = 1) -> None:
             prev = conn.execute("SELECT hash FROM auditevent WHERE id = ?", (ev_id,)).fetchone()[0]
 
 
-def repoint_anchor(log: AuditLog, db: Path) -> None:
-    """The forger rewrites the anchor beside the store to name the newest event as it now is."""
+def repoint_anchor(log: AuditLog, db: Path, *, with_key: bool = True) -> None:
+    """The forger rewrites the anchor beside the store to name the newest event as it now is,
+    with the count of events up to it, signed with the audit key (a forger who has it) or not."""
     with sqlite3.connect(db) as conn:
         row = conn.execute("SELECT id, hash FROM auditevent ORDER BY id DESC LIMIT 1").fetchone()
+        count = conn.execute("SELECT count(*) FROM auditevent").fetchone()[0]
     if row is None:
         log.anchor_path.unlink(missing_ok=True)
-    else:
-        log.anchor_path.write_text(json.dumps({"id": row[0], "hash": row[1]}))
+        return
+    body = {"id": row[0], "hash": row[1], "count": count}
+    if with_key:
+        body["signature"] = sign(log.key, f"anchor:{row[0]}:{row[1]}:{count}")
+    log.anchor_path.write_text(json.dumps(body))
+
+
+def legacy_rows(db: Path) -> None:
+    """Mark every job and attempt the test writes by hand as made before rows were audited (an
+    upgraded store): the checks below are those that hold for such rows too."""
+    for key in ("audit.rows_after_job", "audit.rows_after_attempt"):
+        sql(db, "UPDATE keyvalue SET value = '1000000' WHERE key = ?", key)
 
 
 # Signing ------------------------------------------------------------------------------------------
@@ -242,7 +254,7 @@ def test_deleted_newest_events_and_repointed_anchor_are_caught_by_the_published_
     log.publish_head()
     sql(db, "DELETE FROM auditevent WHERE id >= 4")
     repoint_anchor(log, db)
-    assert open_log(db).verify().ok  # without the published heads it cannot be told
+    assert open_log(db).verify().ok  # with the key, only the published heads can tell
     res = open_log(db).verify(against=elsewhere)
     assert (res.ok, res.first_bad_id) == (False, 5), res
     assert "newest events were removed, or the store (and its anchor) rolled back" in res.reason
@@ -289,6 +301,7 @@ def submit(log: AuditLog, db: Path, job_id: int, call: str, attempts: int = 0) -
     """What a gated submit leaves: the call's skill.start, then the job row; then each attempt row
     and the engine's job.state event naming it."""
     log.append("alice", "skill.start", skill="submit_job", call_id=call, payload={})
+    legacy_rows(db)
     sql(
         db,
         "INSERT INTO job (id, name, spec, params, state, priority, owner, max_attempts, "
@@ -300,11 +313,12 @@ def submit(log: AuditLog, db: Path, job_id: int, call: str, attempts: int = 0) -
     for n in range(1, attempts + 1):
         sql(
             db,
-            "INSERT INTO attempt (job_id, number, state, executor, handle, argv, params, gpus, "
-            "start_step, metrics_offset, metrics_cursor, started_at) VALUES (?, ?, 'exited', "
-            "'local', '{}', '[]', '{}', '[]', 0, 0, '{}', '2026-12-02 03:00:00')",
+            "INSERT INTO attempt (job_id, number, key, state, executor, handle, argv, params, "
+            "gpus, start_step, metrics_offset, metrics_cursor, started_at) VALUES (?, ?, ?, "
+            "'exited', 'local', '{}', '[]', '{}', '[]', 0, 0, '{}', '2026-12-02 03:00:00')",
             job_id,
             n,
+            f"attempt-{job_id}-{n}",
         )
         log.append(
             "system",
@@ -326,7 +340,9 @@ def test_an_emptied_log_with_a_deleted_anchor_is_not_ok_while_jobs_exist(
     sql(db, "DELETE FROM auditevent")
     log.anchor_path.unlink()
     res = open_log(db).verify()
-    assert not res.ok, res
+    assert not res.ok and "the store holds jobs: the history was deleted" in res.reason, res
+    log.append("mallory", "test.restart")  # a fresh log begun over the old rows
+    res = open_log(db).verify()
     assert "2 jobs (first: 1, 2) have no skill.start event" in res.reason
     assert "2 attempts (first: job 1 attempt 1, job 1 attempt 2) have no job.state" in res.reason
 
@@ -351,9 +367,9 @@ def test_an_empty_store_is_ok_and_an_attempt_still_starting_is_excused(
     submit(log, db, 1, "call-1")
     sql(
         db,
-        "INSERT INTO attempt (job_id, number, state, executor, handle, argv, params, gpus, "
-        "start_step, metrics_offset, metrics_cursor, started_at) VALUES (1, 1, 'starting', "
-        "'local', '{}', '[]', '{}', '[]', 0, 0, '{}', '2026-12-02 03:00:00')",
+        "INSERT INTO attempt (job_id, number, key, state, executor, handle, argv, params, gpus, "
+        "start_step, metrics_offset, metrics_cursor, started_at) VALUES (1, 1, 'attempt-x', "
+        "'starting', 'local', '{}', '[]', '{}', '[]', 0, 0, '{}', '2026-12-02 03:00:00')",
     )
     assert log.verify().ok
 
@@ -361,6 +377,7 @@ def test_an_empty_store_is_ok_and_an_attempt_still_starting_is_excused(
 def test_a_job_written_into_the_store_directly_is_named(log: AuditLog, db: Path) -> None:
     """A job no gated call submitted has no event to match; verify names it (the CLI fails)."""
     fill(log, 1)
+    legacy_rows(db)
     sql(
         db,
         "INSERT INTO job (id, name, spec, params, state, priority, owner, max_attempts, "
@@ -523,3 +540,55 @@ def test_a_command_that_appends_publishes_the_head_at_exit(home, tmp_path: Path)
     )
     head = json.loads(heads.read_text().splitlines()[-1])
     assert (head["seq"], head["hash"]) == newest
+
+
+# Removals that need no key -------------------------------------------------------------------
+
+
+def test_cut_events_with_an_unsigned_anchor_are_caught_without_published_heads(
+    log: AuditLog, db: Path
+) -> None:
+    """Finding: cut the newest events and rewrite audit.anchor (it was unsigned): verify said OK.
+    The anchor is signed now; one written without the key is refused."""
+    fill(log, 5)
+    sql(db, "DELETE FROM auditevent WHERE id >= 4")
+    repoint_anchor(log, db, with_key=False)
+    res = open_log(db).verify()
+    assert not res.ok and "is not signed by the audit key" in res.reason, res
+
+
+def test_events_cut_before_a_signed_anchor_change_its_count(log: AuditLog, db: Path) -> None:
+    """The anchor carries the count of events up to it: removing events before it, then
+    rechaining (keeping the old signatures is impossible: they sign the old hashes) is caught by
+    the signatures; here the count alone tells a deletion in the middle without rechaining."""
+    fill(log, 5)
+    sql(db, "DELETE FROM auditevent WHERE id = 5")
+    sql(db, "UPDATE auditevent SET prev_hash = prev_hash WHERE id = 4")
+    anchor = json.loads(log.anchor_path.read_text())
+    anchor["id"], anchor["hash"] = (
+        4,
+        sqlite3.connect(db).execute("SELECT hash FROM auditevent WHERE id = 4").fetchone()[0],
+    )
+    log.anchor_path.write_text(json.dumps(anchor))  # count 5 and the old signature kept
+    res = open_log(db).verify()
+    assert not res.ok, res
+
+
+def test_an_emptied_log_and_anchor_are_not_ok_while_the_key_exists(log: AuditLog, db: Path) -> None:
+    """Finding: delete all history and the anchor: 'OK: 0 audit events'. The key exists, so
+    events were written: an empty log is a deleted one."""
+    fill(log, 3)
+    sql(db, "DELETE FROM auditevent")
+    log.anchor_path.unlink()
+    res = open_log(db).verify()
+    assert not res.ok and "the history was deleted" in res.reason, res
+
+
+def test_a_deleted_key_and_stripped_signatures_are_not_ok(log: AuditLog, db: Path) -> None:
+    """Finding: delete the key, strip every signature, rehash: 'signatures intact; N unsigned'.
+    The store records which key signs its events."""
+    fill(log, 3)
+    log.key_path.unlink()
+    sql(db, "UPDATE auditevent SET signature = NULL")
+    res = open_log(db).verify()
+    assert not res.ok and "the key was deleted or replaced" in res.reason, res

@@ -32,7 +32,7 @@ from nightshift.agent.wiring import Wiring, local_now
 from nightshift.runtime.errors import ApprovalRequired, ConfigError
 from nightshift.runtime.store import Approval, ChannelMessage, Job
 
-from conftest import REPO, nightshift
+from conftest import REPO, made_by_hand, nightshift
 
 SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 WECOM_TOKEN = "QDG6eK"
@@ -102,7 +102,8 @@ class Rig:
             s.add(job)
             s.flush()
             assert job.id is not None
-            return job.id
+        made_by_hand(self.w.store)
+        return job.id
 
     def agent_asks_cancel(self, job_id: int) -> int:
         from nightshift.agent.api import Client

@@ -143,6 +143,7 @@ def test_killed_while_training_in_flight_resumes_and_recovers(home, tmp_path):
     assert transitions == [
         ("queued", "running"),
         ("running", "failed"),
+        ("failed", "queued"),  # resume_job, through the lifecycle
         ("queued", "running"),
         ("running", "succeeded"),
     ]

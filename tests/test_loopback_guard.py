@@ -110,7 +110,7 @@ def test_a_cli_subprocess_is_guarded(own_log, home, tmp_path):
 def test_a_test_that_swallowed_a_remote_connection_fails(tmp_path):
     """An inner pytest session with this conftest: a test whose code (or child process) tried a
     remote host and hid the error fails, naming the address; a loopback-only test passes."""
-    for name in ("conftest.py", "loopback_guard.py"):
+    for name in ("conftest.py", "loopback_guard.py", "lifecycle_guard.py"):
         shutil.copy(REPO / "tests" / name, tmp_path / name)
     (tmp_path / "test_inner.py").write_text(
         textwrap.dedent("""

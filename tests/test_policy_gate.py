@@ -30,6 +30,8 @@ from nightshift.runtime.errors import (
 from nightshift.runtime.store import Approval, Job, Store
 from nightshift.skills.base import Claims, Launch, Skill, SkillContext, SkillInput, skill
 
+from conftest import made_by_hand
+
 T0 = datetime(2026, 12, 2, 3, 0)
 RAN: list[str] = []
 
@@ -116,6 +118,7 @@ def w(home: Path) -> World:
     with world.store.session() as s:
         for i in range(1, 10):
             s.add(Job(id=i, name=f"job-{i}", spec={}, owner="alice"))
+    made_by_hand(world.store)
     return world
 
 
@@ -196,6 +199,7 @@ def test_destroy_waits_for_another_principal_then_runs_once(w: World) -> None:
     runs it once; calling again returns the recorded result without running it again."""
     with w.store.session() as s:
         s.merge(Job(id=4, name="victim", spec={}, owner="bob", priority=7))
+    made_by_hand(w.store)
     with pytest.raises(ApprovalRequired) as info:
         w.call("agent", DESTROY, {"job_id": 4}, "c1")
     aid = info.value.approval_id
@@ -282,6 +286,7 @@ def test_two_person_rule_needs_others_even_at_a_terminal(home: Path) -> None:
     with w.store.session() as s:
         s.add(Job(id=1, name="low", spec={}, priority=1))
         s.add(Job(id=2, name="high", spec={}, priority=9))
+    made_by_hand(w.store)
     w.call("alice", DESTROY, {"job_id": 1}, "c1", via="terminal", confirm=lambda r: True)
     with pytest.raises(ApprovalRequired) as info:
         w.call("alice", DESTROY, {"job_id": 2}, "c2", via="terminal", confirm=lambda r: True)

@@ -328,7 +328,9 @@ def test_job_view_keys(tui_home, tmp_path):
         await pilot.press("y")
         await until(pilot, lambda: w.store.job(queued).state == "cancelled", what="the cancel")
         await pilot.press("f4", "p")
-        await until(pilot, lambda: any("only a running job pauses" in a for a in answers(app)))
+        await until(
+            pilot, lambda: any("only a queued or running job pauses" in a for a in answers(app))
+        )
         skills = [t.split(" ")[1] for t in card_titles(app)]
         assert skills == ["retry_job", "cancel_job", "pause_job"]
 

@@ -198,6 +198,58 @@ def cancel(
         say("job {}: {} → {}{}", job_id, r.before, r.after, stopped)
 
 
+def hold(
+    job_id: int = typer.Argument(..., help="The job"),
+    reason: str = typer.Option("", "--reason", help="Why; recorded on the job"),
+    as_json: bool = typer.Option(False, "--json"),
+    config: str | None = ConfigOpt,
+) -> None:
+    """Keep a job back: a running one is stopped at its newest checkpoint, a queued one does not
+    start. It stays held, and costs no retry, until `nightshift release JOB`."""
+    from nightshift.agent.wiring import Wiring
+
+    args: dict[str, Any] = {"job_id": job_id}
+    if reason:
+        args["reason"] = reason
+    r: Any = call_as_user(Wiring.load(config), "pause_job", args)
+    if as_json:
+        print(r.model_dump_json(indent=2))
+    elif r.before == r.after:
+        say("job {} is {}: only a queued, running or paused job is held", job_id, r.after)
+    else:
+        at = f" at step {r.last_step}" if r.last_step is not None else ""
+        say(
+            "job {}: {} → {}{}; `nightshift release {}` lets it run again",
+            job_id,
+            r.before,
+            r.after,
+            at,
+            job_id,
+        )
+
+
+def release(
+    job_id: int = typer.Argument(..., help="The held job"),
+    as_json: bool = typer.Option(False, "--json"),
+    config: str | None = ConfigOpt,
+) -> None:
+    """Let a held job run again: from its newest checkpoint if the hold stopped its run."""
+    from nightshift.agent.wiring import Wiring
+
+    r: Any = call_as_user(Wiring.load(config), "release_job", {"job_id": job_id})
+    if as_json:
+        print(r.model_dump_json(indent=2))
+    elif r.before == r.after:
+        say("job {} is {}: not held, nothing to release", job_id, r.after)
+    else:
+        then = (
+            "recovery resumes it from its newest checkpoint"
+            if r.after == "paused"
+            else "it waits for a slot"
+        )
+        say("job {}: {} → {}; {}", job_id, r.before, r.after, then)
+
+
 def _remote_state(w: Any, job_id: int) -> str | None:
     from nightshift.runtime.errors import UnknownJob
 
@@ -235,5 +287,5 @@ def retry(
 
 
 def register(app: typer.Typer) -> None:
-    for command in (show, logs, cancel, retry):
+    for command in (show, logs, cancel, retry, hold, release):
         app.command()(command)

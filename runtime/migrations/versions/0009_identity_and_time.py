@@ -7,6 +7,8 @@
 - `attempt.boot_id`, `attempt.started_mono`, `attempt.progress_mono`: where and when (on the
   kernel's monotonic clock) the attempt started and last progressed, so timeouts and stalls are
   measured in elapsed time, not by a wall clock that can be stepped.
+- keyvalue `audit.rows_after_job` / `audit.rows_after_attempt`: the newest job and attempt made
+  before each transition's audit event bound a digest of its rows (0 in a fresh store).
 - `store_lease`: the daemon that serves the store (node, home, pid, heartbeat); on SQLite a second
   daemon from any home is refused while the lease is fresh.
 
@@ -35,6 +37,16 @@ def upgrade() -> None:
     with op.batch_alter_table("attempt") as batch:
         batch.alter_column("key", existing_type=sa.String(), nullable=False)
         batch.create_index("ix_attempt_key", ["key"], unique=True)
+    # Rows made before rows were audited have no events binding them: verify and the engine's
+    # launch check take the rows after these ids only.
+    op.execute(
+        "INSERT INTO keyvalue (key, value) SELECT 'audit.rows_after_job', "
+        "CAST(COALESCE(MAX(id), 0) AS VARCHAR) FROM job"
+    )
+    op.execute(
+        "INSERT INTO keyvalue (key, value) SELECT 'audit.rows_after_attempt', "
+        "CAST(COALESCE(MAX(id), 0) AS VARCHAR) FROM attempt"
+    )
     op.create_table(
         "store_lease",
         sa.Column("name", sa.String(), primary_key=True),
@@ -48,6 +60,9 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.execute(
+        "DELETE FROM keyvalue WHERE key IN ('audit.rows_after_job', 'audit.rows_after_attempt')"
+    )
     op.drop_table("store_lease")
     with op.batch_alter_table("attempt") as batch:
         batch.drop_index("ix_attempt_key")

@@ -1,0 +1,119 @@
+"""The audit covers the rows: each transition's event binds a digest of the rows it left, so an
+edited, inserted, flipped or deleted job or attempt row is named by `audit verify`, and the
+engine refuses to launch a job whose content no longer matches what its events recorded.
+A real store, real gated calls and a real local run; the tampering is raw SQL, as an intruder
+with write access to the database file would do it."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from nightshift.agent.wiring import Wiring
+
+from conftest import nightshift, write_spec
+
+
+def submit(w: Wiring, spec: Path, call_id: str) -> int:
+    ctx = w.context("alice", call_id)
+    return int(w.gate.call(ctx, "submit_job", {"spec_path": str(spec)}, via="cli").job_id)
+
+
+@pytest.fixture
+def w(home) -> Wiring:
+    return Wiring.load()
+
+
+def db_of(w: Wiring) -> Path:
+    return w.settings.home_path / "nightshift.db"
+
+
+def sql(db: Path, statement: str, *params: object) -> None:
+    with sqlite3.connect(db) as conn:
+        conn.execute(statement, params)
+
+
+def test_an_edited_queued_job_is_named_and_not_launched(w, tmp_path):
+    """Finding: a queued job's spec.command edited in the database to a shell command: verify
+    said OK and the daemon ran it. Now verify names the job and the engine refuses it."""
+    job_id = submit(w, write_spec(tmp_path, steps=5), "call-edit")
+    assert w.audit.verify().ok
+    row = sqlite3.connect(db_of(w)).execute("select spec from job where id=?", (job_id,)).fetchone()
+    spec = json.loads(row[0])
+    spec["command"] = ["/bin/sh", "-c", "touch " + str(tmp_path / "pwned")]
+    sql(db_of(w), "update job set spec=? where id=?", json.dumps(spec), job_id)
+    res = Wiring.load().audit.verify()
+    assert not res.ok and f"edited: job {job_id}: its spec" in res.reason, res
+    fresh = Wiring.load()
+    fresh.engine.tick()
+    job = fresh.store.job(job_id)
+    assert job.state == "failed" and "not launched" in job.reason and "edited" in job.reason
+    assert fresh.store.attempts(job_id) == [] and not (tmp_path / "pwned").exists()
+
+
+def test_an_inserted_job_borrowing_a_call_id_is_named_and_not_launched(w, tmp_path):
+    """Finding: a job row inserted with an existing call id plus `#7` verified OK and ran."""
+    submit(w, write_spec(tmp_path, steps=5), "call-real")
+    w.gate.call(w.context("alice"), "pause_job", {"job_id": 1}, via="cli")  # held: out of the way
+    with sqlite3.connect(db_of(w)) as conn:
+        names = [r[1] for r in conn.execute("pragma table_info(job)") if r[1] != "id"]
+        cols = ", ".join(f'"{c}"' for c in names)
+        forged = {"submitted_by_call": "'call-real#7'", "state": "'queued'", "reason": "NULL"}
+        picked = ", ".join(forged.get(c, f'"{c}"') for c in names)
+        conn.execute(f"insert into job ({cols}) select {picked} from job where id=1")
+        new_id = conn.execute("select max(id) from job").fetchone()[0]
+    res = Wiring.load().audit.verify()
+    assert not res.ok and f"inserted: job {new_id} (no event submitted it)" in res.reason, res
+    fresh = Wiring.load()
+    fresh.engine.tick()
+    assert fresh.store.job(new_id).state == "failed"
+    assert "written into the store directly" in fresh.store.job(new_id).reason
+
+
+@pytest.mark.slow
+def test_flipped_and_deleted_rows_of_a_finished_job_are_named(w, tmp_path):
+    """Finding: a finished attempt flipped to failed, and deleted job and attempt rows, verified
+    OK. A real run to success first, then each tampering on its own copy of the store."""
+    job_id = submit(w, write_spec(tmp_path, steps=20), "call-run")
+    states = w.engine.run_until_settled([job_id], deadline_s=120)
+    assert states == {job_id: "succeeded"}
+    assert w.audit.verify().ok, w.audit.verify()
+    att_id = w.store.attempts(job_id)[0].id
+    db = db_of(w)
+    w.store.engine.dispose()
+    backup = tmp_path / "clean.db"
+    with sqlite3.connect(db) as src, sqlite3.connect(backup) as dst:
+        src.backup(dst)
+
+    def restore() -> None:
+        with sqlite3.connect(backup) as src, sqlite3.connect(db) as dst:
+            src.backup(dst)
+
+    sql(db, "update attempt set outcome='failed', exit_code=1 where id=?", att_id)
+    res = Wiring.load().audit.verify()
+    assert not res.ok and f"edited: attempt {att_id} (job {job_id} #1)" in res.reason, res
+    restore()
+    sql(db, "update job set state='failed' where id=?", job_id)
+    res = Wiring.load().audit.verify()
+    assert f"job {job_id}: its state is failed, event" in res.reason, res
+    restore()
+    sql(db, "delete from metricpoint")
+    sql(db, "delete from attempt")
+    sql(db, "delete from job")
+    res = Wiring.load().audit.verify()
+    assert not res.ok and f"deleted: job {job_id}" in res.reason, res
+    assert f"attempt {att_id} (last bound by event" in res.reason
+    restore()
+    assert Wiring.load().audit.verify().ok
+
+
+def test_the_cli_fails_verify_naming_the_row(home, tmp_path):
+    """`nightshift audit verify` exits non-zero and names the edited job."""
+    spec = write_spec(tmp_path, steps=5)
+    assert nightshift("submit", str(spec)).returncode == 0
+    sql(home / "nightshift.db", "update job set owner='mallory' where id=1")
+    out = nightshift("audit", "verify")
+    assert out.returncode != 0 and "edited: job 1" in out.stdout + out.stderr
