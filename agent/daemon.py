@@ -2,9 +2,8 @@
 
 Each tick checks health, places and watches (the engine), preempts through the gate, carries out
 approved calls whose requester is gone, and hands every failed or paused job to the agent graph as
-a `recover job N` goal, so each change to a job passes the policy gate and lands in the audit. Recovery threads are named after the attempt they follow
-(`recover-job-7-after-2`), so a restarted daemon resumes the same thread instead of starting a
-second recovery, and a recovery waiting for approval simply waits across restarts.
+a `recover job N` goal, so each change to a job passes the policy gate and lands in the audit.
+The recoveries run in a worker thread of their own (agent/recovery.py), never in the tick.
 
 A full disk, a store locked past its busy timeout or a store file deleted under it does not end
 the daemon: the loop reports the fault once, waits it out with backoff and says when it cleared
@@ -31,12 +30,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from langgraph.types import Command
-
-from nightshift.agent.goals import recover_goal
 from nightshift.agent.graph import build_graph, sqlite_checkpointer
 from nightshift.agent.planner import DeterministicPlanner, Planner
-from nightshift.agent.wiring import Wiring, local_now, os_user_name
+from nightshift.agent.recovery import Recoveries
+from nightshift.agent.wiring import Wiring, os_user_name
 from nightshift.runtime import locks
 from nightshift.runtime.config import Settings
 from nightshift.runtime.errors import OperatorError
@@ -152,9 +149,9 @@ class Daemon:
         self.lock = DaemonLock(w.settings.home_path)
         self.lease: DaemonLease | None = None  # on a SQLite store, from run() on
         self.stop_event = threading.Event()
-        self._finished: set[str] = set()  # recovery threads known to be over
+        self.recoveries = Recoveries(w, self.graph, say=self.say, tell=self.tell)
         w.loop.say = self.say
-        w.loop.recover = self._recover
+        w.loop.recover = self.recoveries.request
         w.loop.carry_out_approved = True
         w.loop.drive_sweeps = True
 
@@ -212,6 +209,7 @@ class Daemon:
             lambda: self.w.audit.append("system", "daemon.start", payload={"pid": os.getpid()}),
         )
         ticks = 0
+        self.recoveries.start()
         try:
             while not self.stop_event.is_set():
                 self._heartbeat()
@@ -221,6 +219,7 @@ class Daemon:
                     break
                 self.stop_event.wait(self.w.settings.loop.poll_interval_s)
         finally:
+            self.recoveries.stop()
             self.w.loop.survive(
                 "the daemon's stop in the audit",
                 lambda: self.w.audit.append(
@@ -230,6 +229,7 @@ class Daemon:
 
     def step(self) -> None:
         self.w.loop.step()
+        self.recoveries.poll_waiting()
 
     def _heartbeat(self) -> None:
         """Renew the store's lease when due. A store fault is left to the loop's step, which
@@ -241,26 +241,3 @@ class Daemon:
         except Exception as exc:
             if self.w.store.fault_of(exc) is None:
                 raise
-
-    def _recover(self, job_id: int, attempts: int) -> None:
-        thread = f"recover-job-{job_id}-after-{attempts}"
-        if thread in self._finished:
-            return
-        cfg = {"configurable": {"thread_id": thread}, "recursion_limit": 200}
-        snap = self.graph.get_state(cfg)
-        if not snap.values:
-            self.say("recover", {"job_id": job_id, "thread": thread})
-            goal = recover_goal(job_id, watch=False)
-            self.graph.invoke(
-                {"goal": goal.model_dump(mode="json"), "history": [], "on_behalf_of": "system"}, cfg
-            )
-            return
-        pending = [i for t in snap.tasks for i in t.interrupts]
-        if pending:
-            state = self.w.approvals.status(pending[0].value["approval_id"], local_now()).state
-            if state != "pending":
-                self.graph.invoke(Command(resume=state), cfg)
-        elif snap.next:
-            self.graph.invoke(None, cfg)
-        else:  # that recovery finished (requeued, or gave up): nothing more for this attempt
-            self._finished.add(thread)
