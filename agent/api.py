@@ -84,7 +84,11 @@ class Client:
         from sqlmodel import col, select
 
         from nightshift.runtime.store import AuditEvent, Job
+        from nightshift.skills.base import registry
 
+        found = registry().get(skill_name)
+        if found is not None and found.capability == "read":
+            return fault  # a read changes nothing: there is nothing to be in doubt about
         try:
             with self.w.store.session() as s:
                 events = s.exec(

@@ -2,7 +2,7 @@
 NaN and huge numbers, and the same through the real `nightshift` command — counted, not sampled
 until the first failure. The quick form of each property runs in tests/test_poison_input.py.
 
-    python -m nightshift.evals.fuzz_inputs                 # 3,000 + 3,000 + 500 + 150 CLI inputs
+    python -m nightshift.evals.fuzz_inputs                 # 3,000 + 3,000 + 500 + 200 + 150 CLI
     python -m nightshift.evals.fuzz_inputs --scale 0.1     # a tenth of that
     python -m nightshift.evals.fuzz_inputs --json out.json
 
@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import random
+import reprlib
 import sqlite3
 import subprocess
 import sys
@@ -56,6 +57,33 @@ values = st.recursive(
 KEYS = list(ExperimentSpec.model_fields) + ["resources.gpus", "extra"]
 spec_dicts = st.dictionaries(st.sampled_from(KEYS), values, max_size=8).map(lambda d: {**GOOD, **d})
 param_dicts = st.dictionaries(st.sampled_from(["lr", "x"]), values, max_size=2)
+
+
+def nested(depth: int, kind: str = "list", leaf: Any = 0) -> Any:
+    """`leaf` inside `depth` lists or single-key mappings, built without recursion."""
+    out = leaf
+    for _ in range(depth):
+        out = [out] if kind == "list" else {"k": out}
+    return out
+
+
+# What would recurse past Python's limit or overflow its int-string conversion if nothing
+# bounded it first: nesting thousands deep, wide containers, integers of thousands of digits.
+huge_ints = st.integers(min_value=20, max_value=6000).flatmap(
+    lambda n: st.sampled_from([10**n - 1, 1 - 10**n, 2 ** (n * 4)])
+)
+deep_values = st.builds(
+    nested, st.integers(min_value=0, max_value=5000), st.sampled_from(["list", "dict"]), scalars
+)
+wide_values = st.integers(min_value=0, max_value=250_000).map(lambda n: list(range(n)))
+hostile_values = huge_ints | deep_values | wide_values | values
+hostile_spec_dicts = st.one_of(
+    st.dictionaries(st.sampled_from(KEYS), hostile_values, min_size=1, max_size=2).map(
+        lambda d: {**GOOD, **d}
+    ),
+    hostile_values.map(lambda v: {**GOOD, "parameters": {"lr": 0.1, "x": v}}),
+)
+hostile_param_dicts = st.dictionaries(st.sampled_from(["lr", "x"]), hostile_values, max_size=2)
 
 
 class Row(BaseModel):
@@ -156,8 +184,9 @@ def run_property(row: Row, strategy: Any, check: Callable[..., None], n: int, se
             check(*example) if several else check(example)
         except Exception:
             row.tracebacks += 1
-            if not row.first_traceback:
-                row.first_traceback = f"input {example!r:.300}\n{traceback.format_exc()}"
+            if not row.first_traceback:  # reprlib: the input may be nested thousands deep
+                shown = reprlib.repr(example)
+                row.first_traceback = f"input {shown:.300}\n{traceback.format_exc()}"
         took = time.monotonic() - start
         row.slowest_s = max(row.slowest_s, took)
         row.hangs += took > HANG_S
@@ -256,6 +285,12 @@ def run(
                     (spec_dicts, param_dicts),
                     lambda r: api_submit(r, home),
                     500,
+                ),
+                (
+                    "Client().submit, nested 5,000 deep, 250,000 wide, 6,000-digit integers",
+                    (hostile_spec_dicts, hostile_param_dicts),
+                    lambda r: api_submit(r, home),
+                    200,
                 ),
             ]
             for name, strategy, make, n in plan:

@@ -35,6 +35,7 @@ from nightshift.runtime.errors import (
     UnknownJob,
 )
 from nightshift.runtime.store import Approval, AuditEvent, Job, Store, dumps
+from nightshift.runtime.yamlfile import MAX_DEPTH, bounds_problem
 from nightshift.skills.base import Claims, Skill, SkillContext, SkillInput, get_skill
 
 # How a call reached the gate: a person at a terminal may confirm their own request there.
@@ -43,6 +44,8 @@ Via = Literal["terminal", "api", "agent", "system", "chat"]
 PERSON_HERE: tuple[Via, ...] = ("terminal", "chat")
 # confirm(request) -> True (yes) / False (no); given only where a person can answer now.
 Confirm = Callable[[dict[str, Any]], bool]
+# Arguments carry a spec (or a list of them) a few levels down: a file's spec at MAX_DEPTH fits.
+ARGS_MAX_DEPTH = MAX_DEPTH + 4
 
 
 class Gate:
@@ -120,7 +123,25 @@ class Gate:
     def _resolve(
         self, ctx: SkillContext, skill: Skill, args: dict[str, Any] | BaseModel
     ) -> tuple[BaseModel, dict[str, Any], dict[str, str], Claims]:
-        """The parsed input, its canonical arguments, the files it names and what it claims."""
+        """The parsed input, its canonical arguments, the files it names and what it claims.
+        Arguments out of bounds (nested too deep, a huge integer or string) are refused before
+        anything walks them, and audited without them: the audit would not survive them."""
+        if not isinstance(args, BaseModel):
+            found = bounds_problem(args, max_depth=ARGS_MAX_DEPTH)
+            if found is not None:
+                where, problem = found
+                exc = BadArguments(
+                    f"{skill.name}: invalid arguments: {where or '(arguments)'}: {problem}"
+                )
+                self.audit.append(
+                    ctx.principal,
+                    "skill.bad_arguments",
+                    skill=skill.name,
+                    call_id=ctx.call_id,
+                    ts=ctx.now,
+                    payload={"args": None, "field": where, "error": str(exc)},
+                )
+                raise exc
         try:
             inp = skill.parse(
                 args.model_dump(mode="json")

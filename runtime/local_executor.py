@@ -47,7 +47,13 @@ from nightshift.runtime import locks
 from nightshift.runtime.crashpoints import crash_point
 from nightshift.runtime.errors import OperatorError, SkillFailed
 from nightshift.runtime.executor import LaunchRequest, RunStatus
-from nightshift.runtime.supervise import child_file, claim_file, write_exit_file
+from nightshift.runtime.supervise import (
+    RESERVE_BYTES,
+    child_file,
+    claim_file,
+    reserve_file,
+    write_exit_file,
+)
 
 _KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 _SECRET_RE = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
@@ -244,6 +250,7 @@ class LocalExecutor:
             # Nothing claimed this key, so these are a refused or removed launch's leftovers.
             exit_file.unlink(missing_ok=True)
             Path(child_file(str(exit_file))).unlink(missing_ok=True)
+            Path(reserve_file(str(exit_file))).unlink(missing_ok=True)
             self._write_json(intent_file, intent)
         crash_point("launch.intent")
         cmd = [
@@ -413,7 +420,9 @@ class LocalExecutor:
             return RunStatus(state="lost", detail=REBOOT_DETAIL)
         if self._supervisor_alive(h):
             return RunStatus(state="running")
-        record = self._read_exit(h)  # it may have written the record and exited just now
+        # It may have written the record and exited just now; on a full disk, perhaps into the
+        # space it reserved at launch, with no room left to rename it (runtime/supervise.py).
+        record = self._read_exit(h) or self._read_reserve(h)
         if record is not None:
             return record
         return self._lost(h)
@@ -615,6 +624,25 @@ class LocalExecutor:
             rec = ExitRecord.model_validate_json(raw)
         except ValidationError:
             return RunStatus(state="exited", detail=f"exit record {h.exit_file!r} is unreadable")
+        return RunStatus(
+            state="exited", exit_code=rec.exit_code, signal=rec.signal, detail=rec.detail
+        )
+
+    @staticmethod
+    def _read_reserve(h: LocalHandle) -> RunStatus | None:
+        """The exit record a supervisor wrote into its reserved blocks; None while they hold
+        none (zeros: it was killed before it could write one)."""
+        try:
+            with open(reserve_file(h.exit_file), "rb") as f:
+                raw = f.read(RESERVE_BYTES).strip(b"\0 \n")
+        except OSError:
+            return None
+        try:
+            rec = ExitRecord.model_validate_json(raw) if raw else None
+        except ValidationError:
+            return None  # cut short as it was written: no record
+        if rec is None:
+            return None
         return RunStatus(
             state="exited", exit_code=rec.exit_code, signal=rec.signal, detail=rec.detail
         )

@@ -27,7 +27,7 @@ from __future__ import annotations
 import csv
 import json
 import os
-import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,8 +35,10 @@ from typing import Any
 
 from nightshift.runtime.errors import OperatorError
 from nightshift.runtime.spec import MetricSpec
+from nightshift.runtime.user_regex import PatternError, compile_pattern
 
 MAX_READ = 8 * 1024 * 1024  # bytes read from one file in one tick
+MATCH_BUDGET_S = 0.5  # time one tick spends matching one log's new lines; the rest waits
 MAX_LINE = (
     64 * 1024
 )  # longer lines are cut before matching (a binary blob, a progress bar run wild)
@@ -103,10 +105,11 @@ def read_new(
 
     chunk, start = _new_bytes(log_path, cur.get("log", 0))
     out.output_bytes = len(chunk)
-    used = chunk[: chunk.rfind(b"\n") + 1] if kind == "log" else chunk
-    cur["log"] = start + len(used)
-    if kind == "log" and used:
-        out.points += _from_log(spec, used, log_path.name, cur)
+    used = len(chunk)
+    if kind == "log":
+        points, used = _from_log(spec, chunk[: chunk.rfind(b"\n") + 1], log_path.name, cur)
+        out.points += points
+    cur["log"] = start + used
 
     if kind == "jsonl":
         out.points += _from_jsonl(
@@ -226,10 +229,26 @@ def _at_end(kind: str, path: Path) -> dict[str, Any]:
 
 
 # --- the sources --------------------------------------------------------------------------------
-def _from_log(spec: MetricSpec, chunk: bytes, name: str, cur: dict[str, Any]) -> list[Point]:
-    patterns = [re.compile(p) for p in spec.regexes()]
+def _from_log(
+    spec: MetricSpec, chunk: bytes, name: str, cur: dict[str, Any]
+) -> tuple[list[Point], int]:
+    """The points in the whole lines of `chunk`, matched on RE2 (runtime/user_regex.py: linear
+    time, whatever the pattern), and how many bytes were read: past MATCH_BUDGET_S the rest is
+    left for the next tick, so a flood of output never holds the loop."""
+    patterns = []
+    for p in spec.regexes():
+        try:
+            patterns.append(compile_pattern(p))
+        except PatternError:
+            continue  # a job stored before RE2: its spec fails validation when it is loaded
     points: list[Point] = []
-    for raw in chunk.splitlines():
+    used = 0
+    deadline = time.monotonic() + MATCH_BUDGET_S
+    for raw in chunk.splitlines(keepends=True):
+        if used and time.monotonic() > deadline:
+            break
+        used += len(raw)
+        raw = raw.rstrip(b"\r\n")
         cur["log_line"] = cur.get("log_line", 0) + 1
         # A progress bar redraws one line with carriage returns: each redraw is a line of its own.
         for line in raw[:MAX_LINE].decode("utf-8", "replace").split("\r"):
@@ -251,7 +270,7 @@ def _from_log(spec: MetricSpec, chunk: bytes, name: str, cur: dict[str, Any]) ->
                                 f"{name} line {cur['log_line']}",
                             )
                         )
-    return points
+    return points, used
 
 
 def _from_jsonl(path: Path, state: dict[str, Any]) -> list[Point]:

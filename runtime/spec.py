@@ -20,6 +20,7 @@ from pydantic import (
 )
 
 from nightshift.runtime.errors import SpecError
+from nightshift.runtime.user_regex import PatternError, compile_pattern
 from nightshift.runtime.yamlfile import check_bounds, load_model_text
 
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -169,9 +170,10 @@ class MetricSpec(_Strict):
     mode: Literal["min", "max"] = "min"
     regex: str | list[str] | None = Field(
         None,
-        description="Regexes over the run's stdout/stderr: groups step and value (value is "
-        "metrics.name), or step and any named metrics, e.g. "
-        "'iter (?P<step>\\d+): loss (?P<loss>\\S+)'; several for train and eval lines",
+        description="Regexes over the run's stdout/stderr (RE2 syntax: no backreferences or "
+        "lookarounds): groups step and value (value is metrics.name), or step and any named "
+        "metrics, e.g. 'iter (?P<step>\\d+): loss (?P<loss>\\S+)'; several for train and eval "
+        "lines",
     )
     progress: Literal["either", "metrics", "output"] = Field(
         "either",
@@ -191,9 +193,9 @@ class MetricSpec(_Strict):
         for i, pattern in enumerate([v] if isinstance(v, str) else v or []):
             where = "" if isinstance(v, str) else f"[{i}]"
             try:
-                rx = re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"regex{where} does not compile: {exc}") from None
+                rx = compile_pattern(pattern)
+            except PatternError as exc:
+                raise ValueError(f"regex{where} {exc}") from None
             groups = set(rx.groupindex)
             if "step" not in groups or len(groups) < 2:
                 raise ValueError(

@@ -13,6 +13,14 @@ child's code, or 128+N when the child died from signal N. Right after starting t
 killed, the child it leaves behind can still be found (and told apart from a recycled pid). Only
 the standard library is imported before the child starts, so start-up stays fast.
 
+A full disk does not hide how a run ended. Before the child starts, the supervisor reserves
+RESERVE_BYTES next to the exit file (PATH.reserve, allocated, not merely sized). When the exit
+record cannot be written for lack of space (a training program that filled the disk usually
+ends just then), the record is written into the reserved blocks, the rest of them is freed for a
+line in the run's log that names the full disk (what diagnose_failure reads as disk_full), and
+the reserve becomes PATH. A reader takes PATH.reserve as the record when the rename itself
+found no space. The run ends as an exit with its code, never as a lost (SIGKILLed) run.
+
 With `--intent-file I --handle-file H` (what the local executor passes) the supervisor claims the
 launch before anything runs: under the flock on `H.claim` it checks that the intent the executor
 wrote is still its own (the same NIGHTSHIFT_ATTEMPT_ID) and that no handle exists, then writes the
@@ -39,11 +47,82 @@ EXIT_NOT_FOUND = 127
 EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_CLAIMED = 125  # the launch was superseded or already claimed: nothing ran
 ATTEMPT_ID_ENV = "NIGHTSHIFT_ATTEMPT_ID"
+# Room kept for the exit record on a disk the run fills: the record, and a line in the log.
+RESERVE_BYTES = 64 * 1024
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
 def child_file(exit_file: str) -> str:
     """Where the supervisor records which process it started."""
     return f"{exit_file}.child"
+
+
+def reserve_file(exit_file: str) -> str:
+    """The blocks reserved at launch for the exit record on a disk that fills up."""
+    return f"{exit_file}.reserve"
+
+
+def reserve(exit_file: str) -> None:
+    """Allocate RESERVE_BYTES for the exit record (best effort: a disk already this full
+    leaves none, and the run starts anyway)."""
+    path = reserve_file(exit_file)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    except OSError:
+        return
+    try:
+        os.posix_fallocate(fd, 0, RESERVE_BYTES)
+        os.fsync(fd)
+    except OSError:
+        _unlink(path)
+    finally:
+        os.close(fd)
+
+
+def record_exit(exit_file: str, record: dict[str, Any]) -> None:
+    """Write the exit record; on a full disk (or quota) write it into the reserved blocks
+    instead, saying so in the record and, space allowing, in the run's log (stderr)."""
+    try:
+        write_exit_file(exit_file, record)
+    except OSError as exc:
+        if exc.errno not in _NO_SPACE or not os.path.exists(reserve_file(exit_file)):
+            raise
+        _record_in_reserve(exit_file, record, exc)
+    else:
+        _unlink(reserve_file(exit_file))
+
+
+def _record_in_reserve(exit_file: str, record: dict[str, Any], exc: OSError) -> None:
+    code = record.get("exit_code")
+    how = f"exited with code {code}" if code is not None else f"ended by signal {record['signal']}"
+    detail = (
+        f"the run {how} on a full disk: [Errno {exc.errno}] {exc.strerror} writing its exit "
+        f"record {exit_file}; recorded in the space reserved at launch"
+    )
+    data = json.dumps({**record, "detail": detail}).encode()[:RESERVE_BYTES]
+    path = reserve_file(exit_file)
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, data, 0)  # into blocks allocated at launch: needs no new space
+        os.ftruncate(fd, len(data))  # frees the rest, for the line below
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.write(2, f"nightshift supervise: {detail}\n".encode())
+    except OSError:
+        pass  # the log's disk is full too, and the freed blocks went elsewhere
+    try:
+        os.replace(path, exit_file)
+    except OSError:
+        pass  # the directory has no room for the new name: readers look at the reserve too
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def _create_time(pid: int) -> float | None:
@@ -61,11 +140,15 @@ def write_exit_file(path: str, record: dict[str, Any]) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(record, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(record, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        _unlink(tmp)  # a full disk leaves no empty temp file behind
+        raise
 
 
 def claim_file(handle_file: str) -> str:
@@ -153,6 +236,7 @@ def main(args: list[str] | None = None) -> int:
             print(f"nightshift supervise: not started: {why}", file=sys.stderr, flush=True)
             return EXIT_NOT_CLAIMED
         crash_point("supervise.claimed")
+    reserve(exit_file)
 
     try:
         child = subprocess.Popen(argv)
@@ -160,8 +244,8 @@ def main(args: list[str] | None = None) -> int:
         missing = isinstance(exc, FileNotFoundError) or exc.errno == errno.ENOENT
         code = EXIT_NOT_FOUND if missing else EXIT_NOT_EXECUTABLE
         detail = f"cannot start {argv[0]!r}: {exc.strerror or exc}"
-        print(f"nightshift supervise: {detail}", file=sys.stderr, flush=True)
-        write_exit_file(exit_file, {"exit_code": code, "signal": None, "detail": detail})
+        _say(f"nightshift supervise: {detail}")
+        record_exit(exit_file, {"exit_code": code, "signal": None, "detail": detail})
         return code
 
     try:
@@ -169,7 +253,7 @@ def main(args: list[str] | None = None) -> int:
             child_file(exit_file), {"pid": child.pid, "create_time": _create_time(child.pid)}
         )
     except OSError as exc:  # the run matters more than the record; the env marker still finds it
-        print(f"nightshift supervise: cannot record the child: {exc}", file=sys.stderr, flush=True)
+        _say(f"nightshift supervise: cannot record the child: {exc}")
     returncode = child.wait()  # PEP 475: retried after our no-op signal handlers run
     if returncode < 0:
         record: dict[str, Any] = {"exit_code": None, "signal": -returncode}
@@ -177,8 +261,16 @@ def main(args: list[str] | None = None) -> int:
     else:
         record = {"exit_code": returncode, "signal": None}
         status = returncode
-    write_exit_file(exit_file, record)
+    record_exit(exit_file, record)
     return status
+
+
+def _say(line: str) -> None:
+    """A line in the run's log, unless its disk is full."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":

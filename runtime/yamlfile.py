@@ -2,8 +2,11 @@
 
 User files are untrusted: they are read as bytes within a size limit, decoded as strict UTF-8,
 parsed by a loader that refuses aliases (an alias bomb expands a few lines into gigabytes), and
-bounded in depth and string length before any model sees them. Data that arrives as a mapping
-(the API, a goal's inline spec) passes the same bounds through `check_bounds`.
+bounded in depth, string length and integer size before any model sees them, so that nothing
+later recurses past Python's limit (json, pydantic, the audit) or converts a 5,000-digit integer
+(Python refuses past 4,300 digits). Data that arrives as a mapping (the API, a goal's inline spec,
+the gate's arguments) passes the same bounds through `check_bounds` / `bounds_problem`; each
+refusal names the field.
 """
 
 from __future__ import annotations
@@ -26,6 +29,30 @@ MAX_DEPTH = 64
 MAX_STRING = 64 << 10
 # Scalars, items and keys in one document: bounds the work of validating a mapping.
 MAX_NODES = 200_000
+# No setting needs a longer integer (a seed has 19 digits); Python refuses to convert past 4,300.
+MAX_INT_DIGITS = 100
+_INT_LIMIT = 10**MAX_INT_DIGITS
+_INT_TAG = "tag:yaml.org,2002:int"
+# How much of a refused value's field path a message shows.
+_SHOWN_PARTS = 8
+
+
+class _Refused(yaml.YAMLError):
+    """A value the loader refuses, at its line and field."""
+
+    def __init__(self, problem: str, mark: Any, field: str | None):
+        self.problem, self.problem_mark, self.field = problem, mark, field
+        super().__init__(problem)
+
+
+def field_path(parts: list[Any]) -> str | None:
+    """`a.b[2].c`, cut after _SHOWN_PARTS parts (a refusal for depth is deep by definition)."""
+    out = ""
+    for part in parts[:_SHOWN_PARTS]:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    if len(parts) > _SHOWN_PARTS:
+        out += "..."
+    return out or None
 
 
 class _BoundedLoader(yaml.SafeLoader):
@@ -35,6 +62,7 @@ class _BoundedLoader(yaml.SafeLoader):
         super().__init__(stream)
         self._depth = 0
         self._nodes = 0
+        self._path: list[Any] = []  # the field being composed: keys and item indexes
 
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
         if self.check_event(yaml.AliasEvent):
@@ -48,23 +76,42 @@ class _BoundedLoader(yaml.SafeLoader):
         mark = self.peek_event().start_mark
         self._depth += 1
         self._nodes += 1
-        if self._depth > MAX_DEPTH:
-            raise yaml.composer.ComposerError(
-                None, None, f"nested deeper than {MAX_DEPTH} levels", mark
-            )
-        if self._nodes > MAX_NODES:
-            raise yaml.composer.ComposerError(
-                None, None, f"more than {MAX_NODES} values in one file", mark
-            )
+        # A mapping's value is composed with its key node as `index`, an item with its number.
+        self._path.append(
+            index.value
+            if isinstance(index, yaml.ScalarNode)
+            else (index if isinstance(index, int) else None)
+        )
         try:
+            if self._depth > MAX_DEPTH:
+                raise self._refused(f"nested deeper than {MAX_DEPTH} levels (the limit)", mark)
+            if self._nodes > MAX_NODES:
+                raise self._refused(f"more than {MAX_NODES} values in one file (the limit)", mark)
             node = super().compose_node(parent, index)
+            if isinstance(node, yaml.ScalarNode):
+                if len(node.value) > MAX_STRING:
+                    raise self._refused(
+                        f"a string longer than {MAX_STRING} characters (the limit)",
+                        node.start_mark,
+                    )
+                if node.tag == _INT_TAG and _digits(node.value) > MAX_INT_DIGITS:
+                    raise self._refused(_too_long_int(), node.start_mark)
         finally:
             self._depth -= 1
-        if isinstance(node, yaml.ScalarNode) and len(node.value) > MAX_STRING:
-            raise yaml.composer.ComposerError(
-                None, None, f"a string longer than {MAX_STRING} characters", node.start_mark
-            )
+            self._path.pop()
         return node
+
+    def _refused(self, problem: str, mark: Any) -> _Refused:
+        return _Refused(problem, mark, field_path([p for p in self._path if p is not None]))
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        """A value that cannot be made (a date such as 2024-13-45) is a YAML error at its line."""
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, OverflowError) as exc:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"cannot read this value: {exc}", node.start_mark
+            ) from None
 
 
 def line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
@@ -128,6 +175,10 @@ def parse_yaml(text: str, path: str) -> tuple[Any, yaml.Node | None]:
         loader = _BoundedLoader(text)  # its reader refuses control characters at once
         node = loader.get_single_node()
         data = loader.construct_document(node) if node is not None else None
+    except _Refused as exc:
+        raise SpecError(
+            exc.problem, path=path, field=exc.field, line=exc.problem_mark.line + 1
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise SpecError(
@@ -150,27 +201,59 @@ def read_yaml(path: str | Path) -> tuple[Any, yaml.Node | None, str]:
 
 
 def check_bounds(data: Any, *, path: str | None = None, field: str | None = None) -> None:
-    """Refuse data nested deeper than MAX_DEPTH, with a string longer than MAX_STRING or more
-    than MAX_NODES values (what a file's loader bounds, for data that arrives as a mapping)."""
-    stack: list[tuple[Any, int]] = [(data, 0)]
+    """Refuse data nested deeper than MAX_DEPTH, with a string longer than MAX_STRING, an
+    integer longer than MAX_INT_DIGITS or more than MAX_NODES values (what a file's loader
+    bounds, for data that arrives as a mapping): SpecError naming the field under `field`."""
+    found = bounds_problem(data)
+    if found is not None:
+        where, problem = found
+        joined = ".".join(p for p in (field, where) if p).replace(".[", "[") or None
+        raise SpecError(problem, path=path, field=joined)
+
+
+def bounds_problem(data: Any, max_depth: int = MAX_DEPTH) -> tuple[str | None, str] | None:
+    """The first value out of bounds, as (its field path, what is wrong with it and the limit),
+    or None. Iterative: it never recurses, however deep the data."""
+    # Each entry: the value, its depth, and where it is as (where its container is, key).
+    stack: list[tuple[Any, int, Any]] = [(data, 0, None)]
     seen = 0
     while stack:
-        value, depth = stack.pop()
+        value, depth, at = stack.pop()
         seen += 1
-        if depth > MAX_DEPTH:
-            raise SpecError(f"nested deeper than {MAX_DEPTH} levels", path=path, field=field)
-        if seen > MAX_NODES:
-            raise SpecError(f"more than {MAX_NODES} values", path=path, field=field)
-        if isinstance(value, str):
-            if len(value) > MAX_STRING:
-                raise SpecError(
-                    f"a string longer than {MAX_STRING} characters", path=path, field=field
-                )
+        problem = None
+        if depth > max_depth:
+            problem = f"nested deeper than {max_depth} levels (the limit)"
+        elif seen > MAX_NODES:
+            problem = f"more than {MAX_NODES} values (the limit)"
+        elif isinstance(value, str) and len(value) > MAX_STRING:
+            problem = f"a string longer than {MAX_STRING} characters (the limit)"
+        elif isinstance(value, int) and abs(value) >= _INT_LIMIT:
+            problem = _too_long_int()
         elif isinstance(value, dict):
-            stack.extend((k, depth + 1) for k in value)
-            stack.extend((v, depth + 1) for v in value.values())
+            for k, v in value.items():
+                stack.append((k, depth + 1, at))
+                stack.append((v, depth + 1, (at, k)))
         elif isinstance(value, list | tuple):
-            stack.extend((v, depth + 1) for v in value)
+            stack.extend((v, depth + 1, (at, i)) for i, v in enumerate(value))
+        if problem is not None:
+            parts: list[Any] = []
+            while at is not None:
+                at, key = at
+                parts.append(key)
+            return field_path(parts[::-1]), problem
+    return None
+
+
+def _digits(text: str) -> int:
+    """How long an integer YAML writes as `text` is (its sign and `_` separators aside)."""
+    return len(text) - sum(text.count(c) for c in "+-_")
+
+
+def _too_long_int() -> str:
+    return (
+        f"an integer longer than {MAX_INT_DIGITS} digits (the limit): no setting needs one; "
+        "write a float (1e300) or a string if the program wants such a number"
+    )
 
 
 def validate(

@@ -37,7 +37,13 @@ from nightshift.runtime.training_configs import (
     read_config,
     view_from_spec,
 )
-from nightshift.runtime.yamlfile import line_of, validate
+from nightshift.runtime.yamlfile import (
+    MAX_DEPTH,
+    MAX_INT_DIGITS,
+    check_bounds,
+    line_of,
+    validate,
+)
 from nightshift.skills.base import SkillContext, skill
 
 # Usual learning-rate ranges per optimiser family (inclusive); outside is unusual, not wrong.
@@ -970,11 +976,22 @@ def config_validator(ctx: SkillContext, inp: ConfigValidatorInput) -> ConfigVali
     assert inp.path is not None
     try:
         doc = read_config(inp.path)
+        check_bounds(doc.data, path=inp.path)
     except SpecError as exc:
         return ConfigValidatorResult(
             valid=False,
             errors=[Finding(field=exc.field, message=str(exc), line=exc.line)],
             suggestions=[SCHEMA_FIRST],
+        )
+    except (RecursionError, ValueError) as exc:  # json.loads: no bounds of its own
+        if isinstance(exc, RecursionError):
+            why = f"nested deeper than {MAX_DEPTH} levels (the limit)"
+        elif "digits" in str(exc):
+            why = f"an integer longer than {MAX_INT_DIGITS} digits (the limit)"
+        else:
+            why = f"cannot be read: {exc}"
+        return ConfigValidatorResult(
+            valid=False, errors=[Finding(message=f"{inp.path}: {why}")], suggestions=[SCHEMA_FIRST]
         )
     fmt = inp.format or detect_format(inp.path, doc.data)
     if fmt is None or fmt == "nightshift":
