@@ -108,7 +108,10 @@ def diagnose_case(case: Case, ctx: Any = None) -> dict[str, Any]:
     }
     t0 = time.perf_counter()
     try:
-        r = diagnose_failure(ctx if ctx is not None else _context(), args)
+        # A read skill scored offline over a corpus: its own function, no gate to pass
+        r = diagnose_failure.fn(
+            ctx if ctx is not None else _context(), diagnose_failure.parse(args)
+        )
         got, confidence, reasoning = r.category, r.confidence, r.reasoning
         action = r.remediation.action
     except Exception as exc:  # noqa: BLE001 - a raise is a result here, reported as a miss

@@ -125,9 +125,6 @@ class Skill(Generic[In, Out]):
         except ValidationError as exc:
             raise BadArguments(f"{self.name}: invalid arguments: {field_errors(exc)}") from exc
 
-    def __call__(self, ctx: SkillContext, args: dict[str, Any] | In) -> Out:
-        return self.fn(ctx, self.parse(args))
-
     def tool_schema(self) -> dict[str, Any]:
         """The OpenAI tool definition, generated from the input model."""
         params = self.input_model.model_json_schema()

@@ -189,6 +189,12 @@ def write_spec(
     return path
 
 
+def run_skill(skill, ctx, args):
+    """Run a skill's own function on parsed arguments, around the policy gate: for unit tests of
+    a deterministic skill only (nightshift itself calls skills through `Gate.call`)."""
+    return skill.fn(ctx, skill.parse(args))
+
+
 def made_by_hand(store) -> None:
     """Count the jobs and attempts a test wrote straight into `store` (no gated call, no
     transition) as made before rows were audited, as in an upgraded store: `audit verify` and

@@ -23,6 +23,8 @@ from nightshift.runtime.store import Store
 from nightshift.skills.auto_resume import auto_resume, inject_resume_args
 from nightshift.skills.base import SkillContext
 
+from conftest import run_skill
+
 TRAIN = Path(__file__).resolve().parents[1] / "examples" / "train_numpy.py"
 PAYLOAD = bytes(range(256)) * 16  # stands in for a tensor storage
 
@@ -37,7 +39,7 @@ def ctx(tmp_path) -> SkillContext:
 
 
 def plan(ctx, folder: Path, **kw):
-    return auto_resume(ctx, {"checkpoint_dir": str(folder), **kw})
+    return run_skill(auto_resume, ctx, {"checkpoint_dir": str(folder), **kw})
 
 
 # --- writers for real checkpoint bytes ------------------------------------------------------------

@@ -20,7 +20,7 @@ from nightshift.runtime.store import Store
 from nightshift.skills.auto_resume import auto_resume
 from nightshift.skills.base import SkillContext
 
-from conftest import need
+from conftest import need, run_skill
 
 
 @pytest.fixture
@@ -74,13 +74,13 @@ def test_torn_and_nan_checkpoints_are_passed_over(torch, ctx, tmp_path):
     nan = nanogpt_ckpt(torch, tmp_path / "run" / "ckpt_200.pt", 200, bad=True)
     torn = nanogpt_ckpt(torch, tmp_path / "run" / "ckpt_300.pt", 300)
     torn.write_bytes(torn.read_bytes()[: torn.stat().st_size // 2])
-    r = auto_resume(ctx, {"checkpoint_dir": str(tmp_path)})
+    r = run_skill(auto_resume, ctx, {"checkpoint_dir": str(tmp_path)})
     assert r.step == 100 and r.path.endswith("ckpt_100.pt")
     reasons = {Path(s.path).name: s.reason for s in r.skipped}
     assert "zip" in reasons["ckpt_300.pt"]
     assert "NaN" in reasons["ckpt_200.pt"] and "model.weight" in reasons["ckpt_200.pt"]
     assert str(nan) in [s.path for s in r.skipped]
-    kept = auto_resume(ctx, {"checkpoint_dir": str(tmp_path), "reject_nonfinite": False})
+    kept = run_skill(auto_resume, ctx, {"checkpoint_dir": str(tmp_path), "reject_nonfinite": False})
     assert kept.step == 200
 
 
@@ -98,7 +98,7 @@ def test_safetensors_nan_and_epoch_steps(torch, ctx, tmp_path):
         ("model_step_10.safetensors", 10, "name"),
     ]
     assert "inf" in checkpoints.nonfinite(found[0])
-    r = auto_resume(ctx, {"checkpoint_dir": str(tmp_path), "steps_per_epoch": 5})
+    r = run_skill(auto_resume, ctx, {"checkpoint_dir": str(tmp_path), "steps_per_epoch": 5})
     assert r.step == 15
 
 
@@ -112,11 +112,15 @@ def test_hf_checkpoint_folder_two_levels_down(torch, ctx, tmp_path):
         model.save_pretrained(folder)  # Trainer writes the weights first ...
         transformers.TrainerState(global_step=step).save_to_json(str(folder / "trainer_state.json"))
     (tmp_path / "runs" / "exp1" / "hf_out" / "checkpoint-100" / "trainer_state.json").unlink()
-    r = auto_resume(ctx, {"checkpoint_dir": str(tmp_path / "runs")})  # ... its state last
+    r = run_skill(
+        auto_resume, ctx, {"checkpoint_dir": str(tmp_path / "runs")}
+    )  # ... its state last
     assert r.framework == "huggingface" and r.step == 50 and r.step_from == "trainer_state"
     assert "trainer_state.json" in r.skipped[0].reason
     assert r.command is None
-    plan = auto_resume(ctx, {"checkpoint_dir": str(tmp_path / "runs"), "command": ["train.py"]})
+    plan = run_skill(
+        auto_resume, ctx, {"checkpoint_dir": str(tmp_path / "runs"), "command": ["train.py"]}
+    )
     assert plan.command == ["train.py", "--resume_from_checkpoint", plan.path]
 
 
@@ -167,11 +171,11 @@ def test_tf_model_dir_newest_whole_checkpoint_below_the_root(protobuf, ctx, tmp_
     import shutil
 
     root = shutil.copytree(TF_FIXTURES / "model_dir", tmp_path / "model_dir")
-    r = auto_resume(ctx, {"checkpoint_dir": str(root)})
+    r = run_skill(auto_resume, ctx, {"checkpoint_dir": str(root)})
     assert (r.framework, r.step, Path(r.path).name) == ("tensorflow", 3, "ckpt-3")
     data = root / "train" / "ckpt-3.data-00000-of-00001"
     data.write_bytes(data.read_bytes()[:-100])  # the index is intact, the data is not
-    r = auto_resume(ctx, {"checkpoint_dir": str(root)})
+    r = run_skill(auto_resume, ctx, {"checkpoint_dir": str(root)})
     assert r.step == 2 and "cut short" in r.skipped[0].reason, r.skipped
 
 

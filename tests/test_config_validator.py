@@ -17,7 +17,7 @@ from nightshift.runtime.training_configs import TrainingView
 from nightshift.skills.base import SkillContext
 from nightshift.skills.config_validator import SCHEMA_FIRST, config_validator, estimate_memory
 
-from conftest import nightshift
+from conftest import nightshift, run_skill
 
 NOW = datetime(2026, 12, 2, 3, 0)
 
@@ -57,7 +57,7 @@ def fields(findings: list) -> list[str | None]:
 
 def test_valid_spec_has_no_findings(ctx):
     """A careful spec passes with no errors, warnings or suggestions."""
-    out = config_validator(ctx, {"spec": good_spec()})
+    out = run_skill(config_validator, ctx, {"spec": good_spec()})
     assert out.valid and out.errors == [] and out.warnings == [] and out.suggestions == []
     assert out.estimate is None
 
@@ -68,7 +68,7 @@ def test_schema_errors_name_field_path_and_line(ctx, tmp_path):
     path.write_text(
         "name: bad\ncommand: [python, train.py]\nretries: -1\nresources:\n  gpus: two\npriorty: 3\n"
     )
-    out = config_validator(ctx, {"path": str(path)})
+    out = run_skill(config_validator, ctx, {"path": str(path)})
     assert not out.valid
     found = {(f.field, f.line) for f in out.errors}
     assert found == {("retries", 3), ("resources.gpus", 5), ("priorty", 6)}
@@ -77,16 +77,16 @@ def test_schema_errors_name_field_path_and_line(ctx, tmp_path):
 
 def test_schema_errors_from_a_mapping_have_paths_but_no_lines(ctx):
     """A spec passed as a mapping has no lines; the field path still says where."""
-    out = config_validator(ctx, {"spec": good_spec(command="python train.py --lr 1")})
+    out = run_skill(config_validator, ctx, {"spec": good_spec(command="python train.py --lr 1")})
     assert not out.valid and fields(out.errors) == ["command"] and out.errors[0].line is None
 
 
 def test_unreadable_file_is_an_error(ctx, tmp_path):
     """A missing file or broken YAML is reported as an error, with the line where YAML broke."""
-    assert not config_validator(ctx, {"path": str(tmp_path / "nope.yaml")}).valid
+    assert not run_skill(config_validator, ctx, {"path": str(tmp_path / "nope.yaml")}).valid
     broken = tmp_path / "broken.yaml"
     broken.write_text("name: x\ncommand: [a, b\n")
-    out = config_validator(ctx, {"path": str(broken)})
+    out = run_skill(config_validator, ctx, {"path": str(broken)})
     assert not out.valid and out.errors[0].line is not None
 
 
@@ -94,23 +94,23 @@ def test_json_spec_file(ctx, tmp_path):
     """JSON spec files are read the same way as YAML."""
     path = tmp_path / "spec.json"
     path.write_text(json.dumps(good_spec()))
-    assert config_validator(ctx, {"path": str(path)}).valid
+    assert run_skill(config_validator, ctx, {"path": str(path)}).valid
 
 
 def test_missing_script_and_workdir_are_errors(ctx, tmp_path):
     """A command naming a script that is not there fails validation, before anything launches."""
     (tmp_path / "train.py").write_text("print('hi')\n")
     spec = good_spec(code={"path": str(tmp_path)}, environment={})
-    assert config_validator(ctx, {"spec": spec}).valid
+    assert run_skill(config_validator, ctx, {"spec": spec}).valid
     spec["command"] = ["python", "trian.py", "--lr", "{lr}", "--seed", "{seed}"]
-    out = config_validator(ctx, {"spec": spec})
+    out = run_skill(config_validator, ctx, {"spec": spec})
     assert (
         not out.valid
         and fields(out.errors) == ["command.1"]
         and "trian.py" in out.errors[0].message
     )
     missing = good_spec(code={"path": str(tmp_path / "nowhere")}, environment={})
-    assert fields(config_validator(ctx, {"spec": missing}).errors) == ["code.path"]
+    assert fields(run_skill(config_validator, ctx, {"spec": missing}).errors) == ["code.path"]
 
 
 def test_script_resolved_against_the_spec_file(ctx, tmp_path):
@@ -121,7 +121,7 @@ def test_script_resolved_against_the_spec_file(ctx, tmp_path):
     spec["command"] = ["python", "train.py", "-m", "x.py", "--lr", "{lr}", "--seed", "{seed}"]
     path = tmp_path / "spec.json"
     path.write_text(json.dumps(spec))
-    assert config_validator(ctx, {"path": str(path)}).valid
+    assert run_skill(config_validator, ctx, {"path": str(path)}).valid
 
 
 def test_unfilled_placeholder_is_an_error(ctx):
@@ -129,7 +129,7 @@ def test_unfilled_placeholder_is_an_error(ctx):
     spec = good_spec(
         command=["python", "train.py", "--epochs", "{epochs}", "--ckpt", "{checkpoint_dir}"]
     )
-    out = config_validator(ctx, {"spec": spec})
+    out = run_skill(config_validator, ctx, {"spec": spec})
     assert (
         not out.valid and fields(out.errors) == ["command"] and "{epochs}" in out.errors[0].message
     )
@@ -142,7 +142,7 @@ def test_search_space_fills_placeholders(ctx):
         command=["python", "t.py", "--wd", "{wd}", "--seed", "{seed}"],
         search_space={"wd": [0.0, 0.1]},
     )
-    assert config_validator(ctx, {"spec": spec}).valid
+    assert run_skill(config_validator, ctx, {"spec": spec}).valid
 
 
 @pytest.mark.parametrize(
@@ -159,7 +159,7 @@ def test_search_space_fills_placeholders(ctx):
 )
 def test_floating_image_tag_warns(ctx, image, floating):
     """An image without a pinned tag or digest may change under the same spec."""
-    out = config_validator(ctx, {"spec": good_spec(environment={"image": image})})
+    out = run_skill(config_validator, ctx, {"spec": good_spec(environment={"image": image})})
     assert out.valid
     assert ("environment.image" in fields(out.warnings)) is floating
 
@@ -168,9 +168,9 @@ def test_missing_seed_warns(ctx):
     """Without a seed a rerun or a resumed attempt is not reproducible."""
     params = {"lr": 3e-4, "optimizer": "adamw", "micro_batch_size": 32}
     spec = good_spec(parameters=params, command=["python", "t.py", "--lr", "{lr}"])
-    out = config_validator(ctx, {"spec": spec})
+    out = run_skill(config_validator, ctx, {"spec": spec})
     assert out.valid and fields(out.warnings) == ["seed"]
-    assert config_validator(ctx, {"spec": {**spec, "seed": 7}}).warnings == []
+    assert run_skill(config_validator, ctx, {"spec": {**spec, "seed": 7}}).warnings == []
 
 
 @pytest.mark.parametrize(
@@ -189,7 +189,7 @@ def test_missing_seed_warns(ctx):
 def test_learning_rate_range_per_optimizer(ctx, optimizer, lr, warns):
     """The learning rate is checked against the usual range of the optimiser the spec names."""
     params = {"lr": lr, "optimizer": optimizer, "micro_batch_size": 32, "seed": 1}
-    out = config_validator(ctx, {"spec": good_spec(parameters=params)})
+    out = run_skill(config_validator, ctx, {"spec": good_spec(parameters=params)})
     assert ("parameters.lr" in fields(out.warnings)) is warns
 
 
@@ -197,9 +197,9 @@ def test_retries_without_checkpoint_warns(ctx):
     """Retries without a checkpoint dir restart from step 0 every time."""
     spec = good_spec()
     del spec["checkpoint"]
-    out = config_validator(ctx, {"spec": spec})
+    out = run_skill(config_validator, ctx, {"spec": spec})
     assert fields(out.warnings) == ["checkpoint"]
-    assert config_validator(ctx, {"spec": {**spec, "retries": 0}}).warnings == []
+    assert run_skill(config_validator, ctx, {"spec": {**spec, "retries": 0}}).warnings == []
 
 
 def big_model(**params: Any) -> dict[str, Any]:
@@ -240,7 +240,7 @@ def test_memory_estimate_terms():
 
 def test_memory_over_target_suggests_smaller_micro_batch(ctx):
     """Over the GPU's memory: an error, and the knob change that fits with the same effective batch."""
-    out = config_validator(ctx, {"spec": big_model(), "gpu_memory_gib": 80})
+    out = run_skill(config_validator, ctx, {"spec": big_model(), "gpu_memory_gib": 80})
     assert not out.valid and fields(out.errors) == ["parameters"]
     assert "exceeds" in out.errors[0].message
     assert any("`micro_batch_size` 64 → 32 with `grad_accum` 1 → 2" in s for s in out.suggestions)
@@ -249,7 +249,9 @@ def test_memory_over_target_suggests_smaller_micro_batch(ctx):
 
 def test_memory_that_no_batch_fixes_suggests_sharding(ctx):
     """When weights and optimiser states alone do not fit, a smaller batch is not offered."""
-    out = config_validator(ctx, {"spec": big_model(params_millions=7000), "gpu_memory_gib": 80})
+    out = run_skill(
+        config_validator, ctx, {"spec": big_model(params_millions=7000), "gpu_memory_gib": 80}
+    )
     assert not out.valid
     assert not any("→" in s for s in out.suggestions) and any("FSDP" in s for s in out.suggestions)
 
@@ -284,7 +286,7 @@ def test_memory_target_from_latest_healthy_gpu_sample(ctx):
                 data={"name": "NVIDIA A100-SXM4-40GB", "memory_total_mib": 40960},
             )
         )
-    out = config_validator(ctx, {"spec": big_model(micro_batch_size=16)})
+    out = run_skill(config_validator, ctx, {"spec": big_model(micro_batch_size=16)})
     assert out.estimate is not None
     assert out.estimate.target_gpu_memory_gib == pytest.approx(81559 / 1024)
     assert "H100" in (out.estimate.target_source or "")
@@ -293,7 +295,7 @@ def test_memory_target_from_latest_healthy_gpu_sample(ctx):
 
 def test_memory_without_target_is_only_an_estimate(ctx):
     """No target GPU known: the estimate is returned and nothing is judged against it."""
-    out = config_validator(ctx, {"spec": big_model()})
+    out = run_skill(config_validator, ctx, {"spec": big_model()})
     assert out.valid and out.estimate is not None and out.estimate.target_gpu_memory_gib is None
 
 
@@ -310,18 +312,18 @@ def test_paths_outside_allowed_mounts_are_advice(tmp_path):
         "data_dir": "/scratch/imagenet",
         "out_dir": "/data/runs/x",
     }
-    out = config_validator(ctx, {"spec": good_spec(parameters=params)})
+    out = run_skill(config_validator, ctx, {"spec": good_spec(parameters=params)})
     assert out.valid and fields(out.warnings) == ["parameters.data_dir"]
     bare = SkillContext(store=ctx.store, settings=ctx.settings, now=NOW)
-    assert config_validator(bare, {"spec": good_spec(parameters=params)}).warnings == []
+    assert run_skill(config_validator, bare, {"spec": good_spec(parameters=params)}).warnings == []
 
 
 def test_exactly_one_source(ctx):
     """Both or neither of spec and path is an argument error for the planner."""
     with pytest.raises(BadArguments):
-        config_validator(ctx, {})
+        run_skill(config_validator, ctx, {})
     with pytest.raises(BadArguments):
-        config_validator(ctx, {"spec": good_spec(), "path": "x.yaml"})
+        run_skill(config_validator, ctx, {"spec": good_spec(), "path": "x.yaml"})
 
 
 # ------------------------------------------------------------ the configs people actually write
@@ -358,7 +360,7 @@ def litgpt_full(tmp_path: Path, *replacements: tuple[str, str]) -> Path:
 )
 def test_real_configs_validate_on_a_24_gib_gpu(ctx, name):
     """Every real config validates (warnings allowed) and comes back with its view."""
-    out = config_validator(ctx, {"path": str(CONFIGS / name), "gpu_memory_gib": 24})
+    out = run_skill(config_validator, ctx, {"path": str(CONFIGS / name), "gpu_memory_gib": 24})
     assert out.valid, out.errors
     assert out.view is not None and out.view.path == str(CONFIGS / name)
 
@@ -374,8 +376,10 @@ def test_axolotl_memory_by_hand(ctx):
     #   activations   (2·32 + 34) · 4096 · 2 · 4096                      = 3,288,334,336
     #   logits        4096 · 2 · 128256 · 4 bytes                        = 4,202,692,608
     #   total                                                            = 22,328,643,584 B
-    out = config_validator(
-        ctx, {"path": str(CONFIGS / "axolotl__llama-3_lora-8b.yml"), "gpu_memory_gib": 24}
+    out = run_skill(
+        config_validator,
+        ctx,
+        {"path": str(CONFIGS / "axolotl__llama-3_lora-8b.yml"), "gpu_memory_gib": 24},
     )
     est = out.estimate
     assert est is not None and est.precision == "bf16"
@@ -397,8 +401,10 @@ def test_lora_8b_fits_24_gib_full_fine_tune_does_not(ctx, tmp_path):
     #   frozen 8,030,261,248 × 2 + trained 13,631,488 × (2 weights + 2 grads + 2·2 states)
     #   + activations 34·512·1·4096·32 + logits 512·1·128256·4 = 18,713,944,064 B ≈ 17.43 GiB.
     # Full fine-tune: 8,030,261,248 × 8 bytes = 59.83 GiB before activations.
-    lora = config_validator(
-        ctx, {"path": str(CONFIGS / "litgpt__llama-3.1-8b_lora.yaml"), "gpu_memory_gib": 24}
+    lora = run_skill(
+        config_validator,
+        ctx,
+        {"path": str(CONFIGS / "litgpt__llama-3.1-8b_lora.yaml"), "gpu_memory_gib": 24},
     )
     expected = (
         LLAMA3_8B * 2
@@ -411,7 +417,9 @@ def test_lora_8b_fits_24_gib_full_fine_tune_does_not(ctx, tmp_path):
     assert lora.estimate.total_gib == pytest.approx(expected / GIB, abs=0.01)
     assert lora.estimate.frozen_bytes_per_param == 2
 
-    full = config_validator(ctx, {"path": str(litgpt_full(tmp_path)), "gpu_memory_gib": 24})
+    full = run_skill(
+        config_validator, ctx, {"path": str(litgpt_full(tmp_path)), "gpu_memory_gib": 24}
+    )
     assert not full.valid and full.estimate is not None
     assert full.estimate.bytes_per_param == 8
     static = full.estimate.weights_gib + full.estimate.gradients_gib + full.estimate.optimizer_gib
@@ -469,7 +477,7 @@ def test_smaller_micro_batch_keeps_the_global_batch(ctx, tmp_path):
         ("micro_batch_size: 1", "micro_batch_size: 4"),
         ("max_seq_length: 512", "max_seq_length: 2048"),
     )
-    out = config_validator(ctx, {"path": str(path), "gpu_memory_gib": 80})
+    out = run_skill(config_validator, ctx, {"path": str(path), "gpu_memory_gib": 80})
     assert out.view is not None and out.view.grad_accum == 8 and not out.valid
     option = next(o for o in out.options if o.change == "micro_batch")
     assert (
@@ -499,7 +507,7 @@ def test_axolotl_micro_batch_suggestion_names_its_keys(ctx, tmp_path):
         ("micro_batch_size: 2", "micro_batch_size: 8"),
         ("gradient_checkpointing: true", "gradient_checkpointing: false"),
     )
-    out = config_validator(ctx, {"path": str(path), "gpu_memory_gib": 80})
+    out = run_skill(config_validator, ctx, {"path": str(path), "gpu_memory_gib": 80})
     assert not out.valid
     option = next(o for o in out.options if o.change == "micro_batch")
     assert option.settings["micro_batch"] * option.settings["grad_accum"] == 8 * 4
@@ -528,7 +536,7 @@ def test_learning_rate_depends_on_fine_tune_or_lora(ctx, tmp_path, lora, lr, war
         )
     else:
         path = litgpt_full(tmp_path, ("lr: 0.0002", f"lr: {lr}"))
-    out = config_validator(ctx, {"path": str(path), "gpu_memory_gib": 141})
+    out = run_skill(config_validator, ctx, {"path": str(path), "gpu_memory_gib": 141})
     lr_warnings = [w for w in out.warnings if w.field == "optimizer.init_args.lr"]
     assert bool(lr_warnings) is warns
     if warns:
@@ -544,7 +552,7 @@ def test_learning_rate_from_scratch_allows_more(ctx, tmp_path):
         "  padded_vocab_size: 1024\ntrain:\n  global_batch_size: 8\n  micro_batch_size: 8\n"
         "optimizer:\n  class_path: torch.optim.AdamW\n  init_args:\n    lr: 6e-4\n"
     )
-    out = config_validator(ctx, {"path": str(p), "gpu_memory_gib": 24})
+    out = run_skill(config_validator, ctx, {"path": str(p), "gpu_memory_gib": 24})
     assert out.valid and out.view is not None and out.view.init == "scratch"
     assert out.warnings == []
 
@@ -555,14 +563,16 @@ def test_deepspeed_batch_contradiction_is_an_error(ctx, tmp_path):
     cfg.update(train_batch_size=65, train_micro_batch_size_per_gpu=4)
     p = tmp_path / "ds.json"
     p.write_text(json.dumps(cfg, indent=4))
-    out = config_validator(ctx, {"path": str(p)})
+    out = run_skill(config_validator, ctx, {"path": str(p)})
     assert not out.valid and [(e.field, e.line) for e in out.errors] == [("train_batch_size", 49)]
 
 
 def test_auto_values_skip_checks_that_need_them(ctx):
     """DeepSpeed "auto": no learning-rate verdict and no memory estimate, no error either."""
-    out = config_validator(
-        ctx, {"path": str(CONFIGS / "accelerate__zero_stage3_offload_config.json")}
+    out = run_skill(
+        config_validator,
+        ctx,
+        {"path": str(CONFIGS / "accelerate__zero_stage3_offload_config.json")},
     )
     assert out.valid and out.warnings == [] and out.estimate is None
     assert out.view is not None and "optimizer.params.lr" in out.view.auto_fields
@@ -576,7 +586,7 @@ def test_config_seed_placeholders_and_mounts(tmp_path):
         now=NOW,
         policy_limits={"allowed_mount_roots": ["/data"]},
     )
-    d2 = config_validator(ctx, {"path": str(CONFIGS / "detectron2__Base-RCNN-FPN.yaml")})
+    d2 = run_skill(config_validator, ctx, {"path": str(CONFIGS / "detectron2__Base-RCNN-FPN.yaml")})
     assert d2.valid and fields(d2.warnings) == ["SEED"]
     path = derived(
         tmp_path,
@@ -584,7 +594,7 @@ def test_config_seed_placeholders_and_mounts(tmp_path):
         "a.yml",
         ("output_dir: ./outputs/lora-out", "output_dir: /scratch/${RUN}/out"),
     )
-    out = config_validator(ctx, {"path": str(path), "gpu_memory_gib": 24})
+    out = run_skill(config_validator, ctx, {"path": str(path), "gpu_memory_gib": 24})
     assert out.valid
     assert sorted(fields(out.warnings)) == ["output_dir", "output_dir"]
     messages = " ".join(w.message for w in out.warnings)
@@ -595,7 +605,7 @@ def test_unrecognised_file_is_checked_as_a_spec(ctx, tmp_path):
     """A mapping that is no known format gets the spec's schema errors and a hint saying so."""
     p = tmp_path / "x.yaml"
     p.write_text("train:\n  epochs: 3\n")
-    out = config_validator(ctx, {"path": str(p)})
+    out = run_skill(config_validator, ctx, {"path": str(p)})
     assert not out.valid and "name" in fields(out.errors)
     assert out.suggestions[0] == SCHEMA_FIRST and "not a recognised" in out.suggestions[1]
 
@@ -604,7 +614,7 @@ def test_spec_gets_a_view_and_a_table_count(ctx):
     """An experiment spec naming a known model gets its count from the table and an estimate."""
     spec = good_spec()
     spec["parameters"] = {**spec["parameters"], "model": "gpt2", "precision": "fp32"}
-    out = config_validator(ctx, {"spec": spec})
+    out = run_skill(config_validator, ctx, {"spec": spec})
     assert out.valid and out.view is not None and out.view.params_source == "table"
     assert out.estimate is not None
     assert out.estimate.params_millions == pytest.approx(124.439808)

@@ -37,6 +37,8 @@ from nightshift.skills.diagnose_failure import (
     diagnose_failure,
 )
 
+from conftest import run_skill
+
 # The fewest logs each category must have (the brief's minimums; the older folders at their size).
 MINIMUM = {
     "crashed": 20,
@@ -202,7 +204,7 @@ statuses = st.fixed_dictionaries(
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(log=logs, status=statuses)
 def test_fuzzed_text_logs_never_raise(ctx, log, status):
-    _valid(diagnose_failure(ctx, {"log_tail": log, **status}))
+    _valid(run_skill(diagnose_failure, ctx, {"log_tail": log, **status}))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -219,7 +221,7 @@ def test_fuzzed_files_with_invalid_utf8_never_raise(ctx, data, status):
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "attempt.log"
         path.write_bytes(data)
-        _valid(diagnose_failure(ctx, {"log_path": str(path), **status}))
+        _valid(run_skill(diagnose_failure, ctx, {"log_path": str(path), **status}))
 
 
 @settings(max_examples=150, deadline=None)

@@ -19,7 +19,7 @@ from nightshift.runtime.store import AuditEvent, Store
 from nightshift.skills.base import SkillContext
 from nightshift.skills.diagnose_failure import DiagnoseFailureResult, diagnose_failure
 
-from conftest import nightshift
+from conftest import nightshift, run_skill
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 TRAIN = Path(__file__).resolve().parents[1] / "examples" / "train_numpy.py"
@@ -39,7 +39,7 @@ def ctx(tmp_path) -> SkillContext:
 def diagnose(ctx, name: str | None = None, **kw):
     if name is not None:
         kw["log_path"] = str(LOGS / name)
-    return diagnose_failure(ctx, kw)
+    return run_skill(diagnose_failure, ctx, kw)
 
 
 @pytest.mark.parametrize(
@@ -572,7 +572,7 @@ def test_log_tail_and_log_path_together_are_refused(ctx):
 
 def test_missing_log_file_is_reported_not_raised(ctx, tmp_path):
     """A log that was never written still gets a verdict from the exit status."""
-    r = diagnose_failure(ctx, {"log_path": str(tmp_path / "nope.log"), "exit_code": -9})
+    r = run_skill(diagnose_failure, ctx, {"log_path": str(tmp_path / "nope.log"), "exit_code": -9})
     assert r.category == "killed" and "could not be read" in r.reasoning
 
 
@@ -582,7 +582,7 @@ def test_long_log_line_numbers_count_the_whole_file(ctx, tmp_path):
     with open(big, "w") as f:
         f.writelines(f"step {i} loss 0.5 lr 3e-4 tokens/s 81234.5\n" for i in range(300_000))
         f.write("ModuleNotFoundError: No module named 'flash_attn'\n")
-    r = diagnose_failure(ctx, {"log_path": str(big), "exit_code": 1})
+    r = run_skill(diagnose_failure, ctx, {"log_path": str(big), "exit_code": 1})
     assert r.category == "import_or_env"
     assert r.evidence[0].line_no == 300_001
 

@@ -33,7 +33,7 @@ from nightshift.runtime.store import GpuSample, Store
 from nightshift.skills.base import SkillContext
 from nightshift.skills.gpu_health import gpu_health_check, judge_reading
 
-from conftest import nightshift
+from conftest import nightshift, run_skill
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nvidia_smi"
 H100_QUERY = (FIXTURES / "h100_80gb_load_query_gpu.csv").read_text()
@@ -246,7 +246,7 @@ def test_smi_probe_reports_lost_gpu(tmp_path):
         )
     lost = "Unable to determine the device handle for GPU0000:3B:00.0: GPU is lost. Reboot the system\n"
     ctx.probe = NvidiaSmiProbe(runner=FakeSmi(extra_lines=lost))
-    out = gpu_health_check(ctx, {})
+    out = run_skill(gpu_health_check, ctx, {})
     assert out.overall == "CRITICAL"
     by_index = {v.index: v for v in out.gpus}
     assert by_index[0].verdict == "OK"
@@ -539,7 +539,7 @@ def test_nvml_lost_gpu_is_critical(monkeypatch, tmp_path):
         and "utilization_pct" in c.unreadable
     )
     ctx = make_ctx(tmp_path, probe=NvmlProbe())
-    out = gpu_health_check(ctx, {})
+    out = run_skill(gpu_health_check, ctx, {})
     assert [v.verdict for v in out.gpus] == [
         "OK",
         "CRITICAL",
@@ -608,7 +608,7 @@ def test_inventory_errors_name_field_and_line(tmp_path):
 
 def test_no_gpu_probe_reports_no_gpus(tmp_path):
     """Without any backend the skill says NO_GPUS and why, and records nothing."""
-    out = gpu_health_check(make_ctx(tmp_path, probe=NoGpuProbe()), {})
+    out = run_skill(gpu_health_check, make_ctx(tmp_path, probe=NoGpuProbe()), {})
     assert out.overall == "NO_GPUS" and out.gpus == [] and out.backend == "none"
     assert "no NVIDIA driver or nvidia-smi found; planning for CPU" in out.message
     assert out.recorded == 0
@@ -617,7 +617,7 @@ def test_no_gpu_probe_reports_no_gpus(tmp_path):
 def test_backend_error_without_gpus_is_unknown(tmp_path):
     """A backend that failed to read is UNKNOWN, not an empty healthy machine."""
     probe = StaticProbe(ProbeResult(backend="nvml", error="NVML could not count GPUs: Unknown"))
-    out = gpu_health_check(make_ctx(tmp_path, probe=probe), {})
+    out = run_skill(gpu_health_check, make_ctx(tmp_path, probe=probe), {})
     assert out.overall == "UNKNOWN" and "could not count" in out.message
 
 
@@ -698,7 +698,9 @@ def test_thresholds_come_from_settings(tmp_path):
     """The configured thresholds decide, and the result echoes them."""
     settings = Settings(home=str(tmp_path), health={"temp_warning_c": 50, "temp_critical_c": 55})
     probe = StaticProbe(ProbeResult(backend="static", gpus=[reading(temperature_c=56.0)]))
-    out = gpu_health_check(make_ctx(tmp_path, probe=probe, settings=settings), {"record": False})
+    out = run_skill(
+        gpu_health_check, make_ctx(tmp_path, probe=probe, settings=settings), {"record": False}
+    )
     assert out.overall == "CRITICAL" and out.thresholds.temp_critical_c == 55
     assert out.gpus[0].reasons[0].threshold == 55
 
@@ -714,7 +716,7 @@ def test_records_one_sample_per_gpu(tmp_path):
     """Each verdict lands in GpuSample with the reading as data, stamped with ctx.now."""
     (tmp_path / "inv.yaml").write_text(INVENTORY)
     ctx = make_ctx(tmp_path, probe=InventoryProbe(tmp_path / "inv.yaml"))
-    out = gpu_health_check(ctx, {})
+    out = run_skill(gpu_health_check, ctx, {})
     assert out.overall == "CRITICAL" and out.recorded == 2
     rows = samples(ctx)
     assert [(r.gpu_index, r.verdict, r.taken_at) for r in rows] == [
@@ -731,14 +733,14 @@ def test_record_false_writes_nothing(tmp_path):
     """A dry look at the GPUs leaves the store untouched."""
     (tmp_path / "inv.yaml").write_text(INVENTORY)
     ctx = make_ctx(tmp_path, probe=InventoryProbe(tmp_path / "inv.yaml"))
-    assert gpu_health_check(ctx, {"record": False}).recorded == 0 and samples(ctx) == []
+    assert run_skill(gpu_health_check, ctx, {"record": False}).recorded == 0 and samples(ctx) == []
 
 
 def test_gpu_filter_and_unknown_index(tmp_path):
     """Asking for some GPUs checks only those; an index the backend does not see is UNKNOWN."""
     (tmp_path / "inv.yaml").write_text(INVENTORY)
     ctx = make_ctx(tmp_path, probe=InventoryProbe(tmp_path / "inv.yaml"))
-    out = gpu_health_check(ctx, {"gpus": [0, 5]})
+    out = run_skill(gpu_health_check, ctx, {"gpus": [0, 5]})
     assert [(v.index, v.verdict) for v in out.gpus] == [(0, "OK"), (5, "UNKNOWN")]
     assert [r.gpu_index for r in samples(ctx)] == [0]
 
@@ -747,14 +749,14 @@ def test_probe_from_settings_when_ctx_has_none(tmp_path):
     """Without ctx.probe the skill builds one from settings (here: the declared inventory)."""
     (tmp_path / "inv.yaml").write_text(INVENTORY)
     settings = Settings(home=str(tmp_path), gpu={"probe": "inventory", "inventory": "inv.yaml"})
-    out = gpu_health_check(make_ctx(tmp_path, settings=settings), {"record": False})
+    out = run_skill(gpu_health_check, make_ctx(tmp_path, settings=settings), {"record": False})
     assert out.backend == "inventory" and len(out.gpus) == 2
 
 
 def test_bad_arguments_go_back_to_the_planner(tmp_path):
     """Arguments are validated by the input model before anything is read."""
     with pytest.raises(BadArguments, match="gpus"):
-        gpu_health_check(make_ctx(tmp_path, probe=NoGpuProbe()), {"gpus": "all"})
+        run_skill(gpu_health_check, make_ctx(tmp_path, probe=NoGpuProbe()), {"gpus": "all"})
 
 
 def test_same_inputs_same_result(tmp_path):
@@ -763,7 +765,7 @@ def test_same_inputs_same_result(tmp_path):
         ProbeResult(backend="static", gpus=[reading(temperature_c=85.0), reading(index=1)])
     )
     ctx = make_ctx(tmp_path, probe=probe)
-    assert gpu_health_check(ctx, {}) == gpu_health_check(ctx, {})
+    assert run_skill(gpu_health_check, ctx, {}) == run_skill(gpu_health_check, ctx, {})
 
 
 # ------------------------------------------------------------------------ pasted nvidia-smi output
@@ -774,7 +776,7 @@ H100_TABLE = (FIXTURES / "h100_80gb_load_table.txt").read_text()
 def test_paste_is_judged_but_not_recorded(tmp_path):
     """A colleague's `-q` paste gets the same verdicts; it is not this machine, so nothing is recorded."""
     ctx = make_ctx(tmp_path, probe=NoGpuProbe())
-    out = gpu_health_check(ctx, {"from_text": H100_Q})
+    out = run_skill(gpu_health_check, ctx, {"from_text": H100_Q})
     assert out.backend == "paste:q" and out.overall == "OK" and out.recorded == 0
     [v] = out.gpus
     assert (v.index, v.name, v.reading.memory_used_mib) == (0, "NVIDIA H100 80GB HBM3", 19818)
@@ -786,7 +788,7 @@ def test_paste_recorded_when_asked(tmp_path):
     path = tmp_path / "smi.txt"
     path.write_text(H100_TABLE)
     ctx = make_ctx(tmp_path)
-    out = gpu_health_check(ctx, {"from_file": str(path), "record": True})
+    out = run_skill(gpu_health_check, ctx, {"from_file": str(path), "record": True})
     assert out.backend == "paste:table" and out.recorded == 1
     assert [(r.gpu_index, r.verdict) for r in samples(ctx)] == [(0, "OK")]
 
@@ -795,7 +797,7 @@ def test_paste_is_not_compared_with_this_machine(tmp_path):
     """A paste showing one GPU does not make this machine's other recorded GPUs 'disappeared'."""
     ctx = make_ctx(tmp_path)
     record_sample(ctx, 1, "GPU-here-1", "OK")
-    out = gpu_health_check(ctx, {"from_text": H100_Q})
+    out = run_skill(gpu_health_check, ctx, {"from_text": H100_Q})
     assert [v.index for v in out.gpus] == [0] and out.overall == "OK"
 
 
@@ -809,7 +811,7 @@ def test_lost_gpu_in_a_paste_is_not_matched_with_this_machine(tmp_path):
             )
         )
     lost = "Unable to determine the device handle for GPU0000:3B:00.0: GPU is lost.\n"
-    out = gpu_health_check(ctx, {"from_text": lost + H100_Q})
+    out = run_skill(gpu_health_check, ctx, {"from_text": lost + H100_Q})
     assert out.overall == "CRITICAL"
     [gone] = [v for v in out.gpus if v.verdict == "CRITICAL"]
     assert (gone.index, gone.uuid) == (None, None) and "0000:3B:00.0" in gone.summary
@@ -826,7 +828,7 @@ def test_lost_gpu_in_a_paste_is_not_matched_with_this_machine(tmp_path):
 def test_bad_paste_goes_back_to_the_caller(tmp_path, args, match):
     """Two sources, text that is not nvidia-smi output, or a missing file: an input error saying so."""
     with pytest.raises(BadArguments, match=match):
-        gpu_health_check(make_ctx(tmp_path, probe=NoGpuProbe()), args)
+        run_skill(gpu_health_check, make_ctx(tmp_path, probe=NoGpuProbe()), args)
 
 
 # ------------------------------------------------------------------------ GPUs the probe no longer sees
@@ -860,7 +862,7 @@ def test_inventory_gpu_not_seen_is_critical(tmp_path):
     )
     settings = Settings(home=str(tmp_path), gpu={"inventory": "inv.yaml"})
     ctx = make_ctx(tmp_path, probe=static_gpus(0), settings=settings)
-    out = gpu_health_check(ctx, {})
+    out = run_skill(gpu_health_check, ctx, {})
     assert out.overall == "CRITICAL"
     by_index = {v.index: v for v in out.gpus}
     assert by_index[0].verdict == "OK"
@@ -879,7 +881,9 @@ def test_unreadable_inventory_is_a_note_not_a_failure(tmp_path):
     """A broken inventory file does not stop the check; the message says it was not compared."""
     (tmp_path / "inv.yaml").write_text("gpus:\n  - name: A100\n    memory_total_mib: lots\n")
     settings = Settings(home=str(tmp_path), gpu={"inventory": "inv.yaml"})
-    out = gpu_health_check(make_ctx(tmp_path, probe=static_gpus(0), settings=settings), {})
+    out = run_skill(
+        gpu_health_check, make_ctx(tmp_path, probe=static_gpus(0), settings=settings), {}
+    )
     assert out.overall == "OK" and "inventory not compared" in out.message
 
 
@@ -887,9 +891,9 @@ def test_disappeared_gpu_is_critical_until_it_answers_again(tmp_path):
     """A GPU recorded earlier that the probe no longer sees is CRITICAL, stays so at the next check,
     and clears when it answers again; placement follows the latest verdict of each index."""
     ctx = make_ctx(tmp_path, probe=static_gpus(0, 1))
-    gpu_health_check(ctx, {})
+    run_skill(gpu_health_check, ctx, {})
     ctx.probe, ctx.now = static_gpus(0), datetime(2026, 12, 2, 4, 0)
-    out = gpu_health_check(ctx, {})
+    out = run_skill(gpu_health_check, ctx, {})
     assert out.overall == "CRITICAL"
     [gone] = [v for v in out.gpus if v.index == 1]
     assert gone.missing and gone.uuid == "GPU-1" and gone.reading is None
@@ -899,9 +903,9 @@ def test_disappeared_gpu_is_critical_until_it_answers_again(tmp_path):
     assert slot_verdicts(ctx) == {0: "OK", 1: "CRITICAL"}
 
     ctx.now = datetime(2026, 12, 2, 5, 0)
-    assert gpu_health_check(ctx, {}).gpus[-1].missing  # still gone: still reported
+    assert run_skill(gpu_health_check, ctx, {}).gpus[-1].missing  # still gone: still reported
     ctx.probe, ctx.now = static_gpus(0, 1), datetime(2026, 12, 2, 6, 0)
-    back = gpu_health_check(ctx, {})
+    back = run_skill(gpu_health_check, ctx, {})
     assert back.overall == "OK" and not any(v.missing for v in back.gpus)
     assert slot_verdicts(ctx) == {0: "OK", 1: "OK"}
 
@@ -909,11 +913,11 @@ def test_disappeared_gpu_is_critical_until_it_answers_again(tmp_path):
 def test_gpu_that_fell_off_shifts_the_indices(tmp_path):
     """GPU 1 falls off and GPU 2 answers as index 1: GPU-1 disappeared, and index 2 no longer exists."""
     ctx = make_ctx(tmp_path, probe=static_gpus(0, 1, 2))
-    gpu_health_check(ctx, {})
+    run_skill(gpu_health_check, ctx, {})
     shifted = [reading(index=0, uuid="GPU-0"), reading(index=1, uuid="GPU-2")]
     ctx.probe = StaticProbe(ProbeResult(backend="static", gpus=shifted))
     ctx.now = datetime(2026, 12, 2, 4, 0)
-    out = gpu_health_check(ctx, {})
+    out = run_skill(gpu_health_check, ctx, {})
     missing = {v.index: v.reasons[0].message for v in out.gpus if v.missing}
     assert "GPU disappeared since the last check (GPU-1" in missing[1]
     assert (
@@ -928,7 +932,7 @@ def test_missing_rules_need_a_successful_read(tmp_path):
     ctx = make_ctx(tmp_path)
     record_sample(ctx, 0, "GPU-0", "OK")
     ctx.probe = StaticProbe(ProbeResult(backend="nvml", error="NVML could not count GPUs"))
-    out = gpu_health_check(ctx, {})
+    out = run_skill(gpu_health_check, ctx, {})
     assert out.overall == "UNKNOWN" and out.gpus == []
 
 
@@ -937,7 +941,7 @@ def test_gpu_filter_applies_to_missing_gpus(tmp_path):
     ctx = make_ctx(tmp_path)
     record_sample(ctx, 1, "GPU-1", "OK")
     ctx.probe = static_gpus(0)
-    out = gpu_health_check(ctx, {"gpus": [0]})
+    out = run_skill(gpu_health_check, ctx, {"gpus": [0]})
     assert [v.index for v in out.gpus] == [0] and out.overall == "OK"
 
 
@@ -958,7 +962,7 @@ def test_placement_quarantines_critical_until_a_later_check_clears_it(tmp_path):
     from nightshift.runtime.placement import PendingJob, Snapshot, place
 
     ctx = make_ctx(tmp_path, probe=static_gpus(0, temperature=95.0))
-    assert gpu_health_check(ctx, {}).overall == "CRITICAL"
+    assert run_skill(gpu_health_check, ctx, {}).overall == "CRITICAL"
     job = PendingJob(id=1, gpus=1, submitted_at=NOW)
     slots = gpu_slots(ctx)
     assert [(s.index, s.verdict) for s in slots] == [(0, "CRITICAL")]
@@ -966,7 +970,7 @@ def test_placement_quarantines_critical_until_a_later_check_clears_it(tmp_path):
     assert held.starts == [] and "quarantined" in held.holds[1]
 
     ctx.probe, ctx.now = static_gpus(0), datetime(2026, 12, 2, 4, 0)
-    assert gpu_health_check(ctx, {}).overall == "OK"
+    assert run_skill(gpu_health_check, ctx, {}).overall == "OK"
     slots = gpu_slots(ctx)
     assert [(s.index, s.verdict) for s in slots] == [(0, "OK")]
     assert [s.gpus for s in place(Snapshot(now=NOW, pending=[job], gpus=slots)).starts] == [[0]]

@@ -33,7 +33,7 @@ from nightshift.runtime.store import Attempt, GpuSample, Job, Store
 from nightshift.skills.base import SkillContext
 from nightshift.skills.gpu_health import gpu_health_check
 
-from conftest import REPO, write_spec
+from conftest import REPO, run_skill, write_spec
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fake_nvidia_smi import main as fake_smi  # noqa: E402
@@ -105,7 +105,7 @@ def test_census_records_each_node_and_quarantines_the_lost_one(tmp_path):
     """Two nodes read in one job; later one GPU falls off the bus: its node's GPU is CRITICAL,
     recorded under that node, the other node's stays OK."""
     cluster = FakeCluster(tmp_path, {"10.0.0.5": "ok", "10.0.0.6": "ok"})
-    first = gpu_health_check(ctx_for(tmp_path, RayGpuCensus(cluster)), {})
+    first = run_skill(gpu_health_check, ctx_for(tmp_path, RayGpuCensus(cluster)), {})
     assert first.overall == "OK" and first.backend == "ray-census"
     assert sorted((v.host, v.index, v.verdict) for v in first.gpus) == [
         ("ray:10.0.0.5", 0, "OK"),
@@ -116,7 +116,7 @@ def test_census_records_each_node_and_quarantines_the_lost_one(tmp_path):
 
     cluster.nodes["10.0.0.6"] = "lost"
     ctx = ctx_for(tmp_path, RayGpuCensus(cluster))
-    second = gpu_health_check(ctx, {})
+    second = run_skill(gpu_health_check, ctx, {})
     assert second.overall == "CRITICAL"
     got = {(v.host, v.index): v for v in second.gpus}
     assert got[("ray:10.0.0.5", 0)].verdict == "OK"
@@ -143,12 +143,12 @@ def test_an_older_driver_is_asked_again_in_a_second_round(tmp_path):
 
 def test_a_node_that_left_the_cluster_is_critical_once(tmp_path):
     cluster = FakeCluster(tmp_path, {"10.0.0.5": "ok", "10.0.0.6": "ok"})
-    gpu_health_check(ctx_for(tmp_path, RayGpuCensus(cluster)), {})
+    run_skill(gpu_health_check, ctx_for(tmp_path, RayGpuCensus(cluster)), {})
     del cluster.nodes["10.0.0.6"]
-    out = gpu_health_check(ctx_for(tmp_path, RayGpuCensus(cluster)), {})
+    out = run_skill(gpu_health_check, ctx_for(tmp_path, RayGpuCensus(cluster)), {})
     (gone,) = [v for v in out.gpus if v.host == "ray:10.0.0.6"]
     assert gone.verdict == "CRITICAL" and "not in the Ray cluster" in gone.summary
-    again = gpu_health_check(ctx_for(tmp_path, RayGpuCensus(cluster)), {})
+    again = run_skill(gpu_health_check, ctx_for(tmp_path, RayGpuCensus(cluster)), {})
     assert [v.host for v in again.gpus] == ["ray:10.0.0.5"]  # recorded once, not every check
 
 

@@ -15,7 +15,7 @@ from nightshift.runtime.store import Store
 from nightshift.skills.auto_resume import auto_resume
 from nightshift.skills.base import SkillContext
 
-from conftest import need
+from conftest import need, run_skill
 
 pytestmark = pytest.mark.service
 
@@ -57,7 +57,8 @@ def test_plain_torch_files_newest_truncated_is_skipped(torch, ctx, tmp_path):
         train_and_save(torch, tmp_path / f"ckpt_{step}.pt", step)
     newest = tmp_path / "ckpt_300.pt"
     newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
-    r = auto_resume(
+    r = run_skill(
+        auto_resume,
         ctx,
         {
             "checkpoint_dir": str(tmp_path),
@@ -84,7 +85,7 @@ def test_flipped_byte_in_tensor_data_fails_the_crc(torch, ctx, tmp_path):
     # Flip a byte well inside the first tensor's stored bytes (after its local file header).
     raw[marker + 200] ^= 0xFF
     bad.write_bytes(bytes(raw))
-    r = auto_resume(ctx, {"checkpoint_dir": str(tmp_path)})
+    r = run_skill(auto_resume, ctx, {"checkpoint_dir": str(tmp_path)})
     assert r.step == 1000
     assert "model_step2000.pth" in r.skipped[0].path
 
@@ -93,7 +94,8 @@ def test_lightning_layout(torch, ctx, tmp_path):
     """Lightning names carry the step; last.ckpt's step comes from the file itself."""
     train_and_save(torch, tmp_path / "epoch=0-step=500.ckpt", 500)
     train_and_save(torch, tmp_path / "last.ckpt", 900)
-    r = auto_resume(
+    r = run_skill(
+        auto_resume,
         ctx,
         {
             "checkpoint_dir": str(tmp_path),
@@ -116,7 +118,9 @@ def test_huggingface_checkpoint_folders(torch, ctx, tmp_path):
     (tmp_path / "checkpoint-150" / "trainer_state.json").write_text(
         json.dumps({"global_step": 150})
     )
-    r = auto_resume(ctx, {"checkpoint_dir": str(tmp_path), "command": ["python", "run_clm.py"]})
+    r = run_skill(
+        auto_resume, ctx, {"checkpoint_dir": str(tmp_path), "command": ["python", "run_clm.py"]}
+    )
     assert r.found and r.step == 100 and r.path.endswith("checkpoint-100")
     assert r.command[-2:] == ["--resume_from_checkpoint", r.path]
     assert any("checkpoint-150" in s.path for s in r.skipped)

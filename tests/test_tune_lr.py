@@ -23,7 +23,7 @@ from nightshift.runtime.store import Attempt, AuditEvent, CheckpointRecord, Job,
 from nightshift.skills.base import SkillContext, get_skill
 from nightshift.skills.tune_lr import TuneLrResult, read_metrics_jsonl, tune_lr
 
-from conftest import REPO, nightshift
+from conftest import REPO, nightshift, run_skill
 
 CURVES = REPO / "tests" / "fixtures" / "curves"
 TRAIN = REPO / "examples" / "train_numpy.py"
@@ -46,7 +46,7 @@ def curve(name: str) -> list[dict]:
 
 
 def decide(ctx, name: str, **kw) -> TuneLrResult:
-    return tune_lr(ctx, {"points": curve(name), "knob": "lr", **kw})
+    return run_skill(tune_lr, ctx, {"points": curve(name), "knob": "lr", **kw})
 
 
 def smoothed_tail(points: list[dict], n: int = 20) -> float:
@@ -71,7 +71,7 @@ def test_fixture_curves_regenerate_from_the_example(ctx, tmp_path):
     assert [p["step"] for p in fresh] == [p["step"] for p in stored] == list(range(1, 301))
     for a, b in zip(fresh[:50], stored[:50], strict=True):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-6)
-    again = tune_lr(ctx, {"points": fresh, "knob": "lr"})
+    again = run_skill(tune_lr, ctx, {"points": fresh, "knob": "lr"})
     assert again.decision == decide(ctx, "lr0.01.jsonl").decision == "no_change"
 
 
@@ -150,7 +150,7 @@ def test_a_long_run_at_a_small_lr_plateaus_late(ctx):
     smoothed loss last gained 1% at step 535, so at 600 the proposal is to reduce to 0.001."""
     long = curve("lr0.01_600.jsonl")
     assert long[:300] == curve("lr0.01.jsonl")
-    assert tune_lr(ctx, {"points": long[:300]}).decision == "no_change"
+    assert run_skill(tune_lr, ctx, {"points": long[:300]}).decision == "no_change"
     r = decide(ctx, "lr0.01_600.jsonl")
     assert r.decision == "reduce_lr" and r.new_lr == 0.001 and r.changes == {"lr": 0.001}
     assert r.evidence[0].step == 535 and r.evidence[1].step == 600
@@ -209,7 +209,7 @@ def test_range_test_bound_applies_when_the_steepest_point_is_too_high(ctx):
         {"step": i + 1, "lr": lr, "loss": 2.0 if lr < 0.05 else 2.0 - math.log10(lr / 0.05)}
         for i, lr in enumerate(lrs)
     ]
-    r = tune_lr(ctx, {"points": points})
+    r = run_skill(tune_lr, ctx, {"points": points})
     assert r.decision == "suggest_lr" and r.steepest_lr > r.lr_at_min_loss / 10
     assert r.suggested_lr == pytest.approx(r.lr_at_min_loss / 10, rel=1e-3)
     assert any("the bound, since the steepest descent lies above it" in x for x in r.reasoning)
@@ -241,7 +241,8 @@ def _pts(losses, lr=0.1, grads=None):
 def test_grad_norm_explosion_is_a_divergence(ctx):
     """A grad norm 10× its running minimum (smoothed) diverges before the loss shows it."""
     grads = [1.0] * 30 + [50.0] * 5
-    r = tune_lr(
+    r = run_skill(
+        tune_lr,
         ctx,
         {
             "points": _pts([1.0 - i * 0.01 for i in range(35)], grads=grads),
@@ -250,7 +251,7 @@ def test_grad_norm_explosion_is_a_divergence(ctx):
     )
     assert r.decision == "lower_lr_and_resume" and r.divergence_step == 31
     assert r.resume_from_step == 20 and "grad norm" in r.reasoning[0]
-    nan = tune_lr(ctx, {"points": _pts([1.0] * 10, grads=[1.0] * 9 + [math.nan])})
+    nan = run_skill(tune_lr, ctx, {"points": _pts([1.0] * 10, grads=[1.0] * 9 + [math.nan])})
     assert nan.divergence_step == 10 and "grad norm is not finite" in nan.reasoning[0]
 
 
@@ -259,7 +260,7 @@ def test_a_resumed_history_replaces_the_steps_it_redoes(ctx):
     points = _pts([2.0 - i * 0.05 for i in range(15)])
     points[10:] = [{**p, "loss": None} for p in points[10:]]  # diverged at step 11...
     points += _pts([2.0 - i * 0.05 for i in range(20)])[10:]  # ...resumed from step 10
-    r = tune_lr(ctx, {"points": points})
+    r = run_skill(tune_lr, ctx, {"points": points})
     assert r.decision == "no_change" and r.points_used == 20
     assert r.reasoning[0].startswith("5 logged point(s) were replaced")
 
@@ -267,7 +268,7 @@ def test_a_resumed_history_replaces_the_steps_it_redoes(ctx):
 def test_without_checkpoints_or_lr_the_proposal_says_what_to_do(ctx):
     """No checkpoint list and no lr logged: the step bound and the factor are still stated."""
     pts = [{"step": i, "loss": 1.0} for i in range(1, 40)] + [{"step": 40, "loss": None}]
-    r = tune_lr(ctx, {"points": pts})
+    r = run_skill(tune_lr, ctx, {"points": pts})
     assert r.decision == "lower_lr_and_resume" and r.new_lr is None and r.changes == {}
     assert any("at step 38 or earlier" in line for line in r.reasoning)
     assert any("factor 0.5" in line for line in r.reasoning)
@@ -276,12 +277,12 @@ def test_without_checkpoints_or_lr_the_proposal_says_what_to_do(ctx):
 def test_bad_arguments_are_refused(ctx):
     """Exactly one history source; parameters within their ranges."""
     with pytest.raises(BadArguments):
-        tune_lr(ctx, {})
+        run_skill(tune_lr, ctx, {})
     with pytest.raises(BadArguments):
-        tune_lr(ctx, {"points": [], "job_id": 1})
+        run_skill(tune_lr, ctx, {"points": [], "job_id": 1})
     with pytest.raises(BadArguments):
-        tune_lr(ctx, {"points": [], "factor": 2})
-    assert tune_lr(ctx, {"points": []}).reasoning == [
+        run_skill(tune_lr, ctx, {"points": [], "factor": 2})
+    assert run_skill(tune_lr, ctx, {"points": []}).reasoning == [
         "the history has no points: nothing to decide"
     ]
 
@@ -342,15 +343,15 @@ def test_job_history_from_the_store(ctx):
         s.add(CheckpointRecord(job_id=job_id, step=110, path="ck/bad.npz", valid=False))
         s.commit()
     _record(ctx.store, job_id, 1, curve("lr0.01_then_lr1.0_from_100.jsonl"))
-    r = tune_lr(ctx, {"job_id": job_id})
+    r = run_skill(tune_lr, ctx, {"job_id": job_id})
     assert r.decision == "lower_lr_and_resume" and r.resume_from_step == 100
     assert r.current_lr == 1.0 and r.changes == {"lr": 0.01}
     # The example is deterministic: resumed from step 100 at lr 0.01 it logs lr0.01.jsonl's steps.
     _record(ctx.store, job_id, 2, curve("lr0.01.jsonl")[100:150])
-    again = tune_lr(ctx, {"job_id": job_id, "current_lr": 0.01})
+    again = run_skill(tune_lr, ctx, {"job_id": job_id, "current_lr": 0.01})
     assert again.decision == "no_change" and again.points_used == 150
     with pytest.raises(SkillFailed):
-        tune_lr(ctx, {"job_id": 999})
+        run_skill(tune_lr, ctx, {"job_id": 999})
 
 
 # --- reading metrics files ----------------------------------------------------------------------
