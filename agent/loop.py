@@ -32,6 +32,7 @@ from nightshift.runtime.errors import (
     StoreFull,
     StoreGone,
     StoreLocked,
+    StoreUnavailable,
 )
 from nightshift.runtime.lifecycle import JobState
 from nightshift.runtime.store import Attempt, Job, Sweep
@@ -57,7 +58,7 @@ def print_line(line: str) -> None:
 def _kind(fault: OperatorError | None) -> str:
     """What makes two faults the same one: the class, or the text of a general store error
     (a log file after another on a full disk is still one full disk)."""
-    specific = (StoreFull, StoreLocked, StoreGone, DiskFull)
+    specific = (StoreFull, StoreLocked, StoreGone, StoreUnavailable, DiskFull)
     return type(fault).__name__ if isinstance(fault, specific) else str(fault)
 
 

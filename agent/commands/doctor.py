@@ -293,11 +293,13 @@ def _gpu(settings: Settings) -> Check:
 def _store(settings: Settings) -> Check:
     """The store opens and is at this release's schema (it is migrated if it is older)."""
     from nightshift.runtime.migrations import HEAD
+    from nightshift.runtime.runs_binding import check_store_present
     from nightshift.runtime.store import Store
 
     url = settings.store_url
     shown = url.split("@")[-1] if "@" in url else url  # never the password
     try:
+        check_store_present(url, settings.runs_dir)  # a vanished store is reported, not made
         store = Store(url, busy_timeout_s=min(settings.store.busy_timeout_s, 10.0))
     except NightshiftError as exc:
         return Check("store", "fail", str(exc), "fix store.url, or start the database it names")
