@@ -83,8 +83,8 @@ class Client:
         queued (reads still work on a full or write-locked store)."""
         from sqlmodel import col, select
 
-        from nightshift.runtime.store import AuditEvent, Job
-        from nightshift.skills.base import registry
+        from nightshift.runtime.store.db import AuditEvent, Job
+        from nightshift.skills.registry import registry
 
         found = registry().get(skill_name)
         if found is not None and found.capability == "read":

@@ -324,7 +324,7 @@ class ApiServer:
 
     def _call(self, conn: socket.socket, reader: LineReader, peer: Peer, req: Call) -> Any:
         from nightshift.agent.api import Client
-        from nightshift.skills.base import get_skill
+        from nightshift.skills.registry import get_skill
 
         try:
             get_skill(req.skill)
@@ -425,7 +425,7 @@ class ApiServer:
             return list(self.w.approvals.pending(local_now()))
         from sqlmodel import col, select
 
-        from nightshift.runtime.store import Approval
+        from nightshift.runtime.store.db import Approval
 
         with self.w.store.session() as s:
             return list(s.exec(select(Approval).order_by(col(Approval.id))))

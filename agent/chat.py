@@ -51,7 +51,7 @@ from nightshift.runtime.errors import (
 if TYPE_CHECKING:
     from nightshift.agent.planner import Planner
     from nightshift.agent.wiring import Wiring
-    from nightshift.runtime.store import Approval
+    from nightshift.runtime.store.db import Approval
 
 # How the person's own calls reach the gate: a person who can confirm their own call here
 # (policies/gate.py, PERSON_HERE), told apart from a shell in the audit.
@@ -245,7 +245,7 @@ def summarize(
 
 def approval_view(w: Wiring, row: Approval) -> ApprovalView:
     """The approval with what the policy said about its call and the jobs it touches."""
-    from nightshift.runtime.store import Job
+    from nightshift.runtime.store.db import Job
 
     verdict = w.audit.events(
         call_id=row.call_id, action="policy.verdict", limit=1, newest_first=True
@@ -664,7 +664,7 @@ class ChatSession:
     def read(self, skill: str, args: dict[str, Any]) -> Any:
         """A read the UI makes for a view (a job's attempts, its log): through the gate as this
         user and audited like any call, without a card in the chat."""
-        from nightshift.skills.base import get_skill
+        from nightshift.skills.registry import get_skill
 
         if get_skill(skill).capability != "read":
             raise BadArguments(f"{skill} is not a read skill")
@@ -952,7 +952,7 @@ class ChatSession:
         import yaml
 
         from nightshift.agent.shell import parse_key_values
-        from nightshift.skills.base import get_skill
+        from nightshift.skills.registry import get_skill
 
         skill = get_skill(args[0])
         try:
@@ -970,7 +970,7 @@ class ChatSession:
     def _why(self, job_id: int) -> None:
         """Diagnose the job's last failed attempt and explain it."""
         from nightshift.agent.planner import MONITOR_OUTCOMES
-        from nightshift.runtime.snapshot import FAILED_OUTCOMES
+        from nightshift.runtime.scheduling.snapshot import FAILED_OUTCOMES
         from nightshift.runtime.spec import ExperimentSpec
 
         job = self.w.store.job(job_id)

@@ -17,7 +17,7 @@ from nightshift.runtime.errors import BadArguments, NightshiftError
 if TYPE_CHECKING:
     from nightshift.agent.planner import Planner
     from nightshift.agent.wiring import Wiring
-    from nightshift.runtime.store import Approval
+    from nightshift.runtime.store.db import Approval
 
 # A command imports what it needs when it runs: the store (SQLAlchemy), the policy stack and the
 # agent's graph (LangGraph) take a second or more to import, and `--help` or `jobs` would pay it.
@@ -177,7 +177,7 @@ def _cfg(thread: str) -> dict[str, Any]:
 @app.command("skills")
 def skills_cmd(as_json: bool = typer.Option(False, "--json")) -> None:
     """List registered skills with their capability."""
-    from nightshift.skills.base import registry
+    from nightshift.skills.registry import registry
 
     found = registry()
     if as_json:
@@ -205,7 +205,7 @@ def skill_cmd(
     """Call one skill through the policy gate and print its result."""
     from nightshift.agent.shell import call_as_user, parse_key_values
     from nightshift.agent.wiring import Wiring
-    from nightshift.skills.base import get_skill
+    from nightshift.skills.registry import get_skill
 
     w = Wiring.load(config)
     if w.remote is None:
@@ -319,7 +319,7 @@ def approvals_list(
     from sqlmodel import select
 
     from nightshift.agent.wiring import Wiring, local_now
-    from nightshift.runtime.store import Approval
+    from nightshift.runtime.store.db import Approval
 
     w = Wiring.load(config)
     if w.remote is not None:

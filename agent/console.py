@@ -27,7 +27,7 @@ _SLOT = 0xE000
 
 def error(message: str) -> None:
     """One error line: our red `error:`, then the message exactly as it is."""
-    err_console.print(Text.assemble(("error:", "bold red"), " ", message))
+    err_console.print(Text.assemble(("error:", "bold red"), " ", message), soft_wrap=True)
 
 
 def literal(value: Any) -> Text:

@@ -10,8 +10,8 @@ the daemon: the loop reports the fault once, waits it out with backoff and says 
 (agent/loop.py), while the runs go on.
 
 One daemon serves a SQLite store, whichever home it runs from: at start it takes the store's
-lease (runtime/store_lease.py), renews it as it ticks and deletes it when it stops, and it binds
-the runs folder to the store (runtime/runs_binding.py), so a store missing, recreated or already
+lease (runtime/store/store_lease.py), renews it as it ticks and deletes it when it stops, and it binds
+the runs folder to the store (runtime/store/runs_binding.py), so a store missing, recreated or already
 served is refused before any work starts. Daemons of several nodes share a PostgreSQL store.
 
 The daemon owns its state: at start its home folder is made 0700 and the store, anchor and lock
@@ -37,9 +37,9 @@ from nightshift.agent.wiring import Wiring, os_user_name
 from nightshift.runtime import locks
 from nightshift.runtime.config import Settings
 from nightshift.runtime.errors import OperatorError
-from nightshift.runtime.runs_binding import bind_runs
-from nightshift.runtime.store import utcnow
-from nightshift.runtime.store_lease import DaemonLease
+from nightshift.runtime.store.db import utcnow
+from nightshift.runtime.store.runs_binding import bind_runs
+from nightshift.runtime.store.store_lease import DaemonLease
 
 # Files in the home folder that only the daemon's user may write.
 STATE_FILES = (

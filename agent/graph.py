@@ -22,7 +22,6 @@ from sqlmodel import select
 from nightshift.agent.goals import Goal
 from nightshift.agent.planner import Call, Finish, Observation, Planner, Watch
 from nightshift.agent.wiring import Wiring, local_now
-from nightshift.runtime import lifecycle
 from nightshift.runtime.engine import job_paths
 from nightshift.runtime.errors import (
     ApprovalRejected,
@@ -31,9 +30,10 @@ from nightshift.runtime.errors import (
     NightshiftError,
     Refused,
 )
-from nightshift.runtime.snapshot import FAILED_OUTCOMES
+from nightshift.runtime.scheduling.snapshot import FAILED_OUTCOMES
 from nightshift.runtime.spec import ExperimentSpec
-from nightshift.runtime.store import Attempt, GoalRun, Job, PlannedCall
+from nightshift.runtime.store import lifecycle
+from nightshift.runtime.store.db import Attempt, GoalRun, Job, PlannedCall
 
 AGENT = "agent"
 

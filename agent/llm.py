@@ -47,7 +47,8 @@ from nightshift.agent.planner import (
 from nightshift.prompts import load, render
 from nightshift.runtime.config import LlmSettings, Settings
 from nightshift.runtime.errors import ConfigError
-from nightshift.skills.base import field_errors, registry
+from nightshift.skills.base import field_errors
+from nightshift.skills.registry import registry
 
 if TYPE_CHECKING:
     from openai import OpenAI

@@ -4,7 +4,7 @@ A tick checks GPU health when due (placement quarantines by those verdicts), wat
 jobs (the engine), pauses the victims placement proposes — each pause through the gate as the
 `system` principal —, carries out approved calls whose requester is gone (the daemon), and hands
 failed jobs to recovery (the daemon's graph; a goal run recovers its own jobs in its graph).
-The daemon's loop also drives the sweeps (runtime/sweeps.py): it tells, prunes and asks for
+The daemon's loop also drives the sweeps (runtime/scheduling/sweeps.py): it tells, prunes and asks for
 their trials, each trial submitted through the gate as the sweep's owner.
 
 The loop survives its environment. A step that meets a fault the operator must fix — a full disk
@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 
 from sqlmodel import col, func, select
 
-from nightshift.runtime.backoff import Backoff
 from nightshift.runtime.errors import (
     DiskFull,
     NightshiftError,
@@ -34,12 +33,13 @@ from nightshift.runtime.errors import (
     StoreLocked,
     StoreUnavailable,
 )
-from nightshift.runtime.lifecycle import JobState
-from nightshift.runtime.store import Attempt, Job, Sweep
+from nightshift.runtime.scheduling.backoff import Backoff
+from nightshift.runtime.store.db import Attempt, Job, Sweep, utcnow
+from nightshift.runtime.store.lifecycle import JobState
 
 if TYPE_CHECKING:
     from nightshift.agent.wiring import Wiring
-    from nightshift.runtime.sweeps import SweepDriver
+    from nightshift.runtime.scheduling.sweeps import SweepDriver
 
 Say = Callable[[str, dict[str, Any]], None]
 
@@ -79,7 +79,7 @@ class Loop:
         # Set by the daemon: hand failed or paused jobs to recovery, carry out orphaned approvals.
         self.recover: Callable[[int, int], None] | None = None
         self.carry_out_approved = False
-        # Set by the daemon: ask, tell and prune the sweeps' trials (runtime/sweeps.py).
+        # Set by the daemon: ask, tell and prune the sweeps' trials (runtime/scheduling/sweeps.py).
         self.drive_sweeps = False
         self._sweeps: SweepDriver | None = None
         self._last_health = float("-inf")
@@ -200,7 +200,7 @@ class Loop:
         """Each running sweep's trials: told, reported, pruned and asked for; each trial is
         submitted through the gate as the sweep's owner, under a call id of its own."""
         if self._sweeps is None:
-            from nightshift.runtime.sweeps import SweepDriver
+            from nightshift.runtime.scheduling.sweeps import SweepDriver
 
             def on_event(action: str, payload: dict[str, Any]) -> None:
                 self.w.audit.append("system", action, job_id=payload.get("job_id"), payload=payload)
@@ -223,7 +223,7 @@ class Loop:
         """One trial as an ordinary job (submit_job: the policy's limits, tariffs, priorities
         and recovery apply); None while an approval holds it. SweepRefused for good."""
         from nightshift.runtime.errors import ApprovalRequired
-        from nightshift.runtime.sweeps import SweepRefused, call_key
+        from nightshift.runtime.scheduling.sweeps import SweepRefused, call_key
 
         assert sweep.id is not None
         ctx = self.w.context(sweep.owner, call_key(sweep.id, number))
@@ -241,9 +241,7 @@ class Loop:
     def _carry_out_orphans(self) -> None:
         """Approved calls nobody is carrying out (the requester's shell closed, its process was
         killed): run each once, as its requester, through the same checks."""
-        from nightshift.agent.wiring import local_now
-
-        for row in self.w.approvals.orphaned(local_now()):
+        for row in self.w.approvals.orphaned(utcnow()):
             self.say("approved", {"approval_id": row.id, "skill": row.skill})
             try:
                 self.w.gate.resume(row.id, self.w.context)  # type: ignore[arg-type]

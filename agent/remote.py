@@ -32,7 +32,7 @@ from nightshift.runtime.errors import ApprovalRequired, OperatorError
 
 if TYPE_CHECKING:
     from nightshift.runtime.config import Settings
-    from nightshift.runtime.store import Approval
+    from nightshift.runtime.store.db import Approval
 
 # The commands a client of the daemon has (README "Shared install"); the others open the store.
 SERVED = (
@@ -177,7 +177,7 @@ class Remote:
         confirm: Callable[[dict[str, Any]], bool] | None = None,
     ) -> BaseModel:
         """One skill call through the daemon's gate, as this process's uid."""
-        from nightshift.skills.base import registry
+        from nightshift.skills.registry import registry
 
         out = self.request(
             {
@@ -258,6 +258,6 @@ class Remote:
 
     @staticmethod
     def _approval_row(data: dict[str, Any]) -> Approval:
-        from nightshift.runtime.store import Approval
+        from nightshift.runtime.store.db import Approval
 
         return Approval.model_validate(data)

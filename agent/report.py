@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 from sqlmodel import select
 
 from nightshift.runtime.spec import ExperimentSpec
-from nightshift.runtime.store import Attempt, AuditEvent, Job, MetricPoint, Store
+from nightshift.runtime.store.db import Attempt, AuditEvent, Job, MetricPoint, Store
 
 if TYPE_CHECKING:
     from nightshift.agent.wiring import Wiring
@@ -149,8 +149,8 @@ def build_report(
 def report_of(w: Wiring, since: datetime, until: datetime) -> Report:
     """The report of this installation: its store, its tariff's prices, the disk its kept
     checkpoints take."""
-    from nightshift.runtime import keeper
     from nightshift.runtime.engine import job_paths
+    from nightshift.runtime.training import keeper
 
     cost_of, currency = w.energy_pricing()
     return build_report(

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from nightshift.agent.wiring import Wiring
-    from nightshift.runtime.store import Approval
+    from nightshift.runtime.store.db import Approval
 
 
 def terminal_confirm(request: dict[str, Any]) -> bool:

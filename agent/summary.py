@@ -12,7 +12,7 @@ from sqlmodel import col, select
 from nightshift.agent.console import key_values
 from nightshift.agent.wiring import Wiring
 from nightshift.runtime.spec import ExperimentSpec
-from nightshift.runtime.store import Attempt, Job, MetricPoint, PlannedCall
+from nightshift.runtime.store.db import Attempt, Job, MetricPoint, PlannedCall
 
 
 class JobOutcome(BaseModel):
@@ -62,7 +62,7 @@ def thread_jobs(w: Wiring, thread: str) -> list[int]:
     """Jobs this goal run owns: those its launch calls (submit, resume, retry) queued. Without a
     daemon the run's own loop places these and no others, and waits for them, so a job a goal
     only cancels, watches or reads is never started by it."""
-    from nightshift.skills.base import registry
+    from nightshift.skills.registry import registry
 
     skills = registry()
     return _jobs(

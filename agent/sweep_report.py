@@ -16,9 +16,9 @@ from pydantic import BaseModel, Field
 from sqlmodel import col, select
 
 from nightshift.runtime.errors import BadArguments
+from nightshift.runtime.scheduling.sweeps import gpu_hours_of, load_study, objective
 from nightshift.runtime.spec import ExperimentSpec
-from nightshift.runtime.store import Attempt, Job, MetricPoint, Store, Sweep
-from nightshift.runtime.sweeps import gpu_hours_of, load_study, objective
+from nightshift.runtime.store.db import Attempt, Job, MetricPoint, Store, Sweep
 
 
 class TrialLine(BaseModel):

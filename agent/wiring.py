@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from nightshift.policies.engine import PolicyEngine
     from nightshift.policies.gate import Gate
     from nightshift.runtime.engine import Engine
-    from nightshift.runtime.executor import Executor
-    from nightshift.runtime.store import Store
+    from nightshift.runtime.executors.executor import Executor
+    from nightshift.runtime.store.db import Store
     from nightshift.skills.base import SkillContext
 
 
@@ -67,13 +67,13 @@ class Wiring:
 
     @cached_property
     def store(self) -> Store:
-        from nightshift.runtime.store import Store
+        from nightshift.runtime.store.db import Store
 
         if self.remote is not None:
             from nightshift.agent.remote import not_served
 
             raise not_served(self.remote)
-        from nightshift.runtime.runs_binding import check_store_present
+        from nightshift.runtime.store.runs_binding import check_store_present
 
         check_store_present(self.settings.store_url, self.settings.runs_dir)
         self.settings.home_path.mkdir(parents=True, exist_ok=True)
@@ -88,7 +88,9 @@ class Wiring:
     def executor(self) -> Executor:
         ex = self.settings.executor
         if ex.kind == "docker":
-            from nightshift.runtime.docker_executor import DockerExecutor  # needs the docker extra
+            from nightshift.runtime.executors.docker_executor import (
+                DockerExecutor,  # needs the docker extra
+            )
 
             return DockerExecutor(
                 self.settings.runs_dir,
@@ -98,18 +100,18 @@ class Wiring:
                 pids_limit=ex.pids_limit,
             )
         if ex.kind == "ray":
-            from nightshift.runtime.ray_executor import RayExecutor  # needs the ray extra
+            from nightshift.runtime.executors.ray_executor import RayExecutor  # needs the ray extra
 
             return RayExecutor(
                 self.settings.runs_dir, address=ex.ray_address, stop_grace_s=ex.stop_grace_s
             )
         if ex.kind == "kubernetes":
-            from nightshift.runtime.kubernetes_executor import KubernetesExecutor
+            from nightshift.runtime.executors.kubernetes_executor import KubernetesExecutor
 
             return KubernetesExecutor(
                 self.settings.runs_dir, settings=ex.kubernetes, stop_grace_s=ex.stop_grace_s
             )
-        from nightshift.runtime.local_executor import LocalExecutor
+        from nightshift.runtime.executors.local_executor import LocalExecutor
 
         return LocalExecutor(self.settings.runs_dir)
 
@@ -147,7 +149,7 @@ class Wiring:
     def engine(self) -> Engine:
         from nightshift.policies import killswitch
         from nightshift.runtime.engine import Engine
-        from nightshift.runtime.runs_binding import bind_runs
+        from nightshift.runtime.store.runs_binding import bind_runs
 
         def on_event(action: str, payload: dict[str, Any]) -> None:
             self.audit.append("system", action, job_id=payload.get("job_id"), payload=payload)
@@ -158,7 +160,7 @@ class Wiring:
                 f"paused by {info['by']}: `nightshift resume` to start new work" if info else None
             )
 
-        # Work starts only where the runs folder belongs to this store (runtime/runs_binding.py).
+        # Work starts only where the runs folder belongs to this store (runtime/store/runs_binding.py).
         bind_runs(self.store, self.settings.runs_dir)
         engine = Engine(self.store, self.executor, self.settings, on_event=on_event, paused=paused)
         if self.server:  # the daemon, which holds the store's lease (agent/daemon.py)
@@ -186,9 +188,9 @@ class Wiring:
         """This process drives a loop of its own (`nightshift run`, chat): not on a SQLite store
         that a daemon of another home serves, whose loop would place the same jobs. (A daemon of
         this home is seen by its lock, and the command leaves the loop to it.)"""
-        from nightshift.runtime.runs_binding import shown_url
-        from nightshift.runtime.store import utcnow
-        from nightshift.runtime.store_lease import serving
+        from nightshift.runtime.store.db import utcnow
+        from nightshift.runtime.store.runs_binding import shown_url
+        from nightshift.runtime.store.store_lease import serving
 
         s = self.settings
         holder = serving(self.store, node=s.node, timeout_s=s.loop.lease_timeout_s)

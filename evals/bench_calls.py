@@ -181,7 +181,7 @@ def _stored_calls(w: Any) -> list[str | None]:
     try:
         from sqlalchemy import select
 
-        from nightshift.runtime.store import Job
+        from nightshift.runtime.store.db import Job
 
         with w.store.session() as s:
             return list(s.execute(select(Job.submitted_by_call)).scalars())
@@ -277,7 +277,7 @@ def bench_graph(root: Path, n: int, warmup: int = 3) -> dict[str, Any]:
         from nightshift.agent.graph import build_graph, sqlite_checkpointer
         from nightshift.agent.planner import DeterministicPlanner
         from nightshift.agent.wiring import Wiring
-        from nightshift.skills.base import get_skill
+        from nightshift.skills.registry import get_skill
 
         w = Wiring.load()
         client = Client(w)

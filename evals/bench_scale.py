@@ -39,17 +39,17 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import insert, select
 
-from nightshift.runtime.placement import (
+from nightshift.runtime.scheduling.placement import (
     GpuSlot,
     PendingJob,
     RunningJob,
     Snapshot,
     place,
 )
-from nightshift.runtime.snapshot import load_snapshot
+from nightshift.runtime.scheduling.snapshot import load_snapshot
+from nightshift.runtime.scheduling.tariff import PriceWindow, Tariff
 from nightshift.runtime.spec import ExperimentSpec
-from nightshift.runtime.store import Attempt, GpuSample, Job, Store
-from nightshift.runtime.tariff import PriceWindow, Tariff
+from nightshift.runtime.store.db import Attempt, GpuSample, Job, Store
 
 NOW = datetime(2026, 12, 2, 3, 0)  # naive UTC, like the store
 GPUS_PER_HOST = 8
@@ -319,7 +319,7 @@ BATCH = 100  # jobs per submit_many call in the batch measurement
 def submit_worker(proc: int, count: int, raw: bool, batch: bool = False) -> None:
     """One submitting process: build the client, say ready, wait for go, submit, report."""
     from nightshift.agent.api import Client
-    from nightshift.skills.base import get_skill
+    from nightshift.skills.registry import get_skill
 
     client = Client()
     client.w.gate  # noqa: B018 - built now, not on the first (timed) submission
@@ -475,12 +475,12 @@ class NullExecutor:
         return None
 
     def poll(self, handle: dict[str, Any]) -> Any:
-        from nightshift.runtime.executor import RunStatus
+        from nightshift.runtime.executors.executor import RunStatus
 
         return RunStatus(state="running")
 
     def stop(self, handle: dict[str, Any], grace_s: float = 10.0) -> Any:
-        from nightshift.runtime.executor import RunStatus
+        from nightshift.runtime.executors.executor import RunStatus
 
         return RunStatus(state="exited", exit_code=0)
 

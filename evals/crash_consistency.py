@@ -12,7 +12,7 @@ the programs themselves, not by nightshift's own records. Phases, in one fresh N
 
 1. random: start `nightshift daemon`, wait until it holds its lock, SIGKILL it after a random
    0-`--max-life-s` s; again, `--kills` times, topping up the queue as jobs finish;
-2. targeted: for each point of runtime/crashpoints.py, a daemon started with NIGHTSHIFT_CRASH_AT
+2. targeted: for each point of runtime/executors/crashpoints.py, a daemon started with NIGHTSHIFT_CRASH_AT
    dies there (the supervisor's own point kills one supervisor, then the daemon is killed too);
 3. race: `nightshift run GOAL` trains a job whose first attempt SIGKILLs itself (retryable); a
    daemon is started while that attempt runs, so both loops see attempt 2 become placeable at
@@ -43,7 +43,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from nightshift.runtime import crashpoints
+from nightshift.runtime.executors import crashpoints
 
 WORKLOAD = """\
 import os, sys, time

@@ -87,7 +87,7 @@ def agent_step(
     from nightshift.agent.goals import Goal
     from nightshift.agent.graph import build_graph, sqlite_checkpointer
     from nightshift.agent.planner import DeterministicPlanner
-    from nightshift.skills.base import get_skill
+    from nightshift.skills.registry import get_skill
 
     w = _wiring(home)
     skill = get_skill("gpu_health_check")
@@ -100,7 +100,7 @@ def agent_step(
     counter = iter(range(10**9))
 
     def direct() -> None:
-        skill(w.context("agent", f"direct-{next(counter)}"), {})
+        skill.fn(w.context("agent", f"direct-{next(counter)}"), skill.parse({}))  # gate's baseline
 
     def gate() -> None:
         w.gate.call(w.context("agent", f"gate-{next(counter)}"), skill, {})
@@ -146,7 +146,7 @@ def agent_step(
 def audit_throughput(root: Path, events: int, repeats: int) -> dict[str, list[float]]:
     """Events per second for append (one process, one by one) and verify, per repeat."""
     from nightshift.policies.audit import AuditLog
-    from nightshift.runtime.store import Store
+    from nightshift.runtime.store.db import Store
 
     out: dict[str, list[float]] = {"append": [], "verify": []}
     for r in range(repeats):

@@ -310,9 +310,9 @@ def run_nightshift(plan: FaultPlan, p: Profile, workdir: Path) -> RunResult:
     from nightshift.agent.api import Client
     from nightshift.agent.daemon import Daemon
     from nightshift.agent.wiring import Wiring
-    from nightshift.runtime.backoff import Backoff
     from nightshift.runtime.config import ExecutorSettings, GpuSettings, LoopSettings, Settings
     from nightshift.runtime.engine import job_workspace
+    from nightshift.runtime.scheduling.backoff import Backoff
 
     home = workdir / "nightshift"
     home.mkdir(parents=True)
@@ -425,7 +425,7 @@ def _final(daemon: Any, w: Any, job_id: int) -> tuple[bool, str]:
 # ---------------------------------------------------------------------------------- naive
 def run_naive(plan: FaultPlan, p: Profile, workdir: Path) -> RunResult:
     """A plain retry loop: same argv, cwd and environment; rerun from scratch on failure."""
-    from nightshift.runtime.backoff import backoff_delay_s
+    from nightshift.runtime.scheduling.backoff import backoff_delay_s
     from nightshift.runtime.spec import ExperimentSpec
 
     home = workdir / "naive"

@@ -12,7 +12,7 @@ and cluster (NSDI'19; synthetic, 4-GPU nodes); and `pollux`, the Pollux artifact
 is the Philly file itself, so it is run over another window: the stretch in which the most jobs
 arrive. A discrete-event loop advances from event to event (arrivals, completions, GPU health
 changes, and for the tariff-aware policies the tariff's window boundaries) and calls
-`nightshift.runtime.placement.place` at each event time at which something could change: the
+`nightshift.runtime.scheduling.placement.place` at each event time at which something could change: the
 very function object the daemon calls.
 
 Policies, all on the same trace window, health events and seeded job attributes:
@@ -72,8 +72,8 @@ from rich.console import Console
 from rich.table import Table
 
 from nightshift.evals.output import write_csv
-from nightshift.runtime import placement  # place() is looked up here at every call
-from nightshift.runtime.placement import (
+from nightshift.runtime.scheduling import placement  # place() is looked up here at every call
+from nightshift.runtime.scheduling.placement import (
     CostBand,
     GpuSlot,
     HostFit,
@@ -84,7 +84,7 @@ from nightshift.runtime.placement import (
     Start,
     penalty_of,
 )
-from nightshift.runtime.tariff import Period, PriceWindow, Tariff
+from nightshift.runtime.scheduling.tariff import Period, PriceWindow, Tariff
 
 DATA = Path(__file__).resolve().parent / "data" / "traces"
 PHILLY_FILE = DATA / "pollux_adaptdl_philly_jobs.csv.gz"

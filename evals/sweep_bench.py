@@ -213,9 +213,9 @@ def run_sweep(
     from sqlmodel import select
 
     from nightshift.agent.wiring import Wiring
+    from nightshift.runtime.scheduling.sweeps import create_sweep, load_study
     from nightshift.runtime.spec import ExperimentSpec
-    from nightshift.runtime.store import Attempt, Job, Sweep
-    from nightshift.runtime.sweeps import create_sweep, load_study
+    from nightshift.runtime.store.db import Attempt, Job, Sweep
 
     make, default_steps = MODELS[model]
     raw, every = make(steps or default_steps)

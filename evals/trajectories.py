@@ -83,7 +83,6 @@ from nightshift.agent.wiring import Wiring, local_now
 from nightshift.policies import killswitch
 from nightshift.policies.model import DEFAULT_POLICY
 from nightshift.prompts import load
-from nightshift.runtime.backoff import Backoff
 from nightshift.runtime.config import (
     ExecutorSettings,
     GpuSettings,
@@ -93,7 +92,8 @@ from nightshift.runtime.config import (
     Settings,
 )
 from nightshift.runtime.errors import NightshiftError, PolicyDenied
-from nightshift.runtime.store import Approval, Attempt, Job
+from nightshift.runtime.scheduling.backoff import Backoff
+from nightshift.runtime.store.db import Approval, Attempt, Job
 
 CASES_DIR = Path(__file__).resolve().parent / "cases"
 EXAMPLES_DIR = Path(nightshift.examples.__file__).resolve().parent

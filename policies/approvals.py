@@ -28,7 +28,7 @@ from sqlmodel import col, select
 from nightshift.policies.audit import AuditLog, iso_utc, job_id_of, write_transaction
 from nightshift.policies.engine import PolicyEngine
 from nightshift.runtime.errors import PolicyDenied, UnknownApproval
-from nightshift.runtime.store import Approval, AuditEvent, Store, dumps
+from nightshift.runtime.store.db import Approval, AuditEvent, Store, dumps
 from nightshift.skills.base import Skill
 
 _TABLE = Approval.__tablename__

@@ -51,7 +51,7 @@ from sqlmodel import Session, col, select
 from nightshift.policies.row_audit import RowBindings
 from nightshift.runtime import locks
 from nightshift.runtime.errors import StoreError
-from nightshift.runtime.store import (
+from nightshift.runtime.store.db import (
     Attempt,
     AuditEvent,
     CallTransaction,

@@ -34,9 +34,10 @@ from nightshift.runtime.errors import (
     SkillFailed,
     UnknownJob,
 )
-from nightshift.runtime.store import Approval, AuditEvent, Job, Store, dumps
+from nightshift.runtime.store.db import Approval, AuditEvent, Job, Store, dumps
 from nightshift.runtime.yamlfile import MAX_DEPTH, bounds_problem
-from nightshift.skills.base import Claims, Skill, SkillContext, SkillInput, get_skill
+from nightshift.skills.base import Claims, Skill, SkillContext, SkillInput
+from nightshift.skills.registry import get_skill
 
 # How a call reached the gate: a person at a terminal may confirm their own request there.
 Via = Literal["terminal", "api", "agent", "system", "chat"]

@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from nightshift.policies.audit import AuditLog
-from nightshift.runtime.store import Store
+from nightshift.runtime.store.db import Store
 
 KEY = "kill_switch"
 

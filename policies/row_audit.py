@@ -1,5 +1,5 @@
 """The rows against the chain: each transition's event binds digests of the job and attempt rows
-as it left them (runtime/lifecycle.py, runtime/row_digest.py); `audit verify` keeps the newest
+as it left them (runtime/store/lifecycle.py, runtime/store/row_digest.py); `audit verify` keeps the newest
 binding of every row while it walks the chain, then recomputes the rows' digests and names each
 row that was edited, inserted or deleted behind nightshift's back."""
 
@@ -9,9 +9,9 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
-from nightshift.runtime import row_digest
-from nightshift.runtime.lifecycle import JOB_BINDING, ROWS_AFTER_ATTEMPT, ROWS_AFTER_JOB
-from nightshift.runtime.store import Attempt, Job, KeyValue
+from nightshift.runtime.store import row_digest
+from nightshift.runtime.store.db import Attempt, Job, KeyValue
+from nightshift.runtime.store.lifecycle import JOB_BINDING, ROWS_AFTER_ATTEMPT, ROWS_AFTER_JOB
 
 SHOWN = 10  # rows named per kind of finding; the count says how many more
 

@@ -46,9 +46,9 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from nightshift.runtime.backoff import Backoff
 from nightshift.runtime.errors import ConfigError
-from nightshift.runtime.tariff import Tariff
+from nightshift.runtime.scheduling.backoff import Backoff
+from nightshift.runtime.scheduling.tariff import Tariff
 
 ENV_PREFIX = "NIGHTSHIFT_"
 ENV_DELIMITER = "__"
@@ -108,7 +108,7 @@ class PvcMount(BaseModel):
 
 
 class KubernetesSettings(BaseModel):
-    """Where and how a `batch/v1` Job per attempt is created (runtime/kubernetes_executor.py)."""
+    """Where and how a `batch/v1` Job per attempt is created (runtime/executors/kubernetes_executor.py)."""
 
     namespace: str = "default"
     api_url: str | None = Field(
@@ -282,7 +282,7 @@ class LoopSettings(BaseModel):
 
 
 class SchedulerSettings(BaseModel):
-    """How placement weighs and holds queued work (see runtime/placement.py)."""
+    """How placement weighs and holds queued work (see runtime/scheduling/placement.py)."""
 
     aging_per_hour: float = Field(
         1.0, ge=0, description="Priority points a waiting job gains per hour"

@@ -20,19 +20,20 @@ from typing import Any
 
 from sqlmodel import col, func, select
 
-from nightshift.runtime import checkpoints, divergence, keeper, lifecycle, metric_sources
 from nightshift.runtime.config import Settings
-from nightshift.runtime.crashpoints import crash_point
-from nightshift.runtime.divergence import Divergence
-from nightshift.runtime.early_stop import median_rule, patience_exhausted
-from nightshift.runtime.executor import Executor, LaunchRequest, RunStatus
-from nightshift.runtime.lifecycle import ACTIVE, Ended, JobState, Outcome
-from nightshift.runtime.local_time import local_zone
-from nightshift.runtime.placement import Decision, place
-from nightshift.runtime.ray_census import HOST_PREFIX
-from nightshift.runtime.snapshot import load_snapshot, on_host
+from nightshift.runtime.executors.crashpoints import crash_point
+from nightshift.runtime.executors.executor import Executor, LaunchRequest, RunStatus
+from nightshift.runtime.gpu.ray_census import HOST_PREFIX
+from nightshift.runtime.scheduling.local_time import local_zone
+from nightshift.runtime.scheduling.placement import Decision, place
+from nightshift.runtime.scheduling.snapshot import load_snapshot, on_host
 from nightshift.runtime.spec import ExperimentSpec
-from nightshift.runtime.store import Attempt, CheckpointRecord, Job, MetricPoint, Store, utcnow
+from nightshift.runtime.store import lifecycle
+from nightshift.runtime.store.db import Attempt, CheckpointRecord, Job, MetricPoint, Store, utcnow
+from nightshift.runtime.store.lifecycle import ACTIVE, Ended, JobState, Outcome
+from nightshift.runtime.training import checkpoints, divergence, keeper, metric_sources
+from nightshift.runtime.training.divergence import Divergence
+from nightshift.runtime.training.early_stop import median_rule, patience_exhausted
 
 DEADLINE_MARGIN_S = 300
 # A wall-clock jump larger than this between two ticks (beyond the time the monotonic clock saw

@@ -1,7 +1,7 @@
 """auto_resume: find the newest complete, readable checkpoint and say how to resume from it.
 
 Where checkpoints are found, how their step is read and how completeness is checked is
-`nightshift.runtime.checkpoints` (its docstring has the table of layouts). Rules kept here:
+`nightshift.runtime.training.checkpoints` (its docstring has the table of layouts). Rules kept here:
 
 1. Search the checkpoint folder and `search_dirs` (nightshift's kept good copies) together, a few
    levels deep; newest by step first, never by file time.
@@ -22,7 +22,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from nightshift.runtime import checkpoints
+from nightshift.runtime.training import checkpoints
 from nightshift.skills.base import SkillContext, skill
 
 Framework = Literal[

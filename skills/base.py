@@ -13,15 +13,13 @@ import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import cache
-from importlib.metadata import entry_points
 from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
 from nightshift.runtime.config import Settings
-from nightshift.runtime.errors import BadArguments, ConfigError, UnknownSkill
-from nightshift.runtime.store import Store
+from nightshift.runtime.errors import BadArguments
+from nightshift.runtime.store.db import Store
 
 Capability = Literal["read", "launch", "modify", "destroy"]
 CAPABILITIES: tuple[str, ...] = ("read", "launch", "modify", "destroy")
@@ -179,44 +177,3 @@ def skill(
         return Skill(name, doc, capability, inp, out, fn, store_only)
 
     return wrap
-
-
-def registry() -> dict[str, Skill]:
-    """The built-in skills (an explicit table, skills/builtin.py) plus installed packages'
-    `nightshift.skills` entry points. An entry point may add a skill, never replace one: a name
-    that is a built-in's or another entry point's is refused, naming the package, because a
-    replacement could declare a weaker capability and slip past the policy."""
-    from nightshift.skills.builtin import BUILTINS
-
-    found = dict(BUILTINS)
-    for obj, where in _entry_point_skills():
-        if obj.name in found:
-            clash = "a built-in skill" if obj.name in BUILTINS else "another package's skill"
-            raise ConfigError(
-                f"the installed entry point {where} declares skill '{obj.name}', which is {clash}: "
-                "refused (an entry point may add skills, not replace them); uninstall that "
-                "package or rename its skill"
-            )
-        found[obj.name] = obj
-    return found
-
-
-@cache
-def _entry_point_skills() -> tuple[tuple[Skill, str], ...]:
-    """Scanned once per process: walking the installed distributions costs milliseconds."""
-    out = []
-    for ep in entry_points(group="nightshift.skills"):
-        obj = ep.load()
-        if isinstance(obj, Skill):
-            dist = ep.dist.name if ep.dist is not None else "?"
-            out.append((obj, f"'{ep.name} = {ep.value}' of {dist}"))
-    return tuple(out)
-
-
-def get_skill(name: str) -> Skill:
-    skills = registry()
-    if name not in skills:
-        raise UnknownSkill(
-            f"no skill named '{name}'; `nightshift skills` lists them ({', '.join(sorted(skills))})"
-        )
-    return skills[name]

@@ -1,5 +1,5 @@
 """The built-in skills, an explicit table: what the agent can call unless a package adds more
-(entry points may add skills, never replace these; see base.registry)."""
+(entry points may add skills, never replace these; see registry.py)."""
 
 from __future__ import annotations
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 from sqlmodel import col, select
 
-from nightshift.runtime import lifecycle
 from nightshift.runtime.errors import UnknownJob
-from nightshift.runtime.lifecycle import JobState
-from nightshift.runtime.store import Attempt, Job
+from nightshift.runtime.store import lifecycle
+from nightshift.runtime.store.db import Attempt, Job
+from nightshift.runtime.store.lifecycle import JobState
 from nightshift.skills.base import Claims, SkillContext, SkillInput, skill
 from nightshift.skills.live_runs import stop_attempt
 

@@ -2,7 +2,7 @@
 
 The input is nightshift's experiment spec (a mapping or a file) or any training config people
 actually write — Hugging Face accelerate, DeepSpeed JSON, axolotl, LitGPT, detectron2 — detected
-from its keys and read into a `TrainingView` (nightshift.runtime.training_configs). The engineering
+from its keys and read into a `TrainingView` (nightshift.runtime.training.training_configs). The engineering
 checks run on that view: learning rate against the usual range for the optimiser and for fine-tuning
 versus training from scratch; memory per GPU against the target GPU, with LoRA, ZeRO sharding and
 offload and activation checkpointing counted, and changes that make it fit; a seed; placeholders
@@ -23,8 +23,8 @@ from sqlmodel import select
 
 from nightshift.runtime.errors import SpecError
 from nightshift.runtime.spec import ExperimentSpec
-from nightshift.runtime.store import GpuSample
-from nightshift.runtime.training_configs import (
+from nightshift.runtime.store.db import GpuSample
+from nightshift.runtime.training.training_configs import (
     LEARNING_RATE,
     OPTIMIZER,
     Format,

@@ -30,7 +30,7 @@ from sqlmodel import col, select
 
 from nightshift.runtime.config import HealthThresholds
 from nightshift.runtime.errors import BadArguments, SpecError
-from nightshift.runtime.gpu import (
+from nightshift.runtime.gpu.gpu import (
     ESSENTIAL_FIELDS,
     GpuReading,
     InventoryProbe,
@@ -39,9 +39,9 @@ from nightshift.runtime.gpu import (
     make_probe,
     normalize_bus_id,
 )
-from nightshift.runtime.nvidia_smi_text import TextProbe
-from nightshift.runtime.ray_census import HOST_PREFIX, RayGpuCensus
-from nightshift.runtime.store import GpuSample
+from nightshift.runtime.gpu.nvidia_smi_text import TextProbe
+from nightshift.runtime.gpu.ray_census import HOST_PREFIX, RayGpuCensus
+from nightshift.runtime.store.db import GpuSample
 from nightshift.skills.base import SkillContext, skill
 
 Verdict = Literal["OK", "WARNING", "UNKNOWN", "CRITICAL"]

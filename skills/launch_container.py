@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from nightshift.runtime.errors import SkillFailed
-from nightshift.runtime.executor import LaunchRequest
+from nightshift.runtime.executors.executor import LaunchRequest
 from nightshift.skills.base import Claims, Launch, SkillContext, SkillInput, skill
 
 

@@ -7,7 +7,7 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 from sqlmodel import select
 
-from nightshift.runtime.store import Attempt, Job
+from nightshift.runtime.store.db import Attempt, Job
 from nightshift.skills.base import SkillContext, skill
 
 

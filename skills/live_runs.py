@@ -4,9 +4,9 @@ the attempt keeps its exit status and energy like any other."""
 
 from __future__ import annotations
 
-from nightshift.runtime import lifecycle
 from nightshift.runtime.errors import SkillFailed
-from nightshift.runtime.store import Attempt
+from nightshift.runtime.store import lifecycle
+from nightshift.runtime.store.db import Attempt
 from nightshift.skills.base import SkillContext
 
 

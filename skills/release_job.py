@@ -5,10 +5,10 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 from sqlmodel import col, select
 
-from nightshift.runtime import lifecycle
 from nightshift.runtime.errors import SkillFailed, UnknownJob
-from nightshift.runtime.lifecycle import JobState, Outcome
-from nightshift.runtime.store import Attempt, Job
+from nightshift.runtime.store import lifecycle
+from nightshift.runtime.store.db import Attempt, Job
+from nightshift.runtime.store.lifecycle import JobState, Outcome
 from nightshift.skills.base import Claims, SkillContext, SkillInput, skill
 
 

@@ -6,10 +6,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from nightshift.runtime import lifecycle
 from nightshift.runtime.errors import SkillFailed
-from nightshift.runtime.lifecycle import JobState
-from nightshift.runtime.store import Job
+from nightshift.runtime.store import lifecycle
+from nightshift.runtime.store.db import Job
+from nightshift.runtime.store.lifecycle import JobState
 from nightshift.skills.base import Claims, SkillContext, SkillInput, skill
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 from sqlmodel import func, select
 
-from nightshift.runtime import lifecycle
 from nightshift.runtime.errors import SkillFailed, UnknownJob
-from nightshift.runtime.lifecycle import JobState
-from nightshift.runtime.store import Attempt, Job, KeyValue
+from nightshift.runtime.store import lifecycle
+from nightshift.runtime.store.db import Attempt, Job, KeyValue
+from nightshift.runtime.store.lifecycle import JobState
 from nightshift.skills.base import Claims, SkillContext, SkillInput, skill
 
 # The store's KeyValue rows that make a call idempotent: one per call id that requeued a job.

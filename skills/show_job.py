@@ -11,11 +11,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from nightshift.runtime import keeper
 from nightshift.runtime.engine import job_paths
 from nightshift.runtime.errors import UnknownJob
 from nightshift.runtime.spec import ExperimentSpec
-from nightshift.runtime.store import Attempt
+from nightshift.runtime.store.db import Attempt
+from nightshift.runtime.training import keeper
 from nightshift.skills.base import SkillContext, skill
 
 ENDED = ("exited", "lost", "stopped")

@@ -3,7 +3,7 @@
 A skill, so starting a sweep passes the policy gate like any launch (the same claims as one of
 its trials; each trial is then submitted through the gate as the caller), is audited, and works
 through the daemon's socket in a shared install. The study is created here, once, before any
-trial exists (runtime/sweeps.py).
+trial exists (runtime/scheduling/sweeps.py).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from nightshift.runtime.errors import BadArguments
-from nightshift.runtime.local_time import local_zone
+from nightshift.runtime.scheduling.local_time import local_zone
+from nightshift.runtime.scheduling.sweeps import create_sweep, objective, seed_lr_prior
 from nightshift.runtime.spec import MAX_SEED, SWEEP_MAX_TRIALS, SweepSpec
-from nightshift.runtime.sweeps import create_sweep, objective, seed_lr_prior
 from nightshift.skills.base import SkillContext, skill
 from nightshift.skills.submit_job import SubmitJobInput
 

@@ -1,5 +1,5 @@
 """stop_sweep: no new trials for a sweep; the trials already queued or running finish and are
-told, then the sweep ends `done` with who stopped it (runtime/sweeps.py)."""
+told, then the sweep ends `done` with who stopped it (runtime/scheduling/sweeps.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pydantic import BaseModel, Field
 from sqlmodel import select
 
 from nightshift.runtime.errors import BadArguments
-from nightshift.runtime.store import Job, Sweep
-from nightshift.runtime.sweeps import Budget
+from nightshift.runtime.scheduling.sweeps import Budget
+from nightshift.runtime.store.db import Job, Sweep
 from nightshift.skills.base import Claims, SkillContext, SkillInput, skill
 
 

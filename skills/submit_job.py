@@ -13,10 +13,10 @@ from sqlalchemy import bindparam, insert
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
-from nightshift.runtime import lifecycle
 from nightshift.runtime.errors import SkillFailed, SpecError
 from nightshift.runtime.spec import MAX_PRIORITY, ExperimentSpec, check_finite, load_spec_text
-from nightshift.runtime.store import Job
+from nightshift.runtime.store import lifecycle
+from nightshift.runtime.store.db import Job
 from nightshift.runtime.yamlfile import check_bounds, validate
 from nightshift.skills.base import Claims, HostPath, Launch, SkillContext, SkillInput, skill
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 from sqlmodel import select
 
-from nightshift.runtime.store import Job
+from nightshift.runtime.store.db import Job
 from nightshift.skills.base import Claims, SkillContext, SkillInput, skill
 from nightshift.skills.submit_job import (
     SubmitJobInput,

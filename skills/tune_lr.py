@@ -51,7 +51,7 @@ from pydantic import BaseModel, Field, model_validator
 from sqlmodel import col, select
 
 from nightshift.runtime.errors import SkillFailed
-from nightshift.runtime.store import CheckpointRecord
+from nightshift.runtime.store.db import CheckpointRecord
 from nightshift.runtime.user_files import read_limited
 from nightshift.skills.base import SkillContext, skill
 

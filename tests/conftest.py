@@ -62,7 +62,7 @@ def _violations_since(offset: int) -> tuple[str, int]:
 @pytest.fixture(autouse=True)
 def _only_the_lifecycle_moves_jobs():
     """Fails a test during which our code wrote a job's state or an attempt's end anywhere but
-    runtime/lifecycle.py (tests/lifecycle_guard.py)."""
+    runtime/store/lifecycle.py (tests/lifecycle_guard.py)."""
     seen = len(lifecycle_guard.VIOLATIONS)
     yield
     new = lifecycle_guard.VIOLATIONS[seen:]
@@ -202,8 +202,8 @@ def made_by_hand(store) -> None:
     from sqlalchemy import func
     from sqlmodel import select
 
-    from nightshift.runtime.lifecycle import ROWS_AFTER_ATTEMPT, ROWS_AFTER_JOB
-    from nightshift.runtime.store import Attempt, Job
+    from nightshift.runtime.store.db import Attempt, Job
+    from nightshift.runtime.store.lifecycle import ROWS_AFTER_ATTEMPT, ROWS_AFTER_JOB
 
     with store.session() as s:
         top_job = s.exec(select(func.max(Job.id))).one() or 0

@@ -1,7 +1,7 @@
 """Only the lifecycle moves jobs: a watch on every write of a job's state or reason and of an
 attempt's state or end (outcome, exit status, energy, cause) in the test process.
 
-A write made by code of ours outside `runtime/lifecycle.py` to a row that is already in the store
+A write made by code of ours outside `runtime/store/lifecycle.py` to a row that is already in the store
 is recorded, and conftest's autouse fixture fails the test during which it happened. Writes from
 the tests themselves (setting up a store by hand) and to rows being created are not counted.
 Core UPDATE statements do not pass through these events; tests/test_lifecycle.py reads the
@@ -15,8 +15,8 @@ from typing import Any
 
 from sqlalchemy import event, inspect
 
-from nightshift.runtime import lifecycle
-from nightshift.runtime.store import Attempt, Job
+from nightshift.runtime.store import lifecycle
+from nightshift.runtime.store.db import Attempt, Job
 
 REPO = Path(__file__).resolve().parents[1]
 OURS = tuple(str(REPO / d) + "/" for d in ("agent", "skills", "runtime", "policies", "evals"))

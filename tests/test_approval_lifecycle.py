@@ -14,7 +14,7 @@ import time
 import pytest
 
 from nightshift.agent.wiring import Wiring, local_now
-from nightshift.runtime.store import Approval, Job
+from nightshift.runtime.store.db import Approval, Job
 
 from conftest import REPO, nightshift
 

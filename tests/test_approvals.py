@@ -12,7 +12,7 @@ from nightshift.policies.audit import AuditLog
 from nightshift.policies.engine import PolicyEngine
 from nightshift.policies.model import load_policy
 from nightshift.runtime.errors import PolicyDenied
-from nightshift.runtime.store import Store
+from nightshift.runtime.store.db import Store
 
 T0 = datetime(2026, 12, 2, 3, 0)
 LATER = T0 + timedelta(minutes=5)

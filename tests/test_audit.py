@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nightshift.policies.audit import GENESIS, AuditLog, event_hash, stored_hash_matches
-from nightshift.runtime.store import Store, dumps
+from nightshift.runtime.store.db import Store, dumps
 
 from conftest import Clock
 
@@ -228,7 +228,7 @@ def test_the_anchor_catches_up_within_anchor_lag_s_without_more_appends(
 KILLED_WRITER = textwrap.dedent("""
     import os, signal, sys
     from nightshift.policies.audit import AuditLog
-    from nightshift.runtime.store import Store
+    from nightshift.runtime.store.db import Store
     db, anchor = sys.argv[1:]
     log = AuditLog(Store("sqlite:///" + db), anchor, anchor_every=100, anchor_lag_s=600)
     for i in range(10):
@@ -261,7 +261,7 @@ WRITER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     from nightshift.policies.audit import AuditLog
-    from nightshift.runtime.store import Store
+    from nightshift.runtime.store.db import Store
     db, anchor, who, n, go = sys.argv[1:]
     log = AuditLog(Store("sqlite:///" + db), anchor)
     deadline = time.time() + 60

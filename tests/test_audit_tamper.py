@@ -24,7 +24,7 @@ from nightshift.policies.gate import Gate
 from nightshift.policies.model import Policy, load_policy
 from nightshift.runtime.config import Settings
 from nightshift.runtime.errors import ApprovalRequired, PolicyDenied, StoreError
-from nightshift.runtime.store import Job, Store
+from nightshift.runtime.store.db import Job, Store
 from nightshift.skills.base import Claims, SkillContext, SkillInput, skill
 
 from conftest import Clock

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from nightshift.runtime.config import Settings
-from nightshift.runtime.store import Store
+from nightshift.runtime.store.db import Store
 from nightshift.skills.auto_resume import auto_resume, inject_resume_args
 from nightshift.skills.base import SkillContext
 
@@ -177,7 +177,7 @@ def test_crc_corruption_is_caught_without_torch(ctx, tmp_path):
     assert r.step == 100
     assert "CRC" in r.skipped[0].reason and "data/0" in r.skipped[0].reason
     probe = (
-        "import sys; from nightshift.runtime import checkpoints as c; "
+        "import sys; from nightshift.runtime.training import checkpoints as c; "
         f"f = c.scan(c.Path({str(tmp_path)!r})); print([c.verify(x) is None for x in f], "
         "'torch' in sys.modules)"
     )

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from nightshift.runtime.backoff import Backoff, backoff_delay_s, not_before
+from nightshift.runtime.scheduling.backoff import Backoff, backoff_delay_s, not_before
 
 
 def test_grows_by_the_factor_until_the_cap():

@@ -30,7 +30,7 @@ from sqlmodel import select
 from nightshift.agent.channels.service import ChannelService
 from nightshift.agent.wiring import Wiring, local_now
 from nightshift.runtime.errors import ApprovalRequired, ConfigError
-from nightshift.runtime.store import Approval, ChannelMessage, Job
+from nightshift.runtime.store.db import Approval, ChannelMessage, Job
 
 from conftest import REPO, made_by_hand, nightshift
 

@@ -30,7 +30,7 @@ from nightshift.agent.goals import Goal
 from nightshift.agent.planner import Action, Call, Finish, Observation
 from nightshift.agent.wiring import Wiring, local_now
 from nightshift.policies import killswitch
-from nightshift.runtime.store import Attempt, AuditEvent, Job
+from nightshift.runtime.store.db import Attempt, AuditEvent, Job
 
 from conftest import nightshift, write_spec
 

@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nightshift.runtime import checkpoints
 from nightshift.runtime.config import Settings
-from nightshift.runtime.store import Store
+from nightshift.runtime.store.db import Store
+from nightshift.runtime.training import checkpoints
 from nightshift.skills.auto_resume import auto_resume
 from nightshift.skills.base import SkillContext
 

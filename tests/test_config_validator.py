@@ -12,8 +12,8 @@ import pytest
 from nightshift.runtime.config import Settings
 from nightshift.runtime.errors import BadArguments
 from nightshift.runtime.spec import ExperimentSpec
-from nightshift.runtime.store import GpuSample, Store
-from nightshift.runtime.training_configs import TrainingView
+from nightshift.runtime.store.db import GpuSample, Store
+from nightshift.runtime.training.training_configs import TrainingView
 from nightshift.skills.base import SkillContext
 from nightshift.skills.config_validator import SCHEMA_FIRST, config_validator, estimate_memory
 

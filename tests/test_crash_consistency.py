@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from nightshift.evals.crash_consistency import run
-from nightshift.runtime import crashpoints
+from nightshift.runtime.executors import crashpoints
 
 
 @pytest.mark.slow

@@ -25,7 +25,7 @@ from nightshift.evals.diagnosis import (
     select,
 )
 from nightshift.runtime.config import Settings
-from nightshift.runtime.store import Store
+from nightshift.runtime.store.db import Store
 from nightshift.skills import diagnose_failure as mod
 from nightshift.skills.base import SkillContext
 from nightshift.skills.diagnose_failure import (

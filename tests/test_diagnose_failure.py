@@ -15,7 +15,7 @@ from sqlmodel import select
 
 from nightshift.runtime.config import Settings
 from nightshift.runtime.errors import BadArguments
-from nightshift.runtime.store import AuditEvent, Store
+from nightshift.runtime.store.db import AuditEvent, Store
 from nightshift.skills.base import SkillContext
 from nightshift.skills.diagnose_failure import DiagnoseFailureResult, diagnose_failure
 

@@ -16,10 +16,10 @@ from sqlmodel import select
 
 from nightshift.agent.api import Client
 from nightshift.agent.wiring import Wiring
-from nightshift.runtime.executor import LaunchRequest
-from nightshift.runtime.local_executor import LocalExecutor
-from nightshift.runtime.store import Attempt
-from nightshift.runtime.supervise import RESERVE_BYTES, reserve_file
+from nightshift.runtime.executors.executor import LaunchRequest
+from nightshift.runtime.executors.local_executor import LocalExecutor
+from nightshift.runtime.executors.supervise import RESERVE_BYTES, reserve_file
+from nightshift.runtime.store.db import Attempt
 from nightshift.skills.diagnose_failure import DiagnoseFailureInput, diagnose_failure
 
 # Fills the folder it is given until the disk refuses, then fails as a training program does

@@ -7,8 +7,8 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nightshift.runtime.divergence import first_divergence
 from nightshift.runtime.spec import MetricSpec
+from nightshift.runtime.training.divergence import first_divergence
 
 
 def series(values, name="loss", start=1):
@@ -99,7 +99,7 @@ def test_reading_a_few_points_a_tick_gives_the_same_verdict_as_all_at_once(value
     (the store) between ticks: the verdict is the one over the whole series."""
     import json
 
-    from nightshift.runtime.divergence import scan
+    from nightshift.runtime.training.divergence import scan
 
     spec = MetricSpec(divergence={"window": 4})
     points = series(values)

@@ -22,10 +22,10 @@ from nightshift.policies.engine import PolicyEngine
 from nightshift.policies.gate import Gate
 from nightshift.policies.model import Limits, load_policy
 from nightshift.runtime.config import Settings
-from nightshift.runtime.docker_executor import DockerExecutor, container_name
 from nightshift.runtime.errors import OperatorError, PolicyDenied
-from nightshift.runtime.executor import LaunchRequest, RunStatus
-from nightshift.runtime.store import Store
+from nightshift.runtime.executors.docker_executor import DockerExecutor, container_name
+from nightshift.runtime.executors.executor import LaunchRequest, RunStatus
+from nightshift.runtime.store.db import Store
 from nightshift.skills.base import SkillContext
 from nightshift.skills.launch_container import launch_container
 
@@ -200,7 +200,7 @@ def test_reattach_from_a_new_process_copies_each_line_once(
     handle = ex.start(req)  # this executor copies the output from a background thread
     script = (
         "import json, pathlib, sys, time\n"
-        "from nightshift.runtime.docker_executor import DockerExecutor\n"
+        "from nightshift.runtime.executors.docker_executor import DockerExecutor\n"
         "ex = DockerExecutor(sys.argv[1], base_url=sys.argv[2], follow_logs=False)\n"
         "h = ex.find(sys.argv[3])\n"
         "first = ex.poll(h).state\n"

@@ -7,7 +7,7 @@ import pytest
 
 from nightshift.agent.api import Client
 from nightshift.agent.wiring import Wiring
-from nightshift.runtime.early_stop import median_rule, patience_exhausted
+from nightshift.runtime.training.early_stop import median_rule, patience_exhausted
 
 from conftest import write_spec
 

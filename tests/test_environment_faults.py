@@ -24,9 +24,9 @@ from sqlmodel import select
 
 from nightshift.agent.api import Client
 from nightshift.agent.wiring import Wiring
-from nightshift.runtime.backoff import Backoff
 from nightshift.runtime.errors import CallInDoubt, DiskFull, StoreFull, StoreGone
-from nightshift.runtime.store import AuditEvent, Job, Store
+from nightshift.runtime.scheduling.backoff import Backoff
+from nightshift.runtime.store.db import AuditEvent, Job, Store
 
 from conftest import REPO, store_row
 

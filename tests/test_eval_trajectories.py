@@ -9,7 +9,7 @@ import csv
 import pytest
 
 from nightshift.evals import trajectories as T
-from nightshift.skills.base import registry
+from nightshift.skills.registry import registry
 
 
 @pytest.mark.slow

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from nightshift.runtime import crashpoints
-from nightshift.runtime.executor import LaunchRequest
-from nightshift.runtime.local_executor import LocalExecutor
-from nightshift.runtime.supervise import EXIT_NOT_CLAIMED
+from nightshift.runtime.executors import crashpoints
+from nightshift.runtime.executors.executor import LaunchRequest
+from nightshift.runtime.executors.local_executor import LocalExecutor
+from nightshift.runtime.executors.supervise import EXIT_NOT_CLAIMED
 
 # The program appends its pid to a ledger when it starts: "ran once" is counted by the program.
 PROGRAM = textwrap.dedent("""
@@ -44,8 +44,8 @@ def launch_in_child(tmp_path: Path, req: LaunchRequest, point: str) -> int:
     """Start `req` from another process that SIGKILLs itself at `point`; its return code."""
     code = textwrap.dedent(f"""
         import json
-        from nightshift.runtime.executor import LaunchRequest
-        from nightshift.runtime.local_executor import LocalExecutor
+        from nightshift.runtime.executors.executor import LaunchRequest
+        from nightshift.runtime.executors.local_executor import LocalExecutor
         LocalExecutor({str(tmp_path / "runs")!r}).start(LaunchRequest(**json.loads({req.model_dump_json()!r})))
     """)
     env = {**os.environ, crashpoints.ENV: point}
@@ -105,7 +105,7 @@ def supervise(tmp_path: Path, intent: dict, attempt_id: str) -> subprocess.Compl
         [
             sys.executable,
             "-m",
-            "nightshift.runtime.supervise",
+            "nightshift.runtime.executors.supervise",
             "--exit-file",
             str(tmp_path / "exit.json"),
             "--intent-file",
@@ -161,7 +161,7 @@ def test_two_loops_placing_one_job_at_once_claim_it_once(home: Path) -> None:
     from sqlmodel import select
 
     from nightshift.agent.api import Client
-    from nightshift.runtime.store import Attempt
+    from nightshift.runtime.store.db import Attempt
 
     client = Client()
     ctx = multiprocessing.get_context("spawn")

@@ -17,7 +17,7 @@ from sqlmodel import select
 
 from nightshift.runtime.config import HealthThresholds, Settings
 from nightshift.runtime.errors import BadArguments
-from nightshift.runtime.gpu import (
+from nightshift.runtime.gpu.gpu import (
     GpuReading,
     InventoryProbe,
     NoGpuProbe,
@@ -29,7 +29,7 @@ from nightshift.runtime.gpu import (
     parse_query_compute_apps_csv,
     parse_query_gpu_csv,
 )
-from nightshift.runtime.store import GpuSample, Store
+from nightshift.runtime.store.db import GpuSample, Store
 from nightshift.skills.base import SkillContext
 from nightshift.skills.gpu_health import gpu_health_check, judge_reading
 
@@ -948,7 +948,7 @@ def test_gpu_filter_applies_to_missing_gpus(tmp_path):
 # ------------------------------------------------------------------------ placement reads the latest
 def gpu_slots(ctx: SkillContext):
     """The GPUs as the loop's placement snapshot sees them (latest sample per GPU)."""
-    from nightshift.runtime.snapshot import load_snapshot
+    from nightshift.runtime.scheduling.snapshot import load_snapshot
 
     return load_snapshot(ctx.store, NOW).gpus
 
@@ -959,7 +959,7 @@ def slot_verdicts(ctx: SkillContext) -> dict[int, str]:
 
 def test_placement_quarantines_critical_until_a_later_check_clears_it(tmp_path):
     """Only the latest recorded verdict counts: a CRITICAL GPU is skipped, then used once a check says OK."""
-    from nightshift.runtime.placement import PendingJob, Snapshot, place
+    from nightshift.runtime.scheduling.placement import PendingJob, Snapshot, place
 
     ctx = make_ctx(tmp_path, probe=static_gpus(0, temperature=95.0))
     assert run_skill(gpu_health_check, ctx, {}).overall == "CRITICAL"

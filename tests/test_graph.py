@@ -23,7 +23,7 @@ from nightshift.agent.planner import (
 )
 from nightshift.agent.wiring import Wiring, local_now
 from nightshift.policies import killswitch
-from nightshift.runtime.store import AuditEvent, Job, PlannedCall
+from nightshift.runtime.store.db import AuditEvent, Job, PlannedCall
 
 from conftest import REPO
 

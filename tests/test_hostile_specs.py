@@ -18,10 +18,10 @@ from sqlmodel import select
 from nightshift.agent.api import Client
 from nightshift.agent.wiring import Wiring
 from nightshift.evals.fuzz_inputs import GOOD, hostile_param_dicts, hostile_spec_dicts, nested
-from nightshift.runtime import metric_sources
 from nightshift.runtime.errors import BadArguments, NightshiftError, SpecError
 from nightshift.runtime.spec import MetricSpec, load_spec
-from nightshift.runtime.store import AuditEvent
+from nightshift.runtime.store.db import AuditEvent
+from nightshift.runtime.training import metric_sources
 from nightshift.runtime.yamlfile import MAX_INT_DIGITS
 
 from conftest import nightshift

@@ -31,10 +31,10 @@ from nightshift.agent.wiring import Wiring
 from nightshift.runtime.config import Settings
 from nightshift.runtime.engine import Engine
 from nightshift.runtime.errors import OperatorError, StoreGone
-from nightshift.runtime.kubernetes_executor import job_name, key_label
-from nightshift.runtime.runs_binding import MARKER, recorded
-from nightshift.runtime.store import Attempt, Store, utcnow
-from nightshift.runtime.store_lease import DaemonLease, serving
+from nightshift.runtime.executors.kubernetes_executor import job_name, key_label
+from nightshift.runtime.store.db import Attempt, Store, utcnow
+from nightshift.runtime.store.runs_binding import MARKER, recorded
+from nightshift.runtime.store.store_lease import DaemonLease, serving
 
 from conftest import REPO, nightshift, store_row
 
@@ -183,7 +183,7 @@ def test_two_processes_opening_a_fresh_store_agree_on_its_instance_id(tmp_path):
     start = time.time() + 2.0
     code = textwrap.dedent(f"""
         import time
-        from nightshift.runtime.store import Store
+        from nightshift.runtime.store.db import Store
         time.sleep(max(0.0, {start} - time.time()))
         print(Store({url!r}).instance_id())
     """)

@@ -15,7 +15,7 @@ import pytest
 
 from nightshift.agent.wiring import Wiring
 from nightshift.runtime.spec import load_spec
-from nightshift.runtime.store import Attempt, Job, utcnow
+from nightshift.runtime.store.db import Attempt, Job, utcnow
 
 from conftest import REPO, nightshift
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nightshift.runtime import checkpoints, keeper
+from nightshift.runtime.training import checkpoints, keeper
 
 from conftest import need
 

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from nightshift.runtime.config import KubernetesSettings, PvcMount
 from nightshift.runtime.errors import OperatorError, SkillFailed
-from nightshift.runtime.executor import LaunchRequest, RunStatus
-from nightshift.runtime.kubernetes_executor import (
+from nightshift.runtime.executors.executor import LaunchRequest, RunStatus
+from nightshift.runtime.executors.kubernetes_executor import (
     KEY_LABEL,
     KubernetesExecutor,
     job_name,

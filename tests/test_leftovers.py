@@ -15,8 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from nightshift.runtime.executor import LaunchRequest
-from nightshift.runtime.local_executor import REBOOT_DETAIL, LocalExecutor, _boot_id
+from nightshift.runtime.executors.executor import LaunchRequest
+from nightshift.runtime.executors.local_executor import REBOOT_DETAIL, LocalExecutor, _boot_id
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="process groups, sessions and /proc are Linux's"

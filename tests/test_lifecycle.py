@@ -1,6 +1,6 @@
 """One job lifecycle: the transition table, a person's hold that recovery never undoes, holds and
 preemptions that cost no retry, energy on every end path, durations that ignore a wall-clock step,
-and no code but runtime/lifecycle.py writing a state (tests/lifecycle_guard.py watches the rest)."""
+and no code but runtime/store/lifecycle.py writing a state (tests/lifecycle_guard.py watches the rest)."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 
 from nightshift.agent.goals import recover_goal
 from nightshift.agent.planner import Call, DeterministicPlanner, Observation
-from nightshift.runtime import lifecycle
-from nightshift.runtime.lifecycle import JOB_TRANSITIONS, IllegalTransition, JobState
-from nightshift.runtime.store import Job, Store
+from nightshift.runtime.store import lifecycle
+from nightshift.runtime.store.db import Job, Store
+from nightshift.runtime.store.lifecycle import JOB_TRANSITIONS, IllegalTransition, JobState
 
 from conftest import REPO, nightshift, store_row, write_spec
 
@@ -104,7 +104,7 @@ def test_durations_follow_the_monotonic_clock_and_a_step_is_reported(tmp_path):
     jumps 3 h while 10 s pass: nothing is stopped, and the step is reported once."""
     from nightshift.runtime.config import Settings
     from nightshift.runtime.engine import Engine
-    from nightshift.runtime.executor import RunStatus
+    from nightshift.runtime.executors.executor import RunStatus
 
     class Running:
         kind = "local"
@@ -180,7 +180,7 @@ def test_no_core_update_of_job_or_attempt_outside_the_lifecycle():
     offenders = []
     for folder in ("agent", "skills", "runtime", "policies", "evals"):
         for path in (REPO / folder).rglob("*.py"):
-            if path == REPO / "runtime" / "lifecycle.py":
+            if path == REPO / "runtime" / "store" / "lifecycle.py":
                 continue
             tree = ast.parse(path.read_text(encoding="utf-8"))
             for node in ast.walk(tree):

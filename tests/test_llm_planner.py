@@ -36,7 +36,7 @@ from nightshift.evals.openai_stub import (
 from nightshift.prompts import load, names
 from nightshift.runtime.config import LlmSettings, load_settings, load_settings_with_sources
 from nightshift.runtime.errors import ConfigError
-from nightshift.skills.base import registry
+from nightshift.skills.registry import registry
 
 from conftest import nightshift, write_spec
 

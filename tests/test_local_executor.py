@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from nightshift.runtime.errors import OperatorError
-from nightshift.runtime.executor import LaunchRequest, RunStatus
-from nightshift.runtime.local_executor import LocalExecutor
+from nightshift.runtime.executors.executor import LaunchRequest, RunStatus
+from nightshift.runtime.executors.local_executor import LocalExecutor
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="process groups are POSIX")
 
@@ -154,7 +154,7 @@ def test_reattach_from_another_process(ex: LocalExecutor, tmp_path: Path) -> Non
     )
     probe = textwrap.dedent(f"""
         import json
-        from nightshift.runtime.local_executor import LocalExecutor
+        from nightshift.runtime.executors.local_executor import LocalExecutor
         ex = LocalExecutor({str(tmp_path / "runs")!r})
         h = ex.find("long")
         print(json.dumps(ex.poll(h).model_dump()))
@@ -248,7 +248,7 @@ def test_supervisor_records_a_program_that_cannot_start(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "nightshift.runtime.supervise",
+            "nightshift.runtime.executors.supervise",
             "--exit-file",
             str(exit_file),
             "--",

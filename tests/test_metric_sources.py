@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nightshift.runtime import metric_sources as ms
 from nightshift.runtime.spec import MetricSpec
+from nightshift.runtime.training import metric_sources as ms
 
 from conftest import need
 

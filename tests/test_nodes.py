@@ -7,8 +7,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 from nightshift.agent.wiring import Wiring, local_now
-from nightshift.runtime.snapshot import load_snapshot
-from nightshift.runtime.store import Attempt, Job
+from nightshift.runtime.scheduling.snapshot import load_snapshot
+from nightshift.runtime.store.db import Attempt, Job
 
 SPEC = {"name": "n", "command": ["python", "-c", "pass"], "resources": {"gpus": 1}}
 

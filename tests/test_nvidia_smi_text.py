@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from nightshift.runtime.config import HealthThresholds
-from nightshift.runtime.gpu import GpuReading
-from nightshift.runtime.nvidia_smi_text import (
+from nightshift.runtime.gpu.gpu import GpuReading
+from nightshift.runtime.gpu.nvidia_smi_text import (
     TextProbe,
     cell_kind,
     detect_format,

@@ -10,8 +10,8 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from nightshift.runtime import placement as P
-from nightshift.runtime.placement import (
+from nightshift.runtime.scheduling import placement as P
+from nightshift.runtime.scheduling.placement import (
     Decision,
     GpuSlot,
     PendingJob,
@@ -19,7 +19,7 @@ from nightshift.runtime.placement import (
     Snapshot,
     place,
 )
-from nightshift.runtime.tariff import PriceWindow, Tariff
+from nightshift.runtime.scheduling.tariff import PriceWindow, Tariff
 
 from conftest import REPO
 

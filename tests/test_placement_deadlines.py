@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nightshift.evals.simulate import tariff as simulated_tariff
-from nightshift.runtime.placement import GpuSlot, PendingJob, RunningJob, Snapshot, place
-from nightshift.runtime.tariff import Tariff
+from nightshift.runtime.scheduling.placement import GpuSlot, PendingJob, RunningJob, Snapshot, place
+from nightshift.runtime.scheduling.tariff import Tariff
 
 NOON = datetime(2026, 12, 2, 12, 0)  # naive UTC; the tariff below is in UTC too
 H = timedelta(hours=1)
@@ -252,8 +252,8 @@ def test_a_specs_deadline_reaches_placement_through_the_store(tmp_path):
     submitted at noon, the one due at 13:30 starts now, the one due at 07:00 waits for 23:00."""
     from zoneinfo import ZoneInfo
 
-    from nightshift.runtime.snapshot import load_snapshot
-    from nightshift.runtime.store import Job, Store
+    from nightshift.runtime.scheduling.snapshot import load_snapshot
+    from nightshift.runtime.store.db import Job, Store
 
     store = Store(f"sqlite:///{tmp_path}/s.db")
     paris = ZoneInfo("Europe/Paris")  # noon UTC is 13:00 in Paris in December

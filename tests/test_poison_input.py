@@ -19,9 +19,9 @@ from nightshift.agent.api import Client
 from nightshift.agent.goals import load_goal
 from nightshift.evals.fuzz_inputs import param_dicts, spec_dicts, texts
 from nightshift.runtime.errors import BadArguments, NightshiftError, SpecError
-from nightshift.runtime.snapshot import load_snapshot
+from nightshift.runtime.scheduling.snapshot import load_snapshot
 from nightshift.runtime.spec import ExperimentSpec, load_spec, stored_spec
-from nightshift.runtime.store import Job, Store
+from nightshift.runtime.store.db import Job, Store
 from nightshift.runtime.yamlfile import MAX_DEPTH, MAX_FILE_BYTES, MAX_STRING
 
 from conftest import REPO

@@ -397,7 +397,7 @@ limits: {allowed_mount_roots: ["$NIGHTSHIFT_HOME"]}
 def test_limits_apply_to_a_spec_given_by_path(tmp_path):
     """submit_job usually names a spec file; its GPUs and image are held to the limits too."""
     from nightshift.policies.engine import PolicyEngine
-    from nightshift.skills.base import get_skill
+    from nightshift.skills.registry import get_skill
 
     spec = tmp_path / "s.yaml"
     spec.write_text(

@@ -27,7 +27,7 @@ from nightshift.runtime.errors import (
     SkillFailed,
     UnknownJob,
 )
-from nightshift.runtime.store import Approval, Job, Store
+from nightshift.runtime.store.db import Approval, Job, Store
 from nightshift.skills.base import Claims, Launch, Skill, SkillContext, SkillInput, skill
 
 from conftest import made_by_hand

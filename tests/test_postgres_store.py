@@ -13,8 +13,8 @@ from sqlalchemy import text
 from nightshift.agent.api import Client
 from nightshift.agent.wiring import Wiring
 from nightshift.evals import team_load
-from nightshift.runtime.migrations import HEAD
-from nightshift.runtime.store import Store
+from nightshift.runtime.store.db import Store
+from nightshift.runtime.store.migrations import HEAD
 
 from conftest import REPO, write_spec
 
@@ -116,8 +116,8 @@ def test_a_sweeps_study_lives_in_its_own_schema_of_the_store(postgres_url, tmp_p
 
     import yaml
 
+    from nightshift.runtime.scheduling.sweeps import create_sweep, load_study
     from nightshift.runtime.spec import ExperimentSpec
-    from nightshift.runtime.sweeps import create_sweep, load_study
 
     store = Store(postgres_url)
     spec = yaml.safe_load((REPO / "examples/specs/sweep_numpy.yaml").read_text())
@@ -139,8 +139,8 @@ def test_a_sweeps_study_lives_in_its_own_schema_of_the_store(postgres_url, tmp_p
         [
             sys.executable,
             "-c",
-            "import sys; from nightshift.runtime.store import Store, Sweep; "
-            "from nightshift.runtime.sweeps import load_study; from sqlmodel import select; "
+            "import sys; from nightshift.runtime.store.db import Store, Sweep; "
+            "from nightshift.runtime.scheduling.sweeps import load_study; from sqlmodel import select; "
             "s = Store(sys.argv[1]); r = s.session().__enter__().exec(select(Sweep)).one(); "
             "print(load_study(r, s.url).best_value)",
             postgres_url,

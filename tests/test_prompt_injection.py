@@ -25,7 +25,7 @@ from nightshift.agent.llm import LLMPlanner
 from nightshift.agent.wiring import Wiring
 from nightshift.evals.openai_stub import StubServer, reply_text, reply_tools, tool_call
 from nightshift.runtime.config import LlmSettings
-from nightshift.runtime.store import Approval, Attempt
+from nightshift.runtime.store.db import Approval, Attempt
 
 from conftest import write_spec
 

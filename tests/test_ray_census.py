@@ -24,12 +24,12 @@ from sqlmodel import select
 
 from nightshift.runtime.config import Settings
 from nightshift.runtime.errors import OperatorError
-from nightshift.runtime.executor import LaunchRequest
-from nightshift.runtime.placement import place
-from nightshift.runtime.ray_census import DRIVER, MARK, RayGpuCensus, parse_output
-from nightshift.runtime.ray_executor import RayExecutor
-from nightshift.runtime.snapshot import load_snapshot, on_host
-from nightshift.runtime.store import Attempt, GpuSample, Job, Store
+from nightshift.runtime.executors.executor import LaunchRequest
+from nightshift.runtime.executors.ray_executor import RayExecutor
+from nightshift.runtime.gpu.ray_census import DRIVER, MARK, RayGpuCensus, parse_output
+from nightshift.runtime.scheduling.placement import place
+from nightshift.runtime.scheduling.snapshot import load_snapshot, on_host
+from nightshift.runtime.store.db import Attempt, GpuSample, Job, Store
 from nightshift.skills.base import SkillContext
 from nightshift.skills.gpu_health import gpu_health_check
 

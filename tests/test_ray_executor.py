@@ -19,8 +19,8 @@ import psutil
 import pytest
 
 from nightshift.runtime.errors import OperatorError
-from nightshift.runtime.executor import LaunchRequest, RunStatus
-from nightshift.runtime.ray_executor import RayExecutor
+from nightshift.runtime.executors.executor import LaunchRequest, RunStatus
+from nightshift.runtime.executors.ray_executor import RayExecutor
 
 from conftest import REPO, need, store_row, write_spec
 

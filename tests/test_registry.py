@@ -10,8 +10,9 @@ import pytest
 from pydantic import BaseModel
 
 from nightshift.runtime.errors import ConfigError
-from nightshift.skills import base
-from nightshift.skills.base import CAPABILITIES, registry, skill
+from nightshift.skills import registry as registry_mod
+from nightshift.skills.base import CAPABILITIES, skill
+from nightshift.skills.registry import registry
 
 from conftest import nightshift
 
@@ -93,7 +94,7 @@ def install_skill(tmp_path, monkeypatch, module: str, name: str, capability: str
     (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist_name}\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text(f"[nightshift.skills]\nrun = {module}:run\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    base._entry_point_skills.cache_clear()  # installed after this process first looked
+    registry_mod._entry_point_skills.cache_clear()  # installed after this process first looked
     return {"PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
 
 
@@ -103,7 +104,7 @@ def test_third_party_skill_through_entry_point(tmp_path, monkeypatch, home):
     try:
         assert registry()["hello_world"].capability == "read"
     finally:
-        base._entry_point_skills.cache_clear()
+        registry_mod._entry_point_skills.cache_clear()
     assert "hello_world" in nightshift("skills", env=env).stdout
     res = nightshift("skill", "hello_world", "--arg", "arg=ada", "--json", env=env)
     assert res.returncode == 0, res.stderr
@@ -118,7 +119,7 @@ def test_an_entry_point_cannot_replace_a_built_in(tmp_path, monkeypatch, home):
         with pytest.raises(ConfigError, match="evil-skill.*built-in"):
             registry()
     finally:
-        base._entry_point_skills.cache_clear()
+        registry_mod._entry_point_skills.cache_clear()
     from nightshift.skills.builtin import BUILTINS
 
     assert BUILTINS["cancel_job"].capability == "destroy"

@@ -18,7 +18,7 @@ from rich.text import Text
 from test_cli_errors import invoke, run_all
 
 from nightshift.agent.console import error, key_values, styled, table
-from nightshift.runtime.store import Approval, Attempt, Job, utcnow
+from nightshift.runtime.store.db import Approval, Attempt, Job, utcnow
 
 from conftest import REPO
 

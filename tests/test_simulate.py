@@ -12,7 +12,8 @@ from datetime import datetime, timedelta
 import pytest
 
 from nightshift.evals import simulate as S
-from nightshift.runtime import engine, placement
+from nightshift.runtime import engine
+from nightshift.runtime.scheduling import placement
 
 QUICK = {"philly": S.QUICK_DAYS["philly"], "alibaba": S.QUICK_DAYS["alibaba"]}
 
@@ -33,7 +34,7 @@ def alibaba() -> S.Trace:
 
 # ------------------------------------------------------------------------------ the same place()
 def test_simulator_calls_the_daemons_place_function(monkeypatch):
-    """Every policy goes through nightshift.runtime.placement.place, the object the daemon calls."""
+    """Every policy goes through nightshift.runtime.scheduling.placement.place, the object the daemon calls."""
     assert engine.place is placement.place  # the daemon's engine imported this very object
     assert S.placement is placement
     calls: Counter[str] = Counter()

@@ -23,8 +23,8 @@ from sqlmodel import SQLModel
 
 from nightshift.runtime import locks
 from nightshift.runtime.errors import OperatorError, StoreError
-from nightshift.runtime.migrations import HEAD, SCRIPT_LOCATION
-from nightshift.runtime.store import Approval, Attempt, AuditEvent, Job, Store
+from nightshift.runtime.store.db import Approval, Attempt, AuditEvent, Job, Store
+from nightshift.runtime.store.migrations import HEAD, SCRIPT_LOCATION
 
 from conftest import REPO, nightshift
 
@@ -282,7 +282,7 @@ import os, sys, time
 from pathlib import Path
 # Loaded before the barrier, so the processes race on the store and not on their imports.
 import alembic.command, alembic.config, alembic.script, filelock
-from nightshift.runtime.store import Job, Store
+from nightshift.runtime.store.db import Job, Store
 db, go, ready = sys.argv[1:4]
 Path(ready).touch()
 while not Path(go).exists():
@@ -321,7 +321,7 @@ def test_processes_opening_one_store_at_once_all_succeed_with_one_schema(tmp_pat
 
 OPENER = r"""
 import sys
-from nightshift.runtime.store import Store
+from nightshift.runtime.store.db import Store
 Store(f"sqlite:///{sys.argv[1]}")
 """
 

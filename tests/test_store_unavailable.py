@@ -25,10 +25,10 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 
 from nightshift.agent.wiring import Wiring
-from nightshift.runtime.backoff import Backoff
 from nightshift.runtime.errors import StoreUnavailable
-from nightshift.runtime.store import Job, Store
-from nightshift.runtime.unreachable import is_unreachable
+from nightshift.runtime.scheduling.backoff import Backoff
+from nightshift.runtime.store.db import Job, Store
+from nightshift.runtime.store.unreachable import is_unreachable
 
 from conftest import REPO
 

@@ -8,7 +8,7 @@ from sqlmodel import select
 
 from nightshift.agent.api import Client
 from nightshift.runtime.errors import PolicyDenied, SpecError
-from nightshift.runtime.store import AuditEvent, Job
+from nightshift.runtime.store.db import AuditEvent, Job
 
 from conftest import REPO
 

@@ -19,8 +19,7 @@ from hypothesis import strategies as st
 from sqlmodel import select
 
 from nightshift.runtime.errors import BadArguments, SpecError
-from nightshift.runtime.spec import ExperimentSpec, SweepSpec
-from nightshift.runtime.sweeps import (
+from nightshift.runtime.scheduling.sweeps import (
     Budget,
     budget_of,
     call_key,
@@ -30,6 +29,7 @@ from nightshift.runtime.sweeps import (
     suggest,
     until_deadline,
 )
+from nightshift.runtime.spec import ExperimentSpec, SweepSpec
 from nightshift.runtime.yamlfile import validate
 
 from conftest import REPO, nightshift
@@ -181,7 +181,7 @@ def asks(url: str, seed: int, restart_at: int | None = None) -> list[dict[str, A
     `restart_at`: load the study anew there, as a restarted daemon does."""
     import optuna
 
-    from nightshift.runtime.sweeps import storage
+    from nightshift.runtime.scheduling.sweeps import storage
 
     spec = spec_of(sweep={"trials": 9, "startup_trials": 4, "seed": seed})
     sw = spec.sweep
@@ -268,7 +268,7 @@ def test_a_sweep_runs_real_trials_prunes_one_and_continues_after_a_restart(home,
     really train, the far too small learning rate is pruned as early_stopped, a loop dropped midway
     and one built anew finish it without a trial twice (including a trial asked but never
     queued when the first loop died), and the report names the best trial and writes a plot."""
-    from nightshift.runtime.store import Attempt, Job, Sweep
+    from nightshift.runtime.store.db import Attempt, Job, Sweep
 
     spec = sweep_spec(tmp_path)
     r = nightshift("sweep", str(spec), "--name", "t1", "--seed", "3")
@@ -330,7 +330,7 @@ def test_a_sweep_runs_real_trials_prunes_one_and_continues_after_a_restart(home,
 def test_a_range_test_suggestion_becomes_the_learning_rate_prior():
     """tune_lr's suggested lr narrows the lr dimension to a decade either side (within its
     bounds) and is the first trial; a suggestion outside the bounds is refused."""
-    from nightshift.runtime.sweeps import seed_lr_prior
+    from nightshift.runtime.scheduling.sweeps import seed_lr_prior
 
     spec = spec_of(sweep={"trials": 3}, knobs={"learning_rate": "lr"})
     seeded = seed_lr_prior(spec, 0.05)
@@ -346,7 +346,7 @@ def test_a_range_test_suggestion_becomes_the_learning_rate_prior():
 def test_a_sweep_that_cannot_be_driven_fails_alone_and_the_loop_goes_on(home, tmp_path):
     """A sweep whose study is gone ends failed with the reason; the other sweep is driven on
     (its first trials queued) and the loop's step raises nothing."""
-    from nightshift.runtime.store import Job, Sweep
+    from nightshift.runtime.store.db import Job, Sweep
 
     spec = sweep_spec(tmp_path)
     for name in ("broken", "fine"):
@@ -375,7 +375,7 @@ def test_a_sweep_that_cannot_be_driven_fails_alone_and_the_loop_goes_on(home, tm
 def test_a_stopped_sweep_queues_no_more_and_ends_when_its_trial_does(home, tmp_path):
     """`nightshift sweep-stop` while the first trial trains: no second trial is ever queued, the
     running one finishes and is told, and the sweep ends done, saying who stopped it."""
-    from nightshift.runtime.store import Job, Sweep
+    from nightshift.runtime.store.db import Job, Sweep
 
     r = nightshift("sweep", str(sweep_spec(tmp_path)), "--name", "halt")
     assert r.returncode == 0, r.stderr

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 import pytest
 from pydantic import ValidationError
 
-from nightshift.runtime.tariff import Period, PriceWindow, Tariff
+from nightshift.runtime.scheduling.tariff import Period, PriceWindow, Tariff
 
 
 def night_day(tz: str = "Europe/Berlin", **kw) -> Tariff:

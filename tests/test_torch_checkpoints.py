@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from nightshift.runtime.config import Settings
-from nightshift.runtime.store import Store
+from nightshift.runtime.store.db import Store
 from nightshift.skills.auto_resume import auto_resume
 from nightshift.skills.base import SkillContext
 

@@ -11,7 +11,7 @@ import pytest
 
 from nightshift.runtime.errors import SpecError
 from nightshift.runtime.spec import ExperimentSpec
-from nightshift.runtime.training_configs import (
+from nightshift.runtime.training.training_configs import (
     MODEL_TABLE,
     LoraView,
     TrainingView,

@@ -25,7 +25,7 @@ from nightshift.agent.tui.widgets import ChatLog, JobsTable, ToolCardView
 from nightshift.agent.wiring import Wiring, local_now
 from nightshift.runtime.errors import ApprovalRequired
 from nightshift.runtime.spec import load_spec
-from nightshift.runtime.store import Attempt, Job, MetricPoint
+from nightshift.runtime.store.db import Attempt, Job, MetricPoint
 
 from conftest import REPO, write_spec
 

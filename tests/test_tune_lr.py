@@ -19,8 +19,16 @@ from sqlmodel import select
 
 from nightshift.runtime.config import Settings
 from nightshift.runtime.errors import BadArguments, SkillFailed
-from nightshift.runtime.store import Attempt, AuditEvent, CheckpointRecord, Job, MetricPoint, Store
-from nightshift.skills.base import SkillContext, get_skill
+from nightshift.runtime.store.db import (
+    Attempt,
+    AuditEvent,
+    CheckpointRecord,
+    Job,
+    MetricPoint,
+    Store,
+)
+from nightshift.skills.base import SkillContext
+from nightshift.skills.registry import get_skill
 from nightshift.skills.tune_lr import TuneLrResult, read_metrics_jsonl, tune_lr
 
 from conftest import REPO, nightshift, run_skill

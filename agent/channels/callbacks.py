@@ -29,7 +29,7 @@ from nightshift.agent.channels.outbox import Outbox
 from nightshift.policies.approvals import Approvals
 from nightshift.policies.audit import AuditLog
 from nightshift.runtime.errors import PolicyDenied, UnknownApproval
-from nightshift.runtime.store import Approval, ChannelReceipt, Store
+from nightshift.runtime.store.db import Approval, ChannelReceipt, Store
 
 MAX_BODY = 64 * 1024
 READ_TIMEOUT_S = 10.0

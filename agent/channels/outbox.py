@@ -36,7 +36,7 @@ from nightshift.policies.approvals import Approvals
 from nightshift.policies.audit import AuditLog, write_transaction
 from nightshift.policies.engine import PolicyEngine
 from nightshift.runtime.config import ChannelsSettings
-from nightshift.runtime.store import (
+from nightshift.runtime.store.db import (
     Approval,
     AuditEvent,
     ChannelMessage,

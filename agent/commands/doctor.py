@@ -270,7 +270,7 @@ def _chat(ep: Endpoint, client: Any) -> list[Check]:
 
 # ------------------------------------------------------------------------------ the machine
 def _gpu(settings: Settings) -> Check:
-    from nightshift.runtime.gpu import make_probe
+    from nightshift.runtime.gpu.gpu import make_probe
 
     probe = make_probe(settings)
     result = probe.read()
@@ -292,9 +292,9 @@ def _gpu(settings: Settings) -> Check:
 
 def _store(settings: Settings) -> Check:
     """The store opens and is at this release's schema (it is migrated if it is older)."""
-    from nightshift.runtime.migrations import HEAD
-    from nightshift.runtime.runs_binding import check_store_present
-    from nightshift.runtime.store import Store
+    from nightshift.runtime.store.db import Store
+    from nightshift.runtime.store.migrations import HEAD
+    from nightshift.runtime.store.runs_binding import check_store_present
 
     url = settings.store_url
     shown = url.split("@")[-1] if "@" in url else url  # never the password
@@ -336,7 +336,7 @@ def _cluster(settings: Settings) -> list[Check]:
 
 
 def _docker(settings: Settings) -> Check:
-    from nightshift.runtime.docker_executor import DEFAULT_DOCKER_HOST
+    from nightshift.runtime.executors.docker_executor import DEFAULT_DOCKER_HOST
 
     url = settings.executor.docker_url or os.environ.get("DOCKER_HOST") or DEFAULT_DOCKER_HOST
     needed = settings.executor.kind == "docker"

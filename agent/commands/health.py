@@ -15,7 +15,7 @@ from nightshift.runtime.errors import NightshiftError
 from nightshift.runtime.user_files import regular_file
 
 if TYPE_CHECKING:
-    from nightshift.runtime.gpu import GpuReading
+    from nightshift.runtime.gpu.gpu import GpuReading
     from nightshift.skills.gpu_health import GpuVerdict, HealthCheckResult
 
 # The Nagios plugin convention, which monitoring systems read: 0 OK, 1 WARNING, 2 CRITICAL,
@@ -78,7 +78,7 @@ def _check(
     from_file: Path | None, record: bool | None, gpus: list[int], config: str | None
 ) -> HealthCheckResult:
     from nightshift.agent.wiring import Wiring
-    from nightshift.skills.base import get_skill
+    from nightshift.skills.registry import get_skill
 
     w = Wiring.load(config)
     skill = get_skill("gpu_health_check")

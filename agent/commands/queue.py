@@ -92,7 +92,7 @@ def jobs(
 ) -> None:
     """Queue, running and finished jobs, with why each waiting job waits."""
     from nightshift.agent.wiring import Wiring
-    from nightshift.runtime.store import JOB_STATES
+    from nightshift.runtime.store.db import JOB_STATES
 
     unknown = [x for x in state if x not in JOB_STATES]
     if unknown:
@@ -126,7 +126,7 @@ def _local_jobs(w: Any, state: list[str]) -> list[dict[str, Any]]:
     """The rows from this process's own store (the single-user mode): no policy stack."""
     from sqlmodel import select
 
-    from nightshift.runtime.store import Attempt, Job
+    from nightshift.runtime.store.db import Attempt, Job
 
     with w.store.session() as s:
         q = select(Job).order_by(Job.id)

@@ -2,7 +2,7 @@
 
 The command validates the spec, creates the study and records the sweep, then returns; the
 daemon's loop asks for the trials, runs each as a job and tells the study how it ended
-(runtime/sweeps.py). `nightshift report --sweep NAME` shows where it stands.
+(runtime/scheduling/sweeps.py). `nightshift report --sweep NAME` shows where it stands.
 """
 
 from __future__ import annotations

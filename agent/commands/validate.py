@@ -18,7 +18,7 @@ from nightshift.agent.shell import call_or_exit
 from nightshift.runtime.user_files import regular_file
 
 if TYPE_CHECKING:
-    from nightshift.runtime.training_configs import TrainingView
+    from nightshift.runtime.training.training_configs import TrainingView
     from nightshift.skills.config_validator import ConfigValidatorResult
 
 SKILL = "config_validator"

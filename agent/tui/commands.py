@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 def palette_entries() -> list[tuple[str, str, str]]:
     """(label, text put on the input line, help) for every direct command and skill."""
-    from nightshift.skills.base import registry
+    from nightshift.skills.registry import registry
 
     entries = [
         (f"chat: {c.usage}", c.usage.split(" ")[0] + " ", c.help)

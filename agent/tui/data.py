@@ -68,7 +68,7 @@ def _fmt(value: float | int | None, unit: str, digits: int = 0) -> str:
 def gpu_rows(w: Wiring) -> tuple[list[GpuRow], str]:
     """Each GPU the configured probe reads, with the health rules' verdict; and a note (the
     backend, or why there are none)."""
-    from nightshift.runtime.gpu import make_probe
+    from nightshift.runtime.gpu.gpu import make_probe
     from nightshift.skills.gpu_health import judge_reading
 
     probe = make_probe(w.settings)
@@ -105,7 +105,7 @@ def gpu_rows(w: Wiring) -> tuple[list[GpuRow], str]:
 def job_rows(w: Wiring, limit: int = 50, spark_width: int = 12) -> list[JobRow]:
     """The newest jobs with their attempts, why each waits or stopped, the last value of the
     spec's metric and a sparkline of it."""
-    from nightshift.runtime.store import Attempt, Job, MetricPoint
+    from nightshift.runtime.store.db import Attempt, Job, MetricPoint
 
     with w.store.session() as s:
         jobs = list(s.exec(select(Job).order_by(col(Job.id).desc()).limit(limit)))

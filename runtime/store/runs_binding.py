@@ -19,7 +19,7 @@ from sqlalchemy.engine import make_url
 from sqlmodel import select
 
 from nightshift.runtime.errors import OperatorError, StoreGone
-from nightshift.runtime.store import Job, Store, sqlite_file
+from nightshift.runtime.store.db import Job, Store, sqlite_file
 
 MARKER = ".store-instance"
 

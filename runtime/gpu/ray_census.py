@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from pydantic import BaseModel
 
-from nightshift.runtime.gpu import QUERY_GPU_FIELDS, NvidiaSmiProbe, ProbeResult
+from nightshift.runtime.gpu.gpu import QUERY_GPU_FIELDS, NvidiaSmiProbe, ProbeResult
 
 HOST_PREFIX = "ray:"  # hosts of a Ray cluster in GPU samples and attempts: "ray:10.0.0.5"
 MARK = "nightshift-census "

@@ -11,7 +11,7 @@ from alembic import context
 from sqlalchemy import Connection, create_engine
 from sqlmodel import SQLModel
 
-import nightshift.runtime.store  # noqa: F401 - defines the tables in SQLModel.metadata
+import nightshift.runtime.store.db  # noqa: F401 - defines the tables in SQLModel.metadata
 
 
 def run(connection: Connection) -> None:

@@ -1,6 +1,6 @@
 """The default executor: runs are plain processes on this machine, in their own process group.
 
-Each run is started under `nightshift.runtime.supervise`, which records the exit status in a file,
+Each run is started under `nightshift.runtime.executors.supervise`, which records the exit status in a file,
 so any later process (a restarted daemon, the CLI) can learn how a run ended from its handle, not
 only the process that started it. Handles are JSON files under `<runs_dir>/handles/`, which makes
 `start` idempotent on the request key even across processes, and each handle carries the process
@@ -44,10 +44,10 @@ import psutil
 from pydantic import BaseModel, ValidationError
 
 from nightshift.runtime import locks
-from nightshift.runtime.crashpoints import crash_point
 from nightshift.runtime.errors import OperatorError, SkillFailed
-from nightshift.runtime.executor import LaunchRequest, RunStatus
-from nightshift.runtime.supervise import (
+from nightshift.runtime.executors.crashpoints import crash_point
+from nightshift.runtime.executors.executor import LaunchRequest, RunStatus
+from nightshift.runtime.executors.supervise import (
     RESERVE_BYTES,
     child_file,
     claim_file,
@@ -257,7 +257,7 @@ class LocalExecutor:
             sys.executable,
             "-P",
             "-m",
-            "nightshift.runtime.supervise",
+            "nightshift.runtime.executors.supervise",
             "--exit-file",
             str(exit_file),
             "--intent-file",
@@ -421,7 +421,7 @@ class LocalExecutor:
         if self._supervisor_alive(h):
             return RunStatus(state="running")
         # It may have written the record and exited just now; on a full disk, perhaps into the
-        # space it reserved at launch, with no room left to rename it (runtime/supervise.py).
+        # space it reserved at launch, with no room left to rename it (runtime/executors/supervise.py).
         record = self._read_exit(h) or self._read_reserve(h)
         if record is not None:
             return record

@@ -1,4 +1,4 @@
-"""The store's schema history as Alembic revisions; `nightshift.runtime.store` applies them.
+"""The store's schema history as Alembic revisions; `nightshift.runtime.store.db` applies them.
 
 HEAD names the newest revision so that opening an up-to-date store compares one string and
 never loads Alembic; a test checks it against the revision files.

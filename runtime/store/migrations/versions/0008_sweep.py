@@ -1,7 +1,7 @@
 """Sweeps: a search over a spec's search space whose trials are jobs (`nightshift sweep`).
 
 One row per sweep; its trials are ordinary jobs of the group `name`, and its Optuna study lives
-in a database of its own next to the store (runtime/sweeps.py says why).
+in a database of its own next to the store (runtime/scheduling/sweeps.py says why).
 
 Revision ID: 0008_sweep
 Revises: 0007_attempt_host

@@ -2,7 +2,7 @@
 the default table (`nvidia-smi` with no arguments) and the `--query-gpu … --format=csv` CSV.
 
 Pure functions, text in and `GpuReading`s out, under the field value convention of
-`nightshift.runtime.gpu`: a field holds a value only when the output printed one; `N/A` or
+`nightshift.runtime.gpu.gpu`: a field holds a value only when the output printed one; `N/A` or
 `[Not Supported]` makes it unsupported; `ERR!`, `[Unknown Error]` or `GPU is lost` makes it
 unreadable (and the last marks the GPU lost); a field the format does not print at all is absent.
 The default table prints far fewer fields than `-q`: what it lacks (throttle reasons, retired pages,
@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from nightshift.runtime.gpu import (
+from nightshift.runtime.gpu.gpu import (
     ERROR_CELLS,
     UNSUPPORTED_CELLS,
     GpuProcess,

@@ -23,7 +23,7 @@ from sqlalchemy import Connection, delete, insert, select, update
 from sqlalchemy.exc import OperationalError
 
 from nightshift.runtime.errors import OperatorError, StoreError
-from nightshift.runtime.store import Store, StoreLease, lock_for_write, utcnow
+from nightshift.runtime.store.db import Store, StoreLease, lock_for_write, utcnow
 
 LEASE = "daemon"
 _TABLE = StoreLease.__table__  # type: ignore[attr-defined]  # SQLModel's table

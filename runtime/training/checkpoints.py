@@ -43,7 +43,7 @@ from typing import IO
 
 import numpy as np
 
-from nightshift.runtime import tf_bundle
+from nightshift.runtime.training import tf_bundle
 
 # Tie-break order at equal steps (the order of the table above).
 FRAMEWORK_ORDER = (

@@ -8,7 +8,7 @@ job leaves `running` only by the table below. Each function works inside the cal
 so a transition commits with whatever else the caller writes, or not at all.
 
 Each transition's audit event is written in the same transaction as the rows it moved, and binds
-a digest of each row as the transition left it (runtime/row_digest.py): the functions below note
+a digest of each row as the transition left it (runtime/store/row_digest.py): the functions below note
 their events on the session, and a hook chains them in (through `Store.recorder`, the audit log)
 just before the session commits — so the digests are those of the rows as committed.
 
@@ -34,9 +34,9 @@ from typing import Any
 from sqlalchemy import event
 from sqlmodel import Session, col, select, update
 
-from nightshift.runtime import row_digest
 from nightshift.runtime.errors import SkillFailed
-from nightshift.runtime.store import STORE_INFO, Attempt, AuditEvent, Job, KeyValue
+from nightshift.runtime.store import row_digest
+from nightshift.runtime.store.db import STORE_INFO, Attempt, AuditEvent, Job, KeyValue
 
 
 class JobState(StrEnum):

@@ -2,7 +2,7 @@
 
 Every other part reads and writes jobs, attempts, metrics, checkpoints, GPU samples, approvals,
 audit events and planned calls through these tables. The schema is Alembic's revisions in
-`nightshift.runtime.migrations`, applied when a store is opened: a fresh database gets them all,
+`nightshift.runtime.store.migrations`, applied when a store is opened: a fresh database gets them all,
 an older store the ones it lacks, under an inter-process lock so that processes opening a store
 at the same moment end with one schema. An up-to-date store costs one read.
 """
@@ -44,8 +44,8 @@ from nightshift.runtime.errors import (
     StoreLocked,
     StoreUnavailable,
 )
-from nightshift.runtime.migrations import BASELINE, HEAD, SCRIPT_LOCATION
-from nightshift.runtime.unreachable import is_unreachable, store_unavailable
+from nightshift.runtime.store.migrations import BASELINE, HEAD, SCRIPT_LOCATION
+from nightshift.runtime.store.unreachable import is_unreachable, store_unavailable
 
 # Stores from before Alembic say which create_all made them in keyvalue `schema_version`: "2" is
 # the baseline revision; "1" lacks these attempt columns (release 0.1.0 added them in place).
@@ -358,7 +358,7 @@ class Store:
         self.url = url
         self.busy_timeout_s = busy_timeout_s
         # Writes the audit events of the lifecycle's transitions inside their transaction (the
-        # audit log, set by whoever wires one; runtime/lifecycle.py says how). None: not audited.
+        # audit log, set by whoever wires one; runtime/store/lifecycle.py says how). None: not audited.
         self.recorder: RowRecorder | None = None
         self._db_path: Path | None = None
         self._identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the file opened
@@ -745,7 +745,7 @@ class Store:
     def instance_id(self) -> str:
         """This store's UUID, made by the first process that asks (an insert that yields to
         another's, then a read back, so two processes opening a fresh store agree). A runs
-        folder records it (runtime/runs_binding.py): a store recreated at the same path, whose
+        folder records it (runtime/store/runs_binding.py): a store recreated at the same path, whose
         row ids start again at 1, is told apart from the one those runs belong to."""
         if self._instance_id is None:
             found = self.get_kv(INSTANCE_KEY)

@@ -37,9 +37,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ValidationError
 
 from nightshift.runtime.errors import OperatorError, SkillFailed
-from nightshift.runtime.executor import LaunchRequest, RunStatus
-from nightshift.runtime.local_executor import _SECRET_RE, _read_tail
-from nightshift.runtime.run_state import RunStateFiles
+from nightshift.runtime.executors.executor import LaunchRequest, RunStatus
+from nightshift.runtime.executors.local_executor import _SECRET_RE, _read_tail
+from nightshift.runtime.executors.run_state import RunStateFiles
 
 try:
     import docker

@@ -13,13 +13,19 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import String, func, select, true
 from sqlalchemy.orm import aliased
 
-from nightshift.runtime import lifecycle
-from nightshift.runtime.backoff import Backoff
-from nightshift.runtime.local_time import deadline_of
-from nightshift.runtime.placement import QUARANTINED, GpuSlot, PendingJob, RunningJob, Snapshot
+from nightshift.runtime.scheduling.backoff import Backoff
+from nightshift.runtime.scheduling.local_time import deadline_of
+from nightshift.runtime.scheduling.placement import (
+    QUARANTINED,
+    GpuSlot,
+    PendingJob,
+    RunningJob,
+    Snapshot,
+)
+from nightshift.runtime.scheduling.tariff import Tariff
 from nightshift.runtime.spec import MAX_MINUTES, Resources
-from nightshift.runtime.store import Attempt, GpuSample, Job, Store
-from nightshift.runtime.tariff import Tariff
+from nightshift.runtime.store import lifecycle
+from nightshift.runtime.store.db import Attempt, GpuSample, Job, Store
 
 FAILED_OUTCOMES = ("failed", "lost", "timeout", "stalled")  # outcomes that earn a backoff
 

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from nightshift.runtime.checkpoints import Found, verify
+from nightshift.runtime.training.checkpoints import Found, verify
 
 GOOD_DIR = "good-checkpoints"
 DISPLACED_DIR = "displaced"

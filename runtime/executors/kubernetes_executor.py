@@ -47,11 +47,11 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError
 
 from nightshift.runtime.config import KubernetesSettings
-from nightshift.runtime.docker_executor import _ts_ns
 from nightshift.runtime.errors import OperatorError, SkillFailed
-from nightshift.runtime.executor import LaunchRequest, RunStatus
-from nightshift.runtime.local_executor import _SECRET_RE, _read_tail
-from nightshift.runtime.run_state import RunStateFiles
+from nightshift.runtime.executors.docker_executor import _ts_ns
+from nightshift.runtime.executors.executor import LaunchRequest, RunStatus
+from nightshift.runtime.executors.local_executor import _SECRET_RE, _read_tail
+from nightshift.runtime.executors.run_state import RunStateFiles
 
 try:
     import kubernetes.client

@@ -47,7 +47,7 @@ from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, Field
 
-from nightshift.runtime.tariff import DAYS, Period, Tariff
+from nightshift.runtime.scheduling.tariff import DAYS, Period, Tariff
 
 QUARANTINED = ("CRITICAL", "UNKNOWN")  # a GPU we cannot read is not a GPU we place work on
 CostClass = Literal["urgent", "cost_sensitive"]

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from nightshift.runtime.store import Attempt, Job, dumps
+from nightshift.runtime.store.db import Attempt, Job, dumps
 
 JOB_CONTENT = (
     "name",

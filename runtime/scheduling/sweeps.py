@@ -40,11 +40,11 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 from sqlmodel import col, select
 
-from nightshift.runtime import lifecycle
 from nightshift.runtime.errors import BadArguments, ConfigError, OperatorError
-from nightshift.runtime.local_time import until_deadline
+from nightshift.runtime.scheduling.local_time import until_deadline
 from nightshift.runtime.spec import ExperimentSpec, SearchParam, SweepSpec
-from nightshift.runtime.store import Attempt, GpuSample, Job, MetricPoint, Store, Sweep, utcnow
+from nightshift.runtime.store import lifecycle
+from nightshift.runtime.store.db import Attempt, GpuSample, Job, MetricPoint, Store, Sweep, utcnow
 
 if TYPE_CHECKING:
     import optuna

@@ -58,10 +58,10 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from nightshift.runtime.errors import OperatorError, SkillFailed
-from nightshift.runtime.executor import LaunchRequest, RunStatus
-from nightshift.runtime.local_executor import _SECRET_RE, ATTEMPT_KEY_ENV, _read_tail
-from nightshift.runtime.ray_census import HOST_PREFIX
-from nightshift.runtime.run_state import RunStateFiles
+from nightshift.runtime.executors.executor import LaunchRequest, RunStatus
+from nightshift.runtime.executors.local_executor import _SECRET_RE, ATTEMPT_KEY_ENV, _read_tail
+from nightshift.runtime.executors.run_state import RunStateFiles
+from nightshift.runtime.gpu.ray_census import HOST_PREFIX
 
 try:
     from ray.exceptions import AuthenticationError
@@ -452,7 +452,7 @@ class RayExecutor:
     # ---------------------------------------------------------------------------- census
     def run_driver(self, argv: list[str], wait_s: float) -> str:
         """Run a short driver program as a Ray job on the head and return its log (the GPU
-        census, `runtime/ray_census.py`); it reserves nothing, is waited for at most `wait_s`,
+        census, `runtime/gpu/ray_census.py`); it reserves nothing, is waited for at most `wait_s`,
         and is deleted from the cluster by the next one."""
         self._forget_censuses()
         sid = f"{CENSUS_PREFIX}{uuid.uuid4().hex[:12]}"

@@ -3,7 +3,7 @@
 Only a parent can `waitpid` its child, so a daemon that restarted (or a CLI that merely looks)
 could otherwise never learn a run's exit code. The local executor therefore launches every run as
 
-    python -m nightshift.runtime.supervise --exit-file PATH -- argv...
+    python -m nightshift.runtime.executors.supervise --exit-file PATH -- argv...
 
 This supervisor starts argv as its child in the same process group, ignores SIGTERM and SIGINT
 itself (so a `killpg` reaches the child while the supervisor stays to record the outcome), waits,
@@ -41,7 +41,7 @@ import subprocess
 import sys
 from typing import Any
 
-from nightshift.runtime.crashpoints import crash_point
+from nightshift.runtime.executors.crashpoints import crash_point
 
 EXIT_NOT_FOUND = 127
 EXIT_NOT_EXECUTABLE = 126
@@ -205,7 +205,7 @@ def _ignore(signum: int, frame: object) -> None:
 
 def _parse(args: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(
-        prog="python -m nightshift.runtime.supervise",
+        prog="python -m nightshift.runtime.executors.supervise",
         description="Run a command and record its exit status in a JSON file.",
     )
     parser.add_argument("--exit-file", required=True, help="where to write the exit status")

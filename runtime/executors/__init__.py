@@ -1,0 +1,1 @@
+"""Where runs run: the executor interface, local processes (with their supervisor), Docker, Ray and Kubernetes."""
