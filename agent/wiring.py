@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import pwd
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cached_property
@@ -30,6 +31,20 @@ if TYPE_CHECKING:
     from nightshift.runtime.executors.executor import Executor
     from nightshift.runtime.store.db import Store
     from nightshift.skills.base import SkillContext
+
+
+class _AuditOnDemand:
+    """The store's row recorder (runtime.store.db.RowRecorder), backed by the audit log that it
+    creates only when a transition first needs it."""
+
+    def __init__(self, log: Callable[[], Any]):
+        self._log = log
+
+    def record_in(self, conn: Any, events: list[dict[str, Any]]) -> Callable[[], None]:
+        return self._log().record_in(conn, events)  # type: ignore[no-any-return]
+
+    def authentic(self, event: Any) -> bool:
+        return bool(self._log().authentic(event))
 
 
 def local_now() -> datetime:
@@ -78,10 +93,10 @@ class Wiring:
         check_store_present(self.settings.store_url, self.settings.runs_dir)
         self.settings.home_path.mkdir(parents=True, exist_ok=True)
         store = Store(self.settings.store_url, busy_timeout_s=self.settings.store.busy_timeout_s)
-        from nightshift.policies.audit import AuditLog
-
-        # Every transition's audit event is chained in with the rows it moved (lifecycle).
-        store.recorder = AuditLog.from_settings(store, self.settings)
+        # Every transition's audit event is chained in with the rows it moved (lifecycle), by
+        # this wiring's audit log, loaded on the first transition: a read-only command such as
+        # `jobs` never imports the audit's machinery.
+        store.recorder = _AuditOnDemand(lambda: self.audit)
         return store
 
     @cached_property
@@ -121,10 +136,8 @@ class Wiring:
 
         # From the settings: the key file and the publish sinks too, so a daemon publishes the
         # chain head on its schedule and every process that appended publishes it at exit. The
-        # store's recorder is this log: one chain, one anchor per process.
-        recorder = self.store.recorder
-        assert isinstance(recorder, AuditLog)
-        return recorder
+        # store's recorder hands its events to this log: one chain, one anchor per process.
+        return AuditLog.from_settings(self.store, self.settings)
 
     @cached_property
     def approvals(self) -> Approvals:
