@@ -319,11 +319,11 @@ _AttemptRow = tuple[int, int, str, str]  # job id, number, state, started_at
 @atexit.register
 def _anchor_at_exit() -> None:
     for log in list(_OPEN_LOGS):
-        log.flush()
         try:
+            log.flush()
             log.publish_if_unpublished()
         except StoreError:
-            pass  # nothing can be told at exit; the next process publishes the head
+            pass  # nothing can be told at exit; the next process anchors and publishes the head
 
 
 class AuditLog:
