@@ -11,7 +11,11 @@ from sqlalchemy import Connection, select
 
 from nightshift.runtime.store import row_digest
 from nightshift.runtime.store.db import Attempt, Job, KeyValue
-from nightshift.runtime.store.lifecycle import JOB_BINDING, ROWS_AFTER_ATTEMPT, ROWS_AFTER_JOB
+from nightshift.runtime.store.transition_events import (
+    JOB_BINDING,
+    ROWS_AFTER_ATTEMPT,
+    ROWS_AFTER_JOB,
+)
 
 SHOWN = 10  # rows named per kind of finding; the count says how many more
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from sqlmodel import col, func, select
 
+from nightshift.runtime import durations
 from nightshift.runtime.config import Settings
 from nightshift.runtime.executors.crashpoints import crash_point
 from nightshift.runtime.executors.executor import Executor, LaunchRequest, RunStatus
@@ -28,7 +29,7 @@ from nightshift.runtime.scheduling.local_time import local_zone
 from nightshift.runtime.scheduling.placement import Decision, place
 from nightshift.runtime.scheduling.snapshot import load_snapshot, on_host
 from nightshift.runtime.spec import ExperimentSpec
-from nightshift.runtime.store import lifecycle
+from nightshift.runtime.store import lifecycle, transition_events
 from nightshift.runtime.store.db import Attempt, CheckpointRecord, Job, MetricPoint, Store, utcnow
 from nightshift.runtime.store.lifecycle import ACTIVE, Ended, JobState, Outcome
 from nightshift.runtime.training import checkpoints, divergence, keeper, metric_sources
@@ -83,7 +84,7 @@ class Engine:
         self.clock = clock  # the wall clock: tariffs, deadlines and what the records show
         # Durations (timeouts, stalls) are measured on the monotonic clock of this boot.
         self.mono = mono
-        self.boot_id = lifecycle.boot_id()
+        self.boot_id = durations.boot_id()
         self._last_clocks: tuple[datetime, float] | None = None
         self.paused = paused  # returns why new work may not start (the kill switch), or None
         # Which queued jobs this loop may start; None = all (the daemon). A `nightshift run`
@@ -275,7 +276,7 @@ class Engine:
             job = lifecycle.claim(s, job_id, now)
             if job is None:
                 return None  # another loop started it, or it left the queue since the snapshot
-            tampered = lifecycle.unaudited_content(s, job)
+            tampered = transition_events.unaudited_content(s, job)
             if tampered is not None:
                 lifecycle.move_job(s, job, JobState.FAILED, now, reason=f"not launched: {tampered}")
                 return None
@@ -526,7 +527,7 @@ class Engine:
                 continue
             stop_early = self._early_stop_reason(att, job, spec)
             mono = self.mono()
-            ran_s = lifecycle.elapsed_s(
+            ran_s = durations.elapsed_s(
                 att.started_mono,
                 att.boot_id,
                 att.started_at,
@@ -534,7 +535,7 @@ class Engine:
                 this_boot=self.boot_id,
                 now=now,
             )
-            quiet_s = lifecycle.elapsed_s(
+            quiet_s = durations.elapsed_s(
                 att.progress_mono,
                 att.boot_id,
                 att.last_progress_at or att.started_at,

@@ -203,7 +203,7 @@ def made_by_hand(store) -> None:
     from sqlmodel import select
 
     from nightshift.runtime.store.db import Attempt, Job
-    from nightshift.runtime.store.lifecycle import ROWS_AFTER_ATTEMPT, ROWS_AFTER_JOB
+    from nightshift.runtime.store.transition_events import ROWS_AFTER_ATTEMPT, ROWS_AFTER_JOB
 
     with store.session() as s:
         top_job = s.exec(select(func.max(Job.id))).one() or 0
