@@ -117,3 +117,13 @@ def test_the_cli_fails_verify_naming_the_row(home, tmp_path):
     sql(home / "nightshift.db", "update job set owner='mallory' where id=1")
     out = nightshift("audit", "verify")
     assert out.returncode != 0 and "edited: job 1" in out.stdout + out.stderr
+
+
+def test_a_parameter_whose_keys_yaml_reads_as_mixed_types_is_submitted_and_verifies(w, tmp_path):
+    """Found by fuzzing the CLI: `--param 'lr={&a,=}'` is {None: None, "=": None} to YAML; its
+    row digest (sorted keys) made a traceback. It hashes as JSON stores it."""
+    ctx = w.context("alice", "c-mixed")
+    args = {"spec_path": str(write_spec(tmp_path, steps=5)), "params": {"lr": {None: None, "=": 1}}}
+    job_id = w.gate.call(ctx, "submit_job", args, via="cli").job_id
+    assert w.store.job(job_id).params["lr"] == {"null": None, "=": 1}
+    assert Wiring.load().audit.verify().ok

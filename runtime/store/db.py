@@ -903,5 +903,11 @@ def _revisions(conn: Connection) -> set[str] | None:
 
 
 def dumps(obj: Any) -> str:
-    """Canonical JSON: sorted keys, no spaces; used for hashing and for stable output."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    """Canonical JSON: sorted keys, no spaces; used for hashing and for stable output. Keys that
+    are not strings (YAML reads `{&a,=}` as {None: None, "=": None}) become the strings JSON
+    stores them as before they are sorted, so a value hashes as it reads back."""
+    try:
+        return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    except TypeError:  # keys of mixed types cannot be sorted as they are
+        stored = json.loads(json.dumps(obj, separators=(",", ":"), default=str))
+        return json.dumps(stored, sort_keys=True, separators=(",", ":"))
