@@ -13,6 +13,7 @@ package index by design, as `pip wheel` in test_packaging may).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import sqlite3
@@ -187,6 +188,22 @@ def write_spec(
     path = tmp_path / file
     path.write_text(yaml.safe_dump(spec))
     return path
+
+
+@contextlib.contextmanager
+def tmpfs(mnt: Path, size: str):
+    """A tmpfs of `size` mounted at `mnt` (a filesystem that really fills up; needs root and
+    mount: the test is skipped, saying why, where it cannot be had)."""
+    mnt.mkdir()
+    res = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)], capture_output=True
+    )
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a {size} tmpfs to fill ({res.stderr.decode().strip()})")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def run_skill(skill, ctx, args):

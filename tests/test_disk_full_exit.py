@@ -5,7 +5,6 @@ records the exit in the space it reserved at launch and says in the run's log wh
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -21,6 +20,8 @@ from nightshift.runtime.executors.local_executor import LocalExecutor
 from nightshift.runtime.executors.supervise import RESERVE_BYTES, reserve_file
 from nightshift.runtime.store.db import Attempt
 from nightshift.skills.diagnose_failure import DiagnoseFailureInput, diagnose_failure
+
+from conftest import tmpfs
 
 # Fills the folder it is given until the disk refuses, then fails as a training program does
 # (no braces: it is also a spec's command template).
@@ -40,17 +41,8 @@ with open(sys.argv[1] + "/fill", "wb") as f:
 @pytest.fixture
 def tiny_disk(tmp_path: Path) -> Iterator[Path]:
     """A 1 MiB tmpfs: a filesystem that really fills up (needs root and mount)."""
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    res = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True
-    )
-    if res.returncode != 0:
-        pytest.skip(f"cannot mount a 1 MiB tmpfs to fill ({res.stderr.decode().strip()})")
-    try:
+    with tmpfs(tmp_path / "tiny", "1m") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def wait_ended(ex: LocalExecutor, handle: dict, timeout: float = 30.0):

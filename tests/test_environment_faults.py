@@ -28,7 +28,7 @@ from nightshift.runtime.errors import CallInDoubt, DiskFull, StoreFull, StoreGon
 from nightshift.runtime.scheduling.backoff import Backoff
 from nightshift.runtime.store.db import AuditEvent, Job, Store
 
-from conftest import REPO, store_row
+from conftest import REPO, store_row, tmpfs
 
 SPEC = str(REPO / "examples/specs/quickstart.yaml")
 
@@ -332,17 +332,8 @@ def test_a_store_deleted_under_the_daemon_stops_new_work_and_is_not_recreated(ru
 @pytest.fixture
 def small_disk(tmp_path) -> Iterator[Path]:
     """A 16 MiB tmpfs (needs root and permission to mount)."""
-    mnt = tmp_path / "disk"
-    mnt.mkdir()
-    res = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mnt)], capture_output=True
-    )
-    if res.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs to fill ({res.stderr.decode().strip()})")
-    try:
+    with tmpfs(tmp_path / "disk", "16m") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def test_a_full_disk_under_the_home_is_waited_out(home, small_disk, monkeypatch, tmp_path):

@@ -197,10 +197,7 @@ def claim(s: Session, job_id: int, now: datetime) -> Job | None:
     )
     if claimed.rowcount != 1:
         return None
-    job = s.get(Job, job_id)
-    if job is not None:
-        s.refresh(job)  # the identity map may hold it from before the update
-    return job
+    return s.get(Job, job_id, populate_existing=True)  # as the update left it
 
 
 def started(s: Session, job: Job, att: Attempt, *, gpus: list[int], argv: list[str]) -> Transition:
@@ -228,9 +225,8 @@ def fail_queued(s: Session, job_id: int, reason: str, now: datetime) -> bool:
     )
     if moved.rowcount != 1:
         return False
-    job = s.get(Job, job_id)
+    job = s.get(Job, job_id, populate_existing=True)
     assert job is not None
-    s.refresh(job)
     event = Transition(job_id, JobState.QUEUED.value, JobState.FAILED.value, reason).event()
     note(s, "job.state", event, job_id=job_id, jobs=(job,))
     return True
