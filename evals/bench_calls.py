@@ -21,7 +21,7 @@ store (SQLite):
 3. `AuditLog.append` events/s, one process, small payload.
 4. `AuditLog.verify()` events/s over a log of V events (the log of 3, topped up untimed).
 5. Wall time of `nightshift --help` and `nightshift jobs` (subprocess; the console script next to
-   this Python, else `python -m nightshift.agent.cli`), median of R runs after one untimed run
+   this Python, else `python -m nightshift.agent.doors.cli`), median of R runs after one untimed run
    (`--quick`: one run, no warm-up).
 6. Raw SQLite baseline: transactions of 4 row inserts per second (sqlite3 module, WAL,
    synchronous=NORMAL, BEGIN IMMEDIATE) on the same disk: what the machine allows.
@@ -144,7 +144,7 @@ def submit_worker(proc: int, k: int, barrier: Any, results: Any) -> None:
     """One submitting process (spawned): own Client, one warm-up submission, barrier, K calls."""
     out: dict[str, Any] = {"proc": proc, "ok": [], "errors": [], "start": None, "end": None}
     try:
-        from nightshift.agent.api import Client
+        from nightshift.agent.doors.api import Client
 
         client = Client()
         warm = f"bench-{proc}-warm"
@@ -200,7 +200,7 @@ def bench_submit(root: Path, procs: int, k: int) -> dict[str, Any]:
     what = f"Client().submit, {procs} process{'es' if procs > 1 else ''} × {k} calls"
     goal = "≥ 1,000/s" if procs == 4 else ""
     with fresh_home(root, f"submit-{procs}"):
-        from nightshift.agent.wiring import Wiring
+        from nightshift.agent.brain.wiring import Wiring
 
         w = Wiring.load()
         w.store  # noqa: B018 - the schema, created once before the processes race for it
@@ -273,10 +273,10 @@ def bench_submit(root: Path, procs: int, k: int) -> dict[str, Any]:
 def bench_graph(root: Path, n: int, warmup: int = 3) -> dict[str, Any]:
     what, goal = "graph one-call overhead (list_jobs goal − direct call)", "≤ 5 ms"
     with fresh_home(root, "graph"):
-        from nightshift.agent.api import Client
-        from nightshift.agent.graph import build_graph, sqlite_checkpointer
-        from nightshift.agent.planner import DeterministicPlanner
-        from nightshift.agent.wiring import Wiring
+        from nightshift.agent.brain.graph import build_graph, sqlite_checkpointer
+        from nightshift.agent.brain.planner import DeterministicPlanner
+        from nightshift.agent.brain.wiring import Wiring
+        from nightshift.agent.doors.api import Client
         from nightshift.skills.registry import get_skill
 
         w = Wiring.load()
@@ -344,7 +344,7 @@ def bench_audit(root: Path, append_n: int, verify_n: int) -> tuple[dict[str, Any
     a_what, a_goal = f"AuditLog.append, 1 process ({append_n:,} events)", "≥ 5,000/s"
     v_what, v_goal = f"AuditLog.verify() over {verify_n:,} events", "≥ 100,000/s"
     with fresh_home(root, "audit") as home:
-        from nightshift.agent.wiring import Wiring
+        from nightshift.agent.brain.wiring import Wiring
 
         w = Wiring.load()
         try:
@@ -415,7 +415,11 @@ def _cli() -> tuple[list[str], str]:
     script = Path(sys.executable).parent / "nightshift"
     if script.exists():
         return [str(script)], "console script"
-    return [sys.executable, "-m", "nightshift.agent.cli"], "python -m nightshift.agent.cli"
+    return [
+        sys.executable,
+        "-m",
+        "nightshift.agent.doors.cli",
+    ], "python -m nightshift.agent.doors.cli"
 
 
 def bench_cli(root: Path, runs: int, warmup: int = 1) -> tuple[dict[str, Any], dict[str, Any]]:

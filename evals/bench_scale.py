@@ -5,7 +5,7 @@
     nightshift eval scale [--quick]                   # the same, through the CLI
 
 (a) submissions per second into one SQLite store from 4 processes through the library API
-    (`nightshift.agent.api.Client().submit`: policy gate, audit, store), then a check that no job
+    (`nightshift.agent.doors.api.Client().submit`: policy gate, audit, store), then a check that no job
     was lost or duplicated; beside it, one process alone (what contention costs) and the same
     rows written straight into the store (the ceiling the gate and the audit leave room for);
 (b) one `place()` call on an in-memory snapshot of 10,000 pending jobs and 512 GPUs (median, min
@@ -318,7 +318,7 @@ BATCH = 100  # jobs per submit_many call in the batch measurement
 
 def submit_worker(proc: int, count: int, raw: bool, batch: bool = False) -> None:
     """One submitting process: build the client, say ready, wait for go, submit, report."""
-    from nightshift.agent.api import Client
+    from nightshift.agent.doors.api import Client
     from nightshift.skills.registry import get_skill
 
     client = Client()

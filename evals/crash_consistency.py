@@ -138,7 +138,7 @@ class Harness:
 
     def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "nightshift.agent.cli", *args],
+            [sys.executable, "-m", "nightshift.agent.doors.cli", *args],
             env=self.env(),
             capture_output=True,
             text=True,
@@ -148,7 +148,7 @@ class Harness:
     def daemon(self, **extra: str) -> subprocess.Popen[bytes]:
         with (self.home / "daemons.log").open("ab") as log:
             return subprocess.Popen(
-                [sys.executable, "-m", "nightshift.agent.cli", "daemon"],
+                [sys.executable, "-m", "nightshift.agent.doors.cli", "daemon"],
                 env=self.env(**extra),
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -216,7 +216,7 @@ class Harness:
         ]
         code = (
             "import json, sys\n"
-            "from nightshift.agent.api import Client\n"
+            "from nightshift.agent.doors.api import Client\n"
             "items = json.loads(sys.argv[1])\n"
             "print(json.dumps(Client().submit_many(items, call_id=sys.argv[2])))\n"
         )
@@ -268,7 +268,7 @@ class Harness:
             before = set(self._job_ids())
             with (self.home / f"race-{t}.log").open("wb") as log:
                 run = subprocess.Popen(
-                    [sys.executable, "-m", "nightshift.agent.cli", "run", str(goal)],
+                    [sys.executable, "-m", "nightshift.agent.doors.cli", "run", str(goal)],
                     env=self.env(),
                     stdout=log,
                     stderr=subprocess.STDOUT,

@@ -100,7 +100,7 @@ class Row(BaseModel):
 
 def spec_or_goal_text(row: Row, tmp: Path) -> Callable[[str], None]:
     """Any text is a spec or goal, or a SpecError."""
-    from nightshift.agent.goals import load_goal
+    from nightshift.agent.brain.goals import load_goal
     from nightshift.runtime.errors import SpecError
     from nightshift.runtime.spec import load_spec
 
@@ -151,7 +151,7 @@ def counts(db: Path) -> tuple[int, int]:
 
 def api_submit(row: Row, home: Path) -> Callable[[dict[str, Any], dict[str, Any]], None]:
     """Through the real Client: a job, or a NightshiftError and the store unchanged."""
-    from nightshift.agent.api import Client
+    from nightshift.agent.doors.api import Client
     from nightshift.runtime.errors import NightshiftError
 
     client = Client()
@@ -234,7 +234,7 @@ def cli_files(row: Row, home: Path, n: int, seed: int) -> None:
         before, start = counts(db), time.monotonic()
         try:
             res = subprocess.run(
-                [sys.executable, "-m", "nightshift.agent.cli", cmd, str(p)],
+                [sys.executable, "-m", "nightshift.agent.doors.cli", cmd, str(p)],
                 env=env,
                 capture_output=True,
                 text=True,

@@ -66,7 +66,7 @@ PAYLOAD = {
 
 
 def _wiring(home: Path) -> Any:
-    from nightshift.agent.wiring import Wiring
+    from nightshift.agent.brain.wiring import Wiring
     from nightshift.runtime.config import GpuSettings, Settings
 
     home.mkdir(parents=True, exist_ok=True)
@@ -84,9 +84,9 @@ def agent_step(
     the audit events each way appends per call."""
     from langgraph.checkpoint.memory import InMemorySaver
 
-    from nightshift.agent.goals import Goal
-    from nightshift.agent.graph import build_graph, sqlite_checkpointer
-    from nightshift.agent.planner import DeterministicPlanner
+    from nightshift.agent.brain.goals import Goal
+    from nightshift.agent.brain.graph import build_graph, sqlite_checkpointer
+    from nightshift.agent.brain.planner import DeterministicPlanner
     from nightshift.skills.registry import get_skill
 
     w = _wiring(home)

@@ -294,7 +294,7 @@ class _CountingPlanner:
     """The deterministic planner, counting its decisions (none of which calls a model)."""
 
     def __init__(self) -> None:
-        from nightshift.agent.planner import DeterministicPlanner
+        from nightshift.agent.brain.planner import DeterministicPlanner
 
         self.inner = DeterministicPlanner()
         self.name = self.inner.name
@@ -307,9 +307,9 @@ class _CountingPlanner:
 
 def run_nightshift(plan: FaultPlan, p: Profile, workdir: Path) -> RunResult:
     """Submit through the library API and tick the daemon in-process until the job is final."""
-    from nightshift.agent.api import Client
-    from nightshift.agent.daemon import Daemon
-    from nightshift.agent.wiring import Wiring
+    from nightshift.agent.brain.wiring import Wiring
+    from nightshift.agent.doors.api import Client
+    from nightshift.agent.doors.daemon import Daemon
     from nightshift.runtime.config import ExecutorSettings, GpuSettings, LoopSettings, Settings
     from nightshift.runtime.engine import job_workspace
     from nightshift.runtime.scheduling.backoff import Backoff

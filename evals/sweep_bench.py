@@ -212,7 +212,7 @@ def run_sweep(
     """One sweep through the real loop, in a home of its own; stops once `target` is reached."""
     from sqlmodel import select
 
-    from nightshift.agent.wiring import Wiring
+    from nightshift.agent.brain.wiring import Wiring
     from nightshift.runtime.scheduling.sweeps import create_sweep, load_study
     from nightshift.runtime.spec import ExperimentSpec
     from nightshift.runtime.store.db import Attempt, Job, Sweep
@@ -245,7 +245,7 @@ def run_sweep(
         w = Wiring.load()
         w.loop.drive_sweeps = True
         spec = ExperimentSpec.model_validate(raw)
-        from nightshift.agent.wiring import local_now
+        from nightshift.agent.brain.wiring import local_now
 
         sweep = create_sweep(
             w.store,

@@ -42,7 +42,7 @@ os.close(fd)
 
 SUBMITTER = """\
 import json, sys, time
-from nightshift.agent.api import Client
+from nightshift.agent.doors.api import Client
 spec, count, who = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 client = Client()
 ids, start = [], time.monotonic()
@@ -130,7 +130,7 @@ def run(
 
     # The store and the key exist before anyone races to make them.
     first = subprocess.run(
-        [sys.executable, "-m", "nightshift.agent.cli", "audit", "verify"],
+        [sys.executable, "-m", "nightshift.agent.doors.cli", "audit", "verify"],
         env=env(workdir / "setup"),
         capture_output=True,
         text=True,
@@ -141,7 +141,7 @@ def run(
     nodes = [f"node-{chr(ord('a') + i)}" for i in range(daemons)]
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "nightshift.agent.cli", "daemon"],
+            [sys.executable, "-m", "nightshift.agent.doors.cli", "daemon"],
             env=env(workdir / n, n),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -202,7 +202,7 @@ def run(
     report.attempt_rows_doubled = facts["attempt_rows_doubled"]
     report.audit_events, report.audit_forks = facts["events"], facts["forks"]
     verify = subprocess.run(
-        [sys.executable, "-m", "nightshift.agent.cli", "audit", "verify"],
+        [sys.executable, "-m", "nightshift.agent.doors.cli", "audit", "verify"],
         env=env(workdir / nodes[0], nodes[0]),
         capture_output=True,
         text=True,

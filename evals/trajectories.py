@@ -21,7 +21,7 @@ The runner takes any planner through a factory, `run_case(case, factory)`. Two c
   one model call per decision and estimates tokens as len(JSON of the request it would have sent:
   messages + tool schemas, plus the reply) // 4, since no endpoint exists here.
 
-* `llm` — the LLM planner (agent/llm.py) with the real `openai` client, against a scripted
+* `llm` — the LLM planner (agent/brain/llm.py) with the real `openai` client, against a scripted
   OpenAI-compatible server on loopback (evals/openai_stub.py) that answers each request with the
   scripted model's call: the HTTP round trip, the prompts, the untrusted blocks, the parsing and
   the planner's own checks are real; the choices are the script's. Tokens are what the stub
@@ -67,19 +67,19 @@ from rich.table import Table
 from sqlmodel import select
 
 import nightshift.examples
-from nightshift.agent.api import Client
-from nightshift.agent.console import console
-from nightshift.agent.goals import Goal
-from nightshift.agent.graph import build_graph, sqlite_checkpointer
-from nightshift.agent.llm import PROMPTS, LLMPlanner, tool_schemas
-from nightshift.agent.planner import (
+from nightshift.agent.brain.goals import Goal
+from nightshift.agent.brain.graph import build_graph, sqlite_checkpointer
+from nightshift.agent.brain.llm import PROMPTS, LLMPlanner, tool_schemas
+from nightshift.agent.brain.planner import (
     Action,
     DeterministicPlanner,
     Observation,
     Planner,
     action_from_tool_call,
 )
-from nightshift.agent.wiring import Wiring, local_now
+from nightshift.agent.brain.wiring import Wiring, local_now
+from nightshift.agent.doors.api import Client
+from nightshift.agent.doors.console import console
 from nightshift.policies import killswitch
 from nightshift.policies.model import DEFAULT_POLICY
 from nightshift.prompts import load

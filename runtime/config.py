@@ -181,7 +181,7 @@ class PolicySettings(BaseModel):
     file: str | None = Field(
         None, description="Policy YAML; default: the shipped policies/default.yaml"
     )
-    # Not a setting: who asks comes from the kernel (agent/wiring.py, agent/api_server.py). The
+    # Not a setting: who asks comes from the kernel (agent/brain/wiring.py, agent/doors/api_server.py). The
     # field stays only so that `load_settings` can refuse it from a file or the environment with
     # the fix, instead of a bare "extra field"; nothing reads it.
     principal: str | None = Field(
@@ -191,8 +191,8 @@ class PolicySettings(BaseModel):
 
 
 class ApiSettings(BaseModel):
-    """The daemon's API on a Unix socket (agent/api_server.py), and when the CLI is its client
-    (agent/remote.py): who asks is the peer's uid from the kernel, never a name it sends."""
+    """The daemon's API on a Unix socket (agent/doors/api_server.py), and when the CLI is its client
+    (agent/doors/remote.py): who asks is the peer's uid from the kernel, never a name it sends."""
 
     socket: str | None = Field(
         None,
@@ -396,7 +396,7 @@ class LlmSettings(BaseModel):
 
 
 class SlackSettings(BaseModel):
-    """A Slack app that posts approval cards and notifications (agent/channels/slack.py). The
+    """A Slack app that posts approval cards and notifications (agent/doors/channels/slack.py). The
     tokens and the signing secret come from the environment (SLACK_BOT_TOKEN,
     SLACK_SIGNING_SECRET, SLACK_APP_TOKEN) or `channels.secrets_file`, never a readable file."""
 
@@ -423,7 +423,7 @@ class SlackSettings(BaseModel):
 
 class WeChatSettings(BaseModel):
     """A WeChat Work (企业微信) self-built app that sends approval cards and notifications
-    (agent/channels/wechat.py), and optionally a group robot for notifications. The app's secret,
+    (agent/doors/channels/wechat.py), and optionally a group robot for notifications. The app's secret,
     the callback token and EncodingAESKey and the robot's URL are secrets."""
 
     corp_id: str | None = Field(None, description="The corporation id (corpid)")

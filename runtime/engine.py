@@ -94,7 +94,7 @@ class Engine:
         self.passive = False
         self.last_decision: Decision | None = None
         # What a background or waiting tick runs: this engine's tick, or the whole loop's step
-        # (agent/loop.py: health checks, preemption, recovery around the tick).
+        # (agent/brain/loop.py: health checks, preemption, recovery around the tick).
         self.step: Callable[[], object] = self.tick
         self._lock = threading.Lock()
         self._stop = threading.Event()

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from nightshift.agent.wiring import Wiring, local_now
+from nightshift.agent.brain.wiring import Wiring, local_now
 from nightshift.runtime.store.db import Approval, Job
 
 from conftest import REPO, nightshift
@@ -32,7 +32,7 @@ def queued_job(home) -> int:
 
 
 def cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "nightshift.agent.cli", *args]
+    return [sys.executable, "-m", "nightshift.agent.doors.cli", *args]
 
 
 def wait_for(predicate, timeout: float = 60.0):
@@ -58,7 +58,7 @@ def starts(w: Wiring, call_id: str) -> int:
 
 def agent_cancel_approved(w: Wiring, job_id: int, call_id: str) -> int:
     """The agent asks to cancel `job_id` (parked for approval) and alice approves; the id."""
-    from nightshift.agent.api import Client
+    from nightshift.agent.doors.api import Client
     from nightshift.runtime.errors import ApprovalRequired
 
     with pytest.raises(ApprovalRequired) as info:
@@ -125,7 +125,7 @@ def test_processes_resuming_one_approved_call_run_it_once(home):
     w = Wiring.load()
     aid = agent_cancel_approved(w, job_id, "race-1")
     code = (
-        "import json, sys; from nightshift.agent.api import Client; "
+        "import json, sys; from nightshift.agent.doors.api import Client; "
         f"r = Client(principal='agent').call('cancel_job', {{'job_id': {job_id}}}, "
         "call_id='race-1'); print(json.dumps(r.model_dump()))"
     )

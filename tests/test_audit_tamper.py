@@ -505,7 +505,7 @@ def test_a_lowered_quorum_is_held_to_the_signed_request(gated: Gated) -> None:
 
 def test_every_report_publishes_and_names_the_chain_head(home, tmp_path: Path) -> None:
     """A report kept by a person is one more copy of the head, so `report` publishes it too."""
-    from nightshift.agent.api import Client
+    from nightshift.agent.doors.api import Client
 
     from conftest import nightshift
 

@@ -27,8 +27,8 @@ from fake_slack import (
 from fake_wecom import FakeWeCom, encrypted_event
 from sqlmodel import select
 
-from nightshift.agent.channels.service import ChannelService
-from nightshift.agent.wiring import Wiring, local_now
+from nightshift.agent.brain.wiring import Wiring, local_now
+from nightshift.agent.doors.channels.service import ChannelService
 from nightshift.runtime.errors import ApprovalRequired, ConfigError
 from nightshift.runtime.store.db import Approval, ChannelMessage, Job
 
@@ -106,7 +106,7 @@ class Rig:
         return job.id
 
     def agent_asks_cancel(self, job_id: int) -> int:
-        from nightshift.agent.api import Client
+        from nightshift.agent.doors.api import Client
 
         with pytest.raises(ApprovalRequired) as info:
             Client(self.w, principal="agent").call(
@@ -455,7 +455,7 @@ def test_the_daemon_posts_serves_callbacks_and_carries_out(home, monkeypatch, fa
     job_id = r.queued_job()
     aid = r.agent_asks_cancel(job_id)
     daemon = subprocess.Popen(
-        [sys.executable, "-m", "nightshift.agent.cli", "daemon"],
+        [sys.executable, "-m", "nightshift.agent.doors.cli", "daemon"],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -1,4 +1,4 @@
-"""The chat session (agent/chat.py) against a real SQLite store: every direct command through
+"""The chat session (agent/doors/chat.py) against a real SQLite store: every direct command through
 the policy gate, bad input as answers (never exceptions), the no-endpoint message, the model
 path with a scripted planner (an approval approved, rejected, decided elsewhere), and
 `nightshift chat --once` as a user's script runs it."""
@@ -14,7 +14,10 @@ import pytest
 import yaml
 from sqlmodel import select
 
-from nightshift.agent.chat import (
+from nightshift.agent.brain.goals import Goal
+from nightshift.agent.brain.planner import Action, Call, Finish, Observation
+from nightshift.agent.brain.wiring import Wiring, local_now
+from nightshift.agent.doors.chat import (
     COMMANDS,
     NO_ENDPOINT,
     Answer,
@@ -26,9 +29,6 @@ from nightshift.agent.chat import (
     model_planner_factory,
     printable,
 )
-from nightshift.agent.goals import Goal
-from nightshift.agent.planner import Action, Call, Finish, Observation
-from nightshift.agent.wiring import Wiring, local_now
 from nightshift.policies import killswitch
 from nightshift.runtime.store.db import Attempt, AuditEvent, Job
 
@@ -464,7 +464,7 @@ def test_planner_failure_is_an_answer(w):
 def test_configured_endpoint_makes_free_text_a_goal(w, monkeypatch):
     """With OPENAI_BASE_URL and NIGHTSHIFT_MODEL set, free text reaches the real LLM planner;
     an endpoint that does not answer (a closed loopback port) ends it with a clear answer."""
-    pytest.importorskip("nightshift.agent.llm")
+    pytest.importorskip("nightshift.agent.brain.llm")
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
     monkeypatch.setenv("NIGHTSHIFT_MODEL", "test-model")
     monkeypatch.setenv("NIGHTSHIFT_LLM__MAX_RETRIES", "0")

@@ -210,7 +210,7 @@ def test_bad_arguments_name_the_field_and_exit_2(home, tmp_path):
 
 def test_validate_help_names_every_format_the_readers_know():
     """`--help` lists the formats without importing the readers; this keeps the two the same."""
-    from nightshift.agent.commands.validate import FORMAT_NAMES
+    from nightshift.agent.doors.commands.validate import FORMAT_NAMES
     from nightshift.runtime.training.training_configs import FORMATS
 
     assert FORMAT_NAMES.split(", ") == list(FORMATS)

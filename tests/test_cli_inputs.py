@@ -62,7 +62,7 @@ def test_a_value_that_is_not_yaml_is_bad_arguments_naming_it(home, argv, option,
 
 def test_yaml_values_still_parse(home):
     """The ordinary values keep their types: a list, a number, text."""
-    from nightshift.agent.shell import parse_key_values
+    from nightshift.agent.doors.shell import parse_key_values
 
     assert parse_key_values(["gpus=[0, 1]", "lr=0.001", "name=run a", "empty="]) == {
         "gpus": [0, 1],

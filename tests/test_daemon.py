@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture
 def daemon(home):
     proc = subprocess.Popen(
-        [sys.executable, "-m", "nightshift.agent.cli", "daemon"],
+        [sys.executable, "-m", "nightshift.agent.doors.cli", "daemon"],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -180,7 +180,7 @@ def test_daemon_restart_reattaches_without_launching_twice(home, tmp_path):
 
     def start():
         return subprocess.Popen(
-            [sys.executable, "-m", "nightshift.agent.cli", "daemon"],
+            [sys.executable, "-m", "nightshift.agent.doors.cli", "daemon"],
             cwd=REPO,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

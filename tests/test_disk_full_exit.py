@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from sqlmodel import select
 
-from nightshift.agent.api import Client
-from nightshift.agent.wiring import Wiring
+from nightshift.agent.brain.wiring import Wiring
+from nightshift.agent.doors.api import Client
 from nightshift.runtime.executors.executor import LaunchRequest
 from nightshift.runtime.executors.local_executor import LocalExecutor
 from nightshift.runtime.executors.supervise import RESERVE_BYTES, reserve_file

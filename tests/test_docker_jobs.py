@@ -9,8 +9,8 @@ import shutil
 import pytest
 import yaml
 
-from nightshift.agent.api import Client
-from nightshift.agent.wiring import Wiring
+from nightshift.agent.brain.wiring import Wiring
+from nightshift.agent.doors.api import Client
 
 from conftest import REPO, write_spec
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from nightshift.agent.daemon import DaemonLock
+from nightshift.agent.doors.daemon import DaemonLock
 from nightshift.evals.openai_stub import StubServer, reply_text, reply_tools, tool_call
 
 from conftest import nightshift

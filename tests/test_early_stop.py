@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from nightshift.agent.api import Client
-from nightshift.agent.wiring import Wiring
+from nightshift.agent.brain.wiring import Wiring
+from nightshift.agent.doors.api import Client
 from nightshift.runtime.training.early_stop import median_rule, patience_exhausted
 
 from conftest import write_spec

@@ -22,8 +22,8 @@ import yaml
 from sqlalchemy import event
 from sqlmodel import select
 
-from nightshift.agent.api import Client
-from nightshift.agent.wiring import Wiring
+from nightshift.agent.brain.wiring import Wiring
+from nightshift.agent.doors.api import Client
 from nightshift.runtime.errors import CallInDoubt, DiskFull, StoreFull, StoreGone
 from nightshift.runtime.scheduling.backoff import Backoff
 from nightshift.runtime.store.db import AuditEvent, Job, Store
@@ -214,7 +214,7 @@ class DaemonProc:
 
     def __init__(self, env: dict[str, str]):
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "nightshift.agent.cli", "daemon"],
+            [sys.executable, "-m", "nightshift.agent.doors.cli", "daemon"],
             cwd=REPO,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

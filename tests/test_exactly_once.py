@@ -146,7 +146,7 @@ def test_a_claimed_launch_is_not_claimed_twice(tmp_path: Path) -> None:
 
 def _claim(home: str, job_id: int, barrier, out) -> None:  # noqa: ANN001
     os.environ["NIGHTSHIFT_HOME"] = home
-    from nightshift.agent.wiring import Wiring
+    from nightshift.agent.brain.wiring import Wiring
 
     w = Wiring.load(None)
     engine = w.engine
@@ -160,7 +160,7 @@ def test_two_loops_placing_one_job_at_once_claim_it_once(home: Path) -> None:
     a conditional update both created attempt rows and both runs trained."""
     from sqlmodel import select
 
-    from nightshift.agent.api import Client
+    from nightshift.agent.doors.api import Client
     from nightshift.runtime.store.db import Attempt
 
     client = Client()

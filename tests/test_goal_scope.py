@@ -11,7 +11,7 @@ import time
 
 import yaml
 
-from nightshift.agent.api import Client
+from nightshift.agent.doors.api import Client
 
 from conftest import REPO, nightshift
 
@@ -34,7 +34,7 @@ def test_a_goal_that_cancels_a_queued_job_never_starts_it(home, tmp_path):
     goal = tmp_path / "cancel.yaml"
     goal.write_text(yaml.safe_dump({"steps": [{"skill": "cancel_job", "args": {"job_id": job}}]}))
     run = subprocess.Popen(
-        [sys.executable, "-m", "nightshift.agent.cli", "run", str(goal)],
+        [sys.executable, "-m", "nightshift.agent.doors.cli", "run", str(goal)],
         cwd=REPO,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,

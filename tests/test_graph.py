@@ -12,16 +12,16 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 from sqlmodel import select
 
-from nightshift.agent.goals import Goal
-from nightshift.agent.graph import build_graph
-from nightshift.agent.planner import (
+from nightshift.agent.brain.goals import Goal
+from nightshift.agent.brain.graph import build_graph
+from nightshift.agent.brain.planner import (
     Action,
     DeterministicPlanner,
     Finish,
     Observation,
     action_from_tool_call,
 )
-from nightshift.agent.wiring import Wiring, local_now
+from nightshift.agent.brain.wiring import Wiring, local_now
 from nightshift.policies import killswitch
 from nightshift.runtime.store.db import AuditEvent, Job, PlannedCall
 

@@ -15,8 +15,8 @@ import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from sqlmodel import select
 
-from nightshift.agent.api import Client
-from nightshift.agent.wiring import Wiring
+from nightshift.agent.brain.wiring import Wiring
+from nightshift.agent.doors.api import Client
 from nightshift.evals.fuzz_inputs import GOOD, hostile_param_dicts, hostile_spec_dicts, nested
 from nightshift.runtime.errors import BadArguments, NightshiftError, SpecError
 from nightshift.runtime.spec import MetricSpec, load_spec

@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nightshift.agent.api import Client
-from nightshift.agent.daemon import Daemon, DaemonLock
-from nightshift.agent.wiring import Wiring
+from nightshift.agent.brain.wiring import Wiring
+from nightshift.agent.doors.api import Client
+from nightshift.agent.doors.daemon import Daemon, DaemonLock
 from nightshift.runtime.config import Settings
 from nightshift.runtime.engine import Engine
 from nightshift.runtime.errors import OperatorError, StoreGone
@@ -226,7 +226,7 @@ def _daemon_env(home: Path, url: str) -> dict[str, str]:
 def start_daemon(home: Path, url: str, db: Path) -> tuple[subprocess.Popen, int]:
     """The real `nightshift daemon` in `home` on the store `url`, once it holds the lease."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "nightshift.agent.cli", "daemon"],
+        [sys.executable, "-m", "nightshift.agent.doors.cli", "daemon"],
         cwd=REPO,
         env=_daemon_env(home, url),
         stdout=subprocess.PIPE,
@@ -264,7 +264,7 @@ def test_a_second_daemon_on_one_sqlite_store_is_refused(shared):
         assert store_row(db, "select pid from store_lease")[0] == pid  # A's lease untouched
         # The real command says the same in one line, exit 5.
         r = subprocess.run(
-            [sys.executable, "-m", "nightshift.agent.cli", "daemon", "--max-ticks", "1"],
+            [sys.executable, "-m", "nightshift.agent.doors.cli", "daemon", "--max-ticks", "1"],
             cwd=REPO,
             env={**_daemon_env(home_b, url), "COLUMNS": "300"},
             capture_output=True,
@@ -351,7 +351,7 @@ def test_nightshift_run_refuses_while_another_homes_daemon_serves_the_store(shar
         goal.write_text(yaml.safe_dump({"steps": [{"watch": job}]}))
         env = {k: v for k, v in _daemon_env(home_b, url).items() if "LEASE" not in k}
         r = subprocess.run(
-            [sys.executable, "-m", "nightshift.agent.cli", "run", str(goal)],
+            [sys.executable, "-m", "nightshift.agent.doors.cli", "run", str(goal)],
             cwd=REPO,
             env={**env, "COLUMNS": "300"},
             capture_output=True,

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 
 def start_run(goal: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "nightshift.agent.cli", "run", str(goal)],
+        [sys.executable, "-m", "nightshift.agent.doors.cli", "run", str(goal)],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -176,7 +176,7 @@ def test_approval_answered_at_the_terminal(home, tmp_path):
     )
     master, slave = pty.openpty()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "nightshift.agent.cli", "run", str(goal)],
+        [sys.executable, "-m", "nightshift.agent.doors.cli", "run", str(goal)],
         cwd=REPO,
         stdin=slave,
         stdout=subprocess.PIPE,

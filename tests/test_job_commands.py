@@ -13,7 +13,7 @@ from datetime import timedelta
 
 import pytest
 
-from nightshift.agent.wiring import Wiring
+from nightshift.agent.brain.wiring import Wiring
 from nightshift.runtime.spec import load_spec
 from nightshift.runtime.store.db import Attempt, Job, utcnow
 
@@ -99,7 +99,7 @@ def test_logs_tail_attempt_and_follow(failed_job):
     assert r.stdout.splitlines() == [f"line {i} of attempt 1" for i in (297, 298, 299)]
     env = {**os.environ, "COLUMNS": "200"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "nightshift.agent.cli", "logs", str(job_id), "-f", "-n", "1"],
+        [sys.executable, "-m", "nightshift.agent.doors.cli", "logs", str(job_id), "-f", "-n", "1"],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,

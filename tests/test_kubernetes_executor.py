@@ -525,8 +525,8 @@ def test_a_queued_job_becomes_a_kubernetes_job_through_the_loop(
 
     import yaml
 
-    from nightshift.agent.api import Client
-    from nightshift.agent.wiring import Wiring
+    from nightshift.agent.brain.wiring import Wiring
+    from nightshift.agent.doors.api import Client
 
     from conftest import REPO, write_spec
 

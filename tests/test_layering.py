@@ -94,6 +94,22 @@ def test_dependencies_point_down(graph):
     assert wrong == []
 
 
+def test_brain_knows_no_door(graph):
+    """agent/ is the doors (CLI, TUI, chat, channels, the socket API) around the brain (graph,
+    planners, LLM, loop, wiring): a door may import the brain, never the other way round."""
+    rooms = sorted(p.name for p in (REPO / "agent").iterdir() if (p / "__init__.py").exists())
+    assert rooms == ["brain", "doors"]
+    assert sorted(p.name for p in (REPO / "agent").glob("*.py")) == ["__init__.py"]
+    wrong = sorted(
+        f"{a} imports {b}"
+        for a, deps in graph.items()
+        if a.startswith("nightshift.agent.brain")
+        for b in deps
+        if b.startswith("nightshift.agent.doors")
+    )
+    assert wrong == []
+
+
 def test_runtime_has_rooms():
     """runtime/ is a few shared modules and a folder per concern, not one flat room."""
     flat = sorted(p.name for p in (REPO / "runtime").glob("*.py") if p.name != "__init__.py")
@@ -102,23 +118,7 @@ def test_runtime_has_rooms():
     assert len(flat) <= 10, flat
 
 
-@pytest.mark.parametrize(
-    "layer",
-    [
-        "runtime",
-        "skills",
-        "policies",
-        pytest.param(
-            "agent",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="open (issue 26): agent/ still holds the doors and the brain together; "
-                "wiring builds the socket client (remote → shell → api → wiring). Splitting the "
-                "doors from the brain removes it; then this mark goes",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("layer", ["runtime", "skills", "policies", "agent"])
 def test_no_file_circles(graph, layer):
     """No two files import each other, directly or round a longer circle."""
     sub = {

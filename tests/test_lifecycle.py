@@ -18,8 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nightshift.agent.goals import recover_goal
-from nightshift.agent.planner import Call, DeterministicPlanner, Observation
+from nightshift.agent.brain.goals import recover_goal
+from nightshift.agent.brain.planner import Call, DeterministicPlanner, Observation
 from nightshift.runtime.store import lifecycle
 from nightshift.runtime.store.db import Job, Store
 from nightshift.runtime.store.lifecycle import JOB_TRANSITIONS, IllegalTransition, JobState
@@ -209,7 +209,7 @@ def test_a_persons_hold_holds_costs_no_retry_and_release_resumes(home, tmp_path)
         retries=0,
     )
     daemon = subprocess.Popen(
-        [sys.executable, "-m", "nightshift.agent.cli", "daemon"],
+        [sys.executable, "-m", "nightshift.agent.doors.cli", "daemon"],
         cwd=REPO,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

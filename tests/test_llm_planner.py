@@ -18,11 +18,11 @@ import yaml
 from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import SecretStr
 
-from nightshift.agent.goals import Goal
-from nightshift.agent.graph import build_graph
-from nightshift.agent.llm import NOT_JSON, LLMPlanner, endpoint, untrusted
-from nightshift.agent.planner import Observation
-from nightshift.agent.wiring import Wiring
+from nightshift.agent.brain.goals import Goal
+from nightshift.agent.brain.graph import build_graph
+from nightshift.agent.brain.llm import NOT_JSON, LLMPlanner, endpoint, untrusted
+from nightshift.agent.brain.planner import Observation
+from nightshift.agent.brain.wiring import Wiring
 from nightshift.evals import trajectories as T
 from nightshift.evals.openai_stub import (
     StubServer,
@@ -384,8 +384,8 @@ def test_a_failed_job_the_goal_launched_goes_to_the_playbook_without_a_model_cal
 def test_a_job_the_goal_did_not_launch_is_left_to_the_model(w):
     """A watched job that failed before the goal (someone asks why) is the model's to explain:
     the playbook does not resume it on its own."""
-    from nightshift.agent.llm import _playbook_segments
-    from nightshift.agent.planner import DeterministicPlanner
+    from nightshift.agent.brain.llm import _playbook_segments
+    from nightshift.agent.brain.planner import DeterministicPlanner
 
     failed = Observation(
         call_id="t/1",
@@ -567,5 +567,5 @@ def test_prompts_are_files_loaded_by_name():
         load("no_such_prompt")
     with pytest.raises(ValueError):
         load("../secrets")
-    here = Path(__file__).resolve().parents[1] / "agent" / "llm.py"
+    here = Path(__file__).resolve().parents[1] / "agent" / "brain" / "llm.py"
     assert "You are nightshift" not in here.read_text()  # prompt text lives in prompts/

@@ -49,12 +49,12 @@ HEAVY = (
 
 def boot(site: str) -> str:
     """The CLI, run by a Python that may not be the venv's: `site`'s packages added first."""
-    return f"import site; site.addsitedir({site!r}); from nightshift.agent.cli import main; main()"
+    return f"import site; site.addsitedir({site!r}); from nightshift.agent.doors.cli import main; main()"
 
 
 def _link_or_copy(src: str, dst: str) -> None:
     if os.path.exists(dst):
-        return  # a package folder inside another one's (agent/commands in agent): copied once
+        return  # a package folder inside another one's (agent/doors/commands in agent/doors): copied once
     try:
         os.link(src, dst)  # a hard link is reached by its own path: no folder above src matters
     except OSError:
@@ -194,7 +194,11 @@ def _python_for(who: Account, site: str) -> str | None:
     for exe in dict.fromkeys(c for c in candidates if c):
         try:
             r = subprocess.run(
-                [exe, "-c", f"import site; site.addsitedir({site!r}); import nightshift.agent.cli"],
+                [
+                    exe,
+                    "-c",
+                    f"import site; site.addsitedir({site!r}); import nightshift.agent.doors.cli",
+                ],
                 cwd="/",
                 env=who.env(),
                 user=who.uid,

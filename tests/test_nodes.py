@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from nightshift.agent.wiring import Wiring, local_now
+from nightshift.agent.brain.wiring import Wiring, local_now
 from nightshift.runtime.scheduling.snapshot import load_snapshot
 from nightshift.runtime.store.db import Attempt, Job
 

@@ -33,4 +33,7 @@ def test_wheel_layout(tmp_path):
     assert "nightshift/policies/default.yaml" in names
     assert "nightshift/examples/goals/quickstart.yaml" in names
     entry = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "nightshift = nightshift.agent.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
+    assert (
+        "nightshift = nightshift.agent.doors.cli:main"
+        in zipfile.ZipFile(wheel).read(entry).decode()
+    )

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nightshift.agent.api import Client
+from nightshift.agent.doors.api import Client
 from nightshift.policies.engine import check_limits
 from nightshift.policies.model import Limits
 from nightshift.runtime.errors import BadArguments, PolicyDenied

@@ -15,8 +15,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from sqlmodel import select
 
-from nightshift.agent.api import Client
-from nightshift.agent.goals import load_goal
+from nightshift.agent.brain.goals import load_goal
+from nightshift.agent.doors.api import Client
 from nightshift.evals.fuzz_inputs import param_dicts, spec_dicts, texts
 from nightshift.runtime.errors import BadArguments, NightshiftError, SpecError
 from nightshift.runtime.scheduling.snapshot import load_snapshot

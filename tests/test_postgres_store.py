@@ -10,8 +10,8 @@ import sys
 import pytest
 from sqlalchemy import text
 
-from nightshift.agent.api import Client
-from nightshift.agent.wiring import Wiring
+from nightshift.agent.brain.wiring import Wiring
+from nightshift.agent.doors.api import Client
 from nightshift.evals import team_load
 from nightshift.runtime.store.db import Store
 from nightshift.runtime.store.migrations import HEAD
@@ -52,7 +52,7 @@ def test_a_job_runs_end_to_end_and_the_audit_verifies(pg_home):
 
 APPEND = """
 import sys
-from nightshift.agent.wiring import Wiring
+from nightshift.agent.brain.wiring import Wiring
 w = Wiring.load()
 for i in range(int(sys.argv[1])):
     w.audit.append("system", "test.concurrent", payload={"i": i, "who": sys.argv[2]})

@@ -18,11 +18,11 @@ import yaml
 from langgraph.checkpoint.memory import InMemorySaver
 from sqlmodel import select
 
-from nightshift.agent.api import Client
-from nightshift.agent.goals import Goal
-from nightshift.agent.graph import build_graph
-from nightshift.agent.llm import LLMPlanner
-from nightshift.agent.wiring import Wiring
+from nightshift.agent.brain.goals import Goal
+from nightshift.agent.brain.graph import build_graph
+from nightshift.agent.brain.llm import LLMPlanner
+from nightshift.agent.brain.wiring import Wiring
+from nightshift.agent.doors.api import Client
 from nightshift.evals.openai_stub import StubServer, reply_text, reply_tools, tool_call
 from nightshift.runtime.config import LlmSettings
 from nightshift.runtime.store.db import Approval, Attempt

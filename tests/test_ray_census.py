@@ -225,7 +225,7 @@ def test_on_a_real_ray_head_the_census_places_pins_and_quarantines(home, tmp_pat
         "NIGHTSHIFT_EXECUTOR__KIND": "ray",
         "NIGHTSHIFT_EXECUTOR__RAY_ADDRESS": ray_head.address,
     }
-    cli = [sys.executable, "-m", "nightshift.agent.cli"]
+    cli = [sys.executable, "-m", "nightshift.agent.doors.cli"]
     ray_head.smi_state.write_text("ok\n")
     done = subprocess.run(
         [*cli, "run", str(goal)], cwd=REPO, env=env, capture_output=True, text=True, timeout=200

@@ -273,7 +273,7 @@ def test_a_killed_ray_job_is_diagnosed_and_resumed_from_its_checkpoint(home, tmp
         "NIGHTSHIFT_EXECUTOR__RAY_ADDRESS": ray_head.address,
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "nightshift.agent.cli", "run", str(goal)],
+        [sys.executable, "-m", "nightshift.agent.doors.cli", "run", str(goal)],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,

@@ -49,7 +49,7 @@ def start(tmp_path: Path, spec: Path) -> subprocess.Popen:
     goal = tmp_path / "goal.yaml"
     goal.write_text(yaml.safe_dump({"name": "real", "goal": "train", "spec": str(spec)}))
     return subprocess.Popen(
-        [sys.executable, "-m", "nightshift.agent.cli", "run", str(goal)],
+        [sys.executable, "-m", "nightshift.agent.doors.cli", "run", str(goal)],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -152,7 +152,7 @@ def test_kill_training_process_then_the_group_resumes_twice_and_finishes(home, t
         )
         assert 0 <= at - resumed <= 40 + 5  # at most one checkpoint interval (and a tick)
     show = subprocess.run(
-        [sys.executable, "-m", "nightshift.agent.cli", "show", "1", "--json"],
+        [sys.executable, "-m", "nightshift.agent.doors.cli", "show", "1", "--json"],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from nightshift.agent.daemon import Daemon
-from nightshift.agent.planner import DeterministicPlanner
-from nightshift.agent.wiring import Wiring
+from nightshift.agent.brain.planner import DeterministicPlanner
+from nightshift.agent.brain.wiring import Wiring
+from nightshift.agent.doors.daemon import Daemon
 
 from conftest import write_spec
 

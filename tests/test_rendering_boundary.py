@@ -1,4 +1,4 @@
-"""One rendering boundary (agent/console.py): whatever a user typed, a job's spec or a store row
+"""One rendering boundary (agent/doors/console.py): whatever a user typed, a job's spec or a store row
 holds, a log says or a model answered reaches Rich as literal text, never as markup. `[/x]` is
 shown as `[/x]` (before: a rich.errors.MarkupError traceback), `[bold]` as `[bold]` (before: eaten
 and the rest of the line bold), and an install hint keeps its extra: `pip install
@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.text import Text
 from test_cli_errors import invoke, run_all
 
-from nightshift.agent.console import error, key_values, styled, table
+from nightshift.agent.doors.console import error, key_values, styled, table
 from nightshift.runtime.store.db import Approval, Attempt, Job, utcnow
 
 from conftest import REPO
@@ -81,7 +81,7 @@ def test_table_and_key_values_cells_are_literal_unless_ours():
 def test_a_goal_runs_progress_lines_show_model_and_policy_text_literally(capsys):
     """`nightshift run` prints the planner's reason (a model's words), the policy's reasons, an
     observation's error and the final summary: each literally."""
-    from nightshift.agent.console import progress_printer
+    from nightshift.agent.doors.console import progress_printer
 
     show = progress_printer()
     show("plan", {"kind": "call", "skill": "show_job", "why": REASON})
@@ -109,7 +109,7 @@ def hostile_job(home):
     """A job whose name, reason, evidence, cause and log say things that look like markup, and a
     pending approval whose arguments, requester and rule do (rows written straight to the store,
     as an older version or another client could have)."""
-    from nightshift.agent.wiring import Wiring
+    from nightshift.agent.brain.wiring import Wiring
     from nightshift.runtime.spec import load_spec
 
     w = Wiring.load()

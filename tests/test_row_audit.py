@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from nightshift.agent.wiring import Wiring
+from nightshift.agent.brain.wiring import Wiring
 
 from conftest import nightshift, write_spec
 

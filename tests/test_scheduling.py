@@ -106,7 +106,7 @@ def test_high_priority_preempts_low_which_resumes_from_its_checkpoint(home, tmp_
     from conftest import REPO
 
     daemon = subprocess.Popen(
-        [sys.executable, "-m", "nightshift.agent.cli", "daemon"],
+        [sys.executable, "-m", "nightshift.agent.doors.cli", "daemon"],
         cwd=REPO,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

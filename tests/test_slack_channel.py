@@ -25,7 +25,7 @@ from fake_slack import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nightshift.agent.channels.base import (
+from nightshift.agent.doors.channels.base import (
     ApprovalCard,
     BadCallback,
     ChannelDown,
@@ -34,7 +34,7 @@ from nightshift.agent.channels.base import (
     Posted,
     Vote,
 )
-from nightshift.agent.channels.slack import (
+from nightshift.agent.doors.channels.slack import (
     MAX_BODY,
     SlackChannel,
     SlackInteractivity,

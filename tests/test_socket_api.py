@@ -26,8 +26,8 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from nightshift.agent.api_server import ApiServer
-from nightshift.agent.wiring import Wiring
+from nightshift.agent.brain.wiring import Wiring
+from nightshift.agent.doors.api_server import ApiServer
 from nightshift.runtime.config import ApiSettings, GpuSettings, Settings
 from nightshift.skills.base import SkillContext, skill
 
@@ -37,7 +37,7 @@ ME = pwd.getpwuid(os.geteuid()).pw_name
 
 
 def cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "nightshift.agent.cli", *args]
+    return [sys.executable, "-m", "nightshift.agent.doors.cli", *args]
 
 
 def short_dir() -> Path:
@@ -239,9 +239,9 @@ def test_a_call_that_needs_approval_comes_back_with_the_request(
 
 
 def test_the_library_client_goes_through_the_socket(server: ApiServer, tmp_path: Path) -> None:
-    """`nightshift.agent.api.Client` in a shared install: the daemon's gate, as this uid; it
+    """`nightshift.agent.doors.api.Client` in a shared install: the daemon's gate, as this uid; it
     cannot name another principal."""
-    from nightshift.agent.api import Client
+    from nightshift.agent.doors.api import Client
     from nightshift.runtime.errors import ApprovalRequired, BadArguments
 
     w = Wiring(Settings(api=ApiSettings(socket=str(server.path), mode="client")))
@@ -538,7 +538,7 @@ def test_logs_follow_streams_through_the_socket(daemon: Served, tmp_path: Path) 
 def test_the_daemon_takes_its_state_back_and_refuses_a_policy_others_can_write(
     tmp_path: Path,
 ) -> None:
-    from nightshift.agent.daemon import own_state
+    from nightshift.agent.doors.daemon import own_state
     from nightshift.runtime.config import PolicySettings
     from nightshift.runtime.errors import OperatorError
 

@@ -24,7 +24,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 
-from nightshift.agent.wiring import Wiring
+from nightshift.agent.brain.wiring import Wiring
 from nightshift.runtime.errors import StoreUnavailable
 from nightshift.runtime.scheduling.backoff import Backoff
 from nightshift.runtime.store.db import Job, Store
@@ -195,7 +195,7 @@ def whoami(sock: Path) -> dict:
 class Daemon:
     def __init__(self, env: dict[str, str]):
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "nightshift.agent.cli", "daemon"],
+            [sys.executable, "-m", "nightshift.agent.doors.cli", "daemon"],
             cwd=REPO,
             env=env,
             stdout=subprocess.PIPE,
@@ -234,7 +234,7 @@ class Daemon:
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "nightshift.agent.cli", *args],
+        [sys.executable, "-m", "nightshift.agent.doors.cli", *args],
         cwd=REPO,
         env=env,
         stdin=subprocess.DEVNULL,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from sqlmodel import select
 
-from nightshift.agent.api import Client
+from nightshift.agent.doors.api import Client
 from nightshift.runtime.errors import PolicyDenied, SpecError
 from nightshift.runtime.store.db import AuditEvent, Job
 

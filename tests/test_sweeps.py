@@ -250,7 +250,7 @@ def sweep_spec(tmp_path: Path) -> Path:
 def drive(until: Any, timeout: float = 60.0) -> Any:
     """A fresh in-process loop on the home's store (what a restarted daemon builds), stepped
     until `until(wiring)` holds."""
-    from nightshift.agent.wiring import Wiring
+    from nightshift.agent.brain.wiring import Wiring
 
     w = Wiring.load()
     w.loop.drive_sweeps = True
@@ -352,7 +352,7 @@ def test_a_sweep_that_cannot_be_driven_fails_alone_and_the_loop_goes_on(home, tm
     for name in ("broken", "fine"):
         r = nightshift("sweep", str(spec), "--name", name)
         assert r.returncode == 0, r.stderr
-    from nightshift.agent.wiring import Wiring
+    from nightshift.agent.brain.wiring import Wiring
 
     w = Wiring.load()
     with w.store.session() as s:

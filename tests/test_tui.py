@@ -18,11 +18,11 @@ from textual.command import CommandList
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Input, Log
 
-from nightshift.agent.planner import Call, Finish
-from nightshift.agent.tui import ChatApp
-from nightshift.agent.tui.screens import ApprovalModal, AuditScreen, ConfirmModal, JobScreen
-from nightshift.agent.tui.widgets import ChatLog, JobsTable, ToolCardView
-from nightshift.agent.wiring import Wiring, local_now
+from nightshift.agent.brain.planner import Call, Finish
+from nightshift.agent.brain.wiring import Wiring, local_now
+from nightshift.agent.doors.tui import ChatApp
+from nightshift.agent.doors.tui.screens import ApprovalModal, AuditScreen, ConfirmModal, JobScreen
+from nightshift.agent.doors.tui.widgets import ChatLog, JobsTable, ToolCardView
 from nightshift.runtime.errors import ApprovalRequired
 from nightshift.runtime.spec import load_spec
 from nightshift.runtime.store.db import Attempt, Job, MetricPoint
@@ -48,14 +48,14 @@ def tui_home(home, monkeypatch) -> Path:
     (home / "inv.yaml").write_text(INVENTORY)
     monkeypatch.setenv("NIGHTSHIFT_GPU__PROBE", "inventory")
     monkeypatch.setenv("NIGHTSHIFT_GPU__INVENTORY", "inv.yaml")
-    monkeypatch.setattr("nightshift.agent.wiring.os_user_name", lambda uid: "alice")
+    monkeypatch.setattr("nightshift.agent.brain.wiring.os_user_name", lambda uid: "alice")
     return home
 
 
 @pytest.fixture
 def fixed_clock(monkeypatch) -> Callable[[], datetime]:
     """Every clock the screens show reads 2026-12-02 03:00 UTC."""
-    monkeypatch.setattr("nightshift.agent.wiring.local_now", lambda: FIXED)
+    monkeypatch.setattr("nightshift.agent.brain.wiring.local_now", lambda: FIXED)
     return lambda: FIXED
 
 

@@ -26,7 +26,7 @@ from fake_wecom import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nightshift.agent.channels.base import (
+from nightshift.agent.doors.channels.base import (
     ApprovalCard,
     BadCallback,
     ChannelDown,
@@ -35,7 +35,7 @@ from nightshift.agent.channels.base import (
     Posted,
     Vote,
 )
-from nightshift.agent.channels.wechat import WeComCallback, WeComChannel, outcome
+from nightshift.agent.doors.channels.wechat import WeComCallback, WeComChannel, outcome
 
 ALICE = Vote("alice", True, "wechat:alice")
 BOB = Vote("bob", True, "slack:U2")

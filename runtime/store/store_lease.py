@@ -1,6 +1,6 @@
 """One daemon per SQLite store: the `store_lease` row "daemon" names the daemon that serves it.
 
-The per-home lock (agent/daemon.py DaemonLock) cannot see a daemon of another home opened on the
+The per-home lock (agent/doors/daemon.py DaemonLock) cannot see a daemon of another home opened on the
 same file (`store.url`): two did, and 2 of 10 jobs ran as two processes while the store recorded
 one attempt. A daemon takes the lease at start in one write transaction, refused while another
 holder's heartbeat is fresh; it renews the heartbeat as it ticks and deletes the lease when it

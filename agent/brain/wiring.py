@@ -1,0 +1,298 @@
+"""Builds the parts a command needs from the settings: store, executor, loop, policy gate, audit.
+Each part is built, and its modules imported, when first asked for: `nightshift jobs` needs the
+store only, and the policy stack and the engine would double its start-up time.
+
+Who asks is the kernel's answer, never a setting: here the process's OS user (the single-user
+embedded mode), and in a shared install the daemon's peer uid (agent/doors/api_server.py). When the
+daemon of a shared install serves its socket, `served_at` names it: the store is not this
+process's to open, and the doors talk to that daemon instead (agent/doors/remote.py)."""
+
+from __future__ import annotations
+
+import os
+import pwd
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nightshift.runtime.config import Settings, load_settings
+from nightshift.runtime.errors import OperatorError, StoreError
+
+if TYPE_CHECKING:
+    from nightshift.agent.brain.loop import Loop
+    from nightshift.policies.approvals import Approvals
+    from nightshift.policies.audit import AuditLog
+    from nightshift.policies.engine import PolicyEngine
+    from nightshift.policies.gate import Gate
+    from nightshift.runtime.engine import Engine
+    from nightshift.runtime.executors.executor import Executor
+    from nightshift.runtime.store.db import Store
+    from nightshift.skills.base import SkillContext
+
+
+class _AuditOnDemand:
+    """The store's row recorder (runtime.store.db.RowRecorder), backed by the audit log that it
+    creates only when a transition first needs it."""
+
+    def __init__(self, log: Callable[[], Any]):
+        self._log = log
+
+    def record_in(self, conn: Any, events: list[dict[str, Any]]) -> Callable[[], None]:
+        return self._log().record_in(conn, events)  # type: ignore[no-any-return]
+
+    def authentic(self, event: Any) -> bool:
+        return bool(self._log().authentic(event))
+
+
+def local_now() -> datetime:
+    """Naive UTC, the store's convention."""
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def os_user_name(uid: int) -> str:
+    """The user database's name for a uid (`uid-N` for one it does not list), not $USER or
+    getpass, which read the environment."""
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid-{uid}"
+
+
+# The commands a client of the daemon has (README "Shared install"); the others open the store.
+SERVED = (
+    "skill, submit, sweep, sweep-stop, status, jobs, show, logs, cancel, retry, approve, reject, "
+    "approvals, whoami"
+)
+
+
+def served_socket(settings: Settings) -> Path | None:
+    """The daemon's socket when these settings make a command its client: `api.mode: client`
+    always, `auto` when the socket (or, while no daemon runs, its folder) belongs to another
+    user than the caller; None for the single-user embedded mode."""
+    mode = settings.api.mode
+    if mode == "embedded":
+        return None
+    path = settings.api_socket
+    if mode == "client":
+        return path
+    owner = _owner(path)
+    return path if owner is not None and owner != os.geteuid() else None
+
+
+def _owner(path: Path) -> int | None:
+    """The uid of the socket; while there is none, of its folder unless root owns that."""
+    try:
+        return path.stat().st_uid
+    except OSError:
+        pass
+    try:
+        folder = path.parent.stat()
+    except OSError:
+        return None
+    return folder.st_uid if folder.st_uid != 0 else None
+
+
+def not_served(socket_path: Path) -> OperatorError:
+    """Why a command that opens the store does not run in client mode, and what to do."""
+    return OperatorError(
+        f"this command opens the store, which in this shared install belongs to the daemon "
+        f"that serves {socket_path}; the daemon serves: {SERVED}. Run it as the daemon's user, "
+        "or set api.mode: embedded for a store of your own"
+    )
+
+
+@dataclass
+class Wiring:
+    settings: Settings
+    server: bool = False  # the daemon: it owns the state, and is never a client of itself
+
+    @classmethod
+    def load(cls, config: str | None = None, *, server: bool = False) -> Wiring:
+        return cls(load_settings(config), server=server)
+
+    @cached_property
+    def served_at(self) -> Path | None:
+        """The socket of the daemon whose store this is, when this command is its client (a
+        shared install), else None: the single-user embedded mode."""
+        return None if self.server else served_socket(self.settings)
+
+    def refuse_if_served(self) -> None:
+        """For what opens the store itself: not in a shared install, where it is the daemon's."""
+        if self.served_at is not None:
+            raise not_served(self.served_at)
+
+    @cached_property
+    def store(self) -> Store:
+        from nightshift.runtime.store.db import Store
+
+        self.refuse_if_served()
+        from nightshift.runtime.store.runs_binding import check_store_present
+
+        check_store_present(self.settings.store_url, self.settings.runs_dir)
+        self.settings.home_path.mkdir(parents=True, exist_ok=True)
+        store = Store(self.settings.store_url, busy_timeout_s=self.settings.store.busy_timeout_s)
+        # Every transition's audit event is chained in with the rows it moved (lifecycle), by
+        # this wiring's audit log, loaded on the first transition: a read-only command such as
+        # `jobs` never imports the audit's machinery.
+        store.recorder = _AuditOnDemand(lambda: self.audit)
+        return store
+
+    @cached_property
+    def executor(self) -> Executor:
+        ex = self.settings.executor
+        if ex.kind == "docker":
+            from nightshift.runtime.executors.docker_executor import (
+                DockerExecutor,  # needs the docker extra
+            )
+
+            return DockerExecutor(
+                self.settings.runs_dir,
+                base_url=ex.docker_url,
+                network_mode=ex.network_mode,
+                stop_grace_s=ex.stop_grace_s,
+                pids_limit=ex.pids_limit,
+            )
+        if ex.kind == "ray":
+            from nightshift.runtime.executors.ray_executor import RayExecutor  # needs the ray extra
+
+            return RayExecutor(
+                self.settings.runs_dir, address=ex.ray_address, stop_grace_s=ex.stop_grace_s
+            )
+        if ex.kind == "kubernetes":
+            from nightshift.runtime.executors.kubernetes_executor import KubernetesExecutor
+
+            return KubernetesExecutor(
+                self.settings.runs_dir, settings=ex.kubernetes, stop_grace_s=ex.stop_grace_s
+            )
+        from nightshift.runtime.executors.local_executor import LocalExecutor
+
+        return LocalExecutor(self.settings.runs_dir)
+
+    @cached_property
+    def audit(self) -> AuditLog:
+        from nightshift.policies.audit import AuditLog
+
+        # From the settings: the key file and the publish sinks too, so a daemon publishes the
+        # chain head on its schedule and every process that appended publishes it at exit. The
+        # store's recorder hands its events to this log: one chain, one anchor per process.
+        return AuditLog.from_settings(self.store, self.settings)
+
+    @cached_property
+    def approvals(self) -> Approvals:
+        from nightshift.policies.approvals import Approvals
+
+        return Approvals(self.store, self.audit, engine=self.policy)
+
+    @cached_property
+    def policy(self) -> PolicyEngine:
+        from nightshift.policies.engine import PolicyEngine
+        from nightshift.policies.model import load_policy
+
+        return PolicyEngine(load_policy(self.settings.policy.file))
+
+    @cached_property
+    def gate(self) -> Gate:
+        from nightshift.policies.gate import Gate
+
+        return Gate(self.policy, self.audit, self.approvals, self.store)
+
+    @cached_property
+    def engine(self) -> Engine:
+        from nightshift.policies import killswitch
+        from nightshift.runtime.engine import Engine
+        from nightshift.runtime.store.runs_binding import bind_runs
+
+        def on_event(action: str, payload: dict[str, Any]) -> None:
+            self.audit.append("system", action, job_id=payload.get("job_id"), payload=payload)
+
+        def paused() -> str | None:
+            info = killswitch.pause_info(self.store)
+            return (
+                f"paused by {info['by']}: `nightshift resume` to start new work" if info else None
+            )
+
+        # Work starts only where the runs folder belongs to this store (runtime/store/runs_binding.py).
+        bind_runs(self.store, self.settings.runs_dir)
+        engine = Engine(self.store, self.executor, self.settings, on_event=on_event, paused=paused)
+        if self.server:  # the daemon, which holds the store's lease (agent/doors/daemon.py)
+            engine.step = lambda: self.loop.step()  # whoever ticks, the whole loop's step runs
+            return engine
+
+        def step() -> None:
+            try:
+                self.refuse_foreign_daemon()
+            except StoreError:
+                pass  # a store fault: the loop's step meets it too, and waits it out
+            self.loop.step()
+
+        start = engine.start_background
+
+        def start_background() -> None:
+            self.refuse_foreign_daemon()  # here, in the caller's thread, before the loop's
+            start()
+
+        engine.step = step
+        engine.start_background = start_background  # type: ignore[method-assign]
+        return engine
+
+    def refuse_foreign_daemon(self) -> None:
+        """This process drives a loop of its own (`nightshift run`, chat): not on a SQLite store
+        that a daemon of another home serves, whose loop would place the same jobs. (A daemon of
+        this home is seen by its lock, and the command leaves the loop to it.)"""
+        from nightshift.runtime.store.db import utcnow
+        from nightshift.runtime.store.runs_binding import shown_url
+        from nightshift.runtime.store.store_lease import serving
+
+        s = self.settings
+        holder = serving(self.store, node=s.node, timeout_s=s.loop.lease_timeout_s)
+        if holder is None or holder.home == str(s.home_path.resolve()):
+            return
+        raise OperatorError(
+            f"a nightshift daemon of another home serves the store {shown_url(self.store.url)}: "
+            f"{holder.describe(utcnow())}. A loop here would place the same jobs; nothing was "
+            f"started. Run the command in that daemon's home (NIGHTSHIFT_HOME={holder.home}), "
+            "stop that daemon, or give this home its own store (unset store.url / "
+            "NIGHTSHIFT_STORE__URL)"
+        )
+
+    @cached_property
+    def loop(self) -> Loop:
+        from nightshift.agent.brain.loop import Loop
+
+        return Loop(self)
+
+    def energy_pricing(self) -> tuple[object, str | None]:
+        """(cost_of(start, end, kwh), currency) from the configured tariff, or (None, None).
+        An attempt's energy is spread evenly over its run time across the price windows."""
+        tariff = self.settings.tariff
+        if tariff is None:
+            return None, None
+
+        def cost_of(start: datetime, end: datetime, kwh: float) -> float:
+            hours = (end - start).total_seconds() / 3600
+            if hours <= 0:
+                return kwh * tariff.price_at(start)
+            return tariff.energy_cost(start, end, kwh * 1000 / hours)
+
+        return cost_of, tariff.currency
+
+    @property
+    def user(self) -> str:
+        """Who runs this process, as the kernel says: its effective uid's user name."""
+        return os_user_name(os.geteuid())
+
+    def context(self, principal: str, call_id: str | None = None) -> SkillContext:
+        from nightshift.skills.base import SkillContext
+
+        return SkillContext(
+            store=self.store,
+            settings=self.settings,
+            now=local_now(),
+            call_id=call_id,
+            principal=principal,
+            executor=self.executor,
+            policy_limits=self.policy.limits(),
+        )

@@ -1,0 +1,507 @@
+"""The daemon's API on a Unix socket, where who asks is the peer's uid as the kernel reports it.
+
+`nightshift daemon` serves it (agent/doors/daemon.py); the CLI of a shared install is its client
+(agent/doors/remote.py; the messages are agent/doors/wire.py). The principal is `SO_PEERCRED`'s uid → its
+user name, handed to the gate as `ctx.principal` and to Approvals as the voter: nothing in a
+request can name it, so one person is one voter and never their own approver. Calls go through
+the same gate as everywhere (agent/api.Client: validated, decided, audited, run or parked); votes
+through the same Approvals. A request refused before the gate (not JSON, too large, unknown
+fields such as `principal`, unknown skill, a user name the policy reserves) is audited as
+`api.refused`; the reads that are not skills (whoami, approvals list/show) as `api.read`.
+
+One thread per connection, a bounded request line read within a deadline and a cap on each
+user's connections: a client that sends nothing, trickles or floods holds its own thread only.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import stat
+import struct
+import threading
+import time
+import traceback
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from nightshift.agent.brain.wiring import Wiring, local_now, os_user_name
+from nightshift.agent.doors.wire import (
+    REQUEST,
+    ApprovalShow,
+    ApprovalsList,
+    ApprovalWait,
+    Call,
+    ConfirmAnswer,
+    ErrorInfo,
+    FollowLogs,
+    LineReader,
+    Reply,
+    TooLarge,
+    Vote,
+    WhoAmI,
+    error_info,
+    send,
+)
+from nightshift.policies.gate import PERSON_HERE
+from nightshift.runtime.errors import (
+    ApprovalRequired,
+    BadArguments,
+    NightshiftError,
+    OperatorError,
+    PolicyDenied,
+)
+
+PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+MAX_SUN_PATH = 107  # sockaddr_un.sun_path is 108 bytes with its NUL
+FOLLOW_POLL_S = 0.5
+
+
+class PeerGone(Exception):
+    """The client hung up or stopped reading: its connection ends, quietly."""
+
+
+@dataclass(frozen=True)
+class Peer:
+    pid: int
+    uid: int
+    gid: int
+    name: str
+
+
+def peer_of(conn: socket.socket) -> Peer:
+    """Who is at the other end, from the kernel (the credentials it had when it connected)."""
+    pid, uid, gid = PEERCRED.unpack(
+        conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, PEERCRED.size)
+    )
+    return Peer(pid, uid, gid, os_user_name(uid))
+
+
+class ApiServer:
+    """Serves one Wiring's gate and approvals on `settings.api_socket` until `stop`."""
+
+    def __init__(self, w: Wiring, say: Callable[[str], None] | None = None):
+        self.w = w
+        self.cfg = w.settings.api
+        self.path = w.settings.api_socket
+        self.say = say or (lambda message: None)
+        self._sock: socket.socket | None = None
+        self._inode: int | None = None
+        self._stop = threading.Event()
+        self._accepting: threading.Thread | None = None
+        self._open: Counter[int] = Counter()
+        self._lock = threading.Lock()
+
+    # Lifecycle -----------------------------------------------------------------------------------
+
+    def start(self) -> bool:
+        """Bind, set the socket's mode and group, and accept in a thread. False (said why) when
+        the default path is too long for a socket; an explicit one is an OperatorError."""
+        path = self.path
+        _ = self.w.gate  # built once, here, not by the first requests' threads at the same time
+        if len(os.fsencode(path)) > MAX_SUN_PATH:
+            why = (
+                f"{path} is longer than a Unix socket path may be ({MAX_SUN_PATH} bytes): "
+                "set api.socket to a shorter path"
+            )
+            if self.cfg.socket is None:
+                self.say(f"API not served: {why}")
+                return False
+            raise OperatorError(f"api.socket {why}")
+        try:
+            if not path.parent.exists():
+                path.parent.mkdir(parents=True, mode=0o755)
+            self._clear_stale(path)
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.bind(str(path))
+            os.chmod(path, self.cfg.socket_mode_bits)
+            if self.cfg.socket_group is not None:
+                os.chown(path, -1, _gid(self.cfg.socket_group))
+            sock.listen(64)
+        except OSError as exc:
+            raise OperatorError(
+                f"cannot serve the API on {path}: {exc.strerror or exc}; set api.socket to a "
+                "path the daemon's user can create, or api.serve: false"
+            ) from exc
+        sock.settimeout(0.5)  # the accept loop looks at the stop flag twice a second
+        self._sock, self._inode = sock, path.stat().st_ino
+        self._accepting = threading.Thread(target=self._accept, name="api-accept", daemon=True)
+        self._accepting.start()
+        return True
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._accepting is not None:
+            self._accepting.join(5)
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+            try:
+                if self.path.stat().st_ino == self._inode:  # ours, not a successor's
+                    self.path.unlink()
+            except OSError:
+                pass
+
+    def _clear_stale(self, path: Path) -> None:
+        """A socket file left by a daemon that died is removed; one someone listens on, or a
+        file that is no socket, is the operator's to sort out."""
+        try:
+            mode = path.lstat().st_mode
+        except FileNotFoundError:
+            return
+        if not stat.S_ISSOCK(mode):
+            raise OperatorError(f"api.socket {path} exists and is not a socket; move it away")
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        probe.settimeout(2)
+        try:
+            probe.connect(str(path))
+        except (ConnectionRefusedError, FileNotFoundError):
+            path.unlink(missing_ok=True)  # nobody listens: stale
+            return
+        except OSError as exc:
+            raise OperatorError(f"cannot tell whether {path} is in use: {exc}") from exc
+        finally:
+            probe.close()
+        raise OperatorError(
+            f"another process serves {path} (a nightshift daemon of another home?); stop it, "
+            "or give this daemon its own api.socket"
+        )
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            sock = self._sock
+            if sock is None:
+                return
+            try:
+                conn, _ = sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                if self._stop.is_set():
+                    return
+                time.sleep(0.1)  # out of descriptors, say: the loop goes on
+                continue
+            threading.Thread(target=self._serve, args=(conn,), name="api-conn", daemon=True).start()
+
+    # One connection ------------------------------------------------------------------------------
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            peer = peer_of(conn)
+            with self._lock:
+                full = self._open[peer.uid] >= self.cfg.max_connections_per_user
+                if not full:
+                    self._open[peer.uid] += 1
+            if full:
+                self._reply_error(
+                    conn,
+                    OperatorError(
+                        f"{peer.name} already has {self.cfg.max_connections_per_user} open "
+                        "connections to the daemon (api.max_connections_per_user); close some"
+                    ),
+                )
+                return
+            try:
+                self._session(conn, peer)
+            finally:
+                with self._lock:
+                    self._open[peer.uid] -= 1
+        except Exception:  # never the daemon's end: said in its log, the connection closed
+            self.say(f"API connection failed:\n{traceback.format_exc()}")
+        finally:
+            conn.close()
+
+    def _session(self, conn: socket.socket, peer: Peer) -> None:
+        reader = LineReader(conn, self.cfg.max_request_bytes)
+        while not self._stop.is_set():
+            try:
+                line = reader.line(self.cfg.idle_timeout_s)
+            except (TimeoutError, OSError):
+                return
+            except TooLarge:
+                why = f"request longer than {self.cfg.max_request_bytes} bytes (api.max_request_bytes)"
+                self._refused(peer, why, b"")
+                self._reply_error(conn, BadArguments(why))
+                _drain(conn)
+                return
+            if line is None:
+                return
+            try:
+                reply = self._answer(conn, reader, peer, line)
+                if reply is not None:
+                    self._send(conn, reply)
+            except PeerGone:
+                return
+
+    def _send(self, conn: socket.socket, reply: Reply) -> None:
+        try:
+            send(conn, reply, self.cfg.idle_timeout_s)
+        except OSError as exc:
+            raise PeerGone from exc
+
+    def _answer(
+        self, conn: socket.socket, reader: LineReader, peer: Peer, line: bytes
+    ) -> Reply | None:
+        """The reply to one request line (None when the handler has replied itself). Any error
+        is one reply: a NightshiftError as itself, anything else as a skill failure, with the
+        traceback in the daemon's log, never on the wire."""
+        try:
+            reserved = self._reserved(peer)
+            if reserved:
+                self._refused(peer, reserved, line)
+                raise PolicyDenied(reserved)
+            try:
+                req = REQUEST.validate_json(line)
+            except ValidationError as exc:
+                why = _describe(exc)
+                self._refused(peer, why, line)
+                raise BadArguments(why) from None
+            return self._dispatch(conn, reader, peer, req)
+        except PeerGone:
+            raise
+        except ApprovalRequired as exc:
+            row = self.w.approvals.get(exc.approval_id).model_dump(mode="json")
+            return Reply(kind="error", error=error_info(exc, approval=row))
+        except NightshiftError as exc:
+            return Reply(kind="error", error=error_info(exc))
+        except Exception as exc:
+            self.say(
+                f"API request from {peer.name} (pid {peer.pid}) failed:\n{traceback.format_exc()}"
+            )
+            return Reply(
+                kind="error",
+                error=ErrorInfo(
+                    type="SkillFailed", message=f"{type(exc).__name__}: {exc}", exit_code=1
+                ),
+            )
+
+    def _dispatch(
+        self, conn: socket.socket, reader: LineReader, peer: Peer, req: Any
+    ) -> Reply | None:
+        w = self.w
+        if isinstance(req, Call):
+            return Reply(kind="result", result=self._call(conn, reader, peer, req))
+        if isinstance(req, FollowLogs):
+            self._follow(conn, peer, req)
+            return None
+        if isinstance(req, ApprovalWait):  # a poll, not audited: the decision it waits for is
+            end = time.monotonic() + req.timeout_s
+            row = w.approvals.status(req.approval_id, local_now())
+            while row.state == "pending" and time.monotonic() < end and not self._stop.is_set():
+                time.sleep(0.25)
+                row = w.approvals.status(req.approval_id, local_now())
+            return Reply(kind="result", result=row.model_dump(mode="json"))
+        if isinstance(req, Vote):  # audited by Approvals, counted or refused
+            row = w.approvals.vote(req.approval_id, peer.name, req.approve, local_now())
+            return Reply(
+                kind="result", result={"voter": peer.name, "approval": row.model_dump(mode="json")}
+            )
+        if isinstance(req, ConfirmAnswer):
+            raise BadArguments(
+                "a confirmation answers the daemon's question during a call on the same "
+                "connection; no call asks one here"
+            )
+        self._audit(peer, "api.read", {"op": req.op})
+        if isinstance(req, WhoAmI):
+            return Reply(kind="result", result=self._whoami(peer))
+        if isinstance(req, ApprovalShow):
+            row = w.approvals.status(req.approval_id, local_now())
+            return Reply(kind="result", result=row.model_dump(mode="json"))
+        if isinstance(req, ApprovalsList):
+            return Reply(
+                kind="result", result=[a.model_dump(mode="json") for a in self._approvals(req.all)]
+            )
+        raise BadArguments(f"unknown op {req.op!r}")
+
+    # The operations ------------------------------------------------------------------------------
+
+    def _call(self, conn: socket.socket, reader: LineReader, peer: Peer, req: Call) -> Any:
+        from nightshift.agent.doors.api import Client
+        from nightshift.skills.registry import get_skill
+
+        try:
+            get_skill(req.skill)
+        except BadArguments as exc:
+            self._refused(peer, str(exc), req.model_dump_json().encode())
+            raise
+        confirm = None
+        if req.interactive and req.via in PERSON_HERE:
+            confirm = self._asker(conn, reader)
+        result = Client(self.w, principal=peer.name, via=req.via).call(
+            req.skill, req.args, call_id=self._call_id(peer, req.call_id), confirm=confirm
+        )
+        return result.model_dump(mode="json")
+
+    def _call_id(self, peer: Peer, given: str | None) -> str:
+        """Call ids are each user's own: one person's id never resumes another's call."""
+        if given is None:
+            return f"{peer.name}/api-{uuid.uuid4().hex}"
+        return given if given.startswith(f"{peer.name}/") else f"{peer.name}/{given}"
+
+    def _asker(self, conn: socket.socket, reader: LineReader) -> Callable[[dict[str, Any]], bool]:
+        """The gate's terminal confirmation, asked of this connection's peer (the requester:
+        the gate asks only them) and answered on it; silence, a hang-up or garbage is no."""
+
+        def ask(request: dict[str, Any]) -> bool:
+            self._send(conn, Reply(kind="confirm", confirm=request))
+            try:
+                line = reader.line(self.cfg.confirm_timeout_s)
+                if line is None:
+                    return False
+                answer = ConfirmAnswer.model_validate_json(line)
+            except (TimeoutError, TooLarge, OSError, ValidationError):
+                return False
+            return answer.approval_id == request["approval_id"] and answer.yes
+
+        return ask
+
+    def _follow(self, conn: socket.socket, peer: Peer, req: FollowLogs) -> None:
+        """One gated job_logs call (audited), then the log's new whole lines as they are
+        written, until the client hangs up or the daemon stops."""
+        from nightshift.agent.doors.api import Client
+
+        args: dict[str, Any] = {"job_id": req.job_id, "tail": req.tail}
+        if req.attempt is not None:
+            args["attempt"] = req.attempt
+        r: Any = Client(self.w, principal=peer.name, via="terminal").call(
+            "job_logs", args, call_id=self._call_id(peer, None)
+        )
+        self._send(conn, Reply(kind="result", result=r.model_dump(mode="json")))
+        if not r.log_path:
+            return
+        path, offset, pending = Path(r.log_path), r.end_offset, b""
+        while not self._stop.is_set():
+            try:
+                if select.select([conn], [], [], FOLLOW_POLL_S)[0] and not conn.recv(4096):
+                    return  # the client hung up
+            except OSError as exc:
+                raise PeerGone from exc
+            try:
+                size = path.stat().st_size
+            except OSError:
+                size = 0  # not there (yet, or any more)
+            if size < offset:
+                offset = 0  # truncated and rewritten
+            if size > offset:
+                try:
+                    with open(path, "rb") as f:
+                        f.seek(offset)
+                        chunk = f.read(min(size - offset, 1 << 20))
+                except OSError:
+                    continue
+                offset += len(chunk)
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                if lines:
+                    text = [x.decode("utf-8", "replace") for x in lines]
+                    self._send(conn, Reply(kind="lines", lines=text))
+
+    def _whoami(self, peer: Peer) -> dict[str, Any]:
+        from nightshift.policies.killswitch import pause_info
+
+        pol = self.w.policy
+        return {
+            "principal": peer.name,
+            "uid": peer.uid,
+            "pid": peer.pid,
+            "canonical": pol.canonical(peer.name),
+            "roles": pol.roles_of(peer.name),
+            "may_approve": pol.may_approve(peer.name),
+            "daemon_user": os_user_name(os.geteuid()),
+            "socket": str(self.path),
+            "policy_file": self.w.settings.policy.file,
+            "paused": pause_info(self.w.store),
+        }
+
+    def _approvals(self, every: bool) -> list[Any]:
+        if not every:
+            return list(self.w.approvals.pending(local_now()))
+        from sqlmodel import col, select
+
+        from nightshift.runtime.store.db import Approval
+
+        with self.w.store.session() as s:
+            return list(s.exec(select(Approval).order_by(col(Approval.id))))
+
+    # Identity and audit --------------------------------------------------------------------------
+
+    def _reserved(self, peer: Peer) -> str | None:
+        """An OS user named like one of the policy's machine principals (agent, system, a
+        channel) would speak as it: refused."""
+        entry = self.w.policy.policy.principals.get(peer.name)
+        if entry is not None and entry.kind != "user":
+            return (
+                f"OS user {peer.name!r} (uid {peer.uid}) has the name of the policy's {entry.kind} "
+                "principal; the daemon will not let it speak as that principal: rename the "
+                "account, or that principal in the policy"
+            )
+        return None
+
+    def _refused(self, peer: Peer, why: str, line: bytes) -> None:
+        self._audit(
+            peer, "api.refused", {"error": why, "request": line[:500].decode("utf-8", "replace")}
+        )
+
+    def _audit(self, peer: Peer, action: str, payload: dict[str, Any]) -> None:
+        try:
+            self.w.audit.append(
+                peer.name, action, payload={**payload, "uid": peer.uid, "pid": peer.pid}
+            )
+        except Exception:  # the reply still goes out; the daemon's log says why
+            self.say(f"could not audit {action} from {peer.name}:\n{traceback.format_exc()}")
+
+    def _reply_error(self, conn: socket.socket, exc: NightshiftError) -> None:
+        try:
+            send(conn, Reply(kind="error", error=error_info(exc)), self.cfg.idle_timeout_s)
+        except OSError:
+            pass
+
+
+def _describe(exc: ValidationError) -> str:
+    """A refused request in one line, naming the field; an extra field is named as such."""
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"][1:] or first["loc"]) or "request"
+    if first["type"] == "json_invalid":
+        return f"not a JSON request: {first['msg']}"
+    if first["type"] == "extra_forbidden":
+        hint = (
+            ": who asks is the peer's uid, from the kernel"
+            if first["loc"][-1] in ("principal", "user", "as", "actor", "requester")
+            else ""
+        )
+        return f"request field '{first['loc'][-1]}' is not accepted{hint}"
+    if first["type"] == "union_tag_invalid" or where == "op":
+        return f"unknown op: {first['msg']}"
+    return f"request field '{where}': {first['msg']}"
+
+
+def _drain(conn: socket.socket, limit_s: float = 2.0, limit_bytes: int = 64 << 20) -> None:
+    """After refusing a request too large to read, let the sender finish writing (so it reads
+    the refusal rather than a reset), within limits."""
+    try:
+        conn.shutdown(socket.SHUT_WR)
+        end, seen = time.monotonic() + limit_s, 0
+        while seen < limit_bytes and (left := end - time.monotonic()) > 0:
+            conn.settimeout(left)
+            chunk = conn.recv(1 << 16)
+            if not chunk:
+                return
+            seen += len(chunk)
+    except OSError:
+        pass
+
+
+def _gid(group: str) -> int:
+    import grp
+
+    try:
+        return grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise OperatorError(f"api.socket_group {group!r}: no such group") from None

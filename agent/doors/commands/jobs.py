@@ -1,0 +1,294 @@
+"""`nightshift show | logs | cancel | retry JOB`: the everyday commands on one job, each one skill
+call through the policy gate (audited; cancel asks for approval as the policy says)."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from nightshift.agent.doors.console import console, say, table
+from nightshift.agent.doors.shell import call_as_user, call_or_exit
+
+if TYPE_CHECKING:
+    from nightshift.skills.job_logs import JobLogsResult
+
+ConfigOpt = typer.Option(None, "--config", help="Config file")
+FOLLOW_POLL_S = 0.5
+
+
+def _steps(a: Any) -> str:
+    return f"{a.start_step}→{'?' if a.last_step is None else a.last_step}"
+
+
+def show(
+    job_id: int = typer.Argument(..., help="The job"),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON"),
+    config: str | None = ConfigOpt,
+) -> None:
+    """One job in full: every attempt with its steps, cause, evidence, the steps the next attempt
+    lost, parameter changes and the checkpoint it resumed from (what `sacct` gives a Slurm user)."""
+    r: Any = call_or_exit(config, "show_job", {"job_id": job_id})
+    if as_json:
+        print(r.model_dump_json(indent=2))
+        return
+    say(
+        "[bold]job {}[/] {}: [bold]{}[/]{}",
+        r.job_id,
+        r.name,
+        r.state,
+        f" — {r.reason}" if r.reason else "",
+    )
+    say(
+        "  owner {}, priority {}, attempts {} of at most {}, steps lost in all {}",
+        r.owner,
+        r.priority,
+        len(r.attempts),
+        r.max_attempts,
+        r.steps_lost_total,
+    )
+    say("  folder {}\n  checkpoints {}", r.workspace, r.checkpoint_dir)
+    if r.resume_from or r.resume_step:
+        say("  next attempt resumes from {} (step {})", r.resume_from, r.resume_step)
+    for k in r.good_checkpoints:
+        say("  kept good checkpoint: step {}, {} MB, {}", k.step, f"{k.bytes / 1e6:.1f}", k.path)
+    rows = []
+    for a in r.attempts:
+        changes = ", ".join(f"{k} {c.before}→{c.after}" for k, c in a.param_changes.items())
+        how = a.outcome or a.state
+        if a.signal:
+            how += f" (signal {a.signal})"
+        elif a.exit_code not in (None, 0):
+            how += f" (exit {a.exit_code})"
+        rows.append(
+            [
+                a.number,
+                a.started_at.strftime("%m-%d %H:%M:%S"),
+                None if a.duration_s is None else f"{a.duration_s:.0f}s",
+                _steps(a),
+                how,
+                a.cause,
+                a.steps_lost,
+                changes or None,
+                a.resumed_from and f"{a.resumed_from} @ {a.resumed_from_step}",
+            ]
+        )
+    console.print(
+        table(
+            "attempts",
+            ["#", "started", "ran", "steps", "ended", "cause", "lost", "changed", "resumed from"],
+            rows,
+        )
+    )
+    for a in r.attempts:
+        if a.evidence:
+            say("  attempt {}: {}", a.number, a.evidence, soft_wrap=True)
+
+
+def logs(
+    job_id: int = typer.Argument(..., help="The job"),
+    attempt: int | None = typer.Option(
+        None, "--attempt", help="Attempt number; default: the latest"
+    ),
+    tail: int = typer.Option(100, "--tail", "-n", help="Lines from the end"),
+    follow: bool = typer.Option(
+        False, "--follow", "-f", help="Keep printing new lines until Ctrl-C"
+    ),
+    config: str | None = ConfigOpt,
+) -> None:
+    """The end of a job's log (stdout and stderr of one attempt); -f follows it as it grows."""
+    from nightshift.agent.brain.wiring import Wiring
+    from nightshift.agent.doors.remote import remote_of
+
+    w = Wiring.load(config)
+    remote = remote_of(w)
+    if follow and remote is not None:  # the daemon reads the log (its user's file) for us
+        from nightshift.skills.job_logs import JobLogsResult
+
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            remote.follow_logs(
+                job_id,
+                attempt,
+                tail,
+                on_result=lambda data: _print_logs(job_id, JobLogsResult.model_validate(data)),
+                on_lines=_print_lines,
+            )
+        except KeyboardInterrupt:
+            pass
+        return
+    args: dict[str, Any] = {"job_id": job_id, "tail": tail}
+    if attempt is not None:
+        args["attempt"] = attempt
+    r: Any = call_as_user(w, "job_logs", args)
+    _print_logs(job_id, r)
+    if follow and r.log_path:
+        _follow(Path(r.log_path), r.end_offset)
+
+
+def _print_logs(job_id: int, r: JobLogsResult) -> None:
+    _print_lines(r.lines)
+    if r.log_path is None:
+        say("job {} has no attempt yet, so no log", job_id)
+
+
+def _print_lines(lines: list[str]) -> None:
+    for line in lines:
+        console.out(line, highlight=False)  # log text is data: printed, never interpreted
+
+
+def _follow(path: Path, offset: int) -> None:
+    """Print what is appended to the log after `offset` (where the gated call above stopped
+    reading), whole lines, until Ctrl-C."""
+    # Ctrl-C ends the follow even when this process was started with SIGINT ignored (as a shell
+    # does for a command it runs in the background), which would leave it running for ever.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    pending = b""
+    try:
+        while True:
+            size = path.stat().st_size if path.exists() else 0
+            if size < offset:
+                offset = 0  # truncated and rewritten
+            if size > offset:
+                with open(path, "rb") as f:
+                    f.seek(offset)
+                    chunk = f.read(size - offset)
+                offset += len(chunk)
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    console.out(line.decode("utf-8", "replace"), highlight=False)
+            time.sleep(FOLLOW_POLL_S)
+    except KeyboardInterrupt:
+        pass
+
+
+def cancel(
+    job_id: int = typer.Argument(..., help="The job"),
+    reason: str = typer.Option("cancelled by operator", "--reason"),
+    as_json: bool = typer.Option(False, "--json"),
+    config: str | None = ConfigOpt,
+) -> None:
+    """End a job for good, stopping its running attempt (asks for approval as the policy says)."""
+    from nightshift.agent.brain.wiring import Wiring
+    from nightshift.agent.doors.console import error
+
+    # Nobody is asked to approve the cancel of a job that does not exist or has already ended;
+    # cancel_job checks again when it runs.
+    w = Wiring.load(config)
+    if w.served_at is not None:  # the daemon's store: asked through its gate (a read)
+        state = _remote_state(w, job_id)
+    else:
+        job = w.store.job(job_id)
+        state = None if job is None else job.state
+    if state is None:
+        error(f"no job {job_id}; `nightshift jobs` lists the jobs")
+        raise typer.Exit(2)
+    if state in ("succeeded", "failed", "cancelled"):
+        say("job {} is {}: nothing to cancel", job_id, state)
+        return
+    r: Any = call_as_user(w, "cancel_job", {"job_id": job_id, "reason": reason})
+    if as_json:
+        print(r.model_dump_json(indent=2))
+    elif r.before == r.after:
+        say("job {} is {}: nothing to cancel", job_id, r.after)
+    else:
+        stopped = f" (attempt {r.stopped_attempt} stopped)" if r.stopped_attempt else ""
+        say("job {}: {} → {}{}", job_id, r.before, r.after, stopped)
+
+
+def hold(
+    job_id: int = typer.Argument(..., help="The job"),
+    reason: str = typer.Option("", "--reason", help="Why; recorded on the job"),
+    as_json: bool = typer.Option(False, "--json"),
+    config: str | None = ConfigOpt,
+) -> None:
+    """Keep a job back: a running one is stopped at its newest checkpoint, a queued one does not
+    start. It stays held, and costs no retry, until `nightshift release JOB`."""
+    from nightshift.agent.brain.wiring import Wiring
+
+    args: dict[str, Any] = {"job_id": job_id}
+    if reason:
+        args["reason"] = reason
+    r: Any = call_as_user(Wiring.load(config), "pause_job", args)
+    if as_json:
+        print(r.model_dump_json(indent=2))
+    elif r.before == r.after:
+        say("job {} is {}: only a queued, running or paused job is held", job_id, r.after)
+    else:
+        at = f" at step {r.last_step}" if r.last_step is not None else ""
+        say(
+            "job {}: {} → {}{}; `nightshift release {}` lets it run again",
+            job_id,
+            r.before,
+            r.after,
+            at,
+            job_id,
+        )
+
+
+def release(
+    job_id: int = typer.Argument(..., help="The held job"),
+    as_json: bool = typer.Option(False, "--json"),
+    config: str | None = ConfigOpt,
+) -> None:
+    """Let a held job run again: from its newest checkpoint if the hold stopped its run."""
+    from nightshift.agent.brain.wiring import Wiring
+
+    r: Any = call_as_user(Wiring.load(config), "release_job", {"job_id": job_id})
+    if as_json:
+        print(r.model_dump_json(indent=2))
+    elif r.before == r.after:
+        say("job {} is {}: not held, nothing to release", job_id, r.after)
+    else:
+        then = (
+            "recovery resumes it from its newest checkpoint"
+            if r.after == "paused"
+            else "it waits for a slot"
+        )
+        say("job {}: {} → {}; {}", job_id, r.before, r.after, then)
+
+
+def _remote_state(w: Any, job_id: int) -> str | None:
+    from nightshift.agent.doors.remote import Remote
+    from nightshift.runtime.errors import UnknownJob
+
+    try:
+        return Remote(w.served_at).call("show_job", {"job_id": job_id}, via="terminal").state  # type: ignore[no-any-return]
+    except UnknownJob:
+        return None
+
+
+def retry(
+    job_id: int = typer.Argument(..., help="A failed job"),
+    from_scratch: bool = typer.Option(
+        False, "--from-scratch", help="Start at step 0, not from the job's resume point"
+    ),
+    as_json: bool = typer.Option(False, "--json"),
+    config: str | None = ConfigOpt,
+) -> None:
+    """One more attempt of a failed job, even when its retries ran out or recovery gave up."""
+    r: Any = call_or_exit(config, "retry_job", {"job_id": job_id, "from_scratch": from_scratch})
+    if as_json:
+        print(r.model_dump_json(indent=2))
+        return
+    where = f"from {r.resume_from} (step {r.resume_step})" if r.resume_from else "from scratch"
+    say(
+        "job {}: {} → {}, attempt {} will start {}; max attempts {} → {}{}",
+        job_id,
+        r.before,
+        r.after,
+        r.attempts + 1,
+        where,
+        r.max_attempts_before,
+        r.max_attempts_after,
+        " (this call had already requeued it)" if r.already_done else "",
+    )
+
+
+def register(app: typer.Typer) -> None:
+    for command in (show, logs, cancel, retry, hold, release):
+        app.command()(command)

@@ -1,0 +1,243 @@
+"""`nightshift daemon`: the one loop (agent/brain/loop.py), run for as long as it lives.
+
+Each tick checks health, places and watches (the engine), preempts through the gate, carries out
+approved calls whose requester is gone, and hands every failed or paused job to the agent graph as
+a `recover job N` goal, so each change to a job passes the policy gate and lands in the audit.
+The recoveries run in a worker thread of their own (agent/brain/recovery.py), never in the tick.
+
+A full disk, a store locked past its busy timeout or a store file deleted under it does not end
+the daemon: the loop reports the fault once, waits it out with backoff and says when it cleared
+(agent/brain/loop.py), while the runs go on.
+
+One daemon serves a SQLite store, whichever home it runs from: at start it takes the store's
+lease (runtime/store/store_lease.py), renews it as it ticks and deletes it when it stops, and it binds
+the runs folder to the store (runtime/store/runs_binding.py), so a store missing, recreated or already
+served is refused before any work starts. Daemons of several nodes share a PostgreSQL store.
+
+The daemon owns its state: at start its home folder is made 0700 and the store, anchor and lock
+files in it not writable by group or others (keys/ is 0700 already, policies/audit.py), and a
+policy file others could write is refused. With `serve_api` it serves the API on its Unix socket
+(agent/doors/api_server.py) while it runs: in a shared install the CLI of every other user goes
+through it, known by uid. With Slack or WeChat Work configured it posts approval cards and
+notifications there and serves their callbacks (agent/doors/channels/service.py), in threads of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from nightshift.agent.brain.graph import build_graph, sqlite_checkpointer
+from nightshift.agent.brain.planner import DeterministicPlanner, Planner
+from nightshift.agent.brain.recovery import Recoveries
+from nightshift.agent.brain.wiring import Wiring, os_user_name
+from nightshift.runtime import locks
+from nightshift.runtime.config import Settings
+from nightshift.runtime.errors import OperatorError
+from nightshift.runtime.store.db import utcnow
+from nightshift.runtime.store.runs_binding import bind_runs
+from nightshift.runtime.store.store_lease import DaemonLease
+
+# Files in the home folder that only the daemon's user may write.
+STATE_FILES = (
+    "nightshift.db",
+    "nightshift.db-wal",
+    "nightshift.db-shm",
+    "graph.db",
+    "graph.db-wal",
+    "graph.db-shm",
+    "audit.anchor",
+    "audit.since",
+    "daemon.lock",
+    "config.yaml",
+)
+
+
+def own_state(settings: Settings) -> None:
+    """The home folder 0700 (made so if it is this user's), the state files in it not writable
+    by group or others, and a policy file that only its owner (this user or root) can write.
+    Else an OperatorError naming the path and the fix."""
+    home, me = settings.home_path, os.geteuid()
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = home.stat()
+    if st.st_uid != me:
+        raise OperatorError(
+            f"the daemon's home {home} belongs to {os_user_name(st.st_uid)}, not to "
+            f"{os_user_name(me)}, which runs the daemon: `chown -R {os_user_name(me)} {home}`, "
+            "or run the daemon as its owner"
+        )
+    try:
+        if st.st_mode & 0o777 != 0o700:
+            home.chmod(0o700)
+        for name in STATE_FILES:
+            path = home / name
+            try:
+                mode = path.lstat().st_mode
+            except FileNotFoundError:
+                continue
+            if mode & 0o022:
+                path.chmod(mode & 0o755)
+    except OSError as exc:
+        raise OperatorError(
+            f"cannot keep {exc.filename or home} to the daemon's user: {exc.strerror or exc}"
+        ) from exc
+    if settings.policy.file:
+        path = Path(settings.policy.file).expanduser()
+        try:
+            pst = path.stat()
+        except OSError:
+            return  # loading it says what is wrong
+        if pst.st_uid not in (0, me) or pst.st_mode & 0o022:
+            raise OperatorError(
+                f"policy file {path} can be changed by others (owner {os_user_name(pst.st_uid)}, "
+                f"mode {pst.st_mode & 0o777:04o}): whoever writes it decides who may do what. "
+                f"`chown {os_user_name(me)} {path}; chmod go-w {path}`"
+            )
+
+
+class DaemonLock:
+    """One daemon per NIGHTSHIFT_HOME: two loops would both place the same queued job."""
+
+    def __init__(self, home: Path):
+        self.path = home / "daemon.lock"
+        self._held: locks.Held | None = None
+
+    def acquire(self) -> None:
+        held = locks.try_exclusive(self.path)
+        if held is None:
+            raise OperatorError(
+                f"another nightshift daemon holds {self.path} (pid "
+                f"{locks.note(self.path) or '?'}); stop it first"
+            )
+        held.write_note(str(os.getpid()))
+        self._held = held
+
+    def release(self) -> None:
+        if self._held is not None:
+            self._held.release()
+            self._held = None
+
+    @staticmethod
+    def held(home: Path) -> bool:
+        """Whether a live daemon holds the lock (a stale file from a killed one does not count)."""
+        return locks.is_held(home / "daemon.lock")
+
+
+class Daemon:
+    def __init__(
+        self,
+        w: Wiring,
+        planner: Planner | None = None,
+        on_progress: Callable[[str, dict[str, Any]], None] | None = None,
+        *,
+        serve_api: bool = False,
+        say: Callable[[str], None] | None = None,
+    ):
+        self.w = w
+        self.serve_api = serve_api
+        self.tell = say or (lambda message: None)
+        self.say = on_progress or (lambda kind, data: None)
+        self.graph = build_graph(
+            w,
+            planner or DeterministicPlanner(),
+            checkpointer=sqlite_checkpointer(w),
+            on_progress=on_progress,
+        )
+        self.lock = DaemonLock(w.settings.home_path)
+        self.lease: DaemonLease | None = None  # on a SQLite store, from run() on
+        self.stop_event = threading.Event()
+        self.recoveries = Recoveries(w, self.graph, say=self.say, tell=self.tell)
+        w.loop.say = self.say
+        w.loop.recover = self.recoveries.request
+        w.loop.carry_out_approved = True
+        w.loop.drive_sweeps = True
+
+    def run(self, *, max_ticks: int | None = None) -> None:
+        """Tick until stopped (SIGTERM/SIGINT set `stop_event`). Runs keep going when the daemon
+        stops; the next daemon re-attaches to them."""
+        own_state(self.w.settings)
+        self.lock.acquire()
+        api = channels = None
+        try:
+            self._serve_store()
+            from nightshift.agent.doors.channels.service import ChannelService
+
+            channels = ChannelService(self.w, say=self.tell)
+            channels.start()
+            if self.serve_api:
+                from nightshift.agent.doors.api_server import ApiServer
+
+                api = ApiServer(self.w, say=self.tell)
+                if api.start():
+                    self.tell(f"API on {api.path} (mode {self.w.settings.api.socket_mode})")
+            self._run(max_ticks)
+        finally:
+            if api is not None:
+                api.stop()
+            if channels is not None:
+                channels.stop()
+            if self.lease is not None and not self.lease.release():
+                self.tell(
+                    "warning: could not delete this daemon's lease on the store; it goes stale"
+                )
+            self.lock.release()
+
+    def _serve_store(self) -> None:
+        """Take the store's lease (one daemon per SQLite store, whichever home it runs from),
+        then bind the runs folder to the store: a store missing, recreated or served by another
+        daemon is refused here, before any work starts."""
+        s = self.w.settings
+        self.lease = DaemonLease(
+            self.w.store,
+            node=s.node,
+            home=str(s.home_path.resolve()),
+            heartbeat_s=s.loop.lease_heartbeat_s,
+            timeout_s=s.loop.lease_timeout_s,
+        )
+        taken = self.lease.acquire()
+        if taken is not None:
+            gone = taken.describe(utcnow())
+            self.tell(f"the store's lease was left by a daemon that is gone; taken over: {gone}")
+        bind_runs(self.w.store, s.runs_dir)
+
+    def _run(self, max_ticks: int | None) -> None:
+        self.w.loop.survive(
+            "the daemon's start in the audit",
+            lambda: self.w.audit.append("system", "daemon.start", payload={"pid": os.getpid()}),
+        )
+        ticks = 0
+        self.recoveries.start()
+        try:
+            while not self.stop_event.is_set():
+                self._heartbeat()
+                self.step()
+                ticks += 1
+                if max_ticks is not None and ticks >= max_ticks:
+                    break
+                self.stop_event.wait(self.w.settings.loop.poll_interval_s)
+        finally:
+            self.recoveries.stop()
+            self.w.loop.survive(
+                "the daemon's stop in the audit",
+                lambda: self.w.audit.append(
+                    "system", "daemon.stop", payload={"pid": os.getpid(), "ticks": ticks}
+                ),
+            )
+
+    def step(self) -> None:
+        self.w.loop.step()
+        self.recoveries.poll_waiting()
+
+    def _heartbeat(self) -> None:
+        """Renew the store's lease when due. A store fault is left to the loop's step, which
+        meets it too and reports it once; a lease taken over by another daemon ends this one."""
+        if self.lease is None:
+            return
+        try:
+            self.lease.renew()
+        except Exception as exc:
+            if self.w.store.fault_of(exc) is None:
+                raise

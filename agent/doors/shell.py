@@ -1,0 +1,78 @@
+"""What a person at a shell goes through for one skill call: the gate, and — when a rule asks —
+a y/N confirmation of the full request at the terminal, or a wait for other principals' votes
+(agent/doors/prompts.py); and the `k=v` arguments a command line gives."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from nightshift.runtime.errors import BadArguments, SpecError
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from nightshift.agent.brain.wiring import Wiring
+
+
+def call_as_user(w: Wiring, name: str, args: dict[str, Any]) -> BaseModel:
+    """One skill call from the shell, as the local user, through the gate (the daemon's, in a
+    shared install). Where the policy lets the requester confirm, a terminal asks y/N;
+    otherwise it waits for other principals."""
+    from nightshift.agent.doors.api import Client
+    from nightshift.agent.doors.prompts import terminal_confirm, wait_for_decision
+    from nightshift.agent.doors.remote import remote_of
+
+    remote = remote_of(w)
+    if remote is not None:
+        return remote.call_as_user(name, args)
+
+    interactive = sys.stdin is not None and sys.stdin.isatty()
+    return Client(w, via="terminal").call(
+        name,
+        args,
+        call_id=f"cli-{uuid.uuid4().hex[:12]}",
+        confirm=terminal_confirm if interactive else None,
+        wait=lambda exc: wait_for_decision(w, exc.approval_id),
+    )
+
+
+def call_or_exit(config: str | None, name: str, args: dict[str, Any]) -> BaseModel:
+    """call_as_user for a command that has only its config path (errors reach the CLI's one
+    handler)."""
+    from nightshift.agent.brain.wiring import Wiring
+
+    return call_as_user(Wiring.load(config), name, args)
+
+
+def parse_key_values(items: list[str], option: str = "--arg") -> dict[str, Any]:
+    """`k=v` items with YAML values (`lr=1e-3` is a float, `gpus=[0,1]` a list), parsed by the
+    bounded loader user files go through (no aliases, bounded depth); a value that is not valid
+    YAML is BadArguments naming the option and the key, never a parser traceback."""
+    from nightshift.runtime.yamlfile import parse_yaml
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise BadArguments(f"{option} {item!r}: expected key=value")
+        where = f"{option} {key}"
+        try:
+            out[key] = parse_yaml(value, where)[0] if value else ""
+        except (SpecError, ValueError, OverflowError) as exc:  # ValueError: a date like 2024-13-45
+            shown = item if len(item) <= 80 else item[:79] + "…"
+            raise BadArguments(
+                f"{option} {shown!r}: the value is not YAML ({_why(exc, where)}); quote it "
+                f"to pass it as text ({option} {key}='\"...\"') or write valid YAML"
+            ) from None
+    return out
+
+
+def _why(exc: Exception, where: str) -> str:
+    """The parser's reason on one line, without the `WHERE:LINE: ` SpecError puts first."""
+    text = str(exc)
+    line = exc.line if isinstance(exc, SpecError) else None
+    prefix = where + (f":{line}" if line is not None else "") + ": "
+    text = text.removeprefix(prefix).removeprefix("not valid YAML: ")
+    return " ".join(text.split())

@@ -1,0 +1,271 @@
+"""The main screen's widgets: the chat log with its tool cards, the GPU panel and the jobs table.
+
+Every text that comes from a person, a log, a result or a model is shown as literal text
+(`Content(...)`, `Text(...)`): never parsed as markup, never run."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.text import Text
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.content import Content
+from textual.message import Message
+from textual.widgets import Collapsible, DataTable, Static
+
+from nightshift.agent.doors.chat import (
+    Answer,
+    ApprovalClosed,
+    ApprovalNeeded,
+    Progress,
+    StepStats,
+    ToolCard,
+    format_stats,
+    printable,
+)
+from nightshift.agent.doors.tui.data import GpuRow, JobRow
+
+MAX_SHOWN = 6000  # characters of a result shown in an expanded card
+KEEP = 500  # entries the chat log keeps
+
+STATUS_MARK = {
+    "planned": "·",
+    "running": "…",
+    "pending": "?",
+    "ok": "✓",
+    "error": "✗",
+    "denied": "⊘",
+    "rejected": "⊘",
+}
+VERDICT_STYLE = {
+    "OK": "green",
+    "NO_GPUS": "green",
+    "WARNING": "yellow",
+    "CRITICAL": "red",
+    "UNKNOWN": "magenta",
+}
+STATE_STYLE = {
+    "running": "cyan",
+    "queued": "",
+    "succeeded": "green",
+    "failed": "red",
+    "cancelled": "dim",
+    "paused": "yellow",
+    "held": "yellow",
+}
+
+
+def literal(text: str) -> Content:
+    return Content(printable(text))
+
+
+def pretty(value: Any) -> str:
+    text = json.dumps(value, indent=2, default=str, ensure_ascii=False)
+    return text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN] + "\n… (cut)"
+
+
+def short_args(args: dict[str, Any], width: int = 60) -> str:
+    text = json.dumps(args, default=str, ensure_ascii=False, sort_keys=True)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+# ------------------------------------------------------------------------------------ chat log
+class ToolCardView(Collapsible):
+    """One skill call: a title line (skill, arguments, verdict and rule, result summary) that
+    expands to the whole call and result."""
+
+    def __init__(self, card: ToolCard):
+        body = Static("", classes="card-body", markup=False)
+        super().__init__(body, title="", collapsed=True, classes="tool-card")
+        self.body = body
+        self.show(card)
+
+    def show(self, card: ToolCard) -> None:
+        self.card = card
+        mark = STATUS_MARK.get(card.status, "·")
+        verdict = f" · {card.decision} ({card.rule})" if card.decision else ""
+        who = f"{card.requester}: " if card.requester == "agent" else ""
+        summary = f" — {card.summary}" if card.summary else ""
+        # The title widget's label, as literal text (the `title` string would be markup).
+        self._title.label = Content(
+            printable(f"{mark} {who}{card.skill} {short_args(card.args)}{verdict}{summary}")
+        )
+        self.set_class(card.status in ("error", "denied", "rejected"), "-failed")
+        self.set_class(card.status == "pending", "-pending")
+        self.set_class(card.status == "ok", "-ok")
+        lines = [f"skill     {card.skill}", f"requester {card.requester}"]
+        if card.why:
+            lines.append(f"why       {card.why}")
+        if card.decision:
+            lines.append(f"verdict   {card.decision} by rule {card.rule}")
+        lines += [f"          {r}" for r in card.reasons]
+        lines.append("arguments " + pretty(card.args).replace("\n", "\n          "))
+        lines.append(f"status    {card.status}")
+        if card.error:
+            lines.append(f"error     {card.error}")
+        if card.result is not None:
+            lines.append("result    " + pretty(card.result).replace("\n", "\n          "))
+        self.body.update(Content(printable("\n".join(lines))))
+
+
+class ChatLog(VerticalScroll):
+    """The conversation: the person's messages, the agent's answers and a card per call."""
+
+    def __init__(self, **kw: Any):
+        super().__init__(**kw)
+        self.cards: dict[str, ToolCardView] = {}
+
+    def add_user(self, text: str) -> None:
+        self._add(Static(literal(f"› {text}"), classes="user-msg"))
+
+    def add_note(self, text: str, classes: str = "note") -> None:
+        self._add(Static(literal(text), classes=classes))
+
+    def add_event(self, event: Any) -> None:
+        if isinstance(event, ToolCard):
+            view = self.cards.get(event.call_id)
+            if view is None:
+                view = self.cards[event.call_id] = ToolCardView(event)
+                self._add(view)
+            else:
+                view.show(event)
+        elif isinstance(event, Answer):
+            classes = "answer" if event.outcome in ("ok", "waiting") else "answer -failed"
+            self._add(Static(literal(event.text), classes=classes))
+            if event.stats:
+                self._add(
+                    Static(
+                        literal(
+                            f"model: {event.stats.get('steps', '?')} step(s) · "
+                            f"{format_stats(event.stats)}"
+                        ),
+                        classes="stats",
+                    )
+                )
+        elif isinstance(event, StepStats):
+            self._add(
+                Static(
+                    literal(f"model step {event.step}: {format_stats(event.data)}"), classes="stats"
+                )
+            )
+        elif isinstance(event, ApprovalNeeded):
+            a = event.approval
+            self._add(
+                Static(
+                    literal(
+                        f"approval {a.id} needed: {a.skill} {short_args(a.args)} requested by "
+                        f"{a.requester} (rule {a.rule}, quorum {a.quorum}) — {event.note}"
+                    ),
+                    classes="approval-note",
+                )
+            )
+        elif isinstance(event, ApprovalClosed):
+            self.add_note(f"approval {event.approval_id}: {event.state}")
+        elif isinstance(event, Progress):
+            self.add_note(event.text, "progress")
+
+    def _add(self, widget: Any) -> None:
+        at_end = self.scroll_offset.y >= self.max_scroll_y - 1
+        if len(self.children) >= KEEP:  # a long night: the oldest entries go
+            old = list(self.children)[: KEEP // 5]
+            gone = {id(w) for w in old}
+            self.cards = {k: v for k, v in self.cards.items() if id(v) not in gone}
+            for w in old:
+                w.remove()
+        self.mount(widget)
+        if at_end:
+            self.call_after_refresh(self.scroll_end, animate=False)
+
+
+# ------------------------------------------------------------------------------------ panels
+class GpuTable(DataTable):
+    """Per GPU: verdict, utilisation, memory, temperature, power."""
+
+    def on_mount(self) -> None:
+        self.cursor_type = "none"
+        self.zebra_stripes = False
+        self.add_columns("gpu", "verdict", "util", "memory", "temp", "power")
+
+    def show(self, rows: list[GpuRow]) -> None:
+        self.clear()
+        for r in rows:
+            self.add_row(
+                Text(f"{r.index} {r.name}"[:18]),
+                Text(r.verdict, style=VERDICT_STYLE.get(r.verdict, "")),
+                Text(r.util),
+                Text(r.memory),
+                Text(r.temp),
+                Text(r.power),
+                key=str(r.index),
+            )
+
+
+class JobsTable(DataTable):
+    """The jobs, k9s style: one key per action on the highlighted job."""
+
+    BINDINGS = [
+        Binding("enter", "open", "Open"),
+        Binding("l", "job('logs')", "Logs"),
+        Binding("s", "job('attempts')", "Attempts"),
+        Binding("c", "job('cancel')", "Cancel"),
+        Binding("r", "job('retry')", "Retry"),
+        Binding("p", "job('pause')", "Pause"),
+    ]
+
+    class JobAction(Message):
+        """The person asked for `action` on a job."""
+
+        def __init__(self, job_id: int, action: str):
+            super().__init__()
+            self.job_id = job_id
+            self.action = action
+
+    def on_mount(self) -> None:
+        self.cursor_type = "row"
+        self.add_column("id", key="id")
+        self.add_column("name", key="name")
+        self.add_column("state", key="state")
+        self.add_column("att", key="attempts")
+        self.add_column("metric", key="metric")
+        self.add_column("loss", key="spark")
+        self.add_column("why", key="why")
+
+    def show(self, rows: list[JobRow]) -> None:
+        selected = self.selected_job()
+        self.clear()
+        for r in rows:
+            self.add_row(
+                Text(str(r.id)),
+                Text(printable(r.name)[:18]),
+                Text(r.state, style=STATE_STYLE.get(r.state, "")),
+                Text(str(r.attempts)),
+                Text(r.metric),
+                Text(r.spark, style="cyan"),
+                Text(printable(r.why)[:80], style="dim"),
+                key=str(r.id),
+            )
+        if selected is not None and str(selected) in {str(r.id) for r in rows}:
+            self.move_cursor(row=self.get_row_index(str(selected)), animate=False)
+
+    def selected_job(self) -> int | None:
+        if self.row_count == 0:
+            return None
+        try:
+            key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key
+        except Exception:  # no row under the cursor
+            return None
+        return int(key.value) if key.value is not None else None
+
+    def action_open(self) -> None:
+        self.action_job("attempts")
+
+    def action_job(self, action: str) -> None:
+        job_id = self.selected_job()
+        if job_id is not None:
+            self.post_message(self.JobAction(job_id, action))
+
+
+class SidePanel(Vertical):
+    """GPUs above, jobs below."""
