@@ -60,7 +60,7 @@ def test_a_missing_config_file_is_one_line_and_exit_5(argv, home):
 # same main()): a subprocess per command would cost the suite a minute and a half.
 DRIVER = textwrap.dedent("""
     import contextlib, io, json, sys, traceback
-    from nightshift.agent import cli
+    from nightshift.agent.doors import cli
     for line in open(sys.argv[1]):
         argv = json.loads(line)
         out, err, code, tb = io.StringIO(), io.StringIO(), 0, None
@@ -107,7 +107,7 @@ def invoke(argv: list[str]) -> tuple[int, str, str, str | None]:
     import io
     import traceback
 
-    from nightshift.agent import cli
+    from nightshift.agent.doors import cli
 
     out, err, code, tb = io.StringIO(), io.StringIO(), 0, None
     saved = sys.argv
