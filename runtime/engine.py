@@ -203,6 +203,7 @@ class Engine:
             node=self.settings.node,
             cluster=self.cluster,
             tz=local_zone(sched.display_tz),
+            mono=(self.mono(), self.boot_id),
         )
         snap = snap.model_copy(
             update={
@@ -822,7 +823,13 @@ class Engine:
             if att.state in lifecycle.ENDED_ATTEMPT:
                 return
             lifecycle.end_attempt(
-                s, att, Ended.of(status, stopped=stopped), now, outcome=outcome, reason=reason
+                s,
+                att,
+                Ended.of(status, stopped=stopped),
+                now,
+                outcome=outcome,
+                reason=reason,
+                mono=(self.mono(), self.boot_id),
             )
         if att.outcome == Outcome.LOST:
             self._stop_lost(att)

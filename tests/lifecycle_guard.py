@@ -28,6 +28,7 @@ WATCHED: dict[type, tuple[str, ...]] = {
         "state",
         "outcome",
         "ended_at",
+        "ended_mono",
         "exit_code",
         "signal",
         "energy_kwh",

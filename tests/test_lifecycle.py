@@ -150,6 +150,44 @@ def test_durations_follow_the_monotonic_clock_and_a_step_is_reported(tmp_path):
     assert (store.job(1).state, att.outcome) == ("failed", "timeout")
 
 
+@pytest.mark.parametrize("step_h", [-3, 3])
+def test_a_retry_backoff_counts_elapsed_time_not_the_wall_clock(tmp_path, step_h):
+    """Why: the backoff counted from the wall-clock `ended_at`, so a clock stepped back 3 h held
+    a failed job back 3 h more, and one stepped forward let it retry at once. Counted on the
+    monotonic clock of the boot the attempt ended on, the wait is the wait."""
+    from nightshift.runtime.scheduling.backoff import Backoff
+    from nightshift.runtime.scheduling.snapshot import load_snapshot
+    from nightshift.runtime.store.db import Attempt
+
+    ended = datetime(2026, 12, 5, 1, 0)
+    store = Store(f"sqlite:///{tmp_path / 'n.db'}")
+    spec = _spec(tmp_path, retry_wait_s=60)  # the first wait, 60 s
+    with store.session() as s:
+        s.add(Job(name="j", spec=spec, params=spec["parameters"]))
+        s.commit()
+        s.add(
+            Attempt(
+                job_id=1, number=1, key="k1", state="exited", outcome="failed",
+                started_at=ended - timedelta(minutes=5), ended_at=ended,
+                boot_id="boot-a", started_mono=700.0, ended_mono=1000.0,
+            )
+        )  # fmt: skip
+        s.commit()
+    wait = Backoff(jitter_frac=0)
+
+    def not_before(elapsed_s: float, boot: str = "boot-a") -> datetime | None:
+        now = ended + timedelta(hours=step_h, seconds=elapsed_s)  # the wall clock was stepped
+        snap = load_snapshot(store, now, backoff=wait, mono=(1000.0 + elapsed_s, boot))
+        (job,) = snap.pending
+        assert job.not_before is not None
+        return job.not_before - now  # type: ignore[return-value]
+
+    assert not_before(20) == timedelta(seconds=40)  # 20 s of the 60 s wait have passed
+    assert not_before(90) == timedelta(seconds=-30)  # it may start
+    # Another boot: the monotonic reading means nothing there; the wall clock is all there is.
+    assert not_before(20, boot="boot-b") == timedelta(seconds=60 - 20 - step_h * 3600)
+
+
 def _spec(tmp_path: Path, **top) -> dict:
     import yaml
 

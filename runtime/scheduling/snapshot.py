@@ -183,25 +183,28 @@ def load_snapshot(
     node: str | None = None,
     cluster: str | None = None,
     tz: tzinfo = UTC,
+    mono: tuple[float, str] | None = None,
 ) -> Snapshot:
     """The placement snapshot from the store in five queries.
 
-    Specs were validated at submit; the fields placement reads are checked again, once per
-    distinct value, and a queued job whose stored fields fail is set `failed` with the reason
-    (a running one is seen with neutral values) instead of stopping the loop. On SQLite
-    only the fields placement needs leave the database (one `json_extract` with several paths:
-    decoding each whole spec costs ten times more). Expected duration: the spec's
-    `expected_duration_min`, else the median of this name's succeeded attempts, else the
-    snapshot default; a job resumed from a checkpoint expects what remains after its earlier
-    attempts; a running job ends by its timeout at the latest. Backoff: a queued job whose last
-    attempt failed waits until `backoff.not_before(ended_at, number, job_id)`. A job may be
-    paused only when its spec allows it and it has a checkpoint to resume from. GPUs: the
-    latest health sample of each (host, index), not the whole sample history. With `node`
-    (several daemons on one store), the running jobs and the GPUs are that node's only: another
-    node's GPU 0 is not this one's, and its CPU jobs take none of this node's slots. With
-    `cluster` (a host prefix such as "ray:"), the GPUs are those of the cluster's hosts, as the
-    census recorded them, numbered across hosts (`cluster_gpu_id`), and a host with any
-    quarantined GPU is quarantined whole: the cluster, not nightshift, picks the GPUs on a host."""
+        Specs were validated at submit; the fields placement reads are checked again, once per
+        distinct value, and a queued job whose stored fields fail is set `failed` with the reason
+        (a running one is seen with neutral values) instead of stopping the loop. On SQLite
+        only the fields placement needs leave the database (one `json_extract` with several paths:
+        decoding each whole spec costs ten times more). Expected duration: the spec's
+        `expected_duration_min`, else the median of this name's succeeded attempts, else the
+        snapshot default; a job resumed from a checkpoint expects what remains after its earlier
+        attempts; a running job ends by its timeout at the latest. Backoff: a queued job whose last
+        attempt failed waits its backoff from the attempt's end: counted on the monotonic clock given
+    in `mono` (now, boot id) where the attempt ended on this boot, so a wall-clock step moves no
+    backoff; else from `ended_at` by the wall clock. A job may be
+        paused only when its spec allows it and it has a checkpoint to resume from. GPUs: the
+        latest health sample of each (host, index), not the whole sample history. With `node`
+        (several daemons on one store), the running jobs and the GPUs are that node's only: another
+        node's GPU 0 is not this one's, and its CPU jobs take none of this node's slots. With
+        `cluster` (a host prefix such as "ray:"), the GPUs are those of the cluster's hosts, as the
+        census recorded them, numbered across hosts (`cluster_gpu_id`), and a host with any
+        quarantined GPU is quarantined whole: the cluster, not nightshift, picks the GPUs on a host."""
     backoff = backoff or Backoff()
     active = ("queued", "running")
     with store.session() as s:
@@ -244,6 +247,8 @@ def load_snapshot(
                 Attempt.ended_at,
                 Attempt.node,
                 Attempt.host,
+                Attempt.boot_id,
+                Attempt.ended_mono,
             )
             .join(Job, Job.id == Attempt.job_id)
             .where(Job.state.in_(active))
@@ -346,6 +351,9 @@ def load_snapshot(
             not_before = None
             if att is not None and att.outcome in FAILED_OUTCOMES and att.ended_at:
                 not_before = backoff.not_before(att.ended_at, att.number, j.id, retry_wait_s)
+                if mono is not None and att.ended_mono is not None and att.boot_id == mono[1]:
+                    ended = now - timedelta(seconds=max(0.0, mono[0] - att.ended_mono))
+                    not_before = backoff.not_before(ended, att.number, j.id, retry_wait_s)
             pending.append(
                 PendingJob(
                     **common,

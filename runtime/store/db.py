@@ -142,6 +142,7 @@ class Attempt(SQLModel, table=True):
     boot_id: str | None = None
     started_mono: float | None = None
     progress_mono: float | None = None
+    ended_mono: float | None = None  # at the end, on the same boot (else None): retry backoff
     # succeeded | failed | lost | diverged | early_stopped | timeout | stalled | paused |
     # preempted | cancelled
     outcome: str | None = None

@@ -286,9 +286,12 @@ def end_attempt(
     outcome: Outcome | None = None,
     reason: str | None = None,
     by: str = "system",
+    mono: tuple[float, str] | None = None,
 ) -> Transition | None:
     """Record the end of `att` once — exit status, outcome, energy — and move its job on if it
-    was still running. None (nothing written) when the attempt had already ended.
+    was still running. None (nothing written) when the attempt had already ended. `mono`: the
+    monotonic clock and boot id now, kept when the attempt started on this boot (retry backoff
+    counts from it).
 
     With no `outcome`, a clean exit 0 succeeded, a lost run is `lost`, anything else failed; a
     job that a person or the loop had already moved (held, paused, cancelled) gives the outcome
@@ -312,6 +315,7 @@ def end_attempt(
     att.outcome = outcome.value
     att.state = how.state.value
     att.exit_code, att.signal, att.ended_at = how.exit_code, how.signal, now
+    att.ended_mono = mono[0] if mono is not None and mono[1] == att.boot_id else None
     att.energy_kwh, att.energy_source = attempt_energy(_power_w(job.spec), att.started_at, now)
     s.add(att)
     if job.state != JobState.RUNNING.value:
