@@ -51,3 +51,45 @@ def test_channels_example_loads(home):
     loaded = load_policy(home / "policy.yaml")
     assert loaded.principals["alice"].slack_id == "U024BE7LH"
     assert loaded.approvals[0].quorum == 2
+
+
+def test_the_skill_table_lists_every_skill_with_its_capability():
+    """README "How a goal runs" lists the registry's skills, each with its capability, and no
+    skill that does not exist."""
+    import re
+
+    from nightshift.skills.registry import registry
+
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    table = text[text.index("| skill | capability |") : text.index("## Chat")]
+    listed = {}
+    for row in table.splitlines()[2:]:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        if len(cells) >= 2:
+            for name in re.findall(r"`(\w+)`", cells[0]):
+                listed[name] = cells[1]
+    assert listed == {name: s.capability for name, s in registry().items()}
+
+
+def test_the_graph_is_the_shape_the_readme_draws(home):
+    """The README's drawing of the graph is the compiled graph's edges, no more, no fewer."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from nightshift.agent.brain.graph import build_graph
+    from nightshift.agent.brain.planner import DeterministicPlanner
+    from nightshift.agent.brain.wiring import Wiring
+
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    drawing = text[text.index("START  → plan") :].split("```")[0]
+    drawn = set()
+    for line in drawing.strip().splitlines():
+        source, _, targets = line.partition("→")
+        for target in targets.split("  ")[0].split("|"):
+            drawn.add((source.strip(), target.strip()))
+    graph = build_graph(Wiring.load(), DeterministicPlanner(), checkpointer=InMemorySaver())
+    names = {"__start__": "START", "__end__": "END"}
+    edges = {
+        (names.get(e.source, e.source), names.get(e.target, e.target))
+        for e in graph.get_graph().edges
+    }
+    assert drawn == edges
