@@ -4,7 +4,8 @@ out once.
 pending → approved (distinct approving principals other than the requester reach the quorum, or
                     the requester confirms at a terminal where the rule lets them)
         | rejected (one rejection) | expired (no decision before `expires_at`, marked lazily)
-approved → executing (claimed by one live process) → executed | failed (the result is kept).
+approved → executing (claimed by one live process) → executed | failed (the result is kept);
+an `executing` claim whose process died, or whose lease ran out on another host, is taken over.
 Every request, vote (counted, ignored or refused), decision and execution is audited, and the
 audit's signed events are what an approval stands on: `unsupported` says whether the signed
 request and votes in the chain reach the quorum, and the gate runs nothing they do not (a row set
@@ -17,7 +18,7 @@ import json
 import os
 import socket
 import threading
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import Any
 
@@ -35,6 +36,9 @@ _TABLE = Approval.__tablename__
 
 
 _UNKNOWN = "no approval with id {id}; `nightshift approvals list` shows the pending ones"
+# How long a claim by a process on another host holds: past it, that host is taken to have died
+# with the call half done, and the call is taken over.
+CLAIM_LEASE_S = 600.0
 
 
 @cache
@@ -61,6 +65,20 @@ def claimer_alive(claimer: str | None) -> bool:
         return f"{psutil.Process(int(pid)).create_time():.3f}" == started
     except (psutil.Error, ValueError):
         return False
+
+
+def claim_stale(
+    claimer: str | None, claimed_at: datetime | None, now: datetime, lease_s: float
+) -> bool:
+    """Whether an `executing` claim may be taken over as of `now`: its process died (on this
+    host, where that can be seen), or its lease ran out (`lease_s` after `claimed_at`: a process
+    on another host cannot be seen from here, and may have died with the host). A claimer seen
+    alive here keeps its claim however long it runs: taking over would run the call twice."""
+    if not claimer or not claimer_alive(claimer):
+        return True
+    if claimer.partition(":")[0] == socket.gethostname():
+        return False
+    return claimed_at is None or _naive_utc(now) - claimed_at >= timedelta(seconds=lease_s)
 
 
 def _naive_utc(when: datetime) -> datetime:
@@ -340,11 +358,14 @@ class Approvals:
         )
         return fresh
 
-    def claim(self, approval_id: int, claimer: str, now: datetime) -> Approval:
+    def claim(
+        self, approval_id: int, claimer: str, now: datetime, *, lease_s: float = CLAIM_LEASE_S
+    ) -> Approval:
         """approved → executing for `claimer`, atomically: of many processes resuming one call,
-        one wins; an `executing` row whose claimer died is taken over (skills are idempotent on
-        the call id, so finishing a half-done call does not do it twice). Returns the row as it
-        now stands; the caller runs the call only if it holds the claim."""
+        one wins; an `executing` row whose claim is stale as of `now` (`claim_stale`) is taken
+        over (skills are idempotent on the call id, so finishing a half-done call does not do it
+        twice). Returns the row as it now stands; the caller runs the call only if it holds the
+        claim."""
         now = _naive_utc(now)
         taken_from = None
         with write_transaction(self.store, _TABLE) as s:
@@ -354,7 +375,7 @@ class Approvals:
             takeover = (
                 row.state == "executing"
                 and row.claimed_by != claimer
-                and not claimer_alive(row.claimed_by)
+                and claim_stale(row.claimed_by, row.claimed_at, now, lease_s)
             )
             if row.state == "approved" or takeover:
                 taken_from = row.claimed_by if takeover else None
@@ -402,9 +423,11 @@ class Approvals:
         )
         return row
 
-    def orphaned(self, now: datetime) -> list[Approval]:
+    def orphaned(self, now: datetime, *, lease_s: float = CLAIM_LEASE_S) -> list[Approval]:
         """Approved calls nobody is carrying out: not claimed yet, or claimed by a process that
-        died. The loop carries these out (their requester may be gone)."""
+        died or whose lease ran out (`claim_stale`, as `claim` judges it). The loop carries these
+        out (their requester may be gone)."""
+        now = _naive_utc(now)
         with self.store.session() as s:
             rows = list(
                 s.exec(
@@ -413,7 +436,11 @@ class Approvals:
                     .order_by(col(Approval.id))
                 )
             )
-        return [r for r in rows if r.state == "approved" or not claimer_alive(r.claimed_by)]
+        return [
+            r
+            for r in rows
+            if r.state == "approved" or claim_stale(r.claimed_by, r.claimed_at, now, lease_s)
+        ]
 
     def get(self, approval_id: int) -> Approval:
         with self.store.session() as s:

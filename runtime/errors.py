@@ -3,6 +3,7 @@
     BadArguments      2  the caller (planner, goal file, person typing) retries with better input
     Refused           3  the policy said no (deny, kill switch, a rejected or expired approval)
     ApprovalRequired  4  a human must decide; the call is parked under an approval id
+    CallInProgress    4  parked as well, no human asked: another process is carrying it out
     OperatorError     5  the operator fixes the configuration, the store or the environment
     SkillFailed       1  the skill ran and could not do its job
 
@@ -87,6 +88,18 @@ class ApprovalRequired(NightshiftError):
     ):
         self.approval_id, self.call_id, self.skill = approval_id, call_id, skill
         self.quorum, self.rule = quorum, rule
+        super().__init__(message)
+
+
+class CallInProgress(NightshiftError):
+    """Another live process holds the claim on this approved call and has not finished it within
+    the caller's deadline. Like ApprovalRequired, the call is parked under `approval_id` and
+    calling again with `call_id` takes it up (its result, once recorded); but no human is asked."""
+
+    exit_code = 4
+
+    def __init__(self, message: str, *, approval_id: int, call_id: str, skill: str):
+        self.approval_id, self.call_id, self.skill = approval_id, call_id, skill
         super().__init__(message)
 
 
