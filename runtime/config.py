@@ -144,6 +144,13 @@ class ExecutorSettings(BaseModel):
     runs_dir: str | None = Field(
         None, description="Where attempt logs go; default $NIGHTSHIFT_HOME/runs"
     )
+    run_as: Literal["auto", "submitter", "daemon"] = Field(
+        "auto",
+        description="Whose account a job's program runs as. submitter: its submitter's (the "
+        "daemon starts as root to switch to it; README Shared install); daemon: the daemon's "
+        "own, with all its rights; auto: submitter when the daemon serves other users "
+        "(its socket outside its home, connectable by others), else daemon",
+    )
     stop_grace_s: float = 10.0
     docker_url: str | None = Field(None, description="Docker engine socket; default $DOCKER_HOST")
     network_mode: str = Field("none", description="Container network unless the spec names one")
@@ -222,6 +229,19 @@ class ApiSettings(BaseModel):
         300.0, gt=0, description="How long the daemon waits for a requester's y/N (then: no)"
     )
     max_connections_per_user: int = Field(16, ge=1, description="Open connections per uid")
+    requests_per_s: float = Field(
+        20.0,
+        gt=0,
+        description="Requests a second each uid may send, beyond its burst; past it a request "
+        "is refused with the time to retry",
+    )
+    burst: int = Field(100, ge=1, description="Requests a uid may send at once before the rate")
+    refusals_in_full_per_minute: int = Field(
+        10,
+        ge=0,
+        description="Refused requests audited one by one (api.refused) per uid and minute; the "
+        "rest are counted into one api.refused_aggregate event for that minute",
+    )
 
     @field_validator("socket_mode", mode="before")
     @classmethod
@@ -487,6 +507,27 @@ class ChannelsSettings(BaseModel):
         ge=0,
         description="A failure's notice waits up to this long for its diagnosis",
     )
+    callback_requests_per_s: float = Field(
+        20.0,
+        gt=0,
+        description="Callback requests a second from one remote address, beyond its burst; "
+        "past it: 429 with Retry-After",
+    )
+    callback_burst: int = Field(
+        100, ge=1, description="Callback requests one remote address may send at once"
+    )
+    callback_max_connections_per_peer: int = Field(
+        32, ge=1, description="Open connections to the callback endpoint per remote address"
+    )
+    callback_max_connections: int = Field(
+        256, ge=1, description="Open connections to the callback endpoint in all"
+    )
+    refusals_in_full_per_minute: int = Field(
+        10,
+        ge=0,
+        description="Refused callbacks audited one by one (channel.refused) per remote address "
+        "and minute; the rest are counted into one channel.refused_aggregate event",
+    )
 
     @field_validator("listen")
     @classmethod
@@ -558,6 +599,25 @@ class Settings(BaseSettings):
         return (
             Path(self.api.socket).expanduser() if self.api.socket else self.home_path / "api.sock"
         )
+
+    @property
+    def serves_others(self) -> bool:
+        """Whether the daemon's API is for other users: it serves a socket outside its own
+        (0700) home that its mode lets others connect to."""
+        home = self.home_path.expanduser().resolve()
+        sock = self.api_socket.resolve()
+        return (
+            self.api.serve
+            and not sock.is_relative_to(home)
+            and bool(self.api.socket_mode_bits & 0o022)
+        )
+
+    @property
+    def jobs_run_as_submitter(self) -> bool:
+        """executor.run_as, with auto decided by `serves_others`."""
+        if self.executor.run_as == "auto":
+            return self.serves_others
+        return self.executor.run_as == "submitter"
 
     @classmethod
     def settings_customise_sources(

@@ -24,6 +24,7 @@ from nightshift.runtime import durations
 from nightshift.runtime.config import Settings
 from nightshift.runtime.executors.crashpoints import crash_point
 from nightshift.runtime.executors.executor import Executor, LaunchRequest, RunStatus
+from nightshift.runtime.executors.submitter import account_of, submitter_folders
 from nightshift.runtime.gpu.ray_census import HOST_PREFIX
 from nightshift.runtime.scheduling.local_time import local_zone
 from nightshift.runtime.scheduling.placement import Decision, place
@@ -41,6 +42,9 @@ DEADLINE_MARGIN_S = 300
 # pass) is reported once as a clock step; durations never follow it.
 CLOCK_STEP_S = 60.0
 EventSink = Callable[[str, dict[str, Any]], None]
+
+
+CONTAINERS = ("docker", "kubernetes")
 
 
 def job_workspace(settings: Settings, job_id: int) -> Path:
@@ -353,8 +357,12 @@ class Engine:
         spec = ExperimentSpec.model_validate(job.spec)
         spec.base_dir = str(Path(job.spec_path).parent) if job.spec_path else None
         paths = job_paths(self.settings, job)
-        for p in (paths["workspace"], paths["checkpoint_dir"], paths["metrics_file"].parent):
-            p.mkdir(parents=True, exist_ok=True)
+        run_as = account_of(job.owner) if self.settings.jobs_run_as_submitter else None
+        if run_as is None:
+            for p in (paths["workspace"], paths["checkpoint_dir"], paths["metrics_file"].parent):
+                p.mkdir(parents=True, exist_ok=True)
+        else:
+            submitter_folders(run_as, paths)
         env = {
             **spec.environment.env,
             "NIGHTSHIFT_JOB_ID": str(job.id),
@@ -394,6 +402,12 @@ class Engine:
             host=att.host,
             log_path=att.log_path or "",
             image=spec.environment.image,
+            run_as=run_as,
+            # A container or pod runs as the submitter's uid:gid (the local executor's supervisor
+            # switches to the account itself).
+            user=run_as.owner
+            if run_as is not None and self.settings.executor.kind in CONTAINERS
+            else None,
             mounts=mounts,
             network_mode=spec.environment.network_mode,
             memory_gb=res.host_memory_gb,

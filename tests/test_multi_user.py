@@ -280,6 +280,9 @@ def install() -> Iterator[Install]:
                     NIGHTSHIFT_POLICY__FILE=str(shared / "policy.yaml"),
                     NIGHTSHIFT_GPU__PROBE="none",
                     NIGHTSHIFT_LOOP__POLL_INTERVAL_S="0.1",
+                    # The socket's rules, with a daemon of its own user whose jobs never start
+                    # (no GPU); jobs that run as their submitters: test_jobs_as_submitters.py.
+                    NIGHTSHIFT_EXECUTOR__RUN_AS="daemon",
                 ),
                 user=d.uid,
                 group=d.gid,

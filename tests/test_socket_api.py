@@ -286,6 +286,9 @@ def _base_env(home: Path, sock: Path) -> dict[str, str]:
         NIGHTSHIFT_GPU__PROBE="none",
         NIGHTSHIFT_LOOP__POLL_INTERVAL_S="0.1",
         COLUMNS="200",
+        # A root daemon serving a socket outside its home runs jobs as their submitters (the
+        # OS accounts of test_jobs_as_submitters.py); these tests are about the socket.
+        NIGHTSHIFT_EXECUTOR__RUN_AS="daemon",
     )
     return env
 

@@ -256,6 +256,9 @@ def test_the_daemon_and_its_clients_live_through_a_restart(tmp_path, postgres_ur
         NIGHTSHIFT_GPU__PROBE="none",
         NIGHTSHIFT_LOOP__POLL_INTERVAL_S="0.1",
         COLUMNS="200",
+        # A root daemon serving a socket outside its home runs jobs as their submitters (the
+        # OS accounts of test_jobs_as_submitters.py); these tests are about the socket.
+        NIGHTSHIFT_EXECUTOR__RUN_AS="daemon",
     )
     client = {**env, "NIGHTSHIFT_API__MODE": "client"}  # through the daemon's socket
     d = Daemon(env)

@@ -56,10 +56,11 @@ STATE_FILES = (
 )
 
 
-def own_state(settings: Settings) -> None:
+def own_state(settings: Settings, config: str | None = None) -> None:
     """The home folder 0700 (made so if it is this user's), the state files in it not writable
-    by group or others, and a policy file that only its owner (this user or root) can write.
-    Else an OperatorError naming the path and the fix."""
+    by group or others, a policy file and a config file (`--config`) that only their owner (this
+    user or root) can write, and — where jobs run as their submitters — a daemon able to switch to
+    them. Else an OperatorError naming the path and the fix."""
     home, me = settings.home_path, os.geteuid()
     home.mkdir(mode=0o700, parents=True, exist_ok=True)
     st = home.stat()
@@ -85,17 +86,67 @@ def own_state(settings: Settings) -> None:
             f"cannot keep {exc.filename or home} to the daemon's user: {exc.strerror or exc}"
         ) from exc
     if settings.policy.file:
-        path = Path(settings.policy.file).expanduser()
-        try:
-            pst = path.stat()
-        except OSError:
-            return  # loading it says what is wrong
-        if pst.st_uid not in (0, me) or pst.st_mode & 0o022:
-            raise OperatorError(
-                f"policy file {path} can be changed by others (owner {os_user_name(pst.st_uid)}, "
-                f"mode {pst.st_mode & 0o777:04o}): whoever writes it decides who may do what. "
-                f"`chown {os_user_name(me)} {path}; chmod go-w {path}`"
-            )
+        only_owner_writes(Path(settings.policy.file).expanduser(), "policy file", me)
+    if config is not None:
+        only_owner_writes(Path(config).expanduser(), "config file", me)
+    if settings.jobs_run_as_submitter:
+        can_run_as_submitters(settings)
+
+
+def only_owner_writes(path: Path, what: str, me: int) -> None:
+    """A file that decides who may do what (the policy, the config that names it) is refused
+    when anyone but root or the daemon's user could change it."""
+    try:
+        st = path.stat()
+    except OSError:
+        return  # loading it says what is wrong
+    if st.st_uid not in (0, me) or st.st_mode & 0o022:
+        raise OperatorError(
+            f"{what} {path} can be changed by others (owner {os_user_name(st.st_uid)}, "
+            f"mode {st.st_mode & 0o777:04o}): whoever writes it decides who may do what. "
+            f"`chown {os_user_name(me)} {path}; chmod go-w {path}`"
+        )
+
+
+def can_run_as_submitters(settings: Settings) -> None:
+    """A daemon that runs each job as its submitter (a shared install, executor.run_as) must be
+    able to: it starts as root, with a runs folder outside its 0700 home that jobs can pass
+    through (0711: each job's own folder is its submitter's, 0700) and an executor that can
+    start a run as another account. Else an OperatorError naming the fix, before any work."""
+    why = (
+        "this daemon serves other users "
+        f"({settings.api_socket}, mode {settings.api.socket_mode}) and runs each job as its "
+        "submitter"
+        if settings.executor.run_as == "auto"
+        else "executor.run_as is submitter: each job runs as its submitter"
+    )
+    if os.geteuid() != 0:
+        raise OperatorError(
+            f"{why}, which needs a daemon started as root (it switches to the submitter's uid "
+            f"for each run); it runs as {os_user_name(os.geteuid())}. Start it as root (README "
+            "Shared install: the systemd unit), or set executor.run_as: daemon to run every job "
+            "with this daemon's rights (then anyone who may submit may act as the daemon)"
+        )
+    if settings.executor.kind == "ray":
+        raise OperatorError(
+            f"{why}, but a Ray job runs as the Ray cluster's user, whoever submitted it: use the "
+            "local, docker or kubernetes executor, or set executor.run_as: daemon"
+        )
+    runs, home = settings.runs_dir.expanduser().resolve(), settings.home_path.resolve()
+    if runs.is_relative_to(home):
+        raise OperatorError(
+            f"{why}, and its runs folder {runs} is inside the daemon's home {home}, which no job "
+            "may enter: set executor.runs_dir to a folder of its own, e.g. "
+            "/var/lib/nightshift-runs"
+        )
+    runs.mkdir(mode=0o711, parents=True, exist_ok=True)
+    st = runs.stat()
+    if st.st_uid != 0:
+        raise OperatorError(
+            f"the runs folder {runs} belongs to {os_user_name(st.st_uid)}, who could swap any "
+            f"job's folder: `chown root: {runs}`"
+        )
+    runs.chmod(0o711)
 
 
 class DaemonLock:
@@ -135,8 +186,10 @@ class Daemon:
         *,
         serve_api: bool = False,
         say: Callable[[str], None] | None = None,
+        config: str | None = None,
     ):
         self.w = w
+        self.config = config  # the --config file, held to the policy file's rule
         self.serve_api = serve_api
         self.tell = say or (lambda message: None)
         self.say = on_progress or (lambda kind, data: None)
@@ -158,7 +211,7 @@ class Daemon:
     def run(self, *, max_ticks: int | None = None) -> None:
         """Tick until stopped (SIGTERM/SIGINT set `stop_event`). Runs keep going when the daemon
         stops; the next daemon re-attaches to them."""
-        own_state(self.w.settings)
+        own_state(self.w.settings, self.config)
         self.lock.acquire()
         api = channels = None
         try:

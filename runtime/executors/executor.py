@@ -11,6 +11,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
+from nightshift.runtime.executors.submitter import RunAs
+
 
 class LaunchRequest(BaseModel):
     """What to run. argv is a list: nothing is ever passed through a shell."""
@@ -31,6 +33,11 @@ class LaunchRequest(BaseModel):
     )
     image: str | None = None
     user: str | None = None
+    run_as: RunAs | None = Field(
+        None,
+        description="The submitter's account the program starts as (a shared install); None: "
+        "the daemon's own user",
+    )
     memory_gb: float | None = None
     shm_gb: float | None = None
     mounts: list[dict[str, Any]] = Field(default_factory=list)

@@ -38,7 +38,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal
 
 import psutil
 from pydantic import BaseModel, ValidationError
@@ -47,6 +47,7 @@ from nightshift.runtime import locks
 from nightshift.runtime.errors import OperatorError, SkillFailed
 from nightshift.runtime.executors.crashpoints import crash_point
 from nightshift.runtime.executors.executor import LaunchRequest, RunStatus
+from nightshift.runtime.executors.submitter import RunAs, submitter_log
 from nightshift.runtime.executors.supervise import (
     RESERVE_BYTES,
     child_file,
@@ -187,6 +188,36 @@ def _read_tail(path: Path, lines: int, block: int = 65536) -> str:
     return "".join(text.splitlines(keepends=True)[-lines:])
 
 
+# A supervisor for a run as its submitter gets the daemon's import path as an argument (each
+# folder added as a site, so an editable install's .pth files count), not in its environment,
+# which the program inherits and which holds nothing of the daemon's.
+_BOOT = (
+    "import json, runpy, site, sys; [site.addsitedir(p) for p in json.loads(sys.argv.pop(1))]; "
+    "runpy.run_module('nightshift.runtime.executors.supervise', run_name='__main__', alter_sys=True)"
+)
+
+
+def _supervisor(run_as: RunAs | None) -> list[str]:
+    """How the supervisor starts: `-m` with the daemon's environment, or — for a run as its
+    submitter, whose environment is clean — with the daemon's import path handed over."""
+    if run_as is None:
+        return [sys.executable, "-P", "-m", "nightshift.runtime.executors.supervise"]
+    return [sys.executable, "-P", "-c", _BOOT, json.dumps([p for p in sys.path if p])]
+
+
+def _as_args(run_as: RunAs) -> list[str]:
+    """The supervisor's options to start the program as the submitter (it stays the daemon's)."""
+    groups = ",".join(str(g) for g in run_as.groups)
+    return ["--uid", str(run_as.uid), "--gid", str(run_as.gid), "--groups", groups]
+
+
+def _log_file(path: Path, run_as: RunAs | None) -> BinaryIO:
+    """The run's log for appending: the submitter's own file when the run is theirs."""
+    if run_as is None:
+        return path.open("ab")
+    return os.fdopen(submitter_log(path, run_as), "ab")
+
+
 class LocalExecutor:
     """Runs each launch request as a supervised process group on this machine."""
 
@@ -201,7 +232,7 @@ class LocalExecutor:
     def start(self, req: LaunchRequest) -> dict[str, Any]:
         """Launch the run, or return the existing handle if this key was already started."""
         self._check_key(req.key)
-        self.handles_dir.mkdir(parents=True, exist_ok=True)
+        self.handles_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         # The lock makes "look for a handle, else launch" atomic across processes.
         with locks.exclusive(self.handles_dir / f"{req.key}.lock"):
             existing = self.find(req.key) or self._adopt(req.key)
@@ -226,10 +257,11 @@ class LocalExecutor:
         env = self._env(req, attempt_id)
         self._validate(req, env)
         cwd = str(Path(req.cwd).expanduser().resolve())
-        self.exits_dir.mkdir(parents=True, exist_ok=True)
+        self.exits_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         exit_file = self.exits_dir / f"{req.key}.json"
         log_path = Path(os.path.abspath(Path(req.log_path).expanduser()))
-        log_path.parent.mkdir(parents=True, exist_ok=True)
+        if req.run_as is None:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
         handle_file, intent_file = self._handle_file(req.key), self._intent_file(req.key)
         intent = {
             "kind": "local",
@@ -254,21 +286,19 @@ class LocalExecutor:
             self._write_json(intent_file, intent)
         crash_point("launch.intent")
         cmd = [
-            sys.executable,
-            "-P",
-            "-m",
-            "nightshift.runtime.executors.supervise",
+            *_supervisor(req.run_as),
             "--exit-file",
             str(exit_file),
             "--intent-file",
             str(intent_file),
             "--handle-file",
             str(handle_file),
+            *(_as_args(req.run_as) if req.run_as is not None else []),
             "--",
             *req.argv,
         ]
         try:
-            with log_path.open("ab") as log:
+            with _log_file(log_path, req.run_as) as log:
                 proc = subprocess.Popen(
                     cmd,
                     cwd=cwd,
@@ -344,9 +374,10 @@ class LocalExecutor:
 
     @staticmethod
     def _env(req: LaunchRequest, attempt_id: str) -> dict[str, str]:
-        # The markers are inherited by every descendant, also those that leave the group.
+        # The markers are inherited by every descendant, also those that leave the group. A run
+        # as its submitter gets none of the daemon's environment (its secrets, its home).
         return {
-            **os.environ,
+            **(req.run_as.environment() if req.run_as is not None else os.environ),
             **req.env,
             "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in req.gpus),
             "NIGHTSHIFT_RUN_KEY": req.key,

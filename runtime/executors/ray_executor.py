@@ -271,10 +271,12 @@ class RayExecutor:
                 "command on the cluster's nodes as they are; use the docker or kubernetes "
                 "executor, or remove the image from the spec"
             )
-        if req.user:
+        if req.user or req.run_as is not None:
+            who = req.user or (req.run_as.name if req.run_as is not None else "")
             raise OperatorError(
-                f"run {req.key} asks to run as user {req.user!r}, but a Ray job runs as the "
-                "user of the Ray cluster; remove the user from the spec or use another executor"
+                f"run {req.key} asks to run as user {who!r}, but a Ray job runs as the user of "
+                "the Ray cluster; remove the user from the spec, use another executor, or set "
+                "executor.run_as: daemon if every submitter may act as the cluster's user"
             )
         if req.argv[0].startswith("-"):
             raise OperatorError(

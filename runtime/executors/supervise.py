@@ -211,6 +211,9 @@ def _parse(args: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--exit-file", required=True, help="where to write the exit status")
     parser.add_argument("--intent-file", help="the launch intent to claim before running")
     parser.add_argument("--handle-file", help="where to write the handle when claimed")
+    parser.add_argument("--uid", type=int, help="start the command as this user (needs root)")
+    parser.add_argument("--gid", type=int, help="… with this group")
+    parser.add_argument("--groups", default="", help="… and these supplementary groups (a,b)")
     parser.add_argument("argv", nargs=argparse.REMAINDER, help="-- command and its arguments")
     ns = parser.parse_args(args)
     argv = list(ns.argv)
@@ -220,6 +223,8 @@ def _parse(args: list[str]) -> tuple[argparse.Namespace, list[str]]:
         parser.error("no command given after --")
     if (ns.intent_file is None) != (ns.handle_file is None):
         parser.error("--intent-file and --handle-file go together")
+    if (ns.uid is None) != (ns.gid is None):
+        parser.error("--uid and --gid go together")
     return ns, argv
 
 
@@ -239,7 +244,7 @@ def main(args: list[str] | None = None) -> int:
     reserve(exit_file)
 
     try:
-        child = subprocess.Popen(argv)
+        child = subprocess.Popen(argv, **_as_user(ns))
     except OSError as exc:
         missing = isinstance(exc, FileNotFoundError) or exc.errno == errno.ENOENT
         code = EXIT_NOT_FOUND if missing else EXIT_NOT_EXECUTABLE
@@ -263,6 +268,16 @@ def main(args: list[str] | None = None) -> int:
         status = returncode
     record_exit(exit_file, record)
     return status
+
+
+def _as_user(ns: argparse.Namespace) -> dict[str, Any]:
+    """Popen's options to start the command as the submitter: the supervisor stays root, so the
+    program can neither signal it nor touch the exit record; setgroups, setgid, then setuid run
+    between fork and exec, and moving every uid off 0 clears all capabilities."""
+    if ns.uid is None:
+        return {}
+    groups = [int(g) for g in ns.groups.split(",") if g]
+    return {"user": ns.uid, "group": ns.gid, "extra_groups": groups}
 
 
 def _say(line: str) -> None:

@@ -29,6 +29,7 @@ def daemon(
             and say("recovering job {} (thread {})", data["job_id"], data["thread"])
         ),
         serve_api=w.settings.api.serve,
+        config=config,
         say=lambda message: console.print(message, markup=False, highlight=False),
     )
     for sig in (signal.SIGTERM, signal.SIGINT):

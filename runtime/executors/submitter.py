@@ -1,0 +1,137 @@
+"""Who a run starts as. In a shared install every job runs as the person who submitted it, as
+Slurm and HTCondor run theirs: the daemon (root) decides, the run's supervisor stays root to
+record how it ended, and the program itself starts with the submitter's uid, gid and groups —
+after which the kernel has cleared every capability — and an environment of its own, none of the
+daemon's. So nothing a job can reach belongs to the daemon: not its home, store, key, config or
+policy, not its socket as anyone but the submitter, not another person's run."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import stat
+import subprocess
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from nightshift.runtime.errors import OperatorError
+
+# What a run's environment starts from when it runs as its submitter: nothing of the daemon's
+# (its secrets, its NIGHTSHIFT_HOME), only what a login would set, then the spec's own env.
+SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+class RunAs(BaseModel):
+    """An OS account a run starts as."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    uid: int
+    gid: int
+    groups: tuple[int, ...] = ()
+    home: str = "/"
+
+    @property
+    def owner(self) -> str:
+        return f"{self.uid}:{self.gid}"
+
+    def environment(self) -> dict[str, str]:
+        """A login's variables for this account; the spec's env and the run markers go on top."""
+        env = {
+            "PATH": SAFE_PATH,
+            "HOME": self.home,
+            "USER": self.name,
+            "LOGNAME": self.name,
+        }
+        for name in ("LANG", "LC_ALL", "TZ"):  # how text and time read, nothing more
+            if name in os.environ:
+                env[name] = os.environ[name]
+        return env
+
+
+class NoSuchSubmitter(OperatorError):
+    """A job's owner is no account a run may start as on this machine."""
+
+
+def account_of(owner: str) -> RunAs:
+    """The account a job of `owner` (its principal's name) runs as. Refused: a name the user
+    database does not know (a chat identity the policy maps to no person here, the agent's own
+    name) and root, which no one's job becomes."""
+    try:
+        pw = pwd.getpwnam(owner)
+    except KeyError:
+        raise NoSuchSubmitter(
+            f"the job's owner {owner!r} is no OS account on this machine, and in a shared install "
+            "each job runs as its submitter's account: submit it from that person's own account "
+            "(or map the identity to it in the policy's principals)"
+        ) from None
+    if pw.pw_uid == 0:
+        raise NoSuchSubmitter(
+            f"the job's owner {owner!r} is root; no job runs as root in a shared install: submit "
+            "it from an ordinary account"
+        )
+    groups = tuple(g for g in os.getgrouplist(pw.pw_name, pw.pw_gid) if g != pw.pw_gid)
+    return RunAs(
+        name=pw.pw_name, uid=pw.pw_uid, gid=pw.pw_gid, groups=groups, home=pw.pw_dir or "/"
+    )
+
+
+def as_submitter(run_as: RunAs, argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """Run a small standard tool (argv, never a shell) as the submitter, with their rights."""
+    return subprocess.run(
+        argv,
+        user=run_as.uid,
+        group=run_as.gid,
+        extra_groups=list(run_as.groups),
+        env=run_as.environment(),
+        cwd="/",
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def submitter_folders(run_as: RunAs, paths: dict[str, Path]) -> None:
+    """The job's folder, made in the runs folder (which only the daemon writes) and given to the
+    submitter, 0700; the folders the run writes to, made by the submitter with their own rights.
+    The daemon never makes or hands over a path a spec names: that would give a submitter any
+    folder on the machine (a checkpoint dir of /root/.ssh, or a link planted in the job folder)."""
+    ws = paths["workspace"]
+    ws.parent.mkdir(parents=True, exist_ok=True)
+    ws.mkdir(mode=0o700, exist_ok=True)
+    st = ws.lstat()
+    if not stat.S_ISDIR(st.st_mode):
+        raise OperatorError(f"the job folder {ws} is not a folder; remove it and retry the job")
+    if (st.st_uid, st.st_gid) != (run_as.uid, run_as.gid):
+        os.chown(ws, run_as.uid, run_as.gid, follow_symlinks=False)
+    os.chmod(ws, 0o700)
+    inner = [str(p) for p in (paths["checkpoint_dir"], paths["metrics_file"].parent) if p != ws]
+    if inner:
+        made = as_submitter(run_as, ["mkdir", "-p", "--", *inner])
+        if made.returncode != 0:
+            raise OperatorError(
+                f"{run_as.name} cannot make the run's folders: {made.stderr.strip()[:300]}; "
+                "fix the spec's checkpoint.dir or metrics.file, or the folder's permissions"
+            )
+
+
+def submitter_log(path: Path, run_as: RunAs) -> int:
+    """The run's log, opened for appending and given to the submitter: a file of its own (not a
+    link the job planted to a file of someone else's, not a second name of one), or an error."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_uid not in (0, run_as.uid):
+            raise OperatorError(
+                f"the run's log {path} is not a plain file of the job's own; remove it and retry"
+            )
+        os.fchown(fd, run_as.uid, run_as.gid)
+        os.fchmod(fd, 0o600)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
