@@ -68,12 +68,12 @@ def agent_cancel_approved(w: Wiring, job_id: int, call_id: str) -> int:
 
 
 def test_requester_killed_after_asking_the_daemon_carries_the_call_out_once(home):
-    """`nightshift skill cancel_job` from a script waits for another principal; kill -9 it, let
+    """`nightshift skill cancel_job --wait` from a script waits for another principal; kill -9 it, let
     bob approve, and the daemon cancels the job — once, as the requester, audited."""
     job_id = queued_job(home)
     env = {**os.environ, "COLUMNS": "200"}
     asker = subprocess.Popen(
-        cli("skill", "cancel_job", "--arg", f"job_id={job_id}"),
+        cli("skill", "cancel_job", "--arg", f"job_id={job_id}", "--wait"),
         cwd=REPO,
         env=env,
         stdin=subprocess.DEVNULL,

@@ -365,7 +365,7 @@ def test_each_user_is_the_uid_the_kernel_reports(install: Install) -> None:
 
 def test_alice_cannot_approve_her_own_cancel_nor_pose_as_bob(install: Install) -> None:
     job_id = submit(install, install.alice, "alice-job")
-    asker = install.popen(install.alice, "cancel", str(job_id))
+    asker = install.popen(install.alice, "cancel", str(job_id), "--wait")
     try:
         row = pending_for(install, install.bob, job_id)
         assert row["requester"] == install.alice.name
@@ -425,7 +425,9 @@ def test_two_person_rule_needs_two_people_other_than_the_requester(install: Inst
     """A high-priority victim needs two others: alice's votes never count, bob's second vote
     counts once, and carol's makes two."""
     job_id = submit(install, install.alice, "alice-urgent", "--priority", "high")
-    asker = install.popen(install.alice, "skill", "cancel_job", "--arg", f"job_id={job_id}")
+    asker = install.popen(
+        install.alice, "skill", "cancel_job", "--arg", f"job_id={job_id}", "--wait"
+    )
     try:
         row = pending_for(install, install.bob, job_id)
         aid = str(row["id"])

@@ -197,9 +197,22 @@ def skill_cmd(
     name: str,
     arg: list[str] = typer.Option([], "--arg", help="key=value (value parsed as YAML)"),
     as_json: bool = typer.Option(False, "--json", help="Print the result model as JSON"),
+    wait: bool = typer.Option(
+        False,
+        "--wait",
+        help="Without a terminal, wait for an approval's decision (else exit 4 at once)",
+    ),
+    yes: bool = typer.Option(
+        False,
+        "--yes",
+        help="Confirm your own call without asking, where the policy lets the requester confirm it",
+    ),
     config: str | None = ConfigOpt,
 ) -> None:
-    """Call one skill through the policy gate and print its result."""
+    """Call one skill through the policy gate and print its result. A call that needs an
+    approval is confirmed y/N at a terminal where the policy lets you (--yes: without asking);
+    one left to others waits at a terminal, and in a script exits 4 naming the approval (--wait:
+    waits)."""
     from nightshift.agent.brain.wiring import Wiring
     from nightshift.agent.doors.shell import call_as_user, parse_key_values
     from nightshift.skills.registry import get_skill
@@ -207,7 +220,7 @@ def skill_cmd(
     w = Wiring.load(config)
     if w.served_at is None:
         get_skill(name)  # an unknown name fails before any argument is parsed (else: the daemon's)
-    result = call_as_user(w, name, parse_key_values(arg))
+    result = call_as_user(w, name, parse_key_values(arg), wait=wait, yes=yes, as_json=as_json)
     if as_json:
         print(result.model_dump_json(indent=2))
     else:

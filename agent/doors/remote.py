@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -25,11 +24,13 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
-from nightshift.agent.doors.console import console
+from nightshift.agent.doors.console import console, err_console
 from nightshift.agent.doors.wire import LineReader, Reply, send, to_exception
 from nightshift.runtime.errors import ApprovalRequired, OperatorError
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from nightshift.agent.brain.wiring import Wiring
     from nightshift.runtime.store.db import Approval
 
@@ -159,37 +160,49 @@ class Remote:
         model = known.output_model if known is not None else RemoteResult
         return model.model_validate(out)
 
-    def call_as_user(self, skill: str, args: dict[str, Any]) -> BaseModel:
-        """What `call_as_user` does in the embedded mode, through the daemon: a terminal
-        confirms where the policy lets the requester, else it waits for other principals'
-        votes and then asks again under the same call id (the daemon runs it once)."""
-        from nightshift.agent.doors.prompts import terminal_confirm
+    def call_as_user(
+        self,
+        skill: str,
+        args: dict[str, Any],
+        *,
+        yes: bool = False,
+        wait: bool = False,
+        as_json: bool = False,
+    ) -> BaseModel:
+        """What `call_as_user` does in the embedded mode, through the daemon: where the policy
+        lets the requester confirm, the daemon asks on this connection and a terminal answers
+        y/N (`yes`: answered yes without asking). A call left to other principals waits for
+        their votes at a terminal or with `wait`, then asks again under the same call id (the
+        daemon runs it once); without either it raises ApprovalRequired at once."""
+        from nightshift.agent.doors.prompts import at_terminal, confirmer
 
-        interactive = sys.stdin is not None and sys.stdin.isatty()
-        confirm = terminal_confirm if interactive else None
+        confirm = confirmer(yes)
+        block = wait or at_terminal()
         call_id = f"cli-{uuid.uuid4().hex[:12]}"
         while True:
             try:
                 return self.call(skill, args, call_id=call_id, via="terminal", confirm=confirm)
             except ApprovalRequired as exc:
+                if not block:
+                    raise
                 call_id = exc.call_id  # the daemon's name for it
-                self.wait_for_decision(exc.approval_id)
+                self.wait_for_decision(exc.approval_id, err_console if as_json else console)
                 confirm = None  # asked once; now it is the others' decision that counts
 
-    def wait_for_decision(self, approval_id: int) -> str:
-        """Wait until others decide or the approval expires, saying what for; Ctrl-C leaves it
-        pending (once approved, the daemon carries it out)."""
+    def wait_for_decision(self, approval_id: int, out: Console = console) -> str:
+        """Wait until others decide or the approval expires, saying what for (on `out`); Ctrl-C
+        leaves it pending (once approved, the daemon carries it out)."""
         from nightshift.agent.doors.prompts import announce_wait, say_expiry
 
         row = self.approval(approval_id)
-        announce_wait(row)
+        announce_wait(row, out)
         last_said = time.monotonic()
         while row.state == "pending":
-            last_said = say_expiry(row, last_said)
+            last_said = say_expiry(row, last_said, out)
             row = self._approval_row(
                 self.request({"op": "approvals.wait", "approval_id": approval_id})
             )
-        console.print(f"  approval {approval_id}: {row.state}")
+        out.print(f"  approval {approval_id}: {row.state}")
         return row.state
 
     def approvals(self, every: bool = False) -> list[Approval]:

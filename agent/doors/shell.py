@@ -1,14 +1,14 @@
 """What a person at a shell goes through for one skill call: the gate, and — when a rule asks —
-a y/N confirmation of the full request at the terminal, or a wait for other principals' votes
-(agent/doors/prompts.py); and the `k=v` arguments a command line gives."""
+a y/N confirmation of the full request at the terminal (or `--yes`), or a wait for other
+principals' votes (agent/doors/prompts.py) — a script's call is parked at once instead, unless
+`--wait`; and the `k=v` arguments a command line gives."""
 
 from __future__ import annotations
 
-import sys
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from nightshift.runtime.errors import BadArguments, SpecError
+from nightshift.runtime.errors import BadArguments, NightshiftError, SpecError
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -16,34 +16,58 @@ if TYPE_CHECKING:
     from nightshift.agent.brain.wiring import Wiring
 
 
-def call_as_user(w: Wiring, name: str, args: dict[str, Any]) -> BaseModel:
+def call_as_user(
+    w: Wiring,
+    name: str,
+    args: dict[str, Any],
+    *,
+    wait: bool = False,
+    yes: bool = False,
+    as_json: bool = False,
+) -> BaseModel:
     """One skill call from the shell, as the local user, through the gate (the daemon's, in a
-    shared install). Where the policy lets the requester confirm, a terminal asks y/N;
-    otherwise it waits for other principals."""
+    shared install). Where the policy lets the requester confirm, a terminal asks y/N (`yes`:
+    confirmed without asking). A call left to other principals waits for them at a terminal or
+    with `wait`; without either (a script: nobody would ever answer) it is ApprovalRequired at
+    once, naming the approval (exit 4; with `as_json`, an object on stdout too)."""
     from nightshift.agent.doors.api import Client
-    from nightshift.agent.doors.prompts import terminal_confirm, wait_for_decision
+    from nightshift.agent.doors.console import console, err_console
+    from nightshift.agent.doors.prompts import at_terminal, confirmer, parked, wait_for_decision
     from nightshift.agent.doors.remote import remote_of
 
-    remote = remote_of(w)
-    if remote is not None:
-        return remote.call_as_user(name, args)
+    try:
+        remote = remote_of(w)
+        if remote is not None:
+            return remote.call_as_user(name, args, yes=yes, wait=wait, as_json=as_json)
+        block = wait or at_terminal()
+        out = err_console if as_json else console  # with --json, stdout is the result's
+        return Client(w, via="terminal").call(
+            name,
+            args,
+            call_id=f"cli-{uuid.uuid4().hex[:12]}",
+            confirm=confirmer(yes),
+            wait=(lambda exc: wait_for_decision(w, exc.approval_id, out)) if block else None,
+        )
+    except NightshiftError as exc:
+        if exc.exit_code == 4 and getattr(exc, "approval_id", None) is not None:
+            raise parked(exc, yes=yes, as_json=as_json) from None  # left waiting: say how
+        raise
 
-    interactive = sys.stdin is not None and sys.stdin.isatty()
-    return Client(w, via="terminal").call(
-        name,
-        args,
-        call_id=f"cli-{uuid.uuid4().hex[:12]}",
-        confirm=terminal_confirm if interactive else None,
-        wait=lambda exc: wait_for_decision(w, exc.approval_id),
-    )
 
-
-def call_or_exit(config: str | None, name: str, args: dict[str, Any]) -> BaseModel:
+def call_or_exit(
+    config: str | None,
+    name: str,
+    args: dict[str, Any],
+    *,
+    wait: bool = False,
+    yes: bool = False,
+    as_json: bool = False,
+) -> BaseModel:
     """call_as_user for a command that has only its config path (errors reach the CLI's one
     handler)."""
     from nightshift.agent.brain.wiring import Wiring
 
-    return call_as_user(Wiring.load(config), name, args)
+    return call_as_user(Wiring.load(config), name, args, wait=wait, yes=yes, as_json=as_json)
 
 
 def parse_key_values(items: list[str], option: str = "--arg") -> dict[str, Any]:

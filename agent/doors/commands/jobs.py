@@ -1,5 +1,7 @@
 """`nightshift show | logs | cancel | retry JOB`: the everyday commands on one job, each one skill
-call through the policy gate (audited; cancel asks for approval as the policy says)."""
+call through the policy gate (audited; cancel asks for approval as the policy says). The ones that
+change a job take --yes (confirm one's own call where the policy lets one) and --wait (a script
+waits for others' decision instead of getting exit 4 and the approval id at once)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,18 @@ if TYPE_CHECKING:
     from nightshift.skills.job_logs import JobLogsResult
 
 ConfigOpt = typer.Option(None, "--config", help="Config file")
+# A call that needs an approval: at a terminal it is confirmed y/N where the policy lets the
+# requester, else waited for; a script (no terminal) gets exit 4 and the approval id at once.
+WaitOpt = typer.Option(
+    False,
+    "--wait",
+    help="Without a terminal, wait for an approval's decision (else exit 4 at once)",
+)
+YesOpt = typer.Option(
+    False,
+    "--yes",
+    help="Confirm your own call without asking, where the policy lets the requester confirm it",
+)
 FOLLOW_POLL_S = 0.5
 
 
@@ -170,9 +184,12 @@ def cancel(
     job_id: int = typer.Argument(..., help="The job"),
     reason: str = typer.Option("cancelled by operator", "--reason"),
     as_json: bool = typer.Option(False, "--json"),
+    wait: bool = WaitOpt,
+    yes: bool = YesOpt,
     config: str | None = ConfigOpt,
 ) -> None:
-    """End a job for good, stopping its running attempt (asks for approval as the policy says)."""
+    """End a job for good, stopping its running attempt (asks for approval as the policy says:
+    y/N at a terminal, --yes in a script; else exit 4 with the approval id, or --wait)."""
     from nightshift.agent.brain.wiring import Wiring
     from nightshift.agent.doors.console import error
 
@@ -190,7 +207,14 @@ def cancel(
     if state in ("succeeded", "failed", "cancelled"):
         say("job {} is {}: nothing to cancel", job_id, state)
         return
-    r: Any = call_as_user(w, "cancel_job", {"job_id": job_id, "reason": reason})
+    r: Any = call_as_user(
+        w,
+        "cancel_job",
+        {"job_id": job_id, "reason": reason},
+        wait=wait,
+        yes=yes,
+        as_json=as_json,
+    )
     if as_json:
         print(r.model_dump_json(indent=2))
     elif r.before == r.after:
@@ -204,6 +228,8 @@ def hold(
     job_id: int = typer.Argument(..., help="The job"),
     reason: str = typer.Option("", "--reason", help="Why; recorded on the job"),
     as_json: bool = typer.Option(False, "--json"),
+    wait: bool = WaitOpt,
+    yes: bool = YesOpt,
     config: str | None = ConfigOpt,
 ) -> None:
     """Keep a job back: a running one is stopped at its newest checkpoint, a queued one does not
@@ -213,7 +239,9 @@ def hold(
     args: dict[str, Any] = {"job_id": job_id}
     if reason:
         args["reason"] = reason
-    r: Any = call_as_user(Wiring.load(config), "pause_job", args)
+    r: Any = call_as_user(
+        Wiring.load(config), "pause_job", args, wait=wait, yes=yes, as_json=as_json
+    )
     if as_json:
         print(r.model_dump_json(indent=2))
     elif r.before == r.after:
@@ -233,12 +261,21 @@ def hold(
 def release(
     job_id: int = typer.Argument(..., help="The held job"),
     as_json: bool = typer.Option(False, "--json"),
+    wait: bool = WaitOpt,
+    yes: bool = YesOpt,
     config: str | None = ConfigOpt,
 ) -> None:
     """Let a held job run again: from its newest checkpoint if the hold stopped its run."""
     from nightshift.agent.brain.wiring import Wiring
 
-    r: Any = call_as_user(Wiring.load(config), "release_job", {"job_id": job_id})
+    r: Any = call_as_user(
+        Wiring.load(config),
+        "release_job",
+        {"job_id": job_id},
+        wait=wait,
+        yes=yes,
+        as_json=as_json,
+    )
     if as_json:
         print(r.model_dump_json(indent=2))
     elif r.before == r.after:
@@ -268,10 +305,19 @@ def retry(
         False, "--from-scratch", help="Start at step 0, not from the job's resume point"
     ),
     as_json: bool = typer.Option(False, "--json"),
+    wait: bool = WaitOpt,
+    yes: bool = YesOpt,
     config: str | None = ConfigOpt,
 ) -> None:
     """One more attempt of a failed job, even when its retries ran out or recovery gave up."""
-    r: Any = call_or_exit(config, "retry_job", {"job_id": job_id, "from_scratch": from_scratch})
+    r: Any = call_or_exit(
+        config,
+        "retry_job",
+        {"job_id": job_id, "from_scratch": from_scratch},
+        wait=wait,
+        yes=yes,
+        as_json=as_json,
+    )
     if as_json:
         print(r.model_dump_json(indent=2))
         return
