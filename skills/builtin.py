@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from nightshift.skills import (
+    apply_policy,
     auto_resume,
     cancel_job,
     config_validator,
@@ -26,6 +27,7 @@ from nightshift.skills import (
 from nightshift.skills.base import Skill
 
 MODULES = (
+    apply_policy,
     auto_resume,
     cancel_job,
     config_validator,

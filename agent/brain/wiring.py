@@ -188,10 +188,32 @@ class Wiring:
 
     @cached_property
     def policy(self) -> PolicyEngine:
+        return self._policy_engine()
+
+    def _policy_engine(self) -> PolicyEngine:
+        """The policy `apply_policy` stored, else the file's, followed at every verdict
+        (policies/policy_source.py): where this process opens the store. A client of a shared
+        install's daemon has the file's only; the daemon's own decides its calls. The policy
+        layer also lends apply_policy its reviewer here (a skill may not import it)."""
         from nightshift.policies.engine import PolicyEngine
         from nightshift.policies.model import load_policy
 
-        return PolicyEngine(load_policy(self.settings.policy.file))
+        fallback = load_policy(self.settings.policy.file)
+        if self.served_at is not None:
+            return PolicyEngine(fallback)
+        from nightshift.policies.policy_check import review
+        from nightshift.policies.policy_source import LivePolicyEngine
+        from nightshift.runtime.store.db import sqlite_file
+        from nightshift.skills.apply_policy import lend_review
+
+        lend_review(review)
+        db = sqlite_file(self.settings.store_url)
+        return LivePolicyEngine(
+            fallback,
+            lambda: self.store,
+            lambda: self.audit,
+            look_now=db is None or db.exists(),  # no store yet: nothing applied, none made
+        )
 
     @cached_property
     def gate(self) -> Gate:
