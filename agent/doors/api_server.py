@@ -6,11 +6,16 @@ user name, handed to the gate as `ctx.principal` and to Approvals as the voter: 
 request can name it, so one person is one voter and never their own approver. Calls go through
 the same gate as everywhere (agent/api.Client: validated, decided, audited, run or parked); votes
 through the same Approvals. A request refused before the gate (not JSON, too large, unknown
-fields such as `principal`, unknown skill, a user name the policy reserves) is audited as
-`api.refused`; the reads that are not skills (whoami, approvals list/show) as `api.read`.
+fields such as `principal`, unknown skill, a user name the policy reserves, past the rate) is
+audited as `api.refused`, the first `api.refusals_in_full_per_minute` of each uid's minute one
+by one and the rest counted into one `api.refused_aggregate` event for the minute
+(policies/refusal_tally.py): refusals cannot fill the disk. The reads that are not skills
+(whoami, approvals list/show) are audited as `api.read`.
 
-One thread per connection, a bounded request line read within a deadline and a cap on each
-user's connections: a client that sends nothing, trickles or floods holds its own thread only.
+One thread per connection, a bounded request line read within a deadline, a cap on each user's
+connections and a token bucket on each user's requests (`api.requests_per_s`, `api.burst`): a
+client that sends nothing, trickles or floods holds its own thread only, and what it sends past
+its rate is answered with a refusal and the time to retry, before any other work.
 """
 
 from __future__ import annotations
@@ -51,12 +56,14 @@ from nightshift.agent.doors.wire import (
     send,
 )
 from nightshift.policies.gate import PERSON_HERE
+from nightshift.policies.refusal_tally import RateLimits, RefusalLog
 from nightshift.runtime.errors import (
     ApprovalRequired,
     BadArguments,
     NightshiftError,
     OperatorError,
     PolicyDenied,
+    Refused,
 )
 
 PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
@@ -98,6 +105,14 @@ class ApiServer:
         self._accepting: threading.Thread | None = None
         self._open: Counter[int] = Counter()
         self._lock = threading.Lock()
+        self._rates = RateLimits(self.cfg.requests_per_s, self.cfg.burst)
+        self.refusals = RefusalLog(
+            w.audit,
+            local_now,
+            action="api.refused",
+            aggregate="api.refused_aggregate",
+            in_full=self.cfg.refusals_in_full_per_minute,
+        )
 
     # Lifecycle -----------------------------------------------------------------------------------
 
@@ -140,6 +155,7 @@ class ApiServer:
         self._stop.set()
         if self._accepting is not None:
             self._accepting.join(5)
+        self._flush_refusals(final=True)
         if self._sock is not None:
             self._sock.close()
             self._sock = None
@@ -176,6 +192,7 @@ class ApiServer:
 
     def _accept(self) -> None:
         while not self._stop.is_set():
+            self._flush_refusals()
             sock = self._sock
             if sock is None:
                 return
@@ -227,18 +244,33 @@ class ApiServer:
                 return
             except TooLarge:
                 why = f"request longer than {self.cfg.max_request_bytes} bytes (api.max_request_bytes)"
-                self._refused(peer, why, b"")
+                self._refused(peer, "too_large", why, b"")
                 self._reply_error(conn, BadArguments(why))
                 _drain(conn)
                 return
             if line is None:
                 return
             try:
+                wait = self._rates.take(peer.uid, time.monotonic())
+                if wait > 0:
+                    self._send(conn, self._rate_limited(peer, wait, line))
+                    continue
                 reply = self._answer(conn, reader, peer, line)
                 if reply is not None:
                     self._send(conn, reply)
             except PeerGone:
                 return
+
+    def _rate_limited(self, peer: Peer, wait: float, line: bytes) -> Reply:
+        """The refusal of a request past the peer's rate: tallied, not read any further."""
+        why = (
+            f"rate limited: {peer.name} sent more than {self.cfg.burst} requests at once or "
+            f"{self.cfg.requests_per_s:g} a second (api.burst, api.requests_per_s)"
+        )
+        self._refused(peer, "rate_limited", why, line)
+        return Reply(
+            kind="error", error=error_info(Refused(f"{why}; retry in {max(wait, 0.01):.2f} s"))
+        )
 
     def _send(self, conn: socket.socket, reply: Reply) -> None:
         try:
@@ -255,13 +287,13 @@ class ApiServer:
         try:
             reserved = self._reserved(peer)
             if reserved:
-                self._refused(peer, reserved, line)
+                self._refused(peer, "reserved_name", reserved, line)
                 raise PolicyDenied(reserved)
             try:
                 req = REQUEST.validate_json(line)
             except ValidationError as exc:
                 why = _describe(exc)
-                self._refused(peer, why, line)
+                self._refused(peer, "bad_request", why, line)
                 raise BadArguments(why) from None
             return self._dispatch(conn, reader, peer, req)
         except PeerGone:
@@ -329,7 +361,7 @@ class ApiServer:
         try:
             get_skill(req.skill)
         except BadArguments as exc:
-            self._refused(peer, str(exc), req.model_dump_json().encode())
+            self._refused(peer, "unknown_skill", str(exc), req.model_dump_json().encode())
             raise
         confirm = None
         if req.interactive and req.via in PERSON_HERE:
@@ -444,10 +476,32 @@ class ApiServer:
             )
         return None
 
-    def _refused(self, peer: Peer, why: str, line: bytes) -> None:
-        self._audit(
-            peer, "api.refused", {"error": why, "request": line[:500].decode("utf-8", "replace")}
-        )
+    def _refused(self, peer: Peer, kind: str, why: str, line: bytes) -> None:
+        """Audited in full while the peer's minute allows, else counted (policies/refusal_tally)."""
+        payload = {
+            "error": why,
+            "request": line[:500].decode("utf-8", "replace"),
+            "uid": peer.uid,
+            "pid": peer.pid,
+        }
+        try:
+            self.refusals.refused(
+                f"uid:{peer.uid}",
+                kind,
+                why,
+                actor=peer.name,
+                payload=payload,
+                about={"uid": peer.uid, "user": peer.name},
+            )
+        except Exception:  # the reply still goes out; the daemon's log says why
+            self.say(f"could not audit api.refused from {peer.name}:\n{traceback.format_exc()}")
+
+    def _flush_refusals(self, *, final: bool = False) -> None:
+        """The aggregate of a closed minute, written within the accept loop's half second."""
+        try:
+            self.refusals.flush(final=final)
+        except Exception:
+            self.say(f"could not audit api.refused_aggregate:\n{traceback.format_exc()}")
 
     def _audit(self, peer: Peer, action: str, payload: dict[str, Any]) -> None:
         try:

@@ -200,7 +200,14 @@ class ChannelService:
             self.built.channels,
             clock,
         )
-        self.desk = Desk(w.store, w.audit, w.approvals, self.outbox, clock)
+        self.desk = Desk(
+            w.store,
+            w.audit,
+            w.approvals,
+            self.outbox,
+            clock,
+            in_full_per_minute=w.settings.channels.refusals_in_full_per_minute,
+        )
         self.server: CallbackServer | None = None
         self.socket: Any = None
         self._socket_down = False
@@ -228,7 +235,13 @@ class ChannelService:
         listen = self.w.settings.channels.listen
         if routes and listen:
             try:
-                self.server = CallbackServer(listen, routes, self.say)
+                self.server = CallbackServer(
+                    listen,
+                    routes,
+                    self.say,
+                    limits=self.w.settings.channels,
+                    refusals=self.desk.refusals,
+                )
             except OSError as exc:
                 raise ConfigError(
                     f"channels.listen {listen}: cannot listen ({exc.strerror or exc})"

@@ -15,6 +15,10 @@ SUITES = {
     "perf": ("nightshift.evals.perf", "agent step overhead, audit append/verify throughput"),
     "crash": ("nightshift.evals.crash_consistency", "daemon SIGKILLs: launches doubled, jobs lost"),
     "fuzz": ("nightshift.evals.fuzz_inputs", "fuzzed specs and goals: tracebacks, hangs"),
+    "refusals": (
+        "nightshift.evals.refusal_flood",
+        "junk socket lines and forged callbacks: audit events and bytes added, before and after",
+    ),
     "team": (
         "nightshift.evals.team_load",
         "submitters and daemons on one PostgreSQL store: jobs lost, run twice",
