@@ -227,6 +227,11 @@ def bounds_problem(data: Any, max_depth: int = MAX_DEPTH) -> tuple[str | None, s
             problem = f"more than {MAX_NODES} values (the limit)"
         elif isinstance(value, str) and len(value) > MAX_STRING:
             problem = f"a string longer than {MAX_STRING} characters (the limit)"
+        elif isinstance(value, str) and not value.isascii() and _lone_surrogate(value):
+            problem = (
+                "text with a lone surrogate escape (such as \\ud800), which is no character: "
+                "write the character itself"
+            )
         elif isinstance(value, int) and abs(value) >= _INT_LIMIT:
             problem = _too_long_int()
         elif isinstance(value, dict):
@@ -242,6 +247,16 @@ def bounds_problem(data: Any, max_depth: int = MAX_DEPTH) -> tuple[str | None, s
                 parts.append(key)
             return field_path(parts[::-1]), problem
     return None
+
+
+def _lone_surrogate(text: str) -> bool:
+    """Whether `text` holds a surrogate code point (YAML's "\\ud800" makes one), which no
+    encoder takes: the validator and the store would fail on it with a UnicodeEncodeError."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _digits(text: str) -> int:

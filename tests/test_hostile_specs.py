@@ -264,3 +264,14 @@ def decimal(v: int) -> str:
         if not v:
             break
     return sign + str(chunks[-1]) + "".join(f"{c:01000d}" for c in reversed(chunks[:-1]))
+
+
+def test_a_surrogate_escape_is_a_spec_error_naming_the_field(tmp_path) -> None:
+    """Found by the fuzz test above: YAML reads "\\ud800\\udc00" as two lone surrogates, which
+    pydantic cannot encode (a UnicodeEncodeError, not a SpecError)."""
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        '{"name": "x", "command": ["a"], "parameters": {"lr": 0.1, "x": {"\\ud800\\udc00": 1}}}'
+    )
+    with pytest.raises(SpecError, match=r"parameters\.x.*lone surrogate"):
+        load_spec(path)
