@@ -1,6 +1,12 @@
 """A file a person names (a log, a metrics file, a spec, a saved nvidia-smi output) is checked to be
 a regular file before anything opens it, and a file read whole is read within a stated limit.
 
+A file a caller of the daemon's socket names is read as that caller (`reading_as`): the daemon
+starts `head` with the caller's uid, gid and groups and takes what it prints, so a call gets the
+bytes its caller could read and nothing else — not the daemon's config, key or store, not another
+person's files, whatever links the caller planted (checking first and reading as the daemon would
+leave a moment to swap the file).
+
 Opening a named pipe blocks until something writes to it, and a device (/dev/zero, /dev/urandom)
 never ends: a command handed either would hang or fill memory. Each refusal is a BadArguments
 that names the argument, the path and the fix.
@@ -8,12 +14,59 @@ that names the argument, the path and the fix.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
+import subprocess
+from collections.abc import Iterator
+from contextvars import ContextVar
 from pathlib import Path
 from typing import BinaryIO, NoReturn
 
 from nightshift.runtime.errors import BadArguments
+from nightshift.runtime.executors.submitter import RunAs, as_submitter
+
+# Whose rights the files a call names are read with; None: this process's own.
+_READER: ContextVar[RunAs | None] = ContextVar("nightshift_file_reader", default=None)
+# A file read as another account that takes longer than this (a FIFO swapped in) is refused.
+READ_AS_TIMEOUT_S = 10.0
+
+
+@contextlib.contextmanager
+def reading_as(reader: RunAs | None) -> Iterator[None]:
+    """Within this block, files a call names are read as `reader` (the daemon serving a peer)."""
+    token = _READER.set(reader)
+    try:
+        yield
+    finally:
+        _READER.reset(token)
+
+
+def reader() -> RunAs | None:
+    return _READER.get()
+
+
+def read_as_reader(path: str | Path, limit: int) -> bytes | None:
+    """At most `limit + 1` bytes of `path` read with the current reader's rights, or None when
+    there is no reader (the caller reads it itself). OSError with the reader's reason (permission
+    denied, no such file) when they cannot read it."""
+    who = _READER.get()
+    if who is None:
+        return None
+    try:
+        got = as_submitter(
+            who,
+            ["head", "-c", str(limit + 1), "--", str(Path(path).expanduser())],
+            timeout_s=READ_AS_TIMEOUT_S,
+            text=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise OSError(f"reading it as {who.name} did not finish (a pipe or a device?)") from None
+    if got.returncode != 0:
+        why = bytes(got.stderr).decode("utf-8", "replace").strip().rpartition(": ")[2]
+        raise OSError(f"{why or 'unreadable'} (read as {who.name})")
+    return bytes(got.stdout)
+
 
 _KINDS = (
     (stat.S_ISFIFO, "a named pipe (FIFO)"),
@@ -62,7 +115,15 @@ def open_regular(path: str | Path, argument: str) -> BinaryIO:
 
 def read_limited(path: str | Path, argument: str, limit: int, fix: str) -> bytes:
     """The whole file if it is at most `limit` bytes; else BadArguments that states the limit
-    and `fix` (what to give instead)."""
+    and `fix` (what to give instead). Read as the current reader where there is one."""
+    try:
+        data = read_as_reader(path, limit)
+    except OSError as exc:
+        raise BadArguments(f"{argument}: cannot read {path}: {exc}") from None
+    if data is not None:
+        if len(data) > limit:
+            _too_large(Path(path).expanduser(), argument, limit, fix)
+        return data
     with open_regular(path, argument) as f:
         try:
             data = f.read(limit + 1)

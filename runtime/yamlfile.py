@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from nightshift.runtime.errors import SpecError
+from nightshift.runtime.user_files import read_as_reader
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -136,8 +137,15 @@ def line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
 
 
 def read_text(path: str | Path) -> str:
-    """A user file's text: at most MAX_FILE_BYTES, strict UTF-8; SpecError otherwise."""
+    """A user file's text: at most MAX_FILE_BYTES, strict UTF-8; SpecError otherwise. Read as
+    the caller of the daemon's socket where there is one (runtime/user_files.py)."""
     p = Path(path)
+    try:
+        raw = read_as_reader(p, MAX_FILE_BYTES)
+    except OSError as exc:
+        raise SpecError(f"cannot be read: {exc}", path=str(p)) from None
+    if raw is not None:
+        return _decoded(raw, p)
     try:
         found = "\x00" not in str(p) and p.exists()
     except OSError as exc:  # a name too long, a folder we may not enter
@@ -151,6 +159,10 @@ def read_text(path: str | Path) -> str:
             raw = f.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise SpecError(f"cannot be read ({exc.strerror or exc})", path=str(p)) from exc
+    return _decoded(raw, p)
+
+
+def _decoded(raw: bytes, p: Path) -> str:
     if len(raw) > MAX_FILE_BYTES:
         raise SpecError(
             f"larger than {MAX_FILE_BYTES // 1024} KiB; a spec or goal is a page of YAML "

@@ -42,6 +42,7 @@ from nightshift.runtime.gpu.gpu import (
 from nightshift.runtime.gpu.nvidia_smi_text import TextProbe
 from nightshift.runtime.gpu.ray_census import HOST_PREFIX, RayGpuCensus
 from nightshift.runtime.store.db import GpuSample
+from nightshift.runtime.user_files import read_limited
 from nightshift.skills.base import SkillContext, skill
 
 Verdict = Literal["OK", "WARNING", "UNKNOWN", "CRITICAL"]
@@ -505,13 +506,14 @@ def _source(ctx: SkillContext, inp: HealthCheckInput) -> Any:
         return _text_probe(inp.from_text, "pasted text")
     if inp.from_file is not None:
         path = Path(inp.from_file).expanduser()
-        try:
-            with path.open(encoding="utf-8", errors="replace") as fh:
-                text = fh.read(MAX_PASTE_CHARS + 1)
-        except OSError as exc:
-            raise BadArguments(
-                f"gpu_health_check: from_file: cannot read {path}: {exc.strerror or exc}"
-            ) from exc
+        # As the caller of the daemon's socket where there is one (runtime/user_files.py).
+        raw = read_limited(
+            path,
+            "gpu_health_check: from_file",
+            4 * MAX_PASTE_CHARS,
+            "that is not one nvidia-smi output",
+        )
+        text = raw.decode("utf-8", errors="replace")
         if len(text) > MAX_PASTE_CHARS:
             raise BadArguments(
                 f"gpu_health_check: from_file: {path} is over {MAX_PASTE_CHARS} characters; "

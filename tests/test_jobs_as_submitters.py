@@ -319,6 +319,36 @@ def test_a_hostile_job_reaches_nothing_of_the_daemons_nor_bobs(shared: Shared) -
     assert s.runs.stat().st_mode & 0o777 == 0o711 and s.runs.stat().st_uid == 0
 
 
+def test_files_a_call_names_are_read_as_its_caller(shared: Shared) -> None:
+    """Why: a client pointed config_validator at the daemon's config.yaml and got its keys and
+    lines back. The daemon now reads what a call names as the caller: a file only root may read
+    is "permission denied" for alice, whatever the skill, and none of its text comes back; her
+    own file reads as before."""
+    s = shared
+    secret = s.root / "shared" / "root-only.yaml"
+    secret.write_text("api_key: SECRET-7f3a\nname: x\n")
+    secret.chmod(0o600)
+    daemon_config = s.state / "config.yaml"  # read at start only: a later copy changes nothing
+    daemon_config.write_text("api_key: SECRET-7f3a\n")
+    daemon_config.chmod(0o600)
+    calls = [
+        ("config_validator", f"path={secret}"),
+        ("config_validator", f"path={daemon_config}"),
+        ("gpu_health_check", f"from_file={secret}"),
+        ("submit_job", f"spec_path={secret}"),
+    ]
+    for skill, arg in calls:
+        r = s.run(s.alice, "skill", skill, "--arg", arg, "--json")
+        assert "SECRET-7f3a" not in r.stdout + r.stderr, (skill, r.stdout, r.stderr)
+        assert "ermission denied" in r.stdout + r.stderr, (skill, r.stdout, r.stderr)
+    own = s.alice.home / "mine.yaml"
+    own.write_text("name: mine\ncommand: [python3, -c, pass]\n")
+    os.chown(own, s.alice.uid, s.alice.gid)
+    own.chmod(0o600)  # hers alone: the daemon reads it as her
+    r = s.run(s.alice, "skill", "config_validator", "--arg", f"path={own}", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["valid"] is True, (r.stdout, r.stderr)
+
+
 def test_a_daemon_that_cannot_switch_users_refuses_to_serve_others() -> None:
     """A shared install whose daemon is not root would run every job with the daemon's rights:
     it does not start, and says how to fix it."""

@@ -65,6 +65,8 @@ from nightshift.runtime.errors import (
     PolicyDenied,
     Refused,
 )
+from nightshift.runtime.executors.submitter import RunAs, account_by_uid
+from nightshift.runtime.user_files import reading_as
 
 PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 MAX_SUN_PATH = 107  # sockaddr_un.sun_path is 108 bytes with its NUL
@@ -235,6 +237,14 @@ class ApiServer:
         finally:
             conn.close()
 
+    @staticmethod
+    def _reader_of(peer: Peer) -> RunAs | None:
+        """Whose rights the files a peer's call names are read with: the peer's own, where this
+        daemon (root) can take them; else the daemon's (README "Shared install")."""
+        if os.geteuid() != 0 or peer.uid == os.geteuid():
+            return None
+        return account_by_uid(peer.uid)
+
     def _session(self, conn: socket.socket, peer: Peer) -> None:
         reader = LineReader(conn, self.cfg.max_request_bytes)
         while not self._stop.is_set():
@@ -255,7 +265,8 @@ class ApiServer:
                 if wait > 0:
                     self._send(conn, self._rate_limited(peer, wait, line))
                     continue
-                reply = self._answer(conn, reader, peer, line)
+                with reading_as(self._reader_of(peer)):
+                    reply = self._answer(conn, reader, peer, line)
                 if reply is not None:
                     self._send(conn, reply)
             except PeerGone:

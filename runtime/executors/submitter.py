@@ -12,6 +12,7 @@ import pwd
 import stat
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -78,7 +79,9 @@ def account_of(owner: str) -> RunAs:
     )
 
 
-def as_submitter(run_as: RunAs, argv: list[str]) -> subprocess.CompletedProcess[str]:
+def as_submitter(
+    run_as: RunAs, argv: list[str], *, timeout_s: float = 60.0, text: bool = True
+) -> subprocess.CompletedProcess[Any]:
     """Run a small standard tool (argv, never a shell) as the submitter, with their rights."""
     return subprocess.run(
         argv,
@@ -89,9 +92,24 @@ def as_submitter(run_as: RunAs, argv: list[str]) -> subprocess.CompletedProcess[
         cwd="/",
         stdin=subprocess.DEVNULL,
         capture_output=True,
-        text=True,
-        timeout=60,
+        text=text,
+        timeout=timeout_s,
         check=False,
+    )
+
+
+def account_by_uid(uid: int) -> RunAs | None:
+    """The account of a uid (a socket peer's), or None for root or a uid the user database does
+    not list (root reads what it names with the daemon's rights: it has them anyway)."""
+    try:
+        pw = pwd.getpwuid(uid)
+    except KeyError:
+        return None
+    if uid == 0:
+        return None
+    groups = tuple(g for g in os.getgrouplist(pw.pw_name, pw.pw_gid) if g != pw.pw_gid)
+    return RunAs(
+        name=pw.pw_name, uid=pw.pw_uid, gid=pw.pw_gid, groups=groups, home=pw.pw_dir or "/"
     )
 
 

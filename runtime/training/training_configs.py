@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field
 
 from nightshift.runtime.errors import SpecError
 from nightshift.runtime.spec import ExperimentSpec
-from nightshift.runtime.yamlfile import line_of, read_yaml, validate
+from nightshift.runtime.yamlfile import line_of, read_text, read_yaml, validate
 
 Format = Literal["nightshift", "accelerate", "deepspeed", "axolotl", "litgpt", "detectron2"]
 FORMATS: tuple[str, ...] = get_args(Format)
@@ -426,7 +426,7 @@ def read_config(path: str | Path) -> ConfigDoc:
     if not p.is_file():
         raise SpecError("file not found; check the path", path=str(p))
     if p.suffix.lower() == ".json":
-        text = p.read_text()
+        text = read_text(p)  # bounded, and as the socket's caller where there is one
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
