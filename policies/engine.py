@@ -47,6 +47,10 @@ class Verdict(BaseModel):
         return self.decision == "allow"
 
 
+# Owners that are no one: a job made before owners were recorded (the store's default).
+NOBODY = ("", "unknown")
+
+
 class PolicyEngine:
     """Evaluates calls against one `Policy` (the shipped default when none is given)."""
 
@@ -90,6 +94,22 @@ class PolicyEngine:
         p = self.resolve(principal)[1]
         return list(p.roles) if p is not None else [self.policy.default_role]
 
+    def is_person(self, principal: str) -> bool:
+        """A person (a user principal, a local user), not the agent, the loop or a channel."""
+        p = self.resolve(principal)[1]
+        return p is not None and p.kind == "user"
+
+    def others_jobs(self, principal: str, owners: list[str]) -> bool:
+        """Whether a person's call touches a job another person owns (`claims.others_jobs` in
+        conditions). Jobs the agent or the loop own are nobody's; the agent's and the loop's own
+        calls are judged by their roles and rules, not by this."""
+        if not self.is_person(principal):
+            return False
+        me = self.canonical(principal)
+        return any(
+            o not in NOBODY and self.is_person(o) and self.canonical(o) != me for o in owners
+        )
+
     def may_approve(self, principal: str) -> bool:
         """Whether `principal` holds a role that may vote on other principals' approvals."""
         return any(self.policy.roles[r].can_approve for r in self.roles_of(principal))
@@ -115,6 +135,7 @@ class PolicyEngine:
             args = args.model_dump(mode="json")
         claims = claims if claims is not None else Claims()
         claims_data = claims.model_dump(mode="json")
+        claims_data["others_jobs"] = self.others_jobs(principal, claims.job_owners)
         cap = skill.capability
         roles = self.roles_of(principal)
 

@@ -33,7 +33,7 @@ def failed_job(home):
             spec=spec,
             params={"lr": 0.1},
             state="failed",
-            owner="me",
+            owner=w.user,  # the caller's own: another person's needs someone else's vote
             reason="failed twice the same way",
             max_attempts=2,
             resume_step=100,

@@ -77,7 +77,10 @@ def test_default_policy_ships_as_package_data(engine: PolicyEngine) -> None:
     pol = engine.policy
     assert {"agent", "system", "local_user"} <= set(pol.principals)
     assert pol.limits.max_gpus_per_job == 8
-    assert [r.id for r in pol.approvals] == ["destroy-needs-confirmation"]
+    assert [r.id for r in pol.approvals] == [
+        "others-jobs-need-another-person",
+        "destroy-needs-confirmation",
+    ]
 
 
 def test_default_agent_launches_but_destroy_needs_approval(engine: PolicyEngine) -> None:

@@ -51,7 +51,8 @@ def shipped() -> dict[str, Any]:
 def strict_yaml() -> str:
     """Submitting needs an approval; destroying needs two."""
     data = shipped()
-    data["approvals"][0]["quorum"] = 2
+    (rule,) = [r for r in data["approvals"] if r["id"] == "destroy-needs-confirmation"]
+    rule["quorum"] = 2
     data["approvals"].append({"id": "submit-needs-approval", "skills": ["submit_job"]})
     return yaml.safe_dump(data)
 

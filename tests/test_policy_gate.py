@@ -327,3 +327,43 @@ def test_skill_failure_is_audited_and_raised(w: World) -> None:
         w.call("agent", LAUNCH, {"fail": True})
     result = w.audit.events(action="skill.result")[0]
     assert result.payload == {"ok": False, "error": "SkillFailed: asked to fail"}
+
+
+MODIFY = make_skill("test_gate_modify", "modify")
+
+
+def test_another_persons_job_needs_someone_else_even_at_a_terminal(w: World) -> None:
+    """Why: under the shipped rules any person cancelled anyone's job by confirming it at their
+    own terminal. Another person's job now needs a vote from someone other than the requester;
+    the owner's own call is theirs to confirm, and a hold of one's own job runs at once."""
+    with w.store.session() as s:
+        s.add(Job(id=20, name="bobs", spec={}, owner="bob"))
+        s.add(Job(id=21, name="the-agents", spec={}, owner="agent"))
+    made_by_hand(w.store)
+    asked: list[dict] = []
+
+    def yes(req: dict) -> bool:
+        asked.append(req)
+        return True
+
+    with pytest.raises(ApprovalRequired) as info:
+        w.call("alice", DESTROY, {"job_id": 20}, "c1", via="terminal", confirm=yes)
+    assert asked == [] and RAN == []  # never offered to alice to confirm
+    row = w.approvals.get(info.value.approval_id)
+    assert row.rule == "others-jobs-need-another-person"
+    with pytest.raises(PolicyDenied):  # the requester's own vote never counts
+        w.approvals.vote(row.id, "alice", True, T0)
+    w.approvals.vote(row.id, "bob", True, T0)
+    w.call("alice", DESTROY, {"job_id": 20}, "c1", via="terminal", confirm=yes)
+    assert RAN == ["test_gate_destroy"]
+    # A hold (modify) on bob's job asks too; on alice's own it runs at once.
+    with pytest.raises(ApprovalRequired):
+        w.call("alice", MODIFY, {"job_id": 20}, "c2")
+    w.call("alice", MODIFY, {"job_id": 3}, "c3")
+    # Her own job: confirmed by herself, as before; the agent's jobs are nobody's.
+    w.call("alice", DESTROY, {"job_id": 3}, "c4", via="terminal", confirm=yes)
+    w.call("alice", DESTROY, {"job_id": 21}, "c5", via="terminal", confirm=yes)
+    assert RAN == ["test_gate_destroy", "test_gate_modify"] + ["test_gate_destroy"] * 2
+    # The agent and the loop are judged by their own roles: the loop's hold of bob's job runs.
+    w.call("system", MODIFY, {"job_id": 20}, "c6")
+    assert RAN[-1] == "test_gate_modify"

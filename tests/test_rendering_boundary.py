@@ -118,7 +118,7 @@ def hostile_job(home):
     log.write_text("".join(line + "\n" for line in LOG_LINES))
     with w.store.session() as s:
         job = Job(
-            name=NAME, spec=spec, params={"lr": 0.1}, state="failed", owner="me", reason=REASON
+            name=NAME, spec=spec, params={"lr": 0.1}, state="failed", owner=w.user, reason=REASON
         )
         s.add(job)
         s.commit()
