@@ -453,8 +453,14 @@ class Engine:
         launch (a crash after the copy copies again: nothing had started from it)."""
         if not job.resume_from or att.metrics_cursor.get("restored"):
             return
-        ws = job_paths(self.settings, job)["workspace"]
-        checkpoint = keeper.restore(job.resume_from, ws, att.number)
+        paths = job_paths(self.settings, job)
+        checkpoint = keeper.restore(
+            job.resume_from,
+            paths["workspace"],
+            att.number,
+            checkpoint_dir=paths["checkpoint_dir"],
+            outside_ok=not self.settings.jobs_run_as_submitter,
+        )
         with self.store.session() as s:
             row = s.get(Attempt, att.id)
             row.metrics_cursor = {**row.metrics_cursor, "restored": True}

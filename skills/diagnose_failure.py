@@ -37,13 +37,14 @@ from __future__ import annotations
 
 import bisect
 import math
+import os
 import re
 import signal as signal_module
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -54,6 +55,7 @@ except ImportError:  # pragma: no cover - Python < 3.11
     import sre_constants as _sre_constants  # type: ignore[no-redef]
     import sre_parse as _sre_parse  # type: ignore[no-redef]
 
+from nightshift.runtime.training import job_files
 from nightshift.skills.base import SkillContext, skill
 
 Category = Literal[
@@ -872,7 +874,8 @@ def diagnose_failure(ctx: SkillContext, inp: DiagnoseFailureInput) -> DiagnoseFa
     retry can help, and a remediation: resume, resume_smaller_batch, resume_lower_lr,
     resume_previous_checkpoint or stop, with concrete parameter changes when the attempt's params
     and the spec's knobs are given. Log text is treated as data only."""
-    lines, first_line_no, log_note = _read_log(inp)
+    runs_dir = ctx.settings.runs_dir if ctx.settings is not None else None  # None: offline evals
+    lines, first_line_no, log_note = _read_log(inp, runs_dir)
     lines = [_ANSI.sub("", line) for line in lines]  # colour codes would hide line starts
     sig = _signal_of(inp.exit_code, inp.signal)
     failed_exit = (inp.exit_code not in (None, 0)) or sig is not None
@@ -1067,15 +1070,17 @@ def diagnose_failure(ctx: SkillContext, inp: DiagnoseFailureInput) -> DiagnoseFa
 
 
 # --- helpers ------------------------------------------------------------------------------------
-def _read_log(inp: DiagnoseFailureInput) -> tuple[list[str], int, str | None]:
+def _read_log(
+    inp: DiagnoseFailureInput, runs_dir: Path | None
+) -> tuple[list[str], int, str | None]:
     """The lines to examine, the line number of the first one, and a note on what was read."""
     if inp.log_path is not None:
         path = Path(inp.log_path).expanduser()
         try:
-            size = path.stat().st_size
-            start = max(0, size - MAX_LOG_BYTES)
-            counted = start <= MAX_COUNT_BYTES
-            with open(path, "rb") as f:
+            with _open_log(path, runs_dir) as f:
+                size = os.fstat(f.fileno()).st_size
+                start = max(0, size - MAX_LOG_BYTES)
+                counted = start <= MAX_COUNT_BYTES
                 skipped_newlines = 0
                 if counted:  # count the lines before the tail, for the file's own line numbers
                     while f.tell() < start:
@@ -1087,6 +1092,8 @@ def _read_log(inp: DiagnoseFailureInput) -> tuple[list[str], int, str | None]:
                 data = f.read()
         except OSError as exc:
             return [], 1, f"the log file {path} could not be read ({exc.strerror or exc})"
+        except job_files.JobFileRefused as exc:
+            return [], 1, f"the log file was not read: {exc}"
         lines = data.decode("utf-8", errors="replace").splitlines()
         if start == 0:
             return lines, 1, None
@@ -1099,6 +1106,17 @@ def _read_log(inp: DiagnoseFailureInput) -> tuple[list[str], int, str | None]:
     if len(text) > MAX_LOG_BYTES:
         text = text[-MAX_LOG_BYTES:]
     return text.splitlines(), 1, None
+
+
+def _open_log(path: Path, runs_dir: Path | None) -> BinaryIO:
+    """A run's log in its job's folder (runs/job-N/...) is opened without following a link: the
+    folder is the submitter's and the daemon reading it may be root, so a log the job replaced
+    with a link to another file is refused (JobFileRefused), not read into the evidence. Any
+    other log file is opened as before."""
+    rel = None if runs_dir is None else job_files.relative_in(runs_dir, path)
+    if runs_dir is not None and rel is not None and len(rel.parts) > 1:
+        return job_files.open_file(runs_dir / rel.parts[0], path)
+    return open(path, "rb")
 
 
 def _signal_of(exit_code: int | None, sig: int | None) -> int | None:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
 from nightshift.runtime.engine import job_paths
 from nightshift.runtime.errors import BadArguments, UnknownJob
+from nightshift.runtime.training import job_files
 from nightshift.skills.base import SkillContext, skill
+
+TAIL_BYTES = 256 * 1024  # read from the end of a log; the lines asked for come from these
 
 
 class JobLogsInput(BaseModel):
@@ -49,11 +53,7 @@ def job_logs(ctx: SkillContext, inp: JobLogsInput) -> JobLogsResult:
     lines: list[str] = []
     end = 0
     if att is not None and att.log_path and Path(att.log_path).exists():
-        with open(att.log_path, "rb") as f:
-            size = Path(att.log_path).stat().st_size
-            start = max(0, size - 256 * 1024)
-            f.seek(start)
-            chunk = f.read(size - start)
+        chunk, start = _tail(paths["workspace"], Path(att.log_path))
         whole = chunk[: chunk.rfind(b"\n") + 1]
         end = start + len(whole)
         lines = whole.decode("utf-8", "replace").splitlines()[-inp.tail :]
@@ -66,3 +66,16 @@ def job_logs(ctx: SkillContext, inp: JobLogsInput) -> JobLogsResult:
         lines=lines,
         end_offset=end,
     )
+
+
+def _tail(workspace: Path, log: Path) -> tuple[bytes, int]:
+    """The log's last 256 KiB and where they start. A log in the job's folder is opened without
+    following a link (the folder is the submitter's, the daemon may be root): a planted link is
+    a JobFileRefused, never the file it points to."""
+    if job_files.relative_in(workspace, log) is not None:
+        return job_files.read_tail(workspace, log, TAIL_BYTES)
+    with open(log, "rb") as f:  # a log recorded elsewhere (before job folders held them)
+        size = os.fstat(f.fileno()).st_size
+        start = max(0, size - TAIL_BYTES)
+        f.seek(start)
+        return f.read(size - start), start

@@ -20,6 +20,12 @@ earlier attempts and are read from their end. Lightning rewrites its CSV when a 
 a changed header is noticed and the rows already read are skipped. `trainer_state.json` is
 rewritten at every save: entries past the steps already read are taken. `nan`, `inf` and `-inf`
 are values like any other (the divergence rule needs them). Text read is data, never instructions.
+
+The first search root is the job's folder (engine.metric_roots puts it first). Every file in it is
+opened through runtime/training/job_files.py, no link followed: in a shared install the folder is
+the submitter's and the daemon reading it is root, so a `metrics.jsonl -> /etc/shadow` the job
+planted reads as nothing (skipped like an unreadable file), never as the file it points to. A
+file a spec names outside the job's folder is read as before.
 """
 
 from __future__ import annotations
@@ -29,12 +35,14 @@ import json
 import os
 import time
 from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from nightshift.runtime.errors import OperatorError
 from nightshift.runtime.spec import MetricSpec
+from nightshift.runtime.training import job_files
 from nightshift.runtime.user_regex import PatternError, compile_pattern
 
 MAX_READ = 8 * 1024 * 1024  # bytes read from one file in one tick
@@ -48,6 +56,8 @@ FILE_NAMES = {"lightning_csv": "metrics.csv", "hf_trainer_state": "trainer_state
 TB_PREFIX = "events.out.tfevents."
 AUTO_ORDER = ("lightning_csv", "tensorboard", "hf_trainer_state")
 SKIP_DIRS = {"good-checkpoints", "displaced", ".git", "__pycache__", "node_modules"}
+# The job's folder while a cursor is made or read: files in it open without following links.
+_JOB: ContextVar[Path | None] = ContextVar("nightshift_metric_job_folder", default=None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +84,16 @@ def start_cursor(
     min_step: int = 0,
 ) -> dict[str, Any]:
     """The cursor of an attempt about to start: every file already there is read from its end."""
+    token = _JOB.set(search_roots[0] if search_roots else None)
+    try:
+        return _start_cursor(spec, log_path, metrics_file, search_roots, min_step)
+    finally:
+        _JOB.reset(token)
+
+
+def _start_cursor(
+    spec: MetricSpec, log_path: Path, metrics_file: Path, search_roots: list[Path], min_step: int
+) -> dict[str, Any]:
     cursor: dict[str, Any] = {
         "log": _size(log_path),
         "log_line": 0,
@@ -97,6 +117,20 @@ def read_new(
     cursor: dict[str, Any],
 ) -> Read:
     """The points written since `cursor`, the log output's growth, and the cursor to keep."""
+    token = _JOB.set(search_roots[0] if search_roots else None)
+    try:
+        return _read_new(spec, log_path, metrics_file, search_roots, cursor)
+    finally:
+        _JOB.reset(token)
+
+
+def _read_new(
+    spec: MetricSpec,
+    log_path: Path,
+    metrics_file: Path,
+    search_roots: list[Path],
+    cursor: dict[str, Any],
+) -> Read:
     cur = json.loads(json.dumps(cursor))  # a private copy: the caller's stays as it was
     cur.setdefault("files", {})
     out = Read(cursor=cur)
@@ -407,27 +441,38 @@ def _from_tensorboard(path: Path, state: dict[str, Any]) -> list[Point]:
 
 
 # --- small readers ------------------------------------------------------------------------------
-def _size(path: Path) -> int:
+def _stat(path: Path) -> os.stat_result | None:
+    """The file's own status; None when it cannot be read or is refused (a link in the job's
+    folder): such a file counts as empty, like one that is not there yet."""
+    job = _JOB.get()
     try:
-        return path.stat().st_size
-    except OSError:
-        return 0
+        if job is not None and job_files.relative_in(job, path) is not None:
+            with job_files.open_file(job, path) as f:
+                return os.fstat(f.fileno())
+        return path.stat()
+    except (OSError, job_files.JobFileRefused):
+        return None
+
+
+def _size(path: Path) -> int:
+    st = _stat(path)
+    return 0 if st is None else st.st_size
 
 
 def _signature(path: Path) -> list[int] | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return [st.st_mtime_ns, st.st_size, st.st_ino]
+    st = _stat(path)
+    return None if st is None else [st.st_mtime_ns, st.st_size, st.st_ino]
 
 
 def _read_range(path: Path, start: int, limit: int) -> bytes:
+    job = _JOB.get()
     try:
+        if job is not None and job_files.relative_in(job, path) is not None:
+            return job_files.read_range(job, path, start, limit)
         with open(path, "rb") as f:
             f.seek(start)
             return f.read(limit)
-    except OSError:
+    except (OSError, job_files.JobFileRefused):
         return b""
 
 
