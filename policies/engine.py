@@ -9,14 +9,23 @@ runtime), then approval rules. Nothing here runs a skill or writes anything.
 
 from __future__ import annotations
 
+import grp
 import os
+import pwd
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from nightshift.policies.model import Limits, Policy, Principal, expand_path, load_policy
+from nightshift.policies.model import (
+    DenyRule,
+    Limits,
+    Policy,
+    Principal,
+    expand_path,
+    load_policy,
+)
 from nightshift.runtime.errors import SpecError
 from nightshift.skills.base import Claims, Skill
 
@@ -45,6 +54,22 @@ class Verdict(BaseModel):
     @property
     def allowed(self) -> bool:
         return self.decision == "allow"
+
+
+def in_os_groups(user: str, groups: list[str]) -> bool:
+    """Whether the OS account `user` belongs to one of `groups` (primary or supplementary)."""
+    try:
+        pw = pwd.getpwnam(user)
+    except KeyError:
+        return False
+    mine = set(os.getgrouplist(pw.pw_name, pw.pw_gid))
+    for name in groups:
+        try:
+            if grp.getgrnam(name).gr_gid in mine:
+                return True
+        except KeyError:
+            continue
+    return False
 
 
 # Owners that are no one: a job made before owners were recorded (the store's default).
@@ -93,6 +118,26 @@ class PolicyEngine:
     def roles_of(self, principal: str) -> list[str]:
         p = self.resolve(principal)[1]
         return list(p.roles) if p is not None else [self.policy.default_role]
+
+    def _denies(
+        self,
+        deny: DenyRule,
+        principal: str,
+        roles: list[str],
+        skill: Skill,
+        cap: str,
+        args: dict[str, Any],
+        claims: dict[str, Any],
+    ) -> bool:
+        if deny.skills and not any(fnmatchcase(skill.name, g) for g in deny.skills):
+            return False
+        if deny.capabilities and cap not in deny.capabilities:
+            return False
+        if not all(c.holds(args, claims) for c in deny.conditions):
+            return False
+        if any(r in deny.unless_roles for r in roles):
+            return False
+        return not (deny.unless_os_groups and in_os_groups(principal, deny.unless_os_groups))
 
     def is_person(self, principal: str) -> bool:
         """A person (a user principal, a local user), not the agent, the loop or a channel."""
@@ -163,6 +208,14 @@ class PolicyEngine:
                     )
                 ],
             )
+
+        for deny in self.policy.denials:
+            if self._denies(deny, principal, roles, skill, cap, args, claims_data):
+                return Verdict(
+                    decision="deny",
+                    rule=deny.id,
+                    reasons=[deny.reason or f"denied by rule {deny.id}"],
+                )
 
         if cap != "read":
             violations = check_limits(self.policy.limits, claims)

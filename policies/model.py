@@ -239,6 +239,42 @@ class ApprovalRule(_Strict):
         return self._conditions
 
 
+class DenyRule(_Strict):
+    """A call matching every given criterion is refused, unless its principal holds one of
+    `unless_roles` or its OS account is in one of `unless_os_groups` (e.g. another person's job
+    logs: for its owner, the admins and a team's group)."""
+
+    id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$")
+    skills: list[str] = Field(
+        default_factory=list, description="Skill-name globs; empty: any skill"
+    )
+    capabilities: list[Capability] = Field(
+        default_factory=list, description="Empty: any capability"
+    )
+    when: list[str] = Field(default_factory=list, description="Argument conditions; all must hold")
+    unless_roles: list[str] = Field(default_factory=list, description="Roles the rule spares")
+    unless_os_groups: list[str] = Field(
+        default_factory=list, description="OS groups whose members the rule spares"
+    )
+    reason: str = Field("", description="Said to the caller, with the fix")
+
+    _conditions: list[Condition] = PrivateAttr(default_factory=list)
+
+    @field_validator("when")
+    @classmethod
+    def _conditions_parse(cls, v: list[str]) -> list[str]:
+        for text in v:
+            Condition.parse(text)
+        return v
+
+    def model_post_init(self, _context: Any) -> None:
+        self._conditions = [Condition.parse(t) for t in self.when]
+
+    @property
+    def conditions(self) -> list[Condition]:
+        return self._conditions
+
+
 class Policy(_Strict):
     """The whole policy file."""
 
@@ -255,6 +291,9 @@ class Policy(_Strict):
     )
     limits: Limits = Limits()
     approvals: list[ApprovalRule] = Field(default_factory=list)
+    denials: list[DenyRule] = Field(
+        default_factory=list, description="Calls refused whatever the roles grant"
+    )
 
     def problems(self) -> list[tuple[tuple[str | int, ...], str]]:
         """Cross-reference errors pydantic cannot see: (field location, message)."""
@@ -277,6 +316,10 @@ class Policy(_Strict):
                 "local_user_principal: null"
             )
             found.append((("local_user_principal",), msg))
+        for i, deny in enumerate(self.denials):
+            for j, role in enumerate(deny.unless_roles):
+                if role not in self.roles:
+                    unknown_role(("denials", i, "unless_roles", j), role)
         seen: set[str] = set()
         for i, rule in enumerate(self.approvals):
             if rule.id in seen:

@@ -46,17 +46,19 @@ def reader() -> RunAs | None:
     return _READER.get()
 
 
-def read_as_reader(path: str | Path, limit: int) -> bytes | None:
-    """At most `limit + 1` bytes of `path` read with the current reader's rights, or None when
-    there is no reader (the caller reads it itself). OSError with the reader's reason (permission
-    denied, no such file) when they cannot read it."""
+def read_as_reader(path: str | Path, limit: int, *, tail: bool = False) -> bytes | None:
+    """At most `limit + 1` bytes of `path` (its first, or with `tail` its last `limit`) read
+    with the current reader's rights, or None when there is no reader (the caller reads it
+    itself). OSError with the reader's reason (permission denied, no such file) when they
+    cannot read it."""
     who = _READER.get()
     if who is None:
         return None
+    tool = ["tail", "-c", str(limit)] if tail else ["head", "-c", str(limit + 1)]
     try:
         got = as_submitter(
             who,
-            ["head", "-c", str(limit + 1), "--", str(Path(path).expanduser())],
+            [*tool, "--", str(Path(path).expanduser())],
             timeout_s=READ_AS_TIMEOUT_S,
             text=False,
         )

@@ -56,6 +56,7 @@ except ImportError:  # pragma: no cover - Python < 3.11
     import sre_parse as _sre_parse  # type: ignore[no-redef]
 
 from nightshift.runtime.training import job_files
+from nightshift.runtime.user_files import read_as_reader
 from nightshift.skills.base import SkillContext, skill
 
 Category = Literal[
@@ -1076,6 +1077,13 @@ def _read_log(
     """The lines to examine, the line number of the first one, and a note on what was read."""
     if inp.log_path is not None:
         path = Path(inp.log_path).expanduser()
+        try:  # a caller of the daemon's socket: the log as they may read it, or nothing
+            tail = read_as_reader(path, MAX_LOG_BYTES, tail=True)
+        except OSError as exc:
+            return [], 1, f"the log file {path} could not be read ({exc})"
+        if tail is not None:
+            lines = tail.decode("utf-8", errors="replace").splitlines()
+            return lines, 1, None
         try:
             with _open_log(path, runs_dir) as f:
                 size = os.fstat(f.fileno()).st_size

@@ -10,15 +10,19 @@ from pydantic import BaseModel, Field
 from nightshift.runtime.engine import job_paths
 from nightshift.runtime.errors import BadArguments, UnknownJob
 from nightshift.runtime.training import job_files
-from nightshift.skills.base import SkillContext, skill
+from nightshift.skills.base import Claims, SkillContext, SkillInput, skill
 
 TAIL_BYTES = 256 * 1024  # read from the end of a log; the lines asked for come from these
 
 
-class JobLogsInput(BaseModel):
+class JobLogsInput(SkillInput):
     job_id: int
     attempt: int | None = Field(None, description="Attempt number; default: the latest")
     tail: int = Field(100, ge=1, le=5000, description="Lines from the end of the log")
+
+    def claims(self) -> Claims:
+        """The job whose log it reads: another person's is for its owner (the policy's denials)."""
+        return Claims(jobs=[self.job_id])
 
 
 class JobLogsResult(BaseModel):

@@ -16,13 +16,17 @@ from nightshift.runtime.errors import UnknownJob
 from nightshift.runtime.spec import ExperimentSpec
 from nightshift.runtime.store.db import Attempt
 from nightshift.runtime.training import keeper
-from nightshift.skills.base import SkillContext, skill
+from nightshift.skills.base import Claims, SkillContext, SkillInput, skill
 
 ENDED = ("exited", "lost", "stopped")
 
 
-class ShowJobInput(BaseModel):
+class ShowJobInput(SkillInput):
     job_id: int = Field(description="The job to show")
+
+    def claims(self) -> Claims:
+        """The job it shows: a policy may judge by its owner (claims.others_jobs)."""
+        return Claims(jobs=[self.job_id])
 
 
 class ParamChange(BaseModel):

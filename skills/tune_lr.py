@@ -53,7 +53,7 @@ from sqlmodel import col, select
 from nightshift.runtime.errors import SkillFailed
 from nightshift.runtime.store.db import CheckpointRecord
 from nightshift.runtime.user_files import read_limited
-from nightshift.skills.base import SkillContext, skill
+from nightshift.skills.base import Claims, SkillContext, SkillInput, skill
 
 Decision = Literal["lower_lr_and_resume", "reduce_lr", "warm_restart", "suggest_lr", "no_change"]
 Mode = Literal["auto", "divergence", "plateau", "range_test"]
@@ -73,7 +73,7 @@ class MetricSample(BaseModel):
     grad_norm: float | None = Field(None, description="The gradient norm at this step")
 
 
-class TuneLrInput(BaseModel):
+class TuneLrInput(SkillInput):
     """A metric history (points, or a job whose recorded metrics are read) and the decision's
     parameters. Every default is usable as is."""
 
@@ -132,6 +132,10 @@ class TuneLrInput(BaseModel):
         if (self.points is None) == (self.job_id is None):
             raise ValueError("give points or job_id (exactly one)")
         return self
+
+    def claims(self) -> Claims:
+        """The job whose metrics it reads, if any: see the policy's denials."""
+        return Claims(jobs=[self.job_id] if self.job_id is not None else [])
 
 
 class EvidencePoint(BaseModel):

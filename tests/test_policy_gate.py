@@ -3,6 +3,9 @@ under an approval that is spent once, on exactly the call (and file contents) it
 
 from __future__ import annotations
 
+import grp
+import os
+import pwd
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -367,3 +370,31 @@ def test_another_persons_job_needs_someone_else_even_at_a_terminal(w: World) -> 
     # The agent and the loop are judged by their own roles: the loop's hold of bob's job runs.
     w.call("system", MODIFY, {"job_id": 20}, "c6")
     assert RAN[-1] == "test_gate_modify"
+
+
+def test_another_persons_logs_are_for_its_owner_the_admins_and_a_group() -> None:
+    """Why: alice read bob's logs (`nightshift logs 1`). The logs and metrics of another person's
+    job are denied by the shipped policy's others-job-logs, unless the reader is an admin or
+    (where the policy names one) in a team's OS group."""
+    from nightshift.skills.registry import get_skill
+
+    shipped = load_policy(None)
+    bobs = Claims(jobs=[20], job_owners=["bob"])
+    engine = PolicyEngine(shipped)
+    for name in ("job_logs", "tune_lr"):
+        v = engine.evaluate("alice", get_skill(name), {"job_id": 20}, bobs)
+        assert (v.decision, v.rule) == ("deny", "others-job-logs"), name
+        assert engine.evaluate("bob", get_skill(name), {"job_id": 20}, bobs).decision == "allow"
+    # The agent's reads (the daemon's recoveries) and jobs nobody owns are not affected.
+    assert engine.evaluate("agent", get_skill("job_logs"), {"job_id": 20}, bobs).decision == "allow"
+    agents = Claims(jobs=[21], job_owners=["agent"])
+    assert engine.evaluate("alice", get_skill("job_logs"), {"job_id": 21}, agents).decision == (
+        "allow"
+    )
+    data = shipped.model_dump(mode="json", exclude_none=True)
+    data["principals"]["sam"] = {"kind": "user", "os_user": "sam", "roles": ["admin"]}
+    data["denials"][0]["unless_os_groups"] = [grp.getgrgid(os.getgid()).gr_name]
+    engine = PolicyEngine(Policy.model_validate(data))
+    assert engine.evaluate("sam", get_skill("job_logs"), {"job_id": 20}, bobs).decision == "allow"
+    me = pwd.getpwuid(os.getuid()).pw_name  # in the group named above
+    assert engine.evaluate(me, get_skill("job_logs"), {"job_id": 20}, bobs).decision == "allow"
