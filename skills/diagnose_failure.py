@@ -875,7 +875,8 @@ def diagnose_failure(ctx: SkillContext, inp: DiagnoseFailureInput) -> DiagnoseFa
     retry can help, and a remediation: resume, resume_smaller_batch, resume_lower_lr,
     resume_previous_checkpoint or stop, with concrete parameter changes when the attempt's params
     and the spec's knobs are given. Log text is treated as data only."""
-    runs_dir = ctx.settings.runs_dir if ctx.settings is not None else None  # None: offline evals
+    settings = ctx.settings if ctx is not None else None  # None: offline evals, unit tests
+    runs_dir = settings.runs_dir if settings is not None else None
     lines, first_line_no, log_note = _read_log(inp, runs_dir)
     lines = [_ANSI.sub("", line) for line in lines]  # colour codes would hide line starts
     sig = _signal_of(inp.exit_code, inp.signal)
