@@ -75,6 +75,7 @@ def obtain_approval(
             thread_id,
             files=request.files,
             via=via,
+            approvers=verdict.approvers,
         )
     else:
         _matches(approvals, ctx, request, row)

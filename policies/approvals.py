@@ -112,8 +112,10 @@ class Approvals:
         *,
         files: dict[str, str] | None = None,
         via: str = "api",
+        approvers: list[str] | None = None,
     ) -> Approval:
-        """Open an approval for a call; asking again for the same call returns the first one."""
+        """Open an approval for a call; asking again for the same call returns the first one.
+        `approvers`: who may vote (the verdict's), recorded on the row and in the signed request."""
         name = skill if isinstance(skill, str) else skill.name
         existing = self.for_call(call_id)
         if existing is not None:
@@ -128,6 +130,7 @@ class Approvals:
             thread_id=thread_id,
             files=dict(files or {}),
             requested_via=via,
+            approvers=list(approvers or []),
             created_at=_naive_utc(self.audit.clock()),
             expires_at=_naive_utc(expires_at) if expires_at else None,
         )
@@ -152,6 +155,7 @@ class Approvals:
                 "thread_id": thread_id,
                 "files": row.files,
                 "via": via,
+                "approvers": row.approvers,
                 "expires_at": iso_utc(row.expires_at) if row.expires_at else None,
             },
         )
@@ -185,6 +189,17 @@ class Approvals:
                 refused = (
                     f"{principal} (roles: {', '.join(self.engine.roles_of(principal))}) may "
                     "not vote on approvals: give one of its roles can_approve in the policy"
+                )
+            elif (
+                self.engine is not None
+                and not self.engine.may_decide(principal, row.approvers)
+                and (
+                    approve or voter != self._name(row.requester)
+                )  # a withdrawal is the requester's
+            ):
+                refused = (
+                    f"approval {row.id} is for {_who(row.approvers)} to decide, not {principal} "
+                    f"(rule {row.rule}); ask one of them"
                 )
             elif any(v["principal"] == voter and v["approve"] == approve for v in row.votes):
                 note = f"{voter} already voted {'approve' if approve else 'reject'}; counted once"
@@ -325,10 +340,16 @@ class Approvals:
             e.action == "approval.confirmed" and self._name(e.actor) == requester for e in signed
         ):
             return None
+        approvers = list(req.payload.get("approvers") or []) if req_signed else row.approvers
+        if req_signed and approvers != list(row.approvers or []):
+            return "its approvers are not those of its signed request"
         voters = {
             self._name(e.actor)
             for e in signed
-            if e.action == "approval.vote" and e.payload.get("counted") and e.payload.get("approve")
+            if e.action == "approval.vote"
+            and e.payload.get("counted")
+            and e.payload.get("approve")
+            and (self.engine is None or self.engine.may_decide(e.actor, approvers))
         } - {requester}
         if len(voters) >= quorum:
             return None
@@ -485,6 +506,12 @@ class Approvals:
                 "votes": row.votes,
             },
         )
+
+
+def _who(approvers: list[str]) -> str:
+    """`['bob', 'role:admin']` as people say it: bob or an admin."""
+    names = [a.removeprefix("role:") + "s" if a.startswith("role:") else a for a in approvers]
+    return " or ".join(names) if names else "anyone who may approve"
 
 
 def _expire(row: Approval, now: datetime) -> bool:

@@ -51,6 +51,12 @@ class Verdict(BaseModel):
         "than the requester count; else a person at a terminal may confirm",
     )
 
+    approvers: list[str] = Field(
+        default_factory=list,
+        description="needs_approval: who may vote — people by name and `role:<name>`; empty: "
+        "anyone whose role can_approve",
+    )
+
     @property
     def allowed(self) -> bool:
         return self.decision == "allow"
@@ -138,6 +144,26 @@ class PolicyEngine:
         if any(r in deny.unless_roles for r in roles):
             return False
         return not (deny.unless_os_groups and in_os_groups(principal, deny.unless_os_groups))
+
+    def _approvers(self, names: list[str], owners: list[str]) -> list[str]:
+        """A rule's `approvers` as people and roles: `owners` becomes the canonical names of
+        the people who own the jobs, a role name `role:<name>`."""
+        out: list[str] = []
+        for name in names:
+            if name == "owners":
+                out += sorted(
+                    {self.canonical(o) for o in owners if o not in NOBODY and self.is_person(o)}
+                )
+            else:
+                out.append(f"role:{name}")
+        return out
+
+    def may_decide(self, principal: str, approvers: list[str]) -> bool:
+        """Whether `principal` is among an approval's approvers (any, when none are named)."""
+        if not approvers:
+            return True
+        roles = {f"role:{r}" for r in self.roles_of(principal)}
+        return self.canonical(principal) in approvers or bool(roles & set(approvers))
 
     def is_person(self, principal: str) -> bool:
         """A person (a user principal, a local user), not the agent, the loop or a channel."""
@@ -228,7 +254,7 @@ class PolicyEngine:
 
         # Approval: every matching rule, then a role that allows only with approval. The largest
         # quorum decides; on a tie the first (a named rule before a role's default).
-        candidates: list[tuple[str, int, float | None, str, bool]] = []
+        candidates: list[tuple[str, int, float | None, str, bool, list[str]]] = []
         for rule in self.policy.approvals:
             if rule.skills and not any(fnmatchcase(skill.name, g) for g in rule.skills):
                 continue
@@ -238,7 +264,8 @@ class PolicyEngine:
                 continue
             why = f"approval rule {rule.id} matches ({cap} skill '{skill.name}'"
             why += f"; {' and '.join(rule.when)})" if rule.when else ")"
-            candidates.append((rule.id, rule.quorum, rule.expires_min, why, rule.from_others))
+            who = self._approvers(rule.approvers, claims.job_owners)
+            candidates.append((rule.id, rule.quorum, rule.expires_min, why, rule.from_others, who))
         if allowed_by is None and approval_by is not None:
             name, quorum, expires = approval_by
             candidates.append(
@@ -248,6 +275,7 @@ class PolicyEngine:
                     expires,
                     f"role {name} may use {cap} skills only with approval",
                     True,
+                    [],
                 )
             )
         if candidates:
@@ -261,6 +289,7 @@ class PolicyEngine:
                 quorum=decider[1],
                 expires_min=decider[2],
                 from_others=machine or any(c[4] for c in candidates),
+                approvers=decider[5],
             )
         return Verdict(
             decision="allow",

@@ -216,6 +216,11 @@ class ApprovalRule(_Strict):
         description="Only principals other than the "
         "requester count, even for a person confirming at a terminal",
     )
+    approvers: list[str] = Field(
+        default_factory=list,
+        description="Who may vote: `owners` (the people who own the jobs the call touches) and "
+        "role names; empty: anyone whose role can_approve",
+    )
     channels: list[Literal["slack", "wechat"]] | None = Field(
         default=None,
         description="Where the request is posted besides the CLI and the TUI (which always "
@@ -316,6 +321,10 @@ class Policy(_Strict):
                 "local_user_principal: null"
             )
             found.append((("local_user_principal",), msg))
+        for i, rule in enumerate(self.approvals):
+            for j, who in enumerate(rule.approvers):
+                if who != "owners" and who not in self.roles:
+                    unknown_role(("approvals", i, "approvers", j), who)
         for i, deny in enumerate(self.denials):
             for j, role in enumerate(deny.unless_roles):
                 if role not in self.roles:

@@ -337,8 +337,9 @@ MODIFY = make_skill("test_gate_modify", "modify")
 
 def test_another_persons_job_needs_someone_else_even_at_a_terminal(w: World) -> None:
     """Why: under the shipped rules any person cancelled anyone's job by confirming it at their
-    own terminal. Another person's job now needs a vote from someone other than the requester;
-    the owner's own call is theirs to confirm, and a hold of one's own job runs at once."""
+    own terminal. Another person's job now needs a vote from its owner or an admin (not the
+    requester, not a bystander); the owner's own call is theirs to confirm, and a hold of one's
+    own job runs at once."""
     with w.store.session() as s:
         s.add(Job(id=20, name="bobs", spec={}, owner="bob"))
         s.add(Job(id=21, name="the-agents", spec={}, owner="agent"))
@@ -354,8 +355,14 @@ def test_another_persons_job_needs_someone_else_even_at_a_terminal(w: World) -> 
     assert asked == [] and RAN == []  # never offered to alice to confirm
     row = w.approvals.get(info.value.approval_id)
     assert row.rule == "others-jobs-need-another-person"
+    assert row.approvers == ["bob", "role:admin"]
     with pytest.raises(PolicyDenied):  # the requester's own vote never counts
         w.approvals.vote(row.id, "alice", True, T0)
+    with pytest.raises(PolicyDenied, match="for bob or admins to decide"):  # nor a bystander's
+        w.approvals.vote(row.id, "carol", True, T0)
+    with pytest.raises(PolicyDenied):
+        w.approvals.vote(row.id, "carol", False, T0)
+    assert w.approvals.get(row.id).state == "pending"
     w.approvals.vote(row.id, "bob", True, T0)
     w.call("alice", DESTROY, {"job_id": 20}, "c1", via="terminal", confirm=yes)
     assert RAN == ["test_gate_destroy"]
@@ -396,5 +403,8 @@ def test_another_persons_logs_are_for_its_owner_the_admins_and_a_group() -> None
     data["denials"][0]["unless_os_groups"] = [grp.getgrgid(os.getgid()).gr_name]
     engine = PolicyEngine(Policy.model_validate(data))
     assert engine.evaluate("sam", get_skill("job_logs"), {"job_id": 20}, bobs).decision == "allow"
+    # An admin also decides another person's hold or cancel; a bystander does not.
+    assert engine.may_decide("sam", ["bob", "role:admin"])
+    assert not engine.may_decide("carol", ["bob", "role:admin"])
     me = pwd.getpwuid(os.getuid()).pw_name  # in the group named above
     assert engine.evaluate(me, get_skill("job_logs"), {"job_id": 20}, bobs).decision == "allow"

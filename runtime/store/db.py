@@ -211,6 +211,10 @@ class Approval(SQLModel, table=True):
         default_factory=dict, sa_column=Column(JSON, nullable=False, server_default="{}")
     )
     requested_via: str = Field(default="api", sa_column_kwargs={"server_default": "api"})
+    # Who may vote (names, `role:<name>`), as the rule resolved them; []: anyone who may approve.
+    approvers: list = Field(
+        default_factory=list, sa_column=Column(JSON, nullable=False, server_default="[]")
+    )
 
 
 class CanonicalJSON(TypeDecorator[Any]):
