@@ -405,3 +405,23 @@ def _pending(s: Shared, job_id: int) -> bool:
 def _log(s: Shared, job_id: int) -> str:
     logs = sorted((s.runs / f"job-{job_id}").glob("attempt-*.log"))
     return "\n".join(p.read_text() for p in logs) + "\n--- daemon:\n" + s.log.read_text()
+
+
+def test_the_daemons_own_account_is_no_person_on_its_socket(shared: Shared) -> None:
+    """Where jobs run as their submitters no job has the daemon's uid, and the daemon's account
+    (root here) asking through the socket is refused: it is not a person who may request or
+    vote."""
+    r = subprocess.run(
+        [shared.python, "-c", boot(shared.site), "whoami", "--json"],
+        env={
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(shared.root),
+            "NIGHTSHIFT_HOME": str(shared.root / "root-client"),
+            "NIGHTSHIFT_API__SOCKET": str(shared.sock),
+            "NIGHTSHIFT_API__MODE": "client",
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 3 and "is not a person on its socket" in r.stderr, (r.stdout, r.stderr)

@@ -33,7 +33,13 @@ from nightshift.agent.doors.api_server import ApiServer, Peer
 from nightshift.agent.doors.channels.callbacks import CallbackServer, Desk, slack_route
 from nightshift.agent.doors.channels.slack import SlackInteractivity
 from nightshift.policies.refusal_tally import OVERFLOW, RateLimits, RefusalTally
-from nightshift.runtime.config import ApiSettings, ChannelsSettings, GpuSettings, Settings
+from nightshift.runtime.config import (
+    ApiSettings,
+    ChannelsSettings,
+    ExecutorSettings,
+    GpuSettings,
+    Settings,
+)
 from nightshift.runtime.store.db import AuditEvent
 
 OTHER = "\0nightshift-test-other-user"  # a client bound here is "another user"
@@ -128,6 +134,8 @@ def server(home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ApiServer]:
             home=str(home),
             gpu=GpuSettings(probe="none"),
             api=ApiSettings(socket=str(run / "api.sock"), max_request_bytes=1024),
+            # The test process connects as the daemon's own uid: jobs run as the daemon's.
+            executor=ExecutorSettings(run_as="daemon"),
         ),
         server=True,
     )

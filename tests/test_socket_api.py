@@ -28,7 +28,7 @@ from pydantic import BaseModel
 
 from nightshift.agent.brain.wiring import Wiring
 from nightshift.agent.doors.api_server import ApiServer
-from nightshift.runtime.config import ApiSettings, GpuSettings, Settings
+from nightshift.runtime.config import ApiSettings, ExecutorSettings, GpuSettings, Settings
 from nightshift.skills.base import SkillContext, skill
 
 from conftest import REPO, write_spec
@@ -88,6 +88,8 @@ def server(home: Path) -> Iterator[ApiServer]:
             home=str(home),
             gpu=GpuSettings(probe="none"),
             api=ApiSettings(socket=str(run / "api.sock"), idle_timeout_s=1.0),
+            # The test process connects as the daemon's own uid: jobs run as the daemon's.
+            executor=ExecutorSettings(run_as="daemon"),
         ),
         server=True,
     )

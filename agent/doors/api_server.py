@@ -214,6 +214,15 @@ class ApiServer:
     def _serve(self, conn: socket.socket) -> None:
         try:
             peer = peer_of(conn)
+            if peer.uid == os.geteuid() and self.w.settings.jobs_run_as_submitter:
+                why = (
+                    f"the daemon's own account ({peer.name}) is not a person on its socket: no "
+                    "job runs as it, and its own commands open the store themselves "
+                    "(api.mode: embedded); run the command as yourself"
+                )
+                self._refused(peer, "daemon_account", why, b"")
+                self._reply_error(conn, PolicyDenied(why))
+                return
             with self._lock:
                 full = self._open[peer.uid] >= self.cfg.max_connections_per_user
                 if not full:
