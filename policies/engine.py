@@ -131,15 +131,10 @@ class PolicyEngine:
         principal: str,
         roles: list[str],
         skill: Skill,
-        cap: str,
         args: dict[str, Any],
         claims: dict[str, Any],
     ) -> bool:
-        if deny.skills and not any(fnmatchcase(skill.name, g) for g in deny.skills):
-            return False
-        if deny.capabilities and cap not in deny.capabilities:
-            return False
-        if not all(c.holds(args, claims) for c in deny.conditions):
+        if not deny.matches(skill.name, skill.capability, args, claims):
             return False
         if any(r in deny.unless_roles for r in roles):
             return False
@@ -236,7 +231,7 @@ class PolicyEngine:
             )
 
         for deny in self.policy.denials:
-            if self._denies(deny, principal, roles, skill, cap, args, claims_data):
+            if self._denies(deny, principal, roles, skill, args, claims_data):
                 return Verdict(
                     decision="deny",
                     rule=deny.id,
@@ -256,11 +251,7 @@ class PolicyEngine:
         # quorum decides; on a tie the first (a named rule before a role's default).
         candidates: list[tuple[str, int, float | None, str, bool, list[str]]] = []
         for rule in self.policy.approvals:
-            if rule.skills and not any(fnmatchcase(skill.name, g) for g in rule.skills):
-                continue
-            if rule.capabilities and cap not in rule.capabilities:
-                continue
-            if not all(c.holds(args, claims_data) for c in rule.conditions):
+            if not rule.matches(skill.name, cap, args, claims_data):
                 continue
             why = f"approval rule {rule.id} matches ({cap} skill '{skill.name}'"
             why += f"; {' and '.join(rule.when)})" if rule.when else ")"

@@ -14,6 +14,7 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -196,10 +197,9 @@ class Condition:
             return False
 
 
-class ApprovalRule(_Strict):
-    """A call matching every given criterion needs `quorum` approvals. A person at a terminal may
-    confirm their own request unless `from_others` (the two-person rule); the agent's and the
-    loop's calls always need other principals."""
+class _CallRule(_Strict):
+    """What approval and deny rules match a call by: its skill, its capability and conditions
+    on its arguments and claims (all given criteria must hold)."""
 
     id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$")
     skills: list[str] = Field(
@@ -209,6 +209,34 @@ class ApprovalRule(_Strict):
         default_factory=list, description="Empty: any capability"
     )
     when: list[str] = Field(default_factory=list, description="Argument conditions; all must hold")
+
+    _conditions: list[Condition] = PrivateAttr(default_factory=list)
+
+    @field_validator("when")
+    @classmethod
+    def _conditions_parse(cls, v: list[str]) -> list[str]:
+        for text in v:
+            Condition.parse(text)
+        return v
+
+    def model_post_init(self, _context: Any) -> None:
+        self._conditions = [Condition.parse(t) for t in self.when]
+
+    def matches(
+        self, skill_name: str, capability: str, args: dict[str, Any], claims: dict[str, Any]
+    ) -> bool:
+        if self.skills and not any(fnmatchcase(skill_name, g) for g in self.skills):
+            return False
+        if self.capabilities and capability not in self.capabilities:
+            return False
+        return all(c.holds(args, claims) for c in self._conditions)
+
+
+class ApprovalRule(_CallRule):
+    """A call matching every given criterion needs `quorum` approvals. A person at a terminal may
+    confirm their own request unless `from_others` (the two-person rule); the agent's and the
+    loop's calls always need other principals."""
+
     quorum: int = Field(default=1, ge=1)
     expires_min: float | None = Field(default=60.0, gt=0)
     from_others: bool = Field(
@@ -227,57 +255,17 @@ class ApprovalRule(_Strict):
         "have it); None: every configured channel, []: none",
     )
 
-    _conditions: list[Condition] = PrivateAttr(default_factory=list)
 
-    @field_validator("when")
-    @classmethod
-    def _conditions_parse(cls, v: list[str]) -> list[str]:
-        for text in v:
-            Condition.parse(text)
-        return v
-
-    def model_post_init(self, _context: Any) -> None:
-        self._conditions = [Condition.parse(t) for t in self.when]
-
-    @property
-    def conditions(self) -> list[Condition]:
-        return self._conditions
-
-
-class DenyRule(_Strict):
+class DenyRule(_CallRule):
     """A call matching every given criterion is refused, unless its principal holds one of
     `unless_roles` or its OS account is in one of `unless_os_groups` (e.g. another person's job
     logs: for its owner, the admins and a team's group)."""
 
-    id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$")
-    skills: list[str] = Field(
-        default_factory=list, description="Skill-name globs; empty: any skill"
-    )
-    capabilities: list[Capability] = Field(
-        default_factory=list, description="Empty: any capability"
-    )
-    when: list[str] = Field(default_factory=list, description="Argument conditions; all must hold")
     unless_roles: list[str] = Field(default_factory=list, description="Roles the rule spares")
     unless_os_groups: list[str] = Field(
         default_factory=list, description="OS groups whose members the rule spares"
     )
     reason: str = Field("", description="Said to the caller, with the fix")
-
-    _conditions: list[Condition] = PrivateAttr(default_factory=list)
-
-    @field_validator("when")
-    @classmethod
-    def _conditions_parse(cls, v: list[str]) -> list[str]:
-        for text in v:
-            Condition.parse(text)
-        return v
-
-    def model_post_init(self, _context: Any) -> None:
-        self._conditions = [Condition.parse(t) for t in self.when]
-
-    @property
-    def conditions(self) -> list[Condition]:
-        return self._conditions
 
 
 class Policy(_Strict):

@@ -56,6 +56,14 @@ class NoSuchSubmitter(OperatorError):
     """A job's owner is no account a run may start as on this machine."""
 
 
+def _account(pw: pwd.struct_passwd) -> RunAs:
+    """The account of a user database entry, with its supplementary groups."""
+    groups = tuple(g for g in os.getgrouplist(pw.pw_name, pw.pw_gid) if g != pw.pw_gid)
+    return RunAs(
+        name=pw.pw_name, uid=pw.pw_uid, gid=pw.pw_gid, groups=groups, home=pw.pw_dir or "/"
+    )
+
+
 def account_of(owner: str) -> RunAs:
     """The account a job of `owner` (its principal's name) runs as. Refused: a name the user
     database does not know (a chat identity the policy maps to no person here, the agent's own
@@ -73,10 +81,7 @@ def account_of(owner: str) -> RunAs:
             f"the job's owner {owner!r} is root; no job runs as root in a shared install: submit "
             "it from an ordinary account"
         )
-    groups = tuple(g for g in os.getgrouplist(pw.pw_name, pw.pw_gid) if g != pw.pw_gid)
-    return RunAs(
-        name=pw.pw_name, uid=pw.pw_uid, gid=pw.pw_gid, groups=groups, home=pw.pw_dir or "/"
-    )
+    return _account(pw)
 
 
 def as_submitter(
@@ -107,10 +112,7 @@ def account_by_uid(uid: int) -> RunAs | None:
         return None
     if uid == 0:
         return None
-    groups = tuple(g for g in os.getgrouplist(pw.pw_name, pw.pw_gid) if g != pw.pw_gid)
-    return RunAs(
-        name=pw.pw_name, uid=pw.pw_uid, gid=pw.pw_gid, groups=groups, home=pw.pw_dir or "/"
-    )
+    return _account(pw)
 
 
 def submitter_folders(run_as: RunAs, paths: dict[str, Path]) -> None:
