@@ -151,6 +151,13 @@ class ExecutorSettings(BaseModel):
         "own, with all its rights; auto: submitter when the daemon serves other users "
         "(its socket outside its home, connectable by others), else daemon",
     )
+    cgroups: Literal["auto", "required", "off"] = Field(
+        "auto",
+        description="A local run in a cgroup of its own (resources.host_memory_gb, cpus as "
+        "kernel limits; every process of the run found). auto: where the daemon can make one "
+        "(root), required where jobs run as their submitters; required: a run that cannot "
+        "have one does not start; off: none",
+    )
     stop_grace_s: float = 10.0
     docker_url: str | None = Field(None, description="Docker engine socket; default $DOCKER_HOST")
     network_mode: str = Field("none", description="Container network unless the spec names one")
@@ -611,6 +618,12 @@ class Settings(BaseSettings):
             and not sock.is_relative_to(home)
             and bool(self.api.socket_mode_bits & 0o022)
         )
+
+    @property
+    def run_cgroups(self) -> Literal["auto", "required", "off"]:
+        """executor.cgroups, with auto made required where jobs run as their submitters."""
+        mode = self.executor.cgroups
+        return "required" if mode == "auto" and self.jobs_run_as_submitter else mode
 
     @property
     def jobs_run_as_submitter(self) -> bool:

@@ -411,6 +411,7 @@ class Engine:
             mounts=mounts,
             network_mode=spec.environment.network_mode,
             memory_gb=res.host_memory_gb,
+            cpus=res.cpus,
             labels={
                 "nightshift.job": str(job.id),
                 "nightshift.attempt": str(att.number),

@@ -34,6 +34,7 @@ BUILTIN_PLACEHOLDERS = RESUME_PLACEHOLDERS
 MAX_PRIORITY = 1_000_000  # aging adds about one a hour; a million outranks any real queue
 MAX_MINUTES = 525_600.0  # a year: durations, timeouts and stall limits
 MAX_GPUS = 4096
+MAX_CPUS = 100_000.0  # cores a run may be limited to
 MAX_MEMORY_GB = 1_000_000.0  # a petabyte: GPU and host memory
 MAX_POWER_W = 1_000_000.0  # a megawatt
 MAX_STEPS = 10**15
@@ -75,7 +76,15 @@ class EnvironmentSpec(_Strict):
 class Resources(_Strict):
     gpus: int = Field(0, ge=0, le=MAX_GPUS, description="GPUs the run needs; 0 runs on the CPU")
     gpu_memory_gb: float | None = Field(None, gt=0, le=MAX_MEMORY_GB)
-    host_memory_gb: float | None = Field(None, gt=0, le=MAX_MEMORY_GB)
+    host_memory_gb: float | None = Field(
+        None,
+        gt=0,
+        le=MAX_MEMORY_GB,
+        description="Host memory the run may use: a kernel limit (its cgroup, its container)",
+    )
+    cpus: float | None = Field(
+        None, gt=0, le=MAX_CPUS, description="CPU cores the run may use; default: no limit"
+    )
     expected_duration_min: float | None = Field(None, gt=0, le=MAX_MINUTES)
     power_w: float | None = Field(
         None, gt=0, le=MAX_POWER_W, description="Declared draw, for energy where no meter exists"

@@ -14,6 +14,7 @@ from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
 from nightshift.runtime.errors import SkillFailed, SpecError
+from nightshift.runtime.executors.submitter import outside_job_folder
 from nightshift.runtime.spec import MAX_PRIORITY, ExperimentSpec, check_finite, load_spec_text
 from nightshift.runtime.store import lifecycle
 from nightshift.runtime.store.db import Job
@@ -138,6 +139,8 @@ def build_job(
     spec.check_filled(params, path=path)
     if inp.cost_class is not None:
         spec = spec.model_copy(update={"cost_class": inp.cost_class})
+    if ctx.settings.jobs_run_as_submitter:
+        _check_inside_job_folder(spec, path)
     _check_writable(spec, path, ctx.settings.runs_dir, checked)
     job = Job(
         name=spec.name,
@@ -243,6 +246,17 @@ def _cycle_from(start: str, edges: dict[str, set[str]], done: set[str]) -> list[
                 seen.add(dep)
                 stack.append((dep, [*trail, dep]))
     return None
+
+
+def _check_inside_job_folder(spec: ExperimentSpec, spec_path: str | None) -> None:
+    """A shared install reads a job's metrics and checkpoints in its own folder only."""
+    named = (
+        ("checkpoint.dir", spec.checkpoint.dir if spec.checkpoint else None),
+        ("metrics.file", spec.metrics.file),
+    )
+    for field, value in named:
+        if value is not None and Path(value).is_absolute():
+            raise SpecError(outside_job_folder(field, value), path=spec_path, field=field)
 
 
 def _check_writable(

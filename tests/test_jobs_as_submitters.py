@@ -9,6 +9,7 @@ the daemon's principal, rewrote the config to a policy of its own, and read the 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
@@ -51,6 +52,15 @@ bob_ws = os.path.join(runs, f"job-{bob_job}")
 attempt("read_bob_log", lambda: open(os.path.join(bob_ws, "attempt-1.log"), "rb").read())
 attempt("write_bob_folder", lambda: open(os.path.join(bob_ws, "x"), "w").close())
 attempt("kill_supervisor", lambda: os.kill(os.getppid(), signal.SIGKILL))
+# Its own cgroup, made by root: it may neither raise its limit nor move itself out.
+lines = [l.split(":", 2) for l in open("/proc/self/cgroup").read().splitlines()]
+mem = next((p for _, c, p in lines if "memory" in c.split(",")), None)
+cg = f"/sys/fs/cgroup/memory{mem}" if mem else "/sys/fs/cgroup" + lines[-1][2]
+report["cgroup"] = cg
+limit = "memory.limit_in_bytes" if mem else "memory.max"
+attempt("raise_memory_limit", lambda: open(os.path.join(cg, limit), "w").write("max"))
+home = os.path.dirname(os.path.dirname(cg))
+attempt("leave_cgroup", lambda: open(os.path.join(home, "cgroup.procs"), "w").write(str(os.getpid())))
 bob_procs = []
 for pid in os.listdir("/proc"):
     if pid.isdigit():
@@ -299,8 +309,11 @@ def test_a_hostile_job_reaches_nothing_of_the_daemons_nor_bobs(shared: Shared) -
         "read_bob_log",
         "write_bob_folder",
         "kill_supervisor",
+        "raise_memory_limit",
+        "leave_cgroup",
     ):
         assert got[what].startswith("blocked"), (what, got[what])
+    assert f"/nightshift/{_digest(s.runs)}.attempt-" in got["cgroup"], got["cgroup"]
     assert got["bob_processes"] >= 1, "bob's run was not running while alice's job looked"
     kills = [v for k, v in got.items() if k.startswith("kill_bob")]
     assert kills and all(v.startswith("blocked") for v in kills), kills
@@ -396,6 +409,11 @@ def test_a_daemon_that_cannot_switch_users_refuses_to_serve_others() -> None:
     assert "Traceback" not in r.stderr
 
 
+def _digest(runs: Path) -> str:
+    """The runs folder's part of a run's cgroup name (runtime/executors/local_executor.py)."""
+    return hashlib.sha256(bytes(runs.resolve())).hexdigest()[:8]
+
+
 def _pending(s: Shared, job_id: int) -> bool:
     con = sqlite3.connect(s.state / "nightshift.db")
     rows = con.execute("select args, state from approval").fetchall()
@@ -425,3 +443,27 @@ def test_the_daemons_own_account_is_no_person_on_its_socket(shared: Shared) -> N
         timeout=120,
     )
     assert r.returncode == 3 and "is not a person on its socket" in r.stderr, (r.stdout, r.stderr)
+
+
+def test_a_checkpoint_folder_outside_the_job_folder_is_refused(shared: Shared) -> None:
+    """The daemon reads and keeps a job's checkpoints and metrics as root: where jobs run as
+    their submitters it reads them only in the job's own folder, so a spec naming bob's folder
+    (or any other) as its checkpoint dir is refused at submit, naming the field and the fix."""
+    s = shared
+    for field, value in (
+        ("checkpoint", {"dir": str(s.bob.home / "ckpt")}),
+        ("metrics", {"file": str(s.bob.home / "metrics.jsonl")}),
+    ):
+        spec = {
+            "name": f"alice-{field}",
+            "code": {"path": str(s.root / "shared")},
+            "command": [s.python, "-c", "pass"],
+            field: value,
+        }
+        path = s.root / "shared" / f"alice-{field}.yaml"
+        path.write_text(yaml.safe_dump(spec))
+        path.chmod(0o644)
+        r = s.run(s.alice, "submit", str(path))
+        assert r.returncode != 0, (r.stdout, r.stderr)
+        assert "outside the job's folder" in r.stderr and f"{field}." in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr

@@ -169,7 +169,7 @@ class Wiring:
             )
         from nightshift.runtime.executors.local_executor import LocalExecutor
 
-        return LocalExecutor(self.settings.runs_dir)
+        return LocalExecutor(self.settings.runs_dir, cgroups=self.settings.run_cgroups)
 
     @cached_property
     def audit(self) -> AuditLog:

@@ -37,6 +37,7 @@ from nightshift.agent.brain.wiring import Wiring, os_user_name
 from nightshift.runtime import locks
 from nightshift.runtime.config import Settings
 from nightshift.runtime.errors import OperatorError
+from nightshift.runtime.executors import run_cgroup
 from nightshift.runtime.store.db import utcnow
 from nightshift.runtime.store.runs_binding import bind_runs
 from nightshift.runtime.store.store_lease import DaemonLease
@@ -147,6 +148,21 @@ def can_run_as_submitters(settings: Settings) -> None:
             f"job's folder: `chown root: {runs}`"
         )
     runs.chmod(0o711)
+    if settings.executor.kind == "local" and settings.run_cgroups == "required":
+        _can_make_cgroups(why)
+
+
+def _can_make_cgroups(why: str) -> None:
+    """A run as its submitter goes in a cgroup of its own (limits the job cannot raise, every
+    process found): make and remove one now, rather than fail each run later."""
+    try:
+        run_cgroup.make(f"start-check.{os.getpid()}", run_cgroup.CgroupLimits()).remove()
+    except run_cgroup.CgroupUnavailable as exc:
+        raise OperatorError(
+            f"{why}, and each run goes in a cgroup of its own, but {exc}: run the daemon as "
+            "a service with its own cgroup subtree (README Shared install: Delegate=yes), or "
+            "set executor.cgroups: off to run jobs without kernel limits"
+        ) from None
 
 
 class DaemonLock:

@@ -245,6 +245,8 @@ class DockerExecutor:
             ]
         if req.memory_gb is not None:
             kwargs["mem_limit"] = int(req.memory_gb * GIB)
+        if req.cpus is not None:
+            kwargs["nano_cpus"] = int(req.cpus * 1e9)
         if req.shm_gb is not None:
             kwargs["shm_size"] = int(req.shm_gb * GIB)
         pids = req.pids_limit if req.pids_limit is not None else self.pids_limit
@@ -437,6 +439,8 @@ class DockerExecutor:
             args += ["--gpus", '"device=' + ",".join(str(g) for g in req.gpus) + '"']
         if req.memory_gb is not None:
             args += ["--memory", _size(req.memory_gb)]
+        if req.cpus is not None:
+            args += ["--cpus", f"{req.cpus:g}"]
         if req.shm_gb is not None:
             args += ["--shm-size", _size(req.shm_gb)]
         pids = req.pids_limit if req.pids_limit is not None else self.pids_limit

@@ -39,6 +39,7 @@ class LaunchRequest(BaseModel):
         "the daemon's own user",
     )
     memory_gb: float | None = None
+    cpus: float | None = Field(None, description="CPU cores the run may use; None: no limit")
     shm_gb: float | None = None
     mounts: list[dict[str, Any]] = Field(default_factory=list)
     labels: dict[str, str] = Field(default_factory=dict)

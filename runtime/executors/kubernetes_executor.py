@@ -281,6 +281,8 @@ class KubernetesExecutor:
             memory = _quantity(req.memory_gb)
             resources.setdefault("limits", {})["memory"] = memory
             resources["requests"] = {"memory": memory}
+        if req.cpus is not None:
+            resources.setdefault("limits", {})["cpu"] = f"{round(req.cpus * 1000)}m"
         env = [{"name": k, "value": v} for k, v in self._env(req).items()]
         shm: dict[str, Any] = {"medium": "Memory"}
         if req.shm_gb is not None:

@@ -25,6 +25,7 @@ process of the run inherits. `poll` reports survivors of a lost run as `leftover
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import pwd
@@ -45,8 +46,10 @@ from pydantic import BaseModel, ValidationError
 
 from nightshift.runtime import locks
 from nightshift.runtime.errors import OperatorError, SkillFailed
+from nightshift.runtime.executors import run_cgroup
 from nightshift.runtime.executors.crashpoints import crash_point
 from nightshift.runtime.executors.executor import LaunchRequest, RunStatus
+from nightshift.runtime.executors.run_cgroup import CgroupLimits, CgroupUnavailable, RunCgroup
 from nightshift.runtime.executors.submitter import RunAs, submitter_log
 from nightshift.runtime.executors.supervise import (
     RESERVE_BYTES,
@@ -93,6 +96,7 @@ class LocalHandle(BaseModel):
     create_time: float | None = None  # the supervisor's psutil create_time
     boot_id: str | None = None  # /proc/sys/kernel/random/boot_id at launch
     attempt_id: str | None = None  # NIGHTSHIFT_ATTEMPT_ID of every process of this launch
+    cgroup: RunCgroup | None = None  # the run's own cgroup (runtime/executors/run_cgroup.py)
 
 
 class ExitRecord(BaseModel):
@@ -211,6 +215,14 @@ def _as_args(run_as: RunAs) -> list[str]:
     return ["--uid", str(run_as.uid), "--gid", str(run_as.gid), "--groups", groups]
 
 
+def _cgroup_args(cgroup: RunCgroup | None) -> list[str]:
+    """The supervisor's options to start the program in the run's cgroup."""
+    args: list[str] = []
+    for folder, home in zip(cgroup.dirs, cgroup.homes, strict=True) if cgroup is not None else []:
+        args += ["--cgroup", folder, "--cgroup-home", home]
+    return args
+
+
 def _log_file(path: Path, run_as: RunAs | None) -> BinaryIO:
     """The run's log for appending: the submitter's own file when the run is theirs."""
     if run_as is None:
@@ -223,10 +235,13 @@ class LocalExecutor:
 
     kind = "local"
 
-    def __init__(self, runs_dir: Path | str) -> None:
+    def __init__(
+        self, runs_dir: Path | str, cgroups: Literal["auto", "required", "off"] = "off"
+    ) -> None:
         self.runs_dir = Path(runs_dir).expanduser().resolve()
         self.handles_dir = self.runs_dir / "handles"
         self.exits_dir = self.runs_dir / "exits"
+        self.cgroups = cgroups
 
     # ---------------------------------------------------------------------------------- start
     def start(self, req: LaunchRequest) -> dict[str, Any]:
@@ -283,6 +298,9 @@ class LocalExecutor:
             exit_file.unlink(missing_ok=True)
             Path(child_file(str(exit_file))).unlink(missing_ok=True)
             Path(reserve_file(str(exit_file))).unlink(missing_ok=True)
+            cgroup = self._cgroup(req)
+            if cgroup is not None:
+                intent["cgroup"] = cgroup.model_dump(mode="json")
             self._write_json(intent_file, intent)
         crash_point("launch.intent")
         cmd = [
@@ -294,6 +312,7 @@ class LocalExecutor:
             "--handle-file",
             str(handle_file),
             *(_as_args(req.run_as) if req.run_as is not None else []),
+            *_cgroup_args(cgroup),
             "--",
             *req.argv,
         ]
@@ -310,14 +329,44 @@ class LocalExecutor:
                     close_fds=True,
                 )
         except OSError as exc:
+            if cgroup is not None:
+                cgroup.remove()
             raise SkillFailed(f"could not start the run supervisor for {req.key}: {exc}") from exc
         # Reap the supervisor when it ends, so no zombie lingers in a long-lived daemon.
         threading.Thread(target=proc.wait, name=f"nightshift-reap-{req.key}", daemon=True).start()
         crash_point("launch.spawned")
-        handle = self._await_handle(req.key, attempt_id, proc, log_path)
+        try:
+            handle = self._await_handle(req.key, attempt_id, proc, log_path)
+        except SkillFailed:
+            if cgroup is not None:
+                cgroup.remove()  # the supervisor ran nothing (or was stopped): empty
+            raise
         crash_point("launch.handle")
         intent_file.unlink(missing_ok=True)
         return handle
+
+    def _cgroup(self, req: LaunchRequest) -> RunCgroup | None:
+        """The run's own cgroup with the request's limits; None where cgroups are off, or (auto)
+        where none can be made here. Required and impossible: the run does not start."""
+        if self.cgroups == "off":
+            return None
+        limits = CgroupLimits(
+            memory_bytes=None if req.memory_gb is None else int(req.memory_gb * run_cgroup.GIB),
+            cpus=req.cpus,
+            pids=req.pids_limit,
+        )
+        # Unique per runs folder, so two daemons (or test homes) on one machine never share one.
+        name = f"{hashlib.sha256(bytes(self.runs_dir)).hexdigest()[:8]}.{req.key}"
+        try:
+            return run_cgroup.make(name, limits)
+        except CgroupUnavailable as exc:
+            if self.cgroups == "required":
+                raise OperatorError(
+                    f"{exc}; executor.cgroups is required (always so where jobs run as their "
+                    "submitters): run the daemon as root on a machine with the memory, cpu and "
+                    "pids controllers, or set executor.cgroups: off"
+                ) from None
+            return None
 
     def _await_handle(
         self,
@@ -480,6 +529,8 @@ class LocalExecutor:
         """SIGTERM every process of the run, SIGKILL them after `grace_s`; safe when ended."""
         h = self._handle(handle)
         _, sent = self._terminate(h, grace_s)
+        if h.cgroup is not None:
+            h.cgroup.remove()
         status = self.poll(h.model_dump())
         if status.state == "lost" and sent is not None:
             # We know why it ended: record it, so later polls say "stopped" rather than "lost".
@@ -495,6 +546,8 @@ class LocalExecutor:
             self._read_exit(h) is None and not self._other_boot(h) and self._supervisor_alive(h)
         )
         stopped, sent = self._terminate(h, grace_s)
+        if h.cgroup is not None:
+            h.cgroup.remove()
         # A lost run stays lost (that is the evidence); a running one we ended is recorded.
         if running and sent is not None and self.poll(h.model_dump()).state == "lost":
             self._record_stop(h, sent, "stopped by cleanup")
@@ -562,6 +615,12 @@ class LocalExecutor:
             found[child.pid] = (child, "child")
         group = h.pgid if self._group_is_ours(h) else None
         me = os.getpid()
+        for pid in h.cgroup.pids() if h.cgroup is not None else []:
+            # The kernel's own list: a process there is the run's whatever it changed about
+            # itself (its group, session, environment), and it cannot move out.
+            if pid not in found and pid != me:
+                with contextlib.suppress(psutil.Error):
+                    found[pid] = (psutil.Process(pid), "cgroup")
         for proc in psutil.process_iter():
             if proc.pid in found or proc.pid == me or proc.pid <= 1:
                 continue

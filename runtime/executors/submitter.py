@@ -121,6 +121,9 @@ def submitter_folders(run_as: RunAs, paths: dict[str, Path]) -> None:
     The daemon never makes or hands over a path a spec names: that would give a submitter any
     folder on the machine (a checkpoint dir of /root/.ssh, or a link planted in the job folder)."""
     ws = paths["workspace"]
+    for key, field in (("checkpoint_dir", "checkpoint.dir"), ("metrics_file", "metrics.file")):
+        if not paths[key].is_relative_to(ws):
+            raise OperatorError(outside_job_folder(field, paths[key]))
     ws.parent.mkdir(parents=True, exist_ok=True)
     ws.mkdir(mode=0o700, exist_ok=True)
     st = ws.lstat()
@@ -137,6 +140,16 @@ def submitter_folders(run_as: RunAs, paths: dict[str, Path]) -> None:
                 f"{run_as.name} cannot make the run's folders: {made.stderr.strip()[:300]}; "
                 "fix the spec's checkpoint.dir or metrics.file, or the folder's permissions"
             )
+
+
+def outside_job_folder(field: str, path: Path | str) -> str:
+    """Why a shared install refuses a spec path outside the job's folder: the daemon reads and
+    keeps what lies there (metrics, checkpoints) with root's rights, not the submitter's."""
+    return (
+        f"{field} {path} lies outside the job's folder, and where jobs run as their submitters "
+        "the daemon reads only the job's own folder (it would read elsewhere with root's "
+        f"rights): give a path relative to the job's folder, e.g. {Path(path).name or 'out'}"
+    )
 
 
 def submitter_log(path: Path, run_as: RunAs) -> int:

@@ -13,6 +13,11 @@ child's code, or 128+N when the child died from signal N. Right after starting t
 killed, the child it leaves behind can still be found (and told apart from a recycled pid). Only
 the standard library is imported before the child starts, so start-up stays fast.
 
+With `--cgroup DIR --cgroup-home HOME` (one pair per hierarchy) the child starts inside the run's
+own cgroup (runtime/executors/run_cgroup.py): the supervisor joins it, starts the child, and goes
+back to HOME at once. A child its cgroup's memory limit killed is recorded, and said in the log,
+in the kernel's own words for it.
+
 A full disk does not hide how a run ended. Before the child starts, the supervisor reserves
 RESERVE_BYTES next to the exit file (PATH.reserve, allocated, not merely sized). When the exit
 record cannot be written for lack of space (a training program that filled the disk usually
@@ -214,6 +219,15 @@ def _parse(args: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--uid", type=int, help="start the command as this user (needs root)")
     parser.add_argument("--gid", type=int, help="… with this group")
     parser.add_argument("--groups", default="", help="… and these supplementary groups (a,b)")
+    parser.add_argument(
+        "--cgroup", action="append", default=[], help="a folder of the run's own cgroup"
+    )
+    parser.add_argument(
+        "--cgroup-home",
+        action="append",
+        default=[],
+        help="where the supervisor goes back to in that hierarchy once the command started",
+    )
     parser.add_argument("argv", nargs=argparse.REMAINDER, help="-- command and its arguments")
     ns = parser.parse_args(args)
     argv = list(ns.argv)
@@ -225,6 +239,8 @@ def _parse(args: list[str]) -> tuple[argparse.Namespace, list[str]]:
         parser.error("--intent-file and --handle-file go together")
     if (ns.uid is None) != (ns.gid is None):
         parser.error("--uid and --gid go together")
+    if len(ns.cgroup) != len(ns.cgroup_home):
+        parser.error("each --cgroup needs its --cgroup-home")
     return ns, argv
 
 
@@ -242,6 +258,14 @@ def main(args: list[str] | None = None) -> int:
             return EXIT_NOT_CLAIMED
         crash_point("supervise.claimed")
     reserve(exit_file)
+    try:
+        _move_self(ns.cgroup)  # the program starts inside the run's cgroup, and stays there
+    except OSError as exc:
+        _go_home(ns.cgroup_home)
+        detail = f"cannot enter the run's cgroup {ns.cgroup}: {exc.strerror or exc}"
+        _say(f"nightshift supervise: not started: {detail}")
+        record_exit(exit_file, {"exit_code": EXIT_NOT_EXECUTABLE, "signal": None, "detail": detail})
+        return EXIT_NOT_EXECUTABLE
 
     try:
         child = subprocess.Popen(argv, **_as_user(ns))
@@ -252,6 +276,8 @@ def main(args: list[str] | None = None) -> int:
         _say(f"nightshift supervise: {detail}")
         record_exit(exit_file, {"exit_code": code, "signal": None, "detail": detail})
         return code
+    finally:
+        _go_home(ns.cgroup_home)
 
     try:
         write_exit_file(
@@ -266,8 +292,59 @@ def main(args: list[str] | None = None) -> int:
     else:
         record = {"exit_code": returncode, "signal": None}
         status = returncode
+    oom = _cgroup_oom(ns.cgroup)
+    if oom:
+        record["detail"] = oom
+        _say(f"nightshift supervise: {oom}")  # in the log, where diagnose_failure reads it
     record_exit(exit_file, record)
+    for folder in ns.cgroup:  # empty now unless something of the run outlived it (cleanup's)
+        try:
+            os.rmdir(folder)
+        except OSError:
+            pass
     return status
+
+
+def _move_self(folders: list[str]) -> None:
+    for folder in folders:
+        with open(os.path.join(folder, "cgroup.procs"), "w", encoding="ascii") as f:
+            f.write(str(os.getpid()))
+
+
+def _go_home(homes: list[str]) -> None:
+    """Out of the run's cgroup again: the supervisor's own memory is not the run's to count, and
+    an out-of-memory kill there must not pick the process that records how the run ended."""
+    for home in homes:
+        try:
+            _move_self([home])
+        except OSError as exc:
+            _say(f"nightshift supervise: cannot leave the run's cgroup for {home}: {exc}")
+
+
+def _cgroup_oom(folders: list[str]) -> str | None:
+    """What the kernel's out-of-memory killer did in the run's cgroup, in the words its own
+    log line uses ("Memory cgroup out of memory: Killed process"), or None."""
+    for folder in folders:
+        for name, limit_file in (
+            ("memory.oom_control", "memory.limit_in_bytes"),
+            ("memory.events", "memory.max"),
+        ):
+            try:
+                with open(os.path.join(folder, name), encoding="ascii") as f:
+                    counts = dict(line.split() for line in f if line.strip())
+                with open(os.path.join(folder, limit_file), encoding="ascii") as f:
+                    limit = f.read().strip()
+            except (OSError, ValueError):
+                continue
+            kills = int(counts.get("oom_kill", "0"))
+            if kills:
+                shown = f"{int(limit) / (1 << 30):.3g} GiB" if limit.isdigit() else limit
+                return (
+                    f"Memory cgroup out of memory: Killed process of the run ({kills} killed): "
+                    f"it used more host memory than its limit of {shown} "
+                    "(resources.host_memory_gb); raise it, or lower the batch size"
+                )
+    return None
 
 
 def _as_user(ns: argparse.Namespace) -> dict[str, Any]:
