@@ -27,6 +27,10 @@ SUITES = {
         "nightshift.evals.sweep_bench",
         "random vs TPE vs TPE + pruning on real training: trial time to the best of random",
     ),
+    "latency": (
+        "nightshift.evals.cli_latency",
+        "jobs, status, show and logs on 10,000 queued jobs: cold and warm seconds",
+    ),
     "chat": (
         "nightshift.evals.trajectories:chat_main",
         "the chat cases against a real model endpoint: pass rate per case",
