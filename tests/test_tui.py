@@ -490,7 +490,8 @@ def test_small_terminal_reaches_every_pane(tui_home, tmp_path):
 
 def test_keys_do_nothing_on_a_hidden_jobs_table(tui_home, tmp_path):
     """At 80x24 with the chat shown, the jobs table is hidden: even with the focus left on it,
-    `c` asks nothing and cancels nothing, and enter opens no job; it says F4 shows the jobs."""
+    `c` asks nothing and cancels nothing, and enter opens no job; it says F4 shows the jobs.
+    Shown again with F4, the same `c` asks about the highlighted job (no, here)."""
     w = wiring()
     queued = seed(w, tmp_path)["sweep-lr-0.003"]
     app = ChatApp(w, live=False, run_loop=False)
@@ -511,37 +512,47 @@ def test_keys_do_nothing_on_a_hidden_jobs_table(tui_home, tmp_path):
         assert w.store.job(queued).state == "queued"
         assert not w.audit.events(action="skill.request") and not card_titles(app)
         assert any("F4 shows it" in str(n.message) for n in app._notifications)
+        await pilot.press("f4")  # shown, the same key asks, in a dialog that fits
+        await pilot.pause()
+        assert seen(table) and table.selected_job() == queued
+        await pilot.press("c")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmModal), what="the confirmation")
+        assert seen(app.screen.query_one("#yes")) and seen(app.screen.query_one("#no"))
+        await pilot.press("n")
+        await until(pilot, lambda: any("cancel_job" in t for t in card_titles(app)))
+        assert w.store.job(queued).state == "queued"
 
     run(app, test, SMALL)
 
 
 def test_long_names_and_reasons_whole_on_a_large_terminal(tui_home, tmp_path):
-    """At 160x48 a long job name and its long reason are shown whole in a table that needs no
-    sideways scrolling; at 80x24 (the jobs pane) the same row fits by ending both in an
-    ellipsis."""
+    """At 160x48 a long job name and its long reason are shown whole, beside the chat and the
+    GPUs, in a table that needs no sideways scrolling; the terminal shrunk to 80x24, the jobs
+    pane (F4) still fits by ending both in an ellipsis; grown back, both are whole again."""
     w = wiring()
     seed(w, tmp_path)
     job = str(long_job(w, tmp_path))
+    app = ChatApp(w, live=False, run_loop=False)
 
-    def check(size: tuple[int, int]) -> Callable[[Pilot], Any]:
-        async def test(pilot: Pilot) -> None:
-            app = pilot.app
-            await pilot.press("f4")
-            await pilot.pause()
-            table = app.query_one(JobsTable)
-            assert seen(table) and table.max_scroll_x == 0
-            name, why = str(table.get_cell(job, "name")), str(table.get_cell(job, "why"))
-            if size == LARGE:
-                assert (name, why) == (LONG_NAME, LONG_WHY)
-                assert seen(app.query_one(ChatLog)) and seen(app.query_one(GpuTable))
-            else:
-                assert name.endswith("…") and LONG_NAME.startswith(name[:-1])
-                assert why.endswith("…") and LONG_WHY.startswith(why[:-1])
+    def cells(table: JobsTable) -> tuple[str, str]:
+        return str(table.get_cell(job, "name")), str(table.get_cell(job, "why"))
 
-        return test
+    async def test(pilot: Pilot) -> None:
+        table = app.query_one(JobsTable)
+        assert seen(table) and seen(app.query_one(ChatLog)) and seen(app.query_one(GpuTable))
+        assert cells(table) == (LONG_NAME, LONG_WHY) and table.max_scroll_x == 0
+        await pilot.resize_terminal(*SMALL)
+        await pilot.press("f4")
+        await pilot.pause()
+        name, why = cells(table)
+        assert seen(table) and table.max_scroll_x == 0
+        assert name.endswith("…") and LONG_NAME.startswith(name[:-1])
+        assert why.endswith("…") and LONG_WHY.startswith(why[:-1])
+        await pilot.resize_terminal(*LARGE)
+        await pilot.pause()
+        assert cells(table) == (LONG_NAME, LONG_WHY) and table.max_scroll_x == 0
 
-    for size in (LARGE, SMALL):
-        run(ChatApp(w, live=False, run_loop=False), check(size), size)
+    run(app, test, LARGE)
 
 
 # ------------------------------------------------------------------------------------ snapshots

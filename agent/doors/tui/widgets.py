@@ -181,6 +181,9 @@ class ChatLog(VerticalScroll):
 
 
 # ------------------------------------------------------------------------------------ panels
+GPU_NAME_WIDTH = 18  # "0 H100 80GB HBM3": the panel stays 66 columns wide beside the chat
+
+
 class GpuTable(DataTable):
     """Per GPU: verdict, utilisation, memory, temperature, power."""
 
@@ -192,8 +195,10 @@ class GpuTable(DataTable):
     def show(self, rows: list[GpuRow]) -> None:
         self.clear()
         for r in rows:
+            name = Text(f"{r.index} {r.name}")
+            name.truncate(GPU_NAME_WIDTH, overflow="ellipsis")
             self.add_row(
-                Text(f"{r.index} {r.name}"[:18]),
+                name,
                 Text(r.verdict, style=VERDICT_STYLE.get(r.verdict, "")),
                 Text(r.util),
                 Text(r.memory),
