@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+from textual.binding import Binding
 from textual.command import CommandList
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Input, Log
@@ -21,8 +22,14 @@ from textual.widgets import DataTable, Input, Log
 from nightshift.agent.brain.planner import Call, Finish
 from nightshift.agent.brain.wiring import Wiring, local_now
 from nightshift.agent.doors.tui import ChatApp
-from nightshift.agent.doors.tui.screens import ApprovalModal, AuditScreen, ConfirmModal, JobScreen
-from nightshift.agent.doors.tui.widgets import ChatLog, JobsTable, ToolCardView
+from nightshift.agent.doors.tui.screens import (
+    ApprovalModal,
+    AuditScreen,
+    ConfirmModal,
+    JobScreen,
+    KeysScreen,
+)
+from nightshift.agent.doors.tui.widgets import ChatLog, GpuTable, JobsTable, ToolCardView
 from nightshift.runtime.errors import ApprovalRequired
 from nightshift.runtime.spec import load_spec
 from nightshift.runtime.store.db import Attempt, Job, MetricPoint
@@ -30,6 +37,10 @@ from nightshift.runtime.store.db import Attempt, Job, MetricPoint
 from conftest import REPO, write_spec
 
 SIZE = (140, 40)
+SMALL = (80, 24)
+LARGE = (160, 48)
+LONG_NAME = "llama3-8b-instruct-lora-r64-lr3e-4-seq4k"
+LONG_WHY = "exited with code 1: ModuleNotFoundError: No module named 'torch'"
 FIXED = datetime(2026, 12, 2, 3, 0)
 INVENTORY = """\
 gpus:
@@ -59,9 +70,9 @@ def fixed_clock(monkeypatch) -> Callable[[], datetime]:
     return lambda: FIXED
 
 
-def run(app: ChatApp, test: Callable[[Pilot], Any]) -> None:
+def run(app: ChatApp, test: Callable[[Pilot], Any], size: tuple[int, int] = SIZE) -> None:
     async def main() -> None:
-        async with app.run_test(size=SIZE) as pilot:
+        async with app.run_test(size=size) as pilot:
             await test(pilot)
 
     asyncio.run(main())
@@ -379,14 +390,24 @@ def test_theme_toggle_and_palette(tui_home):
 
 
 def test_help_key_and_audit_view(tui_home):
-    """F1 asks for help (the direct commands, in the chat); F2 shows the audit, newest first,
+    """F1 lists the keys (every binding the app and the jobs table declare, with its key), not
+    the chat's commands; `help` typed in the chat lists those. F2 shows the audit, newest first,
     with the events of the call just made."""
     app = ChatApp(wiring(), live=False, run_loop=False)
 
     async def test(pilot: Pilot) -> None:
         await pilot.press("f1")
+        await until(pilot, lambda: isinstance(app.screen, KeysScreen), what="the keys")
+        text = str(app.screen.query_one("#keys").render())
+        declared = [*ChatApp.BINDINGS, *JobsTable.BINDINGS, *JobScreen.BINDINGS]
+        for binding in Binding.make_bindings(declared):
+            line = next((x for x in text.splitlines() if x.endswith(f" {binding.description}")), "")
+            assert app.get_key_display(binding) in line, (binding, text)
+        assert "Direct commands" not in text and not answers(app)
+        await pilot.press("escape")
+        assert not isinstance(app.screen, KeysScreen)
+        await say(pilot, "help")
         await until(pilot, lambda: any("Direct commands" in a for a in answers(app)))
-        assert app.query_one(ChatLog).query(".user-msg")
         await say(pilot, "status")
         await until(pilot, lambda: len(answers(app)) == 2, what="the status answer")
         await pilot.press("f2")
@@ -399,6 +420,139 @@ def test_help_key_and_audit_view(tui_home):
         assert not isinstance(app.screen, AuditScreen)
 
     run(app, test)
+
+
+# ------------------------------------------------------------------------------------ small and large terminals
+def seen(widget: Any) -> bool:
+    """On screen, wholly inside the terminal, and not empty."""
+    region = widget.region
+    return bool(region.area) and widget.screen.region.contains_region(region)
+
+
+def long_job(w: Wiring, tmp_path: Path) -> int:
+    """A failed job with a long name and a long reason, as a user's would be."""
+    spec = load_spec(write_spec(tmp_path, steps=10)).model_dump(mode="json")
+    t0 = datetime(2026, 12, 2, 2, 0)
+    with w.store.session() as s:
+        job = Job(
+            name=LONG_NAME,
+            spec=spec,
+            state="failed",
+            owner="alice",
+            reason=LONG_WHY,
+            max_attempts=1,
+            created_at=t0,
+            updated_at=t0,
+        )
+        s.add(job)
+        s.flush()
+        assert job.id is not None
+        return job.id
+
+
+def test_small_terminal_reaches_every_pane(tui_home, tmp_path):
+    """At 80x24 one pane shows at a time, picked with F4 (jobs), F5 (GPUs), F6 (chat) or a click
+    on the tab bar; each is wholly on screen when picked, the jobs table fits the width (no
+    sideways scrolling), and the approvals (F3) fit too."""
+    w = wiring()
+    ids = seed(w, tmp_path)
+    approval_id = agent_approval(w, ids["sweep-lr-0.003"])
+    app = ChatApp(w, live=False, run_loop=False)
+
+    async def test(pilot: Pilot) -> None:
+        await until(pilot, lambda: isinstance(app.screen, ApprovalModal), what="the approval")
+        assert seen(app.screen.query_one("#dialog")) and seen(app.screen.query_one("#approve"))
+        await pilot.press("escape")
+        await pilot.pause()
+        jobs, gpus = app.query_one(JobsTable), app.query_one(GpuTable)
+        log, prompt = app.query_one(ChatLog), app.query_one("#prompt", Input)
+        assert seen(log) and seen(prompt) and not seen(jobs) and not seen(gpus)
+        await pilot.press("f4")
+        await pilot.pause()
+        assert seen(jobs) and app.focused is jobs and not seen(log) and not seen(gpus)
+        assert jobs.row_count == 4 and jobs.max_scroll_x == 0
+        await pilot.press("f5")
+        await pilot.pause()
+        assert seen(gpus) and gpus.row_count == 3 and not seen(jobs) and not seen(log)
+        await pilot.press("f6")
+        await pilot.pause()
+        assert seen(log) and seen(prompt) and app.focused is prompt and not seen(gpus)
+        await pilot.click("#show-jobs")
+        await pilot.pause()
+        assert seen(jobs) and app.focused is jobs and not seen(log)
+        await pilot.press("f3")
+        await until(pilot, lambda: isinstance(app.screen, ApprovalModal), what="F3's approval")
+        assert app.screen.approval_id == approval_id
+        assert seen(app.screen.query_one("#dialog")) and seen(app.screen.query_one("#reject"))
+
+    run(app, test, SMALL)
+
+
+def test_keys_do_nothing_on_a_hidden_jobs_table(tui_home, tmp_path):
+    """At 80x24 with the chat shown, the jobs table is hidden: even with the focus left on it,
+    `c` asks nothing and cancels nothing, and enter opens no job; it says F4 shows the jobs.
+    Shown again with F4, the same `c` asks about the highlighted job (no, here)."""
+    w = wiring()
+    queued = seed(w, tmp_path)["sweep-lr-0.003"]
+    app = ChatApp(w, live=False, run_loop=False)
+
+    async def test(pilot: Pilot) -> None:
+        table = app.query_one(JobsTable)
+        await pilot.press("f4")
+        table.move_cursor(row=table.get_row_index(str(queued)))
+        await pilot.press("f6")
+        table.focus()  # the focus left behind on the hidden table
+        await pilot.pause()
+        await pilot.press("c")
+        await pilot.pause(0.3)
+        assert not isinstance(app.screen, ConfirmModal)
+        await pilot.press("y", "enter")
+        await pilot.pause(0.3)
+        assert not isinstance(app.screen, ConfirmModal | JobScreen)
+        assert w.store.job(queued).state == "queued"
+        assert not w.audit.events(action="skill.request") and not card_titles(app)
+        assert any("F4 shows it" in str(n.message) for n in app._notifications)
+        await pilot.press("f4")  # shown, the same key asks, in a dialog that fits
+        await pilot.pause()
+        assert seen(table) and table.selected_job() == queued
+        await pilot.press("c")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmModal), what="the confirmation")
+        assert seen(app.screen.query_one("#yes")) and seen(app.screen.query_one("#no"))
+        await pilot.press("n")
+        await until(pilot, lambda: any("cancel_job" in t for t in card_titles(app)))
+        assert w.store.job(queued).state == "queued"
+
+    run(app, test, SMALL)
+
+
+def test_long_names_and_reasons_whole_on_a_large_terminal(tui_home, tmp_path):
+    """At 160x48 a long job name and its long reason are shown whole, beside the chat and the
+    GPUs, in a table that needs no sideways scrolling; the terminal shrunk to 80x24, the jobs
+    pane (F4) still fits by ending both in an ellipsis; grown back, both are whole again."""
+    w = wiring()
+    seed(w, tmp_path)
+    job = str(long_job(w, tmp_path))
+    app = ChatApp(w, live=False, run_loop=False)
+
+    def cells(table: JobsTable) -> tuple[str, str]:
+        return str(table.get_cell(job, "name")), str(table.get_cell(job, "why"))
+
+    async def test(pilot: Pilot) -> None:
+        table = app.query_one(JobsTable)
+        assert seen(table) and seen(app.query_one(ChatLog)) and seen(app.query_one(GpuTable))
+        assert cells(table) == (LONG_NAME, LONG_WHY) and table.max_scroll_x == 0
+        await pilot.resize_terminal(*SMALL)
+        await pilot.press("f4")
+        await pilot.pause()
+        name, why = cells(table)
+        assert seen(table) and table.max_scroll_x == 0
+        assert name.endswith("…") and LONG_NAME.startswith(name[:-1])
+        assert why.endswith("…") and LONG_WHY.startswith(why[:-1])
+        await pilot.resize_terminal(*LARGE)
+        await pilot.pause()
+        assert cells(table) == (LONG_NAME, LONG_WHY) and table.max_scroll_x == 0
+
+    run(app, test, LARGE)
 
 
 # ------------------------------------------------------------------------------------ snapshots
@@ -461,3 +615,47 @@ def test_snapshot_job_view(tui_home, tmp_path, fixed_clock, snap_compare):
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=SIZE, run_before=before)
+
+
+def test_snapshot_small_terminal_chat(tui_home, tmp_path, fixed_clock, snap_compare):
+    """80x24: the tab bar and the chat alone, with a card and an answer."""
+    w = wiring(fixed_clock)
+    seed(w, tmp_path)
+    app = ChatApp(w, clock=fixed_clock, live=False, run_loop=False)
+    assert snap_compare(app, terminal_size=SMALL, run_before=status_asked(app))
+
+
+def test_snapshot_small_terminal_jobs(tui_home, tmp_path, fixed_clock, snap_compare):
+    """80x24 after F4: the jobs alone, fitting the width, a long name and reason ending in …"""
+    w = wiring(fixed_clock)
+    seed(w, tmp_path)
+    long_job(w, tmp_path)
+    app = ChatApp(w, clock=fixed_clock, live=False, run_loop=False)
+
+    async def before(pilot: Pilot) -> None:
+        await pilot.press("f4")
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=SMALL, run_before=before)
+
+
+def test_snapshot_small_terminal_keys(tui_home, fixed_clock, snap_compare):
+    """80x24 after F1: the keys, grouped by where they work."""
+    app = ChatApp(wiring(fixed_clock), clock=fixed_clock, live=False, run_loop=False)
+
+    async def before(pilot: Pilot) -> None:
+        await pilot.press("f1")
+        await until(pilot, lambda: isinstance(app.screen, KeysScreen))
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=SMALL, run_before=before)
+
+
+def test_snapshot_large_terminal(tui_home, tmp_path, fixed_clock, snap_compare):
+    """160x48: the chat and the GPUs side by side, the jobs across the width with a long name
+    and its reason whole."""
+    w = wiring(fixed_clock)
+    seed(w, tmp_path)
+    long_job(w, tmp_path)
+    app = ChatApp(w, clock=fixed_clock, live=False, run_loop=False)
+    assert snap_compare(app, terminal_size=LARGE, run_before=status_asked(app))

@@ -1,4 +1,6 @@
-"""`nightshift chat`: the chat on the left, GPUs and jobs on the right, approvals as they come.
+"""`nightshift chat`: the chat with the GPUs beside it and the jobs across the bottom, approvals
+as they come; on a terminal under 120 columns one pane at a time, picked from a tab bar (or F4
+jobs, F5 GPUs, F6 chat), so every pane can be seen whole.
 
 Nothing blocks the screen: each message runs in a thread worker (a model step, a skill, a goal
 that watches its job for an hour), the panels and the approvals are read in workers too, and
@@ -19,7 +21,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.screen import ModalScreen
-from textual.widgets import Footer, Header, Input, Label
+from textual.widgets import Footer, Header, Input, Label, Tab, Tabs
 from textual.worker import Worker, WorkerState
 
 from nightshift.agent.doors.chat import (
@@ -41,6 +43,7 @@ from nightshift.agent.doors.tui.screens import (
     ConfirmModal,
     Decision,
     JobScreen,
+    KeysScreen,
 )
 from nightshift.agent.doors.tui.widgets import ChatLog, GpuTable, JobsTable
 
@@ -48,6 +51,9 @@ if TYPE_CHECKING:
     from nightshift.agent.brain.wiring import Wiring
 
 THEMES = ("textual-dark", "textual-light")
+WIDE = 120  # columns from which the chat, the GPUs and the jobs are all on screen at once
+TALL = 32  # rows from which a dialog keeps its margins
+PANES = {"chat": "Chat F6", "jobs": "Jobs F4", "gpus": "GPUs F5"}
 
 
 class ChatApp(App[None]):
@@ -57,12 +63,15 @@ class ChatApp(App[None]):
     CSS_PATH = "chat.tcss"
     TITLE = "nightshift chat"
     COMMANDS = App.COMMANDS | {SkillsProvider}
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (WIDE, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (TALL, "-tall")]
     BINDINGS = [
-        Binding("f1", "help", "Help"),
+        Binding("f1", "help", "Keys"),
         Binding("f2", "audit", "Audit"),
         Binding("f3", "approvals", "Approvals"),
-        Binding("f4", "focus_jobs", "Jobs"),
-        Binding("f6", "focus_prompt", "Chat"),
+        Binding("f4", "show_pane('jobs')", "Jobs"),
+        Binding("f5", "show_pane('gpus')", "GPUs"),
+        Binding("f6", "show_pane('chat')", "Chat"),
         Binding("ctrl+t", "toggle_theme", "Theme"),
         Binding("ctrl+q", "quit", "Quit", priority=True),
     ]
@@ -109,16 +118,19 @@ class ChatApp(App[None]):
     # Layout --------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False, icon="☾")
-        with Horizontal(id="main"):
-            with Vertical(id="chat-pane"):
-                yield ChatLog(id="chat-log")
-                yield Input(
-                    placeholder="status · submit FILE · logs 3 · why did job 3 fail · help",
-                    id="prompt",
-                )
-            with Vertical(id="side"):
-                yield Label("GPUs", classes="panel-title", id="gpu-title")
-                yield GpuTable(id="gpus")
+        yield Tabs(*(Tab(label, id=f"show-{pane}") for pane, label in PANES.items()), id="panes")
+        with Vertical(id="main", classes="-pane-chat"):
+            with Horizontal(id="top"):
+                with Vertical(id="chat-pane"):
+                    yield ChatLog(id="chat-log")
+                    yield Input(
+                        placeholder="status · submit FILE · logs 3 · why did job 3 fail · help",
+                        id="prompt",
+                    )
+                with Vertical(id="gpu-pane"):
+                    yield Label("GPUs", classes="panel-title", id="gpu-title")
+                    yield GpuTable(id="gpus")
+            with Vertical(id="jobs-pane"):
                 yield Label("Jobs", classes="panel-title", id="jobs-title")
                 yield JobsTable(id="jobs")
         yield Footer()
@@ -138,7 +150,8 @@ class ChatApp(App[None]):
         log.add_note(
             "Type a direct command (`help` lists them)"
             + (", or ask in your own words." if self.session.has_model else ".")
-            + " F4 jobs (enter, l, s, c, r, p) · F3 approvals · F2 audit · ctrl+p commands"
+            + " F1 keys · F4 jobs (enter, l, s, c, r, p) · F5 GPUs · F3 approvals · F2 audit"
+            + " · ctrl+p commands"
         )
         if not self.session.has_model:
             log.add_note(
@@ -358,7 +371,9 @@ class ChatApp(App[None]):
 
     # Actions -------------------------------------------------------------------------------------
     def action_help(self) -> None:
-        self.send_text("help")
+        """The keys, not the chat's commands (`help` in the chat lists those)."""
+        if not isinstance(self.screen, KeysScreen):
+            self.push_screen(KeysScreen())
 
     def action_audit(self) -> None:
         self.push_screen(AuditScreen())
@@ -377,11 +392,33 @@ class ChatApp(App[None]):
             self.notify("no pending approvals", title="approvals")
         self._show_next()
 
-    def action_focus_jobs(self) -> None:
-        self.query_one(JobsTable).focus()
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The pane keys work on the main screen only (the footer hides them elsewhere): over a
+        job's view or a dialog they would change what nobody sees."""
+        if action == "show_pane":
+            return self.screen is self.screen_stack[0]
+        return True
 
-    def action_focus_prompt(self) -> None:
-        self.query_one("#prompt", Input).focus()
+    def action_show_pane(self, pane: str) -> None:
+        tabs = self.query_one("#panes", Tabs)
+        if tabs.active == f"show-{pane}":
+            self._show_pane(pane)
+        else:
+            tabs.active = f"show-{pane}"  # its TabActivated shows the pane
+
+    @on(Tabs.TabActivated, "#panes")
+    def _tab_activated(self, event: Tabs.TabActivated) -> None:
+        if event.tab.id:
+            self._show_pane(event.tab.id.removeprefix("show-"))
+
+    def _show_pane(self, pane: str) -> None:
+        """Show the pane (the CSS hides the others on a narrow terminal) and move the focus
+        into it, so a key goes to what is on screen."""
+        main = self.query_one("#main")
+        for name in PANES:
+            main.set_class(name == pane, f"-pane-{name}")
+        target = {"chat": "#prompt", "jobs": "#jobs", "gpus": "#gpus"}[pane]
+        self.query_one(target).focus()
 
     def action_toggle_theme(self) -> None:
         self.theme = THEMES[1] if self.theme == THEMES[0] else THEMES[0]

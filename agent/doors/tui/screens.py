@@ -1,5 +1,5 @@
 """The screens over the main one: the confirmation of a destructive call, an approval's whole
-request, a job (k9s style: attempts and a followed log) and the audit."""
+request, a job (k9s style: attempts and a followed log), the audit and the keys (F1)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING, Any
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, ContentSwitcher, DataTable, Footer, Input, Label, Log, Static
 
 from nightshift.agent.doors.chat import ApprovalView, printable
-from nightshift.agent.doors.tui.widgets import pretty
+from nightshift.agent.doors.tui.widgets import JobsTable, pretty
 
 if TYPE_CHECKING:
     from nightshift.agent.doors.tui.app import ChatApp
@@ -389,3 +389,50 @@ class AuditScreen(Screen[None]):
                 Text(printable(json.dumps(e.payload, default=str))[:120], style="dim"),
             )
         table.focus()
+
+
+# ------------------------------------------------------------------------------------ keys
+class KeysScreen(ModalScreen[None]):
+    """Every key binding, read from the bindings the screens and widgets declare (so the list
+    cannot drift from what the keys do), grouped by where each one works."""
+
+    BINDINGS = [Binding("escape,q,f1", "dismiss", "Close")]
+
+    def __init__(self) -> None:
+        super().__init__(classes="modal")
+
+    def sections(self) -> list[tuple[str, list[BindingType]]]:
+        palette = Binding(self.app.COMMAND_PALETTE_BINDING, "command_palette", "Commands, skills")
+        app_keys = list(Binding.make_bindings(self.app.BINDINGS))
+        panes = [b for b in app_keys if b.action.startswith("show_pane")]
+        return [
+            ("Anywhere", [b for b in app_keys if b not in panes] + [palette]),
+            ("The panes, on the main screen (one at a time when narrow)", panes),
+            ("On the jobs table (F4)", list(JobsTable.BINDINGS)),
+            ("In a job's view", list(JobScreen.BINDINGS)),
+            ("In an approval", list(ApprovalModal.BINDINGS)),
+            ("When asked to confirm", list(ConfirmModal.BINDINGS)),
+            ("In the audit (F2)", list(AuditScreen.BINDINGS)),
+            ("This list", list(self.BINDINGS)),
+        ]
+
+    def lines(self) -> list[str]:
+        out: list[str] = []
+        for title, bindings in self.sections():
+            out += ["", title] if out else [title]
+            keys: dict[str, list[str]] = {}  # one line per action, its keys together
+            for b in Binding.make_bindings(bindings):
+                keys.setdefault(b.description or b.action, []).append(self.app.get_key_display(b))
+            out += [f"  {' / '.join(k):<14} {what}" for what, k in keys.items()]
+        out += ["", "Type `help` in the chat for its commands."]
+        return out
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            yield Label(Content("Keys"), classes="dialog-title")
+            with VerticalScroll(id="keys-scroll"):
+                yield Static(Content("\n".join(self.lines())), id="keys")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#keys-scroll").focus()

@@ -10,9 +10,10 @@ from typing import Any
 
 from rich.text import Text
 from textual.binding import Binding
-from textual.containers import Vertical, VerticalScroll
+from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.message import Message
+from textual.widget import Widget
 from textual.widgets import Collapsible, DataTable, Static
 
 from nightshift.agent.doors.chat import (
@@ -180,6 +181,9 @@ class ChatLog(VerticalScroll):
 
 
 # ------------------------------------------------------------------------------------ panels
+GPU_NAME_WIDTH = 18  # "0 H100 80GB HBM3": the panel stays 66 columns wide beside the chat
+
+
 class GpuTable(DataTable):
     """Per GPU: verdict, utilisation, memory, temperature, power."""
 
@@ -191,8 +195,10 @@ class GpuTable(DataTable):
     def show(self, rows: list[GpuRow]) -> None:
         self.clear()
         for r in rows:
+            name = Text(f"{r.index} {r.name}")
+            name.truncate(GPU_NAME_WIDTH, overflow="ellipsis")
             self.add_row(
-                Text(f"{r.index} {r.name}"[:18]),
+                name,
                 Text(r.verdict, style=VERDICT_STYLE.get(r.verdict, "")),
                 Text(r.util),
                 Text(r.memory),
@@ -202,8 +208,46 @@ class GpuTable(DataTable):
             )
 
 
+JOB_COLUMNS = (
+    ("id", "id"),
+    ("name", "name"),
+    ("state", "state"),
+    ("attempts", "att"),
+    ("metric", "metric"),
+    ("spark", "loss"),
+    ("why", "why"),
+)
+WHY_MAX = 300  # characters of a reason kept; the column shows what fits of them
+CELL_PADDING = 2  # a DataTable column's padding, one cell each side
+LEAST = 8  # a shared column never gets less, however narrow the terminal
+
+
+def share_widths(natural: dict[str, int], width: int) -> dict[str, int]:
+    """Column widths for a table `width` cells wide. Every column gets its natural width while
+    they all fit; when they do not, the short columns keep theirs and the job's name and its why
+    share what is left (the name at most two fifths of it, unless the why needs less), so only a
+    truly narrow terminal cuts them, with an ellipsis."""
+    fixed = sum(w + CELL_PADDING for k, w in natural.items() if k not in ("name", "why"))
+    room = width - fixed - 2 * CELL_PADDING
+    name, why = natural["name"], natural["why"]
+    if width <= 0 or name + why <= room:
+        return dict(natural)
+    name_w = max(LEAST, min(name, max(room * 2 // 5, room - why)))
+    return natural | {"name": name_w, "why": max(LEAST, room - name_w)}
+
+
+def on_screen(widget: Widget) -> bool:
+    """Whether the person can see the widget now: displayed, laid out and wholly inside the
+    terminal (a table pushed past the right edge of a narrow terminal is not)."""
+    if not widget.is_mounted or not widget.is_on_screen:
+        return False
+    region = widget.region
+    return bool(region.area) and widget.screen.region.contains_region(region)
+
+
 class JobsTable(DataTable):
-    """The jobs, k9s style: one key per action on the highlighted job."""
+    """The jobs, k9s style: one key per action on the highlighted job. A key acts only while
+    the table is on screen: on a hidden table it would act on a row nobody sees."""
 
     BINDINGS = [
         Binding("enter", "open", "Open"),
@@ -222,31 +266,54 @@ class JobsTable(DataTable):
             self.job_id = job_id
             self.action = action
 
+    def __init__(self, **kw: Any):
+        super().__init__(**kw)
+        self.rows_shown: list[JobRow] = []
+        self._fitted_to = -1
+
     def on_mount(self) -> None:
         self.cursor_type = "row"
-        self.add_column("id", key="id")
-        self.add_column("name", key="name")
-        self.add_column("state", key="state")
-        self.add_column("att", key="attempts")
-        self.add_column("metric", key="metric")
-        self.add_column("loss", key="spark")
-        self.add_column("why", key="why")
+        self._fill()
+
+    def on_resize(self) -> None:
+        if self.size.width != self._fitted_to:
+            self._fill()
 
     def show(self, rows: list[JobRow]) -> None:
+        self.rows_shown = rows
+        self._fill()
+
+    def _fill(self) -> None:
+        """The rows again, with the columns sized to the table's width now."""
         selected = self.selected_job()
-        self.clear()
-        for r in rows:
-            self.add_row(
-                Text(str(r.id)),
-                Text(printable(r.name)[:18]),
-                Text(r.state, style=STATE_STYLE.get(r.state, "")),
-                Text(str(r.attempts)),
-                Text(r.metric),
-                Text(r.spark, style="cyan"),
-                Text(printable(r.why)[:80], style="dim"),
-                key=str(r.id),
-            )
-        if selected is not None and str(selected) in {str(r.id) for r in rows}:
+        cells = [
+            {
+                "id": Text(str(r.id)),
+                "name": Text(printable(r.name)),
+                "state": Text(r.state, style=STATE_STYLE.get(r.state, "")),
+                "attempts": Text(str(r.attempts)),
+                "metric": Text(r.metric),
+                "spark": Text(r.spark, style="cyan"),
+                "why": Text(printable(r.why)[:WHY_MAX], style="dim"),
+            }
+            for r in self.rows_shown
+        ]
+        natural = {
+            key: max([len(label), *(row[key].cell_len for row in cells)])
+            for key, label in JOB_COLUMNS
+        }
+        # The vertical scrollbar's column is kept free, so a longer list never cuts the why.
+        self._fitted_to = self.size.width
+        width = self.size.width - self.styles.scrollbar_size_vertical if self.size.width else 0
+        widths = share_widths(natural, width)
+        self.clear(columns=True)
+        for key, label in JOB_COLUMNS:
+            self.add_column(label, key=key, width=widths[key])
+        for r, row in zip(self.rows_shown, cells, strict=True):
+            for key, text in row.items():
+                text.truncate(widths[key], overflow="ellipsis")
+            self.add_row(*row.values(), key=str(r.id))
+        if selected is not None and str(selected) in {str(r.id) for r in self.rows_shown}:
             self.move_cursor(row=self.get_row_index(str(selected)), animate=False)
 
     def selected_job(self) -> int | None:
@@ -262,10 +329,13 @@ class JobsTable(DataTable):
         self.action_job("attempts")
 
     def action_job(self, action: str) -> None:
+        if not on_screen(self):
+            self.notify(
+                "The jobs table is not on screen, so no job was touched: F4 shows it.",
+                title="jobs",
+                severity="warning",
+            )
+            return
         job_id = self.selected_job()
         if job_id is not None:
             self.post_message(self.JobAction(job_id, action))
-
-
-class SidePanel(Vertical):
-    """GPUs above, jobs below."""
