@@ -379,7 +379,7 @@ class AuditLog:
             settings.home_path / "audit.anchor",
             anchor_every=a.anchor_every_events,
             anchor_lag_s=a.anchor_lag_s,
-            key_path=a.key_file or settings.home_path / "keys" / "audit.key",
+            key_path=settings.audit_key_file,
             publish_file=a.publish_file,
             publish_syslog=a.publish_syslog,
             publish_every_s=a.publish_every_s,

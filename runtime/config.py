@@ -601,6 +601,14 @@ class Settings(BaseSettings):
         return Path(self.executor.runs_dir) if self.executor.runs_dir else self.home_path / "runs"
 
     @property
+    def audit_key_file(self) -> Path:
+        """The key that signs the audit events: `audit.key_file`, else
+        `$NIGHTSHIFT_HOME/keys/audit.key`."""
+        if self.audit.key_file:
+            return Path(self.audit.key_file).expanduser()
+        return self.home_path / "keys" / "audit.key"
+
+    @property
     def api_socket(self) -> Path:
         """The daemon's API socket: `api.socket`, else `$NIGHTSHIFT_HOME/api.sock`."""
         return (

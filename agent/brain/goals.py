@@ -19,14 +19,16 @@ uses the model only when it says `planner: llm`.
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from nightshift.runtime.errors import SpecError
-from nightshift.runtime.spec import MAX_PRIORITY, check_finite
-from nightshift.runtime.yamlfile import read_yaml, validate
+from nightshift.runtime.spec import MAX_PRIORITY, ExperimentSpec, check_finite, load_spec
+from nightshift.runtime.yamlfile import line_of, read_yaml, validate
 
 MAX_JOB_ID = 2**63 - 1  # what the store's integer column holds
 
@@ -136,7 +138,48 @@ def load_goal(path: str | Path) -> Goal:
             path=str(path),
             field="spec",
         )
+    _check_params(goal, str(path), node)
     return goal
+
+
+def _check_params(goal: Goal, path: str, node: yaml.Node | None) -> None:
+    """`params:` override the spec's parameters of a train goal: a name the spec does not have
+    (a typo, say `lrr`) stops here, naming it and the fix, before anything runs. A spec that
+    does not load is left to config_validator, which reports it in full."""
+    if not goal.params:
+        return
+    if goal.goal != "train":
+        name = next(iter(goal.params))
+        kind = f"goal: {goal.goal}" if goal.goal else "a goal of steps"
+        raise SpecError(
+            f"{kind} takes no params (they override the spec's parameters of goal: train); "
+            "remove 'params:', or give them in a step's args",
+            path=path,
+            field=f"params.{name}",
+            line=line_of(node, ("params", name)),
+        )
+    try:
+        spec = (
+            load_spec(Path(goal.base_dir) / goal.spec)
+            if isinstance(goal.spec, str)
+            else validate(ExperimentSpec, goal.spec, path="spec")
+        )
+    except SpecError:
+        return
+    known = set(spec.parameters) | set(spec.search_space or {}) | spec.searched()
+    for name in goal.params:
+        if name in known:
+            continue
+        close = difflib.get_close_matches(name, sorted(known), n=1)
+        fix = f"did you mean '{close[0]}'? " if close else ""
+        raise SpecError(
+            f"'{name}' is not a parameter of spec '{spec.name}' (its parameters: "
+            f"{', '.join(sorted(known)) or 'none'}); {fix}use one of those names, or add "
+            f"'{name}' to the spec's parameters",
+            path=path,
+            field=f"params.{name}",
+            line=line_of(node, ("params", name)),
+        )
 
 
 def _exists(path: Path) -> bool:

@@ -145,7 +145,13 @@ class Endpoint:
     def client(self) -> OpenAI:
         """The real `openai` client for this endpoint. A server that needs no key (llama.cpp,
         Ollama, vLLM by default) gets a placeholder: the client refuses to start without one."""
-        from openai import OpenAI
+        try:
+            from openai import OpenAI
+        except ImportError:
+            raise ConfigError(
+                f"a model endpoint is configured ({self.describe()}), but the openai client is "
+                "not installed: pip install 'nightshift[llm]'"
+            ) from None
 
         key = self.api_key.get_secret_value() if self.api_key is not None else "no-key"
         return OpenAI(

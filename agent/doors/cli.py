@@ -11,19 +11,18 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from nightshift.agent.doors.commands import register_all
-from nightshift.agent.doors.console import console, error, key_values, say, table
+from nightshift.agent.doors.console import console, err_console, error, key_values, say, table
 from nightshift.runtime.errors import BadArguments, NightshiftError
 
 if TYPE_CHECKING:
     from nightshift.agent.brain.planner import Planner
     from nightshift.agent.brain.wiring import Wiring
-    from nightshift.runtime.store.db import Approval
+    from nightshift.runtime.store.db import Approval, Attempt
 
 # A command imports what it needs when it runs: the store (SQLAlchemy), the policy stack and the
 # agent's graph (LangGraph) take a second or more to import, and `--help` or `jobs` would pay it.
 
 app = typer.Typer(
-    add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     help="nightshift: works the night shift on deep-learning GPU servers.",
@@ -38,6 +37,27 @@ app.add_typer(config_app, name="config")
 ConfigOpt = typer.Option(
     None, "--config", help="Config file (default $NIGHTSHIFT_HOME/config.yaml)"
 )
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        from importlib.metadata import version
+
+        print(f"nightshift {version('nightshift')}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    show_version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_print_version,
+        is_eager=True,
+        help="Print the installed version and exit.",
+    ),
+) -> None:
+    """nightshift: works the night shift on deep-learning GPU servers."""
 
 
 # ------------------------------------------------------------------------------------ run
@@ -61,15 +81,18 @@ def run(
     from nightshift.agent.doors.summary import run_summary, thread_jobs
     from nightshift.runtime.user_files import regular_file
 
-    w = Wiring.load(config)
     if sum(x is not None for x in (goal_file, resume, recover)) != 1:
         error("give exactly one of GOAL_FILE, --resume THREAD or --recover JOB")
         raise typer.Exit(2)
     if resume is not None and not resume:
         raise BadArguments("--resume '': give the thread id the run printed when it started")
+    goal = None
+    if goal_file is not None:  # a FIFO or a device is refused before anything opens it
+        regular_file(goal_file, "GOAL_FILE")
+        goal = load_goal(goal_file)  # a bad goal stops here: nothing opened, nothing run
+    w = Wiring.load(config)
     w.refuse_if_served()
     checkpointer = sqlite_checkpointer(w)
-    goal = None
     if resume is not None:  # the planner the interrupted goal asked for
         recorded = recorded_goal(w, checkpointer, resume)
         if recorded is None:
@@ -77,9 +100,9 @@ def run(
             raise typer.Exit(2)
         asked = recorded.get("planner")
     else:
-        if goal_file is not None:  # a FIFO or a device is refused before anything opens it
-            regular_file(goal_file, "GOAL_FILE")
-        goal = recover_goal(recover) if recover is not None else load_goal(goal_file)
+        if recover is not None:
+            goal = recover_goal(recover)
+        assert goal is not None
         asked = goal.planner
     graph = build_graph(
         w,
@@ -90,35 +113,110 @@ def run(
     started = time.monotonic()
     if resume is not None:
         thread = resume
-        cfg = _cfg(thread)
-        say("[bold]resuming[/] thread {}", thread)
-        _own_loop(w, thread)
-        result = graph.resume(cfg, lambda approval_id: wait_for_decision(w, approval_id))
     else:
         assert goal is not None
         thread = f"{goal.name}-{local_now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:4]}"
-        cfg = _cfg(thread)
-        say(
-            "[bold]nightshift[/] goal [bold]{}[/] · thread {} · as OS user [bold]{}[/] "
-            "(single-user mode)\n[dim](if interrupted: nightshift run --resume {})[/]",
-            goal.name,
-            thread,
-            w.user,
-            thread,
-        )
-        _own_loop(w, thread)
-        result = graph.invoke(
-            {"goal": goal.model_dump(mode="json"), "history": [], "on_behalf_of": w.user}, cfg
-        )
-    while "__interrupt__" in result:
-        req = result["__interrupt__"][0].value
-        result = graph.invoke(Command(resume=wait_for_decision(w, req["approval_id"])), cfg)
-    # Without a daemon, this process owns the loop until every job of the goal has ended.
-    w.engine.run_until_settled(thread_jobs(w, thread))
+    cfg = _cfg(thread)
+    try:
+        if resume is not None:
+            say("[bold]resuming[/] thread {}", thread)
+            _own_loop(w, thread)
+            result = graph.resume(cfg, lambda approval_id: wait_for_decision(w, approval_id))
+        else:
+            assert goal is not None
+            say(
+                "[bold]nightshift[/] goal [bold]{}[/] · thread {} · as OS user [bold]{}[/] "
+                "(single-user mode)\n[dim](if interrupted: nightshift run --resume {})[/]",
+                goal.name,
+                thread,
+                w.user,
+                thread,
+            )
+            _own_loop(w, thread)
+            result = graph.invoke(
+                {"goal": goal.model_dump(mode="json"), "history": [], "on_behalf_of": w.user}, cfg
+            )
+        while "__interrupt__" in result:
+            req = result["__interrupt__"][0].value
+            result = graph.invoke(Command(resume=wait_for_decision(w, req["approval_id"])), cfg)
+        # Without a daemon, this process owns the loop until every job of the goal has ended.
+        w.engine.run_until_settled(thread_jobs(w, thread))
+    except KeyboardInterrupt:
+        _interrupted(w, thread)
+        raise typer.Exit(130) from None
     w.engine.stop_background()  # harmless when the daemon owns the loop
     fin = result.get("finish") or {"ok": False, "summary": "run ended without a result"}
     console.print(run_summary(w, thread, time.monotonic() - started))
     raise typer.Exit(0 if fin["ok"] else (2 if fin.get("bad_input") else 1))
+
+
+def _interrupted(w: Wiring, thread: str) -> None:
+    """Ctrl-C in `nightshift run`: stop this process's loop and say what it leaves behind — each
+    job of the goal still queued or running, and the commands that act on it."""
+    import signal
+
+    from nightshift.agent.doors.daemon import DaemonLock
+    from nightshift.agent.doors.summary import thread_jobs
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C cannot cut this report short
+    w.engine.stop_background()
+    daemon = DaemonLock.held(w.settings.home_path)
+    err_console.print("\ninterrupted", style="bold yellow")
+    left = _still_active(w, thread_jobs(w, thread))
+    for job_id, name, state, attempt in left:
+        if state == "running" and attempt is not None:
+            pid = (attempt.handle or {}).get("pid")
+            where = f"attempt {attempt.number} under the {attempt.executor or 'local'} executor" + (
+                f", pid {pid}" if pid else ""
+            )
+            watched = (
+                "the daemon watches it"
+                if daemon
+                else "nothing watches it until `nightshift daemon` runs or the goal resumes"
+            )
+            err_console.print(
+                f"job {job_id} ({name}) keeps running ({where}); {watched}.", markup=False
+            )
+        else:
+            starts = (
+                "the daemon starts it"
+                if daemon
+                else "it starts when `nightshift daemon` runs or the goal resumes"
+            )
+            err_console.print(f"job {job_id} ({name}) stays {state}; {starts}.", markup=False)
+        err_console.print(
+            f"  `nightshift cancel {job_id}` to stop it, `nightshift logs {job_id} -f` to follow it",
+            markup=False,
+        )
+    if not left:
+        err_console.print("no job of this goal is left queued or running.", markup=False)
+    err_console.print(
+        f"`nightshift run --resume {thread}` continues the goal where it stopped.", markup=False
+    )
+
+
+def _still_active(w: Wiring, job_ids: list[int]) -> list[tuple[int, str, str, Attempt | None]]:
+    """(job id, name, state, last attempt) of each of `job_ids` still queued or running."""
+    from sqlmodel import col, select
+
+    from nightshift.runtime.store.db import Attempt, Job
+    from nightshift.runtime.store.lifecycle import ACTIVE
+
+    if not job_ids:
+        return []
+    active = [state.value for state in ACTIVE]
+    out: list[tuple[int, str, str, Attempt | None]] = []
+    with w.store.session() as s:
+        jobs = s.exec(
+            select(Job).where(col(Job.id).in_(job_ids), col(Job.state).in_(active)).order_by(Job.id)
+        ).all()
+        for job in jobs:
+            last = s.exec(
+                select(Attempt).where(Attempt.job_id == job.id).order_by(col(Attempt.number).desc())
+            ).first()
+            assert job.id is not None
+            out.append((job.id, job.name, job.state, last))
+    return out
 
 
 def _planner(w: Wiring, asked: str | None) -> Planner:
@@ -471,18 +569,19 @@ def resume_cmd(config: str | None = ConfigOpt) -> None:
 
 
 @config_app.command("show")
-def config_show(config: str | None = ConfigOpt) -> None:
-    """Effective settings and where each came from."""
+def config_show(
+    config: str | None = ConfigOpt, as_json: bool = typer.Option(False, "--json")
+) -> None:
+    """Every effective setting and where it came from: one left unset shows what is used in its
+    place (store, socket, runs folder, audit key under the home folder); secrets are masked."""
+    from nightshift.agent.doors.effective_settings import effective_rows
     from nightshift.runtime.config import load_settings_with_sources
 
     settings, sources = load_settings_with_sources(config)
-    rows = []
-    for section, values in settings.model_dump().items():
-        if isinstance(values, dict):
-            for k, v in values.items():
-                rows.append([f"{section}.{k}", v, sources.get(f"{section}.{k}", "default")])
-        else:
-            rows.append([section, values, "NIGHTSHIFT_HOME" if section == "home" else "default"])
+    rows = effective_rows(settings, sources)
+    if as_json:
+        print(json.dumps({k: {"value": v, "from": f} for k, v, f in rows}, indent=2, default=str))
+        return
     console.print(table("config", ["key", "value", "from"], rows))
 
 

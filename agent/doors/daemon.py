@@ -34,6 +34,7 @@ from nightshift.agent.brain.graph import build_graph, sqlite_checkpointer
 from nightshift.agent.brain.planner import DeterministicPlanner, Planner
 from nightshift.agent.brain.recovery import Recoveries
 from nightshift.agent.brain.wiring import Wiring, os_user_name
+from nightshift.agent.doors.daemon_log import AttemptLines, start_lines
 from nightshift.runtime import locks
 from nightshift.runtime.config import Settings
 from nightshift.runtime.errors import OperatorError
@@ -219,6 +220,7 @@ class Daemon:
         self.lease: DaemonLease | None = None  # on a SQLite store, from run() on
         self.stop_event = threading.Event()
         self.recoveries = Recoveries(w, self.graph, say=self.say, tell=self.tell)
+        self.attempt_lines: AttemptLines | None = None  # from run() on: a line per start and end
         w.loop.say = self.say
         w.loop.recover = self.recoveries.request
         w.loop.carry_out_approved = True
@@ -232,6 +234,11 @@ class Daemon:
         api = channels = None
         try:
             self._serve_store()
+            for line in start_lines(self.w.settings, serve_api=self.serve_api):
+                self.tell(line)
+            self.attempt_lines = AttemptLines(self.w.store, self.w.settings.node)
+            for line in self.attempt_lines.begin():
+                self.tell(line)
             from nightshift.agent.doors.channels.service import ChannelService
 
             channels = ChannelService(self.w, say=self.tell)
@@ -299,6 +306,21 @@ class Daemon:
     def step(self) -> None:
         self.w.loop.step()
         self.recoveries.poll_waiting()
+        self._tell_attempts()
+
+    def _tell_attempts(self) -> None:
+        """A line for each attempt started or ended in this step; a store fault is the loop's
+        to report (it met it too), and the lines come on the step after it clears."""
+        if self.attempt_lines is None:
+            return
+        try:
+            lines = self.attempt_lines.poll()
+        except Exception as exc:
+            if self.w.store.fault_of(exc) is None:
+                raise
+            return
+        for line in lines:
+            self.tell(line)
 
     def _heartbeat(self) -> None:
         """Renew the store's lease when due. A store fault is left to the loop's step, which

@@ -1,5 +1,5 @@
 """Runs each launch request as a job of an existing Ray cluster, through its Jobs API
-(`ray.job_submission.JobSubmissionClient`; `pip install 'ray[default]'`).
+(`ray.job_submission.JobSubmissionClient`; `pip install 'nightshift[ray]'`).
 
 The cluster is the record. A job's submission id comes from the request key (and this executor's
 runs folder, so two nightshift homes on one cluster never share an id), and Ray refuses a second
@@ -544,7 +544,7 @@ class RayExecutor:
                 return self._jobs
             if JobSubmissionClient is None:
                 raise OperatorError(
-                    "the ray executor needs Ray's job SDK: `pip install 'ray[default]'`"
+                    "the ray executor needs Ray's job SDK: `pip install 'nightshift[ray]'`"
                 )
             try:
                 self._jobs = _Client(self.address, self.timeout_s)

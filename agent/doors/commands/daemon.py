@@ -34,7 +34,10 @@ def daemon(
     )
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: d.stop_event.set())
-    say("nightshift daemon on {} as OS user {} (Ctrl-C to stop)", w.settings.store_url, w.user)
+    from importlib.metadata import version
+
+    # The store, socket, executor and policy follow, one line each (agent/doors/daemon_log.py).
+    say("nightshift daemon {} as OS user {} (Ctrl-C to stop)", version("nightshift"), w.user)
     d.run(max_ticks=max_ticks)
     console.print("daemon stopped; runs continue and are re-attached at the next start")
 
