@@ -138,16 +138,15 @@ def _local_jobs(w: Any, state: list[str]) -> list[dict[str, Any]]:
             q = q.where(Job.state.in_(state))
         rows = list(s.exec(q))
         counts: dict[int, int] = {}
-        last: dict[int, tuple[str | None, Any]] = {}  # the newest attempt's outcome, diagnosis
-        for job_id, outcome, diagnosis in s.exec(
-            select(Attempt.job_id, Attempt.outcome, Attempt.diagnosis).order_by(Attempt.number)
+        newest: dict[int, Any] = {}  # each job's newest attempt's diagnosis
+        for job_id, diagnosis in s.exec(
+            select(Attempt.job_id, Attempt.diagnosis).order_by(Attempt.number)
         ):
             counts[job_id] = counts.get(job_id, 0) + 1
-            last[job_id] = (outcome, diagnosis)
+            newest[job_id] = diagnosis
     out = []
     for j in rows:
-        outcome, raw = last.get(j.id, (None, None))
-        diagnosis = Diagnosis.stored(raw)
+        diagnosis = Diagnosis.stored(newest.get(j.id))
         out.append(
             {
                 "id": j.id,
@@ -157,7 +156,7 @@ def _local_jobs(w: Any, state: list[str]) -> list[dict[str, Any]]:
                 "cost_class": j.spec.get("cost_class"),
                 "attempts": counts.get(j.id, 0),
                 "group": j.group,
-                "why": why_of(j.state, j.reason, j.hold_reason, outcome, diagnosis),
+                "why": why_of(j.state, j.reason, j.hold_reason, diagnosis),
                 "diagnosis": diagnosis.model_dump() if diagnosis else None,
             }
         )
@@ -173,9 +172,7 @@ def _remote_jobs(w: Any, state: list[str]) -> list[dict[str, Any]]:
     )
     out = []
     for j in sorted(r.jobs, key=lambda j: j.id):
-        newest = j.attempts[-1] if j.attempts else None
-        outcome = newest.outcome if newest else None
-        diagnosis = newest.diagnosis if newest else None
+        diagnosis = j.attempts[-1].diagnosis if j.attempts else None
         out.append(
             {
                 "id": j.id,
@@ -185,30 +182,24 @@ def _remote_jobs(w: Any, state: list[str]) -> list[dict[str, Any]]:
                 "cost_class": j.cost_class,
                 "attempts": len(j.attempts),
                 "group": j.group,
-                "why": why_of(j.state, j.reason, j.hold_reason, outcome, diagnosis),
+                "why": why_of(j.state, j.reason, j.hold_reason, diagnosis),
                 "diagnosis": diagnosis.model_dump() if diagnosis else None,
             }
         )
     return out
 
 
-# The outcomes of an attempt that failed (runtime.store.lifecycle.FAILED_OUTCOMES).
-FAILED = ("failed", "lost", "diverged", "timeout", "stalled")
-
-
-def why_of(
-    state: str, reason: str | None, hold_reason: str | None, outcome: str | None, diagnosis: Any
-) -> str | None:
+def why_of(state: str, reason: str | None, hold_reason: str | None, diagnosis: Any) -> str | None:
     """The "why" of one row: why a queued job waits, why a job stopped; for a failed job, and a
-    queued one retrying after a failure, the newest attempt's diagnosis first (category and
-    evidence, cut short), ahead of the wait."""
+    queued one retrying after a failure, its newest attempt's diagnosis first (category and
+    evidence, cut short; only a failed attempt has one), ahead of the wait."""
     why = hold_reason if state == "queued" else reason
-    if diagnosis is None or outcome not in FAILED or state not in ("failed", "queued"):
+    if diagnosis is None or state not in ("failed", "queued"):
         return why
     brief = diagnosis.brief()
     if state == "queued":
         return f"{brief}; retry: {why}" if why else f"{brief}; retry queued"
-    return brief
+    return str(brief)
 
 
 def register(app: typer.Typer) -> None:
