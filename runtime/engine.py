@@ -9,6 +9,7 @@ imports nothing above it).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import threading
@@ -911,11 +912,12 @@ class Engine:
                 knobs=spec.knobs.model_dump(exclude_none=True),
             )
             return self.diagnose(run).model_dump()
-        except Exception as exc:  # noqa: BLE001 - a diagnosis is a nicety; the end is a record
-            self.on_event(
-                "diagnosis.failed",
-                {"attempt_id": attempt_id, "error": f"{type(exc).__name__}: {exc}"},
-            )
+        except Exception as exc:  # noqa: BLE001 (a diagnosis is a nicety; the end is a record)
+            with contextlib.suppress(Exception):  # nor may reporting it stop the loop
+                self.on_event(
+                    "diagnosis.failed",
+                    {"attempt_id": attempt_id, "error": f"{type(exc).__name__}: {exc}"},
+                )
             return None
 
 

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import yaml
 from alembic import command
 from alembic.config import Config
@@ -158,6 +159,7 @@ def test_a_store_from_before_0012_still_lists_and_says_what_to_do(home, tmp_path
     assert json.loads(nightshift("diagnose", "1", "--json").stdout)["category"] == "import_or_env"
 
 
+@pytest.mark.slow
 def test_a_client_of_the_daemon_gets_the_diagnosis_through_the_skills(home, tmp_path):
     """Over the daemon's socket `jobs` and `why` read list_jobs and show_job, not the store."""
     spec = tmp_path / "spec.yaml"
@@ -233,3 +235,44 @@ def test_a_log_the_job_replaced_with_a_link_is_not_read_into_the_diagnosis(home,
     assert "root_only_secret" not in json.dumps(row)
     assert row["diagnosis"]["category"] == "unknown"
     assert "the log was not read" in row["diagnosis"]["summary"]
+
+
+def test_a_diagnosis_that_fails_never_keeps_the_loop_from_recording_the_end(tmp_path):
+    """The diagnosis is a nicety: a classifier that raises leaves the attempt's end recorded
+    (failed, no diagnosis) and is reported, and the loop goes on."""
+    from nightshift.runtime.engine import Engine
+    from nightshift.runtime.executors.executor import RunStatus
+
+    class ExitsOne:
+        kind = "local"
+
+        def start(self, req):
+            return {"kind": "local"}
+
+        def poll(self, handle):
+            return RunStatus(state="exited", exit_code=1)
+
+        def cleanup(self, handle, grace_s=0):
+            return []
+
+    def broken(run):
+        raise RuntimeError("classifier exploded")
+
+    events: list[tuple[str, dict]] = []
+    store = Store(f"sqlite:///{tmp_path / 'n.db'}")
+    engine = Engine(
+        store,
+        ExitsOne(),  # type: ignore[arg-type]
+        Settings(home=str(tmp_path)),
+        on_event=lambda a, p: events.append((a, p)),
+        diagnose=broken,
+    )
+    with store.session() as s:
+        s.add(Job(name="j", spec={"name": "j", "command": ["true"]}))
+    engine.tick()  # starts it
+    engine.tick()  # sees it exit 1
+    att = store.attempts(1)[0]
+    assert (store.job(1).state, att.outcome, att.diagnosis) == ("failed", "failed", None)
+    assert [p["error"] for a, p in events if a == "diagnosis.failed"] == [
+        "RuntimeError: classifier exploded"
+    ]
