@@ -198,7 +198,7 @@ def why_of(state: str, reason: str | None, hold_reason: str | None, diagnosis: A
         return why
     brief = diagnosis.brief()
     if state == "queued":
-        return f"{brief}; retry: {why}" if why else f"{brief}; retry queued"
+        return f"{brief} · {why or 'retry queued'}"
     return str(brief)
 
 
