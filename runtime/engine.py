@@ -9,6 +9,7 @@ imports nothing above it).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import threading
@@ -34,6 +35,7 @@ from nightshift.runtime.store import lifecycle, transition_events
 from nightshift.runtime.store.db import Attempt, CheckpointRecord, Job, MetricPoint, Store, utcnow
 from nightshift.runtime.store.lifecycle import ACTIVE, Ended, JobState, Outcome
 from nightshift.runtime.training import checkpoints, divergence, keeper, metric_sources
+from nightshift.runtime.training.attempt_diagnosis import Diagnoser, FailedRun, read_log_tail
 from nightshift.runtime.training.divergence import Divergence
 from nightshift.runtime.training.early_stop import median_rule, patience_exhausted
 
@@ -82,8 +84,12 @@ class Engine:
         clock: Callable[[], datetime] = utcnow,
         paused: Callable[[], str | None] = lambda: None,
         mono: Callable[[], float] = time.monotonic,
+        diagnose: Diagnoser | None = None,
     ):
         self.store, self.executor, self.settings = store, executor, settings
+        # Why a failed attempt failed, kept with it as it ends (the wiring hands in the
+        # diagnose_failure classifier; runtime imports nothing above it). None: not diagnosed.
+        self.diagnose = diagnose
         self.on_event = on_event or (lambda action, payload: None)
         self.clock = clock  # the wall clock: tariffs, deadlines and what the records show
         # Durations (timeouts, stalls) are measured on the monotonic clock of this boot.
@@ -837,8 +843,11 @@ class Engine:
         reason: str | None = None,
         stopped: bool = False,
     ) -> None:
-        """Record how an attempt ended (the lifecycle's one end path: exit, outcome, energy)
-        and report its job's move; nothing when it had already ended."""
+        """Record how an attempt ended (the lifecycle's one end path: exit, outcome, energy,
+        and for a failure its diagnosis) and report its job's move; nothing when it had already
+        ended."""
+        # Read and classified first: never under the store's write lock.
+        diagnosis = self._diagnosis(attempt_id, status, outcome, reason, stopped)
         with self.store.write_session() as s:
             att = s.get(Attempt, attempt_id)
             if att.state in lifecycle.ENDED_ATTEMPT:
@@ -851,6 +860,71 @@ class Engine:
                 outcome=outcome,
                 reason=reason,
                 mono=(self.mono(), self.boot_id),
+                diagnosis=diagnosis,
             )
         if att.outcome == Outcome.LOST:
             self._stop_lost(att)
+
+    def _diagnosis(
+        self,
+        attempt_id: int,
+        status: RunStatus,
+        outcome: Outcome | None,
+        reason: str | None,
+        stopped: bool,
+    ) -> dict[str, Any] | None:
+        """Why an attempt that is ending failed, from the tail of its log (read bounded and
+        without following a link the job planted), its exit status and the loop's own verdict.
+        None when it does not end failed or no classifier is wired; a diagnosis that fails is
+        reported and left out: it never keeps the loop from recording the end."""
+        if self.diagnose is None:
+            return None
+        if outcome is None:
+            if status.state == "exited" and status.exit_code == 0 and not stopped:
+                return None
+        elif Outcome(outcome) not in lifecycle.FAILED_OUTCOMES:
+            return None
+        try:
+            att = self._attempt(attempt_id)
+            job = self.store.job(att.job_id) if att is not None else None
+            if att is None or job is None or att.state in lifecycle.ENDED_ATTEMPT:
+                return None
+            if outcome is None and job.state != JobState.RUNNING:
+                return None  # held, paused or cancelled meanwhile: the move says why, not a failure
+            spec = ExperimentSpec.model_validate(job.spec)
+            tail, first_line, note = read_log_tail(
+                job_workspace(self.settings, job.id), att.log_path
+            )
+            says = _MONITOR_SAYS.get(Outcome(outcome)) if outcome is not None else None
+            if says is None and status.state == "lost" and not stopped:
+                says = "lost"
+            if outcome == Outcome.FAILED and status.exit_code == 0:
+                says = "diverged"  # exited 0 with a non-finite final metric (watch_running)
+            run = FailedRun(
+                log_tail=tail,
+                first_line_no=first_line,
+                log_note=note,
+                exit_code=status.exit_code,
+                signal=status.signal,
+                monitor_says=says,
+                monitor_detail=reason or status.detail,
+                params=dict(att.params),
+                knobs=spec.knobs.model_dump(exclude_none=True),
+            )
+            return self.diagnose(run).model_dump()
+        except Exception as exc:  # noqa: BLE001 (a diagnosis is a nicety; the end is a record)
+            with contextlib.suppress(Exception):  # nor may reporting it stop the loop
+                self.on_event(
+                    "diagnosis.failed",
+                    {"attempt_id": attempt_id, "error": f"{type(exc).__name__}: {exc}"},
+                )
+            return None
+
+
+# The loop's own verdicts, which the classifier takes as the category.
+_MONITOR_SAYS = {
+    Outcome.STALLED: "stalled",
+    Outcome.TIMEOUT: "timeout",
+    Outcome.LOST: "lost",
+    Outcome.DIVERGED: "diverged",
+}

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 from sqlmodel import select
 
 from nightshift.runtime.store.db import Attempt, Job
+from nightshift.runtime.training.attempt_diagnosis import Diagnosis
 from nightshift.skills.base import SkillContext, skill
 
 
@@ -29,6 +30,17 @@ class AttemptSummary(BaseModel):
     last_loss: float | None
     started_at: datetime
     ended_at: datetime | None
+    diagnosis: Diagnosis | None = Field(
+        None,
+        description="Why it failed (category, evidence line, summary, recommended action), "
+        "diagnosed as it ended; None: it did not fail, or it ended before diagnoses were kept",
+    )
+
+    @field_validator("diagnosis", mode="before")
+    @classmethod
+    def _stored(cls, raw: object) -> Diagnosis | None:
+        """A row's stored diagnosis; one that does not parse is none, not a broken listing."""
+        return raw if isinstance(raw, Diagnosis) else Diagnosis.stored(raw)
 
 
 class JobSummary(BaseModel):
@@ -52,7 +64,7 @@ class ListJobsResult(BaseModel):
 @skill("list_jobs", capability="read")
 def list_jobs(ctx: SkillContext, inp: ListJobsInput) -> ListJobsResult:
     """List jobs (newest first) with their state, parameters, why they stopped, and every attempt
-    with its exit code and the steps it covered."""
+    with its exit code, the steps it covered and, for a failed one, its diagnosis."""
     with ctx.store.session() as s:
         q = select(Job).order_by(Job.id.desc()).limit(inp.limit)
         if inp.states:

@@ -16,6 +16,7 @@ from nightshift.runtime.errors import UnknownJob
 from nightshift.runtime.spec import ExperimentSpec
 from nightshift.runtime.store.db import Attempt
 from nightshift.runtime.training import keeper
+from nightshift.runtime.training.attempt_diagnosis import Diagnosis
 from nightshift.skills.base import Claims, SkillContext, SkillInput, skill
 
 ENDED = ("exited", "lost", "stopped")
@@ -46,6 +47,12 @@ class AttemptDetail(BaseModel):
     state: str = Field(description="starting | running | exited | lost | stopped")
     outcome: str | None = Field(description="How it ended: succeeded, failed, cancelled, ...")
     cause: str | None = Field(description="The diagnosed failure category, once recovery ran")
+    diagnosis: Diagnosis | None = Field(
+        None,
+        description="Why it failed, diagnosed as it ended: category, the evidence line and its "
+        "number, a summary, the recommended action. None: it did not fail, or it ended before "
+        "diagnoses were kept",
+    )
     evidence: str | None = Field(description="What the monitor saw: a divergence, a lost process")
     first_bad_step: int | None = Field(description="The first step whose metrics diverged")
     started_at: datetime
@@ -102,7 +109,8 @@ class ShowJobResult(BaseModel):
 @skill("show_job", capability="read")
 def show_job(ctx: SkillContext, inp: ShowJobInput) -> ShowJobResult:
     """Everything about one job: state, reason, owner, priority, spec path, checkpoint folder and
-    the good checkpoints kept, then each attempt with its state, diagnosed cause, start and end,
+    the good checkpoints kept, then each attempt with its state, diagnosed cause and diagnosis
+    (evidence line, summary, recommended action), start and end,
     duration, first and last step, the steps lost to the next attempt, exit code or signal, GPUs,
     the parameters it changed against the previous attempt and the checkpoint it resumed from."""
     job = ctx.store.job(inp.job_id)
@@ -128,6 +136,7 @@ def show_job(ctx: SkillContext, inp: ShowJobInput) -> ShowJobResult:
                 state=a.state,
                 outcome=a.outcome,
                 cause=a.cause,
+                diagnosis=Diagnosis.stored(a.diagnosis),
                 evidence=a.evidence,
                 first_bad_step=a.first_bad_step,
                 started_at=a.started_at,

@@ -1,5 +1,5 @@
 """Only the lifecycle moves jobs: a watch on every write of a job's state or reason and of an
-attempt's state or end (outcome, exit status, energy, cause) in the test process.
+attempt's state or end (outcome, exit status, energy, cause, diagnosis) in the test process.
 
 A write made by code of ours outside `runtime/store/lifecycle.py` to a row that is already in the store
 is recorded, and conftest's autouse fixture fails the test during which it happened. Writes from
@@ -34,6 +34,7 @@ WATCHED: dict[type, tuple[str, ...]] = {
         "energy_kwh",
         "energy_source",
         "cause",
+        "diagnosis",
     ),
 }
 VIOLATIONS: list[str] = []

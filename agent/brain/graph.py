@@ -240,7 +240,9 @@ def build_graph(
                 and p["args"].get("log_path")
             ):
                 # Bookkeeping for reports: the diagnosed cause on the attempt whose log it read.
-                lifecycle.record_cause(s, p["args"]["log_path"], out.get("category"))
+                lifecycle.record_cause(
+                    s, p["args"]["log_path"], out.get("category"), stored_diagnosis(out)
+                )
         return _observe(state, p, status, result=out, error=err, bad_input=bad)
 
     def watch(state: AgentState) -> dict[str, Any]:
@@ -422,3 +424,16 @@ def sqlite_checkpointer(w: Wiring) -> SqliteSaver:
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")  # as durable as the store it sits beside
     return SqliteSaver(conn)
+
+
+def stored_diagnosis(out: dict[str, Any]) -> dict[str, Any] | None:
+    """A diagnose_failure result in the form kept with the attempt; None if it does not parse."""
+    from pydantic import ValidationError
+
+    from nightshift.skills.attempt_diagnosis import from_result
+    from nightshift.skills.diagnose_failure import DiagnoseFailureResult
+
+    try:
+        return from_result(DiagnoseFailureResult.model_validate(out)).model_dump()
+    except ValidationError:
+        return None

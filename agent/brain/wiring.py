@@ -238,7 +238,16 @@ class Wiring:
 
         # Work starts only where the runs folder belongs to this store (runtime/store/runs_binding.py).
         bind_runs(self.store, self.settings.runs_dir)
-        engine = Engine(self.store, self.executor, self.settings, on_event=on_event, paused=paused)
+        from nightshift.skills.attempt_diagnosis import diagnose_attempt
+
+        engine = Engine(
+            self.store,
+            self.executor,
+            self.settings,
+            on_event=on_event,
+            paused=paused,
+            diagnose=diagnose_attempt,
+        )
         if self.server:  # the daemon, which holds the store's lease (agent/doors/daemon.py)
             engine.step = lambda: self.loop.step()  # whoever ticks, the whole loop's step runs
             return engine

@@ -357,7 +357,9 @@ def status(config: str | None = ConfigOpt, as_json: bool = typer.Option(False, "
                 j.name,
                 j.state,
                 len(j.attempts),
-                None if last is None else f"{last.start_step}→{last.last_step}",
+                None
+                if last is None
+                else f"{last.start_step}→{'?' if last.last_step is None else last.last_step}",
                 None if last is None or last.last_loss is None else f"{last.last_loss:.4f}",
                 j.reason,
             ]

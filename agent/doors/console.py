@@ -166,7 +166,8 @@ def _describe_ok(obs: dict[str, Any]) -> str:
         att = r.get("attempt") or {}
         return (
             f"job {r.get('job_id')} {r.get('state')} after attempt {att.get('number')}"
-            f" (exit {att.get('exit_code')}, last step {att.get('last_step')})"
+            f" (exit {att.get('exit_code')}"
+            + (f", last step {att['last_step']})" if att.get("last_step") is not None else ")")
             + (f": {r.get('reason')}" if r.get("reason") and r.get("state") != "succeeded" else "")
         )
     if skill == "gpu_health_check":

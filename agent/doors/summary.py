@@ -115,7 +115,7 @@ def run_summary(w: Wiring, thread: str, wall_s: float) -> Group:
             ("attempts", o.attempts),
             ("resumed from step", ", ".join(map(str, o.resumed_from_steps)) or "-"),
             ("steps lost to failures", o.steps_lost),
-            ("final step", str(o.final_step)),
+            ("final step", "-" if o.final_step is None else str(o.final_step)),
             (f"final {o.metric}", final),
         ]
         parts.append(key_values(f"job {o.job_id} · {o.name}", rows))

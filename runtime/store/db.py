@@ -149,6 +149,10 @@ class Attempt(SQLModel, table=True):
     cause: str | None = (
         None  # the diagnosed failure category, recorded by the recovery that followed
     )
+    # Why a failed attempt ended, diagnosed by the loop as it ended: category, the evidence line
+    # and its number, a summary, the recommended action (runtime/training/attempt_diagnosis.py).
+    # None for an attempt that did not fail, and for those from before 0012.
+    diagnosis: dict | None = Field(default=None, sa_column=Column(JSON, nullable=True))
     energy_kwh: float | None = None
     energy_source: str | None = None  # nvml | declared_power | none
     started_at: NaiveDatetime = Field(default_factory=utcnow)

@@ -287,11 +287,13 @@ def end_attempt(
     reason: str | None = None,
     by: str = "system",
     mono: tuple[float, str] | None = None,
+    diagnosis: dict[str, Any] | None = None,
 ) -> Transition | None:
     """Record the end of `att` once — exit status, outcome, energy — and move its job on if it
     was still running. None (nothing written) when the attempt had already ended. `mono`: the
     monotonic clock and boot id now, kept when the attempt started on this boot (retry backoff
-    counts from it).
+    counts from it). `diagnosis`: why it failed (runtime/training/attempt_diagnosis.py), kept
+    when the outcome is one of the run's failures; the caller computed it before this write.
 
     With no `outcome`, a clean exit 0 succeeded, a lost run is `lost`, anything else failed; a
     job that a person or the loop had already moved (held, paused, cancelled) gives the outcome
@@ -317,6 +319,8 @@ def end_attempt(
     att.exit_code, att.signal, att.ended_at = how.exit_code, how.signal, now
     att.ended_mono = mono[0] if mono is not None and mono[1] == att.boot_id else None
     att.energy_kwh, att.energy_source = attempt_energy(_power_w(job.spec), att.started_at, now)
+    if diagnosis is not None and outcome in FAILED_OUTCOMES:
+        att.diagnosis = diagnosis
     s.add(att)
     if job.state != JobState.RUNNING.value:
         payload = {"job_id": job.id, "attempt": att.number, "outcome": outcome.value}
@@ -352,10 +356,19 @@ def _power_w(spec: dict[str, Any]) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
-def record_cause(s: Session, log_path: str, category: str | None) -> None:
-    """The diagnosed failure category, on the attempt whose log was read (for reports)."""
+def record_cause(
+    s: Session, log_path: str, category: str | None, diagnosis: dict[str, Any] | None = None
+) -> None:
+    """The diagnosed failure category, on the attempt whose log was read (for reports), with the
+    diagnosis it came from: it replaces the one the loop stored as the attempt ended, so what
+    `nightshift why` shows is what recovery acted on."""
     att = s.exec(select(Attempt).where(Attempt.log_path == log_path)).first()
-    if att is not None and att.cause != category:
+    if att is None:
+        return
+    if diagnosis is not None and att.outcome in FAILED_OUTCOMES and att.diagnosis != diagnosis:
+        att.diagnosis = diagnosis
+        s.add(att)
+    if att.cause != category:
         att.cause = category
         s.add(att)
         payload = {"job_id": att.job_id, "attempt": att.number, "cause": category}

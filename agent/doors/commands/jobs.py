@@ -38,13 +38,57 @@ def _steps(a: Any) -> str:
     return f"{a.start_step}→{'?' if a.last_step is None else a.last_step}"
 
 
+def _value(v: Any) -> str:
+    """A parameter's value as a person reads it: a parameter an attempt did not have is unset."""
+    return "unset" if v is None else str(v)
+
+
+def _resume_line(r: Any) -> str | None:
+    """Where the job's next attempt would start, for a job that can have one: a waiting or
+    stopped job's next attempt, a failed job's retry; nothing for a finished job."""
+    if r.state in ("succeeded", "cancelled") or not (r.resume_from or r.resume_step):
+        return None
+    where = r.resume_from or f"step {r.resume_step}"
+    if r.resume_from and r.resume_step is not None:
+        where += f" (step {r.resume_step})"
+    if r.state == "failed":
+        return f"`nightshift retry {r.job_id}` resumes from {where}"
+    return f"next attempt resumes from {where}"
+
+
+def _resumed(a: Any) -> str | None:
+    if not a.resumed_from:
+        return None
+    step = a.resumed_from_step
+    return a.resumed_from if step is None else f"{a.resumed_from} @ step {step}"
+
+
+def print_attempt_diagnosis(number: int, d: Any, *, log_path: str | None = None) -> None:
+    """One attempt's diagnosis, whole: category, the line that shows it and where, the summary,
+    the recommended action. Log text is printed as data (say escapes it)."""
+    retry = "a retry can help" if d.retryable else "a retry will not help"
+    say("  attempt {}: [bold]{}[/] ({} confidence; {})", number, d.category, d.confidence, retry)
+    if d.evidence:
+        where = d.where()
+        if where == "monitor":
+            say("    evidence (the loop): {}", d.evidence, soft_wrap=True)
+        else:
+            of = f" of {log_path}" if log_path and d.source == "log" else ""
+            say("    evidence, {}{}: {}", where, of, d.evidence, soft_wrap=True)
+    say("    summary: {}", d.summary, soft_wrap=True)
+    say("    fix: {} [dim]({})[/]", d.fix, d.action, soft_wrap=True)
+    if d.changes:
+        say("    changes: {}", ", ".join(f"{k} = {v}" for k, v in d.changes.items()))
+
+
 def show(
     job_id: int = typer.Argument(..., help="The job"),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON"),
     config: str | None = ConfigOpt,
 ) -> None:
-    """One job in full: every attempt with its steps, cause, evidence, the steps the next attempt
-    lost, parameter changes and the checkpoint it resumed from (what `sacct` gives a Slurm user)."""
+    """One job in full: every attempt with its steps, cause, diagnosis (the evidence line and the
+    fix), the steps the next attempt lost, parameter changes and the checkpoint it resumed from
+    (what `sacct` gives a Slurm user)."""
     r: Any = call_or_exit(config, "show_job", {"job_id": job_id})
     if as_json:
         print(r.model_dump_json(indent=2))
@@ -65,13 +109,16 @@ def show(
         r.steps_lost_total,
     )
     say("  folder {}\n  checkpoints {}", r.workspace, r.checkpoint_dir)
-    if r.resume_from or r.resume_step:
-        say("  next attempt resumes from {} (step {})", r.resume_from, r.resume_step)
+    resume = _resume_line(r)
+    if resume:
+        say("  {}", resume)
     for k in r.good_checkpoints:
         say("  kept good checkpoint: step {}, {} MB, {}", k.step, f"{k.bytes / 1e6:.1f}", k.path)
     rows = []
     for a in r.attempts:
-        changes = ", ".join(f"{k} {c.before}→{c.after}" for k, c in a.param_changes.items())
+        changes = ", ".join(
+            f"{k} {_value(c.before)}→{_value(c.after)}" for k, c in a.param_changes.items()
+        )
         how = a.outcome or a.state
         if a.signal:
             how += f" (signal {a.signal})"
@@ -84,10 +131,10 @@ def show(
                 None if a.duration_s is None else f"{a.duration_s:.0f}s",
                 _steps(a),
                 how,
-                a.cause,
+                a.cause or (a.diagnosis.category if a.diagnosis else None),
                 a.steps_lost,
                 changes or None,
-                a.resumed_from and f"{a.resumed_from} @ {a.resumed_from_step}",
+                _resumed(a),
             ]
         )
     console.print(
@@ -98,7 +145,11 @@ def show(
         )
     )
     for a in r.attempts:
-        if a.evidence:
+        if a.diagnosis is not None:
+            print_attempt_diagnosis(a.number, a.diagnosis, log_path=a.log_path)
+            if a.evidence and a.evidence != a.diagnosis.evidence:
+                say("    the loop saw: {}", a.evidence, soft_wrap=True)
+        elif a.evidence:
             say("  attempt {}: {}", a.number, a.evidence, soft_wrap=True)
 
 

@@ -91,7 +91,9 @@ def jobs(
     as_json: bool = typer.Option(False, "--json"),
     config: str | None = typer.Option(None, "--config"),
 ) -> None:
-    """Queue, running and finished jobs, with why each waiting job waits."""
+    """Queue, running and finished jobs: why each waiting job waits, and why a failed (or
+    retrying) job failed — the diagnosis's category and evidence line; `nightshift why JOB`
+    gives the whole diagnosis and its fix."""
     from nightshift.agent.brain.wiring import Wiring
     from nightshift.runtime.store.db import JOB_STATES
 
@@ -128,6 +130,7 @@ def _local_jobs(w: Any, state: list[str]) -> list[dict[str, Any]]:
     from sqlmodel import select
 
     from nightshift.runtime.store.db import Attempt, Job
+    from nightshift.runtime.training.attempt_diagnosis import Diagnosis
 
     with w.store.session() as s:
         q = select(Job).order_by(Job.id)
@@ -135,21 +138,29 @@ def _local_jobs(w: Any, state: list[str]) -> list[dict[str, Any]]:
             q = q.where(Job.state.in_(state))
         rows = list(s.exec(q))
         counts: dict[int, int] = {}
-        for a in s.exec(select(Attempt.job_id)):
-            counts[a] = counts.get(a, 0) + 1
-    return [
-        {
-            "id": j.id,
-            "name": j.name,
-            "state": j.state,
-            "priority": j.priority,
-            "cost_class": j.spec.get("cost_class"),
-            "attempts": counts.get(j.id, 0),
-            "group": j.group,
-            "why": j.hold_reason if j.state == "queued" else j.reason,
-        }
-        for j in rows
-    ]
+        newest: dict[int, Any] = {}  # each job's newest attempt's diagnosis
+        for job_id, diagnosis in s.exec(
+            select(Attempt.job_id, Attempt.diagnosis).order_by(Attempt.number)
+        ):
+            counts[job_id] = counts.get(job_id, 0) + 1
+            newest[job_id] = diagnosis
+    out = []
+    for j in rows:
+        diagnosis = Diagnosis.stored(newest.get(j.id))
+        out.append(
+            {
+                "id": j.id,
+                "name": j.name,
+                "state": j.state,
+                "priority": j.priority,
+                "cost_class": j.spec.get("cost_class"),
+                "attempts": counts.get(j.id, 0),
+                "group": j.group,
+                "why": why_of(j.state, j.reason, j.hold_reason, diagnosis),
+                "diagnosis": diagnosis.model_dump() if diagnosis else None,
+            }
+        )
+    return out
 
 
 def _remote_jobs(w: Any, state: list[str]) -> list[dict[str, Any]]:
@@ -159,19 +170,36 @@ def _remote_jobs(w: Any, state: list[str]) -> list[dict[str, Any]]:
     r: Any = Remote(w.served_at).call(
         "list_jobs", {"states": state or None, "limit": 10_000}, via="terminal"
     )
-    return [
-        {
-            "id": j.id,
-            "name": j.name,
-            "state": j.state,
-            "priority": j.priority,
-            "cost_class": j.cost_class,
-            "attempts": len(j.attempts),
-            "group": j.group,
-            "why": j.hold_reason if j.state == "queued" else j.reason,
-        }
-        for j in sorted(r.jobs, key=lambda j: j.id)
-    ]
+    out = []
+    for j in sorted(r.jobs, key=lambda j: j.id):
+        diagnosis = j.attempts[-1].diagnosis if j.attempts else None
+        out.append(
+            {
+                "id": j.id,
+                "name": j.name,
+                "state": j.state,
+                "priority": j.priority,
+                "cost_class": j.cost_class,
+                "attempts": len(j.attempts),
+                "group": j.group,
+                "why": why_of(j.state, j.reason, j.hold_reason, diagnosis),
+                "diagnosis": diagnosis.model_dump() if diagnosis else None,
+            }
+        )
+    return out
+
+
+def why_of(state: str, reason: str | None, hold_reason: str | None, diagnosis: Any) -> str | None:
+    """The "why" of one row: why a queued job waits, why a job stopped; for a failed job, and a
+    queued one retrying after a failure, its newest attempt's diagnosis first (category and
+    evidence, cut short; only a failed attempt has one), ahead of the wait."""
+    why = hold_reason if state == "queued" else reason
+    if diagnosis is None or state not in ("failed", "queued"):
+        return why
+    brief = diagnosis.brief()
+    if state == "queued":
+        return f"{brief} · {why or 'retry queued'}"
+    return str(brief)
 
 
 def register(app: typer.Typer) -> None:

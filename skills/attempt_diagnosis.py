@@ -1,0 +1,78 @@
+"""diagnose_failure's verdict in the short form kept with a failed attempt (runtime's
+`Diagnosis`): the loop calls `diagnose_attempt` as each failed attempt ends, offline and without
+the policy gate (it only reads a bounded log tail the engine already read), and the agent's own
+diagnose_failure call replaces it through `from_result`."""
+
+from __future__ import annotations
+
+from nightshift.runtime.training.attempt_diagnosis import Diagnosis, FailedRun
+from nightshift.skills.diagnose_failure import (
+    DiagnoseFailureInput,
+    DiagnoseFailureResult,
+    EvidenceLine,
+    diagnose_failure,
+)
+
+MAX_DETAIL = 2000  # DiagnoseFailureInput.monitor_detail's limit
+MAX_SIGNAL = 64
+MAX_LINE = 300
+
+# What a traceback starts with: true, but never the line that says why.
+_NOT_A_CAUSE = ("Traceback (most recent call last)",)
+
+
+def diagnose_attempt(run: FailedRun) -> Diagnosis:
+    """Classify a failed attempt from its log tail, exit status and the loop's own verdict."""
+    sig = run.signal if run.signal is not None and 0 <= run.signal <= MAX_SIGNAL else None
+    result = diagnose_failure.fn(
+        None,
+        DiagnoseFailureInput(
+            log_tail=run.log_tail,
+            exit_code=run.exit_code,
+            signal=sig,
+            monitor_says=run.monitor_says,  # type: ignore[arg-type]
+            monitor_detail=(run.monitor_detail or "")[:MAX_DETAIL] or None,
+            params=run.params or None,
+            knobs=run.knobs or None,
+        ),
+    )
+    shown = from_result(result, first_line_no=run.first_line_no)
+    if shown.evidence is None and run.monitor_detail and not run.monitor_says:
+        # Nothing in the log says it, but the loop said why it failed ("could not start: ...").
+        shown = shown.model_copy(
+            update={"evidence": run.monitor_detail[:MAX_LINE], "line_no": 0, "source": "monitor"}
+        )
+    if run.log_note:
+        shown = shown.model_copy(update={"summary": f"{shown.summary}; {run.log_note}"})
+    return shown
+
+
+def from_result(result: DiagnoseFailureResult, *, first_line_no: int = 1) -> Diagnosis:
+    """The stored form of a diagnose_failure result; `first_line_no`: the log's line number of
+    the first line the classifier read (its own numbers count from 1)."""
+    line = best_evidence(result.evidence)
+    line_no = None
+    if line is not None:
+        line_no = line.line_no + (first_line_no - 1 if line.source == "log" else 0)
+    return Diagnosis(
+        category=result.category,
+        confidence=result.confidence,
+        retryable=result.retryable,
+        line_no=line_no,
+        evidence=None if line is None else line.text,
+        source=None if line is None else line.source,
+        summary=result.reasoning,
+        action=result.remediation.action,
+        fix=result.remediation.message,
+        changes=dict(result.remediation.changes),
+    )
+
+
+def best_evidence(lines: list[EvidenceLine]) -> EvidenceLine | None:
+    """The one line to show: the classifier lists the lines that show the category in log order,
+    the monitor's words first; a traceback's header says nothing of the cause, so the first other
+    line wins."""
+    for e in lines:
+        if e.text and not e.text.startswith(_NOT_A_CAUSE):
+            return e
+    return lines[0] if lines else None
