@@ -8,7 +8,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import click
 import typer
 from typer.core import TyperCommand
 
@@ -56,7 +55,7 @@ class _SubmitCommand(TyperCommand):
     """`submit` tells a spec from a plain command by the `--` before it: click drops the `--`
     from the arguments it hands on, so the words after it are noted here first."""
 
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:  # Any: typer's own click
         if "--" in args:
             ctx.meta["nightshift.command"] = args[args.index("--") + 1 :]
         return super().parse_args(ctx, args)
