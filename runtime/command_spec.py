@@ -9,11 +9,12 @@ shell string.
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from pathlib import Path, PurePath
 from typing import Any
 
 from nightshift.runtime.errors import BadArguments
-from nightshift.runtime.spec import MAX_GPUS
+from nightshift.runtime.spec import HH_MM, MAX_GPUS
 
 NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 NAME_MAX = 100
@@ -38,6 +39,7 @@ def command_spec(
     after: str | None = None,
     cheap: bool = False,
     retries: int = 0,
+    at: str | None = None,
 ) -> dict[str, Any]:
     """The spec of one run of `argv` in `cwd`: metrics found automatically (the step and loss
     its output prints, as in "step 120 loss 0.41"), no checkpoint, `retries`
@@ -75,7 +77,24 @@ def command_spec(
         spec["depends_on"] = [after]
     if cheap:
         spec["cost_class"] = "cost_sensitive"
+    if at is not None:
+        spec["begin"] = _time_of(at)
     return spec
+
+
+def _time_of(at: str) -> str:
+    """`--at` as the spec's `begin`: HH:MM (the next such local time) or an ISO date-time."""
+    text = at.strip()
+    if HH_MM.match(text):
+        return text
+    try:
+        datetime.fromisoformat(text)
+    except ValueError:
+        raise BadArguments(
+            f"--at {at!r}: write HH:MM (e.g. 23:00, the next one from now) or an ISO date-time "
+            "(e.g. 2026-12-05T23:00)"
+        ) from None
+    return text
 
 
 def default_name(argv: list[str]) -> str:

@@ -9,6 +9,7 @@ import json
 import sys
 import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,27 @@ def test_after_waits_for_the_other_job(daemon: Daemon, tmp_path: Path) -> None:
     assert follow.stdout.splitlines()[-1] == "a"
 
 
+def test_at_and_cheap_keep_a_command_back(daemon: Daemon, tmp_path: Path) -> None:
+    """`--at` is the spec's begin: the job waits queued, and `jobs` says until when; `--cheap`
+    makes it cost_sensitive."""
+    later = (datetime.now() + timedelta(hours=2)).replace(second=0, microsecond=0)
+    r = daemon.run(
+        "submit", "--json", "--at", later.isoformat(), "--cheap", "--name", "later", "--",
+        sys.executable, "-c", "print('too soon')",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    (job_id,) = json.loads(r.stdout)["job_ids"]
+    end = time.monotonic() + 60
+    while not (job := _show(daemon, job_id))["reason"]:
+        assert time.monotonic() < end, job
+        time.sleep(0.3)
+    assert job["state"] == "queued" and job["reason"].startswith("not before"), job
+    assert later.strftime("%H:%M") in job["reason"]
+    (row,) = [j for j in json.loads(daemon.run("jobs", "--json").stdout) if j["id"] == job_id]
+    assert row["cost_class"] == "cost_sensitive"
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [
@@ -92,6 +114,7 @@ def test_after_waits_for_the_other_job(daemon: Daemon, tmp_path: Path) -> None:
         (["spec.yaml", "--", "python"], "give a SPEC or a command after `--`, not both"),
         (["--cheap", "--cost", "urgent", "--", "python"], "--cheap and --cost urgent"),
         (["--after", "999", "--", "python", "t.py"], "--after 999: no job 999"),
+        (["--at", "25:00", "--", "python", "t.py"], "--at '25:00': write HH:MM"),
         ([], "give one SPEC (a YAML file), or a command after `--`"),
     ],
 )

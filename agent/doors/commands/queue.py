@@ -91,6 +91,9 @@ def submit(
     retries: int | None = typer.Option(
         None, "--retries", help="More attempts for a failing command; default 0"
     ),
+    at: str | None = typer.Option(
+        None, "--at", help="A command starts no sooner than HH:MM (next) or an ISO date-time"
+    ),
     watch: bool = typer.Option(False, "--watch", "-w", help=WATCH_HELP),
     as_json: bool = typer.Option(False, "--json"),
     config: str | None = typer.Option(None, "--config"),
@@ -107,9 +110,8 @@ def submit(
             raise BadArguments(
                 f"{given[0]!r} before `--`: give a SPEC or a command after `--`, not both"
             )
-        ids, group = _submit_command(
-            command, config, name, gpus, after, retries, priority, _cost(cost, cheap)
-        )
+        options = {"name": name, "gpus": gpus, "after": after, "retries": retries, "at": at}
+        ids, group = _submit_command(command, config, options, priority, _cost(cost, cheap))
     else:
         if len(given) != 1:
             raise BadArguments(
@@ -118,7 +120,7 @@ def submit(
                 if not given
                 else f"{given[1]!r}: one SPEC at a time; a command line goes after `--`"
             )
-        only = {"--name": name, "--gpus": gpus, "--after": after, "--retries": retries}
+        only = {"--name": name, "--gpus": gpus, "--after": after, "--retries": retries, "--at": at}
         for option, value in only.items():
             if value is not None:
                 raise BadArguments(
@@ -183,10 +185,7 @@ def _submit_spec(
 def _submit_command(
     argv: list[str],
     config: str | None,
-    name: str | None,
-    gpus: int | None,
-    after: int | None,
-    retries: int | None,
+    options: dict[str, Any],
     priority: str | None,
     cost: str | None,
 ) -> tuple[list[int], None]:
@@ -199,14 +198,16 @@ def _submit_command(
 
     w = Wiring.load(config)
     client: Any = remote_of(w) or Client(w)
+    after = options["after"]
     spec = command_spec(
         argv,
         cwd=Path.cwd(),
-        name=name,
-        gpus=0 if gpus is None else gpus,
+        name=options["name"],
+        gpus=options["gpus"] or 0,
         after=None if after is None else _job_name(client, after),
         cheap=cost == "cost_sensitive",
-        retries=0 if retries is None else retries,
+        retries=options["retries"] or 0,
+        at=options["at"],
     )
     args: dict[str, Any] = {"spec": spec}
     if priority is not None:
