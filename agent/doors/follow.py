@@ -19,8 +19,6 @@ from rich.text import Text
 from nightshift.agent.doors.console import console, err_console, styled
 
 if TYPE_CHECKING:
-    from rich.live import Live
-
     from nightshift.agent.brain.wiring import Wiring
     from nightshift.skills.job_logs import JobLogsResult
 
@@ -32,7 +30,9 @@ EXIT_HELP = (
     "(the job goes on)."
 )
 POLL_S = 0.5  # between polls while the log grows
-IDLE_POLL_S = 3.0  # at most, while nothing happens (each poll of a daemon is one audited read)
+IDLE_POLL_S = 3.0  # at most, while nothing happens
+# A daemon's client: each poll is a read through the daemon's gate, audited with what it read.
+REMOTE_POLL_S, REMOTE_IDLE_POLL_S = 1.0, 5.0
 
 Fetch = Callable[[dict[str, Any]], "JobLogsResult"]
 
@@ -90,33 +90,41 @@ def status_text(job_id: int, r: JobLogsResult) -> str:
 
 
 class StatusLine:
-    """The job's state under the stream: one live line on stderr at a terminal; elsewhere a line
-    on stderr each time the state or the attempt changes (stdout stays the log's lines)."""
+    """The job's state under the stream: at a terminal, one line on stderr kept below the log's
+    lines (cleared before they print, drawn again after); elsewhere a line on stderr each time
+    the state or the attempt changes. Stdout stays the log's lines either way."""
 
     def __init__(self, job_id: int) -> None:
         self.job_id = job_id
-        self._live: Live | None = None
+        self.live = err_console.is_terminal
+        self._text = ""
         self._last: tuple[str, int | None] | None = None
-        if err_console.is_terminal:
-            from rich.live import Live
-
-            self._live = Live(Text(""), console=err_console, transient=True, auto_refresh=False)
-            self._live.start()
 
     def update(self, r: JobLogsResult) -> None:
         text = status_text(self.job_id, r)
-        if self._live is not None:
-            self._live.update(Text(text, style="dim"), refresh=True)
+        if self.live:
+            self._text = text
+            self.draw()
             return
         key = (r.job_state, r.attempt)
         if key != self._last:
             self._last = key
             err_console.print(Text(text, style="dim"), soft_wrap=True)
 
+    def draw(self) -> None:
+        if self.live and self._text:
+            self.clear()
+            err_console.print(Text(self._text[: err_console.width - 1], style="dim"), end="")
+            err_console.file.flush()
+
+    def clear(self) -> None:
+        if self.live:
+            err_console.file.write("\r\x1b[2K")
+            err_console.file.flush()
+
     def close(self) -> None:
-        if self._live is not None:
-            self._live.stop()
-            self._live = None
+        self.clear()
+        self._text = ""
 
 
 class Follower:
@@ -179,6 +187,14 @@ class Follower:
             wait = self.poll_s if grew else min(self.idle_poll_s, wait * 2)
 
     def _first_attempt(self, r: JobLogsResult) -> JobLogsResult:
+        if self.status is None and not r.final:  # the status line says it otherwise
+            why = f" ({r.reason})" if r.reason else ""
+            err_console.print(
+                styled(
+                    "job {} is {}{}: waiting for its first attempt", self.job_id, r.job_state, why
+                ),
+                soft_wrap=True,
+            )
         wait = self.poll_s
         while r.attempt is None and not r.final:
             self.sleep(wait)
@@ -201,10 +217,17 @@ class Follower:
         return r
 
     def _show(self, r: JobLogsResult, *, header_too: bool = True) -> None:
+        if not r.lines and not (header_too and r.attempt is not None):
+            return
+        if self.status is not None:
+            self.status.clear()
         if header_too and r.attempt is not None:
             console.print(Text(header(r), style="bold"), soft_wrap=True)
         for line in r.lines:
             console.out(line, highlight=False)  # log text is data: printed, never interpreted
+        if self.status is not None:
+            console.file.flush()
+            self.status.draw()
 
 
 def follow(
@@ -221,19 +244,28 @@ def follow(
     # does for a command it runs in the background), which would leave it running for ever.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     status = StatusLine(job_id) if live_status else None
+    remote = w.served_at is not None
+    follower = Follower(
+        fetcher(w),
+        job_id,
+        tail=tail,
+        first_attempt=first_attempt,
+        status=status,
+        poll_s=REMOTE_POLL_S if remote else POLL_S,
+        idle_poll_s=REMOTE_IDLE_POLL_S if remote else IDLE_POLL_S,
+    )
     try:
-        r = Follower(
-            fetcher(w), job_id, tail=tail, first_attempt=first_attempt, status=status
-        ).run()
+        r = follower.run()
     except KeyboardInterrupt:
+        r = None
+    finally:
         if status is not None:
             status.close()
+    if r is None:
         err_console.print(
             styled("stopped following job {}; it goes on (`nightshift jobs`)", job_id)
         )
         return INTERRUPTED
-    if status is not None:
-        status.close()
     err_console.print(ended_line(r), soft_wrap=True)
     return EXIT_CODES.get(r.job_state, 1)
 
