@@ -35,12 +35,17 @@ class Daemon:
         return {**self.env, "NIGHTSHIFT_API__MODE": mode}
 
     def run(
-        self, *args: str, mode: str = "client", cwd: Path = REPO, timeout: float = 120
+        self,
+        *args: str,
+        mode: str = "client",
+        cwd: Path = REPO,
+        timeout: float = 120,
+        env: dict[str, str] | None = None,
     ) -> subprocess.CompletedProcess:
         return subprocess.run(
             cli(*args),
             cwd=cwd,
-            env=self.env_for(mode),
+            env={**self.env_for(mode), **(env or {})},
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,

@@ -6,6 +6,7 @@ Bad options are one line naming the option, before anything is queued."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -52,6 +53,20 @@ def test_a_plain_command_runs_where_it_was_submitted(daemon: Daemon, tmp_path: P
     assert job["name"] == "train" and job["state"] == "succeeded"
     (attempt,) = job["attempts"]
     assert (attempt["last_step"], attempt["last_loss"]) == (30, pytest.approx(0.033))
+
+
+def test_the_program_is_the_one_the_users_shell_finds(daemon: Daemon, tmp_path: Path) -> None:
+    """A program on the submitter's PATH (a virtualenv's, their own bin) and not on the
+    daemon's still runs: `submit` names it by the path its shell finds."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    tool = bin_dir / "my-tool"
+    tool.write_text('#!/bin/sh\necho "my tool says $1"\n')
+    tool.chmod(0o755)
+    path = f"{bin_dir}{os.pathsep}{daemon.env['PATH']}"
+    r = daemon.run("submit", "--watch", "--", "my-tool", "hi", cwd=tmp_path, env={"PATH": path})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "my tool says hi" in r.stdout.splitlines()
 
 
 def test_after_waits_for_the_other_job(daemon: Daemon, tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ see why each job waits."""
 from __future__ import annotations
 
 import json
+import shutil
 import uuid
 from pathlib import Path
 from typing import Any
@@ -194,15 +195,15 @@ def _submit_command(
     from nightshift.agent.brain.wiring import Wiring
     from nightshift.agent.doors.api import Client
     from nightshift.agent.doors.remote import remote_of
-    from nightshift.runtime.command_spec import command_spec
+    from nightshift.runtime.command_spec import command_spec, default_name
 
     w = Wiring.load(config)
     client: Any = remote_of(w) or Client(w)
     after = options["after"]
     spec = command_spec(
-        argv,
+        _on_path(argv),
         cwd=Path.cwd(),
-        name=options["name"],
+        name=options["name"] or (default_name(argv) if argv and argv[0] else None),
         gpus=options["gpus"] or 0,
         after=None if after is None else _job_name(client, after),
         cheap=cost == "cost_sensitive",
@@ -213,6 +214,15 @@ def _submit_command(
     if priority is not None:
         args["priority"] = _priority(priority)
     return [client.call("submit_job", args).job_id], None
+
+
+def _on_path(argv: list[str]) -> list[str]:
+    """The program as this shell finds it (`python` from the active virtualenv, a tool in the
+    user's own bin): the daemon runs it with its own PATH, where it may be another or none."""
+    if not argv or not argv[0] or "/" in argv[0]:
+        return argv
+    found = shutil.which(argv[0])
+    return [found, *argv[1:]] if found else argv
 
 
 def _job_name(client: Any, job_id: int) -> str:
