@@ -102,8 +102,8 @@ def submit(
     """Queue a job and return at once (or, with --watch, follow it to its end). Either from a
     spec — one job per trial of its search_space grid — or from a plain command line, as
     `sbatch --wrap` does: `nightshift submit --gpus 1 -- python train.py --lr 3e-4` runs in the
-    current folder, metrics found automatically (a metrics.jsonl, Lightning, Hugging Face or
-    TensorBoard files), through the same policy and audit as a spec."""
+    current folder, its metrics the step and loss it prints, through the same policy and audit
+    as a spec. Options after `--` are the command's."""
     command = ctx.meta.get("nightshift.command")
     given = list(target or [])
     if command is not None:
@@ -130,7 +130,9 @@ def submit(
                 )
         ids, group = _submit_spec(Path(given[0]), config, priority, _cost(cost, cheap), param)
         if watch and len(ids) > 1:
-            say("--watch follows one job: `nightshift logs JOB -f` follows each of these")
+            err_console.print(
+                "--watch follows one job: `nightshift logs JOB -f` follows each of these"
+            )
     if as_json:
         print(json.dumps({"job_ids": ids, "group": group}))
     else:
