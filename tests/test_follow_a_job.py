@@ -7,6 +7,7 @@ the single-user mode on the same home."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -93,19 +94,33 @@ def test_a_cancelled_job_ends_the_follow_with_7(daemon: Daemon, tmp_path: Path) 
     assert r.returncode == 0, r.stderr
     (job_id,) = json.loads(r.stdout)["job_ids"]
     follow = daemon.start("logs", str(job_id), "-f")
+    interrupted = daemon.start("logs", str(job_id), "-f")
     try:
-        assert follow.stdout is not None
+        assert follow.stdout is not None and interrupted.stdout is not None
         assert follow.stdout.readline().strip() == "── attempt 1 ──"
         seen = [follow.stdout.readline().strip() for _ in range(3)]
         assert all(x.startswith("tick ") for x in seen), seen
+        # Ctrl-C stops a follow, not the job.
+        assert interrupted.stdout.readline().strip() == "── attempt 1 ──"
+        interrupted.send_signal(signal.SIGINT)
+        _, said = interrupted.communicate(timeout=60)
+        assert interrupted.returncode == 130 and "it goes on" in said, said
+        assert _state(daemon, job_id) == "running"
         cancel = daemon.run("cancel", str(job_id), "--yes", "--reason", "enough")
         assert cancel.returncode == 0, cancel.stdout + cancel.stderr
         _, err = follow.communicate(timeout=60)
     finally:
-        if follow.poll() is None:
-            follow.kill()
+        for proc in (follow, interrupted):
+            if proc.poll() is None:
+                proc.kill()
     assert follow.returncode == 7, err
     assert f"job {job_id} cancelled" in err
+
+
+def _state(daemon: Daemon, job_id: int) -> str:
+    r = daemon.run("show", str(job_id), "--json")
+    assert r.returncode == 0, r.stderr
+    return str(json.loads(r.stdout)["state"])
 
 
 def test_the_exit_codes_are_in_the_help() -> None:
