@@ -15,6 +15,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -390,6 +391,12 @@ class ExperimentSpec(_Strict):
         "submitted) or an ISO date-time (naive: local). A cost_sensitive job waits for cheap "
         "hours only while its expected duration still fits before it",
     )
+    begin: str | None = Field(
+        None,
+        max_length=40,
+        description="Not before: 'HH:MM' (the next such local time after it is submitted) or an "
+        "ISO date-time (naive: local); the job waits queued until then (Slurm's --begin)",
+    )
     pausable: bool = True
     seed: int | None = Field(None, ge=0, le=MAX_SEED)
     knobs: Knobs = Knobs()
@@ -397,17 +404,17 @@ class ExperimentSpec(_Strict):
     # Where the spec was loaded from; relative paths resolve against it. Not part of the user's file.
     base_dir: str | None = Field(None, exclude=True)
 
-    @field_validator("deadline")
+    @field_validator("deadline", "begin")
     @classmethod
-    def _a_time(cls, v: str | None) -> str | None:
+    def _a_time(cls, v: str | None, info: ValidationInfo) -> str | None:
         if v is None or HH_MM.match(v.strip()):
             return v
         try:
             datetime.fromisoformat(v.strip())
         except ValueError:
             raise ValueError(
-                f"deadline {v!r} is not a time: write HH:MM (e.g. '07:00', the next one after "
-                "submission) or an ISO date-time (e.g. '2026-12-05T07:00')"
+                f"{info.field_name} {v!r} is not a time: write HH:MM (e.g. '07:00', the next one "
+                "after submission) or an ISO date-time (e.g. '2026-12-05T07:00')"
             ) from None
         return v
 

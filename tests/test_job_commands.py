@@ -4,11 +4,6 @@ a real SQLite store, every call through the gate and in the audit, errors as one
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from datetime import timedelta
 
 import pytest
@@ -97,28 +92,17 @@ def test_logs_tail_attempt_and_follow(failed_job):
     r = nightshift("logs", str(job_id), "--attempt", "1", "-n", "3")
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == [f"line {i} of attempt 1" for i in (297, 298, 299)]
-    env = {**os.environ, "COLUMNS": "200"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "nightshift.agent.doors.cli", "logs", str(job_id), "-f", "-n", "1"],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout.readline().strip() == "line 299 of attempt 2"
-        with logs[1].open("a") as f:
-            f.write("a new line\nhalf a li")
-        assert proc.stdout.readline().strip() == "a new line"
-        time.sleep(0.3)
-        with logs[1].open("a") as f:
-            f.write("ne\n")
-        assert proc.stdout.readline().strip() == "half a line"
-    finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=20)
-    assert "Traceback" not in proc.stderr.read()
+    # -f on a job that failed for good (its retries used up): every attempt under its header,
+    # then the exit code of a failed job, at once.
+    r = nightshift("logs", str(job_id), "-f", "-n", "1", timeout=60)
+    assert r.returncode == 6, r.stderr
+    assert r.stdout.splitlines() == [
+        "── attempt 1 ──",
+        "line 299 of attempt 1",
+        "── attempt 2 (resumed from step 100) ──",
+        "line 299 of attempt 2",
+    ]
+    assert f"job {job_id} failed after 2 attempt(s): failed twice the same way" in r.stderr
 
 
 def test_retry_requeues_once_and_is_audited(failed_job):

@@ -44,6 +44,7 @@ SPEC_FIELDS: tuple[tuple[str, ...], ...] = (
     ("depends_on",),
     ("retry_wait_s",),
     ("deadline",),
+    ("begin",),
 )
 
 
@@ -69,7 +70,7 @@ _VALID_MAX = 100_000
 
 def stored_fields_problem(values: list[Any]) -> str | None:
     """Why the plucked fields of a stored spec (SPEC_FIELDS order) are unusable, or None."""
-    (gpus, mem, share, cap, minutes, cost_class, pausable, ckpt, timeout, deps, wait, _) = values
+    (gpus, mem, share, cap, minutes, cost_class, pausable, ckpt, timeout, deps, wait, _, _) = values
     raw = {"gpus": gpus, "gpu_memory_gb": mem, "share_gpu": share}
     raw |= {"gpu_memory_cap_gb": cap, "expected_duration_min": minutes}
     data = {
@@ -330,6 +331,7 @@ def load_snapshot(
             depends_on,
             retry_wait_s,
             deadline_text,
+            begin_text,
         ) = values
         expected = minutes * 60.0 if minutes else typical.get(j.name)
         deadline = _deadline(deadline_text, j.created_at, tz)
@@ -354,6 +356,9 @@ def load_snapshot(
                 if mono is not None and att.ended_mono is not None and att.boot_id == mono[1]:
                     ended = now - timedelta(seconds=max(0.0, mono[0] - att.ended_mono))
                     not_before = backoff.not_before(ended, att.number, j.id, retry_wait_s)
+            begin = _deadline(begin_text, j.created_at, tz)  # spec.begin: not before then
+            if begin is not None and (not_before is None or begin > not_before):
+                not_before = begin
             pending.append(
                 PendingJob(
                     **common,

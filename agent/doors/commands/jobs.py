@@ -5,9 +5,6 @@ waits for others' decision instead of getting exit 4 and the approval id at once
 
 from __future__ import annotations
 
-import signal
-import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -31,7 +28,6 @@ YesOpt = typer.Option(
     "--yes",
     help="Confirm your own call without asking, where the policy lets the requester confirm it",
 )
-FOLLOW_POLL_S = 0.5
 
 
 def _steps(a: Any) -> str:
@@ -156,79 +152,41 @@ def show(
 def logs(
     job_id: int = typer.Argument(..., help="The job"),
     attempt: int | None = typer.Option(
-        None, "--attempt", help="Attempt number; default: the latest"
+        None, "--attempt", help="Attempt number; default: the latest (with -f: from the first)"
     ),
-    tail: int = typer.Option(100, "--tail", "-n", help="Lines from the end"),
+    tail: int = typer.Option(100, "--tail", "-n", help="Lines from the end (of each attempt)"),
     follow: bool = typer.Option(
-        False, "--follow", "-f", help="Keep printing new lines until Ctrl-C"
+        False,
+        "--follow",
+        "-f",
+        help="Follow the job to its end, across its attempts; exit with its final state",
     ),
     config: str | None = ConfigOpt,
 ) -> None:
-    """The end of a job's log (stdout and stderr of one attempt); -f follows it as it grows."""
+    """The end of a job's log (stdout and stderr of one attempt). With -f, the job followed to
+    its end: each attempt's log under a header line (`── attempt 2 (resumed from step 125) ──`),
+    the newest one as it grows, the next one when a retry starts, until the job has ended for
+    good (a failed job that recovery will retry is not). Exit code with -f: 0 the job
+    succeeded, 6 it failed for good, 7 it was cancelled, 130 Ctrl-C (the job goes on)."""
     from nightshift.agent.brain.wiring import Wiring
-    from nightshift.agent.doors.remote import remote_of
 
     w = Wiring.load(config)
-    remote = remote_of(w)
-    if follow and remote is not None:  # the daemon reads the log (its user's file) for us
-        from nightshift.skills.job_logs import JobLogsResult
+    if follow:
+        from nightshift.agent.doors.follow import follow as follow_job
 
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        try:
-            remote.follow_logs(
-                job_id,
-                attempt,
-                tail,
-                on_result=lambda data: _print_logs(job_id, JobLogsResult.model_validate(data)),
-                on_lines=_print_lines,
-            )
-        except KeyboardInterrupt:
-            pass
-        return
+        raise typer.Exit(follow_job(w, job_id, tail=tail, first_attempt=attempt))
     args: dict[str, Any] = {"job_id": job_id, "tail": tail}
     if attempt is not None:
         args["attempt"] = attempt
     r: Any = call_as_user(w, "job_logs", args)
     _print_logs(job_id, r)
-    if follow and r.log_path:
-        _follow(Path(r.log_path), r.end_offset)
 
 
 def _print_logs(job_id: int, r: JobLogsResult) -> None:
-    _print_lines(r.lines)
+    for line in r.lines:
+        console.out(line, highlight=False)  # log text is data: printed, never interpreted
     if r.log_path is None:
         say("job {} has no attempt yet, so no log", job_id)
-
-
-def _print_lines(lines: list[str]) -> None:
-    for line in lines:
-        console.out(line, highlight=False)  # log text is data: printed, never interpreted
-
-
-def _follow(path: Path, offset: int) -> None:
-    """Print what is appended to the log after `offset` (where the gated call above stopped
-    reading), whole lines, until Ctrl-C."""
-    # Ctrl-C ends the follow even when this process was started with SIGINT ignored (as a shell
-    # does for a command it runs in the background), which would leave it running for ever.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    pending = b""
-    try:
-        while True:
-            size = path.stat().st_size if path.exists() else 0
-            if size < offset:
-                offset = 0  # truncated and rewritten
-            if size > offset:
-                with open(path, "rb") as f:
-                    f.seek(offset)
-                    chunk = f.read(size - offset)
-                offset += len(chunk)
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
-                    console.out(line.decode("utf-8", "replace"), highlight=False)
-            time.sleep(FOLLOW_POLL_S)
-    except KeyboardInterrupt:
-        pass
 
 
 def cancel(
