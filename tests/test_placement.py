@@ -106,7 +106,7 @@ def test_quarantined_gpus_are_never_placed_on():
     gpus = [gpu(0, verdict="CRITICAL"), gpu(1, verdict="UNKNOWN"), gpu(2)]
     d = place(snap([job(1, gpus=1), job(2, gpus=1), job(3, gpus=2)], gpus))
     assert started(d) == {1: [2]}
-    assert d.holds[2] == "no healthy GPU free; GPU 2 reserved for it from 04:00"
+    assert d.holds[2] == "no healthy GPU free: held by job 1 (j1); GPU 2 reserved for it from 04:00"
     assert d.holds[3] == "needs 2 GPU(s); 1 healthy (2 quarantined)"
 
 
@@ -180,7 +180,7 @@ def test_cpu_only_jobs_use_cpu_slots():
     """A job that asks for no GPU runs on a CPU slot; when they are all taken it waits."""
     d = place(snap([job(i) for i in (1, 2, 3)], cpu_slots=2))
     assert started(d) == {1: [], 2: []}
-    assert d.holds == {3: "all 2 CPU slot(s) busy"}
+    assert d.holds == {3: "all 2 CPU slot(s) busy: held by job 1 (j1), job 2 (j2)"}
 
 
 # ------------------------------------------------------------------------------ order and aging
@@ -219,7 +219,10 @@ def test_backfill_starts_a_short_job_on_reserved_gpus_and_holds_a_long_one():
     d = place(snap([head, short, long], [gpu(0), gpu(1)], running))
     assert d.reservation is not None and d.reservation.job_id == 1
     assert d.reservation.at == NOW + timedelta(hours=2) and d.reservation.gpus == [0, 1]
-    assert d.holds[1] == "no 2 healthy GPUs free on one host; GPUs 0,1 reserved for it from 05:00"
+    assert (
+        d.holds[1]
+        == "no 2 healthy GPUs free on one host: held by job 9; GPUs 0,1 reserved for it from 05:00"
+    )
     assert started(d) == {2: [1]}
     assert "ends before its reservation" in d.starts[0].note
     assert d.holds[3] == (
@@ -458,7 +461,9 @@ def test_no_preemption_below_the_margin_or_of_unpausable_work_or_when_off(kw):
     proposed, and the job waits for its reservation."""
     d = place(_preemption_world(**kw))
     assert d.preemptions == []
-    assert d.holds[1].startswith("no healthy GPU free; GPU 0 reserved for it from")
+    assert d.holds[1].startswith(
+        "no healthy GPU free: held by job 9 (sweep-3); GPU 0 reserved for it from"
+    )
 
 
 def test_preemption_does_not_flip_back():
