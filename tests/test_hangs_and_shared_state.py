@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, nightshift, write_spec
 from nightshift.runtime.config import StallSettings
 from nightshift.runtime.training.stall import stalled
+
+from conftest import REPO, nightshift, write_spec
 
 pytestmark = pytest.mark.slow
 
