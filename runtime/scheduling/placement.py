@@ -654,6 +654,7 @@ Entry = tuple[
     float, float, int, float, PendingJob
 ]  # (−aged priority, −waited s, id, duration s, job)
 _CPU: tuple = (0,)  # the request of every job that asks for no GPU
+_BACKOFF = "backoff"  # first item of the request of a GPU job's stand-in during its backoff
 
 
 def _effective(priority: int, since: datetime | None, now: datetime, rate_s: float) -> float:
@@ -772,7 +773,7 @@ class _Placer:
         min_gpu_s = self.snap.hold_min_gpu_h * 3600.0
         buckets: dict[tuple, list[Entry]] = {}
         for j in self.snap.recovering:
-            self._keep_place(j, penalty)
+            self._keep_place(j, penalty, buckets)
         for j in self.snap.pending:
             f = j.__dict__  # the field values; half the cost of attribute access on a model
             jid = f["id"]
@@ -787,7 +788,7 @@ class _Placer:
                     else f"not before {clock(nb)}"
                 )
                 if f["attempt"]:
-                    self._keep_place(j, penalty)
+                    self._keep_place(j, penalty, buckets)
                 continue
             dur = f["expected_duration_s"] or default_s
             if (
@@ -827,17 +828,27 @@ class _Placer:
                 got.append(entry)
         return buckets
 
-    def _keep_place(self, j: PendingJob, penalty: Callable[[float, float], float] | None) -> None:
-        """A CPU job waiting out a retry backoff keeps its rank for a slot (see
-        `_kept_for_backoff`); ranked as `_screen` ranks an eligible job."""
-        if j.gpus or j.not_before is None or j.not_before <= self.now:
+    def _keep_place(
+        self,
+        j: PendingJob,
+        penalty: Callable[[float, float], float] | None,
+        buckets: dict[tuple, list[Entry]],
+    ) -> None:
+        """A job waiting out a retry backoff keeps its rank, as `_screen` ranks an eligible job:
+        a CPU job for a slot (`_kept_for_backoff`); a GPU job through a stand-in entry visited
+        in its turn, which keeps the GPUs it would take now (`_keep_gpus`)."""
+        if j.not_before is None or j.not_before <= self.now:
             return
         dur = j.expected_duration_s or self.default_s
         wait = (self.now - j.submitted_at).total_seconds()
         eff = j.priority + self.rate_s * wait
         if penalty is not None:
             eff -= penalty(dur, j.attained_gpu_s)
-        self.cpu_backoff.append(((-eff, -wait, j.id), j.not_before, j.id, j.name))
+        if not j.gpus:
+            self.cpu_backoff.append(((-eff, -wait, j.id), j.not_before, j.id, j.name))
+            return
+        raw = (_BACKOFF, j.gpus, j.gpu_memory_gb, j.share_gpu, j.gpu_memory_cap_gb)
+        buckets.setdefault(raw, []).append((-eff, -wait, j.id, dur, j))
 
     def _setup(self, any_gpu: bool) -> None:
         snap, now = self.snap, self.now
@@ -917,6 +928,8 @@ class _Placer:
                 return None, None
             why = self._cpu_busy()
             return why, why
+        if raw[0] == _BACKOFF:
+            return None, None  # stand-ins hold nothing: each is visited in its turn
         key = self.requests[raw].key
         if key in self.never:
             return self.reasons[key], self.reasons[key]
@@ -967,6 +980,9 @@ class _Placer:
             return
         cluster = self.cluster
         assert cluster is not None
+        if raw[0] == _BACKOFF:
+            self._keep_gpus(j, raw[1:])
+            return
         req = self.requests.get(raw)
         if req is None:
             req = self.requests[raw] = _Request(*raw)
@@ -1072,6 +1088,22 @@ class _Placer:
 
     def _reason(self, key: tuple) -> str:
         return self.reasons[key] + self.held_by.get(key, "")
+
+    def _keep_gpus(self, j: PendingJob, raw: tuple) -> None:
+        """In the turn of a GPU job waiting out its retry backoff: keep the GPUs it would get
+        now (as a preempting job's are kept), so no job ranked below it takes them before it
+        comes back. Shorter jobs do not slip in here (unlike on a CPU slot): GPUs are few and
+        the wait is short."""
+        assert self.cluster is not None
+        ids = self.cluster.pick(_Request(*raw), self.reserved | self.claimed, False)
+        if ids is None:
+            return
+        self.cluster.claim(ids)
+        self.claimed.update(ids)
+        assert j.not_before is not None
+        why = f"in retry backoff until {self.clock(j.not_before)}"
+        for i in ids:
+            self.cluster.gpus[i].holders.append((j.id, f"{j.name}, {why}" if j.name else why))
 
     def _cpu_busy(self) -> str:
         """Why a CPU job waits once every slot is taken; the takers no longer change."""
