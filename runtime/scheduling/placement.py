@@ -361,6 +361,9 @@ class _Cluster:
         self.hosts = sorted(per_host)  # a fixed order: set order would vary between processes
         self.most_per_host = max(per_host.values(), default=0)
         self.largest_mib = max((g.total for g in self.gpus.values()), default=0.0)
+        self.in_order = sorted(self.gpus.values(), key=lambda g: (g.host, g.idx))
+        self.version = 0  # bumped by every take and claim: `holders` is computed once between
+        self._holders: dict[float, tuple[int, list[tuple[int, str]]]] = {}
 
     @staticmethod
     def _occupy(g: _Gpu, shared: bool, cap: float, end: datetime) -> None:
@@ -453,6 +456,7 @@ class _Cluster:
         return None if best is None else best[1]
 
     def take(self, req: _Request, ids: list[int], end: datetime, job: tuple[int, str]) -> None:
+        self.version += 1
         for i in ids:
             g = self.gpus[i]
             was_free = not g.jobs
@@ -467,14 +471,23 @@ class _Cluster:
     def holders(self, req: _Request) -> list[tuple[int, str]]:
         """The jobs on the healthy GPUs that could hold `req` once free: who a waiting job
         waits for."""
+        got = self._holders.get(req.need)
+        if got is not None and got[0] == self.version:
+            return got[1]
         seen: dict[int, str] = {}
-        for g in sorted(self.gpus.values(), key=lambda g: (g.host, g.idx)):
-            if g.total >= req.need:
-                seen.update((jid, name) for jid, name in g.holders if jid not in seen)
-        return list(seen.items())
+        for g in self.in_order:
+            if g.holders and g.total >= req.need:
+                for jid, name in g.holders:
+                    if jid not in seen:
+                        seen[jid] = name
+        out = list(seen.items())
+        self._holders[req.need] = (self.version, out)
+        return out
 
-    def claim(self, ids: list[int]) -> None:
-        """GPUs promised to a preempting job: nobody else may take the free ones among them."""
+    def claim(self, ids: list[int], holder: tuple[int, str] | None = None) -> None:
+        """GPUs promised to a preempting job, or kept for one in its retry backoff (`holder`):
+        nobody else may take the free ones among them."""
+        self.version += 1
         for i in ids:
             g = self.gpus[i]
             g.excl = True
@@ -483,6 +496,8 @@ class _Cluster:
                 self.free_excl[g.host].remove(i)
             elif i in self.sharing.get(g.host, ()):
                 self.sharing[g.host].remove(i)
+            if holder is not None:
+                g.holders.append(holder)
 
     def ready_at(self, g: _Gpu, req: _Request) -> datetime:
         """Earliest expected time `g` could take `req`, if jobs end when expected. Memory freed by
@@ -744,6 +759,7 @@ class _Placer:
         self.fail_preempt: set[tuple] = set()
         self.fail_reserve: set[tuple] = set()
         self.never: set[tuple] = set()  # requests no healthy GPU set can ever meet
+        self.keep_failed: set[tuple] = set()  # stand-in requests that found no GPUs to keep
         self.held_by: dict[tuple, str] = {}  # ": held by job 3 (a), job 5": who is in the way
 
     def run(self) -> Decision:
@@ -894,6 +910,8 @@ class _Placer:
             entry, bi = heapq.heappop(heap)
             b = order[bi]
             self._one(entry, b.raw)
+            if b.raw[0] == _BACKOFF and b.raw[1:] in self.keep_failed:
+                continue  # no later stand-in of this request finds GPUs to keep either
             if not b.sorted:  # its first visit: the entry was its minimum
                 b.items = [e for e in b.items if e is not entry]
                 b.pos = -1
@@ -1095,15 +1113,16 @@ class _Placer:
         comes back. Shorter jobs do not slip in here (unlike on a CPU slot): GPUs are few and
         the wait is short."""
         assert self.cluster is not None
+        if raw in self.keep_failed:
+            return
         ids = self.cluster.pick(_Request(*raw), self.reserved | self.claimed, False)
         if ids is None:
+            self.keep_failed.add(raw)  # resources only shrink within a call: so for every later one
             return
-        self.cluster.claim(ids)
-        self.claimed.update(ids)
         assert j.not_before is not None
         why = f"in retry backoff until {self.clock(j.not_before)}"
-        for i in ids:
-            self.cluster.gpus[i].holders.append((j.id, f"{j.name}, {why}" if j.name else why))
+        self.cluster.claim(ids, (j.id, f"{j.name}, {why}" if j.name else why))
+        self.claimed.update(ids)
 
     def _cpu_busy(self) -> str:
         """Why a CPU job waits once every slot is taken; the takers no longer change."""
