@@ -308,6 +308,31 @@ class LoopSettings(BaseModel):
         return self
 
 
+class StallSettings(BaseModel):
+    """The stall rule for a spec without `stall_min`: a hung run is stopped (and recovered)
+    instead of holding its slot until `timeout_min`, judged against its own pace."""
+
+    multiple: float = Field(
+        10.0,
+        ge=1,
+        description="A run with no progress for this many times its own step interval (the "
+        "median time between its recent metric reports) is stalled",
+    )
+    floor_min: float = Field(
+        15.0,
+        gt=0,
+        description="Never stalled by this rule before this many minutes without progress, "
+        "however fast it reported: slow evaluations and checkpoints are not hangs",
+    )
+    min_reports: int = Field(
+        2,
+        ge=2,
+        description="Judged only once the monitor has seen new metric steps at this many of its "
+        "reads (two give one interval); a program that never reports steps is left to "
+        "timeout_min (`validate` says so)",
+    )
+
+
 class SchedulerSettings(BaseModel):
     """How placement weighs and holds queued work (see runtime/scheduling/placement.py)."""
 
@@ -570,6 +595,7 @@ class Settings(BaseSettings):
     policy: PolicySettings = PolicySettings()
     api: ApiSettings = ApiSettings()
     loop: LoopSettings = LoopSettings()
+    stall: StallSettings = StallSettings()
     scheduler: SchedulerSettings = SchedulerSettings()
     retry: Backoff = Backoff()
     llm: LlmSettings = LlmSettings()

@@ -26,6 +26,7 @@ from nightshift.runtime.config import Settings
 from nightshift.runtime.executors.crashpoints import crash_point
 from nightshift.runtime.executors.executor import Executor, LaunchRequest, RunStatus
 from nightshift.runtime.executors.submitter import account_of, submitter_folders
+from nightshift.runtime.gpu.gpu import health_sources
 from nightshift.runtime.gpu.ray_census import HOST_PREFIX
 from nightshift.runtime.scheduling.local_time import local_zone
 from nightshift.runtime.scheduling.placement import Decision, place
@@ -34,7 +35,7 @@ from nightshift.runtime.spec import ExperimentSpec
 from nightshift.runtime.store import lifecycle, transition_events
 from nightshift.runtime.store.db import Attempt, CheckpointRecord, Job, MetricPoint, Store, utcnow
 from nightshift.runtime.store.lifecycle import ACTIVE, Ended, JobState, Outcome
-from nightshift.runtime.training import checkpoints, divergence, keeper, metric_sources
+from nightshift.runtime.training import checkpoints, divergence, keeper, metric_sources, stall
 from nightshift.runtime.training.attempt_diagnosis import Diagnoser, FailedRun, read_log_tail
 from nightshift.runtime.training.divergence import Divergence
 from nightshift.runtime.training.early_stop import median_rule, patience_exhausted
@@ -214,6 +215,7 @@ class Engine:
             cluster=self.cluster,
             tz=local_zone(sched.display_tz),
             mono=(self.mono(), self.boot_id),
+            health_sources=health_sources(self.settings),
         )
         snap = snap.model_copy(
             update={
@@ -531,7 +533,16 @@ class Engine:
             job = self.store.job(att.job_id)
             spec = ExperimentSpec.model_validate(job.spec)
             status = self.executor.poll(att.handle)
-            bad, new_points = self._read_metrics(att, job, spec, now)
+            mono = self.mono()
+            ran_s = durations.elapsed_s(
+                att.started_mono,
+                att.boot_id,
+                att.started_at,
+                mono_now=mono,
+                this_boot=self.boot_id,
+                now=now,
+            )
+            bad, new_points = self._read_metrics(att, job, spec, now, ran_s)
             att = self._attempt(att.id)
             if bad is not None:
                 self._diverged(att, status, bad, now)
@@ -554,15 +565,6 @@ class Engine:
                     self._finish(att.id, status, now)
                 continue
             stop_early = self._early_stop_reason(att, job, spec)
-            mono = self.mono()
-            ran_s = durations.elapsed_s(
-                att.started_mono,
-                att.boot_id,
-                att.started_at,
-                mono_now=mono,
-                this_boot=self.boot_id,
-                now=now,
-            )
             quiet_s = durations.elapsed_s(
                 att.progress_mono,
                 att.boot_id,
@@ -585,6 +587,12 @@ class Engine:
                     f"no progress for stall_min={spec.stall_min:g} minutes "
                     f"(metrics.progress={spec.metrics.progress})",
                 )
+            elif not spec.stall_min and (
+                hung := stall.stalled(
+                    att.metrics_cursor.get("pace") or [], quiet_s, self.settings.stall
+                )
+            ):
+                self._stop_for(att, now, Outcome.STALLED, hung)
 
     def _stop_lost(self, att: Attempt) -> None:
         """A lost attempt can no longer be watched: stop what is left of it now (an orphaned
@@ -760,11 +768,12 @@ class Engine:
         self._finish(att.id, status, now, outcome=outcome, reason=why)
 
     def _read_metrics(
-        self, att: Attempt, job: Job, spec: ExperimentSpec, now: datetime
+        self, att: Attempt, job: Job, spec: ExperimentSpec, now: datetime, ran_s: float
     ) -> tuple[Divergence | None, bool]:
         """Read what the program wrote since the last tick (any metric source); record the
-        points and the progress; return the divergence if the metrics diverged, and whether any
-        point was new."""
+        points, the progress and (at `ran_s` into the attempt) the run's pace for the default
+        stall rule; return the divergence if the metrics diverged, and whether any point was
+        new."""
         paths = job_paths(self.settings, job)
         log_path = Path(att.log_path or paths["workspace"] / f"attempt-{att.number}.log")
         cursor = att.metrics_cursor.get("metrics")
@@ -809,6 +818,9 @@ class Engine:
             row.metrics_cursor = {**row.metrics_cursor, "metrics": got.cursor, "divergence": state}
             if points:
                 s.add_all(points)
+                if any(row.last_step is None or p.step > row.last_step for p in got.points):
+                    pace = stall.noted(row.metrics_cursor.get("pace") or [], ran_s)
+                    row.metrics_cursor = {**row.metrics_cursor, "pace": pace}
                 row.last_step = max(
                     [p.step for p in got.points]
                     + ([row.last_step] if row.last_step is not None else [])

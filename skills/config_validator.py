@@ -19,9 +19,10 @@ import os
 from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
-from sqlmodel import select
+from sqlmodel import col, select
 
 from nightshift.runtime.errors import SpecError
+from nightshift.runtime.gpu.gpu import health_sources
 from nightshift.runtime.spec import ExperimentSpec
 from nightshift.runtime.store.db import GpuSample
 from nightshift.runtime.training.training_configs import (
@@ -396,6 +397,40 @@ def _check_checkpoint(spec: ExperimentSpec, warnings: list[Finding]) -> None:
         )
 
 
+def reports_steps(spec: ExperimentSpec) -> bool:
+    """Whether the spec's metrics give the monitor steps to learn a run's pace from (the default
+    stall rule, runtime/training/stall.py): log regexes, a framework's own metric files, or a
+    JSONL file the command is told about ({metrics_file}) or that the spec names itself."""
+    m = spec.metrics
+    if m.regex or m.source in ("lightning_csv", "hf_trainer_state", "tensorboard"):
+        return True
+    if m.source == "log" or m.file is None:
+        return False
+    return "metrics_file" in spec.placeholders() or m.file != "metrics.jsonl"
+
+
+def _check_stall(spec: ExperimentSpec, warnings: list[Finding], suggestions: list[str]) -> None:
+    if spec.stall_min is not None or reports_steps(spec):
+        return
+    until = (
+        f"until timeout_min={spec.timeout_min:g}"
+        if spec.timeout_min
+        else "until someone cancels it (no timeout_min either)"
+    )
+    warnings.append(
+        Finding(
+            field="stall_min",
+            message="no stall_min and no metrics that report steps (no metrics.regex, and the "
+            "command is not given {metrics_file}): the default stall rule has no pace to judge, "
+            f"so a hang would hold its slot {until}",
+        )
+    )
+    suggestions.append(
+        "set `stall_min:` (minutes without new output or metrics), or report steps: pass "
+        "{metrics_file} to the command and write JSONL lines with a step, or set metrics.regex"
+    )
+
+
 def _check_mounts(ctx: SkillContext, spec: ExperimentSpec, warnings: list[Finding]) -> None:
     roots = ctx.policy_limits.get("allowed_mount_roots")
     if not roots:
@@ -707,7 +742,8 @@ def _target_memory(ctx: SkillContext, inp: ConfigValidatorInput) -> tuple[float 
         return inp.gpu_memory_gib, "gpu_memory_gib argument"
     latest: dict[tuple[str, str], GpuSample] = {}
     with ctx.store.session() as s:
-        for row in s.exec(select(GpuSample).order_by(GpuSample.taken_at, GpuSample.id)):
+        mine = col(GpuSample.source).in_(health_sources(ctx.settings))
+        for row in s.exec(select(GpuSample).where(mine).order_by(GpuSample.taken_at, GpuSample.id)):
             latest[(row.host, row.uuid or f"index {row.gpu_index}")] = row
     healthy = [
         (r.data.get("memory_total_mib"), r)
@@ -1051,6 +1087,7 @@ def _validate_spec_input(
     _check_image(spec, warnings, suggestions)
     _check_seed(spec, warnings, suggestions)
     _check_checkpoint(spec, warnings)
+    _check_stall(spec, warnings, suggestions)
     _check_mounts(ctx, spec, warnings)
     estimate, options = _check_memory(ctx, inp, view, spec, errors, warnings, suggestions)
     return ConfigValidatorResult(

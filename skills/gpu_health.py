@@ -1,6 +1,10 @@
 """gpu_health_check: read every GPU, judge it against the configured thresholds, record the verdict.
 
 The skill only reports and records; placement derives quarantine from the latest recorded verdicts.
+Verdicts are recorded per node and per source (the probe as this process is configured,
+`health_source`): placement, and the rules below, read only their own source's, so a command run
+from a shell with other GPU settings (another inventory, `probe: none`) never quarantines the
+daemon's GPUs.
 `judge_reading` is the pure rule set, usable without a store or a probe.
 
 Beyond what the probe reads, two rules compare it with what this machine should have, using only
@@ -35,6 +39,8 @@ from nightshift.runtime.gpu.gpu import (
     GpuReading,
     InventoryProbe,
     ProbeResult,
+    health_source,
+    health_sources,
     inventory_path,
     make_probe,
     normalize_bus_id,
@@ -371,7 +377,10 @@ def _sample_for_bus_id(ctx: SkillContext, bus_id: str, hosts: Hosts) -> GpuSampl
     with ctx.store.session() as s:
         rows = s.exec(
             select(GpuSample)
-            .where(col(GpuSample.host).in_(hosts))
+            .where(
+                col(GpuSample.host).in_(hosts),
+                col(GpuSample.source).in_(health_sources(ctx.settings)),
+            )
             .order_by(GpuSample.taken_at.desc(), GpuSample.id.desc())
             .limit(1000)
         )
@@ -384,7 +393,8 @@ def _sample_for_bus_id(ctx: SkillContext, bus_id: str, hosts: Hosts) -> GpuSampl
 
 # ------------------------------------------------------------------------------ missing GPUs
 def _latest_per_index(ctx: SkillContext, hosts: Hosts) -> list[GpuSample]:
-    """The newest sample of each GPU index up to ctx.now: the GPUs as placement knows them."""
+    """The newest sample of each GPU index up to ctx.now: the GPUs as placement knows them (of
+    this process's source: a client with other GPU settings compares with its own history)."""
     latest: dict[int, GpuSample] = {}
     with ctx.store.session() as s:
         rows = s.exec(
@@ -392,6 +402,7 @@ def _latest_per_index(ctx: SkillContext, hosts: Hosts) -> list[GpuSample]:
             .where(
                 GpuSample.taken_at <= ctx.now,
                 col(GpuSample.host).in_(hosts),
+                col(GpuSample.source).in_(health_sources(ctx.settings)),
             )
             .order_by(GpuSample.id)
         )
@@ -483,7 +494,7 @@ def _missing_gpus(
     return found.verdicts, notes
 
 
-def _sample(v: GpuVerdict, now: datetime, host: str) -> GpuSample | None:
+def _sample(v: GpuVerdict, now: datetime, host: str, source: str) -> GpuSample | None:
     """The row that records a verdict; none for a GPU known by bus id alone or an unknown index."""
     if v.index is None:
         return None
@@ -495,7 +506,13 @@ def _sample(v: GpuVerdict, now: datetime, host: str) -> GpuSample | None:
     else:
         return None
     return GpuSample(
-        host=host, gpu_index=v.index, uuid=v.uuid, verdict=v.verdict, data=data, taken_at=now
+        host=host,
+        gpu_index=v.index,
+        uuid=v.uuid,
+        verdict=v.verdict,
+        data=data,
+        taken_at=now,
+        source=source,
     )
 
 
@@ -604,7 +621,10 @@ def _hosts_gone(ctx: SkillContext, seen: set[str]) -> list[str]:
     with ctx.store.session() as s:
         hosts = s.exec(
             select(GpuSample.host)
-            .where(col(GpuSample.host).startswith(HOST_PREFIX, autoescape=True))
+            .where(
+                col(GpuSample.host).startswith(HOST_PREFIX, autoescape=True),
+                col(GpuSample.source).in_(health_sources(ctx.settings)),
+            )
             .distinct()
         ).all()
     return sorted(set(hosts) - seen)
@@ -671,8 +691,9 @@ def gpu_health_check(ctx: SkillContext, inp: HealthCheckInput) -> HealthCheckRes
     if record:
         # GPUs not seen go first: where another GPU now answers at the same index, its sample
         # is the newer one, and placement reads the newest per index.
+        source = health_source(ctx.settings)  # placement reads its own source's verdicts
         rows = [
-            _sample(v, ctx.now, v.host or ctx.settings.node)
+            _sample(v, ctx.now, v.host or ctx.settings.node, source)
             for v in sorted(verdicts, key=lambda v: not v.missing)
         ]
         with ctx.store.session() as s:

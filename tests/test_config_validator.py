@@ -46,6 +46,7 @@ def good_spec(**over: Any) -> dict[str, Any]:
         "parameters": {"lr": 3e-4, "optimizer": "adamw", "micro_batch_size": 32, "seed": 1},
         "checkpoint": {"dir": "ckpt"},
         "knobs": {"learning_rate": "lr", "micro_batch": "micro_batch_size"},
+        "stall_min": 30,  # it reports no steps: without this a hang would hold its GPU
     }
     spec.update(over)
     return spec

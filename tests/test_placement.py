@@ -106,7 +106,7 @@ def test_quarantined_gpus_are_never_placed_on():
     gpus = [gpu(0, verdict="CRITICAL"), gpu(1, verdict="UNKNOWN"), gpu(2)]
     d = place(snap([job(1, gpus=1), job(2, gpus=1), job(3, gpus=2)], gpus))
     assert started(d) == {1: [2]}
-    assert d.holds[2] == "no healthy GPU free; GPU 2 reserved for it from 04:00"
+    assert d.holds[2] == "no healthy GPU free: held by job 1 (j1); GPU 2 reserved for it from 04:00"
     assert d.holds[3] == "needs 2 GPU(s); 1 healthy (2 quarantined)"
 
 
@@ -180,7 +180,52 @@ def test_cpu_only_jobs_use_cpu_slots():
     """A job that asks for no GPU runs on a CPU slot; when they are all taken it waits."""
     d = place(snap([job(i) for i in (1, 2, 3)], cpu_slots=2))
     assert started(d) == {1: [], 2: []}
-    assert d.holds == {3: "all 2 CPU slot(s) busy"}
+    assert d.holds == {3: "all 2 CPU slot(s) busy: held by job 1 (j1), job 2 (j2)"}
+
+
+def test_hold_reasons_name_a_few_holders_and_count_the_rest():
+    """`jobs` says who holds what a job waits for: three by id and name, then "+k more"."""
+    running = [RunningJob(id=i, name=f"r{i}") for i in range(1, 6)]
+    d = place(snap([job(9)], running=running, cpu_slots=5))
+    assert d.holds == {
+        9: "all 5 CPU slot(s) busy: held by job 1 (r1), job 2 (r2), job 3 (r3) +2 more"
+    }
+    on_gpus = [RunningJob(id=7, name="train", gpus=[0, 1])]
+    d = place(snap([job(8, gpus=1)], [gpu(0), gpu(1)], on_gpus))
+    assert d.holds[8].startswith("no healthy GPU free: held by job 7 (train); GPU 0 reserved")
+
+
+def test_a_job_in_retry_backoff_keeps_its_cpu_slot_unless_the_other_ends_first():
+    """The issue's inversion, as placement sees it: one CPU slot, a priority 5 job waiting 3 s
+    to retry (queued in its backoff, or failed and not yet queued again by recovery), a −10 job
+    expected to take a minute: the slot waits for the first; a −10 job expected to take 2 s
+    ends before the backoff does and may use it meanwhile."""
+    back = job(1, name="train", priority=5, attempt=1, not_before=NOW + timedelta(seconds=3))
+    low = job(2, priority=-10, expected_duration_s=60)
+    short = job(3, priority=-10, expected_duration_s=2)
+    for world in (snap([back, low, short]), snap([low, short], recovering=[back])):
+        d = place(world)
+        assert started(d) == {3: []}
+        assert d.holds[2] == (
+            "the free CPU slot is kept for job 1 (train), ahead in queue order and back from "
+            "its retry backoff at 03:00; this job would not end by then"
+        )
+    assert started(place(snap([back.model_copy(update={"priority": -20}), low]))) == {2: []}
+
+
+def test_a_gpu_job_in_retry_backoff_keeps_the_gpus_it_would_get():
+    """A GPU job in its retry backoff keeps the GPUs it would take now from jobs ranked below
+    it; what it does not need stays free for them."""
+    back = job(
+        1, name="train", gpus=1, priority=5, attempt=1, not_before=NOW + timedelta(seconds=3)
+    )
+    d = place(
+        snap([back, job(2, gpus=2, priority=-10), job(3, gpus=1, priority=-10)], [gpu(0), gpu(1)])
+    )
+    assert started(d) == {3: [1]}
+    assert d.holds[2].startswith(
+        "no 2 healthy GPUs free on one host: held by job 1 (train, in retry backoff until 03:00)"
+    )
 
 
 # ------------------------------------------------------------------------------ order and aging
@@ -219,7 +264,10 @@ def test_backfill_starts_a_short_job_on_reserved_gpus_and_holds_a_long_one():
     d = place(snap([head, short, long], [gpu(0), gpu(1)], running))
     assert d.reservation is not None and d.reservation.job_id == 1
     assert d.reservation.at == NOW + timedelta(hours=2) and d.reservation.gpus == [0, 1]
-    assert d.holds[1] == "no 2 healthy GPUs free on one host; GPUs 0,1 reserved for it from 05:00"
+    assert (
+        d.holds[1]
+        == "no 2 healthy GPUs free on one host: held by job 9; GPUs 0,1 reserved for it from 05:00"
+    )
     assert started(d) == {2: [1]}
     assert "ends before its reservation" in d.starts[0].note
     assert d.holds[3] == (
@@ -392,6 +440,19 @@ def test_settling_buckets_gives_the_same_decision_as_visiting_every_job():
     for seed in range(400):
         rnd = random.Random(seed)
         s = _random_snapshot(rnd)
+        # and jobs waiting out a retry backoff, queued or failed awaiting recovery, which keep
+        # their place (their stand-ins are visited in their turn)
+        backoff = [
+            j.model_copy(
+                update={
+                    "id": j.id + 200,
+                    "attempt": 1,
+                    "not_before": NOW + timedelta(minutes=rnd.randint(1, 120)),
+                }
+            )
+            for j in s.pending
+            if rnd.random() < 0.3
+        ]
         big = s.model_copy(
             update={
                 "pending": s.pending * 1
@@ -404,6 +465,8 @@ def test_settling_buckets_gives_the_same_decision_as_visiting_every_job():
                     )
                     for j in s.pending
                 ]
+                + backoff[::2],
+                "recovering": backoff[1::2],
             }
         )
         for world in (
@@ -458,7 +521,9 @@ def test_no_preemption_below_the_margin_or_of_unpausable_work_or_when_off(kw):
     proposed, and the job waits for its reservation."""
     d = place(_preemption_world(**kw))
     assert d.preemptions == []
-    assert d.holds[1].startswith("no healthy GPU free; GPU 0 reserved for it from")
+    assert d.holds[1].startswith(
+        "no healthy GPU free: held by job 9 (sweep-3); GPU 0 reserved for it from"
+    )
 
 
 def test_preemption_does_not_flip_back():

@@ -882,3 +882,24 @@ def inventory_path(settings: Settings) -> Path | None:
         return None
     p = Path(settings.gpu.inventory).expanduser()
     return p if p.is_absolute() else settings.home_path / p
+
+
+def health_source(settings: Settings) -> str:
+    """Which probe configuration a process judges GPUs with, as recorded with its verdicts:
+    the probe kind, with the inventory file where one is read (`auto` may fall back to it) and
+    the census for a Ray cluster. Two processes with the same settings share verdicts; a client
+    with others (another inventory, `probe: none`) keeps its own and never quarantines the
+    daemon's GPUs."""
+    gpu = settings.gpu
+    if settings.executor.kind == "ray":
+        return "ray-census"
+    inventory = inventory_path(settings)
+    if gpu.probe in ("inventory", "auto") and inventory is not None:
+        return f"{gpu.probe}:{inventory}"
+    return gpu.probe
+
+
+def health_sources(settings: Settings) -> tuple[str, str]:
+    """The verdicts a process reads: its own source's, and those recorded before sources
+    (revision 0013), which a newer verdict of its own replaces."""
+    return health_source(settings), ""

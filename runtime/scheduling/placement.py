@@ -136,6 +136,11 @@ class Snapshot(BaseModel):
     now: datetime
     pending: list[PendingJob]
     running: list[RunningJob] = Field(default_factory=list)
+    recovering: list[PendingJob] = Field(
+        default_factory=list,
+        description="Failed jobs that recovery may queue again, within their retry backoff: "
+        "never started from here, but they keep their place in queue order for a CPU slot",
+    )
     gpus: list[GpuSlot] = Field(default_factory=list)
     cpu_slots: int = 1
     tariff: Tariff | None = None
@@ -297,7 +302,7 @@ def free_mib(g: GpuSlot) -> float:
 
 # ---------------------------------------------------------------------------------- GPU state
 class _Gpu:
-    __slots__ = ("idx", "host", "total", "free", "excl", "caps", "jobs")
+    __slots__ = ("idx", "host", "total", "free", "excl", "caps", "jobs", "holders")
 
     def __init__(self, g: GpuSlot):
         self.idx, self.host = g.index, g.host
@@ -306,6 +311,7 @@ class _Gpu:
         self.excl = False  # an exclusive job holds it
         self.caps = 0.0  # memory caps (MiB) of the sharing jobs on it
         self.jobs: list[tuple[datetime, float]] = []  # (expected end, cap MiB) of jobs on it
+        self.holders: list[tuple[int, str]] = []  # (id, name) of the jobs on it: hold reasons
 
 
 class _Request:
@@ -341,6 +347,7 @@ class _Cluster:
                 if g is None:
                     continue
                 self._occupy(g, shared, (cap_gb or 0.0) * 1024, ends_of[r.id])
+                g.holders.append((r.id, r.name))
         self.free_excl: dict[str, list[int]] = {}  # per host, GPUs nobody uses, by index
         self.sharing: dict[str, list[int]] = {}  # per host, GPUs only sharing jobs use
         for g in sorted(self.gpus.values(), key=lambda g: g.idx):
@@ -354,6 +361,9 @@ class _Cluster:
         self.hosts = sorted(per_host)  # a fixed order: set order would vary between processes
         self.most_per_host = max(per_host.values(), default=0)
         self.largest_mib = max((g.total for g in self.gpus.values()), default=0.0)
+        self.in_order = sorted(self.gpus.values(), key=lambda g: (g.host, g.idx))
+        self.version = 0  # bumped by every take and claim: `holders` is computed once between
+        self._holders: dict[float, tuple[int, list[tuple[int, str]]]] = {}
 
     @staticmethod
     def _occupy(g: _Gpu, shared: bool, cap: float, end: datetime) -> None:
@@ -445,19 +455,39 @@ class _Cluster:
                     break  # an exact fit outside `avoid`: nothing beats it
         return None if best is None else best[1]
 
-    def take(self, req: _Request, ids: list[int], end: datetime) -> None:
+    def take(self, req: _Request, ids: list[int], end: datetime, job: tuple[int, str]) -> None:
+        self.version += 1
         for i in ids:
             g = self.gpus[i]
             was_free = not g.jobs
             self._occupy(g, req.shared, req.cap, end)
+            g.holders.append(job)
             if was_free:
                 self.free_excl[g.host].remove(i)
                 if req.shared:
                     self.sharing.setdefault(g.host, []).append(i)
                     self.sharing[g.host].sort()
 
-    def claim(self, ids: list[int]) -> None:
-        """GPUs promised to a preempting job: nobody else may take the free ones among them."""
+    def holders(self, req: _Request) -> list[tuple[int, str]]:
+        """The jobs on the healthy GPUs that could hold `req` once free: who a waiting job
+        waits for."""
+        got = self._holders.get(req.need)
+        if got is not None and got[0] == self.version:
+            return got[1]
+        seen: dict[int, str] = {}
+        for g in self.in_order:
+            if g.holders and g.total >= req.need:
+                for jid, name in g.holders:
+                    if jid not in seen:
+                        seen[jid] = name
+        out = list(seen.items())
+        self._holders[req.need] = (self.version, out)
+        return out
+
+    def claim(self, ids: list[int], holder: tuple[int, str] | None = None) -> None:
+        """GPUs promised to a preempting job, or kept for one in its retry backoff (`holder`):
+        nobody else may take the free ones among them."""
+        self.version += 1
         for i in ids:
             g = self.gpus[i]
             g.excl = True
@@ -466,6 +496,8 @@ class _Cluster:
                 self.free_excl[g.host].remove(i)
             elif i in self.sharing.get(g.host, ()):
                 self.sharing[g.host].remove(i)
+            if holder is not None:
+                g.holders.append(holder)
 
     def ready_at(self, g: _Gpu, req: _Request) -> datetime:
         """Earliest expected time `g` could take `req`, if jobs end when expected. Memory freed by
@@ -637,6 +669,7 @@ Entry = tuple[
     float, float, int, float, PendingJob
 ]  # (−aged priority, −waited s, id, duration s, job)
 _CPU: tuple = (0,)  # the request of every job that asks for no GPU
+_BACKOFF = "backoff"  # first item of the request of a GPU job's stand-in during its backoff
 
 
 def _effective(priority: int, since: datetime | None, now: datetime, rate_s: float) -> float:
@@ -708,7 +741,11 @@ class _Placer:
         self.victims: _Victims | None = None
         self.cluster: _Cluster | None = None
         self.cpu_free = snap.cpu_slots - sum(1 for r in snap.running if not r.gpus)
-        self.cpu_reason = f"all {snap.cpu_slots} CPU slot(s) busy"
+        self.cpu_holders = [(r.id, r.name) for r in snap.running if not r.gpus]
+        self.cpu_reason: str | None = None  # once every slot is taken: by whom
+        # CPU jobs waiting out a retry backoff: (queue rank, not_before, id, name). A slot stays
+        # theirs against lower-ranked jobs that would still run when their backoff ends.
+        self.cpu_backoff: list[tuple[tuple[float, float, int], datetime, int, str]] = []
         self.margin = snap.preempt_margin or 0
         self.sjf = snap.order == "sjf_aging"
         self.preempt_budget = snap.preempt_max_per_call
@@ -722,6 +759,8 @@ class _Placer:
         self.fail_preempt: set[tuple] = set()
         self.fail_reserve: set[tuple] = set()
         self.never: set[tuple] = set()  # requests no healthy GPU set can ever meet
+        self.keep_failed: set[tuple] = set()  # stand-in requests that found no GPUs to keep
+        self.held_by: dict[tuple, str] = {}  # ": held by job 3 (a), job 5": who is in the way
 
     def run(self) -> Decision:
         if self.gate is not None:
@@ -749,6 +788,8 @@ class _Placer:
         slack, boost = self.snap.hold_slack_s, self.snap.deadline_boost
         min_gpu_s = self.snap.hold_min_gpu_h * 3600.0
         buckets: dict[tuple, list[Entry]] = {}
+        for j in self.snap.recovering:
+            self._keep_place(j, penalty, buckets)
         for j in self.snap.pending:
             f = j.__dict__  # the field values; half the cost of attribute access on a model
             jid = f["id"]
@@ -762,6 +803,8 @@ class _Placer:
                     if f["attempt"]
                     else f"not before {clock(nb)}"
                 )
+                if f["attempt"]:
+                    self._keep_place(j, penalty, buckets)
                 continue
             dur = f["expected_duration_s"] or default_s
             if (
@@ -800,6 +843,28 @@ class _Placer:
             else:
                 got.append(entry)
         return buckets
+
+    def _keep_place(
+        self,
+        j: PendingJob,
+        penalty: Callable[[float, float], float] | None,
+        buckets: dict[tuple, list[Entry]],
+    ) -> None:
+        """A job waiting out a retry backoff keeps its rank, as `_screen` ranks an eligible job:
+        a CPU job for a slot (`_kept_for_backoff`); a GPU job through a stand-in entry visited
+        in its turn, which keeps the GPUs it would take now (`_keep_gpus`)."""
+        if j.not_before is None or j.not_before <= self.now:
+            return
+        dur = j.expected_duration_s or self.default_s
+        wait = (self.now - j.submitted_at).total_seconds()
+        eff = j.priority + self.rate_s * wait
+        if penalty is not None:
+            eff -= penalty(dur, j.attained_gpu_s)
+        if not j.gpus:
+            self.cpu_backoff.append(((-eff, -wait, j.id), j.not_before, j.id, j.name))
+            return
+        raw = (_BACKOFF, j.gpus, j.gpu_memory_gb, j.share_gpu, j.gpu_memory_cap_gb)
+        buckets.setdefault(raw, []).append((-eff, -wait, j.id, dur, j))
 
     def _setup(self, any_gpu: bool) -> None:
         snap, now = self.snap, self.now
@@ -845,6 +910,8 @@ class _Placer:
             entry, bi = heapq.heappop(heap)
             b = order[bi]
             self._one(entry, b.raw)
+            if b.raw[0] == _BACKOFF and b.raw[1:] in self.keep_failed:
+                continue  # no later stand-in of this request finds GPUs to keep either
             if not b.sorted:  # its first visit: the entry was its minimum
                 b.items = [e for e in b.items if e is not entry]
                 b.pos = -1
@@ -875,21 +942,26 @@ class _Placer:
         """Why every later job of this request will be held, as far as this call can already
         tell: (for jobs that end before the reservation, for jobs that would run past it)."""
         if raw is _CPU:
-            return (self.cpu_reason, self.cpu_reason) if self.cpu_free <= 0 else (None, None)
+            if self.cpu_free > 0:
+                return None, None
+            why = self._cpu_busy()
+            return why, why
+        if raw[0] == _BACKOFF:
+            return None, None  # stand-ins hold nothing: each is visited in its turn
         key = self.requests[raw].key
         if key in self.never:
             return self.reasons[key], self.reasons[key]
         if self.reservation is None or (self.victims is not None and key not in self.fail_preempt):
             return None, None
         long = self._past_reservation(key) if key in self.fail_clear else None
-        return (self.reasons[key] if key in self.fail_any else None), long
+        return (self._reason(key) if key in self.fail_any else None), long
 
     def _why_held(self, key: tuple, dur: float) -> str:
         """Order-independent: a job that would run past the reservation is told so; one that
         would not (it may use the reserved GPUs) found no GPU at all."""
         if self.reservation is not None and dur > self.res_left and key not in self.never:
             return self._past_reservation(key)
-        return self.reasons[key]
+        return self._reason(key)
 
     def _past_reservation(self, key: tuple) -> str:
         got = self.res_reasons.get(key)
@@ -907,8 +979,12 @@ class _Placer:
         neg_eff, _, _, dur, j = entry
         now, holds = self.now, self.holds
         if raw is _CPU:
-            if self.cpu_free > 0:
+            kept = self._kept_for_backoff(entry) if self.cpu_free > 0 else None
+            if kept is not None:
+                holds[j.id] = kept
+            elif self.cpu_free > 0:
                 self.cpu_free -= 1
+                self.cpu_holders.append((j.id, j.name))
                 self.starts.append(
                     Start(
                         job_id=j.id,
@@ -918,10 +994,13 @@ class _Placer:
                     )
                 )
             else:
-                holds[j.id] = self.cpu_reason
+                holds[j.id] = self._cpu_busy()
             return
         cluster = self.cluster
         assert cluster is not None
+        if raw[0] == _BACKOFF:
+            self._keep_gpus(j, raw[1:])
+            return
         req = self.requests.get(raw)
         if req is None:
             req = self.requests[raw] = _Request(*raw)
@@ -949,17 +1028,20 @@ class _Placer:
                 if ids is None:
                     fail_any.add(key)
                     fail_clear.add(key)  # fits nowhere, so nowhere outside a reservation either
+                    self._name_holders(req)
         else:
             if key not in fail_clear:
                 ids = cluster.pick(req, self.reserved, False)
                 if ids is None:
                     fail_clear.add(key)
+                    self._name_holders(req)
                 else:
                     note = f"backfill ahead of job {res.job_id} on GPUs it does not need"
             if ids is None and key not in fail_any and dur <= self.res_left:
                 ids = cluster.pick(req, self.reserved, True)
                 if ids is None:
                     fail_any.add(key)
+                    self._name_holders(req)
                 else:
                     note = (
                         f"backfill ahead of job {res.job_id}: ends before its reservation "
@@ -967,7 +1049,7 @@ class _Placer:
                     )
         if ids is not None:
             end = now + timedelta(seconds=dur)
-            cluster.take(req, ids, end)
+            cluster.take(req, ids, end, (j.id, j.name))
             tnote = _note(self.gate, j, dur)
             self.starts.append(
                 Start(
@@ -1010,10 +1092,61 @@ class _Placer:
                 self.reservation = Reservation(job_id=j.id, at=at, gpus=sorted(gids))
                 self.reserved, self.res_left = set(gids), (at - now).total_seconds()
                 holds[j.id] = (
-                    f"{self.reasons[key]}; {_gpu_list(gids)} reserved for it from {self.clock(at)}"
+                    f"{self._reason(key)}; {_gpu_list(gids)} reserved for it from {self.clock(at)}"
                 )
                 return
         holds[j.id] = self._why_held(key, dur)
+
+    def _name_holders(self, req: _Request) -> None:
+        """At a request's first failure, before any job is told its reason: by whom it is held
+        (the jobs on the GPUs it could use)."""
+        if req.key not in self.held_by and req.key not in self.never:
+            assert self.cluster is not None
+            self.held_by[req.key] = _held_by(self.cluster.holders(req))
+
+    def _reason(self, key: tuple) -> str:
+        return self.reasons[key] + self.held_by.get(key, "")
+
+    def _keep_gpus(self, j: PendingJob, raw: tuple) -> None:
+        """In the turn of a GPU job waiting out its retry backoff: keep the GPUs it would get
+        now (as a preempting job's are kept), so no job ranked below it takes them before it
+        comes back. Shorter jobs do not slip in here (unlike on a CPU slot): GPUs are few and
+        the wait is short."""
+        assert self.cluster is not None
+        if raw in self.keep_failed:
+            return
+        ids = self.cluster.pick(_Request(*raw), self.reserved | self.claimed, False)
+        if ids is None:
+            self.keep_failed.add(raw)  # resources only shrink within a call: so for every later one
+            return
+        assert j.not_before is not None
+        why = f"in retry backoff until {self.clock(j.not_before)}"
+        self.cluster.claim(ids, (j.id, f"{j.name}, {why}" if j.name else why))
+        self.claimed.update(ids)
+
+    def _cpu_busy(self) -> str:
+        """Why a CPU job waits once every slot is taken; the takers no longer change."""
+        if self.cpu_reason is None:
+            self.cpu_reason = f"all {self.snap.cpu_slots} CPU slot(s) busy" + _held_by(
+                self.cpu_holders
+            )
+        return self.cpu_reason
+
+    def _kept_for_backoff(self, entry: Entry) -> str | None:
+        """Why this CPU job may not take a free slot: as many jobs ahead of it in queue order
+        wait out a retry backoff that ends while it would still run (by its estimate) as there
+        are slots left. A failed job keeps its place; a short job may still slip in before."""
+        if not self.cpu_backoff:
+            return None
+        rank, ends = entry[:3], self.now + timedelta(seconds=entry[3])
+        ahead = [b for b in self.cpu_backoff if b[0] < rank and b[1] < ends]
+        if len(ahead) < self.cpu_free:
+            return None
+        _, nb, jid, name = ahead[0]
+        return (
+            f"the free CPU slot is kept for job {jid}{_named(name)}, ahead in queue order and "
+            f"back from its retry backoff at {self.clock(nb)}; this job would not end by then"
+        )
 
     def _preempt(
         self, j: PendingJob, eff: float, plan: tuple[list[tuple[float, RunningJob]], list[int]]
@@ -1049,6 +1182,15 @@ class _Placer:
 
 def _named(name: str) -> str:
     return f" ({name})" if name else ""
+
+
+def _held_by(jobs: list[tuple[int, str]], most: int = 3) -> str:
+    """': held by job 3 (train), job 5 +2 more': who holds what a waiting job needs."""
+    if not jobs:
+        return ""
+    named = ", ".join(f"job {jid}{_named(name)}" for jid, name in jobs[:most])
+    more = f" +{len(jobs) - most} more" if len(jobs) > most else ""
+    return f": held by {named}{more}"
 
 
 def _note(gate: _TariffGate | None, j: PendingJob, dur: float) -> str:

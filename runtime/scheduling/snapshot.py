@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from sqlalchemy import String, func, select, true
+from sqlalchemy import String, and_, func, or_, select, true
 from sqlalchemy.orm import aliased
 
 from nightshift.runtime.scheduling.backoff import Backoff
@@ -185,6 +185,7 @@ def load_snapshot(
     cluster: str | None = None,
     tz: tzinfo = UTC,
     mono: tuple[float, str] | None = None,
+    health_sources: tuple[str, ...] | None = None,
 ) -> Snapshot:
     """The placement snapshot from the store in five queries.
 
@@ -205,9 +206,15 @@ def load_snapshot(
         node's GPU 0 is not this one's, and its CPU jobs take none of this node's slots. With
         `cluster` (a host prefix such as "ray:"), the GPUs are those of the cluster's hosts, as the
         census recorded them, numbered across hosts (`cluster_gpu_id`), and a host with any
-        quarantined GPU is quarantined whole: the cluster, not nightshift, picks the GPUs on a host."""
+        quarantined GPU is quarantined whole: the cluster, not nightshift, picks the GPUs on a host.
+        With `health_sources` (runtime/gpu/gpu.py `health_sources`), only the verdicts of those
+        probe sources: another process's GPU settings never quarantine this one's GPUs."""
     backoff = backoff or Backoff()
     active = ("queued", "running")
+    # Failed jobs whose backoff may still run (recovery may queue them again): they keep their
+    # place in queue order (Snapshot.recovering). No backoff is longer than its cap.
+    recent = now - timedelta(seconds=backoff.cap_s + 60)
+    seen = or_(Job.state.in_(active), and_(Job.state == "failed", Job.updated_at >= recent))
     with store.session() as s:
         conn = s.connection()
         sqlite = conn.dialect.name == "sqlite"
@@ -224,8 +231,9 @@ def load_snapshot(
                 Job.state,
                 Job.created_at,
                 Job.resume_from,
+                Job.max_attempts,
                 fields.label("fields"),
-            ).where(Job.state.in_(active), func.json_valid(Job.spec) if sqlite else true())
+            ).where(seen, func.json_valid(Job.spec) if sqlite else true())
         ).all()
         broken = (
             conn.execute(
@@ -252,7 +260,7 @@ def load_snapshot(
                 Attempt.ended_mono,
             )
             .join(Job, Job.id == Attempt.job_id)
-            .where(Job.state.in_(active))
+            .where(seen)
             .order_by(Attempt.job_id, Attempt.number)
         ).all()
         other = aliased(Job)
@@ -269,6 +277,8 @@ def load_snapshot(
             latest = latest.where(GpuSample.host.startswith(cluster, autoescape=True))
         elif node is not None:  # this node's samples (and those from before nodes existed)
             latest = latest.where(GpuSample.host.in_((node, "localhost")))
+        if health_sources is not None:
+            latest = latest.where(GpuSample.source.in_(health_sources))
         samples = conn.execute(
             select(GpuSample.gpu_index, GpuSample.host, GpuSample.verdict, GpuSample.data)
             .where(GpuSample.id.in_(latest))
@@ -282,8 +292,11 @@ def load_snapshot(
     typical = {name: statistics.median(v) for name, v in took.items()}
     last: dict[int, Any] = {}
     ran_s: dict[int, float] = {}
+    failures: dict[int, int] = {}
     for a in atts:
         last[a.job_id] = a
+        if a.outcome in FAILED_OUTCOMES:
+            failures[a.job_id] = failures.get(a.job_id, 0) + 1
         if a.ended_at is not None:
             ran_s[a.job_id] = ran_s.get(a.job_id, 0.0) + (a.ended_at - a.started_at).total_seconds()
 
@@ -309,10 +322,13 @@ def load_snapshot(
 
     pending: list[PendingJob] = []
     running: list[RunningJob] = []
+    recovering: list[PendingJob] = []
     for j in jobs:
         values = json.loads(j.fields) if sqlite else _pluck(j.fields or {})
         problem = _check_fields(j.fields if sqlite else repr(values), values)
         if problem is not None:
+            if j.state == "failed":
+                continue
             if j.state == "queued":
                 unloadable[j.id] = problem
                 continue
@@ -345,7 +361,7 @@ def load_snapshot(
             "cost_class": cost_class or "urgent",
             "pausable": pausable is not False and ckpt is not None,
         }
-        if j.state == "queued":
+        if j.state in ("queued", "failed"):
             if scope is not None and j.id not in scope:
                 continue
             if expected is not None and j.resume_from:
@@ -356,10 +372,16 @@ def load_snapshot(
                 if mono is not None and att.ended_mono is not None and att.boot_id == mono[1]:
                     ended = now - timedelta(seconds=max(0.0, mono[0] - att.ended_mono))
                     not_before = backoff.not_before(ended, att.number, j.id, retry_wait_s)
+            if j.state == "failed" and (
+                not_before is None
+                or not_before <= now
+                or failures.get(j.id, 0) >= (j.max_attempts or 0)
+            ):
+                continue  # recovery will not queue it again, or its backoff is over
             begin = _deadline(begin_text, j.created_at, tz)  # spec.begin: not before then
             if begin is not None and (not_before is None or begin > not_before):
                 not_before = begin
-            pending.append(
+            (pending if j.state == "queued" else recovering).append(
                 PendingJob(
                     **common,
                     gpus=gpus or 0,
@@ -400,6 +422,7 @@ def load_snapshot(
         now=now,
         pending=pending,
         running=running,
+        recovering=recovering,
         gpus=slots,
         cpu_slots=cpu_slots,
         tariff=tariff,

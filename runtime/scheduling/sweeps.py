@@ -41,6 +41,7 @@ from pydantic import BaseModel, Field
 from sqlmodel import col, select
 
 from nightshift.runtime.errors import BadArguments, ConfigError, OperatorError
+from nightshift.runtime.gpu.gpu import health_sources
 from nightshift.runtime.scheduling.local_time import until_deadline
 from nightshift.runtime.spec import ExperimentSpec, SearchParam, SweepSpec
 from nightshift.runtime.store import lifecycle
@@ -352,6 +353,7 @@ class SweepDriver:
         self.on_event = on_event or (lambda action, payload: None)
         self.clock = clock
         self.share, self.cpu_slots, self.node = share, cpu_slots, node
+        self.health_sources = health_sources(engine.settings)  # the GPUs as its placement sees
 
     def tick(self) -> None:
         """Drive every running sweep. One that cannot be driven (its study file deleted or
@@ -564,7 +566,10 @@ class SweepDriver:
         with self.store.session() as s:
             known = s.exec(
                 select(GpuSample.host, GpuSample.gpu_index)
-                .where(col(GpuSample.host).in_((self.node, "localhost")))
+                .where(
+                    col(GpuSample.host).in_((self.node, "localhost")),
+                    col(GpuSample.source).in_(self.health_sources),
+                )
                 .distinct()
             ).all()
         if not known:

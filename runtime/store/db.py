@@ -185,6 +185,10 @@ class GpuSample(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     host: str = "localhost"
     gpu_index: int
+    # Who judged it: the probe as the recording process is configured (runtime/gpu/gpu.py
+    # `health_source`). Placement reads only its own source's verdicts, so a client with other
+    # GPU settings never quarantines the daemon's GPUs. "": recorded before revision 0013.
+    source: str = Field(default="", sa_column_kwargs={"server_default": text("''")}, index=True)
     uuid: str | None = Field(default=None, index=True)
     verdict: str
     data: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
