@@ -5,7 +5,7 @@ records its verdicts beside the daemon's, never over them. Samples before this r
 read by every source until a newer verdict of its own replaces them.
 
 Revision ID: 0013_gpu_sample_source
-Revises: 0011_approval_approvers
+Revises: 0012_attempt_diagnosis
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0013_gpu_sample_source"
-# Re-point to 0012 once that revision is merged (it is written in parallel).
 down_revision = "0012_attempt_diagnosis"
 branch_labels = None
 depends_on = None
