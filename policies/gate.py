@@ -112,6 +112,28 @@ class Gate:
             )
         return run(self.audit, self.approvals, self.store, ctx, request, verdict, approval)
 
+    def decide(self, ctx: SkillContext, skill: Skill | str, args: dict[str, Any]) -> Verdict:
+        """Judge a read that goes on after the decision (a job's follow: agent/doors/follow.py)
+        once, auditing the verdict as one event; the caller then reads with the skill itself.
+        Only what the policy allows at once goes on: a denial, or a verdict that asks for an
+        approval, is refused and audited as a call's would be."""
+        if ctx.call_id is None:
+            ctx.call_id = f"gate-{uuid.uuid4().hex}"
+        skill = get_skill(skill) if isinstance(skill, str) else skill
+        request = resolve(self.audit, self.store, ctx, skill, args)
+        verdict, verdict_event = self._verdict(ctx, request)
+        if verdict.decision != "allow":
+            exc_type = Paused if verdict.rule == "kill_switch" else PolicyDenied
+            reasons = "; ".join(verdict.reasons)
+            if verdict.decision != "deny":
+                reasons = (
+                    f"needs an approval, and a follow reads only what is allowed at once. {reasons}"
+                )
+            exc = exc_type(f"{skill.name}: denied by {verdict.rule}: {reasons}")
+            refuse(self.audit, ctx, request, exc, before=[verdict_event])
+        self.audit.append_many([verdict_event])
+        return verdict
+
     def resume(self, approval_id: int, context: Callable[[str, str], SkillContext]) -> BaseModel:
         """Carry out a decided approval whose requester is gone (the daemon, `run --resume`):
         the same checks as the first call, as the requester, under the same call id."""

@@ -70,7 +70,6 @@ from nightshift.runtime.user_files import reading_as
 
 PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 MAX_SUN_PATH = 107  # sockaddr_un.sun_path is 108 bytes with its NUL
-FOLLOW_POLL_S = 0.5
 
 
 class PeerGone(Exception):
@@ -415,45 +414,67 @@ class ApiServer:
         return ask
 
     def _follow(self, conn: socket.socket, peer: Peer, req: FollowLogs) -> None:
-        """One gated job_logs call (audited), then the log's new whole lines as they are
-        written, until the client hangs up or the daemon stops."""
-        from nightshift.agent.doors.api import Client
+        """Follow a job for the peer until it has ended for good: the gate decides once whether
+        they may read its logs (the verdict is the follow's first audit event), then the events
+        of agent/doors/follow.py go out as they come; the last audit event counts what was sent
+        (lines and bytes, never the lines themselves). This connection's thread is the whole
+        cost, and api.max_connections_per_user bounds a user's follows."""
+        from nightshift.agent.doors.follow import IDLE_POLL_S, POLL_S, JobFollow, direct_fetcher
 
+        call_id = self._call_id(peer, None)
         args: dict[str, Any] = {"job_id": req.job_id, "tail": req.tail}
         if req.attempt is not None:
             args["attempt"] = req.attempt
-        r: Any = Client(self.w, principal=peer.name, via="terminal").call(
-            "job_logs", args, call_id=self._call_id(peer, None)
-        )
-        self._send(conn, Reply(kind="result", result=r.model_dump(mode="json")))
-        if not r.log_path:
-            return
-        path, offset, pending = Path(r.log_path), r.end_offset, b""
-        while not self._stop.is_set():
+        ctx = self.w.context(peer.name, call_id)
+        self.w.gate.decide(ctx, "job_logs", args)
+
+        def wait(seconds: float) -> None:
+            """Between reads; a hang-up or the daemon's stop ends the follow (PeerGone)."""
             try:
-                if select.select([conn], [], [], FOLLOW_POLL_S)[0] and not conn.recv(4096):
-                    return  # the client hung up
+                if select.select([conn], [], [], seconds)[0] and not conn.recv(4096):
+                    raise PeerGone  # the client hung up
             except OSError as exc:
                 raise PeerGone from exc
+            if self._stop.is_set():
+                raise PeerGone
+
+        stream = JobFollow(
+            direct_fetcher(self.w, peer.name),
+            req.job_id,
+            tail=req.tail,
+            first_attempt=req.attempt,
+            poll_s=POLL_S,
+            idle_poll_s=IDLE_POLL_S,
+            sleep=wait,
+        )
+        sent = {"lines": 0, "bytes": 0, "events": 0}
+        how = "hung_up"
+        try:
+            for event in stream.events():
+                self._send(conn, Reply(kind="event", event=event))
+                sent["events"] += 1
+                for line in event.lines or []:
+                    sent["lines"] += 1
+                    sent["bytes"] += len(line.encode()) + 1
+                if event.kind == "end":
+                    how = event.status.state if event.status else "ended"
+        except NightshiftError as exc:
+            how = f"error: {type(exc).__name__}"
+            raise
+        finally:
             try:
-                size = path.stat().st_size
-            except OSError:
-                size = 0  # not there (yet, or any more)
-            if size < offset:
-                offset = 0  # truncated and rewritten
-            if size > offset:
-                try:
-                    with open(path, "rb") as f:
-                        f.seek(offset)
-                        chunk = f.read(min(size - offset, 1 << 20))
-                except OSError:
-                    continue
-                offset += len(chunk)
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                if lines:
-                    text = [x.decode("utf-8", "replace") for x in lines]
-                    self._send(conn, Reply(kind="lines", lines=text))
+                self.w.audit.append(
+                    peer.name,
+                    "logs.follow.end",
+                    skill="job_logs",
+                    call_id=call_id,
+                    job_id=req.job_id,
+                    payload={**sent, "ended": how, "uid": peer.uid, "pid": peer.pid},
+                )
+            except Exception:  # the follow is over either way; the daemon's log says why
+                self.say(
+                    f"could not audit the end of {peer.name}'s follow:\n{traceback.format_exc()}"
+                )
 
     def _whoami(self, peer: Peer) -> dict[str, Any]:
         from nightshift.policies.killswitch import pause_info

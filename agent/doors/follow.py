@@ -1,22 +1,27 @@
 """Follow a job to its end: every attempt's log in turn, each under a header line, until the job
 ends for good; the exit code then says how it ended (`logs -f`, `submit --watch`).
 
-The follower only polls the `job_logs` skill with a cursor (attempt, byte offset), so it works
-the same for the single-user mode and for a client of a shared daemon, which cannot open the
-job's files: the daemon reads them and answers through its gate. The skill says when the job has
-ended for good (`final`): a failed job is not final while recovery may still requeue it.
+`JobFollow` says what comes next (an attempt's header, its new lines, the job's status when it
+changed, the end) by reading `job_logs` with a cursor (attempt, byte offset); the skill says
+when the job has ended for good (`final`: a failed job is not final while recovery may still
+requeue it). One implementation for both modes: the single-user mode runs it in this process
+(its first read through the gate, the rest direct), and a shared daemon runs it for its client
+after one audited decision of its gate (`logs.follow`, agent/doors/api_server.py) and streams
+the events, so a follow costs the audit two events however long it lasts, never its lines.
 """
 
 from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
 from nightshift.agent.doors.console import console, err_console, styled
+from nightshift.agent.doors.wire import FollowEvent, JobStatus
+from nightshift.runtime.errors import OperatorError
 
 if TYPE_CHECKING:
     from nightshift.agent.brain.wiring import Wiring
@@ -29,26 +34,19 @@ EXIT_HELP = (
     "Exit code: 0 the job succeeded, 6 it failed for good, 7 it was cancelled, 130 Ctrl-C "
     "(the job goes on)."
 )
-POLL_S = 0.5  # between polls while the log grows
+POLL_S = 0.5  # between reads while the log grows
 IDLE_POLL_S = 3.0  # at most, while nothing happens
-# A daemon's client: each poll is a read through the daemon's gate, audited with what it read.
-REMOTE_POLL_S, REMOTE_IDLE_POLL_S = 1.0, 5.0
 
 Fetch = Callable[[dict[str, Any]], "JobLogsResult"]
 
 
 def fetcher(w: Wiring) -> Fetch:
-    """How this command asks `job_logs`: through the daemon's gate for its client (every poll);
-    in the single-user mode the first call goes through the gate (the policy decides whether
-    this person may read the job, and the audit says who did) and the polls after it read the
-    caller's own store and files directly, as the rows of `nightshift jobs` are read."""
-    from nightshift.agent.doors.remote import remote_of
+    """How the single-user mode reads `job_logs` for a follow: the first call goes through the
+    gate (the policy decides whether this person may read the job, and the audit says who did)
+    and the reads after it are the caller's own store and files, as `nightshift jobs` reads."""
     from nightshift.agent.doors.shell import call_as_user
     from nightshift.skills.registry import get_skill
 
-    remote = remote_of(w)
-    if remote is not None:
-        return lambda args: remote.call("job_logs", args, via="terminal")  # type: ignore[return-value]
     skill = get_skill("job_logs")
     allowed = False
 
@@ -63,6 +61,14 @@ def fetcher(w: Wiring) -> Fetch:
     return fetch
 
 
+def direct_fetcher(w: Wiring, principal: str) -> Fetch:
+    """`job_logs` read directly, for a follow the gate has already allowed (Gate.decide)."""
+    from nightshift.skills.registry import get_skill
+
+    skill = get_skill("job_logs")
+    return lambda args: skill.fn(w.context(principal), skill.parse(args))  # type: ignore[no-any-return]
+
+
 def header(r: JobLogsResult) -> str:
     """`── attempt 2 (resumed from step 125) ──`: where each attempt's lines begin."""
     n = r.attempt or 0
@@ -75,39 +81,52 @@ def header(r: JobLogsResult) -> str:
     return f"── attempt {n}{how} ──"
 
 
-def status_text(job_id: int, r: JobLogsResult) -> str:
+def status_of(r: JobLogsResult) -> JobStatus:
+    """The status line's data in a `job_logs` answer."""
+    return JobStatus(
+        job_id=r.job_id,
+        state=r.job_state,
+        reason=r.reason,
+        attempt=r.attempt,
+        step=r.last_step,
+        loss=r.last_loss,
+    )
+
+
+def status_text(s: JobStatus) -> str:
     """`job 7 running · attempt 2 · step 130 · loss 0.412`: the live status line."""
-    parts = [f"job {job_id} {r.job_state or '?'}"]
-    if r.job_state == "queued" and r.reason:
-        parts[0] += f" ({r.reason})"
-    if r.attempt:
-        parts.append(f"attempt {r.attempt}")
-    if r.last_step is not None:
-        parts.append(f"step {r.last_step}")
-    if r.last_loss is not None:
-        parts.append(f"loss {r.last_loss:.4g}")
+    parts = [f"job {s.job_id} {s.state or '?'}"]
+    if s.state == "queued" and s.reason:
+        parts[0] += f" ({s.reason})"
+    if s.attempt:
+        parts.append(f"attempt {s.attempt}")
+    if s.step is not None:
+        parts.append(f"step {s.step}")
+    if s.loss is not None:
+        parts.append(f"loss {s.loss:.4g}")
     return " · ".join(parts)
 
 
 class StatusLine:
-    """The job's state under the stream: at a terminal, one line on stderr kept below the log's
-    lines (cleared before they print, drawn again after); elsewhere a line on stderr each time
-    the state or the attempt changes. Stdout stays the log's lines either way."""
+    """A job's state under what a command prints: at a terminal, one line on stderr kept below
+    the printed lines (cleared before they print, drawn again after); elsewhere, unless `live`
+    only, a line on stderr each time the state or the attempt changes. Stdout stays the
+    command's own lines either way."""
 
-    def __init__(self, job_id: int) -> None:
-        self.job_id = job_id
+    def __init__(self, *, only_live: bool = False) -> None:
         self.live = err_console.is_terminal
+        self.quiet = only_live and not self.live
         self._text = ""
-        self._last: tuple[str, int | None] | None = None
+        self._last: tuple[int, str, int | None] | None = None
 
-    def update(self, r: JobLogsResult) -> None:
-        text = status_text(self.job_id, r)
+    def update(self, s: JobStatus) -> None:
+        text = status_text(s)
         if self.live:
             self._text = text
             self.draw()
             return
-        key = (r.job_state, r.attempt)
-        if key != self._last:
+        key = (s.job_id, s.state, s.attempt)
+        if key != self._last and not self.quiet:
             self._last = key
             err_console.print(Text(text, style="dim"), soft_wrap=True)
 
@@ -127,9 +146,11 @@ class StatusLine:
         self._text = ""
 
 
-class Follower:
-    """Print a job's attempts' logs in order, each under its header, and follow the newest as it
-    grows, moving on when a new attempt starts, until the job has ended for good."""
+class JobFollow:
+    """What comes next in following a job: its attempts' logs in order, each under its header,
+    the newest followed as it grows, the next when a new attempt starts, the job's status when
+    it changes, until the job has ended for good (the last event, `end`). `sleep` waits between
+    reads (the daemon's wakes early and raises when its client hangs up)."""
 
     def __init__(
         self,
@@ -138,96 +159,127 @@ class Follower:
         *,
         tail: int = 100,
         first_attempt: int | None = None,
-        status: StatusLine | None = None,
         poll_s: float = POLL_S,
         idle_poll_s: float = IDLE_POLL_S,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.fetch, self.job_id, self.tail = fetch, job_id, tail
-        self.first_attempt, self.status = first_attempt, status
+        self.first_attempt = first_attempt
         self.poll_s, self.idle_poll_s, self.sleep = poll_s, idle_poll_s, sleep
         # Until the first wait, the attempts found at the start show their last lines only.
         self._catching_up = True
+        self._status: JobStatus | None = None
 
-    def run(self) -> JobLogsResult:
-        """Follow until the job is final; its last answer (job_state says how it ended)."""
-        r = self._ask(attempt=self.first_attempt)
+    def events(self) -> Iterator[FollowEvent]:
+        r = yield from self._ask(attempt=self.first_attempt)
         if r.attempt is None:  # nothing ran yet: wait for the first attempt (or the end)
-            r = self._first_attempt(r)
+            r = yield from self._first_attempt(r)
             if r.attempt is None:
-                return r
+                yield self._end(r)
+                return
         # The attempts that exist already: each one's last lines; then follow the newest.
         number = r.attempt if self.first_attempt is not None else 1
         if number != r.attempt:
-            r = self._ask(attempt=number)
-        self._show(r)
+            r = yield from self._ask(attempt=number)
+        yield from self._show(r)
         wait = self.poll_s
         while True:
             if r.more:
-                r = self._ask(attempt=number, offset=r.end_offset)
-                self._show(r, header_too=False)
+                r = yield from self._ask(attempt=number, offset=r.end_offset)
+                yield from self._show(r, header_too=False)
                 wait = self.poll_s
                 continue
             if r.attempt_ended and r.latest_attempt > number:
                 number += 1
                 # An attempt that began before this follow: its end; a new one: all of it.
                 tail_only = number < r.latest_attempt or self._catching_up
-                r = self._ask(attempt=number, offset=None if tail_only else 0)
-                self._show(r)
+                r = yield from self._ask(attempt=number, offset=None if tail_only else 0)
+                yield from self._show(r)
                 wait = self.poll_s
                 continue
             if r.final and number >= r.latest_attempt:
-                return r
+                yield self._end(r)
+                return
             self._catching_up = False
             self.sleep(wait)
             before = r.end_offset
-            r = self._ask(attempt=number, offset=r.end_offset)
-            self._show(r, header_too=False)
+            r = yield from self._ask(attempt=number, offset=r.end_offset)
+            yield from self._show(r, header_too=False)
             grew = r.end_offset != before or r.more
             wait = self.poll_s if grew else min(self.idle_poll_s, wait * 2)
 
-    def _first_attempt(self, r: JobLogsResult) -> JobLogsResult:
-        if self.status is None and not r.final:  # the status line says it otherwise
-            why = f" ({r.reason})" if r.reason else ""
-            err_console.print(
-                styled(
-                    "job {} is {}{}: waiting for its first attempt", self.job_id, r.job_state, why
-                ),
-                soft_wrap=True,
-            )
+    def _first_attempt(self, r: JobLogsResult) -> Generator[FollowEvent, None, JobLogsResult]:
+        if not r.final:
+            yield FollowEvent(kind="waiting", status=status_of(r))
         wait = self.poll_s
         while r.attempt is None and not r.final:
             self.sleep(wait)
             wait = min(self.idle_poll_s, wait * 2)
-            r = self._ask()
+            r = yield from self._ask()
         self._catching_up = False  # it started while we watched: show it all
         if r.attempt is not None:
-            r = self._ask(attempt=1, offset=0)
+            r = yield from self._ask(attempt=1, offset=0)
         return r
 
-    def _ask(self, *, attempt: int | None = None, offset: int | None = None) -> JobLogsResult:
+    def _ask(
+        self, *, attempt: int | None = None, offset: int | None = None
+    ) -> Generator[FollowEvent, None, JobLogsResult]:
         args: dict[str, Any] = {"job_id": self.job_id, "tail": self.tail}
         if attempt is not None:
             args["attempt"] = attempt
         if offset is not None:
             args["offset"] = offset
         r = self.fetch(args)
-        if self.status is not None:
-            self.status.update(r)
+        status = status_of(r)
+        if status != self._status:
+            self._status = status
+            yield FollowEvent(kind="status", status=status)
         return r
 
-    def _show(self, r: JobLogsResult, *, header_too: bool = True) -> None:
-        if not r.lines and not (header_too and r.attempt is not None):
-            return
-        if self.status is not None:
-            self.status.clear()
+    @staticmethod
+    def _show(r: JobLogsResult, *, header_too: bool = True) -> Iterator[FollowEvent]:
         if header_too and r.attempt is not None:
-            console.print(Text(header(r), style="bold"), soft_wrap=True)
-        for line in r.lines:
-            console.out(line, highlight=False)  # log text is data: printed, never interpreted
-        if self.status is not None:
-            console.file.flush()
-            self.status.draw()
+            yield FollowEvent(kind="header", text=header(r))
+        if r.lines:
+            yield FollowEvent(kind="lines", lines=r.lines)
+
+    @staticmethod
+    def _end(r: JobLogsResult) -> FollowEvent:
+        return FollowEvent(kind="end", status=status_of(r), attempts=r.latest_attempt)
+
+
+class Printer:
+    """Shows a follow's events: headers and log lines on stdout, the status on the status line
+    (or, without one, the wait for a first attempt on stderr); keeps the `end`."""
+
+    def __init__(self, status: StatusLine | None) -> None:
+        self.status = status
+        self.end: FollowEvent | None = None
+
+    def show(self, e: FollowEvent) -> None:
+        if e.kind == "end":
+            self.end = e
+        elif e.kind == "status" and e.status is not None:
+            if self.status is not None:
+                self.status.update(e.status)
+        elif e.kind == "waiting" and e.status is not None:
+            if self.status is None:  # the status line says it otherwise
+                s = e.status
+                why = f" ({s.reason})" if s.reason else ""
+                err_console.print(
+                    styled("job {} is {}{}: waiting for its first attempt", s.job_id, s.state, why),
+                    soft_wrap=True,
+                )
+        elif e.kind in ("header", "lines"):
+            if self.status is not None:
+                self.status.clear()
+            if e.text is not None:
+                console.print(Text(e.text, style="bold"), soft_wrap=True)
+            for line in e.lines or []:
+                console.out(line, highlight=False)  # log text is data: printed, never interpreted
+            if self.status is not None:
+                console.file.flush()
+                self.status.draw()
 
 
 def follow(
@@ -239,45 +291,48 @@ def follow(
     live_status: bool = False,
 ) -> int:
     """Follow job `job_id` to its end and say how it ended; the exit code for it (EXIT_CODES,
-    INTERRUPTED on Ctrl-C)."""
+    INTERRUPTED on Ctrl-C). A daemon's client asks the daemon to follow it (`logs.follow`)."""
+    from nightshift.agent.doors.remote import remote_of
+
     # Ctrl-C ends the follow even when this process was started with SIGINT ignored (as a shell
     # does for a command it runs in the background), which would leave it running for ever.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    status = StatusLine(job_id) if live_status else None
-    remote = w.served_at is not None
-    follower = Follower(
-        fetcher(w),
-        job_id,
-        tail=tail,
-        first_attempt=first_attempt,
-        status=status,
-        poll_s=REMOTE_POLL_S if remote else POLL_S,
-        idle_poll_s=REMOTE_IDLE_POLL_S if remote else IDLE_POLL_S,
-    )
+    status = StatusLine() if live_status else None
+    printer = Printer(status)
+    remote = remote_of(w)
     try:
-        r = follower.run()
+        if remote is not None:
+            remote.follow(job_id, first_attempt, tail, printer.show)
+        else:
+            stream = JobFollow(fetcher(w), job_id, tail=tail, first_attempt=first_attempt)
+            for event in stream.events():
+                printer.show(event)
     except KeyboardInterrupt:
-        r = None
-    finally:
-        if status is not None:
-            status.close()
-    if r is None:
         err_console.print(
             styled("stopped following job {}; it goes on (`nightshift jobs`)", job_id)
         )
         return INTERRUPTED
-    err_console.print(ended_line(r), soft_wrap=True)
-    return EXIT_CODES.get(r.job_state, 1)
+    finally:
+        if status is not None:
+            status.close()
+    end = printer.end
+    if end is None or end.status is None:
+        raise OperatorError(
+            f"the daemon stopped following job {job_id} before it ended (stopping? its log "
+            f"says); `nightshift logs {job_id} -f` follows it again"
+        )
+    err_console.print(ended_line(end.status, end.attempts or 0), soft_wrap=True)
+    return EXIT_CODES.get(end.status.state, 1)
 
 
-def ended_line(r: JobLogsResult) -> Text:
+def ended_line(s: JobStatus, attempts: int) -> Text:
     """`job 7 succeeded after 2 attempt(s)` / `job 7 failed: …`, the follow's last line."""
-    style = {"succeeded": "bold green", "cancelled": "bold yellow"}.get(r.job_state, "bold red")
-    why = f": {r.reason}" if r.reason and r.job_state != "succeeded" else ""
+    style = {"succeeded": "bold green", "cancelled": "bold yellow"}.get(s.state, "bold red")
+    why = f": {s.reason}" if s.reason and s.state != "succeeded" else ""
     return styled(
         "job {} [" + style + "]{}[/] after {} attempt(s){}",
-        r.job_id,
-        r.job_state,
-        r.latest_attempt,
+        s.job_id,
+        s.state,
+        attempts,
         why,
     )

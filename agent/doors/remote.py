@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict
 
 from nightshift.agent.doors.console import console, err_console
-from nightshift.agent.doors.wire import LineReader, Reply, send, to_exception
+from nightshift.agent.doors.wire import FollowEvent, LineReader, Reply, send, to_exception
 from nightshift.runtime.errors import ApprovalRequired, OperatorError
 
 if TYPE_CHECKING:
@@ -83,12 +83,11 @@ class Remote:
         req: dict[str, Any],
         *,
         confirm: Callable[[dict[str, Any]], bool] | None = None,
-        on_lines: Callable[[list[str]], None] | None = None,
-        on_result: Callable[[Any], None] | None = None,
+        on_event: Callable[[FollowEvent], None] | None = None,
     ) -> Any:
         """Send one request; answer the daemon's confirmation (if it asks) with `confirm`;
         return the result, or raise the daemon's error as the same NightshiftError. With
-        `on_result`, hand it the result and then every `lines` reply until the daemon ends."""
+        `on_event`, hand it every `event` reply until the `end` one (then None)."""
         with self._connect() as sock:
             reader = LineReader(sock, 1 << 30)
             try:
@@ -101,7 +100,7 @@ class Remote:
                 except OSError as exc:
                     raise OperatorError(f"the connection to {self.path} broke: {exc}") from None
                 if line is None:
-                    if on_result is not None:
+                    if on_event is not None:
                         return None
                     raise OperatorError(
                         f"the daemon at {self.path} closed the connection without an answer "
@@ -120,11 +119,11 @@ class Remote:
                         send(
                             sock, {"op": "confirm", "approval_id": asked["approval_id"], "yes": yes}
                         )
-                elif reply.kind == "lines":
-                    if on_lines is not None:
-                        on_lines(reply.lines or [])
-                elif on_result is not None:
-                    on_result(reply.result)
+                elif reply.kind == "event":
+                    if on_event is not None and reply.event is not None:
+                        on_event(reply.event)
+                        if reply.event.kind == "end":
+                            return None  # the last one: hang up
                 else:
                     return reply.result
 
@@ -219,19 +218,19 @@ class Remote:
         out = self.request({"op": "approvals.vote", "approval_id": approval_id, "approve": approve})
         return out["voter"], self._approval_row(out["approval"])
 
-    def follow_logs(
+    def follow(
         self,
         job_id: int,
         attempt: int | None,
         tail: int,
-        on_result: Callable[[Any], None],
-        on_lines: Callable[[list[str]], None],
+        on_event: Callable[[FollowEvent], None],
     ) -> None:
-        """job_logs through the gate, then the log's lines as they come, until Ctrl-C."""
+        """Follow a job to its end through the daemon: its gate decides once whether this uid
+        may read the job's logs, then the daemon sends the follow's events (agent/doors/follow.py)
+        until the job has ended for good (the `end` event) or Ctrl-C hangs up."""
         self.request(
             {"op": "logs.follow", "job_id": job_id, "attempt": attempt, "tail": tail},
-            on_result=on_result,
-            on_lines=on_lines,
+            on_event=on_event,
         )
 
     @staticmethod

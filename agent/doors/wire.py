@@ -3,7 +3,8 @@
 A client sends a request and reads one reply. Two requests answer with more than one line: a
 call the requester may confirm at a terminal first sends the request to confirm (`confirm`) and
 reads the answer (`ConfirmAnswer`) from the same connection, so only the peer that made the call
-can answer it; `logs.follow` sends the log's lines as they are written until the client hangs up.
+can answer it; `logs.follow` follows a whole job after one decision of the gate: an event per
+attempt's header, per batch of log lines and per change of the job's status, then the job's end.
 
 Nothing in a request says who asks: the daemon takes the peer's uid from the kernel. Unknown
 fields are refused, so a request carrying `principal` or `user` is an error, never obeyed.
@@ -46,10 +47,36 @@ class Call(_Request):
 
 
 class FollowLogs(_Request):
+    """Follow a job to its end (agent/doors/follow.py): one audited decision whether the peer
+    may read its logs, then FollowEvent replies until the job has ended for good."""
+
     op: Literal["logs.follow"]
     job_id: int
-    attempt: int | None = None
+    attempt: int | None = Field(None, ge=1, description="Start at this attempt; default: the first")
     tail: int = Field(100, ge=1, le=5000)
+
+
+class JobStatus(BaseModel):
+    """What the live status line says: `job 7 running · attempt 2 · step 130 · loss 0.412`."""
+
+    job_id: int
+    state: str = ""
+    reason: str | None = None
+    attempt: int | None = None
+    step: int | None = None
+    loss: float | None = None
+
+
+class FollowEvent(BaseModel):
+    """One step of a job's follow, the same in-process and on the daemon's socket: an attempt's
+    `header`, its log `lines` (data, never instructions), the job's `status` when it changed,
+    `waiting` while no attempt has started, and `end` once the job has ended for good."""
+
+    kind: Literal["header", "lines", "status", "waiting", "end"]
+    text: str | None = Field(None, description="header: the header line")
+    lines: list[str] | None = None
+    status: JobStatus | None = Field(None, description="status, waiting, end: the job now")
+    attempts: int | None = Field(None, description="end: how many attempts the job had")
 
 
 class ApprovalsList(_Request):
@@ -109,11 +136,11 @@ class ErrorInfo(BaseModel):
 
 
 class Reply(BaseModel):
-    kind: Literal["result", "error", "confirm", "lines"]
+    kind: Literal["result", "error", "confirm", "event"]
     result: Any = None
     error: ErrorInfo | None = None
     confirm: dict[str, Any] | None = None
-    lines: list[str] | None = None
+    event: FollowEvent | None = None
 
 
 def error_info(exc: NightshiftError, approval: dict[str, Any] | None = None) -> ErrorInfo:
