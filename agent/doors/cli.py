@@ -104,11 +104,12 @@ def run(
             goal = recover_goal(recover)
         assert goal is not None
         asked = goal.planner
+    progress = progress_printer(job_state=lambda job_id: _job_state(w, job_id))
     graph = build_graph(
         w,
         _planner(w, asked),
         checkpointer=checkpointer,
-        on_progress=progress_printer(),
+        on_progress=progress,
     )
     started = time.monotonic()
     if resume is not None:
@@ -142,12 +143,21 @@ def run(
         # Without a daemon, this process owns the loop until every job of the goal has ended.
         w.engine.run_until_settled(thread_jobs(w, thread))
     except KeyboardInterrupt:
+        progress.close()
         _interrupted(w, thread)
         raise typer.Exit(130) from None
+    finally:
+        progress.close()
     w.engine.stop_background()  # harmless when the daemon owns the loop
     fin = result.get("finish") or {"ok": False, "summary": "run ended without a result"}
     console.print(run_summary(w, thread, time.monotonic() - started))
     raise typer.Exit(0 if fin["ok"] else (2 if fin.get("bad_input") else 1))
+
+
+def _job_state(w: Wiring, job_id: int) -> str | None:
+    """A job's state now, for `run`'s status line."""
+    job = w.store.job(job_id)
+    return job.state if job is not None else None
 
 
 def _interrupted(w: Wiring, thread: str) -> None:

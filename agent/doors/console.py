@@ -11,7 +11,7 @@ keeps its `[tui]`. A command that prints a value with `console.print` must pass 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from rich.console import Console, RenderableType
@@ -92,8 +92,72 @@ def _cell(value: Any) -> RenderableType:
     return literal(value)
 
 
-def progress_printer(verbose: bool = False):
-    """A callback for the graph that turns its events into readable lines."""
+class ProgressPrinter:
+    """A callback for the graph that turns its events into readable lines; at a terminal, the
+    job it watches also has the live status line of `logs -f` under them (job, state, attempt,
+    step, loss: agent/doors/follow.py's StatusLine), drawn on stderr and never part of what a
+    script reads from stdout."""
+
+    def __init__(
+        self, verbose: bool = False, job_state: Callable[[int], str | None] | None = None
+    ) -> None:
+        from nightshift.agent.doors.follow import StatusLine
+
+        self.verbose = verbose
+        self.job_state = job_state or (lambda job_id: None)
+        self.line = StatusLine(only_live=True) if console.is_terminal else None
+        self._show = _progress_lines()
+
+    def __call__(self, kind: str, data: dict[str, Any]) -> None:
+        if self.line is not None:
+            self.line.clear()
+        self._show(kind, data)
+        if self.line is not None:
+            console.file.flush()
+            if not self._status(kind, data):
+                self.line.draw()
+
+    def close(self) -> None:
+        """Take the status line away (before the run's summary prints)."""
+        if self.line is not None:
+            self.line.close()
+
+    def _status(self, kind: str, data: dict[str, Any]) -> bool:
+        """Whether the event changed the status line (and drew it)."""
+        from nightshift.agent.doors.wire import JobStatus
+
+        assert self.line is not None
+        if kind == "watch":
+            job_id = data["job_id"]
+            self.line.update(JobStatus(job_id=job_id, state=self.job_state(job_id) or "watched"))
+            return True
+        if kind == "attempt":
+            job_id = data["job_id"]
+            self.line.update(
+                JobStatus(
+                    job_id=job_id,
+                    state=self.job_state(job_id) or data.get("state") or "",
+                    attempt=data.get("number"),
+                    step=data.get("last_step"),
+                    loss=data.get("last_loss"),
+                )
+            )
+            return True
+        if kind == "observe" and data.get("kind") == "watch" or kind == "finish":
+            self.line.close()  # the watched job has ended
+        return False
+
+
+def progress_printer(
+    verbose: bool = False, job_state: Callable[[int], str | None] | None = None
+) -> ProgressPrinter:
+    """The graph's progress callback for `nightshift run` (`job_state`: a job's state now, for
+    the status line at a terminal)."""
+    return ProgressPrinter(verbose, job_state)
+
+
+def _progress_lines() -> Callable[[str, dict[str, Any]], None]:
+    """The run's printed lines for the graph's events (stdout, at a terminal or not)."""
     seen_ticks: dict[int, tuple] = {}
     said_wait: dict[tuple[int, int], int] = {}
 
