@@ -87,3 +87,27 @@ def test_a_follow_is_two_audit_events_however_much_it_reads(
     end = events[-1][1]
     assert end["ended"] == "succeeded" and end["lines"] == len(out) - 2, (end, len(out))
     assert "of attempt" not in json.dumps(events)  # counts, never the log's lines
+
+
+def test_a_follow_of_another_persons_job_is_refused_by_the_same_rule_as_its_logs(home) -> None:
+    """The follow's one decision is job_logs' own: bob may follow his job (one audit event, the
+    verdict, before any read); alice is refused by the shipped others-job-logs rule, audited as a
+    refused call, and reads nothing."""
+    from nightshift.agent.brain.wiring import Wiring
+    from nightshift.runtime.errors import PolicyDenied
+    from nightshift.runtime.store.db import Job
+
+    w = Wiring.load()
+    with w.store.session() as s:
+        s.add(Job(id=20, name="bobs", spec={}, owner="bob"))
+    before = len(list(w.audit.events()))
+    verdict = w.gate.decide(w.context("bob", "follow-1"), "job_logs", {"job_id": 20})
+    assert verdict.decision == "allow"
+    with pytest.raises(PolicyDenied, match="others-job-logs"):
+        w.gate.decide(w.context("alice", "follow-2"), "job_logs", {"job_id": 20})
+    new = [(e.actor, e.action) for e in list(w.audit.events())[before:]]
+    assert new == [
+        ("bob", "policy.verdict"),
+        ("alice", "policy.verdict"),
+        ("alice", "skill.refused"),
+    ], new
