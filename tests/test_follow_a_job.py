@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -115,6 +116,19 @@ def test_a_cancelled_job_ends_the_follow_with_7(daemon: Daemon, tmp_path: Path) 
                 proc.kill()
     assert follow.returncode == 7, err
     assert f"job {job_id} cancelled" in err
+    # Each follow is its verdict and its end in the audit: the one that hung up and the one
+    # the cancel ended, with what each was sent counted, not copied.
+    with sqlite3.connect(daemon.home / "nightshift.db") as db:
+        ends = [
+            json.loads(p)
+            for (p,) in db.execute(
+                "SELECT payload FROM auditevent WHERE action = 'logs.follow.end' AND job_id = ?",
+                (job_id,),
+            )
+        ]
+    assert sorted(e["ended"] for e in ends) == ["cancelled", "hung_up"], ends
+    cancelled = next(e for e in ends if e["ended"] == "cancelled")
+    assert cancelled["lines"] >= 3 and "tick" not in json.dumps(ends), ends
 
 
 def _state(daemon: Daemon, job_id: int) -> str:

@@ -10,7 +10,8 @@ fields such as `principal`, unknown skill, a user name the policy reserves, past
 audited as `api.refused`, the first `api.refusals_in_full_per_minute` of each uid's minute one
 by one and the rest counted into one `api.refused_aggregate` event for the minute
 (policies/refusal_tally.py): refusals cannot fill the disk. The reads that are not skills
-(whoami, approvals list/show) are audited as `api.read`.
+(whoami, approvals list/show) are audited as `api.read`. A follow of a job (`logs.follow`) is one
+decision of the gate, then a stream: its verdict and its end are its only audit events.
 
 One thread per connection, a bounded request line read within a deadline, a cap on each user's
 connections and a token bucket on each user's requests (`api.requests_per_s`, `api.burst`): a
