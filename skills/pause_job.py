@@ -59,9 +59,16 @@ def pause_job(ctx: SkillContext, inp: PauseJobInput) -> PauseJobResult:
         if before == JobState.RUNNING:
             spec = ExperimentSpec.model_validate(job.spec)
             if not spec.pausable or spec.checkpoint is None:
+                why = (
+                    "its spec says pausable: false"
+                    if not spec.pausable
+                    else "it has no checkpoint to stop at (its spec has no checkpoint section; "
+                    "a plain command has none), so stopping it now would lose its work"
+                )
                 raise SkillFailed(
-                    f"job {job.id} cannot be paused: its spec has pausable={spec.pausable}"
-                    f" and {'a' if spec.checkpoint else 'no'} checkpoint section"
+                    f"job {job.id} is running and cannot be held: {why}. Let it finish, end it "
+                    f"with `nightshift cancel {job.id}`, or give its spec a checkpoint section "
+                    "next time; a queued job can always be held"
                 )
         live = s.exec(
             select(Attempt).where(

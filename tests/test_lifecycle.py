@@ -281,3 +281,32 @@ def test_a_persons_hold_holds_costs_no_retry_and_release_resumes(home, tmp_path)
     # retries: 0, yet the job ran twice: the hold cost no retry; it resumed from a checkpoint
     assert [r[0] for r in rows] == ["held", "succeeded"] and rows[1][1] > 0
     assert all(r[2] is not None for r in rows)
+
+
+@pytest.mark.slow
+def test_holding_a_running_job_without_a_checkpoint_says_why_and_what_to_do(home, tmp_path):
+    """Why: `nightshift hold` on a running plain command answered "cannot be paused: its spec has
+    pausable=True and no checkpoint section" — true, and no help. It now says that holding it
+    would lose its work and what to do instead; the job runs on."""
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "nightshift.agent.doors.cli", "daemon"],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    db = home / "nightshift.db"
+    try:
+        code = "import time\nwhile True: time.sleep(0.2)"
+        submit = [sys.executable, "-m", "nightshift.agent.doors.cli", "submit", "--"]
+        # A plain command runs in the folder it is submitted from (under the policy's roots).
+        subprocess.run([*submit, sys.executable, "-c", code], cwd=tmp_path, check=True)
+        store_row(db, "select 1 from job where id=1 and state='running'", proc=daemon)
+        refused = nightshift("hold", "1")
+        state = sqlite3.connect(db).execute("select state from job where id=1").fetchone()[0]
+        assert nightshift("cancel", "1", "--yes").returncode == 0
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=30)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert "no checkpoint to stop at" in refused.stderr, refused.stderr
+    assert "nightshift cancel 1" in refused.stderr and state == "running"

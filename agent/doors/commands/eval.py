@@ -31,6 +31,10 @@ SUITES = {
         "nightshift.evals.cli_latency",
         "jobs, status, show and logs on 10,000 queued jobs: cold and warm seconds",
     ),
+    "newcomer": (
+        "nightshift.evals.newcomer",
+        "README's first command on a fresh clone and home, then a researcher's first day",
+    ),
     "chat": (
         "nightshift.evals.trajectories:chat_main",
         "the chat cases against a real model endpoint: pass rate per case",
