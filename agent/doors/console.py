@@ -12,11 +12,14 @@ keeps its `[tui]`. A command that prints a value with `console.print` must pass 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
+
+if TYPE_CHECKING:
+    from nightshift.agent.doors.wire import JobStatus
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
@@ -95,14 +98,12 @@ def _cell(value: Any) -> RenderableType:
 class ProgressPrinter:
     """A callback for the graph that turns its events into readable lines; at a terminal, the
     job it watches also has the live status line of `logs -f` under them (job, state, attempt,
-    step, loss: agent/doors/follow.py's StatusLine), drawn on stderr and never part of what a
+    step, loss: StatusLine below), drawn on stderr and never part of what a
     script reads from stdout."""
 
     def __init__(
         self, verbose: bool = False, job_state: Callable[[int], str | None] | None = None
     ) -> None:
-        from nightshift.agent.doors.follow import StatusLine
-
         self.verbose = verbose
         self.job_state = job_state or (lambda job_id: None)
         self.line = StatusLine(only_live=True) if console.is_terminal else None
@@ -261,3 +262,56 @@ def _describe_ok(obs: dict[str, Any]) -> str:
             f", changed {changed}" if changed else ""
         )
     return f"{skill}: ok"
+
+
+def status_text(s: JobStatus) -> str:
+    """`job 7 running · attempt 2 · step 130 · loss 0.412`: the live status line."""
+    parts = [f"job {s.job_id} {s.state or '?'}"]
+    if s.state == "queued" and s.reason:
+        parts[0] += f" ({s.reason})"
+    if s.attempt:
+        parts.append(f"attempt {s.attempt}")
+    if s.step is not None:
+        parts.append(f"step {s.step}")
+    if s.loss is not None:
+        parts.append(f"loss {s.loss:.4g}")
+    return " · ".join(parts)
+
+
+class StatusLine:
+    """A job's state under what a command prints: at a terminal, one line on stderr kept below
+    the printed lines (cleared before they print, drawn again after); elsewhere, unless `live`
+    only, a line on stderr each time the state or the attempt changes. Stdout stays the
+    command's own lines either way."""
+
+    def __init__(self, *, only_live: bool = False) -> None:
+        self.live = err_console.is_terminal
+        self.quiet = only_live and not self.live
+        self._text = ""
+        self._last: tuple[int, str, int | None] | None = None
+
+    def update(self, s: JobStatus) -> None:
+        text = status_text(s)
+        if self.live:
+            self._text = text
+            self.draw()
+            return
+        key = (s.job_id, s.state, s.attempt)
+        if key != self._last and not self.quiet:
+            self._last = key
+            err_console.print(Text(text, style="dim"), soft_wrap=True)
+
+    def draw(self) -> None:
+        if self.live and self._text:
+            self.clear()
+            err_console.print(Text(self._text[: err_console.width - 1], style="dim"), end="")
+            err_console.file.flush()
+
+    def clear(self) -> None:
+        if self.live:
+            err_console.file.write("\r\x1b[2K")
+            err_console.file.flush()
+
+    def close(self) -> None:
+        self.clear()
+        self._text = ""

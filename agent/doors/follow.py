@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
-from nightshift.agent.doors.console import console, err_console, styled
+from nightshift.agent.doors.console import StatusLine, console, err_console, styled
 from nightshift.agent.doors.wire import FollowEvent, JobStatus
 from nightshift.runtime.errors import OperatorError
 
@@ -91,59 +91,6 @@ def status_of(r: JobLogsResult) -> JobStatus:
         step=r.last_step,
         loss=r.last_loss,
     )
-
-
-def status_text(s: JobStatus) -> str:
-    """`job 7 running · attempt 2 · step 130 · loss 0.412`: the live status line."""
-    parts = [f"job {s.job_id} {s.state or '?'}"]
-    if s.state == "queued" and s.reason:
-        parts[0] += f" ({s.reason})"
-    if s.attempt:
-        parts.append(f"attempt {s.attempt}")
-    if s.step is not None:
-        parts.append(f"step {s.step}")
-    if s.loss is not None:
-        parts.append(f"loss {s.loss:.4g}")
-    return " · ".join(parts)
-
-
-class StatusLine:
-    """A job's state under what a command prints: at a terminal, one line on stderr kept below
-    the printed lines (cleared before they print, drawn again after); elsewhere, unless `live`
-    only, a line on stderr each time the state or the attempt changes. Stdout stays the
-    command's own lines either way."""
-
-    def __init__(self, *, only_live: bool = False) -> None:
-        self.live = err_console.is_terminal
-        self.quiet = only_live and not self.live
-        self._text = ""
-        self._last: tuple[int, str, int | None] | None = None
-
-    def update(self, s: JobStatus) -> None:
-        text = status_text(s)
-        if self.live:
-            self._text = text
-            self.draw()
-            return
-        key = (s.job_id, s.state, s.attempt)
-        if key != self._last and not self.quiet:
-            self._last = key
-            err_console.print(Text(text, style="dim"), soft_wrap=True)
-
-    def draw(self) -> None:
-        if self.live and self._text:
-            self.clear()
-            err_console.print(Text(self._text[: err_console.width - 1], style="dim"), end="")
-            err_console.file.flush()
-
-    def clear(self) -> None:
-        if self.live:
-            err_console.file.write("\r\x1b[2K")
-            err_console.file.flush()
-
-    def close(self) -> None:
-        self.clear()
-        self._text = ""
 
 
 class JobFollow:
