@@ -276,3 +276,15 @@ def test_a_diagnosis_that_fails_never_keeps_the_loop_from_recording_the_end(tmp_
     assert [p["error"] for a, p in events if a == "diagnosis.failed"] == [
         "RuntimeError: classifier exploded"
     ]
+
+
+def test_the_tui_jobs_table_shows_the_same_why(home, tmp_path):
+    """The TUI's jobs table (agent/doors/tui/data.py) read only the job's reason ("exited with
+    code 1"): it shows the diagnosis first, as `nightshift jobs` does."""
+    from nightshift.agent.brain.wiring import Wiring
+    from nightshift.agent.doors.tui.data import job_rows
+
+    run_jobs(tmp_path, NEEDS_TORCH)
+    rows = job_rows(Wiring.load())
+    assert [(r.id, r.state, r.attempts) for r in rows] == [(1, "failed", 1)]
+    assert rows[0].why == f"import_or_env: {MODULE_LINE}"

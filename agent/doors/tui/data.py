@@ -8,7 +8,10 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sqlmodel import col, func, select
+from sqlmodel import col, select
+
+from nightshift.agent.doors.commands.queue import why_of
+from nightshift.runtime.training.attempt_diagnosis import Diagnosis
 
 if TYPE_CHECKING:
     from nightshift.agent.brain.wiring import Wiring
@@ -103,20 +106,21 @@ def gpu_rows(w: Wiring) -> tuple[list[GpuRow], str]:
 
 
 def job_rows(w: Wiring, limit: int = 50, spark_width: int = 12) -> list[JobRow]:
-    """The newest jobs with their attempts, why each waits or stopped, the last value of the
-    spec's metric and a sparkline of it."""
+    """The newest jobs with their attempts, why each waits or stopped (a failed one: its
+    diagnosis first, as `nightshift jobs` shows it), the last value of the spec's metric and a
+    sparkline of it."""
     from nightshift.runtime.store.db import Attempt, Job, MetricPoint
 
     with w.store.session() as s:
         jobs = list(s.exec(select(Job).order_by(col(Job.id).desc()).limit(limit)))
         ids = [j.id for j in jobs]
-        counts = dict(
-            s.exec(
-                select(Attempt.job_id, func.count())
-                .where(col(Attempt.job_id).in_(ids))
-                .group_by(Attempt.job_id)
-            ).all()
-        )
+        latest: dict[int, Attempt] = {}  # the newest attempt of each job: its diagnosis
+        counts: dict[int, int] = {}
+        for a in s.exec(
+            select(Attempt).where(col(Attempt.job_id).in_(ids)).order_by(col(Attempt.number))
+        ):
+            latest[a.job_id] = a
+            counts[a.job_id] = counts.get(a.job_id, 0) + 1
         series: dict[int, list[float]] = {}
         for j in jobs:
             name = ((j.spec or {}).get("metrics") or {}).get("name") or "loss"
@@ -131,7 +135,9 @@ def job_rows(w: Wiring, limit: int = 50, spark_width: int = 12) -> list[JobRow]:
     for j in jobs:
         values = series.get(j.id or 0, [])
         last = values[-1] if values else None
-        why = (j.hold_reason if j.state == "queued" else j.reason) or ""
+        last_attempt = latest.get(j.id or 0)
+        diagnosis = Diagnosis.stored(last_attempt.diagnosis) if last_attempt is not None else None
+        why = why_of(j.state, j.reason, j.hold_reason, diagnosis) or ""
         rows.append(
             JobRow(
                 id=j.id or 0,
