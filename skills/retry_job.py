@@ -70,7 +70,8 @@ def retry_job(ctx: SkillContext, inp: RetryJobInput) -> RetryJobResult:
     and requeues it from the resume point it has recorded (job.resume_from and resume_step as they
     stand; from_scratch=true starts at step 0), with the same parameters. To change parameters or
     pick a newer checkpoint, use auto_resume and resume_job instead. Only failed jobs are retried:
-    a cancelled job stays cancelled (submit its spec again). The same call id never requeues twice."""
+    a cancelled job stays cancelled (submit its spec again). The same call id never requeues twice.
+    It starts as soon as there is room: the retry backoff is for the loop's own retries."""
     key = DONE_KEY.format(call_id=ctx.call_id) if ctx.call_id else None
     with ctx.store.write_session() as s:
         done = s.get(KeyValue, key) if key else None
@@ -102,7 +103,14 @@ def retry_job(ctx: SkillContext, inp: RetryJobInput) -> RetryJobResult:
         )
         job.max_attempts = result.max_attempts_after
         job.resume_from, job.resume_step = result.resume_from, result.resume_step
-        lifecycle.move_job(s, job, JobState.QUEUED, ctx.now, by=ctx.principal)
+        lifecycle.move_job(
+            s,
+            job,
+            JobState.QUEUED,
+            ctx.now,
+            reason=f"{lifecycle.RETRY_ASKED}{ctx.principal}",
+            by=ctx.principal,
+        )
         if key:
             s.add(KeyValue(key=key, value=result.model_dump_json()))
         return result

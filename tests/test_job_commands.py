@@ -126,3 +126,41 @@ def test_a_job_that_does_not_exist_is_one_line(home, command):
     r = nightshift(command, "999")
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert "999" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_retry_someone_asks_for_starts_without_the_backoff(home, tmp_path, monkeypatch):
+    """Why: a newcomer fixed a missing file, typed `nightshift retry N`, and waited half a minute
+    for the loop's retry backoff (30 s after a first failure) before anything ran. The backoff is
+    for the loop's own retries; a person's starts as soon as there is room."""
+    import sqlite3
+    import subprocess
+    import sys
+    from datetime import datetime
+
+    from conftest import store_row
+
+    monkeypatch.setenv("NIGHTSHIFT_RETRY__BASE_S", "60")  # the loop's own retry would wait 48–60 s
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "nightshift.agent.doors.cli", "daemon"],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    db = home / "nightshift.db"
+    try:
+        (tmp_path / "train.py").write_text("import json; json.load(open('settings.json'))")
+        cli = [sys.executable, "-m", "nightshift.agent.doors.cli"]
+        subprocess.run([*cli, "submit", "--", sys.executable, "train.py"], cwd=tmp_path, check=True)
+        store_row(db, "select 1 from job where id=1 and state='failed'", proc=daemon)
+        (tmp_path / "settings.json").write_text("{}")
+        assert nightshift("retry", "1").returncode == 0
+        store_row(db, "select 1 from attempt where job_id=1 and number=2", 30, proc=daemon)
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=30)
+    (ended,), (started,) = sqlite3.connect(db).execute(
+        "select ended_at from attempt where number=1 union all "
+        "select started_at from attempt where number=2"
+    )
+    waited = datetime.fromisoformat(started) - datetime.fromisoformat(ended)
+    assert waited.total_seconds() < 15, waited

@@ -232,6 +232,7 @@ def load_snapshot(
                 Job.created_at,
                 Job.resume_from,
                 Job.max_attempts,
+                Job.reason,
                 fields.label("fields"),
             ).where(seen, func.json_valid(Job.spec) if sqlite else true())
         ).all()
@@ -378,6 +379,8 @@ def load_snapshot(
                 or failures.get(j.id, 0) >= (j.max_attempts or 0)
             ):
                 continue  # recovery will not queue it again, or its backoff is over
+            if j.state == "queued" and lifecycle.retry_was_asked(j.reason):
+                not_before = None  # a person's retry starts now: backoff is for the loop's own
             begin = _deadline(begin_text, j.created_at, tz)  # spec.begin: not before then
             if begin is not None and (not_before is None or begin > not_before):
                 not_before = begin

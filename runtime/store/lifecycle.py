@@ -143,6 +143,15 @@ def can_move(before: str, after: JobState) -> bool:
         return False
 
 
+# The reason a job is queued with when someone asked for its retry (retry_job): it starts without
+# the backoff the loop's own retries wait, since the person has usually just fixed the cause.
+RETRY_ASKED = "retry asked by "
+
+
+def retry_was_asked(reason: str | None) -> bool:
+    return bool(reason) and str(reason).startswith(RETRY_ASKED)
+
+
 def move_job(
     s: Session,
     job: Job,
