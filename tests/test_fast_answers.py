@@ -115,21 +115,41 @@ def test_the_fast_path_prints_what_the_full_path_prints(filled, args, columns):
             assert seen in fast.stdout, fast.stdout
 
 
+def _modules_after(*args: str) -> set[str]:
+    """The modules a real `nightshift ARGS` had imported when it exited."""
+    code = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: print('\\n'.join(sorted(sys.modules)), file=sys.stderr))\n"
+        f"sys.argv = ['nightshift', *{list(args)!r}]\n"
+        "from nightshift.agent.doors.cli import main\n"
+        "main()\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    return set(r.stderr.split())
+
+
 def test_jobs_imports_no_orm(filled):
     """`jobs` on a SQLite store answers without SQLAlchemy, SQLModel, Alembic, LangGraph or
     Textual: their import alone took longer than the whole answer should."""
-    r = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "nightshift.agent.doors.cli", "jobs"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert "needs-torch" in r.stdout
-    imported = {line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines()}
-    heavy = {"sqlalchemy", "sqlmodel", "alembic", "langgraph", "textual"}
-    assert heavy & imported == set()
+    imported = {m.split(".")[0] for m in _modules_after("jobs")}
+    assert {"sqlalchemy", "sqlmodel", "alembic", "langgraph", "textual"} & imported == set()
+
+
+def test_a_gated_read_imports_its_own_skill_only(filled):
+    """`status` calls list_jobs through the gate: the registry imports that skill's module (and
+    the policy stack its reviewer, apply_policy), not every built-in's: the checkpoint search's
+    NumPy, the sweeps' Optuna, the GPU probes."""
+    skills = {m for m in _modules_after("status") if m.startswith("nightshift.skills.")}
+    assert skills == {
+        "nightshift.skills.base",
+        "nightshift.skills.builtin",
+        "nightshift.skills.registry",
+        "nightshift.skills.apply_policy",
+        "nightshift.skills.list_jobs",
+    }
 
 
 def test_jobs_watch_refreshes_until_ctrl_c(filled):
