@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from served_daemon import served
 
 from conftest import REPO, nightshift, store_row
 
@@ -115,7 +116,7 @@ def test_the_fast_path_prints_what_the_full_path_prints(filled, args, columns):
             assert seen in fast.stdout, fast.stdout
 
 
-def _modules_after(*args: str) -> set[str]:
+def _modules_after(*args: str, env: dict[str, str] | None = None) -> set[str]:
     """The modules a real `nightshift ARGS` had imported when it exited."""
     code = (
         "import atexit, sys\n"
@@ -125,7 +126,13 @@ def _modules_after(*args: str) -> set[str]:
         "main()\n"
     )
     r = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        stdin=subprocess.DEVNULL,
     )
     assert r.returncode == 0, r.stderr[-2000:]
     return set(r.stderr.split())
@@ -193,3 +200,19 @@ def test_watch_refuses_json(filled):
     r = nightshift("jobs", "--watch", "--json")
     assert r.returncode == 2
     assert "--watch and --json" in r.stderr
+
+
+def test_a_client_of_the_daemon_imports_no_store(tmp_path):
+    """A client of a shared daemon sends a JSON line and prints the answer: `jobs`, `status`,
+    `show` and `logs` import neither SQLAlchemy nor the engine (the skills' result models are
+    parsed without them)."""
+    with served(tmp_path) as daemon:
+        spec = _spec(tmp_path, "hello", ["{python}", "-c", "print('step 1 loss 0.5')"])
+        r = daemon.run("submit", str(spec))
+        assert r.returncode == 0, r.stderr
+        env = daemon.env_for("client")
+        for args in (["jobs"], ["status"], ["show", "1"], ["logs", "1"]):
+            imported = _modules_after(*args, env=env)
+            assert "sqlalchemy" not in imported and "nightshift.runtime.engine" not in imported, (
+                args
+            )
