@@ -2,6 +2,7 @@
 
     nightshift eval latency                 # 10,000 queued jobs, 5 warm runs per command
     nightshift eval latency --jobs 500 --runs 2 --no-cold     # a smoke test
+    nightshift eval latency --home DIR --full-path  # a kept store again, by the full path
 
 A fresh NIGHTSHIFT_HOME gets one job that really ran (its log on disk), run by the daemon, then
 `--jobs` queued jobs submitted through the library API in batches (policy gate, audit, store: the
@@ -10,7 +11,10 @@ queued. Each command (`jobs`, `status`, `show 1`, `logs 1`) is then run as a new
 a user types it, and timed by the wall clock of this process: once cold (the page cache dropped
 first, where this process may: root on Linux) and `--runs` times warm (median and max).
 `squeue`'s answer on a Slurm machine is the comparison a user makes; no Slurm runs here, so the
-table states the issue's target instead (warm ≤ 0.3 s, cold ≤ 1 s).
+table states the issue's target instead (warm ≤ 0.3 s, cold ≤ 1 s). `--full-path` times the
+commands with NIGHTSHIFT_FULL_READ_PATH set: the ORM's read and Rich's layout of every table, what
+they did before their fast path (docs/benchmarks.md, "Fast answers"); `--home` measures a store
+kept by an earlier run (`--keep`) instead of filling a new one.
 """
 
 from __future__ import annotations
@@ -93,8 +97,10 @@ def _time(args: list[str], env: dict[str, str]) -> tuple[float, int]:
     return time.perf_counter() - t0, r.returncode
 
 
-def measure(home: Path, runs: int, cold: bool) -> list[dict[str, Any]]:
+def measure(home: Path, runs: int, cold: bool, full_path: bool = False) -> list[dict[str, Any]]:
     env = _env(home)
+    if full_path:
+        env["NIGHTSHIFT_FULL_READ_PATH"] = "1"
     rows = []
     for args in COMMANDS:
         cold_s = None
@@ -125,23 +131,30 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-cold", action="store_true", help="skip the cold run (drops caches)")
     ap.add_argument("--csv", default="evals/results/cli_latency.csv", help="where the rows go")
     ap.add_argument("--keep", action="store_true", help="keep the store's folder (path printed)")
+    ap.add_argument("--home", help="measure this kept store (--jobs then only labels the table)")
+    ap.add_argument(
+        "--full-path", action="store_true", help="time the full path (ORM, Rich's layout)"
+    )
     ns = ap.parse_args(argv)
-    home = Path(tempfile.mkdtemp(prefix="ns-latency-"))
+    home = Path(ns.home) if ns.home else Path(tempfile.mkdtemp(prefix="ns-latency-"))
     console = Console()
     try:
-        t0 = time.perf_counter()
-        fill(home, ns.jobs)
-        console.print(
-            f"store: 1 finished + {ns.jobs} queued jobs in {time.perf_counter() - t0:.0f} s"
-        )
-        rows = measure(home, ns.runs, not ns.no_cold)
+        if not ns.home:
+            t0 = time.perf_counter()
+            fill(home, ns.jobs)
+            console.print(
+                f"store: 1 finished + {ns.jobs} queued jobs in {time.perf_counter() - t0:.0f} s"
+            )
+        rows = measure(home, ns.runs, not ns.no_cold, ns.full_path)
     finally:
-        if ns.keep:
+        if ns.keep or ns.home:
             console.print(f"kept {home}")
         else:
             shutil.rmtree(home, ignore_errors=True)
+    path = " (full path)" if ns.full_path else ""
     table = Table(
-        title=f"read commands on {ns.jobs:,} queued jobs (goal: warm ≤ {WARM_GOAL_S} s, cold ≤ {COLD_GOAL_S} s)"
+        title=f"read commands{path} on {ns.jobs:,} queued jobs "
+        f"(goal: warm ≤ {WARM_GOAL_S} s, cold ≤ {COLD_GOAL_S} s)"
     )
     for col in rows[0]:
         table.add_column(col)

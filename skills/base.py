@@ -13,13 +13,15 @@ import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
 from nightshift.runtime.config import Settings
 from nightshift.runtime.errors import BadArguments
-from nightshift.runtime.store.db import Store
+
+if TYPE_CHECKING:  # a skill's result model is imported by a client of the daemon, without the ORM
+    from nightshift.runtime.store.db import Store
 
 Capability = Literal["read", "launch", "modify", "destroy"]
 CAPABILITIES: tuple[str, ...] = ("read", "launch", "modify", "destroy")

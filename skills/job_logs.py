@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
-from sqlmodel import Session, col, select
 
-from nightshift.runtime.engine import job_paths
 from nightshift.runtime.errors import BadArguments, UnknownJob
-from nightshift.runtime.store import lifecycle
-from nightshift.runtime.store.db import Attempt, AuditEvent, Job
 from nightshift.runtime.training import job_files
 from nightshift.skills.base import Claims, SkillContext, SkillInput, skill
+
+if TYPE_CHECKING:
+    from sqlmodel import Session
+
+    from nightshift.runtime.store.db import Attempt, Job
 
 TAIL_BYTES = 256 * 1024  # read from the end of a log; the lines asked for come from these
 FOLLOW_BYTES = 64 * 1024  # read from an offset at most per call: a follower asks again (`more`)
@@ -81,6 +83,10 @@ def job_logs(ctx: SkillContext, inp: JobLogsInput) -> JobLogsResult:
     """The end of a job's log (latest attempt unless one is named), with the paths of its log,
     checkpoint folder and metrics file, so a diagnosis or a resume can be planned from them.
     With `offset`, the log from there on instead, and whether the job has ended for good."""
+    # Imported here: a client of the daemon (`logs -f` through its socket) parses this module's
+    # result model, without the engine and the ORM they bring.
+    from nightshift.runtime.engine import job_paths
+
     job = ctx.store.job(inp.job_id)
     if job is None:
         raise UnknownJob(f"no job {inp.job_id}; list_jobs shows the jobs")
@@ -133,6 +139,11 @@ def _final(s: Session, job: Job, attempts: list[Attempt]) -> bool:
     max_attempts (recovery stops there), or once a recovery of it finished (its goal's
     `goal.finish` event) after the job last became failed and left it failed: it gave up
     (not retryable, or the same failure twice). Until then recovery may still requeue it."""
+    from sqlmodel import col, select
+
+    from nightshift.runtime.store import lifecycle
+    from nightshift.runtime.store.db import AuditEvent
+
     if job.state in ENDED:
         return True
     if job.state != "failed":

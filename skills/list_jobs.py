@@ -5,9 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from pydantic import BaseModel, Field, field_validator
-from sqlmodel import select
 
-from nightshift.runtime.store.db import Attempt, Job
 from nightshift.runtime.training.attempt_diagnosis import Diagnosis
 from nightshift.skills.base import SkillContext, skill
 
@@ -65,6 +63,11 @@ class ListJobsResult(BaseModel):
 def list_jobs(ctx: SkillContext, inp: ListJobsInput) -> ListJobsResult:
     """List jobs (newest first) with their state, parameters, why they stopped, and every attempt
     with its exit code, the steps it covered and, for a failed one, its diagnosis."""
+    # Imported here: a client of the daemon parses this module's result models, without the ORM.
+    from sqlmodel import select
+
+    from nightshift.runtime.store.db import Attempt, Job
+
     with ctx.store.session() as s:
         q = select(Job).order_by(Job.id.desc()).limit(inp.limit)
         if inp.states:

@@ -8,7 +8,7 @@ from importlib.metadata import entry_points
 
 from nightshift.runtime.errors import ConfigError, UnknownSkill
 from nightshift.skills.base import Skill
-from nightshift.skills.builtin import BUILTINS
+from nightshift.skills.builtin import BUILTINS, MODULE_OF, builtin, builtins
 
 
 def registry() -> dict[str, Skill]:
@@ -16,10 +16,16 @@ def registry() -> dict[str, Skill]:
     `nightshift.skills` entry points. An entry point may add a skill, never replace one: a name
     that is a built-in's or another entry point's is refused, naming the package, because a
     replacement could declare a weaker capability and slip past the policy."""
-    found = dict(BUILTINS)
+    return {**builtins(), **_added()}
+
+
+def _added() -> dict[str, Skill]:
+    """The entry points' skills, each checked against the built-ins' names (no import of theirs)."""
+    found: dict[str, Skill] = {}
     for obj, where in _entry_point_skills():
-        if obj.name in found:
-            clash = "a built-in skill" if obj.name in BUILTINS else "another package's skill"
+        built_in = obj.name in MODULE_OF or obj.name in BUILTINS
+        if built_in or obj.name in found:
+            clash = "a built-in skill" if built_in else "another package's skill"
             raise ConfigError(
                 f"the installed entry point {where} declares skill '{obj.name}', which is {clash}: "
                 "refused (an entry point may add skills, not replace them); uninstall that "
@@ -41,10 +47,18 @@ def _entry_point_skills() -> tuple[tuple[Skill, str], ...]:
     return tuple(out)
 
 
+def find_skill(name: str) -> Skill | None:
+    """The skill `name`, or None; a built-in's module is the only one imported (a call needs
+    its own skill, not every skill's dependencies)."""
+    added = _added()
+    return builtin(name) or added.get(name)
+
+
 def get_skill(name: str) -> Skill:
-    skills = registry()
-    if name not in skills:
+    found = find_skill(name)
+    if found is None:
+        names = sorted({*MODULE_OF, *BUILTINS, *_added()})
         raise UnknownSkill(
-            f"no skill named '{name}'; `nightshift skills` lists them ({', '.join(sorted(skills))})"
+            f"no skill named '{name}'; `nightshift skills` lists them ({', '.join(names)})"
         )
-    return skills[name]
+    return found

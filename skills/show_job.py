@@ -7,17 +7,17 @@ from __future__ import annotations
 import re
 import string
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from nightshift.runtime.engine import job_paths
 from nightshift.runtime.errors import UnknownJob
-from nightshift.runtime.spec import ExperimentSpec
-from nightshift.runtime.store.db import Attempt
 from nightshift.runtime.training import keeper
 from nightshift.runtime.training.attempt_diagnosis import Diagnosis
 from nightshift.skills.base import Claims, SkillContext, SkillInput, skill
+
+if TYPE_CHECKING:
+    from nightshift.runtime.store.db import Attempt
 
 ENDED = ("exited", "lost", "stopped")
 
@@ -113,6 +113,11 @@ def show_job(ctx: SkillContext, inp: ShowJobInput) -> ShowJobResult:
     (evidence line, summary, recommended action), start and end,
     duration, first and last step, the steps lost to the next attempt, exit code or signal, GPUs,
     the parameters it changed against the previous attempt and the checkpoint it resumed from."""
+    # Imported here: a client of the daemon parses this module's result models, without the
+    # engine and the ORM they bring.
+    from nightshift.runtime.engine import job_paths
+    from nightshift.runtime.spec import ExperimentSpec
+
     job = ctx.store.job(inp.job_id)
     if job is None:
         raise UnknownJob(f"no job {inp.job_id}; list_jobs shows the jobs")

@@ -303,7 +303,7 @@ def test_two_person_rule_needs_others_even_at_a_terminal(home: Path) -> None:
 def test_an_approval_is_not_spent_on_a_changed_spec_file(w: World, tmp_path: Path) -> None:
     """The file a call names is read and hashed once; editing it after the request voids the
     approval (what was approved is not what would run)."""
-    from nightshift.skills.builtin import BUILTINS
+    from nightshift.skills.builtin import builtin
 
     spec = tmp_path / "spec.yaml"
     spec.write_text("name: s\ncommand: [python, train.py]\n")
@@ -312,7 +312,7 @@ def test_an_approval_is_not_spent_on_a_changed_spec_file(w: World, tmp_path: Pat
     )
     policy["approvals"].append({"id": "launch-ok", "capabilities": ["launch"], "quorum": 1})
     w2 = World(tmp_path / "h", Policy.model_validate(policy))
-    submit = BUILTINS["submit_job"]
+    submit = builtin("submit_job")
     with pytest.raises(ApprovalRequired) as info:
         w2.call("agent", submit, {"spec_path": str(spec)}, "c1")
     row = w2.approvals.get(info.value.approval_id)

@@ -120,9 +120,9 @@ def test_an_entry_point_cannot_replace_a_built_in(tmp_path, monkeypatch, home):
             registry()
     finally:
         registry_mod._entry_point_skills.cache_clear()
-    from nightshift.skills.builtin import BUILTINS
+    from nightshift.skills.builtin import builtin
 
-    assert BUILTINS["cancel_job"].capability == "destroy"
+    assert builtin("cancel_job").capability == "destroy"
     for args in (["skills"], ["skill", "cancel_job", "--arg", "job_id=1"]):
         res = nightshift(*args, env=env)
         assert res.returncode == 5 and "evil-skill" in res.stderr, (args, res.stdout, res.stderr)

@@ -11,7 +11,15 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from nightshift.agent.doors.commands import register_all
-from nightshift.agent.doors.console import console, err_console, error, key_values, say, table
+from nightshift.agent.doors.console import (
+    console,
+    err_console,
+    error,
+    key_values,
+    print_table,
+    say,
+    table,
+)
 from nightshift.runtime.errors import BadArguments, NightshiftError
 
 if TYPE_CHECKING:
@@ -374,9 +382,7 @@ def status(config: str | None = ConfigOpt, as_json: bool = typer.Option(False, "
                 j.reason,
             ]
         )
-    console.print(
-        table("jobs", ["id", "name", "state", "attempts", "steps", "loss", "reason"], rows)
-    )
+    print_table("jobs", ["id", "name", "state", "attempts", "steps", "loss", "reason"], rows)
 
 
 # ------------------------------------------------------------------------------------ audit

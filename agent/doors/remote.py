@@ -142,7 +142,7 @@ class Remote:
         confirm: Callable[[dict[str, Any]], bool] | None = None,
     ) -> BaseModel:
         """One skill call through the daemon's gate, as this process's uid."""
-        from nightshift.skills.registry import registry
+        from nightshift.skills.registry import find_skill
 
         out = self.request(
             {
@@ -155,7 +155,7 @@ class Remote:
             },
             confirm=confirm,
         )
-        known = registry().get(skill)
+        known = find_skill(skill)
         model = known.output_model if known is not None else RemoteResult
         return model.model_validate(out)
 

@@ -30,15 +30,16 @@ def call_as_user(
     confirmed without asking). A call left to other principals waits for them at a terminal or
     with `wait`; without either (a script: nobody would ever answer) it is ApprovalRequired at
     once, naming the approval (exit 4; with `as_json`, an object on stdout too)."""
-    from nightshift.agent.doors.api import Client
     from nightshift.agent.doors.console import console, err_console
     from nightshift.agent.doors.prompts import at_terminal, confirmer, parked, wait_for_decision
     from nightshift.agent.doors.remote import remote_of
 
     try:
         remote = remote_of(w)
-        if remote is not None:
+        if remote is not None:  # a JSON line to the daemon: no policy stack, no store here
             return remote.call_as_user(name, args, yes=yes, wait=wait, as_json=as_json)
+        from nightshift.agent.doors.api import Client
+
         block = wait or at_terminal()
         out = err_console if as_json else console  # with --json, stdout is the result's
         return Client(w, via="terminal").call(

@@ -45,6 +45,9 @@ from nightshift.runtime.errors import (
     StoreUnavailable,
 )
 from nightshift.runtime.store.migrations import BASELINE, HEAD, SCRIPT_LOCATION
+
+# Defined beside the light reader, which needs no ORM; the job states are one tuple.
+from nightshift.runtime.store.quick_read import JOB_STATES as JOB_STATES
 from nightshift.runtime.store.unreachable import is_unreachable, store_unavailable
 
 # Stores from before Alembic say which create_all made them in keyvalue `schema_version`: "2" is
@@ -70,9 +73,6 @@ def _lock_retries(budget_s: float) -> Iterator[float | None]:
 
 def utcnow() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
-
-
-JOB_STATES = ("queued", "running", "paused", "succeeded", "failed", "cancelled")
 
 
 class Job(SQLModel, table=True):

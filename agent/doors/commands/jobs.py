@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from nightshift.agent.doors.console import console, say, table
+from nightshift.agent.doors.console import console, print_table, say
 from nightshift.agent.doors.shell import call_as_user, call_or_exit
 
 if TYPE_CHECKING:
@@ -133,12 +133,10 @@ def show(
                 _resumed(a),
             ]
         )
-    console.print(
-        table(
-            "attempts",
-            ["#", "started", "ran", "steps", "ended", "cause", "lost", "changed", "resumed from"],
-            rows,
-        )
+    print_table(
+        "attempts",
+        ["#", "started", "ran", "steps", "ended", "cause", "lost", "changed", "resumed from"],
+        rows,
     )
     for a in r.attempts:
         if a.diagnosis is not None:

@@ -4,6 +4,7 @@ see why each job waits."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import uuid
 from pathlib import Path
@@ -12,7 +13,14 @@ from typing import Any
 import typer
 from typer.core import TyperCommand
 
-from nightshift.agent.doors.console import console, err_console, error, say, styled, table
+from nightshift.agent.doors.console import (
+    console,
+    err_console,
+    error,
+    print_table,
+    say,
+    styled,
+)
 from nightshift.agent.doors.shell import parse_key_values
 from nightshift.runtime.errors import BadArguments
 
@@ -256,48 +264,124 @@ def _job_name(client: Any, job_id: int) -> str:
 def jobs(
     state: list[str] = typer.Option([], "--state", help="Only these states"),
     as_json: bool = typer.Option(False, "--json"),
+    watch: bool = typer.Option(
+        False, "--watch", help="Print the table again every --interval seconds, until Ctrl-C"
+    ),
+    interval: float = typer.Option(
+        2.0, "--interval", min=0.1, help="Seconds between two tables with --watch"
+    ),
     config: str | None = typer.Option(None, "--config"),
 ) -> None:
     """Queue, running and finished jobs: why each waiting job waits, and why a failed (or
     retrying) job failed — the diagnosis's category and evidence line; `nightshift why JOB`
-    gives the whole diagnosis and its fix."""
+    gives the whole diagnosis and its fix. With --watch, the table is printed afresh every
+    --interval seconds (at a terminal in place, as `watch squeue` does) until Ctrl-C."""
     from nightshift.agent.brain.wiring import Wiring
-    from nightshift.runtime.store.db import JOB_STATES
+    from nightshift.runtime.store.quick_read import JOB_STATES
 
     unknown = [x for x in state if x not in JOB_STATES]
     if unknown:
         raise BadArguments(f"--state {unknown[0]!r}: use one of {', '.join(JOB_STATES)}")
+    if watch and as_json:
+        raise BadArguments("--watch and --json: --watch prints tables for a person; give one")
     w = Wiring.load(config)
-    out = _remote_jobs(w, state) if w.served_at is not None else _local_jobs(w, state)
+    if watch:
+        _watch(w, state, interval)
+        return
+    out = _job_rows(w, state)
     if as_json:
         print(json.dumps(out, indent=2))
         return
-    console.print(
-        table(
-            "jobs",
-            ["id", "name", "state", "prio", "cost", "attempts", "why"],
+    _print_jobs(out)
+
+
+def _job_rows(w: Any, state: list[str]) -> list[dict[str, Any]]:
+    return _remote_jobs(w, state) if w.served_at is not None else _local_jobs(w, state)
+
+
+def _print_jobs(out: list[dict[str, Any]]) -> None:
+    print_table(
+        "jobs",
+        ["id", "name", "state", "prio", "cost", "attempts", "why"],
+        [
             [
-                [
-                    r["id"],
-                    r["name"],
-                    r["state"],
-                    r["priority"],
-                    r["cost_class"],
-                    r["attempts"],
-                    r["why"],
-                ]
-                for r in out
-            ],
-        )
+                r["id"],
+                r["name"],
+                r["state"],
+                r["priority"],
+                r["cost_class"],
+                r["attempts"],
+                r["why"],
+            ]
+            for r in out
+        ],
     )
 
 
+def _watch(w: Any, state: list[str], interval: float) -> None:
+    """The jobs table every `interval` seconds until Ctrl-C (exit 0, no traceback): at a
+    terminal the screen is cleared first and a header names the time and the interval, as
+    `watch` shows it; without one each table simply follows the last."""
+    import time
+    from datetime import datetime
+
+    at_terminal = console.is_terminal
+    try:
+        while True:
+            rows = _job_rows(w, state)
+            if at_terminal:
+                console.clear()
+            say(
+                "[dim]every {} s · {} · Ctrl-C to stop[/]",
+                f"{interval:g}",
+                datetime.now().strftime("%H:%M:%S"),
+            )
+            _print_jobs(rows)
+            console.file.flush()
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        return
+
+
 def _local_jobs(w: Any, state: list[str]) -> list[dict[str, Any]]:
-    """The rows from this process's own store (the single-user mode): no policy stack."""
+    """The rows from this process's own store (the single-user mode): a direct read, no policy
+    stack and no audit. A SQLite store at HEAD is read without the ORM (quick_read.py)."""
+    from nightshift.agent.doors.console import FULL_PATH_ENV
+    from nightshift.runtime.store.quick_read import job_rows
+    from nightshift.runtime.training.attempt_diagnosis import Diagnosis
+
+    rows: list[Any] | None = None
+    if not os.environ.get(FULL_PATH_ENV):
+        s = w.settings
+        rows = job_rows(s.store_url, state, s.store.busy_timeout_s)
+    if rows is None:
+        rows = _orm_job_rows(w, state)
+    out = []
+    for j in rows:
+        diagnosis = Diagnosis.stored(j.diagnosis)
+        out.append(
+            {
+                "id": j.id,
+                "name": j.name,
+                "state": j.state,
+                "priority": j.priority,
+                "cost_class": j.cost_class,
+                "attempts": j.attempts,
+                "group": j.group,
+                "why": why_of(j.state, j.reason, j.hold_reason, diagnosis),
+                "diagnosis": diagnosis.model_dump() if diagnosis else None,
+            }
+        )
+    return out
+
+
+def _orm_job_rows(w: Any, state: list[str]) -> list[Any]:
+    """The same rows through the Store (any database; migrates an older store first)."""
+    from types import SimpleNamespace
+
     from sqlmodel import select
 
     from nightshift.runtime.store.db import Attempt, Job
-    from nightshift.runtime.training.attempt_diagnosis import Diagnosis
 
     with w.store.session() as s:
         q = select(Job).order_by(Job.id)
@@ -311,23 +395,21 @@ def _local_jobs(w: Any, state: list[str]) -> list[dict[str, Any]]:
         ):
             counts[job_id] = counts.get(job_id, 0) + 1
             newest[job_id] = diagnosis
-    out = []
-    for j in rows:
-        diagnosis = Diagnosis.stored(newest.get(j.id))
-        out.append(
-            {
-                "id": j.id,
-                "name": j.name,
-                "state": j.state,
-                "priority": j.priority,
-                "cost_class": j.spec.get("cost_class"),
-                "attempts": counts.get(j.id, 0),
-                "group": j.group,
-                "why": why_of(j.state, j.reason, j.hold_reason, diagnosis),
-                "diagnosis": diagnosis.model_dump() if diagnosis else None,
-            }
+    return [
+        SimpleNamespace(
+            id=j.id,
+            name=j.name,
+            state=j.state,
+            priority=j.priority,
+            cost_class=j.spec.get("cost_class"),
+            group=j.group,
+            reason=j.reason,
+            hold_reason=j.hold_reason,
+            attempts=counts.get(j.id, 0),  # type: ignore[arg-type]
+            diagnosis=newest.get(j.id),  # type: ignore[arg-type]
         )
-    return out
+        for j in rows
+    ]
 
 
 def _remote_jobs(w: Any, state: list[str]) -> list[dict[str, Any]]:
