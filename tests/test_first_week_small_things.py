@@ -229,5 +229,40 @@ def test_the_daemon_log_says_what_it_serves_and_each_attempt(home, tmp_path):
     assert f"executor: local, runs in {home / 'runs'}" in lines
     assert "policy file: the shipped default (policies/default.yaml)" in lines
     assert any(line.startswith("jobs run as this daemon's user") for line in lines), out
-    assert "job 1 (short) attempt 1 started: local executor, no GPU" in lines, out
-    assert "job 1 (short) attempt 1 ended: succeeded (exit 0, last step 30)" in lines, out
+    # Each attempt's line says when, in local time: a log kept in a file says it too.
+    timed = [line[11:] for line in lines if re.match(r"\[\d\d:\d\d:\d\d\] job ", line)]
+    assert "job 1 (short) attempt 1 started: local executor, no GPU" in timed, out
+    assert "job 1 (short) attempt 1 ended: succeeded (exit 0, last step 30)" in timed, out
+
+
+def test_the_daemons_line_for_a_failed_attempt_says_why():
+    """The operator reading the daemon's log sees why an attempt failed, not only its exit code."""
+    from datetime import datetime
+
+    from nightshift.agent.doors.daemon_log import _ended
+    from nightshift.runtime.store.db import Attempt
+
+    att = Attempt(
+        job_id=3,
+        number=1,
+        state="exited",
+        outcome="failed",
+        exit_code=1,
+        ended_at=datetime(2026, 12, 5, 3, 0),
+        diagnosis={
+            "category": "import_or_env",
+            "evidence": "ModuleNotFoundError: No module named 'torch'",
+            "summary": "a Python package is missing",
+            "confidence": "high",
+            "retryable": False,
+            "line_no": 4,
+            "action": "stop",
+            "fix": "fix the environment, then resubmit",
+        },
+    )
+    line = _ended(att, "train")
+    assert re.fullmatch(
+        r"\[\d\d:\d\d:\d\d\] job 3 \(train\) attempt 1 ended: failed \(exit 1\) — "
+        r"import_or_env: ModuleNotFoundError: No module named 'torch'",
+        line,
+    ), line

@@ -1,10 +1,13 @@
 """What the daemon's log says: at start, one line each for what it serves and how (home, store,
 socket, executor, policy, whose account jobs run as); then one line when an attempt of a job
-starts and one when it ends, and nothing else on a quiet night. An operator reading
+starts and one when it ends (with the time, and for a failed one its diagnosis), and nothing else
+on a quiet night. An operator reading
 `journalctl -u nightshift` should see which jobs ran, when, and how each attempt ended, without
 opening the store."""
 
 from __future__ import annotations
+
+from datetime import UTC, datetime
 
 from sqlmodel import col, or_, select
 
@@ -12,6 +15,7 @@ from nightshift.agent.doors.effective_settings import mask_url
 from nightshift.runtime.config import Settings
 from nightshift.runtime.store.db import Attempt, Job, Store
 from nightshift.runtime.store.lifecycle import ENDED_ATTEMPT
+from nightshift.runtime.training.attempt_diagnosis import Diagnosis
 
 
 def start_lines(settings: Settings, *, serve_api: bool) -> list[str]:
@@ -89,12 +93,20 @@ class AttemptLines:
         return col(Attempt.node).in_((self.node, ""))
 
 
+def _at(when: datetime | None) -> str:
+    """`[23:04:11] `: when it happened, in this machine's local time (the store keeps UTC), so a
+    log read from a file, not journald, still says when each run started and ended."""
+    if when is None:
+        return ""
+    return f"[{when.replace(tzinfo=UTC).astimezone():%H:%M:%S}] "
+
+
 def _started(att: Attempt, name: str) -> str:
     gpus = f"GPUs {','.join(map(str, att.gpus))}" if att.gpus else "no GPU"
     resumed = f", from step {att.start_step}" if att.start_step else ""
     return (
-        f"job {att.job_id} ({name}) attempt {att.number} started: {att.executor} executor, "
-        f"{gpus}{resumed}"
+        f"{_at(att.started_at)}job {att.job_id} ({name}) attempt {att.number} started: "
+        f"{att.executor} executor, {gpus}{resumed}"
     )
 
 
@@ -105,6 +117,9 @@ def _ended(att: Attempt, name: str) -> str:
     if att.last_step is not None:
         how.append(f"last step {att.last_step}")
     detail = f" ({', '.join(how)})" if how else ""
+    diagnosis = Diagnosis.stored(att.diagnosis)
+    why = f" — {diagnosis.brief()}" if diagnosis is not None else ""
     return (
-        f"job {att.job_id} ({name}) attempt {att.number} ended: {att.outcome or att.state}{detail}"
+        f"{_at(att.ended_at)}job {att.job_id} ({name}) attempt {att.number} ended: "
+        f"{att.outcome or att.state}{detail}{why}"
     )
