@@ -63,21 +63,6 @@ class RunCgroup(BaseModel):
             found.update(int(p) for p in text.split())
         return sorted(found)
 
-    def oom_kills(self) -> int:
-        """How many processes of the run the out-of-memory killer ended for the run's own memory
-        limit (v1 memory.oom_control, v2 memory.events; kernels from 4.13 count them)."""
-        for d in self.dirs:
-            for name in ("memory.events", "memory.oom_control"):
-                try:
-                    lines = (Path(d) / name).read_text().splitlines()
-                except OSError:
-                    continue
-                for line in lines:
-                    key, _, value = line.partition(" ")
-                    if key == "oom_kill" and value.strip().isdigit():
-                        return int(value)
-        return 0
-
     def remove(self) -> bool:
         """Remove the run's folders once no process is left in them; whether all are gone."""
         gone = True

@@ -48,6 +48,7 @@ from nightshift.runtime.store.migrations import BASELINE, HEAD, SCRIPT_LOCATION
 
 # Defined beside the light reader, which needs no ORM; the job states are one tuple.
 from nightshift.runtime.store.quick_read import JOB_STATES as JOB_STATES
+from nightshift.runtime.store.quick_read import sqlite_file as sqlite_file
 from nightshift.runtime.store.unreachable import is_unreachable, store_unavailable
 
 # Stores from before Alembic say which create_all made them in keyvalue `schema_version`: "2" is
@@ -794,16 +795,6 @@ def _insert_if_missing(dialect: str) -> Any:
             "INSERT INTO keyvalue (key, value) VALUES (:key, :value) ON CONFLICT (key) DO NOTHING"
         )
     return text("INSERT INTO keyvalue (key, value) VALUES (:key, :value)")
-
-
-def sqlite_file(url: str) -> Path | None:
-    """The file of a SQLite store URL, as Store opens it; None for any other store."""
-    if not url.startswith("sqlite:///"):
-        return None
-    path = Path(url[len("sqlite:///") :])
-    if not path.name or str(path) == ":memory:":
-        return None
-    return path.resolve()
 
 
 _KV_VALUE = text("SELECT value FROM keyvalue WHERE key = :key")

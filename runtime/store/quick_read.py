@@ -53,8 +53,8 @@ class JobRow:
         self.diagnosis: Any = None  # the newest attempt's stored diagnosis, as its JSON decodes
 
 
-def sqlite_path(url: str) -> Path | None:
-    """The file of a `sqlite:///` URL (as `Store` opens it), else None."""
+def sqlite_file(url: str) -> Path | None:
+    """The file of a SQLite store URL, as Store opens it; None for any other store."""
     if not url.startswith("sqlite:///"):
         return None
     path = Path(url[len("sqlite:///") :])
@@ -66,7 +66,7 @@ def sqlite_path(url: str) -> Path | None:
 def job_rows(url: str, states: list[str], busy_timeout_s: float) -> list[JobRow] | None:
     """Every job (only `states`, when given) by id, with its attempt count and newest attempt's
     diagnosis; None when this store is not one this reader may read (see the module)."""
-    path = sqlite_path(url)
+    path = sqlite_file(url)
     if path is None or not path.exists():
         return None
     uri = "file:" + urllib.parse.quote(str(path)) + "?mode=ro"

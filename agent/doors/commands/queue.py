@@ -356,23 +356,7 @@ def _local_jobs(w: Any, state: list[str]) -> list[dict[str, Any]]:
         rows = job_rows(s.store_url, state, s.store.busy_timeout_s)
     if rows is None:
         rows = _orm_job_rows(w, state)
-    out = []
-    for j in rows:
-        diagnosis = Diagnosis.stored(j.diagnosis)
-        out.append(
-            {
-                "id": j.id,
-                "name": j.name,
-                "state": j.state,
-                "priority": j.priority,
-                "cost_class": j.cost_class,
-                "attempts": j.attempts,
-                "group": j.group,
-                "why": why_of(j.state, j.reason, j.hold_reason, diagnosis),
-                "diagnosis": diagnosis.model_dump() if diagnosis else None,
-            }
-        )
-    return out
+    return [_row(j, j.attempts, Diagnosis.stored(j.diagnosis)) for j in rows]
 
 
 def _orm_job_rows(w: Any, state: list[str]) -> list[Any]:
@@ -419,23 +403,25 @@ def _remote_jobs(w: Any, state: list[str]) -> list[dict[str, Any]]:
     r: Any = Remote(w.served_at).call(
         "list_jobs", {"states": state or None, "limit": 10_000}, via="terminal"
     )
-    out = []
-    for j in sorted(r.jobs, key=lambda j: j.id):
-        diagnosis = j.attempts[-1].diagnosis if j.attempts else None
-        out.append(
-            {
-                "id": j.id,
-                "name": j.name,
-                "state": j.state,
-                "priority": j.priority,
-                "cost_class": j.cost_class,
-                "attempts": len(j.attempts),
-                "group": j.group,
-                "why": why_of(j.state, j.reason, j.hold_reason, diagnosis),
-                "diagnosis": diagnosis.model_dump() if diagnosis else None,
-            }
-        )
-    return out
+    return [
+        _row(j, len(j.attempts), j.attempts[-1].diagnosis if j.attempts else None)
+        for j in sorted(r.jobs, key=lambda j: j.id)
+    ]
+
+
+def _row(j: Any, attempts: int, diagnosis: Any) -> dict[str, Any]:
+    """One row of `jobs`, from the store's rows or the daemon's list_jobs alike."""
+    return {
+        "id": j.id,
+        "name": j.name,
+        "state": j.state,
+        "priority": j.priority,
+        "cost_class": j.cost_class,
+        "attempts": attempts,
+        "group": j.group,
+        "why": why_of(j.state, j.reason, j.hold_reason, diagnosis),
+        "diagnosis": diagnosis.model_dump() if diagnosis else None,
+    }
 
 
 def why_of(state: str, reason: str | None, hold_reason: str | None, diagnosis: Any) -> str | None:
