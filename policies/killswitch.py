@@ -9,9 +9,10 @@ import json
 from typing import Any
 
 from nightshift.policies.audit import AuditLog
+from nightshift.runtime.store import kill_switch_row
 from nightshift.runtime.store.db import Store
 
-KEY = "kill_switch"
+KEY = kill_switch_row.KEY
 
 
 def pause(store: Store, audit: AuditLog, by: str, reason: str) -> dict[str, Any]:
@@ -40,13 +41,4 @@ def is_paused(store: Store) -> bool:
 
 def pause_info(store: Store) -> dict[str, Any] | None:
     """{by, reason, at} while paused, else None."""
-    raw = store.get_kv(KEY)
-    if raw is None:
-        return None
-    try:
-        info = json.loads(raw)
-    except ValueError:
-        info = None
-    if not isinstance(info, dict):  # written by hand or by an older version: still paused
-        return {"by": "unknown", "reason": str(raw), "at": None}
-    return info
+    return kill_switch_row.pause_info(store.get_kv(KEY))

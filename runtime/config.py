@@ -47,20 +47,12 @@ from pydantic_settings import (
 )
 
 from nightshift.runtime.errors import ConfigError
+from nightshift.runtime.read_settings import home_from, nightshift_home
 from nightshift.runtime.scheduling.backoff import Backoff
 from nightshift.runtime.scheduling.tariff import Tariff
 
 ENV_PREFIX = "NIGHTSHIFT_"
 ENV_DELIMITER = "__"
-
-
-def _home_from(raw: str | os.PathLike[str] | None) -> Path:
-    return Path(raw or Path.home() / ".nightshift").expanduser()
-
-
-def nightshift_home() -> Path:
-    """The state folder: `$NIGHTSHIFT_HOME`, else `~/.nightshift`."""
-    return _home_from(os.environ.get("NIGHTSHIFT_HOME"))
 
 
 class StoreSettings(BaseModel):
@@ -607,7 +599,7 @@ class Settings(BaseSettings):
     @field_validator("home", mode="before")
     @classmethod
     def _expand_home(cls, v: Any) -> Any:
-        return str(_home_from(v)) if v is None or isinstance(v, str | os.PathLike) else v
+        return str(home_from(v)) if v is None or isinstance(v, str | os.PathLike) else v
 
     @property
     def home_path(self) -> Path:

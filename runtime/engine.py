@@ -21,7 +21,6 @@ from typing import Any
 
 from sqlmodel import col, func, select
 
-from nightshift.runtime import durations
 from nightshift.runtime.config import Settings
 from nightshift.runtime.executors.crashpoints import crash_point
 from nightshift.runtime.executors.executor import Executor, LaunchRequest, RunStatus
@@ -35,7 +34,15 @@ from nightshift.runtime.spec import ExperimentSpec
 from nightshift.runtime.store import lifecycle, transition_events
 from nightshift.runtime.store.db import Attempt, CheckpointRecord, Job, MetricPoint, Store, utcnow
 from nightshift.runtime.store.lifecycle import ACTIVE, Ended, JobState, Outcome
-from nightshift.runtime.training import checkpoints, divergence, keeper, metric_sources, stall
+from nightshift.runtime.training import (
+    checkpoints,
+    divergence,
+    durations,
+    job_history,
+    keeper,
+    metric_sources,
+    stall,
+)
 from nightshift.runtime.training.attempt_diagnosis import Diagnoser, FailedRun, read_log_tail
 from nightshift.runtime.training.divergence import Divergence
 from nightshift.runtime.training.early_stop import median_rule, patience_exhausted
@@ -52,20 +59,17 @@ CONTAINERS = ("docker", "kubernetes")
 
 def job_workspace(settings: Settings, job_id: int) -> Path:
     """Per-job folder for logs, metrics and (relative) checkpoints."""
-    return settings.runs_dir / f"job-{job_id}"
+    return job_history.job_folder(settings.runs_dir, job_id)
 
 
 def job_paths(settings: Settings, job: Job) -> dict[str, Path]:
     spec = ExperimentSpec.model_validate(job.spec)
-    ws = job_workspace(settings, job.id)
-    ckpt = Path(spec.checkpoint.dir) if spec.checkpoint else Path("checkpoints")
-    metrics = Path(spec.metrics.file or "metrics.jsonl")
-    return {
-        "workspace": ws,
-        "checkpoint_dir": ckpt if ckpt.is_absolute() else ws / ckpt,
-        "metrics_file": metrics if metrics.is_absolute() else ws / metrics,
-        "good_checkpoints": keeper.good_dir(ws),
-    }
+    return job_history.paths(
+        settings.runs_dir,
+        job.id,
+        spec.checkpoint.dir if spec.checkpoint else None,
+        spec.metrics.file,
+    )
 
 
 def metric_roots(paths: dict[str, Path]) -> list[Path]:

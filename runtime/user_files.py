@@ -21,10 +21,13 @@ import subprocess
 from collections.abc import Iterator
 from contextvars import ContextVar
 from pathlib import Path
-from typing import BinaryIO, NoReturn
+from typing import TYPE_CHECKING, BinaryIO, NoReturn
 
 from nightshift.runtime.errors import BadArguments
-from nightshift.runtime.executors.submitter import RunAs, as_submitter
+
+if TYPE_CHECKING:  # pydantic, which RunAs brings, is not imported by a command that reads no
+    # user file as another user (the CLI's start)
+    from nightshift.runtime.executors.submitter import RunAs
 
 # Whose rights the files a call names are read with; None: this process's own.
 _READER: ContextVar[RunAs | None] = ContextVar("nightshift_file_reader", default=None)
@@ -54,6 +57,8 @@ def read_as_reader(path: str | Path, limit: int, *, tail: bool = False) -> bytes
     who = _READER.get()
     if who is None:
         return None
+    from nightshift.runtime.executors.submitter import as_submitter
+
     tool = ["tail", "-c", str(limit)] if tail else ["head", "-c", str(limit + 1)]
     try:
         got = as_submitter(

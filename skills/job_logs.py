@@ -5,7 +5,6 @@ the job's end."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -105,10 +104,13 @@ def job_logs(ctx: SkillContext, inp: JobLogsInput) -> JobLogsResult:
     end, more = inp.offset or 0, False
     if att is not None and att.log_path and Path(att.log_path).exists():
         if inp.offset is None:
-            chunk, start = _tail(paths["workspace"], Path(att.log_path))
-            whole = chunk if att.ended_at else chunk[: chunk.rfind(b"\n") + 1]
-            end = start + len(whole)
-            lines = whole.decode("utf-8", "replace").splitlines()[-inp.tail :]
+            lines, end = job_files.last_lines(
+                paths["workspace"],
+                Path(att.log_path),
+                inp.tail,
+                ended=att.ended_at is not None,
+                max_bytes=TAIL_BYTES,
+            )
         else:
             lines, end, more = _from(
                 paths["workspace"], Path(att.log_path), inp.offset, att.ended_at is not None
@@ -197,16 +199,3 @@ def _range(workspace: Path, log: Path, start: int, limit: int) -> bytes:
     with open(log, "rb") as f:
         f.seek(start)
         return f.read(limit)
-
-
-def _tail(workspace: Path, log: Path) -> tuple[bytes, int]:
-    """The log's last 256 KiB and where they start. A log in the job's folder is opened without
-    following a link (the folder is the submitter's, the daemon may be root): a planted link is
-    a JobFileRefused, never the file it points to."""
-    if job_files.relative_in(workspace, log) is not None:
-        return job_files.read_tail(workspace, log, TAIL_BYTES)
-    with open(log, "rb") as f:  # a log recorded elsewhere (before job folders held them)
-        size = os.fstat(f.fileno()).st_size
-        start = max(0, size - TAIL_BYTES)
-        f.seek(start)
-        return f.read(size - start), start

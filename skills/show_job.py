@@ -4,22 +4,15 @@ resumed from (`nightshift show JOB`)."""
 
 from __future__ import annotations
 
-import re
-import string
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, Field
 
 from nightshift.runtime.errors import UnknownJob
-from nightshift.runtime.training import keeper
+from nightshift.runtime.training import job_history, keeper
 from nightshift.runtime.training.attempt_diagnosis import Diagnosis
 from nightshift.skills.base import Claims, SkillContext, SkillInput, skill
-
-if TYPE_CHECKING:
-    from nightshift.runtime.store.db import Attempt
-
-ENDED = ("exited", "lost", "stopped")
 
 
 class ShowJobInput(SkillInput):
@@ -121,143 +114,14 @@ def show_job(ctx: SkillContext, inp: ShowJobInput) -> ShowJobResult:
     job = ctx.store.job(inp.job_id)
     if job is None:
         raise UnknownJob(f"no job {inp.job_id}; list_jobs shows the jobs")
-    atts = ctx.store.attempts(job.id)
-    paths = job_paths(ctx.settings, job)
     spec = ExperimentSpec.model_validate(job.spec)
-    template = spec.checkpoint.resume_arg if spec.checkpoint else []
-    details: list[AttemptDetail] = []
-    for i, a in enumerate(atts):
-        if i + 1 < len(atts):
-            next_start: int | None = atts[i + 1].start_step
-        else:  # the job is waiting for its next attempt: it will start from the resume point
-            next_start = (job.resume_step or 0) if job.state == "queued" else None
-        lost = (
-            None if next_start is None or a.last_step is None else max(0, a.last_step - next_start)
-        )
-        ckpt, ckpt_step, note = resume_point(a, template)
-        details.append(
-            AttemptDetail(
-                number=a.number,
-                state=a.state,
-                outcome=a.outcome,
-                cause=a.cause,
-                diagnosis=Diagnosis.stored(a.diagnosis),
-                evidence=a.evidence,
-                first_bad_step=a.first_bad_step,
-                started_at=a.started_at,
-                ended_at=a.ended_at,
-                duration_s=_duration(a, ctx.now),
-                start_step=a.start_step,
-                last_step=a.last_step,
-                last_loss=a.last_loss,
-                steps_lost=lost,
-                exit_code=a.exit_code,
-                signal=a.signal,
-                gpus=list(a.gpus),
-                param_changes=_changes(atts[i - 1].params if i else None, a.params),
-                resumed_from=ckpt,
-                resumed_from_step=ckpt_step,
-                resume_note=note,
-                log_path=a.log_path,
-            )
-        )
-    return ShowJobResult(
-        job_id=job.id,
-        name=job.name,
-        state=job.state,
-        reason=job.hold_reason if job.state == "queued" and job.hold_reason else job.reason,
-        owner=job.owner,
-        priority=job.priority,
-        group=job.group,
-        spec_path=job.spec_path,
-        workspace=str(paths["workspace"]),
-        checkpoint_dir=str(paths["checkpoint_dir"]),
-        params=dict(job.params),
-        max_attempts=job.max_attempts,
-        resume_from=job.resume_from,
-        resume_step=job.resume_step,
-        created_at=job.created_at,
-        updated_at=job.updated_at,
-        good_checkpoints=[KeptCheckpoint(**k) for k in keeper.kept(paths["workspace"])],
-        steps_lost_total=sum(d.steps_lost or 0 for d in details),
-        attempts=details,
+    found = job_history.detail(
+        job,
+        ctx.store.attempts(job.id),
+        where=job_paths(ctx.settings, job),
+        resume_template=spec.checkpoint.resume_arg if spec.checkpoint else [],
+        now=ctx.now,
     )
-
-
-def resume_point(att: Attempt, template: list[str]) -> tuple[str | None, int | None, str]:
-    """The checkpoint an attempt resumed from, read back from its argv.
-
-    The loop renders an attempt's argv as the spec's command plus, when the job had a resume point,
-    the spec's `checkpoint.resume_arg` filled in; so the argv's last len(resume_arg) items, matched
-    against that template, give the `{checkpoint}` (and `{step}`) it was started with. This is
-    what the process was really told, which the job row no longer says once a later resume changed
-    it. Returns (checkpoint, step, how it was found)."""
-    if not att.argv:
-        return None, None, "unknown: the attempt's command was not recorded"
-    found = _match_tail(att.argv, template)
-    if found is None:
-        if att.start_step:
-            return (
-                None,
-                att.start_step,
-                (
-                    f"started at step {att.start_step}; its argv names no "
-                    "checkpoint (the spec's resume argument is not in it)"
-                ),
-            )
-        return None, None, "from scratch"
-    ckpt, step = found
-    if step is None and att.start_step:
-        step = att.start_step
-    if ckpt is None:
-        return None, step, "resumed; the resume argument names no checkpoint path"
-    return ckpt, step, "from the resume argument in its argv"
-
-
-def _match_tail(argv: list[str], template: list[str]) -> tuple[str | None, int | None] | None:
-    if not template or len(argv) < len(template):
-        return None
-    ckpt: str | None = None
-    step: int | None = None
-    for arg, item in zip(argv[-len(template) :], template, strict=True):
-        m = _template_regex(item).fullmatch(arg)
-        if m is None:
-            return None
-        groups = m.groupdict()
-        ckpt = groups.get("checkpoint") or ckpt
-        if groups.get("step") is not None:
-            step = int(groups["step"])
-    return ckpt, step
-
-
-def _template_regex(item: str) -> re.Pattern[str]:
-    """`--resume={checkpoint}` → a regex capturing the checkpoint; other placeholders match anything."""
-    out, seen = [], set()
-    for literal, name, _spec, _conv in string.Formatter().parse(item):
-        out.append(re.escape(literal))
-        if name is None:
-            continue
-        if name in ("checkpoint", "step") and name not in seen:
-            seen.add(name)
-            out.append(r"(?P<step>-?\d+)" if name == "step" else r"(?P<checkpoint>.+?)")
-        else:
-            out.append(r".*?")
-    return re.compile("".join(out), re.DOTALL)
-
-
-def _duration(att: Attempt, now: datetime) -> float | None:
-    if att.ended_at is not None:
-        return max(0.0, (att.ended_at - att.started_at).total_seconds())
-    if att.state in ENDED:
-        return None
-    return max(0.0, (now - att.started_at).total_seconds())
-
-
-def _changes(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, ParamChange]:
-    if before is None:
-        return {}
-    return {
-        k: ParamChange(before=before.get(k), after=after.get(k))
-        for k in sorted(set(before) | set(after))
-        if before.get(k) != after.get(k)
-    }
+    for a in found["attempts"]:
+        a["diagnosis"] = Diagnosis.stored(a["diagnosis"])
+    return ShowJobResult.model_validate(found)

@@ -145,7 +145,7 @@ def nightshift(
     """Run the real CLI in a subprocess, as a user would."""
     full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
     return subprocess.run(
-        [sys.executable, "-m", "nightshift.agent.doors.cli", *args],
+        [sys.executable, "-m", "nightshift.agent.doors.entry", *args],
         cwd=REPO,
         env=full_env,
         capture_output=True,

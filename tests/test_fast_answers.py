@@ -1,9 +1,11 @@
-"""Fast answers: `nightshift jobs` reads a SQLite store without the ORM (runtime/store/quick_read.py)
-and prints a large table without Rich laying out every cell (console.print_table); `status` and
-`show` print their tables the same way. Each must print exactly what the full path prints, on a
-store that real runs filled; the full path is forced with NIGHTSHIFT_FULL_READ_PATH. Before this,
-`jobs` imported SQLAlchemy and took ten seconds on 10,000 jobs, almost all of it Rich's layout.
-`jobs --watch` refreshes the table as `watch squeue` does, until Ctrl-C."""
+"""Fast answers: `nightshift jobs`, `status`, `show JOB` and `logs JOB` read one's own SQLite store
+without the ORM (runtime/store/quick_read.py), pydantic or Typer (agent/doors/entry.py, quick.py)
+and print a large table without Rich laying out every cell (console.print_table). Each must print
+exactly what the full path prints, on a store that real runs filled; the full path is forced with
+NIGHTSHIFT_FULL_READ_PATH. Before this, `jobs` imported SQLAlchemy and took ten seconds on 10,000
+jobs, almost all of it Rich's layout, and `show` a second and a half through the gate. `status`
+is a summary, no longer a second `jobs`. `jobs --watch` refreshes the table as `watch squeue`
+does, until Ctrl-C."""
 
 from __future__ import annotations
 
@@ -96,10 +98,14 @@ def filled(tmp_path_factory) -> Path:
     [
         ["jobs"],
         ["jobs", "--json"],
-        ["jobs", "--state", "failed", "--state", "queued"],
+        ["jobs", "--state", "failed", "--state=queued"],
         ["status"],
+        ["status", "--json"],
         ["show", "1"],
         ["show", "2"],
+        ["logs", "1"],
+        ["logs", "2", "-n", "1"],
+        ["logs", "1", "--attempt", "1", "--tail=3"],
     ],
     ids=" ".join,
 )
@@ -108,7 +114,7 @@ def test_the_fast_path_prints_what_the_full_path_prints(filled, args, columns):
     """The second reader and the fast table are held to the full path's output, byte for byte,
     wide (the fast table) and narrow (Rich wraps: the fast table steps aside)."""
     fast = nightshift(*args, env={"COLUMNS": columns})
-    full = nightshift(*args, env={"COLUMNS": columns, **FULL})
+    full = _full_cli(*args, env={"COLUMNS": columns, **FULL})
     assert fast.returncode == full.returncode == 0, fast.stderr + full.stderr
     assert fast.stdout == full.stdout
     if args == ["jobs"] and columns == "200":  # the store really holds what the test is about
@@ -116,13 +122,26 @@ def test_the_fast_path_prints_what_the_full_path_prints(filled, args, columns):
             assert seen in fast.stdout, fast.stdout
 
 
+def _full_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """The full command line (Typer, cli.py), not the entry's fast answers."""
+    return subprocess.run(
+        [sys.executable, "-m", "nightshift.agent.doors.cli", *args],
+        cwd=REPO,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
 def _modules_after(*args: str, env: dict[str, str] | None = None) -> set[str]:
-    """The modules a real `nightshift ARGS` had imported when it exited."""
+    """The modules a real `nightshift ARGS` (the installed entry point) had imported when it
+    exited."""
     code = (
         "import atexit, sys\n"
         "atexit.register(lambda: print('\\n'.join(sorted(sys.modules)), file=sys.stderr))\n"
         f"sys.argv = ['nightshift', *{list(args)!r}]\n"
-        "from nightshift.agent.doors.cli import main\n"
+        "from nightshift.agent.doors.entry import main\n"
         "main()\n"
     )
     r = subprocess.run(
@@ -138,25 +157,66 @@ def _modules_after(*args: str, env: dict[str, str] | None = None) -> set[str]:
     return set(r.stderr.split())
 
 
-def test_jobs_imports_no_orm(filled):
-    """`jobs` on a SQLite store answers without SQLAlchemy, SQLModel, Alembic, LangGraph or
-    Textual: their import alone took longer than the whole answer should."""
-    imported = {m.split(".")[0] for m in _modules_after("jobs")}
-    assert {"sqlalchemy", "sqlmodel", "alembic", "langgraph", "textual"} & imported == set()
+@pytest.mark.parametrize("args", [["jobs"], ["status"], ["show", "1"], ["logs", "1"]], ids=" ".join)
+def test_the_everyday_reads_import_no_orm_pydantic_or_typer(filled, args):
+    """The four everyday reads on one's own SQLite store answer without SQLAlchemy, SQLModel,
+    Alembic, LangGraph, Textual, pydantic (settings, models) or Typer (which checks arguments
+    through pydantic): their imports alone took longer than the whole answer should."""
+    imported = {m.split(".")[0] for m in _modules_after(*args)}
+    heavy = {"sqlalchemy", "sqlmodel", "alembic", "langgraph", "textual", "pydantic", "typer"}
+    assert heavy & imported == set()
 
 
 def test_a_gated_read_imports_its_own_skill_only(filled):
-    """`status` calls list_jobs through the gate: the registry imports that skill's module (and
-    the policy stack its reviewer, apply_policy), not every built-in's: the checkpoint search's
-    NumPy, the sweeps' Optuna, the GPU probes."""
-    skills = {m for m in _modules_after("status") if m.startswith("nightshift.skills.")}
+    """`show` through the gate (the full path) imports that skill's module (and the policy
+    stack its reviewer, apply_policy), not every built-in's: the checkpoint search's NumPy, the
+    sweeps' Optuna, the GPU probes."""
+    skills = {
+        m
+        for m in _modules_after("show", "1", env={**os.environ, **FULL})
+        if m.startswith("nightshift.skills.")
+    }
     assert skills == {
         "nightshift.skills.base",
         "nightshift.skills.builtin",
         "nightshift.skills.registry",
         "nightshift.skills.apply_policy",
-        "nightshift.skills.list_jobs",
+        "nightshift.skills.show_job",
     }
+
+
+def test_status_is_a_summary(filled):
+    """`status` says how things stand without listing every job: the count in each state, the
+    running job with its attempt, the next queued one and why it waits, the newest failure and
+    why it failed; and, while the kill switch is on, that it is, by whom and why."""
+    out = nightshift("status").stdout
+    assert out.startswith("4 jobs: 1 running, 1 queued, 1 failed, 1 succeeded"), out
+    for table, row in (
+        ("running", "sleeper"),
+        ("next up", "wants-gpu"),
+        ("newest failures", "needs-torch"),
+    ):
+        assert table in out and row in out, out
+    assert "import_or_env" in out and "hello" not in out, out
+    summary = json.loads(nightshift("status", "--json").stdout)
+    assert summary["counts"] == {
+        "running": 1,
+        "queued": 1,
+        "paused": 0,
+        "failed": 1,
+        "succeeded": 1,
+        "cancelled": 0,
+    }
+    assert [r["name"] for r in summary["failed_newest"]] == ["needs-torch"]
+    assert summary["paused"] is None
+    r = nightshift("pause", "--reason", "disk swap tonight")
+    assert r.returncode == 0, r.stderr
+    try:
+        fast = nightshift("status").stdout
+        assert "PAUSED" in fast and "disk swap tonight" in fast, fast
+        assert fast == _full_cli("status", env={"COLUMNS": "200", **FULL}).stdout
+    finally:
+        assert nightshift("resume").returncode == 0
 
 
 def test_jobs_watch_refreshes_until_ctrl_c(filled):

@@ -34,6 +34,6 @@ def test_wheel_layout(tmp_path):
     assert "nightshift/examples/goals/quickstart.yaml" in names
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     assert (
-        "nightshift = nightshift.agent.doors.cli:main"
+        "nightshift = nightshift.agent.doors.entry:main"
         in zipfile.ZipFile(wheel).read(entry).decode()
     )

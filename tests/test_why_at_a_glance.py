@@ -198,7 +198,8 @@ def test_a_client_of_the_daemon_gets_the_diagnosis_through_the_skills(home, tmp_
 
 def test_show_and_status_print_no_none_and_no_resume_for_a_finished_job(home, tmp_path):
     """The quickstart's job crashed, resumed from step 125 and succeeded: `show` told of a "next
-    attempt" it would never have, `status` read "0→None" for an attempt with no step yet."""
+    attempt" it would never have, `status` read "0→None" for an attempt with no step yet (now a
+    summary: the running job without a step)."""
     store = Store(f"sqlite:///{home / 'nightshift.db'}")
     ckpt = str(home / "runs/job-1/checkpoints/step-125.pt")
     spec = {"name": "x", "command": ["true"]}
@@ -217,7 +218,7 @@ def test_show_and_status_print_no_none_and_no_resume_for_a_finished_job(home, tm
     broke = nightshift("show", "2").stdout
     assert f"`nightshift retry 2` resumes from {ckpt} (step 125)" in broke
     status = nightshift("status").stdout
-    assert "0→?" in status and "None" not in status
+    assert "fresh" in status and "None" not in status  # the running job, no step yet
 
 
 def test_a_log_the_job_replaced_with_a_link_is_not_read_into_the_diagnosis(home, tmp_path):

@@ -18,6 +18,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nightshift.runtime import read_settings
 from nightshift.runtime.config import Settings, load_settings
 from nightshift.runtime.errors import OperatorError, StoreError
 
@@ -69,30 +70,9 @@ SERVED = (
 
 
 def served_socket(settings: Settings) -> Path | None:
-    """The daemon's socket when these settings make a command its client: `api.mode: client`
-    always, `auto` when the socket (or, while no daemon runs, its folder) belongs to another
-    user than the caller; None for the single-user embedded mode."""
-    mode = settings.api.mode
-    if mode == "embedded":
-        return None
-    path = settings.api_socket
-    if mode == "client":
-        return path
-    owner = _owner(path)
-    return path if owner is not None and owner != os.geteuid() else None
-
-
-def _owner(path: Path) -> int | None:
-    """The uid of the socket; while there is none, of its folder unless root owns that."""
-    try:
-        return path.stat().st_uid
-    except OSError:
-        pass
-    try:
-        folder = path.parent.stat()
-    except OSError:
-        return None
-    return folder.st_uid if folder.st_uid != 0 else None
+    """The daemon's socket when these settings make a command its client, else None: the
+    single-user embedded mode (read_settings.served_socket)."""
+    return read_settings.served_socket(settings.api.mode, settings.api_socket)
 
 
 def not_served(socket_path: Path) -> OperatorError:

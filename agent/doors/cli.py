@@ -16,7 +16,6 @@ from nightshift.agent.doors.console import (
     err_console,
     error,
     key_values,
-    print_table,
     say,
     table,
 )
@@ -341,48 +340,6 @@ def skill_cmd(
         print(result.model_dump_json(indent=2))
     else:
         console.print(result, markup=False)
-
-
-# ------------------------------------------------------------------------------------ status
-@app.command()
-def status(config: str | None = ConfigOpt, as_json: bool = typer.Option(False, "--json")) -> None:
-    """Jobs and their attempts, from the store."""
-    from nightshift.agent.brain.wiring import Wiring
-    from nightshift.agent.doors.shell import call_as_user
-
-    w = Wiring.load(config)
-    jobs: Any = call_as_user(w, "list_jobs", {"limit": 200})
-    if as_json:
-        print(jobs.model_dump_json(indent=2))
-        return
-    from nightshift.agent.doors.remote import remote_of
-
-    remote = remote_of(w)
-    if remote is not None:
-        paused = remote.whoami()["paused"] is not None
-    else:
-        from nightshift.policies import killswitch
-
-        paused = killswitch.is_paused(w.store)
-    if paused:
-        console.print("[bold red]PAUSED[/]: only read skills run until `nightshift resume`")
-    rows = []
-    for j in jobs.jobs:
-        last = j.attempts[-1] if j.attempts else None
-        rows.append(
-            [
-                j.id,
-                j.name,
-                j.state,
-                len(j.attempts),
-                None
-                if last is None
-                else f"{last.start_step}→{'?' if last.last_step is None else last.last_step}",
-                None if last is None or last.last_loss is None else f"{last.last_loss:.4f}",
-                j.reason,
-            ]
-        )
-    print_table("jobs", ["id", "name", "state", "attempts", "steps", "loss", "reason"], rows)
 
 
 # ------------------------------------------------------------------------------------ audit

@@ -11,12 +11,17 @@ holds its answers to the full path's on a store that real runs filled.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import urllib.parse
+from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+from nightshift.runtime.store import kill_switch_row
 from nightshift.runtime.store.migrations import HEAD
 
 JOB_STATES = ("queued", "running", "paused", "succeeded", "failed", "cancelled")
@@ -32,6 +37,8 @@ class JobRow:
         "group",
         "hold_reason",
         "id",
+        "last_loss",
+        "last_step",
         "name",
         "priority",
         "reason",
@@ -50,7 +57,10 @@ class JobRow:
             self.hold_reason,
         ) = row
         self.attempts = 0
-        self.diagnosis: Any = None  # the newest attempt's stored diagnosis, as its JSON decodes
+        # the newest attempt's stored diagnosis (as its JSON decodes), last step and loss
+        self.diagnosis: Any = None
+        self.last_step: int | None = None
+        self.last_loss: float | None = None
 
 
 def sqlite_file(url: str) -> Path | None:
@@ -63,42 +73,121 @@ def sqlite_file(url: str) -> Path | None:
     return path.resolve()
 
 
-def job_rows(url: str, states: list[str], busy_timeout_s: float) -> list[JobRow] | None:
-    """Every job (only `states`, when given) by id, with its attempt count and newest attempt's
-    diagnosis; None when this store is not one this reader may read (see the module)."""
+@contextlib.contextmanager
+def _reading(url: str, busy_timeout_s: float) -> Iterator[sqlite3.Connection | None]:
+    """A read-only connection to a SQLite store at schema HEAD; None when this store is not one
+    this reader may read (see the module). A read that fails inside is the caller's None too."""
     path = sqlite_file(url)
     if path is None or not path.exists():
-        return None
+        yield None
+        return
     uri = "file:" + urllib.parse.quote(str(path)) + "?mode=ro"
     try:
         conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout_s)
     except sqlite3.Error:
-        return None
+        yield None
+        return
     try:
-        if {r[0] for r in conn.execute("SELECT version_num FROM alembic_version")} != {HEAD}:
-            return None
-        where = f" WHERE state IN ({', '.join('?' * len(states))})" if states else ""
-        jobs = [
-            JobRow(r)
-            for r in conn.execute(
-                "SELECT id, name, state, priority, json_extract(spec, '$.cost_class'), "
-                f'"group", reason, hold_reason FROM job{where} ORDER BY id',
-                states,
-            )
-        ]
-        by_id = {j.id: j for j in jobs}
-        newest: dict[int, Any] = {}
-        for job_id, diagnosis in conn.execute(
-            "SELECT job_id, diagnosis FROM attempt ORDER BY number"
-        ):
-            j = by_id.get(job_id)
-            if j is not None:
-                j.attempts += 1
-                newest[job_id] = diagnosis
+        heads = {r[0] for r in conn.execute("SELECT version_num FROM alembic_version")}
     except sqlite3.Error:
-        return None
+        heads = set()
+    try:
+        yield conn if heads == {HEAD} else None
     finally:
         conn.close()
+
+
+def job_rows(url: str, states: list[str], busy_timeout_s: float) -> list[JobRow] | None:
+    """Every job (only `states`, when given) by id, with its attempt count and newest attempt's
+    diagnosis; None when this store is not one this reader may read (see the module)."""
+    found = status_rows(url, states, busy_timeout_s)
+    return None if found is None else found[0]
+
+
+def status_rows(
+    url: str, states: list[str], busy_timeout_s: float
+) -> tuple[list[JobRow], str | None] | None:
+    """job_rows, and the kill switch's row (None: not paused), read in one transaction; None
+    when this store is not one this reader may read."""
+    with _reading(url, busy_timeout_s) as conn:
+        if conn is None:
+            return None
+        try:
+            conn.execute("BEGIN")
+            where = f" WHERE state IN ({', '.join('?' * len(states))})" if states else ""
+            jobs = [
+                JobRow(r)
+                for r in conn.execute(
+                    "SELECT id, name, state, priority, json_extract(spec, '$.cost_class'), "
+                    f'"group", reason, hold_reason FROM job{where} ORDER BY id',
+                    states,
+                )
+            ]
+            by_id = {j.id: j for j in jobs}
+            newest: dict[int, Any] = {}
+            for job_id, diagnosis, last_step, last_loss in conn.execute(
+                "SELECT job_id, diagnosis, last_step, last_loss FROM attempt ORDER BY number"
+            ):
+                j = by_id.get(job_id)
+                if j is not None:
+                    j.attempts += 1
+                    j.last_step, j.last_loss = last_step, last_loss
+                    newest[job_id] = diagnosis
+            switch = conn.execute(
+                "SELECT value FROM keyvalue WHERE key = ?", (kill_switch_row.KEY,)
+            ).fetchone()
+            conn.execute("COMMIT")
+        except sqlite3.Error:
+            return None
     for job_id, raw in newest.items():
         by_id[job_id].diagnosis = json.loads(raw) if isinstance(raw, str) else raw
-    return jobs
+    return jobs, None if switch is None else switch[0]
+
+
+# The columns the ORM reads as JSON and as datetimes (runtime/store/db.py; a test holds these to
+# its models): decoded here as SQLAlchemy decodes them.
+JSON_COLUMNS = {
+    "job": ("spec", "params"),
+    "attempt": ("handle", "argv", "params", "gpus", "metrics_cursor", "diagnosis"),
+}
+TIME_COLUMNS = {
+    "job": ("created_at", "updated_at"),
+    "attempt": ("last_progress_at", "started_at", "ended_at"),
+}
+
+
+class Row(SimpleNamespace):
+    """One row as the ORM's model gives it: its columns as attributes, JSON decoded, datetimes
+    parsed."""
+
+
+def _row(table: str, cursor: sqlite3.Cursor, values: tuple[Any, ...]) -> Row:
+    row = dict(zip((d[0] for d in cursor.description), values, strict=True))
+    for name in JSON_COLUMNS[table]:
+        if isinstance(row.get(name), str):
+            row[name] = json.loads(row[name])
+    for name in TIME_COLUMNS[table]:
+        if isinstance(row.get(name), str):
+            row[name] = datetime.fromisoformat(row[name])
+    return Row(**row)
+
+
+def job_with_attempts(
+    url: str, job_id: int, busy_timeout_s: float
+) -> tuple[Row | None, list[Row]] | None:
+    """One job's row (None: no such job) and its attempts' rows by number, read in one
+    transaction; None when this store is not one this reader may read."""
+    with _reading(url, busy_timeout_s) as conn:
+        if conn is None:
+            return None
+        try:
+            conn.execute("BEGIN")
+            cur = conn.execute("SELECT * FROM job WHERE id = ?", (job_id,))
+            found = cur.fetchone()
+            job = None if found is None else _row("job", cur, found)
+            cur = conn.execute("SELECT * FROM attempt WHERE job_id = ? ORDER BY number", (job_id,))
+            attempts = [_row("attempt", cur, r) for r in cur.fetchall()]
+            conn.execute("COMMIT")
+        except (sqlite3.Error, ValueError):
+            return None
+    return job, attempts

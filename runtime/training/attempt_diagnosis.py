@@ -19,12 +19,12 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from nightshift.runtime.training import job_files
+from nightshift.runtime.training import diagnosis_view, job_files
+from nightshift.runtime.training.diagnosis_view import BRIEF_CHARS
 
 TAIL_BYTES = 1024 * 1024  # the end of the log that is classified
 COUNT_BYTES = 64 * 1024 * 1024  # up to this much before the tail is counted, for line numbers
 COUNT_CHUNK = 1024 * 1024
-BRIEF_CHARS = 72
 
 
 class Diagnosis(BaseModel):
@@ -61,17 +61,11 @@ class Diagnosis(BaseModel):
 
     def where(self) -> str:
         """Where the evidence is: `line 12`, `kernel log line 3`, `monitor`, or ""."""
-        if self.evidence is None or self.line_no is None:
-            return ""
-        if self.source == "monitor":
-            return "monitor"
-        return ("kernel log " if self.source == "kernel_log" else "") + f"line {self.line_no}"
+        return diagnosis_view.where(self.evidence, self.line_no, self.source)
 
     def brief(self, width: int = BRIEF_CHARS) -> str:
-        """`category: evidence` (or the summary when no line shows it), cut to `width`: the
-        "why" of `nightshift jobs`."""
-        text = f"{self.category}: {self.evidence or self.summary}"
-        return text if len(text) <= width else text[: width - 1] + "…"
+        """The "why" of `nightshift jobs`: `category: evidence`, cut to `width`."""
+        return diagnosis_view.brief(self.category, self.evidence, self.summary, width)
 
 
 @dataclass(frozen=True)

@@ -138,6 +138,25 @@ def read_tail(job_folder: Path, path: str | Path, max_bytes: int) -> tuple[bytes
         return f.read(size - start), start
 
 
+def last_lines(
+    job_folder: Path, log: Path, n: int, *, ended: bool, max_bytes: int
+) -> tuple[list[str], int]:
+    """The last `n` lines of an attempt's log (within its last `max_bytes`) and the offset just
+    past them; while the attempt runs, a line still being written is left out. A log in the
+    job's folder is opened without following a link (the folder is the submitter's, the daemon
+    may be root): a planted link is a JobFileRefused, never the file it points to."""
+    if relative_in(job_folder, log) is not None:
+        chunk, start = read_tail(job_folder, log, max_bytes)
+    else:  # a log recorded elsewhere (before job folders held them)
+        with open(log, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            start = max(0, size - max_bytes)
+            f.seek(start)
+            chunk = f.read(size - start)
+    whole = chunk if ended else chunk[: chunk.rfind(b"\n") + 1]
+    return whole.decode("utf-8", "replace").splitlines()[-n:], start + len(whole)
+
+
 def size(job_folder: Path, path: str | Path) -> int:
     """The file's size in bytes, seen on the file itself (never a link's target)."""
     with open_file(job_folder, path) as f:

@@ -37,9 +37,12 @@ import stat
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nightshift.runtime.training import job_files
-from nightshift.runtime.training.checkpoints import Found, verify
+
+if TYPE_CHECKING:
+    from nightshift.runtime.training.checkpoints import Found
 
 GOOD_DIR = "good-checkpoints"
 DISPLACED_DIR = "displaced"
@@ -65,6 +68,9 @@ def signature(found: Found) -> list:
 def keep(found: Found, root: Path, workspace: Path) -> Path | None:
     """Copy `found` (under the checkpoint folder `root`) into the good-checkpoint folder; returns
     the copy's checkpoint path, or None when the copy did not verify (a save in progress)."""
+    # Here, not above: `show` lists the kept copies without the checkpoint search's NumPy.
+    from nightshift.runtime.training.checkpoints import verify
+
     if found.step is None:
         return None
     try:
@@ -118,6 +124,8 @@ def keep(found: Found, root: Path, workspace: Path) -> Path | None:
 def _keep_inside(found: Found, root: Path, workspace: Path) -> Path | None:
     """`keep` for a checkpoint folder in the job's folder: each file read without following a
     link, each copy made new (never through a link), its folder entries handled by descriptor."""
+    from nightshift.runtime.training.checkpoints import verify
+
     rels = []
     for f in found.files:
         try:

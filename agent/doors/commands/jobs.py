@@ -5,15 +5,13 @@ waits for others' decision instead of getting exit 4 and the approval id at once
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import typer
 
-from nightshift.agent.doors.console import console, print_table, say
+from nightshift.agent.doors import job_views
+from nightshift.agent.doors.console import say
 from nightshift.agent.doors.shell import call_as_user, call_or_exit
-
-if TYPE_CHECKING:
-    from nightshift.skills.job_logs import JobLogsResult
 
 ConfigOpt = typer.Option(None, "--config", help="Config file")
 # A call that needs an approval: at a terminal it is confirmed y/N where the policy lets the
@@ -30,53 +28,6 @@ YesOpt = typer.Option(
 )
 
 
-def _steps(a: Any) -> str:
-    return f"{a.start_step}→{'?' if a.last_step is None else a.last_step}"
-
-
-def _value(v: Any) -> str:
-    """A parameter's value as a person reads it: a parameter an attempt did not have is unset."""
-    return "unset" if v is None else str(v)
-
-
-def _resume_line(r: Any) -> str | None:
-    """Where the job's next attempt would start, for a job that can have one: a waiting or
-    stopped job's next attempt, a failed job's retry; nothing for a finished job."""
-    if r.state in ("succeeded", "cancelled") or not (r.resume_from or r.resume_step):
-        return None
-    where = r.resume_from or f"step {r.resume_step}"
-    if r.resume_from and r.resume_step is not None:
-        where += f" (step {r.resume_step})"
-    if r.state == "failed":
-        return f"`nightshift retry {r.job_id}` resumes from {where}"
-    return f"next attempt resumes from {where}"
-
-
-def _resumed(a: Any) -> str | None:
-    if not a.resumed_from:
-        return None
-    step = a.resumed_from_step
-    return a.resumed_from if step is None else f"{a.resumed_from} @ step {step}"
-
-
-def print_attempt_diagnosis(number: int, d: Any, *, log_path: str | None = None) -> None:
-    """One attempt's diagnosis, whole: category, the line that shows it and where, the summary,
-    the recommended action. Log text is printed as data (say escapes it)."""
-    retry = "a retry can help" if d.retryable else "a retry will not help"
-    say("  attempt {}: [bold]{}[/] ({} confidence; {})", number, d.category, d.confidence, retry)
-    if d.evidence:
-        where = d.where()
-        if where == "monitor":
-            say("    evidence (the loop): {}", d.evidence, soft_wrap=True)
-        else:
-            of = f" of {log_path}" if log_path and d.source == "log" else ""
-            say("    evidence, {}{}: {}", where, of, d.evidence, soft_wrap=True)
-    say("    summary: {}", d.summary, soft_wrap=True)
-    say("    fix: {} [dim]({})[/]", d.fix, d.action, soft_wrap=True)
-    if d.changes:
-        say("    changes: {}", ", ".join(f"{k} = {v}" for k, v in d.changes.items()))
-
-
 def show(
     job_id: int = typer.Argument(..., help="The job"),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON"),
@@ -85,66 +36,15 @@ def show(
     """One job in full: every attempt with its steps, cause, diagnosis (the evidence line and the
     fix), the steps the next attempt lost, parameter changes and the checkpoint it resumed from
     (what `sacct` gives a Slurm user)."""
-    r: Any = call_or_exit(config, "show_job", {"job_id": job_id})
+    from nightshift.agent.doors import quick
+
+    r: Any = None if as_json else quick.show(config, job_id)
+    if r is None:
+        r = call_or_exit(config, "show_job", {"job_id": job_id})
     if as_json:
         print(r.model_dump_json(indent=2))
         return
-    say(
-        "[bold]job {}[/] {}: [bold]{}[/]{}",
-        r.job_id,
-        r.name,
-        r.state,
-        f" — {r.reason}" if r.reason else "",
-    )
-    say(
-        "  owner {}, priority {}, attempts {} of at most {}, steps lost in all {}",
-        r.owner,
-        r.priority,
-        len(r.attempts),
-        r.max_attempts,
-        r.steps_lost_total,
-    )
-    say("  folder {}\n  checkpoints {}", r.workspace, r.checkpoint_dir)
-    resume = _resume_line(r)
-    if resume:
-        say("  {}", resume)
-    for k in r.good_checkpoints:
-        say("  kept good checkpoint: step {}, {} MB, {}", k.step, f"{k.bytes / 1e6:.1f}", k.path)
-    rows = []
-    for a in r.attempts:
-        changes = ", ".join(
-            f"{k} {_value(c.before)}→{_value(c.after)}" for k, c in a.param_changes.items()
-        )
-        how = a.outcome or a.state
-        if a.signal:
-            how += f" (signal {a.signal})"
-        elif a.exit_code not in (None, 0):
-            how += f" (exit {a.exit_code})"
-        rows.append(
-            [
-                a.number,
-                a.started_at.strftime("%m-%d %H:%M:%S"),
-                None if a.duration_s is None else f"{a.duration_s:.0f}s",
-                _steps(a),
-                how,
-                a.cause or (a.diagnosis.category if a.diagnosis else None),
-                a.steps_lost,
-                changes or None,
-                _resumed(a),
-            ]
-        )
-    print_table(
-        "attempts",
-        ["#", "started", "ran", "steps", "ended", "cause", "lost", "changed", "resumed from"],
-        rows,
-    )
-    for a in r.attempts:
-        if a.diagnosis is not None:
-            print_attempt_diagnosis(a.number, a.diagnosis, log_path=a.log_path)
-            if a.evidence and a.evidence != a.diagnosis.evidence:
-                say("    the loop saw: {}", a.evidence, soft_wrap=True)
-        elif a.evidence:
-            say("  attempt {}: {}", a.number, a.evidence, soft_wrap=True)
+    job_views.print_show(r)
 
 
 def logs(
@@ -166,6 +66,13 @@ def logs(
     the newest one as it grows, the next one when a retry starts, until the job has ended for
     good (a failed job that recovery will retry is not). Exit code with -f: 0 the job
     succeeded, 6 it failed for good, 7 it was cancelled, 130 Ctrl-C (the job goes on)."""
+    from nightshift.agent.doors import quick
+
+    if not follow:
+        found = quick.log_lines(config, job_id, attempt, tail)
+        if found is not None:
+            job_views.print_logs(job_id, *found)
+            return
     from nightshift.agent.brain.wiring import Wiring
 
     w = Wiring.load(config)
@@ -177,14 +84,7 @@ def logs(
     if attempt is not None:
         args["attempt"] = attempt
     r: Any = call_as_user(w, "job_logs", args)
-    _print_logs(job_id, r)
-
-
-def _print_logs(job_id: int, r: JobLogsResult) -> None:
-    for line in r.lines:
-        console.out(line, highlight=False)  # log text is data: printed, never interpreted
-    if r.log_path is None:
-        say("job {} has no attempt yet, so no log", job_id)
+    job_views.print_logs(job_id, r.lines, r.log_path)
 
 
 def cancel(

@@ -4,7 +4,6 @@ see why each job waits."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import uuid
 from pathlib import Path
@@ -13,11 +12,11 @@ from typing import Any
 import typer
 from typer.core import TyperCommand
 
+from nightshift.agent.doors import job_views
 from nightshift.agent.doors.console import (
     console,
     err_console,
     error,
-    print_table,
     say,
     styled,
 )
@@ -276,7 +275,6 @@ def jobs(
     retrying) job failed — the diagnosis's category and evidence line; `nightshift why JOB`
     gives the whole diagnosis and its fix. With --watch, the table is printed afresh every
     --interval seconds (at a terminal in place, as `watch squeue` does) until Ctrl-C."""
-    from nightshift.agent.brain.wiring import Wiring
     from nightshift.runtime.store.quick_read import JOB_STATES
 
     unknown = [x for x in state if x not in JOB_STATES]
@@ -284,51 +282,28 @@ def jobs(
         raise BadArguments(f"--state {unknown[0]!r}: use one of {', '.join(JOB_STATES)}")
     if watch and as_json:
         raise BadArguments("--watch and --json: --watch prints tables for a person; give one")
-    w = Wiring.load(config)
     if watch:
-        _watch(w, state, interval)
+        _watch(config, state, interval)
         return
-    out = _job_rows(w, state)
-    if as_json:
-        print(json.dumps(out, indent=2))
-        return
-    _print_jobs(out)
+    from nightshift.agent.doors import quick
+
+    rows = quick.rows_and_switch(config, state, switch=False)[0]
+    job_views.answer_jobs(rows, as_json=as_json)
 
 
-def _job_rows(w: Any, state: list[str]) -> list[dict[str, Any]]:
-    return _remote_jobs(w, state) if w.served_at is not None else _local_jobs(w, state)
-
-
-def _print_jobs(out: list[dict[str, Any]]) -> None:
-    print_table(
-        "jobs",
-        ["id", "name", "state", "prio", "cost", "attempts", "why"],
-        [
-            [
-                r["id"],
-                r["name"],
-                r["state"],
-                r["priority"],
-                r["cost_class"],
-                r["attempts"],
-                r["why"],
-            ]
-            for r in out
-        ],
-    )
-
-
-def _watch(w: Any, state: list[str], interval: float) -> None:
+def _watch(config: str | None, state: list[str], interval: float) -> None:
     """The jobs table every `interval` seconds until Ctrl-C (exit 0, no traceback): at a
     terminal the screen is cleared first and a header names the time and the interval, as
     `watch` shows it; without one each table simply follows the last."""
     import time
     from datetime import datetime
 
+    from nightshift.agent.doors import quick
+
     at_terminal = console.is_terminal
     try:
         while True:
-            rows = _job_rows(w, state)
+            rows = quick.rows_and_switch(config, state, switch=False)[0]
             if at_terminal:
                 console.clear()
             say(
@@ -336,107 +311,26 @@ def _watch(w: Any, state: list[str], interval: float) -> None:
                 f"{interval:g}",
                 datetime.now().strftime("%H:%M:%S"),
             )
-            _print_jobs(rows)
+            job_views.print_jobs(rows)
             console.file.flush()
             time.sleep(interval)
     except KeyboardInterrupt:
         return
 
 
-def _local_jobs(w: Any, state: list[str]) -> list[dict[str, Any]]:
-    """The rows from this process's own store (the single-user mode): a direct read, no policy
-    stack and no audit. A SQLite store at HEAD is read without the ORM (quick_read.py)."""
-    from nightshift.agent.doors.console import FULL_PATH_ENV
-    from nightshift.runtime.store.quick_read import job_rows
-    from nightshift.runtime.training.attempt_diagnosis import Diagnosis
+def status(
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON"),
+    config: str | None = typer.Option(None, "--config"),
+) -> None:
+    """How things stand, at a glance: how many jobs are in each state, whether the kill switch
+    is on, every running job with its step and loss, the queued jobs that run next and why they
+    wait, the newest failures and why they failed. `jobs` lists every job."""
+    from nightshift.agent.doors import quick
 
-    rows: list[Any] | None = None
-    if not os.environ.get(FULL_PATH_ENV):
-        s = w.settings
-        rows = job_rows(s.store_url, state, s.store.busy_timeout_s)
-    if rows is None:
-        rows = _orm_job_rows(w, state)
-    return [_row(j, j.attempts, Diagnosis.stored(j.diagnosis)) for j in rows]
-
-
-def _orm_job_rows(w: Any, state: list[str]) -> list[Any]:
-    """The same rows through the Store (any database; migrates an older store first)."""
-    from types import SimpleNamespace
-
-    from sqlmodel import select
-
-    from nightshift.runtime.store.db import Attempt, Job
-
-    with w.store.session() as s:
-        q = select(Job).order_by(Job.id)
-        if state:
-            q = q.where(Job.state.in_(state))
-        rows = list(s.exec(q))
-        counts: dict[int, int] = {}
-        newest: dict[int, Any] = {}  # each job's newest attempt's diagnosis
-        for job_id, diagnosis in s.exec(
-            select(Attempt.job_id, Attempt.diagnosis).order_by(Attempt.number)
-        ):
-            counts[job_id] = counts.get(job_id, 0) + 1
-            newest[job_id] = diagnosis
-    return [
-        SimpleNamespace(
-            id=j.id,
-            name=j.name,
-            state=j.state,
-            priority=j.priority,
-            cost_class=j.spec.get("cost_class"),
-            group=j.group,
-            reason=j.reason,
-            hold_reason=j.hold_reason,
-            attempts=counts.get(j.id, 0),  # type: ignore[arg-type]
-            diagnosis=newest.get(j.id),  # type: ignore[arg-type]
-        )
-        for j in rows
-    ]
-
-
-def _remote_jobs(w: Any, state: list[str]) -> list[dict[str, Any]]:
-    """The same rows from the daemon, through list_jobs (a read through its gate)."""
-    from nightshift.agent.doors.remote import Remote
-
-    r: Any = Remote(w.served_at).call(
-        "list_jobs", {"states": state or None, "limit": 10_000}, via="terminal"
-    )
-    return [
-        _row(j, len(j.attempts), j.attempts[-1].diagnosis if j.attempts else None)
-        for j in sorted(r.jobs, key=lambda j: j.id)
-    ]
-
-
-def _row(j: Any, attempts: int, diagnosis: Any) -> dict[str, Any]:
-    """One row of `jobs`, from the store's rows or the daemon's list_jobs alike."""
-    return {
-        "id": j.id,
-        "name": j.name,
-        "state": j.state,
-        "priority": j.priority,
-        "cost_class": j.cost_class,
-        "attempts": attempts,
-        "group": j.group,
-        "why": why_of(j.state, j.reason, j.hold_reason, diagnosis),
-        "diagnosis": diagnosis.model_dump() if diagnosis else None,
-    }
-
-
-def why_of(state: str, reason: str | None, hold_reason: str | None, diagnosis: Any) -> str | None:
-    """The "why" of one row: why a queued job waits, why a job stopped; for a failed job, and a
-    queued one retrying after a failure, its newest attempt's diagnosis first (category and
-    evidence, cut short; only a failed attempt has one), ahead of the wait."""
-    why = hold_reason if state == "queued" else reason
-    if diagnosis is None or state not in ("failed", "queued"):
-        return why
-    brief = diagnosis.brief()
-    if state == "queued":
-        return f"{brief} · {why or 'retry queued'}"
-    return str(brief)
+    job_views.answer_status(*quick.rows_and_switch(config, []), as_json=as_json)
 
 
 def register(app: typer.Typer) -> None:
     app.command(cls=_SubmitCommand)(submit)
     app.command()(jobs)
+    app.command()(status)

@@ -9,8 +9,8 @@ from typing import Any
 
 import typer
 
-from nightshift.agent.doors.commands.jobs import print_attempt_diagnosis
 from nightshift.agent.doors.console import error, say
+from nightshift.agent.doors.job_views import print_attempt_diagnosis
 from nightshift.agent.doors.shell import call_or_exit
 
 FAILED = ("failed", "lost", "diverged", "timeout", "stalled")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from sqlmodel import col, select
 
-from nightshift.agent.doors.commands.queue import why_of
+from nightshift.agent.doors.job_views import why_of
 from nightshift.runtime.training.attempt_diagnosis import Diagnosis
 
 if TYPE_CHECKING:

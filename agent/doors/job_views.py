@@ -1,0 +1,266 @@
+"""How the read commands print a job: the rows of `nightshift jobs` and their "why", one job in
+full (`show`), a log's lines (`logs`), the summary of `status`. Plain functions of the results, with
+no command-line parsing here, so a fast answer (quick.py) and the full path print alike.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from nightshift.agent.doors.console import console, print_table, say
+
+# The job states in the order `status` counts them; the newest this many queued / failed are shown.
+STATES = ("running", "queued", "paused", "failed", "succeeded", "cancelled")
+STATUS_SHOWN = 5
+
+
+def _steps(a: Any) -> str:
+    return f"{a.start_step}→{'?' if a.last_step is None else a.last_step}"
+
+
+def _value(v: Any) -> str:
+    """A parameter's value as a person reads it: a parameter an attempt did not have is unset."""
+    return "unset" if v is None else str(v)
+
+
+def _resume_line(r: Any) -> str | None:
+    """Where the job's next attempt would start, for a job that can have one: a waiting or
+    stopped job's next attempt, a failed job's retry; nothing for a finished job."""
+    if r.state in ("succeeded", "cancelled") or not (r.resume_from or r.resume_step):
+        return None
+    where = r.resume_from or f"step {r.resume_step}"
+    if r.resume_from and r.resume_step is not None:
+        where += f" (step {r.resume_step})"
+    if r.state == "failed":
+        return f"`nightshift retry {r.job_id}` resumes from {where}"
+    return f"next attempt resumes from {where}"
+
+
+def _resumed(a: Any) -> str | None:
+    if not a.resumed_from:
+        return None
+    step = a.resumed_from_step
+    return a.resumed_from if step is None else f"{a.resumed_from} @ step {step}"
+
+
+def print_attempt_diagnosis(number: int, d: Any, *, log_path: str | None = None) -> None:
+    """One attempt's diagnosis, whole: category, the line that shows it and where, the summary,
+    the recommended action. Log text is printed as data (say escapes it)."""
+    retry = "a retry can help" if d.retryable else "a retry will not help"
+    say("  attempt {}: [bold]{}[/] ({} confidence; {})", number, d.category, d.confidence, retry)
+    if d.evidence:
+        where = d.where()
+        if where == "monitor":
+            say("    evidence (the loop): {}", d.evidence, soft_wrap=True)
+        else:
+            of = f" of {log_path}" if log_path and d.source == "log" else ""
+            say("    evidence, {}{}: {}", where, of, d.evidence, soft_wrap=True)
+    say("    summary: {}", d.summary, soft_wrap=True)
+    say("    fix: {} [dim]({})[/]", d.fix, d.action, soft_wrap=True)
+    if d.changes:
+        say("    changes: {}", ", ".join(f"{k} = {v}" for k, v in d.changes.items()))
+
+
+def print_show(r: Any) -> None:
+    """One job in full, as `nightshift show` prints it: show_job's result, or the same computed
+    from the rows (quick.py)."""
+    say(
+        "[bold]job {}[/] {}: [bold]{}[/]{}",
+        r.job_id,
+        r.name,
+        r.state,
+        f" — {r.reason}" if r.reason else "",
+    )
+    say(
+        "  owner {}, priority {}, attempts {} of at most {}, steps lost in all {}",
+        r.owner,
+        r.priority,
+        len(r.attempts),
+        r.max_attempts,
+        r.steps_lost_total,
+    )
+    say("  folder {}\n  checkpoints {}", r.workspace, r.checkpoint_dir)
+    resume = _resume_line(r)
+    if resume:
+        say("  {}", resume)
+    for k in r.good_checkpoints:
+        say("  kept good checkpoint: step {}, {} MB, {}", k.step, f"{k.bytes / 1e6:.1f}", k.path)
+    rows = []
+    for a in r.attempts:
+        changes = ", ".join(
+            f"{k} {_value(c.before)}→{_value(c.after)}" for k, c in a.param_changes.items()
+        )
+        how = a.outcome or a.state
+        if a.signal:
+            how += f" (signal {a.signal})"
+        elif a.exit_code not in (None, 0):
+            how += f" (exit {a.exit_code})"
+        rows.append(
+            [
+                a.number,
+                a.started_at.strftime("%m-%d %H:%M:%S"),
+                None if a.duration_s is None else f"{a.duration_s:.0f}s",
+                _steps(a),
+                how,
+                a.cause or (a.diagnosis.category if a.diagnosis else None),
+                a.steps_lost,
+                changes or None,
+                _resumed(a),
+            ]
+        )
+    print_table(
+        "attempts",
+        ["#", "started", "ran", "steps", "ended", "cause", "lost", "changed", "resumed from"],
+        rows,
+    )
+    for a in r.attempts:
+        if a.diagnosis is not None:
+            print_attempt_diagnosis(a.number, a.diagnosis, log_path=a.log_path)
+            if a.evidence and a.evidence != a.diagnosis.evidence:
+                say("    the loop saw: {}", a.evidence, soft_wrap=True)
+        elif a.evidence:
+            say("  attempt {}: {}", a.number, a.evidence, soft_wrap=True)
+
+
+def print_logs(job_id: int, lines: list[str], log_path: str | None) -> None:
+    for line in lines:
+        console.out(line, highlight=False)  # log text is data: printed, never interpreted
+    if log_path is None:
+        say("job {} has no attempt yet, so no log", job_id)
+
+
+def job_row(j: Any, attempts: int, diagnosis: Any, newest: Any) -> dict[str, Any]:
+    """One row of `jobs`, from the store's rows or the daemon's list_jobs alike; `newest` has
+    the newest attempt's last_step and last_loss (None: no attempt)."""
+    return {
+        "id": j.id,
+        "name": j.name,
+        "state": j.state,
+        "priority": j.priority,
+        "cost_class": j.cost_class,
+        "attempts": attempts,
+        "group": j.group,
+        "why": why_of(j.state, j.reason, j.hold_reason, diagnosis),
+        "diagnosis": diagnosis.model_dump() if diagnosis else None,
+        "last_step": None if newest is None else newest.last_step,
+        "last_loss": None if newest is None else newest.last_loss,
+    }
+
+
+def why_of(state: str, reason: str | None, hold_reason: str | None, diagnosis: Any) -> str | None:
+    """The "why" of one row: why a queued job waits, why a job stopped; for a failed job, and a
+    queued one retrying after a failure, its newest attempt's diagnosis first (category and
+    evidence, cut short; only a failed attempt has one), ahead of the wait."""
+    why = hold_reason if state == "queued" else reason
+    if diagnosis is None or state not in ("failed", "queued"):
+        return why
+    brief = diagnosis.brief()
+    if state == "queued":
+        return f"{brief} · {why or 'retry queued'}"
+    return str(brief)
+
+
+def answer_jobs(rows: list[dict[str, Any]], *, as_json: bool) -> None:
+    """`nightshift jobs`: the rows as a table, or as JSON."""
+    if as_json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print_jobs(rows)
+
+
+def answer_status(
+    rows: list[dict[str, Any]], paused: dict[str, Any] | None, *, as_json: bool
+) -> None:
+    """`nightshift status`: the summary of the rows, printed or as JSON."""
+    summary = status_summary(rows, paused)
+    if as_json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print_status(summary)
+
+
+def print_jobs(out: list[dict[str, Any]]) -> None:
+    print_table(
+        "jobs",
+        ["id", "name", "state", "prio", "cost", "attempts", "why"],
+        [
+            [
+                r["id"],
+                r["name"],
+                r["state"],
+                r["priority"],
+                r["cost_class"],
+                r["attempts"],
+                r["why"],
+            ]
+            for r in out
+        ],
+    )
+
+
+def status_summary(
+    rows: list[dict[str, Any]], paused: dict[str, Any] | None, shown: int = STATUS_SHOWN
+) -> dict[str, Any]:
+    """What `nightshift status` says, from the rows of `jobs`: how many jobs are in each state,
+    the kill switch, every running job, the queued ones that run next (highest priority first)
+    and the newest failures."""
+    counts = {state: 0 for state in STATES}
+    for r in rows:
+        counts[r["state"]] = counts.get(r["state"], 0) + 1
+    queued = sorted(
+        (r for r in rows if r["state"] == "queued"), key=lambda r: (-r["priority"], r["id"])
+    )
+    return {
+        "jobs": len(rows),
+        "counts": counts,
+        "paused": paused,
+        "running": [r for r in rows if r["state"] == "running"],
+        "queued_next": queued[:shown],
+        "failed_newest": [r for r in reversed(rows) if r["state"] == "failed"][:shown],
+    }
+
+
+def print_status(s: dict[str, Any]) -> None:
+    """The summary: one line of counts, the kill switch, then short tables; `jobs` has the rest."""
+    if s["jobs"] == 0:
+        say("no jobs yet: `nightshift submit SPEC` (or `nightshift submit -- CMD`) queues one")
+    else:
+        counts = ", ".join(f"{n:,} {state}" for state, n in s["counts"].items() if n)
+        say("{} job{}: {}", f"{s['jobs']:,}", "" if s["jobs"] == 1 else "s", counts)
+    if s["paused"] is not None:
+        p = s["paused"]
+        say(
+            "[bold red]PAUSED[/] by {}: {} — only reads run until `nightshift resume`",
+            p.get("by"),
+            p.get("reason"),
+        )
+    if s["running"]:
+        print_table(
+            "running",
+            ["id", "name", "attempt", "step", "loss"],
+            [
+                [
+                    r["id"],
+                    r["name"],
+                    r["attempts"],
+                    r["last_step"],
+                    None if r["last_loss"] is None else f"{r['last_loss']:.4f}",
+                ]
+                for r in s["running"]
+            ],
+        )
+    if s["queued_next"]:
+        print_table(
+            "next up",
+            ["id", "name", "prio", "why"],
+            [[r["id"], r["name"], r["priority"], r["why"]] for r in s["queued_next"]],
+        )
+    if s["failed_newest"]:
+        print_table(
+            "newest failures",
+            ["id", "name", "why"],
+            [[r["id"], r["name"], r["why"]] for r in s["failed_newest"]],
+        )
+    if s["jobs"]:
+        say("[dim]`nightshift jobs` lists every job; `nightshift why JOB` says why one failed[/]")
