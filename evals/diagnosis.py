@@ -8,9 +8,10 @@ from a GitHub issue, and a `sources.yaml` per folder naming each file's issue UR
 monitor would have seen: `exit_code`, `signal`, `monitor_says` (each may be null). The folder is
 the expected category. Every log is diagnosed from its file (`log_path`) with that status.
 
-The split is fixed and never tuned on: a log is held out iff
-`int(sha256(f"{category}/{file}").hexdigest(), 16) % 3 == 0` (`is_held_out`); the signatures are
-tuned on the other two thirds (`tuning`) only.
+The split is by repository, never by log: the logs of the repositories listed in
+`evals/data/diagnosis_held_out_repos.txt` (HELD_OUT_FILE) are held out, read by this eval and never
+by the rules; the signatures are tuned on the other repositories' logs (`tuning`) only. A log's
+repository is the owner/name of its issue URL (lower case), or the site for a forum thread.
 
 Printed: per expected category, n, how many were predicted as it, precision and recall; overall
 accuracy; and every miss with its file, what was expected, what the skill said and why. A log on
@@ -20,7 +21,7 @@ which the skill raises counts as a miss, with category `error`. `--csv` writes o
 from __future__ import annotations
 
 import argparse
-import hashlib
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -36,10 +37,19 @@ CORPUS = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "logs" / "
 SPLITS = ("held-out", "tuning", "all")
 
 
-def is_held_out(category: str, file: str) -> bool:
-    """The fixed held-out rule: a third of the corpus by a hash of `category/file`."""
-    slug = f"{category}/{file}"
-    return int(hashlib.sha256(slug.encode()).hexdigest(), 16) % 3 == 0
+HELD_OUT_FILE = Path(__file__).resolve().parent / "data" / "diagnosis_held_out_repos.txt"
+
+
+def repository_of(url: str) -> str:
+    """`owner/name` of a GitHub URL (lower case); the site of any other."""
+    m = re.match(r"https?://(?:www\.)?github\.com/([^/]+)/([^/#?]+)", url)
+    return f"{m.group(1)}/{m.group(2)}".lower() if m else url.split("/")[2].lower()
+
+
+def held_out_repositories(path: Path = HELD_OUT_FILE) -> frozenset[str]:
+    """The repositories whose logs are held out from tuning (one per line, `#` comments)."""
+    lines = (line.split("#")[0].strip() for line in path.read_text().splitlines())
+    return frozenset(line.lower() for line in lines if line)
 
 
 @dataclass(frozen=True)
@@ -52,18 +62,21 @@ class Case:
     signal: int | None
     monitor_says: str | None
     note: str
+    held_out: bool
 
     @property
     def slug(self) -> str:
         return f"{self.category}/{self.file}"
 
     @property
-    def held_out(self) -> bool:
-        return is_held_out(self.category, self.file)
+    def repository(self) -> str:
+        return repository_of(self.url)
 
 
-def load_corpus(root: Path = CORPUS) -> list[Case]:
-    """Every log of the corpus with its sources.yaml entry, in a stable order."""
+def load_corpus(root: Path = CORPUS, held_out: frozenset[str] | None = None) -> list[Case]:
+    """Every log of the corpus with its sources.yaml entry, in a stable order; `held_out`: the
+    held-out repositories (default: HELD_OUT_FILE's)."""
+    held = held_out_repositories() if held_out is None else held_out
     cases = []
     for folder in sorted(p for p in root.iterdir() if p.is_dir()):
         rows = yaml.safe_load((folder / "sources.yaml").read_text()) or []
@@ -78,6 +91,7 @@ def load_corpus(root: Path = CORPUS) -> list[Case]:
                     signal=row.get("signal"),
                     monitor_says=row.get("monitor_says"),
                     note=row.get("note") or "",
+                    held_out=repository_of(row["url"]) in held,
                 )
             )
     return sorted(cases, key=lambda c: c.slug)
@@ -119,6 +133,7 @@ def diagnose_case(case: Case, ctx: Any = None) -> dict[str, Any]:
     return {
         "category": case.category,
         "file": case.file,
+        "repository": case.repository,
         "held_out": case.held_out,
         "got": got,
         "ok": got == case.category,
@@ -224,7 +239,7 @@ def markdown(rows: list[dict[str, Any]], cases: list[Case], split: str) -> str:
     ]
     out += [
         "",
-        "Corpus composition (logs per category; held-out = the fixed hash third):",
+        "Corpus composition (logs per category; held-out = the logs of the held-out repositories):",
         "",
         "| category | logs | held-out | tuning |",
         "| --- | ---: | ---: | ---: |",

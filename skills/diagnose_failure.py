@@ -76,6 +76,7 @@ Category = Literal[
     "preempted",
     "stalled",
     "timeout",
+    "hang_or_timeout",
     "crashed",
     "unknown",
     "succeeded",
@@ -834,6 +835,15 @@ DEFAULTS: dict[str, tuple[bool, str, str]] = {
         False,
         "stop",
         ("the spec's timeout was reached: raise timeout_min, or resume if the remaining steps fit"),
+    ),
+    "hang_or_timeout": (
+        True,
+        "resume",
+        (
+            "the run hung or a time limit stopped it (the log says so): resume from the last "
+            "checkpoint; if it hangs at the same place again, suspect a deadlock (DataLoader "
+            "workers, collectives); if a scheduler's time limit stopped it, ask for more time"
+        ),
     ),
     "crashed": (
         True,

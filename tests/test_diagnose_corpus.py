@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 
 from nightshift.evals.diagnosis import (
     CORPUS,
+    HELD_OUT_FILE,
     accuracy,
-    is_held_out,
+    held_out_repositories,
     load_corpus,
     per_category,
     run,
@@ -56,6 +57,7 @@ MINIMUM = {
     "disk_full": 5,
     "file_missing": 6,
     "config_error": 8,
+    "hang_or_timeout": 20,
 }
 FIELDS = {"file", "url", "exit_code", "signal", "monitor_says", "note"}
 URL = re.compile(
@@ -109,14 +111,23 @@ def test_corpus_is_whole_and_cited():
     assert total >= 150
 
 
-def test_held_out_split_is_the_fixed_hash_rule():
-    """A third of the corpus, by sha256 of category/file; the eval's split uses the same rule."""
+def test_held_out_split_is_by_repository():
+    """The held-out logs are those of the repositories HELD_OUT_FILE lists, all of each: no
+    repository has logs on both sides. The rules never read that file."""
     cases = load_corpus()
     held = select(cases, "held-out")
-    assert {c.slug for c in held} == {c.slug for c in cases if is_held_out(c.category, c.file)}
+    listed = held_out_repositories()
+    assert {c.slug for c in held} == {c.slug for c in cases if c.repository in listed}
+    assert {c.repository for c in held}.isdisjoint(c.repository for c in select(cases, "tuning"))
     assert len(held) + len(select(cases, "tuning")) == len(cases) == len(select(cases, "all"))
-    assert 0.2 < len(held) / len(cases) < 0.45
-    assert is_held_out("killed", "x.log") is is_held_out("killed", "x.log")
+    assert len({c.repository for c in held}) >= 100 and 0.2 < len(held) / len(cases) < 0.45
+    rules = Path(mod.__file__).read_text()
+    assert HELD_OUT_FILE.name not in rules and "held_out" not in rules
+
+
+def test_the_corpus_spans_many_repositories():
+    cases = load_corpus()
+    assert len(cases) >= 600 and len({c.repository for c in cases}) >= 200
 
 
 def test_no_log_makes_the_skill_raise(rows):
@@ -125,12 +136,12 @@ def test_no_log_makes_the_skill_raise(rows):
 
 
 def test_held_out_accuracy(rows):
-    """The held-out logs get the category of their folder. The goal is 95 %; measured 53 of 56
-    (94.6 %) without tuning on them, so this guards that figure against regressions: a change that
-    loses one more held-out log fails."""
+    """The logs of the held-out repositories get the category of their folder. The goal is 95 %;
+    the rules as they were before any tuning on the repositories added on 2026-12-05 got 81 of
+    162 (50.0 %): this guards the measured figure against regressions."""
     held = [r for r in rows if r["held_out"]]
     misses = [(r["category"], r["file"], r["got"]) for r in held if not r["ok"]]
-    assert accuracy(held) >= 0.94, misses
+    assert accuracy(held) >= 0.50, misses
     table = {c["category"]: c for c in per_category(held)}
     assert table.keys() <= CATEGORIES
 
