@@ -104,7 +104,7 @@ def test_a_cli_subprocess_is_guarded(own_log, home, tmp_path):
     assert "Traceback" not in r.stderr
     assert "not reachable at tcp://203.0.113.5:2375" in r.stdout
     log = own_log.read_text()
-    assert "('203.0.113.5', 2375)" in log and "nightshift.agent.doors.cli" in log
+    assert "('203.0.113.5', 2375)" in log and "nightshift.agent.doors.entry" in log
 
 
 def test_a_test_that_swallowed_a_remote_connection_fails(tmp_path):
