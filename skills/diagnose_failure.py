@@ -55,7 +55,7 @@ except ImportError:  # pragma: no cover - Python < 3.11
     import sre_constants as _sre_constants  # type: ignore[no-redef]
     import sre_parse as _sre_parse  # type: ignore[no-redef]
 
-from nightshift.runtime.training import job_files
+from nightshift.runtime.training import job_files, pasted_log
 from nightshift.runtime.user_files import read_as_reader
 from nightshift.skills.base import SkillContext, skill
 
@@ -887,11 +887,13 @@ def diagnose_failure(ctx: SkillContext, inp: DiagnoseFailureInput) -> DiagnoseFa
     and the spec's knobs are given. Log text is treated as data only."""
     settings = ctx.settings if ctx is not None else None  # None: offline evals, unit tests
     runs_dir = settings.runs_dir if settings is not None else None
-    lines, first_line_no, log_note = _read_log(inp, runs_dir)
-    lines = [_ANSI.sub("", line) for line in lines]  # colour codes would hide line starts
+    raw_lines, first_line_no, log_note = _read_log(inp, runs_dir)
+    # What each line says as pasted_log reads it (quote marks, colour codes, timestamps, levels
+    # and rank labels off; a progress bar's last redraw); evidence quotes the original line.
+    lines = [pasted_log.primary(line) for line in raw_lines]
     sig = _signal_of(inp.exit_code, inp.signal)
     failed_exit = (inp.exit_code not in (None, 0)) or sig is not None
-    hits = _match(lines)
+    hits = _match(raw_lines)
     strong = {c: h for c, h in hits.items() if any(s.strong for s, _ in h)}
     weak = {c: [p for p in h if not p[0].strong] for c, h in hits.items() if c not in strong}
 
@@ -901,7 +903,7 @@ def diagnose_failure(ctx: SkillContext, inp: DiagnoseFailureInput) -> DiagnoseFa
         for _, i in pairs:
             if i not in seen and len(out) < MAX_EVIDENCE:
                 seen.add(i)
-                out.append(EvidenceLine(line_no=first_line_no + i, text=_clean(lines[i])))
+                out.append(EvidenceLine(line_no=first_line_no + i, text=_clean(raw_lines[i])))
         return out
 
     status = _describe_status(inp.exit_code, sig)
@@ -1093,8 +1095,7 @@ def _read_log(
         except OSError as exc:
             return [], 1, f"the log file {path} could not be read ({exc})"
         if tail is not None:
-            lines = tail.decode("utf-8", errors="replace").splitlines()
-            return lines, 1, None
+            return _split_lines(tail.decode("utf-8", errors="replace")), 1, None
         try:
             with _open_log(path, runs_dir) as f:
                 size = os.fstat(f.fileno()).st_size
@@ -1113,7 +1114,7 @@ def _read_log(
             return [], 1, f"the log file {path} could not be read ({exc.strerror or exc})"
         except job_files.JobFileRefused as exc:
             return [], 1, f"the log file was not read: {exc}"
-        lines = data.decode("utf-8", errors="replace").splitlines()
+        lines = _split_lines(data.decode("utf-8", errors="replace"))
         if start == 0:
             return lines, 1, None
         note = f"read the last {MAX_LOG_BYTES} bytes of {path}"
@@ -1124,7 +1125,16 @@ def _read_log(
     text = inp.log_tail or ""
     if len(text) > MAX_LOG_BYTES:
         text = text[-MAX_LOG_BYTES:]
-    return text.splitlines(), 1, None
+    return _split_lines(text), 1, None
+
+
+def _split_lines(text: str) -> list[str]:
+    """The log's lines as the file numbers them: split at newlines only (a carriage return
+    within a line is a progress bar's redraw, read by pasted_log), a CRLF's CR dropped."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
 def _open_log(path: Path, runs_dir: Path | None) -> BinaryIO:
@@ -1166,53 +1176,70 @@ def _describe_status(exit_code: int | None, sig: int | None) -> str:
 
 def _match(lines: list[str]) -> dict[str, list[tuple[Signature, int]]]:
     """Per category, the (signature, line index) pairs found: each line is claimed by the first
-    signature in table order that matches it (informational lines only by on_info ones). Only the
-    signatures whose literal keys occur in a line are tried on it; `_match_naive` is the
+    signature in table order that matches one of its readings (pasted_log.views: its main reading
+    first, then the others; informational readings only by on_info signatures). Only the
+    signatures whose literal keys occur in a reading are tried on it; `_match_naive` is the
     reference this must equal (on ASCII text: Unicode case folding aside)."""
-    capped = [_cap(line) for line in lines]
-    lowered = "\n".join(line.lower() for line in capped)
+    views = pasted_log.views(lines)
+    capped = [_cap(v.text) for v in views]
+    lowered = "\n".join(text.lower() for text in capped)
     starts, pos = [], 0
-    for line in capped:  # lower() keeps the length of ASCII; recount from the lowered lines
+    for text in capped:  # lower() keeps the length of ASCII; recount from the lowered texts
         starts.append(pos)
-        pos += len(line.lower()) + 1
+        pos += len(text.lower()) + 1
     candidates: dict[int, set[int]] = {}
     for key, sig_indices in _KEYS:
         at = lowered.find(key)
         while at != -1:
-            li = bisect.bisect_right(starts, at) - 1
-            candidates.setdefault(li, set()).update(sig_indices)
-            at = lowered.find(key, starts[li + 1]) if li + 1 < len(starts) else -1
+            vi = bisect.bisect_right(starts, at) - 1
+            candidates.setdefault(vi, set()).update(sig_indices)
+            at = lowered.find(key, starts[vi + 1]) if vi + 1 < len(starts) else -1
     for j in _UNKEYED:
-        for li in range(len(capped)):
-            candidates.setdefault(li, set()).add(j)
+        for vi in range(len(capped)):
+            candidates.setdefault(vi, set()).add(j)
     hits: dict[str, list[tuple[Signature, int]]] = {}
-    for li in sorted(candidates):
-        line = capped[li]
-        info = bool(_INFORMATIONAL.search(line))
-        for j in sorted(candidates[li]):
+    claimed: set[int] = set()
+    for vi in sorted(candidates):  # views are in line order, each line's main reading first
+        view = views[vi]
+        if view.index in claimed:
+            continue
+        info = _informational(view, capped[vi])
+        for j in sorted(candidates[vi]):
             s = SIGNATURES[j]
             if info and not s.on_info:
                 continue
-            if s.pattern.search(line):
-                hits.setdefault(s.category, []).append((s, li))
+            if s.pattern.search(capped[vi]):
+                hits.setdefault(s.category, []).append((s, view.index))
+                claimed.add(view.index)
                 break
     # Within a category, strong evidence first, then by line.
     return {c: sorted(h, key=lambda p: (not p[0].strong, p[1])) for c, h in hits.items()}
 
 
 def _match_naive(lines: list[str]) -> dict[str, list[tuple[Signature, int]]]:
-    """Every signature on every line, in table order: what `_match` computes, slowly."""
+    """Every signature on every reading of every line, in table order: what `_match` computes,
+    slowly."""
     hits: dict[str, list[tuple[Signature, int]]] = {}
-    for i, line in enumerate(lines):
-        line = _cap(line)
-        info = bool(_INFORMATIONAL.search(line))
+    claimed: set[int] = set()
+    for view in pasted_log.views(lines):
+        if view.index in claimed:
+            continue
+        text = _cap(view.text)
+        info = _informational(view, text)
         for s in SIGNATURES:
             if info and not s.on_info:
                 continue
-            if s.pattern.search(line):
-                hits.setdefault(s.category, []).append((s, i))
+            if s.pattern.search(text):
+                hits.setdefault(s.category, []).append((s, view.index))
+                claimed.add(view.index)
                 break
     return {c: sorted(h, key=lambda p: (not p[0].strong, p[1])) for c, h in hits.items()}
+
+
+def _informational(view: pasted_log.View, text: str) -> bool:
+    """Whether a reading is an informational line: judged on it with its prefixes (levels, glog
+    headers) still on, and on what it says once they are off."""
+    return bool(_INFORMATIONAL.search(_cap(view.surface)) or _INFORMATIONAL.search(text))
 
 
 def _cap(line: str) -> str:

@@ -16,6 +16,7 @@ from sqlmodel import select
 from nightshift.runtime.config import Settings
 from nightshift.runtime.errors import BadArguments
 from nightshift.runtime.store.db import AuditEvent, Store
+from nightshift.runtime.training import pasted_log
 from nightshift.skills.base import SkillContext
 from nightshift.skills.diagnose_failure import DiagnoseFailureResult, diagnose_failure
 
@@ -680,3 +681,74 @@ def test_cli_missing_or_unreadable_file_exits_2_naming_it(home, tmp_path):
     proc = nightshift("diagnose", str(tmp_path))
     assert proc.returncode == 2 and str(tmp_path) in proc.stderr
     assert _audited_calls(home, "diagnose_failure") == []
+
+
+# --- logs as people paste them (runtime/training/pasted_log.py) ---------------------------------
+def test_pasted_quote_marks_are_read_through(ctx):
+    """A log pasted behind markdown quote marks is matched on what it says."""
+    r = diagnose(
+        ctx,
+        log_tail="> > ModuleNotFoundError: No module named 'apex'\n>> \n",
+        exit_code=1,
+    )
+    assert r.category == "import_or_env"
+    assert r.evidence[0].text == "> > ModuleNotFoundError: No module named 'apex'"
+
+
+def test_pasted_colour_codes_and_their_remnants_are_dropped():
+    assert pasted_log.normalise("\x1b[31mMemoryError\x1b[0m") == "MemoryError"
+    assert pasted_log.normalise("[1;31mMemoryError[0m") == "MemoryError"
+    assert pasted_log.normalise("^[[D^[[DKilled") == "Killed"
+
+
+def test_pasted_timestamps_levels_and_rank_labels_are_taken_off():
+    for line in (
+        "2024-01-02 03:04:05,678 - ERROR - MemoryError",
+        "[rank0]: MemoryError",
+        "[default0]:MemoryError",
+        "0: MemoryError",
+        "E0302 19:39:39.186000 1 f.py:2] MemoryError",
+        "2020-02-01 11:57:36.437688: E tensorflow/core/x.cc:81] MemoryError",
+        "2023-01-25 00:21:09.074 | ERROR    | trainers.base:train:256 - MemoryError",
+        "ERROR:root:MemoryError",
+        "[1,0]<stderr>:MemoryError",
+    ):
+        assert pasted_log.normalise(line) == "MemoryError", line
+
+
+def test_pasted_timestamped_error_line_is_diagnosed(ctx):
+    """An exception behind a logging prefix is still the exception (here: host memory)."""
+    r = diagnose(ctx, log_tail="2024-01-02 03:04:05,678 - ERROR - MemoryError\n", exit_code=1)
+    assert r.category == "host_oom" and r.evidence[0].line_no == 1
+
+
+def test_pasted_progress_bar_redraws_are_all_read(ctx):
+    """A tqdm line redrawn with carriage returns is one line of the file; its last segment is
+    its reading, the earlier ones are scanned too, and a bar that runs into text is split."""
+    assert pasted_log.segments("a 1%\rb 2%\rc 3%") == ["a 1%", "b 2%", "c 3%"]
+    assert pasted_log.primary("x\r 50%|##  | 1/2 [00:01<00:01, 1.00it/s]Killed") == "Killed"
+    r = diagnose(
+        ctx,
+        log_tail="start\nstep 1\rOSError: [Errno 28] No space left on device\rstep 3\ndone?\n",
+        exit_code=1,
+    )
+    assert r.category == "disk_full" and r.evidence[0].line_no == 2
+
+
+def test_pasted_wrapped_message_is_rejoined(ctx):
+    """A long message a terminal broke over two lines is matched as one."""
+    r = diagnose(
+        ctx,
+        log_tail="RuntimeError: Expected all tensors to be on the same device, CUDA out of mem\n"
+        "ory. Tried to allocate 20.00 MiB\n",
+        exit_code=1,
+    )
+    assert r.category == "cuda_oom" and r.evidence[0].line_no == 1
+
+
+def test_pasted_windows_paths_read_with_forward_slashes():
+    assert (
+        pasted_log.normalise(r"  File C:\Users\me\torch\utils\data\dataloader.py, line 1")
+        == "File C:/Users/me/torch/utils/data/dataloader.py, line 1"
+    )
+    assert pasted_log.windows_paths("a\\nb") == "a\\nb"  # no Windows path on the line: as is
