@@ -4,6 +4,10 @@ The log is data, never instructions: it is only matched against fixed regular ex
 line is run, evaluated or followed, and quoted lines are stripped of control characters and cut
 to a bounded length.
 
+Each line is read as people paste logs (runtime/training/pasted_log.py: quote marks, colour
+codes, timestamps, levels and rank labels off, a progress bar's redraws split, a wrapped message
+rejoined); evidence quotes the original line with its line number in the file.
+
 How a verdict is reached, in this order:
 
 1. What the monitor knows wins: `monitor_says` preempted / stalled / timeout / lost is the
@@ -14,19 +18,25 @@ How a verdict is reached, in this order:
 2. Exit status 0 (and no signal) is `succeeded`, whatever the log says; lines that look like
    errors are quoted so a human can check the outputs.
 3. Strong signatures (the exact text real tools print: PyTorch, NCCL, CUDA, the kernel, Python,
-   argparse, Hydra; never on informational lines: `NCCL INFO ...`, Python `...Warning: ...`, and
-   the I / W levels of TensorFlow's, glog's, c10's and DeepSpeed's loggers),
+   argparse, Hydra, OpenCV, Slurm/PBS; not on informational lines: `NCCL INFO ...`, Python
+   `...Warning: ...`, and the I / W levels of TensorFlow's, glog's, c10's and DeepSpeed's loggers,
+   unless the signature is one whose warning carries the cause (on_info)), anywhere in the log,
    by category priority — the root cause first: driver_mismatch, cuda_oom, host_oom, disk_full,
    checkpoint_corrupt, nan_loss, import_or_env, config_error, cuda_runtime_error, killed,
-   nccl_or_distributed, file_missing. (One rank's OOM makes the other ranks report NCCL errors; a
-   full disk makes a checkpoint corrupt; the OOM killer's SIGKILL is reported by the launcher as
-   exit code -9; so the cause outranks its echo.)
-4. Weak signatures: TensorFlow's OOM reported only at its W level, a bare `Killed` line from the
-   shell, a metrics line with a NaN loss.
+   nccl_or_distributed, hang_or_timeout, file_missing, crashed (load_state_dict's mismatches).
+   (One rank's OOM makes the other ranks report NCCL errors; a full disk makes a checkpoint
+   corrupt; the OOM killer's SIGKILL is reported by the launcher as exit code -9; so the cause
+   outranks its echo.) A launcher's -9 while a model or checkpoint is being loaded is host_oom.
+4. Weak signatures: TensorFlow's OOM reported only at its W level; the shell's `Killed` (and its
+   localised words), most often the OOM killer → host_oom; progress lines with a NaN loss (or NaN
+   columns on several iterations) or a collapsed fp16 loss scale; NCCL WARN lines and error codes
+   returned up NCCL's call chain; a KeyboardInterrupt; faulthandler's thread dump of a stuck
+   process (not after a fatal error); Lightning's missing resume checkpoint.
 5. The exit status, read as evidence rather than a verdict: SIGKILL (or exit 137) is `killed` —
    the OOM killer or a person — unless the kernel log (`kernel_log`, or the injectable
    `KERNEL_LOG_READER`; never read by default) has an OOM-killer line, which makes it host_oom;
-   SIGTERM (143) → preempted; 126/127 → import_or_env.
+   SIGHUP / SIGINT → killed (the terminal went away, or Ctrl-C); SIGTERM (143) → preempted;
+   126/127 → import_or_env.
 6. A Python traceback or exception line with a failing exit → crashed; with no exit status at
    all, an uncaught exception at the end of the log → crashed (low confidence).
 7. Other signals (SIGSEGV, SIGABRT, SIGBUS) → crashed; a torchrun failure summary that names no
@@ -55,7 +65,7 @@ except ImportError:  # pragma: no cover - Python < 3.11
     import sre_constants as _sre_constants  # type: ignore[no-redef]
     import sre_parse as _sre_parse  # type: ignore[no-redef]
 
-from nightshift.runtime.training import job_files
+from nightshift.runtime.training import job_files, pasted_log
 from nightshift.runtime.user_files import read_as_reader
 from nightshift.skills.base import SkillContext, skill
 
@@ -204,7 +214,8 @@ class Signature:
     strong: bool = True
     retryable: bool | None = None  # overrides the category's default
     action: str | None = None
-    on_info: bool = False  # also matches informational lines (only weak signatures do)
+    on_info: bool = False  # also matches informational lines (a warning that carries the cause)
+    min_lines: int = 1  # evidence only when this many lines match it (a pattern across a log)
 
 
 def _sig(category: str, pattern: str, meaning: str, **kw: Any) -> Signature:
@@ -303,7 +314,10 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     _sig("host_oom", r"\bOOMKilled\b", "the container was OOM-killed (its memory limit was hit)"),
     _sig(
-        "host_oom", r"^(?:\[[^\]\n]*\]:?\s*)*MemoryError\b", "Python could not allocate host memory"
+        "host_oom",
+        r"^(?:\[[^\]\n]*\]:?\s*)*(?:[\w.]+\.)?MemoryError\b"
+        r"|Unable to allocate [\d.]+ [KMGTP]i?B for an array with shape",
+        "Python (or NumPy) could not allocate host memory",
     ),
     _sig("host_oom", r"std::bad_alloc", "a C++ allocation of host memory failed"),
     _sig(
@@ -344,9 +358,16 @@ SIGNATURES: tuple[Signature, ...] = (
         "a write failed: the disk is full (ENOSPC)",
     ),
     _sig("disk_full", r"Disk quota exceeded", "a write failed: the disk quota is used up"),
+    # TensorFlow's file writers (checkpoint .tempstate, TFRecordWriter) report ENOSPC as
+    # ResourceExhausted on the file's path (its OOM says "OOM when allocating", never a path).
     _sig(
         "disk_full",
-        r"PytorchStreamWriter failed writing file",
+        r"(?:ResourceExhaustedError|Resource exhausted): (?!OOM\b)\.{0,2}/?[\w.-]+(?:/[\w.-]+)+",
+        "TensorFlow could not write a file (ResourceExhausted on its path): the disk is full",
+    ),
+    _sig(
+        "disk_full",
+        r"PytorchStreamWriter failed writing file|\bwrite\(\): fd \d+ failed with",
         "torch.save could not write the checkpoint (most often a full disk)",
     ),
     _sig(
@@ -362,13 +383,13 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     _sig(
         "checkpoint_corrupt",
-        r"UnpicklingError: (?:invalid load key|pickle data was truncated)",
+        r"UnpicklingError: (?:invalid load key|pickle data was truncated)|\binvalid load key, '",
         "a pickled checkpoint is truncated or corrupt (or is not a checkpoint: an HTML page, a "
         "git-lfs pointer)",
     ),
     _sig(
         "checkpoint_corrupt",
-        r"SafetensorError: Error while deserializing header",
+        r"Error while deserializing header",
         "a safetensors file is truncated or corrupt",
     ),
     _sig(
@@ -378,6 +399,11 @@ SIGNATURES: tuple[Signature, ...] = (
         "torch.load found a truncated checkpoint",
     ),
     _sig("checkpoint_corrupt", r"DataLossError", "TensorFlow found a corrupt checkpoint"),
+    _sig(
+        "checkpoint_corrupt",
+        r"Unable to open file \((?:file signature not found|truncated file)",
+        "an HDF5 weights file is truncated or not HDF5 (an incomplete download)",
+    ),
     _sig("checkpoint_corrupt", r"BadZipFile", "a zip-based checkpoint is truncated or corrupt"),
     # transformers / diffusers `load_state_dict`, wrapping torch.load's failure.
     _sig(
@@ -412,6 +438,17 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     _sig("nan_loss", r"Tensor had (?:NaN|Inf) values", "TensorFlow's check_numerics found NaN/inf"),
     _sig("nan_loss", r"^FloatingPointError\b", "a floating-point check failed"),
+    # TensorFlow's NanTensorHook; JAX's debug_nans.
+    _sig(
+        "nan_loss",
+        r"\bNanLossDuringTrainingError\b|NaN loss during training",
+        "TensorFlow's NanTensorHook stopped on a NaN loss",
+    ),
+    _sig(
+        "nan_loss",
+        r"invalid value \(nan\) encountered in",
+        "JAX's debug_nans found a NaN in a compiled step",
+    ),
     # Python's import system; the dynamic loader; the shell; a PyTorch build without this GPU's arch;
     # torch.utils.cpp_extension's JIT build (DeepSpeed's op builder) and nvcc's host-compiler check.
     _sig("import_or_env", r"ModuleNotFoundError: No module named", "a Python package is missing"),
@@ -455,11 +492,6 @@ SIGNATURES: tuple[Signature, ...] = (
         "import_or_env",
         r"Failed to import [\w.]+ because of the following error",
         "an import failed",
-    ),
-    _sig(
-        "import_or_env",
-        r"no kernel image is available for execution on the device",
-        "the installed PyTorch was not built for this GPU's architecture",
     ),
     # argparse's parser.error; nanoGPT's configurator; yacs; Hydra / OmegaConf; transformers.
     _sig(
@@ -526,6 +558,16 @@ SIGNATURES: tuple[Signature, ...] = (
         r"an illegal memory access was encountered",
         "a kernel accessed memory it must not (a bug, or a failing GPU)",
     ),
+    # cudaErrorNoKernelImageForDevice: a build without this GPU's compute capability (too new or
+    # too old a GPU for the wheel); retrying on the same GPU fails the same way.
+    _sig(
+        "cuda_runtime_error",
+        r"no kernel image is available for execution on the device",
+        "the installed PyTorch (or extension) was not built for this GPU's compute capability: "
+        "install a build for it, or run on a supported GPU",
+        retryable=False,
+        action="stop",
+    ),
     _sig("cuda_runtime_error", r"CUDA error: (?!out of memory)[a-z]", "a CUDA call failed"),
     _sig(
         "cuda_runtime_error",
@@ -550,6 +592,46 @@ SIGNATURES: tuple[Signature, ...] = (
         r"PID|terminated with signal SIGKILL|exits with return code = -9|got signal: 9\b",
         "a worker was SIGKILLed (as its launcher reports it): the kernel OOM killer or a person",
     ),
+    # A signal sent to the run from outside (a person, a closed terminal, the batch system): torch
+    # elastic's agent (at its warning level), its SignalException, Slurm's scancel.
+    _sig(
+        "killed",
+        r"Received \d+ death signal, shutting down workers|\bSignalException: Process \d+ got "
+        r"signal: \d+",
+        "the launcher received a signal (a hangup, a terminate or an interrupt) and stopped the "
+        "workers: a person, a closed terminal (nohup/tmux next time) or the platform",
+        on_info=True,
+    ),
+    _sig(
+        "killed",
+        r"\*\*\* (?:JOB|STEP) [\w.]+ ON \S+ CANCELLED AT [\w:.+-]+ \*\*\*",
+        "the batch system cancelled the job (scancel, or the session that started it ended)",
+    ),
+    # A run that hung, or that a time limit stopped: Slurm, PBS/Torque, LSF, Kubernetes; torch's
+    # and MXNet's DataLoader timeouts; faulthandler's dump_traceback_later and py-spy's dump of a
+    # stuck process; pytest-timeout. (A collective's timeout is nccl_or_distributed.)
+    _sig(
+        "hang_or_timeout",
+        r"CANCELLED AT \S+ DUE TO TIME LIMIT|\bDUE TO TIME LIMIT \*\*\*",
+        "Slurm stopped the job at its time limit",
+    ),
+    _sig(
+        "hang_or_timeout",
+        r"\bwalltime \d+ exceeded limit \d+|TERM_RUNLIMIT: job killed after reaching LSF run time"
+        r"|exceeded (?:hard|soft) wallclock time|Job was active longer than specified deadline"
+        r"|\bDeadlineExceeded\b",
+        "the batch system stopped the job at its time limit (walltime / run limit / deadline)",
+    ),
+    _sig(
+        "hang_or_timeout",
+        r"DataLoader timed out after \d+ seconds|\bWorker timed out after \d+ seconds",
+        "DataLoader workers stopped delivering batches (they hung or are too slow)",
+    ),
+    _sig(
+        "hang_or_timeout",
+        r"^Timeout \(\d+:\d\d:\d\d\)!|^Thread \d+ \((?:idle|active)\): \"|^\+{5,} Timeout \+{5,}",
+        "a stack dump of a stuck process (faulthandler's timeout, py-spy, pytest-timeout)",
+    ),
     # torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp and NCCL's ncclGetErrorString; gloo; store.
     _sig("nccl_or_distributed", r"NCCL error", "a NCCL collective failed"),
     _sig(
@@ -559,7 +641,8 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     _sig(
         "nccl_or_distributed",
-        r"unhandled (?:system|cuda) error \(run with NCCL_DEBUG=INFO",
+        r"unhandled (?:system|cuda) error \(run with NCCL_DEBUG=INFO"
+        r"|NCCL failure [^\n]*'unhandled (?:system|cuda) error'",
         "a NCCL collective failed",
     ),
     _sig(
@@ -581,8 +664,8 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     _sig(
         "nccl_or_distributed",
-        r"NCCL WARN NET/\w+ ?: Got completion from peer .* with status="
-        r"|NCCL WARN Call to \w+ failed",
+        r"NCCL WARN NET/\w+ ?: Got completion from peer .* with (?:status=|error \d)"
+        r"|\bWARN Call to \w+ failed|Gloo connectFullMesh failed",
         "NCCL's network transport failed",
     ),
     _sig(
@@ -600,7 +683,8 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     _sig(
         "nccl_or_distributed",
-        r"^(?:\[[^\]\n]*\]:?\s*)*RuntimeError: Connection reset by peer",
+        r"^(?:\[[^\]\n]*\]:?\s*)*RuntimeError: (?:Connection reset by peer|Address already in use)"
+        r"|errno: 98 - Address already in use|The server socket has failed to (?:listen|bind)",
         "a peer rank's connection dropped",
     ),
     _sig(
@@ -615,11 +699,36 @@ SIGNATURES: tuple[Signature, ...] = (
         r"\[Errno 2\] No such file or directory|No such file or directory: ['\"]",
         "a file or folder the run needs does not exist",
     ),
+    # OpenCV's imread warning (an image it cannot open) and the empty image it then hands on; a
+    # script Python cannot open; TensorFlow's file-system NotFoundError; DeepSpeed's config path.
+    _sig(
+        "file_missing",
+        r"can't open/read file: check file path/integrity|\(-215(?::Assertion failed)?\) "
+        r"!_?src\.empty\(\)|\bpython[\d.]*: can't open file",
+        "an input file (an image, the script) cannot be opened: the path is wrong or the data "
+        "is not there",
+        on_info=True,
+    ),
+    _sig(
+        "file_missing",
+        r"NotFoundError: [^\n]*; No such file or directory"
+        r"|Expected a string path to an existing deepspeed config|^OSError: file \S+ not found",
+        "a file or folder the run needs does not exist",
+    ),
     _sig(
         "file_missing",
         r"is not a local folder and is not a valid model identifier",
         "the model path or Hub id does not exist (or is a private repository and no token was "
         "given)",
+    ),
+    # torch.nn.Module.load_state_dict: a checkpoint that does not fit the model (keys or shapes
+    # differ): the code, the config or the checkpoint is the wrong one. A crash, not corruption.
+    _sig(
+        "crashed",
+        r"Error\(s\) in loading state_dict for|Missing key\(s\) in state_dict:"
+        r"|Unexpected key\(s\) in state_dict:|\bsize mismatch for [\w.]+: copying a param",
+        "the checkpoint does not fit the model (missing, unexpected or differently shaped "
+        "weights): the code, its config or the checkpoint is not the one meant",
     ),
     # Weak: TensorFlow's OOM when only its W-level lines report it; what a shell prints for any
     # SIGKILLed child; a NaN in a metrics line.
@@ -637,16 +746,61 @@ SIGNATURES: tuple[Signature, ...] = (
         strong=False,
         on_info=True,
     ),
+    # The shell's word for a SIGKILLed child, in English and as localised shells print it
+    # (German, Chinese, French, Spanish, Japanese): on a training run most often the OOM killer.
+    _sig(
+        "host_oom",
+        r"^(?:.*\bline \d+: +\d+ )?(?:Killed\b(?!\s+process)|Getötet|已杀死|已殺死|Processus arrêté"
+        r"|Terminado \(killed\)|強制終了)",
+        "the shell reports the process SIGKILLed with no other error: on a training run most "
+        "often the kernel OOM killer (host memory)",
+        strong=False,
+    ),
     _sig(
         "killed",
-        r"^(?:.*\bline \d+: +\d+ )?Killed\b(?!\s+process)",
-        "the process was SIGKILLed (the shell's report): the kernel OOM killer or a person",
+        r"^KeyboardInterrupt\b",
+        "the run was interrupted (Ctrl-C) by a person",
         strong=False,
     ),
     _sig(
         "nan_loss",
-        r"[\"']?loss[\"']?\s*[:=]\s*(?:nan|inf)\b",
+        r"[\"']?\bloss[\"'\]]?\s*[:=]?\s*\[?(?:nan|inf)\b",
         "a logged loss is NaN/inf",
+        strong=False,
+        on_info=True,
+    ),
+    # Progress lines (a metrics table) with NaN columns on several iterations, no traceback.
+    _sig(
+        "nan_loss",
+        r"^\W{0,40}\d[^\n]{0,200}?(?<![\w.])\[?nan\]?(?![\w.])[^\n]{0,200}?(?<![\w.])"
+        r"\[?nan\]?(?![\w.])",
+        "progress lines show NaN values on several iterations",
+        strong=False,
+        on_info=True,
+        min_lines=2,
+    ),
+    # fp16 loss scaling that cannot find a scale at which the loss is finite (fairseq, DeepSpeed).
+    _sig(
+        "nan_loss",
+        r"overflow detected, setting loss scale to: 0\.0|Attempted loss scale: 1(?:\.0)?, "
+        r"reducing to 1\b",
+        "fp16 loss scaling has collapsed (every step overflows): the loss diverged",
+        strong=False,
+        on_info=True,
+    ),
+    # NCCL's warnings and its error code propagating up (`NCCL INFO x.cc:12 -> 2`).
+    _sig(
+        "nccl_or_distributed",
+        r"\bNCCL WARN\b|NCCL INFO [\w/.]+\.(?:cc|h):\d+ -> [1-9]\d*\b",
+        "NCCL reported a failure (its WARN lines, an error code returned up its call chain)",
+        strong=False,
+        on_info=True,
+    ),
+    # faulthandler's dump of every thread (a hang, unless a fatal error caused the dump).
+    _sig(
+        "hang_or_timeout",
+        r"^(?:Current )?[Tt]hread 0x[0-9a-f]+ \(most recent call first\):",
+        "a dump of every thread's stack, as taken of a stuck process (faulthandler)",
         strong=False,
     ),
     _sig(
@@ -654,6 +808,14 @@ SIGNATURES: tuple[Signature, ...] = (
         r"\bgrad(?:ient)?[_ ]norm[\"']?\s*[:=]?\s*(?:nan|inf)\b",
         "a logged gradient norm is NaN/inf",
         strong=False,
+    ),
+    # Lightning's warning that the checkpoint to resume from is not there (it starts over).
+    _sig(
+        "file_missing",
+        r"No checkpoint file exists at `?resume_from_checkpoint",
+        "the checkpoint to resume from does not exist: the run started from scratch",
+        strong=False,
+        on_info=True,
     ),
 )
 
@@ -669,9 +831,29 @@ STRONG_PRIORITY = (
     "cuda_runtime_error",
     "killed",
     "nccl_or_distributed",
+    "hang_or_timeout",
+    "file_missing",
+    "crashed",
+)
+WEAK_PRIORITY = (
+    "cuda_oom",
+    "host_oom",
+    "nan_loss",
+    "nccl_or_distributed",
+    "killed",
+    "hang_or_timeout",
     "file_missing",
 )
-WEAK_PRIORITY = ("cuda_oom", "host_oom", "killed", "nan_loss")
+# The signatures that report a SIGKILL (the launchers'), and what a log prints while it reads a model
+# or checkpoint into host memory: a SIGKILL then is most often the OOM killer (host_oom).
+_SIGKILL_REPORTS = tuple(
+    s for s in SIGNATURES if s.category == "killed" and "-9" in s.pattern.pattern
+)
+_LOADING_INTO_RAM = re.compile(
+    r"Loading checkpoint shards|initializing model parallel with size|Loading pipeline components"
+    r"|\bloading (?:the )?(?:model|checkpoint|weights|state dict)\b",
+    re.IGNORECASE,
+)
 # What the kernel logs when its OOM killer acts (mm/oom_kill.c), looked for in the kernel log.
 _KERNEL_OOM = re.compile(
     r"Out of memory: Kill(?:ed)? process|Memory cgroup out of memory"
@@ -887,11 +1069,13 @@ def diagnose_failure(ctx: SkillContext, inp: DiagnoseFailureInput) -> DiagnoseFa
     and the spec's knobs are given. Log text is treated as data only."""
     settings = ctx.settings if ctx is not None else None  # None: offline evals, unit tests
     runs_dir = settings.runs_dir if settings is not None else None
-    lines, first_line_no, log_note = _read_log(inp, runs_dir)
-    lines = [_ANSI.sub("", line) for line in lines]  # colour codes would hide line starts
+    raw_lines, first_line_no, log_note = _read_log(inp, runs_dir)
+    # What each line says as pasted_log reads it (quote marks, colour codes, timestamps, levels
+    # and rank labels off; a progress bar's last redraw); evidence quotes the original line.
+    lines = [pasted_log.primary(line) for line in raw_lines]
     sig = _signal_of(inp.exit_code, inp.signal)
     failed_exit = (inp.exit_code not in (None, 0)) or sig is not None
-    hits = _match(lines)
+    hits = _enough(_match(raw_lines), lines)
     strong = {c: h for c, h in hits.items() if any(s.strong for s, _ in h)}
     weak = {c: [p for p in h if not p[0].strong] for c, h in hits.items() if c not in strong}
 
@@ -901,7 +1085,7 @@ def diagnose_failure(ctx: SkillContext, inp: DiagnoseFailureInput) -> DiagnoseFa
         for _, i in pairs:
             if i not in seen and len(out) < MAX_EVIDENCE:
                 seen.add(i)
-                out.append(EvidenceLine(line_no=first_line_no + i, text=_clean(lines[i])))
+                out.append(EvidenceLine(line_no=first_line_no + i, text=_clean(raw_lines[i])))
         return out
 
     status = _describe_status(inp.exit_code, sig)
@@ -914,7 +1098,8 @@ def diagnose_failure(ctx: SkillContext, inp: DiagnoseFailureInput) -> DiagnoseFa
         reasoning: str,
         override: Signature | None = None,
     ) -> DiagnoseFailureResult:
-        if cat == "killed":  # a SIGKILL: the kernel log may say it was the OOM killer
+        # a SIGKILL (or a kill read as host memory): the kernel log may say it was the OOM killer
+        if cat == "killed" or (cat == "host_oom" and confidence != "high"):
             oom = _kernel_oom(inp, notes)
             if oom:
                 kev = [EvidenceLine(line_no=n, text=_clean(t), source="kernel_log") for n, t in oom]
@@ -981,9 +1166,20 @@ def diagnose_failure(ctx: SkillContext, inp: DiagnoseFailureInput) -> DiagnoseFa
 
     cat = _first_category(strong)
     if cat:
-        pairs = [p for p in strong[cat] if not p[0].on_info]  # a W-level line is no evidence here
+        # a weak signature's W-level line is no evidence here
+        pairs = [p for p in strong[cat] if p[0].strong or not p[0].on_info]
         others = [c for c in STRONG_PRIORITY if c in strong and c != cat]
         reasoning = f"{_most_specific(pairs).meaning}; {status}"
+        loading = _LOADING_INTO_RAM.search("\n".join(lines[: pairs[0][1]])) if pairs else None
+        if cat == "killed" and loading and any(s in _SIGKILL_REPORTS for s, _ in pairs):
+            # SIGKILLed while a model or its checkpoint was being read into host memory
+            return result(
+                "host_oom",
+                "medium",
+                ev(pairs),
+                f"{reasoning}; it was killed while loading a model or checkpoint into host "
+                f"memory ({loading.group(0)!r}): most often the kernel OOM killer",
+            )
         if others:
             reasoning += f"; the log also shows {', '.join(others)}, read as consequences of {cat}"
         return result(cat, "high", ev(pairs), reasoning, override=_override(pairs))
@@ -1001,6 +1197,15 @@ def diagnose_failure(ctx: SkillContext, inp: DiagnoseFailureInput) -> DiagnoseFa
             f"{status}, and the log shows no other cause: the "
             "kernel OOM killer (no OOM-killer line was seen; check dmesg or the "
             "container's memory events) or a kill -9 by a person or the platform",
+        )
+    # (exit code -1 alone is too common a generic failure code to be read as SIGHUP)
+    if sig in (signal_module.SIGHUP, signal_module.SIGINT) and inp.exit_code != -sig:
+        return result(
+            "killed",
+            "medium",
+            [],
+            f"{status}: the terminal or session that started it went away (SIGHUP: run it under "
+            "nohup, tmux or the batch system), or a person interrupted it (SIGINT)",
         )
     if sig == signal_module.SIGTERM:
         return result(
@@ -1093,8 +1298,7 @@ def _read_log(
         except OSError as exc:
             return [], 1, f"the log file {path} could not be read ({exc})"
         if tail is not None:
-            lines = tail.decode("utf-8", errors="replace").splitlines()
-            return lines, 1, None
+            return _split_lines(tail.decode("utf-8", errors="replace")), 1, None
         try:
             with _open_log(path, runs_dir) as f:
                 size = os.fstat(f.fileno()).st_size
@@ -1113,7 +1317,7 @@ def _read_log(
             return [], 1, f"the log file {path} could not be read ({exc.strerror or exc})"
         except job_files.JobFileRefused as exc:
             return [], 1, f"the log file was not read: {exc}"
-        lines = data.decode("utf-8", errors="replace").splitlines()
+        lines = _split_lines(data.decode("utf-8", errors="replace"))
         if start == 0:
             return lines, 1, None
         note = f"read the last {MAX_LOG_BYTES} bytes of {path}"
@@ -1124,7 +1328,16 @@ def _read_log(
     text = inp.log_tail or ""
     if len(text) > MAX_LOG_BYTES:
         text = text[-MAX_LOG_BYTES:]
-    return text.splitlines(), 1, None
+    return _split_lines(text), 1, None
+
+
+def _split_lines(text: str) -> list[str]:
+    """The log's lines as the file numbers them: split at newlines only (a carriage return
+    within a line is a progress bar's redraw, read by pasted_log), a CRLF's CR dropped."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
 def _open_log(path: Path, runs_dir: Path | None) -> BinaryIO:
@@ -1166,53 +1379,70 @@ def _describe_status(exit_code: int | None, sig: int | None) -> str:
 
 def _match(lines: list[str]) -> dict[str, list[tuple[Signature, int]]]:
     """Per category, the (signature, line index) pairs found: each line is claimed by the first
-    signature in table order that matches it (informational lines only by on_info ones). Only the
-    signatures whose literal keys occur in a line are tried on it; `_match_naive` is the
+    signature in table order that matches one of its readings (pasted_log.views: its main reading
+    first, then the others; informational readings only by on_info signatures). Only the
+    signatures whose literal keys occur in a reading are tried on it; `_match_naive` is the
     reference this must equal (on ASCII text: Unicode case folding aside)."""
-    capped = [_cap(line) for line in lines]
-    lowered = "\n".join(line.lower() for line in capped)
+    views = pasted_log.views(lines)
+    capped = [_cap(v.text) for v in views]
+    lowered = "\n".join(text.lower() for text in capped)
     starts, pos = [], 0
-    for line in capped:  # lower() keeps the length of ASCII; recount from the lowered lines
+    for text in capped:  # lower() keeps the length of ASCII; recount from the lowered texts
         starts.append(pos)
-        pos += len(line.lower()) + 1
+        pos += len(text.lower()) + 1
     candidates: dict[int, set[int]] = {}
     for key, sig_indices in _KEYS:
         at = lowered.find(key)
         while at != -1:
-            li = bisect.bisect_right(starts, at) - 1
-            candidates.setdefault(li, set()).update(sig_indices)
-            at = lowered.find(key, starts[li + 1]) if li + 1 < len(starts) else -1
+            vi = bisect.bisect_right(starts, at) - 1
+            candidates.setdefault(vi, set()).update(sig_indices)
+            at = lowered.find(key, starts[vi + 1]) if vi + 1 < len(starts) else -1
     for j in _UNKEYED:
-        for li in range(len(capped)):
-            candidates.setdefault(li, set()).add(j)
+        for vi in range(len(capped)):
+            candidates.setdefault(vi, set()).add(j)
     hits: dict[str, list[tuple[Signature, int]]] = {}
-    for li in sorted(candidates):
-        line = capped[li]
-        info = bool(_INFORMATIONAL.search(line))
-        for j in sorted(candidates[li]):
+    claimed: set[int] = set()
+    for vi in sorted(candidates):  # views are in line order, each line's main reading first
+        view = views[vi]
+        if view.index in claimed:
+            continue
+        info = _informational(view, capped[vi])
+        for j in sorted(candidates[vi]):
             s = SIGNATURES[j]
             if info and not s.on_info:
                 continue
-            if s.pattern.search(line):
-                hits.setdefault(s.category, []).append((s, li))
+            if s.pattern.search(capped[vi]):
+                hits.setdefault(s.category, []).append((s, view.index))
+                claimed.add(view.index)
                 break
     # Within a category, strong evidence first, then by line.
     return {c: sorted(h, key=lambda p: (not p[0].strong, p[1])) for c, h in hits.items()}
 
 
 def _match_naive(lines: list[str]) -> dict[str, list[tuple[Signature, int]]]:
-    """Every signature on every line, in table order: what `_match` computes, slowly."""
+    """Every signature on every reading of every line, in table order: what `_match` computes,
+    slowly."""
     hits: dict[str, list[tuple[Signature, int]]] = {}
-    for i, line in enumerate(lines):
-        line = _cap(line)
-        info = bool(_INFORMATIONAL.search(line))
+    claimed: set[int] = set()
+    for view in pasted_log.views(lines):
+        if view.index in claimed:
+            continue
+        text = _cap(view.text)
+        info = _informational(view, text)
         for s in SIGNATURES:
             if info and not s.on_info:
                 continue
-            if s.pattern.search(line):
-                hits.setdefault(s.category, []).append((s, i))
+            if s.pattern.search(text):
+                hits.setdefault(s.category, []).append((s, view.index))
+                claimed.add(view.index)
                 break
     return {c: sorted(h, key=lambda p: (not p[0].strong, p[1])) for c, h in hits.items()}
+
+
+def _informational(view: pasted_log.View, text: str) -> bool:
+    """Whether a reading is an informational line: judged on it with its prefixes (levels, glog
+    headers) still on, and on what it says once they are off."""
+    return bool(_INFORMATIONAL.search(_cap(view.surface)) or _INFORMATIONAL.search(text))
 
 
 def _cap(line: str) -> str:
@@ -1292,6 +1522,29 @@ def _kernel_oom(inp: DiagnoseFailureInput, notes: list[str]) -> list[tuple[int, 
         if _KERNEL_OOM.search(line[:MAX_MATCH_CHARS])
     ]
     return found[-3:]
+
+
+def _enough(
+    hits: dict[str, list[tuple[Signature, int]]], lines: list[str]
+) -> dict[str, list[tuple[Signature, int]]]:
+    """The hits without those of signatures seen on fewer lines than their min_lines, and
+    without a thread dump (faulthandler's) that a fatal error printed: then it is a crash."""
+    count: dict[int, int] = {}
+    for pairs in hits.values():
+        for sig, _ in pairs:
+            count[id(sig)] = count.get(id(sig), 0) + 1
+    fatal = any(_FATAL_C.search(line) for line in lines)
+    out: dict[str, list[tuple[Signature, int]]] = {}
+    for cat, pairs in hits.items():
+        kept = [
+            p
+            for p in pairs
+            if count[id(p[0])] >= p[0].min_lines
+            and not (fatal and p[0].category == "hang_or_timeout" and not p[0].strong)
+        ]
+        if kept:
+            out[cat] = kept
+    return out
 
 
 def _most_specific(pairs: list[tuple[Signature, int]]) -> Signature:

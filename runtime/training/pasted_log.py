@@ -1,0 +1,168 @@
+"""Read a log as people paste it: what a line says once the decoration around it is taken off.
+
+A log reaches diagnose_failure as the process wrote it, or as someone pasted it into an issue:
+behind markdown quote marks (`> `), with colour codes (or what is left of them once the escape
+byte is lost: `[31m`), behind timestamps, log levels and rank labels (`2024-01-02 03:04:05,678 -
+INFO -`, `[rank0]:`, `[default0]:`, `0: `, `W0302 19:39:39.186000 1 f.py:2]`), with a progress
+bar's carriage-return redraws on one line, with a long message wrapped onto the next line, and
+with Windows paths. The functions here are pure: they take text and return text, never read a
+file, and do bounded work per line (each pattern is linear, prefixes are taken off a bounded
+number of times).
+
+`views(lines)` is what the signatures are matched on: for each line, its main reading (the last
+carriage-return segment, decoration off) first, then its other readings (the earlier segments,
+and the line joined to the next one when a message looks wrapped). Each view keeps the index of
+its original line, so evidence is quoted from the original text with its own line number.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+MAX_PREFIXES = 6  # decoration taken off one line at most this many times
+WRAP_MIN_CHARS = 60  # a line shorter than this is not read as wrapped onto the next one
+
+# Colour and cursor codes, whole (ESC [ ... letter, OSC ... BEL) or as remnants a paste leaves
+# when the escape byte is dropped or shown as `^[`: `[31m`, `[0m`, `[1;32m`, `^[[D`.
+_ANSI = re.compile(
+    r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\n]{0,200}\x07|\^\[\[[0-9;]*[A-Za-z]"
+    r"|(?<!\[)\[(?:\d{1,3}(?:;\d{1,3}){0,4})?m(?!\])"
+)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+# Markdown quote marks (nested too), and a code fence's opening a paste may leave on a line.
+_QUOTE = re.compile(r"^\s{0,3}(?:>\s?){1,8}|^\s*```\w*\s*")
+# One piece of decoration at the start of a line; taken off repeatedly (MAX_PREFIXES).
+_PREFIX = re.compile(
+    r"^(?:"
+    # ISO-like timestamps, bare or bracketed, with their separator: `2024-01-02 03:04:05,678 - `
+    r"\[?\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?"
+    r"(?: ?[A-Z]{2,5}\d{0,2})?\]?\s*(?:[-|:]\s*)?"
+    # a time of day alone: `12:01:02 `, `[12:01:02.123]`
+    r"|\[?\d\d:\d\d:\d\d(?:[.,]\d{1,9})?\]?\s*(?:[-|:]\s+)?"
+    # log levels: `INFO - `, `INFO     | `, `[ERROR] `, `ERROR:root:`, `[WARNING|trainer.py:12] `
+    r"|\[?(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL|NOTICE)\]?\s*(?:[-|]\s*|:\s+)"
+    r"|\[(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL)\|[^\]\n]{1,80}\]\s*"
+    r"|(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL):[\w.<>-]{1,80}:"
+    # glog and c10 (`W0302 19:39:39.186000 1 f.py:2] `, `[W926 21:34:49.0 socket.cpp:697] `) and
+    # absl / TensorFlow (`2024-02-25 18:52:47.991396: W tensorflow/core/x.cc:12] `, its date gone)
+    r"|\[?[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [^\]\s]{1,200}\]\s*"
+    r"|\[[IWEF](?:\d{3,4} [\d:.]+)? [^\]\s]{1,200}:\d+\]\s*"
+    r"|[IWEF] [\w./-]{1,200}:\d+\]\s*"
+    # a logger's `module:function:line - ` after a loguru / yolox level column
+    r"|[\w.]{1,120}:[\w<>]{1,80}:\d+ - "
+    # rank and process labels: `[rank0]: `, `[default0]:`, `[1,0]<stderr>:`, `(pid=12) `, `0: `
+    r"|\[(?:rank|default|local_rank|RANK)\s?\d{1,5}\]:?\s*"
+    r"|\[\d{1,5},\d{1,5}\]<std(?:out|err)>:\s*"
+    r"|\((?:[\w.]{1,60} )?pid=\d+(?:, ip=[\d.]+)?\)\s*"
+    r"|\d{1,4}: (?=\S)"
+    r")"
+)
+# A progress bar's rate bracket followed by text with no newline in between (the bar was not
+# ended: the process was killed, or printed over it): `0/2 [00:00<?, ?it/s]Killed`.
+_BAR_END = re.compile(r"(?:(?<=it/s\])|(?<=s/it\])|(?<=B/s\]))(?=\S)")
+# Windows paths: `C:\Users\me\x.py` or `C:\\Users\\me` read as `C:/Users/me/x.py`.
+_WIN_PATH = re.compile(r"(?:(?<=\b[A-Za-z]:)|(?<=[\w.~$-]))\\{1,2}(?=[\w.~$-])")
+_HAS_WIN_PATH = re.compile(r"\b[A-Za-z]:\\|\\\\")
+# A line that starts a new record rather than continuing a wrapped one.
+_NEW_RECORD = re.compile(
+    r"^\s*(?:$|\d{4}-\d\d-\d\d|\[|Traceback|File \"|During handling|The above exception|"
+    r"[A-Z]\w*(?:Error|Exception|Warning)\b|[IWEF]\d{4} |#|\||frame #|\w+:\d+:\d+ )"
+)
+
+
+@dataclass(frozen=True)
+class View:
+    """One reading of one original line: `index` is the line's (0-based), `text` what is matched,
+    `surface` the reading with quote marks, colour codes and control bytes off but the prefixes
+    (timestamp, level, rank) still on (whether a line is informational is read from them);
+    `primary` is False for the extra readings (earlier carriage-return segments, a join)."""
+
+    index: int
+    text: str
+    surface: str
+    primary: bool = True
+
+
+def decolour(text: str) -> str:
+    """Colour and cursor codes (and their remnants) and control bytes off."""
+    return _CONTROL.sub("", _ANSI.sub("", text))
+
+
+def unquote(text: str) -> str:
+    """Markdown quote marks and a code fence's opening off the start."""
+    return _QUOTE.sub("", text, count=1)
+
+
+def strip_prefixes(text: str) -> str:
+    """Timestamps, log levels, rank and process labels, glog / c10 / absl headers off the start
+    (up to MAX_PREFIXES of them), and the leading blanks."""
+    text = text.lstrip()
+    for _ in range(MAX_PREFIXES):
+        m = _PREFIX.match(text)
+        if not m or not m.group(0):
+            break
+        rest = text[m.end() :].lstrip()
+        if not rest:  # a bare label with nothing after it stays what it is
+            break
+        text = rest
+    return text
+
+
+def windows_paths(text: str) -> str:
+    """Backslashes in Windows paths as forward slashes (only on a line that has such a path)."""
+    return _WIN_PATH.sub("/", text) if _HAS_WIN_PATH.search(text) else text
+
+
+def segments(line: str) -> list[str]:
+    """A line's carriage-return segments (a progress bar redrawn in place), and the text a bar
+    runs into when it was not ended, as separate pieces; blank ones dropped, in order."""
+    out: list[str] = []
+    for part in line.split("\r"):
+        out.extend(p for p in _BAR_END.split(part) if p.strip())
+    return out or [line]
+
+
+def surface(segment: str) -> str:
+    """A segment with colour codes, control bytes and quote marks off (prefixes kept)."""
+    return unquote(decolour(segment)).rstrip()
+
+
+def normalise(segment: str) -> str:
+    """What a segment says: surface() with the prefixes off and Windows paths in `/` form."""
+    return windows_paths(strip_prefixes(surface(segment)))
+
+
+def primary(line: str) -> str:
+    """The main reading of a line: its last carriage-return segment, normalised."""
+    return normalise(segments(line)[-1])
+
+
+def _wrapped(text: str, nxt: str) -> bool:
+    """Whether `nxt` reads as the rest of `text` broken by a terminal or a paste: `text` is long
+    and does not end a sentence, and `nxt` does not start a record of its own."""
+    return (
+        len(text) >= WRAP_MIN_CHARS
+        and bool(nxt.strip())
+        and not text.rstrip().endswith((".", ":", "!", "?", ")", "]", "}", ";"))
+        and not _NEW_RECORD.match(nxt)
+    )
+
+
+def views(lines: Sequence[str]) -> list[View]:
+    """Every reading of every line, each line's main one first (see the module docstring)."""
+    segs = [segments(line) for line in lines]
+    mains = [normalise(s[-1]) for s in segs]
+    out: list[View] = []
+    for i, pieces in enumerate(segs):
+        last = surface(pieces[-1])
+        out.append(View(i, mains[i], last))
+        for piece in pieces[:-1]:
+            out.append(View(i, normalise(piece), surface(piece), primary=False))
+        if i + 1 < len(lines) and _wrapped(mains[i], mains[i + 1]):
+            head, rest = mains[i].rstrip(), mains[i + 1].lstrip()
+            # broken at a blank (rejoined with one) or mid-word (rejoined as is)
+            out.append(View(i, head + " " + rest, last, primary=False))
+            out.append(View(i, head + rest, last, primary=False))
+    return out
