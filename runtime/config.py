@@ -181,6 +181,12 @@ class HealthThresholds(BaseModel):
     power_warning_frac: float = 0.98
     ecc_uncorrected_critical: int = 1
     retired_pages_warning: int = 1
+    recover_after_checks: int = Field(
+        3,
+        ge=1,
+        description="A quarantined GPU (latest verdict CRITICAL or UNKNOWN) returns to placement "
+        "after this many consecutive healthy checks, not on the first OK",
+    )
 
 
 class PolicySettings(BaseModel):

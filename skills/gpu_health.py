@@ -34,6 +34,8 @@ from sqlmodel import col, select
 
 from nightshift.runtime.config import HealthThresholds
 from nightshift.runtime.errors import BadArguments, SpecError
+from nightshift.runtime.gpu.bus import normalize_bus_id
+from nightshift.runtime.gpu.driver_messages import DriverMessage, machine_wide
 from nightshift.runtime.gpu.gpu import (
     ESSENTIAL_FIELDS,
     GpuReading,
@@ -43,10 +45,11 @@ from nightshift.runtime.gpu.gpu import (
     health_sources,
     inventory_path,
     make_probe,
-    normalize_bus_id,
 )
 from nightshift.runtime.gpu.nvidia_smi_text import TextProbe
 from nightshift.runtime.gpu.ray_census import HOST_PREFIX, RayGpuCensus
+from nightshift.runtime.gpu.xid import XidFinding
+from nightshift.runtime.scheduling.placement import QUARANTINED
 from nightshift.runtime.store.db import GpuSample
 from nightshift.runtime.user_files import read_limited
 from nightshift.skills.base import SkillContext, skill
@@ -81,6 +84,15 @@ MAX_PASTE_CHARS = 2_000_000
 
 MISSING_FROM_INVENTORY = "expected by the inventory, not seen by the probe"
 DISAPPEARED = "GPU disappeared since the last check"
+LOST_ACTION = (
+    "drain the GPU's work and reboot (a GPU reset cannot reach a lost GPU); if it happens "
+    "again, check the card's power, cooling and seating, then RMA"
+)
+# What to do about a GPU whose essential fields nvidia-smi or NVML cannot read (ERR!, [Unknown Error]).
+UNREADABLE_ACTION = (
+    "read the kernel log for this GPU (`journalctl -k | grep NVRM`: an Xid line says why); "
+    "reset the GPU (`nvidia-smi -r -i <index>`) when it is idle, or reboot"
+)
 
 
 class HealthCheckInput(BaseModel):
@@ -121,6 +133,20 @@ class HealthReason(BaseModel):
     threshold: Any = None
     severity: Verdict
     message: str
+    evidence: str | None = Field(
+        None, description="What the driver or the kernel log said, word for word"
+    )
+    action: str | None = Field(None, description="The recommended action")
+
+
+class Quarantine(BaseModel):
+    """A GPU placement had quarantined (its latest recorded verdict CRITICAL or UNKNOWN) that this
+    check found healthy: it returns after `needed` consecutive healthy checks, not the first."""
+
+    since: str = Field(description="The verdict that quarantined it, and when it was recorded")
+    healthy_checks: int = Field(description="Consecutive healthy checks so far, this one included")
+    needed: int = Field(description="health.recover_after_checks")
+    released: bool = Field(description="True when this check returns the GPU to placement")
 
 
 class GpuVerdict(BaseModel):
@@ -141,6 +167,12 @@ class GpuVerdict(BaseModel):
         description="Not seen by the probe: expected by the inventory, or recorded at an earlier check",
     )
     host: str | None = Field(None, description="The cluster node ('ray:<IP>'); None: this machine")
+    pci_bus_id: str | None = Field(
+        None, description="The GPU's PCI bus id where it is known (a kernel log names GPUs so)"
+    )
+    quarantine: Quarantine | None = Field(
+        None, description="Set when the GPU was quarantined before this check and is healthy now"
+    )
 
 
 class HealthCheckResult(BaseModel):
@@ -155,6 +187,10 @@ class HealthCheckResult(BaseModel):
     thresholds: HealthThresholds
     error: str | None = Field(None, description="What the backend could not read")
     recorded: int = Field(0, description="GpuSample rows written")
+    recovered: list[str] = Field(
+        default_factory=list,
+        description="GPUs this check returned to placement after enough consecutive healthy checks",
+    )
 
 
 def _fmt(v: Any) -> str:
@@ -183,6 +219,7 @@ def judge_reading(reading: GpuReading, t: HealthThresholds) -> GpuVerdict:
             "the GPU is lost (fell off the bus); it needs a reset or a reboot",
             True,
         )
+        reasons[-1].action = LOST_ACTION
 
     unreadable_essential = [f for f in ESSENTIAL_FIELDS if reading.status(f) == "unreadable"]
     if unreadable_essential and not reading.lost:
@@ -196,6 +233,8 @@ def judge_reading(reading: GpuReading, t: HealthThresholds) -> GpuVerdict:
                 f"{f} cannot be read ({reading.errors.get(f, 'error')})",
                 reading.errors.get(f),
             )
+            reasons[-1].evidence = reading.errors.get(f)
+            reasons[-1].action = UNREADABLE_ACTION
     for f in _HEALTH_FIELDS:
         if reading.status(f) == "unreadable" and not reading.lost:
             add(
@@ -316,6 +355,7 @@ def judge_reading(reading: GpuReading, t: HealthThresholds) -> GpuVerdict:
         not_supported=not_supported,
         summary=_summary(reading, verdict, reasons, not_supported),
         reading=reading,
+        pci_bus_id=reading.pci_bus_id,
     )
 
 
@@ -338,12 +378,14 @@ def _lost_verdict(label: str, match: GpuSample | None, t: HealthThresholds) -> G
         severity="CRITICAL",
         message=f"GPU {label} is lost (the driver cannot reach it); it needs a reset or a reboot",
     )
+    reason.action = LOST_ACTION
     if match is None:
         return GpuVerdict(
             index=None,
             verdict="CRITICAL",
             reasons=[reason],
             summary=f"GPU at {label}: CRITICAL — {reason.message}",
+            pci_bus_id=label if normalize_bus_id(label).count(":") == 2 else None,
         )
     reading = GpuReading(
         index=match.gpu_index,
@@ -369,6 +411,142 @@ def _unmatched_lost(
             continue
         match = _sample_for_bus_id(ctx, label, hosts) if use_store else None
         out.append(_lost_verdict(label, match, ctx.settings.health))
+    return out
+
+
+def _bus_of(v: GpuVerdict) -> str | None:
+    bus = v.pci_bus_id or (v.reading.pci_bus_id if v.reading is not None else None)
+    return normalize_bus_id(bus) if bus else None
+
+
+def _resummarise(v: GpuVerdict) -> None:
+    """The verdict and summary again, after reasons were added or replaced."""
+    v.verdict = max((r.severity for r in v.reasons), key=SEVERITY.__getitem__, default="OK")
+    if v.index is not None:
+        label = f"GPU {v.index}" + (f" ({v.name})" if v.name else "")
+    else:
+        label = f"GPU at {v.pci_bus_id}"
+    text = f"{label}: {v.verdict}"
+    if v.reasons:
+        text += " — " + "; ".join(r.message for r in v.reasons)
+    if v.not_supported:
+        text += f" (not supported by this card: {', '.join(v.not_supported)})"
+    v.summary = text
+
+
+def _driver_reason(m: DriverMessage) -> HealthReason:
+    return HealthReason(
+        field="driver",
+        value=m.kind,
+        severity=m.verdict,
+        message=m.meaning,
+        evidence=m.text,
+        action=m.action,
+    )
+
+
+def _apply_driver(verdicts: list[GpuVerdict], messages: list[DriverMessage]) -> None:
+    """nvidia-smi's messages about one GPU ('Unable to determine the device handle for GPU …')
+    become that GPU's reason, in the driver's words, in place of the generic 'lost' one."""
+    for m in messages:
+        if m.bus_id is None:
+            continue
+        want = normalize_bus_id(m.bus_id)
+        for v in verdicts:
+            if _bus_of(v) == want:
+                v.reasons = [r for r in v.reasons if r.field != "lost"] + [_driver_reason(m)]
+                _resummarise(v)
+                break
+
+
+def _xid_reason(f: XidFinding) -> HealthReason:
+    name = f" {f.mnemonic}" if f.mnemonic else ""
+    times = f", {f.count} times in the log" if f.count > 1 else ""
+    return HealthReason(
+        field="xid",
+        value=f.xid,
+        severity=f.severity,
+        message=f"Xid {f.xid}{name}: {f.meaning}{times}",
+        evidence=f.last_line,
+        action=f.advice,
+    )
+
+
+def _xid_verdicts(
+    ctx: SkillContext,
+    findings: list[XidFinding],
+    verdicts: list[GpuVerdict],
+    use_store: bool,
+    hosts: Hosts,
+) -> list[GpuVerdict]:
+    """Kernel-log findings per GPU (by bus id): added to the verdict of a GPU already judged,
+    else a verdict of their own, under the index this machine last recorded for that bus id
+    (so that, recorded, it quarantines that GPU), or the bus id alone."""
+    by_bus: dict[str, list[XidFinding]] = {}
+    for f in findings:
+        by_bus.setdefault(f.bus_id, []).append(f)
+    out: list[GpuVerdict] = []
+    for bus, found in by_bus.items():
+        reasons = [_xid_reason(f) for f in found]
+        target = next((v for v in [*verdicts, *out] if _bus_of(v) == bus), None)
+        if target is None:
+            match = _sample_for_bus_id(ctx, bus, hosts) if use_store else None
+            uuid = next((f.uuid for f in found if f.uuid), None)
+            if match is not None:
+                reading = GpuReading(
+                    index=match.gpu_index,
+                    uuid=match.uuid or uuid,
+                    name=(match.data or {}).get("name"),
+                    pci_bus_id=(match.data or {}).get("pci_bus_id") or bus,
+                )
+                target = GpuVerdict(
+                    index=reading.index,
+                    uuid=reading.uuid,
+                    name=reading.name,
+                    verdict="OK",
+                    summary="",
+                    reading=reading,
+                    pci_bus_id=reading.pci_bus_id,
+                )
+            else:
+                target = GpuVerdict(index=None, uuid=uuid, verdict="OK", summary="", pci_bus_id=bus)
+            out.append(target)
+        target.reasons += reasons
+        _resummarise(target)
+    return out
+
+
+def _driver_unreadable(
+    ctx: SkillContext, hosts: Hosts, messages: list[DriverMessage], judged: set[int | None]
+) -> list[GpuVerdict]:
+    """This machine's GPUs, as last recorded, when the driver cannot be asked at all ('No devices
+    were found', 'Failed to initialize NVML: …'): each gets the message's verdict (UNKNOWN), so
+    that, recorded, placement does not send work there on an old OK."""
+    out = []
+    worst = max((m.verdict for m in messages), key=SEVERITY.__getitem__)
+    for sample in _latest_per_index(ctx, hosts):
+        if sample.gpu_index in judged:
+            continue
+        reasons = [_driver_reason(m) for m in messages]
+        data = sample.data or {}
+        reading = GpuReading(
+            index=sample.gpu_index,
+            uuid=sample.uuid,
+            name=data.get("name"),
+            pci_bus_id=data.get("pci_bus_id"),
+        )
+        v = GpuVerdict(
+            index=sample.gpu_index,
+            uuid=sample.uuid,
+            name=data.get("name"),
+            verdict=worst,
+            reasons=reasons,
+            summary="",
+            reading=reading,
+            pci_bus_id=reading.pci_bus_id,
+        )
+        _resummarise(v)
+        out.append(v)
     return out
 
 
@@ -516,6 +694,62 @@ def _sample(v: GpuVerdict, now: datetime, host: str, source: str) -> GpuSample |
     )
 
 
+# ------------------------------------------------------------------------------ quarantine
+def _quarantine_holds(
+    ctx: SkillContext, verdicts: list[GpuVerdict], known: dict[str, Hosts], recovered: list[str]
+) -> set[int]:
+    """Healthy verdicts on GPUs placement has quarantined (latest recorded verdict CRITICAL or
+    UNKNOWN): each counts one more healthy check; the GPU returns to placement at the
+    `health.recover_after_checks`-th in a row, not the first. Returns the ids (id(verdict)) to
+    record as still held; fills `recovered` with the GPUs released now."""
+    need = ctx.settings.health.recover_after_checks
+    latest: dict[str, dict[int, GpuSample]] = {}
+    held: set[int] = set()
+    for v in verdicts:
+        if v.index is None or v.missing or v.verdict in QUARANTINED:
+            continue
+        host = v.host or ctx.settings.node
+        if host not in latest:
+            latest[host] = {
+                s.gpu_index: s for s in _latest_per_index(ctx, known.get(host, (host,)))
+            }
+        prev = latest[host].get(v.index)
+        if prev is None or prev.verdict not in QUARANTINED:
+            continue
+        if prev.uuid and v.uuid and prev.uuid != v.uuid:
+            continue  # another card answers at that index now: nothing to hold
+        hold = (prev.data or {}).get("held") or {}
+        since = hold.get("since") or f"{prev.verdict} at {prev.taken_at:%Y-%m-%d %H:%M}"
+        count = int(hold.get("healthy_checks", 0)) + 1
+        v.quarantine = Quarantine(
+            since=since, healthy_checks=count, needed=need, released=count >= need
+        )
+        label = (f"{v.host} " if v.host else "") + f"GPU {v.index}"
+        if v.quarantine.released:
+            recovered.append(label)
+            v.summary += f" (back in placement: {count} healthy check(s) in a row since {since})"
+        else:
+            held.add(id(v))
+            v.summary += (
+                f" (still quarantined: {count} of {need} healthy checks in a row since {since})"
+            )
+    return held
+
+
+def _held(row: GpuSample | None, v: GpuVerdict, held: set[int]) -> GpuSample | None:
+    """A healthy GPU still in quarantine is recorded UNKNOWN (placement keeps it out), with what
+    this check judged and how many healthy checks it has passed."""
+    if row is None or id(v) not in held or v.quarantine is None:
+        return row
+    row.verdict = "UNKNOWN"
+    row.data = {
+        **row.data,
+        "judged": v.verdict,
+        "held": v.quarantine.model_dump(mode="json"),
+    }
+    return row
+
+
 # ----------------------------------------------------------------------------------- sources
 def _source(ctx: SkillContext, inp: HealthCheckInput) -> Any:
     """The probe to read: a paste, a saved file, the context's probe, or the configured backend."""
@@ -558,10 +792,17 @@ def _judge_host(
     """The verdicts on one machine's reading, and notes for the message."""
     verdicts = [judge_reading(g, ctx.settings.health) for g in result.gpus]
     verdicts += _unmatched_lost(ctx, result, this_machine, hosts)
+    _apply_driver(verdicts, result.driver)
+    verdicts += _xid_verdicts(ctx, result.xids, verdicts, this_machine, hosts)
     notes: list[str] = []
-    if this_machine and (result.gpus or not result.error):
+    if this_machine and result.complete and (result.gpus or not result.error):
         unseen, notes = _missing_gpus(ctx, result, verdicts, hosts)
         verdicts += unseen
+    whole = machine_wide(result.driver)
+    if this_machine and whole and not result.gpus and ctx.settings.node in hosts:
+        verdicts += _driver_unreadable(ctx, hosts, whole, {v.index for v in verdicts})
+    for m in whole:
+        notes.append(f"{m.text.replace(chr(10), ' ')}: {m.meaning}; do: {m.action}")
     if inp.gpus is None:
         return verdicts, notes
     wanted = set(inp.gpus)
@@ -688,12 +929,14 @@ def gpu_health_check(ctx: SkillContext, inp: HealthCheckInput) -> HealthCheckRes
     result = _as_one(probe.name, results) if cluster else results[ctx.settings.node]
 
     recorded = 0
+    recovered: list[str] = []
     if record:
         # GPUs not seen go first: where another GPU now answers at the same index, its sample
         # is the newer one, and placement reads the newest per index.
         source = health_source(ctx.settings)  # placement reads its own source's verdicts
+        held = _quarantine_holds(ctx, verdicts, known, recovered)
         rows = [
-            _sample(v, ctx.now, v.host or ctx.settings.node, source)
+            _held(_sample(v, ctx.now, v.host or ctx.settings.node, source), v, held)
             for v in sorted(verdicts, key=lambda v: not v.missing)
         ]
         with ctx.store.session() as s:
@@ -712,6 +955,11 @@ def gpu_health_check(ctx: SkillContext, inp: HealthCheckInput) -> HealthCheckRes
     elif result.error:
         overall = "UNKNOWN"
         message = f"the {result.backend} backend could not read the GPUs: {result.error}"
+    elif not result.complete:
+        overall = "OK"  # a kernel log without Xid lines: the driver logged no GPU error
+        message = (
+            f"no NVRM Xid lines in the {result.message or result.backend}: no GPU errors logged"
+        )
     else:
         overall = "NO_GPUS"
         message = (
@@ -725,6 +973,11 @@ def gpu_health_check(ctx: SkillContext, inp: HealthCheckInput) -> HealthCheckRes
         message += "\nnot recorded: a paste may be another machine's"
     for note in notes:
         message += f"\n{note}"
+    if recovered:
+        message += (
+            f"\nback in placement after {thresholds.recover_after_checks} consecutive healthy "
+        )
+        message += f"check(s): {', '.join(recovered)}"
     return HealthCheckResult(
         backend=result.backend,
         overall=overall,
@@ -733,4 +986,5 @@ def gpu_health_check(ctx: SkillContext, inp: HealthCheckInput) -> HealthCheckRes
         thresholds=thresholds,
         error=result.error,
         recorded=recorded,
+        recovered=recovered,
     )

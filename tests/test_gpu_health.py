@@ -907,6 +907,12 @@ def test_disappeared_gpu_is_critical_until_it_answers_again(tmp_path):
     ctx.probe, ctx.now = static_gpus(0, 1), datetime(2026, 12, 2, 6, 0)
     back = run_skill(gpu_health_check, ctx, {})
     assert back.overall == "OK" and not any(v.missing for v in back.gpus)
+    # Back, but quarantined until health.recover_after_checks (3) healthy checks in a row.
+    assert slot_verdicts(ctx) == {0: "OK", 1: "UNKNOWN"}
+    for hour in (7, 8):
+        ctx.now = datetime(2026, 12, 2, hour, 0)
+        out = run_skill(gpu_health_check, ctx, {})
+    assert out.recovered == ["GPU 1"]
     assert slot_verdicts(ctx) == {0: "OK", 1: "OK"}
 
 
@@ -958,10 +964,12 @@ def slot_verdicts(ctx: SkillContext) -> dict[int, str]:
 
 
 def test_placement_quarantines_critical_until_a_later_check_clears_it(tmp_path):
-    """Only the latest recorded verdict counts: a CRITICAL GPU is skipped, then used once a check says OK."""
+    """Only the latest recorded verdict counts: a CRITICAL GPU is skipped, then used once a check
+    says OK (with health.recover_after_checks: 1; the default 3 is tested in test_gpu_recovery)."""
     from nightshift.runtime.scheduling.placement import PendingJob, Snapshot, place
 
-    ctx = make_ctx(tmp_path, probe=static_gpus(0, temperature=95.0))
+    settings = Settings(home=str(tmp_path), health={"recover_after_checks": 1})
+    ctx = make_ctx(tmp_path, probe=static_gpus(0, temperature=95.0), settings=settings)
     assert run_skill(gpu_health_check, ctx, {}).overall == "CRITICAL"
     job = PendingJob(id=1, gpus=1, submitted_at=NOW)
     slots = gpu_slots(ctx)

@@ -28,6 +28,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from nightshift.runtime.config import Settings
 from nightshift.runtime.errors import SpecError
+from nightshift.runtime.gpu.bus import normalize_bus_id as normalize_bus_id
+from nightshift.runtime.gpu.driver_messages import DriverMessage, find_driver_messages
+from nightshift.runtime.gpu.xid import XidFinding
 from nightshift.runtime.yamlfile import read_yaml, validate
 
 FieldStatus = Literal["ok", "unsupported", "unreadable", "absent"]
@@ -160,6 +163,18 @@ class ProbeResult(BaseModel):
     message: str | None = Field(
         None, description="Context for a reader, such as why no GPU is visible"
     )
+    driver: list[DriverMessage] = Field(
+        default_factory=list,
+        description="nvidia-smi's own error messages (a lost GPU, a driver that cannot be asked)",
+    )
+    xids: list[XidFinding] = Field(
+        default_factory=list, description="Kernel `NVRM: Xid` findings, per GPU by PCI bus id"
+    )
+    complete: bool = Field(
+        True,
+        description="Whether `gpus` lists every GPU the machine has; False for a kernel log, "
+        "which names only the GPUs that had errors",
+    )
 
 
 class GpuProbe(Protocol):
@@ -229,15 +244,6 @@ class _Collector:
 def decode_throttle_mask(mask: int) -> list[str]:
     """Names of the active clock-event reasons in an NVML / nvidia-smi bit mask."""
     return [name for bit, name in THROTTLE_BITS.items() if mask & bit]
-
-
-def normalize_bus_id(bus_id: str) -> str:
-    """'00000000:3B:00.0' and '0000:3b:00.0' name the same device: compare as 'domain:bus:dev.fn'."""
-    parts = bus_id.strip().split(":")
-    if len(parts) == 3:
-        domain = int(parts[0], 16) if parts[0] else 0
-        return f"{domain:04x}:{parts[1].lower()}:{parts[2].lower()}"
-    return bus_id.strip().lower()
 
 
 # ------------------------------------------------------------------------------------------ NVML
@@ -730,14 +736,19 @@ class NvidiaSmiProbe:
         rows = "\n".join(ln for ln in out.splitlines() if not _is_device_error(ln))
         gpus = parse_query_gpu_csv(rows) if rows.strip().lower().startswith("index") else []
         lost = lost_in_output(out + "\n" + err)
+        # nvidia-smi's own error messages ("No devices were found", "Failed to initialize NVML:
+        # …") are verdicts on the machine, whatever the exit code.
+        driver = find_driver_messages(out + "\n" + err)
         error = None
         if rc != 0 and not gpus:
             error = f"{self.executable} exited {rc}: {(err or out).strip()[:500]}"
         elif lost:
             error = f"{len(lost)} GPU(s) lost"
+        elif driver and not gpus:
+            error = "; ".join(m.text.replace("\n", " ") for m in driver)
         if gpus:
             self._add_processes(gpus)
-        return ProbeResult(backend=self.name, gpus=gpus, error=error, lost=lost)
+        return ProbeResult(backend=self.name, gpus=gpus, error=error, lost=lost, driver=driver)
 
     def _add_processes(self, gpus: list[GpuReading]) -> None:
         try:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from nightshift.runtime.gpu.driver_messages import find_driver_messages, machine_wide
 from nightshift.runtime.gpu.gpu import (
     ERROR_CELLS,
     UNSUPPORTED_CELLS,
@@ -29,12 +30,23 @@ from nightshift.runtime.gpu.gpu import (
     parse_query_compute_apps_csv,
     parse_query_gpu_csv,
 )
+from nightshift.runtime.gpu.xid import (
+    find_xid_events,
+    findings,
+    gpu_uuids,
+    looks_like_kernel_log,
+)
 
 Format = Literal["csv", "q", "table"]
+# What a saved or pasted text can hold: one of nvidia-smi's outputs, only nvidia-smi's own error
+# messages, or a kernel log with `NVRM: Xid` lines.
+Source = Literal["csv", "q", "table", "driver", "kernel"]
 FORMAT_NAMES: dict[str, str] = {
     "csv": "nvidia-smi --query-gpu CSV",
     "q": "nvidia-smi -q report",
     "table": "nvidia-smi default table",
+    "driver": "nvidia-smi error message",
+    "kernel": "kernel log (NVRM Xid lines)",
 }
 
 # Words nvidia-smi prints instead of a value, compared without brackets and in lower case.
@@ -619,29 +631,50 @@ def parse_any(text: str) -> tuple[Format, list[GpuReading]]:
             "`--query-gpu=… --format=csv` output too"
         )
     raise ValueError(
-        "not recognised as nvidia-smi output: expected the default `nvidia-smi` table, "
-        "`nvidia-smi -q`, or `nvidia-smi --query-gpu=… --format=csv` with its header line"
+        "not recognised as nvidia-smi output or a kernel log: expected the default `nvidia-smi` "
+        "table, `nvidia-smi -q`, `nvidia-smi --query-gpu=… --format=csv` with its header line, "
+        "one of nvidia-smi's error messages, or kernel log lines with `NVRM: Xid` "
+        "(`journalctl -k` or `dmesg`)"
     )
 
 
 class TextProbe:
-    """Saved or pasted nvidia-smi output read like a probe, so the same verdict rules judge it.
-    The text is parsed when the probe is made: a ValueError then says it is not nvidia-smi output."""
+    """Saved or pasted nvidia-smi output, or a kernel log, read like a probe, so the same verdict
+    rules judge it. The text is parsed when the probe is made: a ValueError then says it is
+    neither. nvidia-smi's own error messages and `NVRM: Xid` lines are read from any of them."""
 
     name = "paste"
 
     def __init__(self, text: str, source: str = "pasted text"):
         self.text = text
         self.source = source
-        self.format, self.gpus = parse_any(text)
+        self.driver = find_driver_messages(text)
+        self.xids = findings(find_xid_events(text), gpu_uuids(text))
+        self.format: Source
+        self.gpus: list[GpuReading]
+        kernel = bool(self.xids) or looks_like_kernel_log(text)
+        if detect_format(text) is None and (self.driver or kernel):
+            self.format, self.gpus = ("kernel" if kernel else "driver"), []
+        else:
+            self.format, self.gpus = parse_any(text)
 
     def read(self) -> ProbeResult:
         lost = lost_in_output(self.text)
         what = f"{FORMAT_NAMES[self.format]} from {self.source}"
+        whole = machine_wide(self.driver)
+        error = None
+        if lost:
+            error = f"{len(lost)} GPU(s) lost"
+        elif whole and not self.gpus:
+            error = "; ".join(m.text.replace("\n", " ") for m in whole)
+        listed = self.gpus or lost or self.driver or self.format == "kernel"
         return ProbeResult(
             backend=f"paste:{self.format}",
             gpus=[g.model_copy(deep=True) for g in self.gpus],
             lost=lost,
-            error=f"{len(lost)} GPU(s) lost" if lost else None,
-            message=what if self.gpus or lost else f"the {what} lists no GPUs",
+            error=error,
+            message=what if listed else f"the {what} lists no GPUs",
+            driver=list(self.driver),
+            xids=list(self.xids),
+            complete=self.format != "kernel",
         )

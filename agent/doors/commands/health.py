@@ -32,12 +32,17 @@ COLOURS = {
 }
 
 HELP = (
-    "Check this machine's GPUs, or a saved nvidia-smi output, and give each a verdict.\n\n"
+    "Check this machine's GPUs, or a saved nvidia-smi output or kernel log, and give each a "
+    "verdict.\n\n"
     "--from FILE reads `nvidia-smi -q`, the default `nvidia-smi` table, or `nvidia-smi "
     "--query-gpu=... --format=csv` (with its header line), such as a colleague's paste from a "
-    "ticket, and judges it with the same rules. A paste is not recorded, since it may be another "
-    "machine's, unless --record is given; a check of this machine is recorded unless --no-record "
-    "is given.\n\n"
+    "ticket, and judges it with the same rules. nvidia-smi's own error messages ('Unable to "
+    "determine the device handle for GPU ...: GPU is lost', 'No devices were found', 'Failed to "
+    "initialize NVML: ...') are verdicts too, and a kernel log (`journalctl -k`, `dmesg`) is "
+    "read for `NVRM: Xid` lines, judged by NVIDIA's XID catalogue per GPU (PCI bus id). A paste "
+    "is not recorded, since it may be another machine's, unless --record is given; a check of "
+    "this machine is recorded unless --no-record is given. A quarantined GPU returns to "
+    "placement after health.recover_after_checks healthy checks in a row.\n\n"
     "Exit code, as monitoring plugins use it: 0 OK (or no GPUs), 1 WARNING, 2 CRITICAL, "
     "3 UNKNOWN (a GPU could not be judged, or the check itself could not run: an unreadable "
     "file, a refused call)."
@@ -115,12 +120,17 @@ def _pair(r: GpuReading | None, a: str, b: str, unit: str) -> str:
 def _row(v: GpuVerdict) -> list[Any]:
     r = v.reading
     reasons = Text("; ").join(Text(x.message, style=COLOURS[x.severity]) for x in v.reasons)
+    actions = list(dict.fromkeys(x.action for x in v.reasons if x.action))
+    for action in actions:
+        reasons.append_text(styled("\n[dim]do: {}[/]", action))
     if v.not_supported:
         if reasons:
             reasons.append("\n")
         reasons.append_text(styled("[dim]not supported: {}[/]", ", ".join(v.not_supported)))
     return [
-        ("?" if v.index is None else str(v.index)) if v.host is None else f"{v.host} {v.index}",
+        (str(v.index) if v.index is not None else v.pci_bus_id or "?")
+        if v.host is None
+        else f"{v.host} {v.index}",
         v.name or v.uuid or "",
         _coloured(v.verdict),
         _value(r, "temperature_c", " °C"),
