@@ -182,7 +182,39 @@ def _fmt(x: float | None) -> str:
     return "—" if x is None else f"{x:.2f}"
 
 
-def print_report(rows: list[dict[str, Any]], split: str) -> None:
+def confusion(rows: list[dict[str, Any]]) -> tuple[list[str], dict[tuple[str, str], int]]:
+    """The categories seen (expected or said) and the count of each (expected, said) pair."""
+    cats = sorted({r["category"] for r in rows} | {r["got"] for r in rows})
+    counts: dict[tuple[str, str], int] = {}
+    for r in rows:
+        counts[r["category"], r["got"]] = counts.get((r["category"], r["got"]), 0) + 1
+    return cats, counts
+
+
+def confusion_markdown(rows: list[dict[str, Any]]) -> list[str]:
+    """The confusion matrix: a row per expected category, a column per category said."""
+    cats, counts = confusion(rows)
+    short = {c: c.replace("_", " ") for c in cats}
+    out = [
+        "| expected ↓ said → | " + " | ".join(short[c] for c in cats) + " |",
+        "| --- | " + " | ".join("---:" for _ in cats) + " |",
+    ]
+    for e in cats:
+        if not any(r["category"] == e for r in rows):
+            continue
+        cells = [str(counts.get((e, g), "")) if (e, g) in counts else "" for g in cats]
+        cells = [f"**{c}**" if c and e == g else c for c, g in zip(cells, cats, strict=True)]
+        out.append(f"| {e} | " + " | ".join(cells) + " |")
+    return out
+
+
+def listed_misses(split: str, show: bool) -> bool:
+    """Whether misses are listed one by one: not on the held-out split unless asked. Reading
+    them is how a held-out log gets tuned on; their count and the confusion matrix say enough."""
+    return show or split != "held-out"
+
+
+def print_report(rows: list[dict[str, Any]], split: str, show_misses: bool = False) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -209,7 +241,11 @@ def print_report(rows: list[dict[str, Any]], split: str) -> None:
     misses = [r for r in rows if not r["ok"]]
     errors = sum(r["got"] == "error" for r in rows)
     console.print(f"misses: {len(misses)}; raised: {errors}")
-    if misses:
+    if misses and not listed_misses(split, show_misses):
+        console.print(
+            "(not listed: the held-out split is not for tuning; --show-misses lists them)"
+        )
+    elif misses:
         m = Table(title="misses")
         for col in ("file", "expected", "said", "why"):
             m.add_column(col, overflow="fold")
@@ -218,7 +254,9 @@ def print_report(rows: list[dict[str, Any]], split: str) -> None:
         console.print(m)
 
 
-def markdown(rows: list[dict[str, Any]], cases: list[Case], split: str) -> str:
+def markdown(
+    rows: list[dict[str, Any]], cases: list[Case], split: str, show_misses: bool = False
+) -> str:
     """The per-category table, the misses and the corpus composition, as Markdown."""
     out = [
         "| category | n | predicted | correct | precision | recall |",
@@ -231,12 +269,16 @@ def markdown(rows: list[dict[str, Any]], cases: list[Case], split: str) -> str:
         )
     ok = sum(r["ok"] for r in rows)
     out.append(f"| **overall accuracy** | {len(rows)} | | {ok} | | **{accuracy(rows):.3f}** |")
+    out += ["", "Confusion matrix (rows: the expected category; columns: what was said):", ""]
+    out += confusion_markdown(rows)
     misses = [r for r in rows if not r["ok"]]
-    out += ["", f"Misses on split `{split}`: {len(misses)}" + (":" if misses else ".")]
-    out += [
-        f"- `{r['category']}/{r['file']}` → said `{r['got']}` ({r['reasoning'][:140]})"
-        for r in misses
-    ]
+    listed = listed_misses(split, show_misses)
+    out += ["", f"Misses on split `{split}`: {len(misses)}" + (":" if misses and listed else ".")]
+    if listed:
+        out += [
+            f"- `{r['category']}/{r['file']}` → said `{r['got']}` ({r['reasoning'][:140]})"
+            for r in misses
+        ]
     out += [
         "",
         "Corpus composition (logs per category; held-out = the logs of the held-out repositories):",
@@ -271,6 +313,11 @@ def main(argv: list[str] | None = None) -> int:
         help="also write the tables (and the corpus composition) as Markdown here",
     )
     ap.add_argument("--corpus", type=Path, default=CORPUS, help=f"corpus folder (default {CORPUS})")
+    ap.add_argument(
+        "--show-misses",
+        action="store_true",
+        help="list the held-out split's misses one by one (never while tuning the rules)",
+    )
     args = ap.parse_args(argv)
     if not args.corpus.is_dir():
         print(f"error: no corpus folder at {args.corpus}", file=sys.stderr)
@@ -280,13 +327,13 @@ def main(argv: list[str] | None = None) -> int:
     if not rows:
         print("error: the split has no logs", file=sys.stderr)
         return 2
-    print_report(rows, args.split)
+    print_report(rows, args.split, args.show_misses)
     if args.csv:
         write_csv(args.csv, rows)
         print(f"wrote {args.csv}")
     if args.markdown:
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(markdown(rows, cases, args.split))
+        args.markdown.write_text(markdown(rows, cases, args.split, args.show_misses))
         print(f"wrote {args.markdown}")
     return 0
 

@@ -136,14 +136,28 @@ def test_no_log_makes_the_skill_raise(rows):
 
 
 def test_held_out_accuracy(rows):
-    """The logs of the held-out repositories get the category of their folder. The goal is 95 %;
-    the rules as they were before any tuning on the repositories added on 2026-12-05 got 81 of
-    162 (50.0 %): this guards the measured figure against regressions."""
+    """The logs of the held-out repositories get the category of their folder. The goal is 95 %.
+    Before any tuning on the repositories added on 2026-12-05: 81 of 162 (50.0 %); after tuning
+    on the other repositories' logs alone (pasted-log reading, hang_or_timeout, warnings that
+    carry the cause): 104 of 162 (64.2 %). This guards the measured figure against regressions;
+    the held-out misses are not listed by the eval (they are not for tuning)."""
     held = [r for r in rows if r["held_out"]]
-    misses = [(r["category"], r["file"], r["got"]) for r in held if not r["ok"]]
-    assert accuracy(held) >= 0.50, misses
+    assert accuracy(held) >= 0.64, f"{sum(r['ok'] for r in held)} of {len(held)}"
     table = {c["category"]: c for c in per_category(held)}
     assert table.keys() <= CATEGORIES
+
+
+def test_the_held_out_misses_are_not_listed(tmp_path):
+    """The eval prints the held-out split's counts and confusion matrix, not its misses one by
+    one (reading them is how a held-out log gets tuned on), unless asked."""
+    from nightshift.evals.diagnosis import main as eval_main
+
+    out = tmp_path / "held.md"
+    assert eval_main(["--split", "held-out", "--markdown", str(out)]) == 0
+    text = out.read_text()
+    assert "Confusion matrix" in text and ".log`" not in text
+    assert eval_main(["--split", "held-out", "--markdown", str(out), "--show-misses"]) == 0
+    assert ".log`" in out.read_text()
 
 
 def test_the_remediation_follows_the_category(rows):

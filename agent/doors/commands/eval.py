@@ -27,6 +27,10 @@ SUITES = {
         "nightshift.evals.sweep_bench",
         "random vs TPE vs TPE + pruning on real training: trial time to the best of random",
     ),
+    "diagnosis": (
+        "nightshift.evals.diagnosis",
+        "diagnose_failure on 617 real logs: held-out repositories' accuracy, per category",
+    ),
     "latency": (
         "nightshift.evals.cli_latency",
         "jobs, status, show and logs on 10,000 queued jobs: cold and warm seconds",
