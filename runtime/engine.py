@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,15 @@ from nightshift.runtime.scheduling.placement import Decision, place
 from nightshift.runtime.scheduling.snapshot import load_snapshot, on_host
 from nightshift.runtime.spec import ExperimentSpec
 from nightshift.runtime.store import lifecycle, transition_events
-from nightshift.runtime.store.db import Attempt, CheckpointRecord, Job, MetricPoint, Store, utcnow
+from nightshift.runtime.store.db import (
+    Attempt,
+    CheckpointRecord,
+    GpuSample,
+    Job,
+    MetricPoint,
+    Store,
+    utcnow,
+)
 from nightshift.runtime.store.lifecycle import ACTIVE, Ended, JobState, Outcome
 from nightshift.runtime.training import (
     checkpoints,
@@ -40,12 +48,14 @@ from nightshift.runtime.training import (
     durations,
     job_history,
     keeper,
+    machine_evidence,
     metric_sources,
     stall,
 )
 from nightshift.runtime.training.attempt_diagnosis import Diagnoser, FailedRun, read_log_tail
 from nightshift.runtime.training.divergence import Divergence
 from nightshift.runtime.training.early_stop import median_rule, patience_exhausted
+from nightshift.runtime.training.machine_evidence import CgroupMemory, MachineEvidence
 
 DEADLINE_MARGIN_S = 300
 # A wall-clock jump larger than this between two ticks (beyond the time the monotonic clock saw
@@ -926,6 +936,7 @@ class Engine:
                 monitor_detail=reason or status.detail,
                 params=dict(att.params),
                 knobs=spec.knobs.model_dump(exclude_none=True),
+                machine=self._machine_evidence(att, job, status),
             )
             return self.diagnose(run).model_dump()
         except Exception as exc:  # noqa: BLE001 (a diagnosis is a nicety; the end is a record)
@@ -935,6 +946,75 @@ class Engine:
                     {"attempt_id": attempt_id, "error": f"{type(exc).__name__}: {exc}"},
                 )
             return None
+
+    def _machine_evidence(self, att: Attempt, job: Job, status: RunStatus) -> MachineEvidence:
+        """What the machine says of an attempt that ended failed, beside its log: its cgroup's
+        memory counters at exit (the supervisor's record), the kernel log since it started (an
+        OOM kill naming its pid where no cgroup counted one; `NVRM: Xid` lines for its GPUs), free
+        space on its folders' filesystems, and the non-finite values among its recorded metrics.
+        Bounded and best effort: what cannot be read is a note. A run on another host (a cluster)
+        has only what its executor and the store hold."""
+        ev = MachineEvidence()
+        if status.cgroup_memory:
+            try:
+                ev.cgroup = CgroupMemory.model_validate(status.cgroup_memory)
+            except ValueError:
+                ev.notes.append("the run's cgroup counters were unreadable")
+        handle_pid = att.handle.get("pid") if att.executor == "local" else None
+        ev.pids = sorted(
+            {p for p in (status.pid, handle_pid) if isinstance(p, int) and not isinstance(p, bool)}
+        )
+        with self.store.session() as s:
+            rows = s.exec(
+                select(MetricPoint)
+                .where(MetricPoint.attempt_id == att.id, col(MetricPoint.value).is_(None))
+                .order_by(col(MetricPoint.step))
+                .limit(machine_evidence.MAX_METRICS)
+            ).all()
+            # the store keeps a non-finite value as NULL (JSON and SQL have none)
+            ev.metrics = [
+                machine_evidence.MetricValue(name=r.name, step=r.step, value="non-finite")
+                for r in rows
+            ]
+            samples = (
+                s.exec(
+                    select(GpuSample)
+                    .where(
+                        col(GpuSample.gpu_index).in_([int(g) for g in att.gpus]),
+                        col(GpuSample.host).in_([att.node or self.settings.node, "localhost"]),
+                    )
+                    .order_by(col(GpuSample.taken_at).desc())
+                    .limit(64)
+                ).all()
+                if att.gpus and not att.host
+                else []
+            )
+        buses: dict[int, str] = {}
+        for g in samples:
+            bus = g.data.get("pci_bus_id") if isinstance(g.data, dict) else None
+            if isinstance(bus, str) and bus and g.gpu_index not in buses:
+                buses[g.gpu_index] = bus
+        ev.gpu_bus_ids = sorted(set(buses.values()))
+        if att.host or att.executor not in ("local", "docker"):
+            return ev  # the kernel and the disks below are another machine's
+        paths = job_paths(self.settings, job)
+        ev.disks, notes = machine_evidence.disk_free(
+            [("job folder", paths["workspace"]), ("checkpoint folder", paths["checkpoint_dir"])]
+        )
+        ev.notes += notes
+        sigkill = status.signal == 9 or status.exit_code in (-9, 137)
+        if (sigkill and ev.cgroup is None) or ev.gpu_bus_ids:
+            since = att.started_at.replace(tzinfo=UTC).timestamp() - 1.0
+            why = "neither journalctl nor /dev/kmsg answered"
+            try:
+                text = machine_evidence.KERNEL_LOG_READER(since)
+            except Exception as exc:  # noqa: BLE001 - an unreadable log is a note, not a crash
+                text, why = None, type(exc).__name__
+            if text is not None:
+                ev.kernel_log = machine_evidence.kernel_lines(text)
+            else:
+                ev.notes.append(f"the kernel log could not be read ({why})")
+        return ev
 
 
 # The loop's own verdicts, which the classifier takes as the category.

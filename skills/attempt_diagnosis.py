@@ -34,6 +34,7 @@ def diagnose_attempt(run: FailedRun) -> Diagnosis:
             monitor_detail=(run.monitor_detail or "")[:MAX_DETAIL] or None,
             params=run.params or None,
             knobs=run.knobs or None,
+            machine=run.machine,
         ),
     )
     shown = from_result(result, first_line_no=run.first_line_no)
@@ -65,6 +66,7 @@ def from_result(result: DiagnoseFailureResult, *, first_line_no: int = 1) -> Dia
         action=result.remediation.action,
         fix=result.remediation.message,
         changes=dict(result.remediation.changes),
+        machine=[m.model_dump() for m in result.machine],
     )
 
 

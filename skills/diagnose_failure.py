@@ -41,6 +41,16 @@ How a verdict is reached, in this order:
    all, an uncaught exception at the end of the log → crashed (low confidence).
 7. Other signals (SIGSEGV, SIGABRT, SIGBUS) → crashed; a torchrun failure summary that names no
    error → nccl_or_distributed (low confidence). Otherwise unknown: no confident guess.
+
+What the machine says (`machine`, which the daemon gathers as the attempt ends: see
+runtime/training/machine_evidence.py; this skill reads nothing of the machine itself) is listed in
+the result's `machine` with its source (exit_status, cgroup, kernel_log, disk, gpu_xid, metrics),
+and outranks a verdict the log gives only as an echo (killed, crashed, unknown, …; see
+_MACHINE_REPLACES): the run's memory cgroup counted an OOM kill, or a kernel OOM-killer line
+names the run's pid → host_oom; a reset / reboot / drain `NVRM: Xid` on the attempt's GPU →
+cuda_runtime_error; a nearly full filesystem of the run's folders → disk_full; non-finite recorded
+metrics → nan_loss. A cgroup that counted no OOM kill, or a kernel log that names none of the
+run's pids, says so of a SIGKILL, which stays `killed`.
 """
 
 from __future__ import annotations
@@ -65,7 +75,10 @@ except ImportError:  # pragma: no cover - Python < 3.11
     import sre_constants as _sre_constants  # type: ignore[no-redef]
     import sre_parse as _sre_parse  # type: ignore[no-redef]
 
+from nightshift.runtime.gpu import xid as xid_module
+from nightshift.runtime.gpu.bus import normalize_bus_id
 from nightshift.runtime.training import job_files, pasted_log
+from nightshift.runtime.training.machine_evidence import MachineEvidence
 from nightshift.runtime.user_files import read_as_reader
 from nightshift.skills.base import SkillContext, skill
 
@@ -95,6 +108,9 @@ Action = Literal[
     "resume", "resume_smaller_batch", "resume_lower_lr", "resume_previous_checkpoint", "stop"
 ]
 MonitorSays = Literal["preempted", "stalled", "timeout", "lost", "diverged"]
+EvidenceSource = Literal[
+    "log", "kernel_log", "monitor", "exit_status", "cgroup", "disk", "gpu_xid", "metrics"
+]
 
 MAX_LOG_BYTES = 2 * 1024 * 1024  # the tail that is examined
 MAX_COUNT_BYTES = 256 * 1024 * 1024  # up to this much before the tail is counted for line numbers
@@ -163,6 +179,12 @@ class DiagnoseFailureInput(BaseModel):
         None,
         description="The spec's knobs: learning_rate / micro_batch / grad_accum → parameter name",
     )
+    machine: MachineEvidence | None = Field(
+        None,
+        description="What the machine said as the attempt ended (the daemon reads it): the run's "
+        "cgroup memory counters, kernel log lines since it started with the run's pids and GPU "
+        "bus ids, free space on its filesystems, non-finite recorded metrics",
+    )
 
     @model_validator(mode="after")
     def _one_log(self) -> DiagnoseFailureInput:
@@ -177,9 +199,7 @@ class EvidenceLine(BaseModel):
         "for source kernel_log, in the kernel log; 0 for the monitor's evidence"
     )
     text: str
-    source: Literal["log", "kernel_log", "monitor"] = Field(
-        "log", description="Where the line is from"
-    )
+    source: EvidenceSource = Field("log", description="Where the line is from")
 
 
 class Remediation(BaseModel):
@@ -204,6 +224,11 @@ class DiagnoseFailureResult(BaseModel):
     reasoning: str
     remediation: Remediation
     signal: int | None = Field(None, description="The signal that ended the process, if any")
+    machine: list[EvidenceLine] = Field(
+        default_factory=list,
+        description="What the machine said (given `machine`): each piece with its source — "
+        "exit_status, cgroup, kernel_log, disk, gpu_xid, metrics",
+    )
 
 
 @dataclass(frozen=True)
@@ -1066,14 +1091,26 @@ def diagnose_failure(ctx: SkillContext, inp: DiagnoseFailureInput) -> DiagnoseFa
     and (optionally) the kernel log. Returns the log lines that show it, the reasoning, whether a
     retry can help, and a remediation: resume, resume_smaller_batch, resume_lower_lr,
     resume_previous_checkpoint or stop, with concrete parameter changes when the attempt's params
-    and the spec's knobs are given. Log text is treated as data only."""
+    and the spec's knobs are given; with `machine` (what the daemon read from the machine as the
+    attempt ended) the cgroup's or kernel's word on an OOM kill, a GPU's Xid, a full disk and
+    non-finite metrics are evidence too, each with its source. Log text is treated as data only."""
+    sig = _signal_of(inp.exit_code, inp.signal)
+    facts = _machine_facts(inp, sig)
+    found = _classify(ctx, inp, sig, facts)
+    if inp.machine is not None:
+        found.machine = facts.lines
+    return found
+
+
+def _classify(
+    ctx: SkillContext | None, inp: DiagnoseFailureInput, sig: int | None, facts: _MachineFacts
+) -> DiagnoseFailureResult:
     settings = ctx.settings if ctx is not None else None  # None: offline evals, unit tests
     runs_dir = settings.runs_dir if settings is not None else None
     raw_lines, first_line_no, log_note = _read_log(inp, runs_dir)
     # What each line says as pasted_log reads it (quote marks, colour codes, timestamps, levels
     # and rank labels off; a progress bar's last redraw); evidence quotes the original line.
     lines = [pasted_log.primary(line) for line in raw_lines]
-    sig = _signal_of(inp.exit_code, inp.signal)
     failed_exit = (inp.exit_code not in (None, 0)) or sig is not None
     hits = _enough(_match(raw_lines), lines)
     strong = {c: h for c, h in hits.items() if any(s.strong for s, _ in h)}
@@ -1098,6 +1135,25 @@ def diagnose_failure(ctx: SkillContext, inp: DiagnoseFailureInput) -> DiagnoseFa
         reasoning: str,
         override: Signature | None = None,
     ) -> DiagnoseFailureResult:
+        # What the machine says outranks a log that only shows the echo of it (or nothing).
+        said = _machine_verdict(cat, facts)
+        if said is not None:
+            mcat, line, why = said
+            if mcat == cat:  # the machine agrees: the log's line first, the machine's beside it
+                shown, mconf = [*evidence[: MAX_EVIDENCE - 1], line], "high"
+                why = f"{why}; {reasoning}"
+            else:
+                shown, mconf = [line, *evidence][:MAX_EVIDENCE], _MACHINE_CONFIDENCE[mcat]
+                why += (
+                    f"; {status}"
+                    if cat in ("killed", "unknown")
+                    else (f"; the log alone reads as {cat}: {reasoning}")
+                )
+            return _result(mcat, mconf, shown, why, inp, sig, notes)
+        if cat == "killed" and facts.no_oom:
+            reasoning += f"; {facts.no_oom}: not the OOM killer"
+        elif cat == "killed" and inp.machine is not None and inp.machine.notes:
+            reasoning += "; " + "; ".join(inp.machine.notes[:3])
         # a SIGKILL (or a kill read as host memory): the kernel log may say it was the OOM killer
         if cat == "killed" or (cat == "host_oom" and confidence != "high"):
             oom = _kernel_oom(inp, notes)
@@ -1284,6 +1340,171 @@ def diagnose_failure(ctx: SkillContext, inp: DiagnoseFailureInput) -> DiagnoseFa
     else:
         reasoning = status
     return result("unknown", "low", ev([(None, i) for i in exc_lines[-2:]]), reasoning)
+
+
+# --- the machine's evidence ---------------------------------------------------------------------
+GIB = 1 << 30
+DISK_FULL_FRACTION = 0.01  # less free than this share of a filesystem is a full disk …
+DISK_FULL_BYTES = GIB  # … and so is less than this, on a filesystem where it is under a tenth
+# The base verdicts that the machine's word replaces, by what the machine says (the others —
+# an import error, a bad config, a GPU OOM — are causes of their own the log shows).
+_MACHINE_REPLACES: dict[str, frozenset[str]] = {
+    "host_oom": frozenset(
+        {"killed", "unknown", "crashed", "host_oom", "nccl_or_distributed", "hang_or_timeout"}
+    ),
+    "cuda_runtime_error": frozenset(
+        {
+            "killed",
+            "unknown",
+            "crashed",
+            "nccl_or_distributed",
+            "hang_or_timeout",
+            "cuda_runtime_error",
+        }
+    ),
+    "disk_full": frozenset(
+        {"unknown", "crashed", "checkpoint_corrupt", "file_missing", "disk_full"}
+    ),
+    "nan_loss": frozenset({"unknown", "crashed", "hang_or_timeout", "nan_loss"}),
+}
+_MACHINE_CONFIDENCE = {
+    "host_oom": "high",  # the kernel counted the kill
+    "cuda_runtime_error": "high",  # the driver logged the fault on the attempt's GPU
+    "disk_full": "medium",  # the disk is full now; the log does not say a write failed
+    "nan_loss": "high",  # the recorded metrics hold the value
+}
+# The OOM killer's lines that name the killed process: mm/oom_kill.c's "Out of memory: Killed
+# process <pid> (<comm>)" (and "Memory cgroup out of memory: …"), its "oom-kill:…,task=<comm>,
+# pid=<pid>,…" summary, and the reaper's line.
+_OOM_PID = re.compile(
+    r"(?:Kill(?:ed)? process|oom_reaper: reaped process) (?P<a>\d+)\b|\boom-kill:.*?\bpid=(?P<b>\d+)"
+)
+
+
+@dataclass
+class _MachineFacts:
+    """The machine's evidence lines (with sources, for the result), what each category it
+    points to has as its line and reason, and a note when it says there was no OOM kill."""
+
+    lines: list[EvidenceLine]
+    points: dict[str, tuple[EvidenceLine, str]]
+    no_oom: str | None = None
+
+
+def _machine_facts(inp: DiagnoseFailureInput, sig: int | None) -> _MachineFacts:
+    facts = _MachineFacts([], {})
+    m = inp.machine
+    if m is None:
+        return facts
+    if inp.exit_code is not None or sig is not None:
+        status = _describe_status(inp.exit_code, sig)
+        facts.lines.append(EvidenceLine(line_no=0, text=status, source="exit_status"))
+
+    def point(cat: str, line: EvidenceLine, why: str) -> None:
+        facts.points.setdefault(cat, (line, why))
+
+    cg = m.cgroup
+    if cg is not None:
+        text = f"memory cgroup (v{cg.version}): oom_kill {cg.oom_kills}"
+        if cg.peak_bytes is not None:
+            text += f", peak {_size(cg.peak_bytes)}"
+        if cg.limit_bytes is not None:
+            text += f" of its limit {_size(cg.limit_bytes)}"
+        if cg.failcnt is not None:
+            text += f", limit hit {cg.failcnt} times"
+        line = EvidenceLine(line_no=0, text=text, source="cgroup")
+        facts.lines.append(line)
+        if cg.oom_kills > 0:
+            point(
+                "host_oom",
+                line,
+                f"the run's memory cgroup counted {cg.oom_kills} OOM kill(s): its memory limit "
+                "was hit and the kernel killed the run",
+            )
+        else:
+            facts.no_oom = "the run's memory cgroup counted no OOM kill"
+    pids = set(m.pids)
+    kernel = m.kernel_log or []
+    # the OOM killer's own "Killed process <pid>" line says it best: it is looked at first
+    for k in sorted(kernel, key=lambda k: "Killed process" not in k.text):
+        text = k.text[:MAX_MATCH_CHARS]
+        hit = _OOM_PID.search(text) if _KERNEL_OOM.search(text) else None
+        pid = int(hit["a"] or hit["b"]) if hit else None
+        if pid is not None and pid in pids:
+            line = EvidenceLine(line_no=k.line_no, text=_clean(k.text), source="kernel_log")
+            facts.lines.append(line)
+            point(
+                "host_oom",
+                line,
+                f"the kernel log shows the OOM killer killing the run's process {pid}",
+            )
+    if m.kernel_log is not None and pids and "host_oom" not in facts.points and not facts.no_oom:
+        facts.no_oom = "the kernel log since the attempt started names none of its processes"
+    buses = {normalize_bus_id(b) for b in m.gpu_bus_ids}
+    if buses and kernel:
+        events = [
+            e
+            for e in xid_module.find_xid_events("\n".join(k.text for k in kernel))
+            if e.bus_id in buses
+        ]
+        by_line = {k.text.strip(): k.line_no for k in kernel}
+        for f in xid_module.findings(events):
+            line = EvidenceLine(
+                line_no=by_line.get(f.last_line, 0), text=_clean(f.last_line), source="gpu_xid"
+            )
+            facts.lines.append(line)
+            if f.severity == "CRITICAL":
+                point(
+                    "cuda_runtime_error",
+                    line,
+                    f"the NVIDIA driver logged Xid {f.xid} on the attempt's GPU {f.bus_id} "
+                    f"({f.meaning}; {f.advice})",
+                )
+    for d in m.disks:
+        full = d.total_bytes > 0 and (
+            d.free_bytes < d.total_bytes * DISK_FULL_FRACTION
+            or (d.free_bytes < DISK_FULL_BYTES and d.free_bytes < d.total_bytes * 0.1)
+        )
+        if not full:
+            continue
+        share = 100 * d.free_bytes / d.total_bytes
+        line = EvidenceLine(
+            line_no=0,
+            text=f"{d.role} {d.path}: {_size(d.free_bytes)} free of {_size(d.total_bytes)} "
+            f"({share:.2g} %) at exit",
+            source="disk",
+        )
+        facts.lines.append(line)
+        point("disk_full", line, f"the filesystem of the run's {d.role} was nearly full at exit")
+    if m.metrics:
+        first = m.metrics[0]
+        line = EvidenceLine(
+            line_no=0,
+            text=f"{first.name} = {first.value} at step {first.step}"
+            + (f" (and {len(m.metrics) - 1} more)" if len(m.metrics) > 1 else ""),
+            source="metrics",
+        )
+        facts.lines.append(line)
+        point("nan_loss", line, f"the recorded metrics went non-finite ({line.text})")
+    facts.lines = facts.lines[: 2 * MAX_EVIDENCE]
+    return facts
+
+
+def _machine_verdict(cat: str, facts: _MachineFacts) -> tuple[str, EvidenceLine, str] | None:
+    """The category the machine's evidence gives a verdict of `cat`, with its line and why;
+    None when it says nothing that outranks the log."""
+    for mcat in ("host_oom", "cuda_runtime_error", "disk_full", "nan_loss"):
+        if mcat in facts.points and cat in _MACHINE_REPLACES[mcat]:
+            line, why = facts.points[mcat]
+            return mcat, line, why
+    return None
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", GIB), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n} B"
 
 
 # --- helpers ------------------------------------------------------------------------------------

@@ -52,9 +52,16 @@ def test_exit_codes_are_recorded(ex: LocalExecutor, tmp_path: Path) -> None:
     """The exit code is what recovery decides on, so both success and failure must be recorded."""
     ok = ex.start(request(tmp_path, "ok", py("pass")))
     bad = ex.start(request(tmp_path, "bad", py("import sys; sys.exit(3)")))
-    assert wait_exit(ex, ok) == RunStatus(state="exited", exit_code=0)
-    assert wait_exit(ex, bad) == RunStatus(state="exited", exit_code=3)
-    assert json.loads(Path(bad["exit_file"]).read_text()) == {"exit_code": 3, "signal": None}
+    # (the record also names the program's pid, which diagnose_failure reads)
+    assert wait_exit(ex, ok).model_copy(update={"pid": None}) == RunStatus(
+        state="exited", exit_code=0
+    )
+    assert wait_exit(ex, bad).model_copy(update={"pid": None}) == RunStatus(
+        state="exited", exit_code=3
+    )
+    record = json.loads(Path(bad["exit_file"]).read_text())
+    assert isinstance(record.pop("pid"), int)  # the program's, for the diagnosis
+    assert record == {"exit_code": 3, "signal": None}
 
 
 def test_logs_capture_stdout_and_stderr_tail(ex: LocalExecutor, tmp_path: Path) -> None:
@@ -94,7 +101,9 @@ def test_stop_sends_sigterm_first(ex: LocalExecutor, tmp_path: Path) -> None:
     wait_for(ready.exists)
     t0 = time.monotonic()
     status = ex.stop(h, grace_s=5)
-    assert status == RunStatus(state="exited", signal=signal.SIGTERM)
+    assert status.model_copy(update={"pid": None}) == RunStatus(
+        state="exited", signal=signal.SIGTERM
+    )
     assert time.monotonic() - t0 < 3
     assert ex.stop(h, grace_s=1) == status  # stopping an ended run is harmless
 
@@ -169,7 +178,9 @@ def test_reattach_from_another_process(ex: LocalExecutor, tmp_path: Path) -> Non
     assert poll_elsewhere()["state"] == "running"
     go.touch()
     wait_for(lambda: ex.poll(ex.find("long")).state == "exited")
-    assert poll_elsewhere() == {
+    elsewhere = poll_elsewhere()
+    assert isinstance(elsewhere.pop("pid"), int) and elsewhere.pop("cgroup_memory") is None
+    assert elsewhere == {
         "state": "exited",
         "exit_code": 7,
         "signal": None,

@@ -57,6 +57,11 @@ def print_attempt_diagnosis(number: int, d: Any, *, log_path: str | None = None)
             of = f" of {log_path}" if log_path and d.source == "log" else ""
             say("    evidence, {}{}: {}", where, of, d.evidence, soft_wrap=True)
     say("    summary: {}", d.summary, soft_wrap=True)
+    for m in getattr(d, "machine", None) or []:
+        # what the machine said as the attempt ended, each with its source (the kernel's words
+        # are data too: say escapes them)
+        if isinstance(m, dict):
+            say("    machine, {}: {}", m.get("source"), m.get("text"), soft_wrap=True)
     say("    fix: {} [dim]({})[/]", d.fix, d.action, soft_wrap=True)
     if d.changes:
         say("    changes: {}", ", ".join(f"{k} = {v}" for k, v in d.changes.items()))

@@ -60,6 +60,10 @@ class RunStatus(BaseModel):
     exit_code: int | None = None
     signal: int | None = None
     detail: str | None = None
+    pid: int | None = None  # the program's pid, where the executor knows it
+    # The run's cgroup memory counters at exit, where it had one (supervise.cgroup_memory):
+    # version, oom_kills, peak_bytes, limit_bytes, failcnt.
+    cgroup_memory: dict[str, int] | None = None
     leftovers: list[int] = Field(
         default_factory=list,
         description="pids of the run's processes still alive although the "

@@ -105,6 +105,18 @@ class ExitRecord(BaseModel):
     exit_code: int | None = None
     signal: int | None = None
     detail: str | None = None
+    pid: int | None = None  # the program's (the supervisor's child)
+    cgroup: dict[str, int] | None = None  # its cgroup's memory counters at exit (supervise.py)
+
+    def status(self) -> RunStatus:
+        return RunStatus(
+            state="exited",
+            exit_code=self.exit_code,
+            signal=self.signal,
+            detail=self.detail,
+            pid=self.pid,
+            cgroup_memory=self.cgroup,
+        )
 
 
 def _proc_stat(pid: int) -> tuple[str, int] | None:
@@ -714,9 +726,7 @@ class LocalExecutor:
             rec = ExitRecord.model_validate_json(raw)
         except ValidationError:
             return RunStatus(state="exited", detail=f"exit record {h.exit_file!r} is unreadable")
-        return RunStatus(
-            state="exited", exit_code=rec.exit_code, signal=rec.signal, detail=rec.detail
-        )
+        return rec.status()
 
     @staticmethod
     def _read_reserve(h: LocalHandle) -> RunStatus | None:
@@ -733,9 +743,7 @@ class LocalExecutor:
             return None  # cut short as it was written: no record
         if rec is None:
             return None
-        return RunStatus(
-            state="exited", exit_code=rec.exit_code, signal=rec.signal, detail=rec.detail
-        )
+        return rec.status()
 
     @staticmethod
     def _supervisor_alive(h: LocalHandle) -> bool:

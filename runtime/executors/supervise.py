@@ -16,7 +16,9 @@ the standard library is imported before the child starts, so start-up stays fast
 With `--cgroup DIR --cgroup-home HOME` (one pair per hierarchy) the child starts inside the run's
 own cgroup (runtime/executors/run_cgroup.py): the supervisor joins it, starts the child, and goes
 back to HOME at once. A child its cgroup's memory limit killed is recorded, and said in the log,
-in the kernel's own words for it.
+in the kernel's own words for it; the record also keeps the cgroup's memory counters as they were
+at exit (`cgroup`: oom_kills, peak_bytes, limit_bytes, failcnt) and the child's pid (`pid`), which
+diagnose_failure reads as the machine's evidence.
 
 A full disk does not hide how a run ended. Before the child starts, the supervisor reserves
 RESERVE_BYTES next to the exit file (PATH.reserve, allocated, not merely sized). When the exit
@@ -292,6 +294,10 @@ def main(args: list[str] | None = None) -> int:
     else:
         record = {"exit_code": returncode, "signal": None}
         status = returncode
+    record["pid"] = child.pid
+    memory = cgroup_memory(ns.cgroup)  # read now: the cgroup is removed below
+    if memory is not None:
+        record["cgroup"] = memory
     oom = _cgroup_oom(ns.cgroup)
     if oom:
         record["detail"] = oom
@@ -344,6 +350,50 @@ def _cgroup_oom(folders: list[str]) -> str | None:
                     f"it used more host memory than its limit of {shown} "
                     "(resources.host_memory_gb); raise it, or lower the batch size"
                 )
+    return None
+
+
+def cgroup_memory(folders: list[str]) -> dict[str, int] | None:
+    """The run's memory counters as its cgroup holds them at exit (what diagnose_failure reads
+    as the machine's word on an OOM kill): version, oom_kills, and where the kernel keeps them
+    peak_bytes (v2 memory.peak, v1 memory.max_usage_in_bytes), limit_bytes and v1's failcnt.
+    None when no memory controller is in `folders`."""
+    for folder in folders:
+
+        def number(name: str, d: str = folder) -> int | None:
+            try:
+                with open(os.path.join(d, name), encoding="ascii") as f:
+                    text = f.read(64).strip()
+            except (OSError, ValueError):
+                return None
+            return int(text) if text.isdigit() else None  # "max": no limit
+
+        for version, events in ((2, "memory.events"), (1, "memory.oom_control")):
+            try:
+                with open(os.path.join(folder, events), encoding="ascii") as f:
+                    counts = dict(line.split()[:2] for line in f if len(line.split()) >= 2)
+            except (OSError, ValueError):
+                continue
+            kills = counts.get("oom_kill", "0")
+            out: dict[str, int] = {
+                "version": version,
+                "oom_kills": int(kills) if kills.isdigit() else 0,
+            }
+            names: tuple[tuple[str, str], ...] = (
+                ("peak_bytes", "memory.peak"),
+                ("limit_bytes", "memory.max"),
+            )
+            if version == 1:
+                names = (
+                    ("peak_bytes", "memory.max_usage_in_bytes"),
+                    ("limit_bytes", "memory.limit_in_bytes"),
+                    ("failcnt", "memory.failcnt"),
+                )
+            for key, name in names:
+                value = number(name)
+                if value is not None:
+                    out[key] = value
+            return out
     return None
 
 

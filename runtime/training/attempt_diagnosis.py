@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from nightshift.runtime.training import diagnosis_view, job_files
 from nightshift.runtime.training.diagnosis_view import BRIEF_CHARS
+from nightshift.runtime.training.machine_evidence import MachineEvidence
 
 TAIL_BYTES = 1024 * 1024  # the end of the log that is classified
 COUNT_BYTES = 64 * 1024 * 1024  # up to this much before the tail is counted, for line numbers
@@ -40,12 +41,20 @@ class Diagnosis(BaseModel):
         "log for source kernel_log; 0 for the monitor's own words); None: no line shows it",
     )
     evidence: str | None = Field(None, description="The line that shows it, control codes removed")
-    source: str | None = Field(None, description="log | kernel_log | monitor")
+    source: str | None = Field(
+        None,
+        description="log | kernel_log | monitor | exit_status | cgroup | disk | gpu_xid | metrics",
+    )
     summary: str = Field(description="One line: why, and how the process ended")
     action: str = Field(description="resume | resume_smaller_batch | resume_lower_lr | ... | stop")
     fix: str = Field(description="The recommended action, in words")
     changes: dict[str, Any] = Field(
         default_factory=dict, description="New parameter values the fix proposes, by name"
+    )
+    machine: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="What the machine said as the attempt ended, each {source, text, line_no}: "
+        "source exit_status | cgroup | kernel_log | disk | gpu_xid | metrics",
     )
 
     @classmethod
@@ -82,6 +91,8 @@ class FailedRun:
     monitor_detail: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
     knobs: dict[str, str] = field(default_factory=dict)
+    # What the daemon read from the machine as it ended (runtime/training/machine_evidence.py)
+    machine: MachineEvidence | None = None
 
 
 Diagnoser = Callable[[FailedRun], Diagnosis]

@@ -27,7 +27,17 @@ FIELDS: tuple[tuple[str, tuple[type, ...], bool, Any], ...] = (
     ("action", (str,), True, None),
     ("fix", (str,), True, None),
     ("changes", (dict,), False, {}),
+    ("machine", (list,), False, []),
 )
+# Where a piece of the machine's evidence is from, as `why` and `show` say it.
+MACHINE_SOURCES = {
+    "exit_status": "exit status",
+    "cgroup": "the run's cgroup",
+    "kernel_log": "kernel log",
+    "disk": "free space",
+    "gpu_xid": "GPU driver (Xid)",
+    "metrics": "recorded metrics",
+}
 
 
 class NotPlain(ValueError):
@@ -40,7 +50,11 @@ def where(evidence: str | None, line_no: int | None, source: str | None) -> str:
         return ""
     if source == "monitor":
         return "monitor"
-    return ("kernel log " if source == "kernel_log" else "") + f"line {line_no}"
+    if source in ("kernel_log", "gpu_xid") and line_no:
+        return f"kernel log line {line_no}"
+    if source in MACHINE_SOURCES:
+        return MACHINE_SOURCES[source]
+    return f"line {line_no}"
 
 
 def brief(category: str, evidence: str | None, summary: str, width: int = BRIEF_CHARS) -> str:
@@ -63,6 +77,7 @@ class DiagnosisView:
     action: str
     fix: str
     changes: dict[str, Any]
+    machine: list[dict[str, Any]]
 
     def __init__(self, values: dict[str, Any]):
         self._values = values
@@ -81,7 +96,9 @@ class DiagnosisView:
             if name not in raw:
                 if required:
                     raise NotPlain(f"no {name}")
-                values[name] = dict(default) if isinstance(default, dict) else default
+                values[name] = (
+                    type(default)(default) if isinstance(default, dict | list) else default
+                )
                 continue
             value = raw[name]
             # bool is an int to isinstance; the model reads an int line number, not True
