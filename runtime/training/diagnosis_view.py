@@ -27,6 +27,8 @@ FIELDS: tuple[tuple[str, tuple[type, ...], bool, Any], ...] = (
     ("action", (str,), True, None),
     ("fix", (str,), True, None),
     ("changes", (dict,), False, {}),
+    # A model's second opinion (a nested model): only its absence is plain.
+    ("second_opinion", (type(None),), False, None),
 )
 
 
@@ -63,6 +65,7 @@ class DiagnosisView:
     action: str
     fix: str
     changes: dict[str, Any]
+    second_opinion: None
 
     def __init__(self, values: dict[str, Any]):
         self._values = values
