@@ -1,7 +1,7 @@
 """Failure diagnosis on real logs: diagnose_failure against a corpus of logs from public trackers.
 
 `python -m nightshift.evals.diagnosis [--split held-out|tuning|all] [--csv PATH] [--markdown PATH]
-[--corpus DIR]`
+[--corpus DIR] [--second-opinion] [--local] [--config PATH]`
 
 The corpus (`tests/fixtures/logs/corpus/<category>/`) holds one file per real failure log, retyped
 from a GitHub issue, and a `sources.yaml` per folder naming each file's issue URL and what the
@@ -16,6 +16,16 @@ repository is the owner/name of its issue URL (lower case), or the site for a fo
 Printed: per expected category, n, how many were predicted as it, precision and recall; overall
 accuracy; and every miss with its file, what was expected, what the skill said and why. A log on
 which the skill raises counts as a miss, with category `error`. `--csv` writes one row per log.
+
+`--local` measures the rules on the operator's own history instead of the corpus: every attempt a
+person corrected (`nightshift diagnose JOB --correct CATEGORY`, the store's diagnosis_correction
+rows), diagnosed again from the log excerpt kept with the correction and the attempt's exit
+status; the person's category is the expected one.
+
+`--second-opinion` also asks the configured model (llm.base_url, llm.model:
+agent/brain/second_opinion.py) about every verdict the rules gave as unknown or low confidence,
+and reports the rules alone and the rules + model separately: the second table takes the model's
+category where its answer passed the checks, the rules' everywhere else.
 """
 
 from __future__ import annotations
@@ -214,7 +224,9 @@ def listed_misses(split: str, show: bool) -> bool:
     return show or split != "held-out"
 
 
-def print_report(rows: list[dict[str, Any]], split: str, show_misses: bool = False) -> None:
+def print_report(
+    rows: list[dict[str, Any]], split: str, show_misses: bool = False, title: str = ""
+) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -222,7 +234,7 @@ def print_report(rows: list[dict[str, Any]], split: str, show_misses: bool = Fal
     console = Console()
     if not console.is_terminal:
         console = Console(width=160)
-    t = Table(title=f"diagnose_failure on real logs — split {split}: {len(rows)} logs")
+    t = Table(title=title or f"diagnose_failure on real logs — split {split}: {len(rows)} logs")
     for col in ("category", "n", "predicted", "correct", "precision", "recall"):
         t.add_column(col, justify="left" if col == "category" else "right")
     for c in per_category(rows):
@@ -254,10 +266,8 @@ def print_report(rows: list[dict[str, Any]], split: str, show_misses: bool = Fal
         console.print(m)
 
 
-def markdown(
-    rows: list[dict[str, Any]], cases: list[Case], split: str, show_misses: bool = False
-) -> str:
-    """The per-category table, the misses and the corpus composition, as Markdown."""
+def table_markdown(rows: list[dict[str, Any]]) -> list[str]:
+    """The per-category table and the overall accuracy, as Markdown lines."""
     out = [
         "| category | n | predicted | correct | precision | recall |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",
@@ -269,6 +279,133 @@ def markdown(
         )
     ok = sum(r["ok"] for r in rows)
     out.append(f"| **overall accuracy** | {len(rows)} | | {ok} | | **{accuracy(rows):.3f}** |")
+    return out
+
+
+# ------------------------------------------------------------------------------ the operator's own
+def local_cases(config: str | None = None) -> list[tuple[dict[str, Any], list[tuple[int, str]]]]:
+    """Each correction in the store: (what the rules need to run again — the expected category,
+    a label, the log excerpt and the status —, the excerpt as numbered lines), oldest first."""
+    from sqlmodel import select
+
+    from nightshift.agent.brain.wiring import Wiring
+    from nightshift.runtime.store.db import DiagnosisCorrection
+
+    w = Wiring.load(config)
+    with w.store.session() as s:
+        rows = s.exec(select(DiagnosisCorrection).order_by(DiagnosisCorrection.id)).all()
+    out = []
+    for c in rows:
+        lines = c.log_excerpt.split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        out.append(
+            (
+                {
+                    "category": c.category,
+                    "file": f"job {c.job_id} attempt {c.attempt_number}",
+                    "corrected_by": c.corrected_by,
+                    "corrected_at": c.corrected_at.isoformat(timespec="seconds"),
+                    "log_tail": c.log_excerpt,
+                    "first_line_no": c.first_line_no,
+                    "exit_code": c.exit_code,
+                    "signal": c.signal,
+                    "monitor_says": c.monitor_says,
+                    "monitor_detail": c.monitor_detail,
+                },
+                list(enumerate(lines, start=c.first_line_no)),
+            )
+        )
+    return out
+
+
+def diagnose_local(case: dict[str, Any], ctx: Any = None) -> dict[str, Any]:
+    """One row for a correction: what the rules say now on its excerpt and status."""
+    from nightshift.skills.diagnose_failure import diagnose_failure
+
+    args = {
+        k: case[k] for k in ("log_tail", "exit_code", "signal", "monitor_says", "monitor_detail")
+    }
+    if args["signal"] is not None and not 0 <= args["signal"] <= 64:
+        args["signal"] = None
+    t0 = time.perf_counter()
+    try:
+        r = diagnose_failure.fn(
+            ctx if ctx is not None else _context(), diagnose_failure.parse(args)
+        )
+        got, confidence, reasoning = r.category, r.confidence, r.reasoning
+    except Exception as exc:  # noqa: BLE001 - a raise is a result here, reported as a miss
+        got, confidence, reasoning = "error", "", f"{type(exc).__name__}: {exc}"
+    return {
+        "category": case["category"],
+        "file": case["file"],
+        "corrected_by": case["corrected_by"],
+        "corrected_at": case["corrected_at"],
+        "got": got,
+        "ok": got == case["category"],
+        "confidence": confidence,
+        "exit_code": case["exit_code"],
+        "signal": case["signal"],
+        "monitor_says": case["monitor_says"],
+        "ms": round((time.perf_counter() - t0) * 1e3, 2),
+        "reasoning": reasoning,
+    }
+
+
+# ------------------------------------------------------------------------------ rules + model
+def add_second_opinions(
+    rows: list[dict[str, Any]],
+    windows: list[Any],
+    ep: Any,
+    client: Any = None,
+) -> None:
+    """Ask the model about each row the rules said unknown or low confidence for; `windows[i]`
+    gives row i's numbered log lines (a callable, so only the rows asked are read). Adds
+    `asked`, `model_accepted`, `model_said`, `model_note` and `combined` (the model's category
+    where its answer was accepted, else the rules')."""
+    from nightshift.agent.brain import second_opinion as so
+
+    for r, get in zip(rows, windows, strict=True):
+        r.update(asked=False, model_accepted=None, model_said=None, model_note="")
+        r["combined"] = r["got"]
+        if r["got"] == "error" or not so.wanted(r["got"], r["confidence"]):
+            continue
+        verdict = {"category": r["got"], "confidence": r["confidence"], "reasoning": r["reasoning"]}
+        op = so.ask(ep, get(), verdict, client=client)
+        r.update(asked=True, model_accepted=op.accepted, model_said=op.category, model_note=op.note)
+        if op.accepted and op.category:
+            r["combined"] = op.category
+
+
+def combined(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows as the rules + model would say them."""
+    return [{**r, "got": r["combined"], "ok": r["combined"] == r["category"]} for r in rows]
+
+
+def print_opinions(rows: list[dict[str, Any]], model: str) -> None:
+    asked = [r for r in rows if r["asked"]]
+    accepted = [r for r in asked if r["model_accepted"]]
+    right = sum(r["model_said"] == r["category"] for r in accepted)
+    was_right = sum(r["ok"] for r in asked)
+    print(
+        f"second opinion ({model}): asked on {len(asked)} of {len(rows)} verdicts (unknown or "
+        f"low confidence; the rules were right on {was_right} of them); accepted "
+        f"{len(accepted)}, right {right}; dropped {len(asked) - len(accepted)}"
+    )
+    reasons: dict[str, int] = {}
+    for r in asked:
+        if not r["model_accepted"]:
+            key = r["model_note"].split(" (")[0].split(":")[0][:80]
+            reasons[key] = reasons.get(key, 0) + 1
+    for why, n in sorted(reasons.items(), key=lambda kv: -kv[1]):
+        print(f"  dropped {n}: {why}")
+
+
+def markdown(
+    rows: list[dict[str, Any]], cases: list[Case], split: str, show_misses: bool = False
+) -> str:
+    """The per-category table, the misses and the corpus composition, as Markdown."""
+    out = table_markdown(rows)
     out += ["", "Confusion matrix (rows: the expected category; columns: what was said):", ""]
     out += confusion_markdown(rows)
     misses = [r for r in rows if not r["ok"]]
@@ -295,7 +432,9 @@ def markdown(
     return "\n".join(out) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, client: Any = None) -> int:
+    """The eval; `client`: an OpenAI client to ask instead of the configured endpoint's own (a
+    test's, pointed at the scripted server)."""
     ap = argparse.ArgumentParser(
         prog="python -m nightshift.evals.diagnosis", description=__doc__.split("\n")[0]
     )
@@ -318,24 +457,105 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="list the held-out split's misses one by one (never while tuning the rules)",
     )
+    ap.add_argument(
+        "--local",
+        action="store_true",
+        help="measure the rules on this store's corrected history (`nightshift diagnose JOB "
+        "--correct CATEGORY`) instead of the corpus",
+    )
+    ap.add_argument(
+        "--second-opinion",
+        action="store_true",
+        help="also ask the configured model about unknown / low-confidence verdicts; report the "
+        "rules alone and the rules + model separately",
+    )
+    ap.add_argument("--config", default=None, help="config file (the store, the model endpoint)")
     args = ap.parse_args(argv)
-    if not args.corpus.is_dir():
-        print(f"error: no corpus folder at {args.corpus}", file=sys.stderr)
-        return 2
-    cases = load_corpus(args.corpus)
-    rows = run(select(cases, args.split))
-    if not rows:
-        print("error: the split has no logs", file=sys.stderr)
-        return 2
-    print_report(rows, args.split, args.show_misses)
+    ep = None
+    if args.second_opinion:
+        from nightshift.agent.brain.llm import NO_ENDPOINT
+        from nightshift.agent.brain.second_opinion import configured
+        from nightshift.runtime.config import load_settings
+        from nightshift.runtime.errors import ConfigError
+
+        try:
+            ep = configured(load_settings(args.config))
+        except ConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        if ep is None:
+            print(f"error: --second-opinion: {NO_ENDPOINT}", file=sys.stderr)
+            return 2
+    cases: list[Case] = []
+    if args.local:
+        split = "local"
+        local = local_cases(args.config)
+        ctx = _context()
+        rows = [diagnose_local(c, ctx) for c, _ in local]
+        windows: list[Any] = [
+            (lambda numbered=numbered: _numbered_window(numbered)) for _, numbered in local
+        ]
+        if not rows:
+            print(
+                "error: no corrections in this store yet: `nightshift diagnose JOB --correct "
+                "CATEGORY` records one",
+                file=sys.stderr,
+            )
+            return 2
+        title = f"diagnose_failure on this store's corrected history: {len(rows)} attempts"
+    else:
+        if not args.corpus.is_dir():
+            print(f"error: no corpus folder at {args.corpus}", file=sys.stderr)
+            return 2
+        split = args.split
+        cases = load_corpus(args.corpus)
+        chosen = select(cases, split)
+        rows = run(chosen)
+        windows = [(lambda c=c: _file_window(c.path)) for c in chosen]
+        title = ""
+        if not rows:
+            print("error: the split has no logs", file=sys.stderr)
+            return 2
+    if ep is not None:
+        print_report(rows, split, args.show_misses, title=f"rules alone — {title or split}")
+        add_second_opinions(rows, windows, ep, client=client)
+        both = combined(rows)
+        print_report(
+            both, split, args.show_misses, title=f"rules + model ({ep.model}) — {title or split}"
+        )
+        print_opinions(rows, ep.model)
+    else:
+        print_report(rows, split, args.show_misses, title=title)
     if args.csv:
         write_csv(args.csv, rows)
         print(f"wrote {args.csv}")
     if args.markdown:
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(markdown(rows, cases, args.split, args.show_misses))
+        text = (
+            markdown(rows, cases, split, args.show_misses)
+            if cases
+            else "\n".join(table_markdown(rows)) + "\n"
+        )
+        if ep is not None:
+            text += f"\nRules + model ({ep.model}):\n\n" + "\n".join(table_markdown(combined(rows)))
+            text += "\n"
+        args.markdown.write_text(text)
         print(f"wrote {args.markdown}")
     return 0
+
+
+def _file_window(path: Path) -> list[tuple[int, str]]:
+    from nightshift.agent.brain.second_opinion import read_window
+
+    return read_window(path)[0]
+
+
+def _numbered_window(numbered: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    from nightshift.agent.brain.second_opinion import window
+
+    if not numbered:
+        return []
+    return window([t for _, t in numbered], numbered[0][0])
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ MODULE_OF = {
     "auto_resume": "auto_resume",
     "cancel_job": "cancel_job",
     "config_validator": "config_validator",
+    "correct_diagnosis": "correct_diagnosis",
     "diagnose_failure": "diagnose_failure",
     "gpu_health_check": "gpu_health",
     "job_logs": "job_logs",

@@ -77,6 +77,7 @@ FIELD_VALUES = st.one_of(
     st.text(max_size=5),
     st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
     st.lists(st.integers(), max_size=2),
+    st.lists(st.dictionaries(st.sampled_from(["source", "text"]), st.text(max_size=3)), max_size=2),
 )
 KEYS = st.sampled_from(
     [
@@ -90,6 +91,8 @@ KEYS = st.sampled_from(
         "action",
         "fix",
         "changes",
+        "machine",
+        "second_opinion",
         "extra",
     ]
 )
@@ -107,6 +110,10 @@ PLAIN = st.fixed_dictionaries(
         "evidence": st.one_of(st.none(), st.text(max_size=90)),
         "source": st.sampled_from([None, "log", "kernel_log", "monitor"]),
         "changes": st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+        "machine": st.lists(
+            st.fixed_dictionaries({"source": st.just("cgroup"), "text": st.text(max_size=9)}),
+            max_size=2,
+        ),
     },
 )
 

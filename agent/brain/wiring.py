@@ -218,15 +218,20 @@ class Wiring:
 
         # Work starts only where the runs folder belongs to this store (runtime/store/runs_binding.py).
         bind_runs(self.store, self.settings.runs_dir)
+        from nightshift.agent.brain.second_opinion import with_second_opinion
         from nightshift.skills.attempt_diagnosis import diagnose_attempt
 
+        def opinion_asked(step: dict[str, Any]) -> None:
+            self.audit.append("system", "llm.second_opinion", payload=step)
+
+        diagnose = with_second_opinion(diagnose_attempt, self.settings, on_call=opinion_asked)
         engine = Engine(
             self.store,
             self.executor,
             self.settings,
             on_event=on_event,
             paused=paused,
-            diagnose=diagnose_attempt,
+            diagnose=diagnose,
         )
         if self.server:  # the daemon, which holds the store's lease (agent/doors/daemon.py)
             engine.step = lambda: self.loop.step()  # whoever ticks, the whole loop's step runs

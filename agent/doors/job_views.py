@@ -65,6 +65,38 @@ def print_attempt_diagnosis(number: int, d: Any, *, log_path: str | None = None)
     say("    fix: {} [dim]({})[/]", d.fix, d.action, soft_wrap=True)
     if d.changes:
         say("    changes: {}", ", ".join(f"{k} = {v}" for k, v in d.changes.items()))
+    op = getattr(d, "second_opinion", None)
+    if op is not None:
+        print_second_opinion(op, indent="    ")
+
+
+def print_second_opinion(
+    op: Any, *, indent: str = "", quotes: dict[int, str] | None = None
+) -> None:
+    """A model's second opinion, labelled as the model's (never the rules' verdict); `quotes`:
+    the cited lines' text, where the caller has the log."""
+    if not op.accepted:
+        say(
+            "{}second opinion ({}, a model): dropped — {}",
+            indent,
+            op.model,
+            op.note,
+            soft_wrap=True,
+        )
+        return
+    lines = ", ".join(str(n) for n in op.lines)
+    say(
+        "{}second opinion ({}, a model, not the rules): [bold]{}[/], lines {} — {}",
+        indent,
+        op.model,
+        op.category,
+        lines,
+        op.note,
+        soft_wrap=True,
+    )
+    for n in op.lines:
+        if quotes and n in quotes:
+            say("{}  {}: {}", indent, n, quotes[n], soft_wrap=True)
 
 
 def print_show(r: Any) -> None:

@@ -339,6 +339,35 @@ class Sweep(SQLModel, table=True):
     updated_at: NaiveDatetime = Field(default_factory=utcnow)
 
 
+class DiagnosisCorrection(SQLModel, table=True):
+    """The right answer for a failed attempt, as a person gave it (`nightshift diagnose JOB
+    --correct CATEGORY`), with what the rules said then and the bounded end of the attempt's log
+    they read, so the rules can be measured on the operator's own history (`nightshift eval
+    diagnosis --local`) even after the job's folder is gone. One per attempt: a newer correction
+    replaces it (the audit keeps each)."""
+
+    __tablename__ = "diagnosis_correction"
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: int = Field(foreign_key="job.id", index=True)
+    attempt_id: int = Field(foreign_key="attempt.id", unique=True, index=True)
+    attempt_number: int
+    category: str = Field(index=True)  # the person's
+    rules_category: str | None = None  # attempt.diagnosis's category when corrected
+    rules_confidence: str | None = None
+    note: str | None = None
+    corrected_by: str
+    corrected_at: NaiveDatetime = Field(default_factory=utcnow)
+    log_path: str | None = None
+    log_excerpt: str = ""  # the end of the log (skills/correct_diagnosis.py bounds it)
+    first_line_no: int = 1  # the log's line number of the excerpt's first line
+    log_note: str | None = None  # why the log could not be read, or how much of it was
+    exit_code: int | None = None
+    signal: int | None = None
+    monitor_says: str | None = None  # stalled | timeout | lost | diverged: the loop's verdict
+    monitor_detail: str | None = None
+
+
 class StoreLease(SQLModel, table=True):
     """Who serves the store: on SQLite one daemon from any home, refused to a second while its
     heartbeat is fresh (a killed daemon's lease goes stale and is taken over)."""

@@ -28,6 +28,21 @@ COUNT_BYTES = 64 * 1024 * 1024  # up to this much before the tail is counted, fo
 COUNT_CHUNK = 1024 * 1024
 
 
+class SecondOpinion(BaseModel):
+    """A model's reading of a log the rules could not place (or placed with low confidence):
+    labelled as the model's, kept beside the rules' verdict and never merged into it. An answer
+    that names no known category or cites lines outside what it was shown is kept as dropped
+    (`accepted` false, `category` None) with the reason in `note`."""
+
+    model: str = Field(description="The model that answered (llm.model)")
+    accepted: bool = Field(description="Whether the answer passed the checks")
+    category: str | None = Field(None, description="The model's category; None when dropped")
+    lines: list[int] = Field(
+        default_factory=list, description="The log's line numbers the model cites"
+    )
+    note: str = Field("", description="The model's one-line reason, or why it was dropped")
+
+
 class Diagnosis(BaseModel):
     """Why an attempt failed, in the words a person reads first: what kind of failure, the one
     log line that shows it (and where), and what to do about it."""
@@ -55,6 +70,11 @@ class Diagnosis(BaseModel):
         default_factory=list,
         description="What the machine said as the attempt ended, each {source, text, line_no}: "
         "source exit_status | cgroup | kernel_log | disk | gpu_xid | metrics",
+    )
+    second_opinion: SecondOpinion | None = Field(
+        None,
+        description="A model's reading, where one is configured and the rules said unknown or "
+        "low confidence: the model's, not the rules' (the category above stays the rules')",
     )
 
     @classmethod

@@ -28,6 +28,8 @@ FIELDS: tuple[tuple[str, tuple[type, ...], bool, Any], ...] = (
     ("fix", (str,), True, None),
     ("changes", (dict,), False, {}),
     ("machine", (list,), False, []),
+    # A model's second opinion (a nested model): only its absence is plain.
+    ("second_opinion", (type(None),), False, None),
 )
 # Where a piece of the machine's evidence is from, as `why` and `show` say it.
 MACHINE_SOURCES = {
@@ -78,6 +80,7 @@ class DiagnosisView:
     fix: str
     changes: dict[str, Any]
     machine: list[dict[str, Any]]
+    second_opinion: None
 
     def __init__(self, values: dict[str, Any]):
         self._values = values
@@ -104,6 +107,10 @@ class DiagnosisView:
             # bool is an int to isinstance; the model reads an int line number, not True
             if type(value) not in types:
                 raise NotPlain(f"{name} is a {type(value).__name__}")
+            if name == "machine" and not all(
+                type(item) is dict and all(type(k) is str for k in item) for item in value
+            ):
+                raise NotPlain("machine holds more than mappings")
             values[name] = value
         return cls(values)
 

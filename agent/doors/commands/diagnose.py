@@ -3,6 +3,8 @@ through the policy gate."""
 
 from __future__ import annotations
 
+import json
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +75,77 @@ def job_arguments(config: str | None, job_id: int, attempt: int | None) -> dict[
     return args
 
 
+def second_opinion(config: str | None, log_path: str, result: Any) -> tuple[Any, dict[int, str]]:
+    """A model's opinion on a verdict the rules gave as unknown or low confidence, where a model
+    endpoint is configured (agent/brain/second_opinion.py), and the text of the lines it cites;
+    (None, {}) when none is asked. The log's end is read here, with the caller's own rights."""
+    from nightshift.runtime.config import load_settings
+
+    settings = load_settings(config)
+    if not (settings.llm.base_url and settings.llm.model):
+        return None, {}
+    from nightshift.agent.brain import second_opinion as so
+    from nightshift.runtime.errors import ConfigError
+    from nightshift.runtime.training.attempt_diagnosis import SecondOpinion
+
+    if not so.wanted(result.category, result.confidence):
+        return None, {}
+    try:
+        ep = so.configured(settings)
+    except ConfigError as exc:
+        return SecondOpinion(model=settings.llm.model, accepted=False, note=str(exc)), {}
+    if ep is None:
+        return None, {}
+    numbered, why = so.read_window(log_path)
+    if not numbered:
+        note = why or "the log is empty: nothing to show the model"
+        return SecondOpinion(model=ep.model, accepted=False, note=note), {}
+    verdict = {
+        "category": result.category,
+        "confidence": result.confidence,
+        "reasoning": result.reasoning,
+    }
+    op = so.ask(ep, numbered, verdict)
+    return op, so.quotes(op, numbered)
+
+
+def correct(
+    config: str | None,
+    job_id: int,
+    attempt: int | None,
+    category: str,
+    note: str | None,
+    as_json: bool,
+) -> None:
+    """`--correct CATEGORY`: record the right category through the gate (correct_diagnosis)."""
+    from nightshift.skills.diagnose_failure import Category
+
+    choices = typing.get_args(Category)
+    if category not in choices:
+        error(f"--correct {category!r}: not a category; one of: {', '.join(choices)}")
+        raise typer.Exit(2)
+    args: dict[str, Any] = {"job_id": job_id, "attempt": attempt, "category": category}
+    if note:
+        args["note"] = note
+    r: Any = call_or_exit(config, "correct_diagnosis", args)
+    if as_json:
+        print(r.model_dump_json(indent=2))
+        return
+    said = f"the rules said {r.rules_said}" if r.rules_said else "the rules said nothing"
+    say(
+        "recorded: job {} attempt {} is [bold]{}[/] ({}){}, by {} at {}",
+        r.job_id,
+        r.attempt,
+        r.category,
+        said,
+        f"; replaces {r.replaced}" if r.replaced else "",
+        r.corrected_by,
+        f"{r.corrected_at:%Y-%m-%d %H:%M} UTC",
+        soft_wrap=True,
+    )
+    say("kept the log's last {} lines{}", r.excerpt_lines, f" ({r.log_note})" if r.log_note else "")
+
+
 def register(app: typer.Typer) -> None:
     @app.command("diagnose")
     def diagnose(
@@ -89,12 +162,40 @@ def register(app: typer.Typer) -> None:
             "that signal; 128+N: signal N, as a shell reports it); for a job, the recorded one",
         ),
         signal: int | None = typer.Option(None, "--signal", help="The signal that ended it"),
+        correct_as: str | None = typer.Option(
+            None,
+            "--correct",
+            metavar="CATEGORY",
+            help="For a job: record the right category of the attempt (with the end of its "
+            "log), for `nightshift eval diagnosis --local`",
+        ),
+        note: str | None = typer.Option(None, "--note", help="With --correct: why, briefly"),
+        no_opinion: bool = typer.Option(
+            False,
+            "--no-second-opinion",
+            help="Do not ask the configured model about an unknown or low-confidence verdict",
+        ),
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON"),
         config: str | None = typer.Option(None, "--config", help="Config file"),
     ) -> None:
         """Say why a run ended, from a job's log or any saved log: category, evidence lines,
-        what to do next. A number names a job, unless a file of that name is here."""
-        if target.isdigit() and not Path(target).exists():
+        what to do next. A number names a job, unless a file of that name is here. Where a model
+        endpoint is configured, an unknown or low-confidence verdict gets the model's second
+        opinion, shown as the model's. `--correct CATEGORY` records the right answer instead."""
+        is_job = target.isdigit() and not Path(target).exists()
+        if correct_as is not None:
+            if not is_job:
+                error("--correct: only for a job id, not a log file")
+                raise typer.Exit(2)
+            if exit_code is not None or signal is not None:
+                error("--correct: the attempt's recorded exit status is kept; no --exit-code")
+                raise typer.Exit(2)
+            correct(config, int(target), attempt, correct_as, note, as_json)
+            return
+        if note is not None:
+            error("--note: only with --correct")
+            raise typer.Exit(2)
+        if is_job:
             args = job_arguments(config, int(target), attempt)
         else:
             if attempt is not None:
@@ -109,8 +210,18 @@ def register(app: typer.Typer) -> None:
             args["signal"] = signal
         args.setdefault("exit_code", None)
         args.setdefault("signal", None)
-        result = call_or_exit(config, "diagnose_failure", args)
+        result: Any = call_or_exit(config, "diagnose_failure", args)
+        op, quotes = (None, {}) if no_opinion else second_opinion(config, args["log_path"], result)
         if as_json:
-            print(result.model_dump_json(indent=2))
-        else:
-            print_diagnosis(result)
+            if op is None:
+                print(result.model_dump_json(indent=2))
+            else:
+                data = json.loads(result.model_dump_json())
+                data["second_opinion"] = op.model_dump(mode="json")
+                print(json.dumps(data, indent=2, ensure_ascii=False))
+            return
+        print_diagnosis(result)
+        if op is not None:
+            from nightshift.agent.doors.job_views import print_second_opinion
+
+            print_second_opinion(op, quotes=quotes)
