@@ -5,9 +5,9 @@ Why: `load_settings` imports pydantic and pydantic-settings, about a third of a 
 machine — more than the whole answer of `nightshift jobs` may take. A full load of the same inputs
 gives the same values: the home, the config file's bytes and mode, every `NIGHTSHIFT_*` variable
 and the standard ones it reads (`OPENAI_*`, `SLACK_*`, `WECOM_*`), and the settings code itself.
-So a full load's values are kept (`keep`) in `$NIGHTSHIFT_HOME/.read-settings.json` (mode 0600,
-written only into a home of one's own; no secret is among them) and read back (`kept`) while the
-key matches; any other input is a full load again — which reports a bad config as every command
+So a full load's values are kept in `$NIGHTSHIFT_HOME/.read-settings.json` (mode 0600,
+written only into a home of one's own; no secret is among them) and read back while the
+key matches (`read`); any other input is a full load again — which reports a bad config as every command
 does (agent/doors/quick.py). This module imports nothing of ours, so the settings (config.py) take
 the home from it. tests/test_read_settings.py holds the kept values to a full load's.
 """
@@ -20,6 +20,7 @@ import json
 import os
 import stat
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -97,20 +98,25 @@ def _owner(path: Path) -> int | None:
     return folder.st_uid if folder.st_uid != 0 else None
 
 
+def read(config: str | None, full_load: Callable[[], ReadSettings]) -> ReadSettings:
+    """The read settings for `--config` (None: the home's config.yaml): the ones a full load
+    gave for these very inputs, else `full_load()`'s (raising what it raises), kept for next
+    time. The caller passes the full load, so this module imports nothing of ours."""
+    home = nightshift_home()
+    key = _key(home, config)
+    found = None if key is None else _kept(home, key)
+    if found is None:
+        found = full_load()
+        if key is not None:
+            _keep(home, key, found)
+    return found
+
+
 def kept(config: str | None) -> ReadSettings | None:
-    """The read settings a full load gave for these very inputs (`--config`, None: the home's
-    config.yaml), or None: none kept, or something they came from has changed."""
+    """What `read` would find kept for these inputs (None: nothing, or an input changed)."""
     home = nightshift_home()
     key = _key(home, config)
     return None if key is None else _kept(home, key)
-
-
-def keep(config: str | None, found: ReadSettings) -> None:
-    """Keep a full load's read settings for the next command with the same inputs."""
-    home = nightshift_home()
-    key = _key(home, config)
-    if key is not None:
-        _keep(home, key, found)
 
 
 def _key(home: Path, config: str | None) -> str | None:

@@ -66,7 +66,7 @@ def test_another_schema_or_database_is_left_to_the_full_path(tmp_path):
         conn.execute("UPDATE alembic_version SET version_num = 'older'")
     assert quick_read.job_with_attempts(store.url, 1, 5.0) is None
     assert quick_read.status_rows(store.url, [], 5.0) is None
-    assert quick_read.job_rows("postgresql://h/db", [], 5.0) is None
+    assert quick_read.status_rows("postgresql://h/db", [], 5.0) is None
 
 
 FIELD_VALUES = st.one_of(

@@ -38,13 +38,13 @@ LOG_TAIL_BYTES = 256 * 1024  # as job_logs reads it
 def settings(config: str | None) -> ReadSettings:
     """The read settings: kept from a full load of the same inputs, else a full load (which
     raises the ConfigError every command raises for a bad config), kept for next time."""
-    found = read_settings.kept(config)
-    if found is None:
+
+    def full_load() -> ReadSettings:
         from nightshift.runtime.config import load_settings
 
-        found = ReadSettings.of(load_settings(config))
-        read_settings.keep(config, found)
-    return found
+        return ReadSettings.of(load_settings(config))
+
+    return read_settings.read(config, full_load)
 
 
 def local(config: str | None) -> ReadSettings | None:
@@ -56,18 +56,11 @@ def local(config: str | None) -> ReadSettings | None:
     return None if s.served_at is not None else s
 
 
-def job_rows(config: str | None, states: list[str]) -> list[quick_read.JobRow] | None:
-    """The rows of `nightshift jobs` from one's own store, each newest diagnosis read (None:
-    take the full path)."""
-    found = status_rows(config, states)
-    return None if found is None else found[0]
-
-
 def status_rows(
     config: str | None, states: list[str]
 ) -> tuple[list[quick_read.JobRow], dict[str, Any] | None] | None:
-    """job_rows, and the kill switch's {by, reason, at} while paused (None: take the full
-    path)."""
+    """The rows of `nightshift jobs` from one's own store, each newest diagnosis read, and the
+    kill switch's {by, reason, at} while paused (None: take the full path)."""
     s = local(config)
     if s is None:
         return None
@@ -86,13 +79,10 @@ def status_rows(
 def show(config: str | None, job_id: int) -> Any | None:
     """show_job's result for one's own job, with its attributes (None: take the full path, which
     also says that there is no such job)."""
-    s = local(config)
-    if s is None:
+    found = _own_job(config, job_id)
+    if found is None:
         return None
-    found = quick_read.job_with_attempts(s.store_url, job_id, s.busy_timeout_s)
-    if found is None or found[0] is None:
-        return None
-    job, attempts = found
+    s, job, attempts = found
     try:
         ckpt_dir, metrics_file, template = _spec_paths(job.spec)
         for a in attempts:
@@ -114,13 +104,10 @@ def log_lines(
 ) -> tuple[list[str], str | None] | None:
     """job_logs' lines and log path for one's own job (None: take the full path, which also
     says what is wrong with the arguments)."""
-    s = local(config)
-    if s is None:
+    found = _own_job(config, job_id)
+    if found is None:
         return None
-    found = quick_read.job_with_attempts(s.store_url, job_id, s.busy_timeout_s)
-    if found is None or found[0] is None:
-        return None
-    job, attempts = found
+    s, job, attempts = found
     if attempt is not None:
         attempts = [a for a in attempts if a.number == attempt]
         if not attempts:
@@ -138,6 +125,18 @@ def log_lines(
             max_bytes=LOG_TAIL_BYTES,
         )
     return lines, att.log_path
+
+
+def _own_job(config: str | None, job_id: int) -> tuple[ReadSettings, Any, list[Any]] | None:
+    """The read settings, one's own job's row and its attempts' rows (None: take the full path,
+    which also says when there is no such job)."""
+    s = local(config)
+    if s is None:
+        return None
+    found = quick_read.job_with_attempts(s.store_url, job_id, s.busy_timeout_s)
+    if found is None or found[0] is None:
+        return None
+    return s, found[0], found[1]
 
 
 def _spec_paths(spec: Any) -> tuple[str | None, str | None, list[str]]:

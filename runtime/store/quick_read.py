@@ -1,8 +1,9 @@
-"""The rows `nightshift jobs` lists, read from a SQLite store with the standard library alone.
+"""The rows the everyday reads show (`jobs`, `status`, `show`, `logs`), read from a SQLite store
+with the standard library alone.
 
 Why a second reader: importing SQLAlchemy and SQLModel (the `Store`, runtime/store/db.py) takes
 half a second to a second on a small machine, far more than the query, and `nightshift jobs`
-should answer as `squeue` does. This reads only, in one read-only connection, and only a store
+and the others should answer as `squeue` does. This reads only, in one read-only connection, and only a store
 whose schema is at HEAD; anything else (another database, an older or newer schema, a missing
 file, a read that fails) is None, and the command takes the full path, which opens the `Store`
 (migrating, reporting a missing store) as every other command does. tests/test_fast_answers.py
@@ -97,18 +98,12 @@ def _reading(url: str, busy_timeout_s: float) -> Iterator[sqlite3.Connection | N
         conn.close()
 
 
-def job_rows(url: str, states: list[str], busy_timeout_s: float) -> list[JobRow] | None:
-    """Every job (only `states`, when given) by id, with its attempt count and newest attempt's
-    diagnosis; None when this store is not one this reader may read (see the module)."""
-    found = status_rows(url, states, busy_timeout_s)
-    return None if found is None else found[0]
-
-
 def status_rows(
     url: str, states: list[str], busy_timeout_s: float
 ) -> tuple[list[JobRow], str | None] | None:
-    """job_rows, and the kill switch's row (None: not paused), read in one transaction; None
-    when this store is not one this reader may read."""
+    """Every job (only `states`, when given) by id, with its attempt count and newest attempt's
+    diagnosis, step and loss, and the kill switch's row (None: not paused), read in one
+    transaction; None when this store is not one this reader may read (see the module)."""
     with _reading(url, busy_timeout_s) as conn:
         if conn is None:
             return None
