@@ -77,7 +77,7 @@ except ImportError:  # pragma: no cover - Python < 3.11
 
 from nightshift.runtime.gpu import xid as xid_module
 from nightshift.runtime.gpu.bus import normalize_bus_id
-from nightshift.runtime.training import job_files, pasted_log
+from nightshift.runtime.training import job_files, log_classifier, pasted_log
 from nightshift.runtime.training.machine_evidence import MachineEvidence
 from nightshift.runtime.user_files import read_as_reader
 from nightshift.skills.base import SkillContext, skill
@@ -125,6 +125,13 @@ LR_FACTOR = 0.5
 # deployment that may read it installs one, e.g. `diagnose_failure_module.KERNEL_LOG_READER =
 # read_dmesg`; tests inject a function that returns fixed text.
 KERNEL_LOG_READER: Callable[[], str | None] | None = None
+# The learned log model consulted when no signature decides (runtime/training/log_classifier.py);
+# the cross-validation of evals/diagnosis_model.py swaps in a model per fold, or None.
+LOG_MODEL_LOADER: Callable[[], log_classifier.LogModel | None] = log_classifier.load
+# Its reading replaces a low-confidence verdict only when its best category leads the next by at
+# least this (LinearSVC score units; chosen by cross-validation on the tuning split).
+LEARNED_MIN_MARGIN = 0.2
+LEARNED_MIN_WORDS = 8  # … and reads at least this many distinct words it knows
 
 
 def read_dmesg(timeout_s: float = 2.0) -> str | None:
@@ -1150,6 +1157,16 @@ def _classify(
                     else (f"; the log alone reads as {cat}: {reasoning}")
                 )
             return _result(mcat, mconf, shown, why, inp, sig, notes)
+        if confidence == "low":  # nothing decides (log, machine): what the log's words point to
+            learned = _learned(cat, lines, raw_lines, failed_exit)
+            if learned is not None:
+                (cat, reading), override = learned, None
+                evidence = ev([(None, i) for i in sorted(reading.lines)])
+                reasoning = (
+                    f"no signature decides; by its words the log reads most like {cat} "
+                    f"({_LEARNED_FROM}, lead {reading.margin:.2f}); the signatures alone: "
+                    f"{reasoning}"
+                )
         if cat == "killed" and facts.no_oom:
             reasoning += f"; {facts.no_oom}: not the OOM killer"
         elif cat == "killed" and inp.machine is not None and inp.machine.notes:
@@ -1241,6 +1258,14 @@ def _classify(
         return result(cat, "high", ev(pairs), reasoning, override=_override(pairs))
 
     cat = _first_category(weak, WEAK_PRIORITY)
+    stuck = (
+        _stuck(lines, pasted=inp.exit_code is None and sig is None)
+        if cat in (None, "killed")
+        else None
+    )
+    if stuck is not None:
+        at, why = stuck
+        return result("hang_or_timeout", "medium", ev([(None, i) for i in at]), f"{why}; {status}")
     if cat:
         pairs = weak[cat]
         return result(cat, "medium", ev(pairs), f"{_most_specific(pairs).meaning}; {status}")
@@ -1340,6 +1365,89 @@ def _classify(
     else:
         reasoning = status
     return result("unknown", "low", ev([(None, i) for i in exc_lines[-2:]]), reasoning)
+
+
+def _learned(
+    cat: str, lines: list[str], raw_lines: list[str], failed_exit: bool
+) -> tuple[str, log_classifier.Reading] | None:
+    """The log model's category where it differs from a low-confidence verdict and leads clearly,
+    read from enough words (LEARNED_MIN_WORDS); never `succeeded` for a run that exited failing, never
+    `unknown` over a guess."""
+    model = LOG_MODEL_LOADER()
+    reading = log_classifier.read(model_lines(raw_lines, lines), model) if model else None
+    if reading is None or reading.category in (cat, "unknown") or reading.words < LEARNED_MIN_WORDS:
+        return None
+    if reading.margin < LEARNED_MIN_MARGIN or (reading.category == "succeeded" and failed_exit):
+        return None
+    return reading.category, reading
+
+
+def model_lines(raw_lines: Sequence[str], lines: Sequence[str]) -> list[str]:
+    """The lines the log model reads (as it was fitted, evals/diagnosis_model.py): each as
+    pasted_log reads it, an informational line (Python warnings, NCCL INFO, the I / W levels of
+    TF's, glog's and c10's loggers) blank: a log of start-up warnings is not a failure's words."""
+    return [
+        ""
+        if _INFORMATIONAL.search(_cap(pasted_log.surface(raw))) or _INFORMATIONAL.search(text)
+        else text
+        for raw, text in zip(raw_lines, lines, strict=True)
+    ]
+
+
+_LEARNED_FROM = "a linear model over words, learned from public training logs"
+
+
+# Where a stuck process waits: the innermost frame of a traceback printed when it was
+# interrupted (Ctrl-C, a dump), in a queue's get, a lock, a poll, a join or a sleep.
+_WAITING_FRAME = re.compile(
+    r'^\s*File "[^"]*", line \d+, in (?:get|_poll|poll|wait|_wait|acquire|join|select|recv'
+    r"|recv_into|_recv|_recv_bytes|recv_bytes|sleep|_wait_for_tstate_lock|readinto|read)\s*$"
+)
+_WAITING_CODE = re.compile(
+    r"\.(?:get|wait|acquire|join|poll|_poll|select|recv|sleep)\(|^\s*with self\._[rw]?lock\b"
+)
+_FRAME = re.compile(r'^\s*File "[^"]*", line \d+, in \S+')
+# A progress line that has not reached its end: tqdm's `n/total [`, Keras's `n/total [==>..]`,
+# a trainer's `iter: n/total` / `Epoch n/total` fields; (done, total) are the first two groups.
+_PROGRESS = re.compile(
+    r"(?:^|[\s|(])(\d+)/(\d+) \[(?:\d|[=>.]+\])"
+    r"|\b(?:iter|iters|iteration|step|steps|batch|epoch)\b\s*[:=]?\s*\[?(\d+)\s*/\s*(\d+)",
+    re.IGNORECASE,
+)
+
+
+def _stuck(lines: list[str], pasted: bool) -> tuple[list[int], str] | None:
+    """Evidence that the run stopped making progress rather than failing: a traceback whose
+    innermost frame waits (the person who interrupted it saw it stuck), or — for a pasted log, with
+    no exit status — a log that ends on a progress line short of its total with no error after."""
+    frames = [i for i, line in enumerate(lines) if _FRAME.match(line)]
+    if frames:
+        last = frames[-1]
+        after = [line.strip() for line in lines[last + 2 :] if line.strip()]
+        code = lines[last + 1] if last + 1 < len(lines) else ""
+        ends_quiet = all(
+            not _EXCEPTION_LINE.match(a) or a.startswith("KeyboardInterrupt") for a in after
+        )
+        if ends_quiet and (_WAITING_FRAME.match(lines[last]) or _WAITING_CODE.search(code)):
+            return [last], (
+                "the process was stopped while it waited (its innermost frame is a wait on a "
+                "queue, lock or poll, and no error followed): it was stuck — a hang, often a "
+                "DataLoader worker or a collective that never answered"
+            )
+    if not pasted:
+        return None
+    tail = [i for i, line in enumerate(lines) if line.strip()][-TAIL_LINES:]
+    if not tail or any(_EXCEPTION_LINE.match(lines[i].strip()) for i in tail):
+        return None
+    m = _PROGRESS.search(lines[tail[-1]])
+    if m:
+        done, total = (int(g) for g in (m.group(1, 2) if m.group(1) else m.group(3, 4)))
+        if 0 < total and done < total:
+            return [tail[-1]], (
+                f"the log ends on a progress line at {done}/{total} with no error after it: the "
+                "run stopped making progress there (a hang), or was stopped without a word"
+            )
+    return None
 
 
 # --- the machine's evidence ---------------------------------------------------------------------
@@ -1519,7 +1627,7 @@ def _read_log(
         except OSError as exc:
             return [], 1, f"the log file {path} could not be read ({exc})"
         if tail is not None:
-            return _split_lines(tail.decode("utf-8", errors="replace")), 1, None
+            return pasted_log.split_lines(tail.decode("utf-8", errors="replace")), 1, None
         try:
             with _open_log(path, runs_dir) as f:
                 size = os.fstat(f.fileno()).st_size
@@ -1538,7 +1646,7 @@ def _read_log(
             return [], 1, f"the log file {path} could not be read ({exc.strerror or exc})"
         except job_files.JobFileRefused as exc:
             return [], 1, f"the log file was not read: {exc}"
-        lines = _split_lines(data.decode("utf-8", errors="replace"))
+        lines = pasted_log.split_lines(data.decode("utf-8", errors="replace"))
         if start == 0:
             return lines, 1, None
         note = f"read the last {MAX_LOG_BYTES} bytes of {path}"
@@ -1549,16 +1657,7 @@ def _read_log(
     text = inp.log_tail or ""
     if len(text) > MAX_LOG_BYTES:
         text = text[-MAX_LOG_BYTES:]
-    return _split_lines(text), 1, None
-
-
-def _split_lines(text: str) -> list[str]:
-    """The log's lines as the file numbers them: split at newlines only (a carriage return
-    within a line is a progress bar's redraw, read by pasted_log), a CRLF's CR dropped."""
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
+    return pasted_log.split_lines(text), 1, None
 
 
 def _open_log(path: Path, runs_dir: Path | None) -> BinaryIO:

@@ -309,7 +309,9 @@ def test_short_real_messages(ctx):
         "torch._C._cuda_getDeviceCount() > 0\nWARNING: No compatible GPU found. Using the "
         "CPU, but this will be very slow!\n",
     )
-    assert r.category == "unknown"
+    # no signature's verdict: at most the log model's reading of its words, at low confidence
+    # (the thread's own cause was the driver)
+    assert r.category in ("unknown", "driver_mismatch") and r.confidence == "low"
 
 
 def test_oom_outranks_the_nccl_errors_it_causes(ctx):

@@ -85,6 +85,15 @@ class View:
     primary: bool = True
 
 
+def split_lines(text: str) -> list[str]:
+    """The log's lines as the file numbers them: split at newlines only (a carriage return
+    within a line is a progress bar's redraw, read by `segments`), a CRLF's CR dropped."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
 def decolour(text: str) -> str:
     """Colour and cursor codes (and their remnants) and control bytes off."""
     return _CONTROL.sub("", _ANSI.sub("", text))

@@ -32,6 +32,11 @@ SUITES = {
         "diagnose_failure on 617 real logs: held-out repositories' accuracy, per category "
         "(--local: on your corrections; --second-opinion: rules alone and rules + model)",
     ),
+    "diagnosis-model": (
+        "nightshift.evals.diagnosis_model",
+        "fit the log model diagnose_failure consults on the tuning split (--write); --cv: "
+        "its accuracy on repositories it was not fitted on",
+    ),
     "latency": (
         "nightshift.evals.cli_latency",
         "jobs, status, show and logs on 10,000 queued jobs: cold and warm seconds",
