@@ -1258,11 +1258,7 @@ def _classify(
         return result(cat, "high", ev(pairs), reasoning, override=_override(pairs))
 
     cat = _first_category(weak, WEAK_PRIORITY)
-    stuck = (
-        _stuck(lines, pasted=inp.exit_code is None and sig is None)
-        if cat in (None, "killed")
-        else None
-    )
+    stuck = _stuck(lines) if cat in (None, "killed") else None
     if stuck is not None:
         at, why = stuck
         return result("hang_or_timeout", "medium", ev([(None, i) for i in at]), f"{why}; {status}")
@@ -1407,19 +1403,13 @@ _WAITING_CODE = re.compile(
     r"\.(?:get|wait|acquire|join|poll|_poll|select|recv|sleep)\(|^\s*with self\._[rw]?lock\b"
 )
 _FRAME = re.compile(r'^\s*File "[^"]*", line \d+, in \S+')
-# A progress line that has not reached its end: tqdm's `n/total [`, Keras's `n/total [==>..]`,
-# a trainer's `iter: n/total` / `Epoch n/total` fields; (done, total) are the first two groups.
-_PROGRESS = re.compile(
-    r"(?:^|[\s|(])(\d+)/(\d+) \[(?:\d|[=>.]+\])"
-    r"|\b(?:iter|iters|iteration|step|steps|batch|epoch)\b\s*[:=]?\s*\[?(\d+)\s*/\s*(\d+)",
-    re.IGNORECASE,
-)
 
 
-def _stuck(lines: list[str], pasted: bool) -> tuple[list[int], str] | None:
+def _stuck(lines: list[str]) -> tuple[list[int], str] | None:
     """Evidence that the run stopped making progress rather than failing: a traceback whose
-    innermost frame waits (the person who interrupted it saw it stuck), or — for a pasted log, with
-    no exit status — a log that ends on a progress line short of its total with no error after."""
+    innermost frame waits (the person who interrupted it saw it stuck). (A pasted log that merely
+    ends mid-progress is not: on the tuning split that was as often a silent death, a run still
+    going, or a NaN run, as a hang.)"""
     frames = [i for i, line in enumerate(lines) if _FRAME.match(line)]
     if frames:
         last = frames[-1]
@@ -1433,19 +1423,6 @@ def _stuck(lines: list[str], pasted: bool) -> tuple[list[int], str] | None:
                 "the process was stopped while it waited (its innermost frame is a wait on a "
                 "queue, lock or poll, and no error followed): it was stuck — a hang, often a "
                 "DataLoader worker or a collective that never answered"
-            )
-    if not pasted:
-        return None
-    tail = [i for i, line in enumerate(lines) if line.strip()][-TAIL_LINES:]
-    if not tail or any(_EXCEPTION_LINE.match(lines[i].strip()) for i in tail):
-        return None
-    m = _PROGRESS.search(lines[tail[-1]])
-    if m:
-        done, total = (int(g) for g in (m.group(1, 2) if m.group(1) else m.group(3, 4)))
-        if 0 < total and done < total:
-            return [tail[-1]], (
-                f"the log ends on a progress line at {done}/{total} with no error after it: the "
-                "run stopped making progress there (a hang), or was stopped without a word"
             )
     return None
 

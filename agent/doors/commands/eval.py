@@ -29,7 +29,7 @@ SUITES = {
     ),
     "diagnosis": (
         "nightshift.evals.diagnosis",
-        "diagnose_failure on 617 real logs: held-out repositories' accuracy, per category "
+        "diagnose_failure on 836 real logs: held-out repositories' accuracy, per category "
         "(--local: on your corrections; --second-opinion: rules alone and rules + model)",
     ),
     "diagnosis-model": (
