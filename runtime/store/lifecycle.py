@@ -395,6 +395,22 @@ def record_cause(
         note(s, "attempt.cause", payload, job_id=att.job_id, attempts=(att,))
 
 
+def attach_opinion(s: Session, attempt_id: int, opinion: dict[str, Any]) -> bool | None:
+    """A model's second opinion, come after the attempt's diagnosis was stored, kept beside it
+    (agent/brain/second_opinion.py). None while the attempt has not ended yet (the loop records
+    the end after it asked: try again); False when it ended with no diagnosis to keep it in."""
+    att = s.get(Attempt, attempt_id)
+    if att is None:
+        return False
+    if att.state not in ENDED_ATTEMPT:
+        return None
+    if not isinstance(att.diagnosis, dict) or att.outcome not in FAILED_OUTCOMES:
+        return False
+    att.diagnosis = {**att.diagnosis, "second_opinion": opinion}
+    s.add(att)
+    return True
+
+
 def failures(outcomes: list[str | None]) -> int:
     """Attempts that count against max_attempts: the run's failures, not pauses or holds."""
     return sum(1 for o in outcomes if o in FAILED_OUTCOMES)
