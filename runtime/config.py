@@ -187,6 +187,16 @@ class HealthThresholds(BaseModel):
         description="A quarantined GPU (latest verdict CRITICAL or UNKNOWN) returns to placement "
         "after this many consecutive healthy checks, not on the first OK",
     )
+    dcgm_diag: Literal["auto", "off"] = Field(
+        "auto",
+        description="auto: where NVIDIA DCGM's dcgmi is on PATH, a quarantined GPU of this "
+        "machine returns only when `dcgmi diag -r 1 -i INDEX` also passes, run at the "
+        "recover_after_checks-th healthy check (a failure starts the count again); off: the "
+        "healthy checks alone",
+    )
+    dcgm_diag_timeout_s: float = Field(
+        120.0, gt=0, le=1800, description="How long one `dcgmi diag -r 1` may take"
+    )
 
 
 class PolicySettings(BaseModel):

@@ -873,7 +873,7 @@ class Engine:
         and for a failure its diagnosis) and report its job's move; nothing when it had already
         ended."""
         # Read and classified first: never under the store's write lock.
-        diagnosis = self._diagnosis(attempt_id, status, outcome, reason, stopped)
+        diagnosis, machine = self._diagnosis(attempt_id, status, outcome, reason, stopped)
         with self.store.write_session() as s:
             att = s.get(Attempt, attempt_id)
             if att.state in lifecycle.ENDED_ATTEMPT:
@@ -887,6 +887,7 @@ class Engine:
                 reason=reason,
                 mono=(self.mono(), self.boot_id),
                 diagnosis=diagnosis,
+                machine=machine,
             )
         if att.outcome == Outcome.LOST:
             self._stop_lost(att)
@@ -898,25 +899,29 @@ class Engine:
         outcome: Outcome | None,
         reason: str | None,
         stopped: bool,
-    ) -> dict[str, Any] | None:
+    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         """Why an attempt that is ending failed, from the tail of its log (read bounded and
-        without following a link the job planted), its exit status and the loop's own verdict.
-        None when it does not end failed or no classifier is wired; a diagnosis that fails is
-        reported and left out: it never keeps the loop from recording the end."""
+        without following a link the job planted), its exit status and the loop's own verdict;
+        and what the machine said (`MachineEvidence`), kept with the attempt so that a later
+        diagnosis (the agent's) reads the same. (None, None) when it does not end failed or no
+        classifier is wired; a diagnosis that fails is reported and left out: it never keeps the
+        loop from recording the end."""
+        none: tuple[None, None] = (None, None)
         if self.diagnose is None:
-            return None
+            return none
         if outcome is None:
             if status.state == "exited" and status.exit_code == 0 and not stopped:
-                return None
+                return none
         elif Outcome(outcome) not in lifecycle.FAILED_OUTCOMES:
-            return None
+            return none
+        machine: dict[str, Any] | None = None
         try:
             att = self._attempt(attempt_id)
             job = self.store.job(att.job_id) if att is not None else None
             if att is None or job is None or att.state in lifecycle.ENDED_ATTEMPT:
-                return None
+                return none
             if outcome is None and job.state != JobState.RUNNING:
-                return None  # held, paused or cancelled meanwhile: the move says why, not a failure
+                return none  # held, paused or cancelled meanwhile: the move says why, not a failure
             spec = ExperimentSpec.model_validate(job.spec)
             tail, first_line, note = read_log_tail(
                 job_workspace(self.settings, job.id), att.log_path
@@ -926,7 +931,10 @@ class Engine:
                 says = "lost"
             if outcome == Outcome.FAILED and status.exit_code == 0:
                 says = "diverged"  # exited 0 with a non-finite final metric (watch_running)
+            evidence = self._machine_evidence(att, job, status)
+            machine = evidence.model_dump(mode="json")
             run = FailedRun(
+                attempt_id=attempt_id,
                 log_tail=tail,
                 first_line_no=first_line,
                 log_note=note,
@@ -936,16 +944,16 @@ class Engine:
                 monitor_detail=reason or status.detail,
                 params=dict(att.params),
                 knobs=spec.knobs.model_dump(exclude_none=True),
-                machine=self._machine_evidence(att, job, status),
+                machine=evidence,
             )
-            return self.diagnose(run).model_dump()
+            return self.diagnose(run).model_dump(), machine
         except Exception as exc:  # noqa: BLE001 (a diagnosis is a nicety; the end is a record)
             with contextlib.suppress(Exception):  # nor may reporting it stop the loop
                 self.on_event(
                     "diagnosis.failed",
                     {"attempt_id": attempt_id, "error": f"{type(exc).__name__}: {exc}"},
                 )
-            return None
+            return None, machine
 
     def _machine_evidence(self, att: Attempt, job: Job, status: RunStatus) -> MachineEvidence:
         """What the machine says of an attempt that ended failed, beside its log: its cgroup's
@@ -961,9 +969,10 @@ class Engine:
             except ValueError:
                 ev.notes.append("the run's cgroup counters were unreadable")
         handle_pid = att.handle.get("pid") if att.executor == "local" else None
-        ev.pids = sorted(
-            {p for p in (status.pid, handle_pid) if isinstance(p, int) and not isinstance(p, bool)}
-        )
+        own = (status.pid, handle_pid, *status.descendants)
+        ev.pids = sorted({p for p in own if isinstance(p, int) and not isinstance(p, bool)})[
+            : machine_evidence.MAX_PIDS
+        ]
         with self.store.session() as s:
             rows = s.exec(
                 select(MetricPoint)

@@ -1,10 +1,17 @@
 """diagnose_failure's verdict in the short form kept with a failed attempt (runtime's
 `Diagnosis`): the loop calls `diagnose_attempt` as each failed attempt ends, offline and without
 the policy gate (it only reads a bounded log tail the engine already read), and the agent's own
-diagnose_failure call replaces it through `from_result`."""
+diagnose_failure call replaces it through `from_result`. The machine's evidence the loop read
+as the attempt ended is kept with the attempt (`attempt.machine`); `with_stored_machine` passes it
+on to a later diagnose_failure call of the same attempt, so the agent's verdict reads it too."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from sqlmodel import select
+
+from nightshift.runtime.store.db import Attempt, Store
 from nightshift.runtime.training.attempt_diagnosis import Diagnosis, FailedRun
 from nightshift.skills.diagnose_failure import (
     DiagnoseFailureInput,
@@ -78,3 +85,19 @@ def best_evidence(lines: list[EvidenceLine]) -> EvidenceLine | None:
         if e.text and not e.text.startswith(_NOT_A_CAUSE):
             return e
     return lines[0] if lines else None
+
+
+def with_stored_machine(store: Store, args: dict[str, Any]) -> dict[str, Any]:
+    """diagnose_failure's `args` with the machine's evidence kept with the attempt whose log they
+    name (`attempt.machine`), where they give none: the loop read it once, as the attempt ended
+    (the cgroup and the processes are gone by now), and a later diagnosis must not read less.
+    `args` itself when they name no stored attempt, or give their own evidence."""
+    log_path = args.get("log_path")
+    if args.get("machine") is not None or not isinstance(log_path, str) or not log_path:
+        return args
+    with store.session() as s:
+        att = s.exec(select(Attempt).where(Attempt.log_path == log_path)).first()
+        machine = att.machine if att is not None else None
+    if not isinstance(machine, dict):
+        return args
+    return {**args, "machine": machine}

@@ -34,6 +34,7 @@ from sqlmodel import col, select
 
 from nightshift.runtime.config import HealthThresholds
 from nightshift.runtime.errors import BadArguments, SpecError
+from nightshift.runtime.gpu import dcgm
 from nightshift.runtime.gpu.bus import normalize_bus_id
 from nightshift.runtime.gpu.driver_messages import DriverMessage, machine_wide
 from nightshift.runtime.gpu.gpu import (
@@ -147,6 +148,11 @@ class Quarantine(BaseModel):
     healthy_checks: int = Field(description="Consecutive healthy checks so far, this one included")
     needed: int = Field(description="health.recover_after_checks")
     released: bool = Field(description="True when this check returns the GPU to placement")
+    diag: dcgm.DcgmDiag | None = Field(
+        None,
+        description="`dcgmi diag -r 1` on this GPU, run at the last healthy check needed where "
+        "DCGM is installed (health.dcgm_diag): it must pass too; its output is the evidence",
+    )
 
 
 class GpuVerdict(BaseModel):
@@ -725,6 +731,8 @@ def _quarantine_holds(
             since=since, healthy_checks=count, needed=need, released=count >= need
         )
         label = (f"{v.host} " if v.host else "") + f"GPU {v.index}"
+        if v.quarantine.released and v.host is None:
+            _dcgm_diag(ctx, v, v.quarantine)
         if v.quarantine.released:
             recovered.append(label)
             v.summary += f" (back in placement: {count} healthy check(s) in a row since {since})"
@@ -734,6 +742,21 @@ def _quarantine_holds(
                 f" (still quarantined: {count} of {need} healthy checks in a row since {since})"
             )
     return held
+
+
+def _dcgm_diag(ctx: SkillContext, v: GpuVerdict, q: Quarantine) -> None:
+    """Where DCGM is installed (and health.dcgm_diag is auto), the healthy checks are not enough:
+    `dcgmi diag -r 1` on the GPU must pass too. A failed diag starts the count again; one that
+    could not run or be read (a timeout, no table) is tried again at the next check."""
+    exe = dcgm.available() if ctx.settings.health.dcgm_diag == "auto" else None
+    if exe is None or v.index is None:
+        return
+    q.diag = dcgm.run(v.index, timeout_s=ctx.settings.health.dcgm_diag_timeout_s, exe=exe)
+    said = dcgm.summary(q.diag)
+    if not q.diag.passed:
+        q.released = False
+        q.healthy_checks = 0 if q.diag.failed else q.needed - 1
+    v.summary += f"; {said}"
 
 
 def _held(row: GpuSample | None, v: GpuVerdict, held: set[int]) -> GpuSample | None:

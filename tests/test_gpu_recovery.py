@@ -3,6 +3,7 @@ the first OK; the return is in the check's result, which the gate records in the
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -134,3 +135,127 @@ def test_the_return_is_in_the_audit(home):
             )
         )
     assert [e.payload["result"]["recovered"] for e in events] == [[], [], ["GPU 0"]]
+
+
+# ------------------------------------------------------------------ dcgmi diag, where installed
+def _with_dcgmi(monkeypatch, tmp_path: Path, fixture: str, **kw: Any) -> Path:
+    import fake_dcgmi
+
+    folder = tmp_path / "dcgm-bin"
+    fake_dcgmi.install(folder, fixture, **kw)
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ.get('PATH', '')}")
+    return folder
+
+
+def test_where_dcgm_is_installed_the_diag_must_pass_too(tmp_path, monkeypatch):
+    """Why: a GPU that reads healthy three times may still fail DCGM's deployment checks. Where
+    dcgmi is on PATH it runs `dcgmi diag -r 1 -i INDEX` at the last healthy check needed; its
+    pass releases the GPU, with the parsed table and the output kept as evidence."""
+    import fake_dcgmi
+
+    folder = _with_dcgmi(monkeypatch, tmp_path, "diag_r1_pass.txt")
+    ctx = make_ctx(tmp_path, recover_after_checks=2)
+    check(ctx, 95.0, 0)
+    first = check(ctx, 50.0, 1)
+    assert first.gpus[0].quarantine.diag is None and fake_dcgmi.calls(folder) == []  # type: ignore[union-attr]
+    second = check(ctx, 50.0, 2)
+    q = second.gpus[0].quarantine
+    assert q is not None and q.released and second.recovered == ["GPU 0"]
+    assert fake_dcgmi.calls(folder) == [["diag", "-r", "1", "-i", "0"]]
+    assert (
+        q.diag is not None and q.diag.passed and q.diag.argv[1:] == ["diag", "-r", "1", "-i", "0"]
+    )
+    assert len(q.diag.tests) == 11 and {t.result for t in q.diag.tests} == {"Pass"}
+    assert "| Persistence Mode          | Pass" in q.diag.output
+    assert "dcgmi diag -r 1 passed (11 test(s))" in second.gpus[0].summary
+    assert slot(ctx) == "OK"
+
+
+def test_a_failed_diag_keeps_the_gpu_out_and_starts_the_count_again(tmp_path, monkeypatch):
+    """Why: the diag's Fail is the word that matters; the healthy checks count again from 0."""
+    _with_dcgmi(monkeypatch, tmp_path, "diag_fail.txt", exit_code=226)
+    ctx = make_ctx(tmp_path, recover_after_checks=2)
+    check(ctx, 95.0, 0)
+    check(ctx, 50.0, 1)
+    failed = check(ctx, 50.0, 2)
+    q = failed.gpus[0].quarantine
+    assert q is not None and not q.released and failed.recovered == []
+    assert q.diag is not None and not q.diag.passed and q.diag.failed == ["PCIe"]
+    pcie = next(t for t in q.diag.tests if t.name == "PCIe")
+    assert (pcie.section, pcie.result, pcie.scope) == ("Integration", "Fail", "All")
+    assert "cudaDeviceGetByPCIBusId" in (pcie.detail or "") and "00000000:1B:00.0" in (
+        pcie.detail or ""
+    )
+    assert [t.result for t in q.diag.tests if t.name == "GPU Memory"] == ["Skip"]
+    assert "dcgmi diag -r 1 failed: PCIe" in failed.gpus[0].summary
+    assert slot(ctx) == "UNKNOWN"
+    again = check(ctx, 50.0, 3)
+    assert again.gpus[0].quarantine.healthy_checks == 1  # type: ignore[union-attr]
+    assert again.gpus[0].quarantine.diag is None  # type: ignore[union-attr]
+
+
+def test_a_diag_that_cannot_be_read_is_tried_at_the_next_check(tmp_path, monkeypatch):
+    """Why: a timeout (or a table with no test) is no pass, but says nothing of the GPU: the
+    next healthy check runs the diag again rather than counting from 0."""
+    import fake_dcgmi
+
+    folder = _with_dcgmi(monkeypatch, tmp_path, "diag_r1_pass.txt", sleep_s=5)
+    ctx = make_ctx(tmp_path, recover_after_checks=2, dcgm_diag_timeout_s=0.5)
+    check(ctx, 95.0, 0)
+    check(ctx, 50.0, 1)
+    slow = check(ctx, 50.0, 2).gpus[0].quarantine
+    assert slow is not None and not slow.released and slow.diag is not None
+    assert "did not end within 0.5 s" in (slow.diag.error or "")
+    fake_dcgmi.install(folder, "diag_r1_pass.txt")
+    back = check(ctx, 50.0, 3)
+    assert back.recovered == ["GPU 0"] and len(fake_dcgmi.calls(folder)) == 2
+
+
+def test_dcgm_diag_off_and_the_old_deployment_table(tmp_path, monkeypatch):
+    """Why: `health.dcgm_diag: off` keeps the healthy checks alone; and the older table (no
+    Metadata, `Blacklist`, no per-GPU scope) is read the same way."""
+    import fake_dcgmi
+
+    from nightshift.runtime.gpu import dcgm
+
+    folder = _with_dcgmi(monkeypatch, tmp_path, "diag_r1_fail_deployment.txt")
+    ctx = make_ctx(tmp_path, recover_after_checks=1, dcgm_diag="off")
+    check(ctx, 95.0, 0)
+    assert check(ctx, 50.0, 1).recovered == ["GPU 0"] and fake_dcgmi.calls(folder) == []
+    text = (fake_dcgmi.FIXTURES / "diag_r1_fail_deployment.txt").read_text()
+    tests = dcgm.parse(text)
+    assert [t.name for t in tests if t.result == "Fail"] == [
+        "Persistence Mode",
+        "Environment Variables",
+        "Page Retirement",
+        "Graphics Processes",
+        "Inforom",
+    ]
+    assert all(t.section == "Deployment" and t.scope is None for t in tests)
+
+
+def test_the_diag_s_evidence_is_in_the_audit(home, tmp_path, monkeypatch):
+    """Why: the output that released (or kept out) a GPU is kept where a person looks later."""
+    from sqlmodel import select
+
+    from nightshift.agent.brain.wiring import Wiring
+    from nightshift.runtime.store.db import AuditEvent
+
+    _with_dcgmi(monkeypatch, tmp_path, "diag_fail.txt", exit_code=226)
+    (home / "config.yaml").write_text("health:\n  recover_after_checks: 1\n")
+    w = Wiring.load()
+    for hour, temperature in enumerate([95.0, 50.0]):
+        ctx = w.context("agent", f"health-{hour}")
+        ctx.probe, ctx.now = Probe(temperature), NOW + timedelta(hours=hour)
+        w.gate.call(ctx, "gpu_health_check", {})
+    with w.store.session() as s:
+        last = list(
+            s.exec(
+                select(AuditEvent)
+                .where(AuditEvent.action == "skill.result", AuditEvent.skill == "gpu_health_check")
+                .order_by(AuditEvent.id)
+            )
+        )[-1]
+    diag = last.payload["result"]["gpus"][0]["quarantine"]["diag"]
+    assert diag["passed"] is False and diag["failed"] == ["PCIe"] and diag["exit_code"] == 226
+    assert "| PCIe                      | Fail - All" in diag["output"]

@@ -180,6 +180,7 @@ def test_reattach_from_another_process(ex: LocalExecutor, tmp_path: Path) -> Non
     wait_for(lambda: ex.poll(ex.find("long")).state == "exited")
     elsewhere = poll_elsewhere()
     assert isinstance(elsewhere.pop("pid"), int) and elsewhere.pop("cgroup_memory") is None
+    assert elsewhere.pop("descendants") == []  # a python program that started no process
     assert elsewhere == {
         "state": "exited",
         "exit_code": 7,

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from shlex import quote as shlex_quote
 from types import SimpleNamespace
 
 import pytest
@@ -182,6 +183,117 @@ def test_an_oom_killer_line_naming_the_run_s_pid_makes_a_sigkill_host_oom(
     assert sources(d)["exit_status"] == ["the process was ended by SIGKILL"]
     # read since the attempt started (a second's margin), not the whole boot
     assert len(asked) == 1 and abs(asked[0] - time.time()) < 120
+
+
+def test_an_oom_killer_line_naming_a_child_of_the_run_makes_a_sigkill_host_oom(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Why: a wrapper (`bash -c "python train.py; ..."`, torchrun) is the run's process; the OOM
+    killer names its child, which the supervisor saw in the run's process tree."""
+    monkeypatch.setattr(machine_evidence, "KERNEL_LOG_READER", lambda s: KERNEL.format(pid=5153))
+    status = RunStatus(state="exited", exit_code=137, pid=5151, descendants=[5152, 5153])
+    d = _loop(tmp_path, status)
+    assert (d.category, d.source) == ("host_oom", "kernel_log"), d
+    assert "Killed process 5153" in (d.evidence or "")
+    # only the oom-kill summary line, which names the pid as `pid=N`
+    only = "\n".join(KERNEL.format(pid=5153).splitlines()[:2])
+    monkeypatch.setattr(machine_evidence, "KERNEL_LOG_READER", lambda s: only)
+    d = _loop(tmp_path / "2", status)
+    assert (d.category, d.source) == ("host_oom", "kernel_log"), d
+    assert "pid=5153" in (d.evidence or "")
+    # a pid outside the run's tree stays someone else's
+    monkeypatch.setattr(machine_evidence, "KERNEL_LOG_READER", lambda s: KERNEL.format(pid=6000))
+    d = _loop(tmp_path / "3", status)
+    assert d.category == "killed", d
+
+
+def test_the_supervisor_records_the_run_s_descendants(tmp_path: Path) -> None:
+    """Why: the kernel names the child a wrapper shell started; the exit record keeps the pids
+    of the program's process tree as the supervisor saw them while it ran."""
+    from nightshift.runtime.executors.executor import LaunchRequest
+    from nightshift.runtime.executors.local_executor import LocalExecutor
+
+    ex = LocalExecutor(tmp_path / "runs", cgroups="off")
+    pid_file = tmp_path / "child.pid"
+    inner = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(1)"
+    # `; true` keeps bash from exec'ing its last command: python is bash's child
+    script = f"{sys.executable} -c {shlex_quote(inner)}; true"
+    req = LaunchRequest(
+        key="wrapped",
+        argv=["bash", "-c", script],
+        cwd=str(tmp_path),
+        log_path=str(tmp_path / "wrapped.log"),
+    )
+    handle = ex.start(req)
+    end = time.monotonic() + 60
+    while (status := ex.poll(handle)).state == "running":
+        assert time.monotonic() < end
+        time.sleep(0.1)
+    assert status.exit_code == 0, (status, (tmp_path / "wrapped.log").read_text())
+    child = int(pid_file.read_text())
+    assert child != status.pid and child in status.descendants, status
+
+
+def test_the_process_tree_is_bounded_newest_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Why: a run that starts processes all night must not grow its exit record without end."""
+    newer = set(range(2000, 2000 + supervise.MAX_TREE_PIDS))
+    waves = iter([set(range(1000, 1300)), {5000}, newer])
+    monkeypatch.setattr(supervise, "descendants", lambda root: next(waves))
+    tree = supervise.ProcessTree(1)
+    tree.sample()
+    assert len(tree.seen) == supervise.MAX_TREE_PIDS
+    tree.sample()
+    assert len(tree.seen) == supervise.MAX_TREE_PIDS and 5000 in tree.seen
+    tree.sample()
+    assert tree.pids() == sorted(newer)
+
+
+def test_a_wrapper_s_child_killed_by_the_oom_killer_is_the_run_s(
+    tmp_path: Path,
+    kernel_cgroups: None,  # noqa: F811
+) -> None:
+    """Why: real. A shell whose python child the kernel kills in a 128 MiB memory cgroup: the
+    kernel log's OOM line names the child, not the shell; with the supervisor's record of the
+    tree (and the cgroup's counters left out, as on a machine without one) it is host_oom."""
+    from nightshift.runtime.executors.executor import LaunchRequest
+    from nightshift.runtime.executors.local_executor import LocalExecutor
+    from nightshift.runtime.training.attempt_diagnosis import FailedRun
+
+    since = time.time() - 1
+    ex = LocalExecutor(tmp_path / "runs", cgroups="required")
+    script = f"{sys.executable} -c {shlex_quote(GREEDY)}; exit 137"
+    req = LaunchRequest(
+        key="greedy",
+        argv=["bash", "-c", script],
+        cwd=str(tmp_path),
+        log_path=str(tmp_path / "greedy.log"),
+        memory_gb=0.125,
+    )
+    handle = ex.start(req)
+    end = time.monotonic() + 60
+    while (status := ex.poll(handle)).state == "running":
+        assert time.monotonic() < end
+        time.sleep(0.1)
+    assert status.exit_code == 137 and status.descendants, status
+    text = None
+    for _ in range(20):  # the kernel's lines reach the journal a moment later
+        text = machine_evidence.read_kernel_log(since)
+        if text and re.search(r"Killed process \d+", text):
+            break
+        time.sleep(0.25)
+    if not text or not re.search(r"Killed process \d+", text):
+        pytest.skip("the kernel log cannot be read here, or has no OOM killer line")
+    named = {int(p) for p in re.findall(r"Killed process (\d+)", text)}
+    assert named & set(status.descendants) and status.pid not in named, (named, status)
+    ev = machine_evidence.MachineEvidence(
+        pids=[status.pid, *status.descendants], kernel_log=machine_evidence.kernel_lines(text)
+    )
+    # the log left out: the supervisor's own line there says it too (the cgroup's word)
+    d = diagnose_attempt(FailedRun(log_tail="", exit_code=137, machine=ev))
+    assert (d.category, d.source) == ("host_oom", "kernel_log"), d
+    alone = machine_evidence.MachineEvidence(pids=[status.pid], kernel_log=ev.kernel_log)
+    d = diagnose_attempt(FailedRun(log_tail="", exit_code=137, machine=alone))
+    assert d.category == "killed", d
 
 
 def test_an_oom_kill_of_another_process_leaves_a_sigkill_killed(
@@ -364,3 +476,93 @@ def test_the_real_kernel_log_reader_ends_quickly_here() -> None:
     text = machine_evidence.read_kernel_log(time.time() - 60)
     assert text is None or len(text) <= machine_evidence.MAX_KERNEL_CHARS
     assert time.monotonic() - started < 10
+
+
+# ------------------------------------------------------------- the agent's own diagnosis
+def _agent_recovers(home: Path, status: RunStatus) -> tuple[dict, dict, str | None]:
+    """A job whose run ends as `status` says, diagnosed by the loop; then the recovery graph's
+    own diagnose_failure call on it (the deterministic planner, as the daemon runs it). The
+    attempt's stored diagnosis and machine evidence, and the cause recovery recorded."""
+    from nightshift.agent.brain.goals import recover_goal
+    from nightshift.agent.brain.graph import build_graph
+    from nightshift.agent.brain.planner import DeterministicPlanner
+    from nightshift.agent.brain.wiring import Wiring
+
+    w = Wiring.load()
+    w.engine.executor = EndsAs(RunStatus(state="running"))  # type: ignore[assignment]
+    spec = _spec(home, "j", ["true"])
+    w.gate.call(w.context("alice", "c1"), "submit_job", {"spec_path": str(spec)}, via="cli")
+    w.engine.tick()  # starts it
+    att = w.store.attempts(1)[0]
+    assert att.log_path
+    Path(att.log_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(att.log_path).write_text("step 1 loss 2.3\nstep 2 loss 2.1\nloading shard 7\n")
+    w.engine.executor = EndsAs(status)  # type: ignore[assignment]
+    w.engine.tick()  # sees it end: the loop's diagnosis, with the machine's evidence
+    att = w.store.attempts(1)[0]
+    assert att.machine is not None and att.diagnosis is not None, att
+    loops = att.diagnosis["category"]
+    graph = build_graph(w, DeterministicPlanner())
+    goal = recover_goal(1, watch=False).model_dump(mode="json")
+    graph.invoke(
+        {"goal": goal, "history": [], "on_behalf_of": "system"},
+        {"configurable": {"thread_id": "recover-job-1-after-1"}, "recursion_limit": 50},
+    )
+    att = w.store.attempts(1)[0]
+    assert att.cause is not None, "the agent's diagnose_failure call never ran"
+    return {**att.diagnosis, "loops": loops}, att.machine or {}, att.cause
+
+
+def test_the_agent_s_diagnosis_keeps_the_cgroup_s_oom_kill(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Why: the agent's own diagnose_failure call (log path, exit status: no machine) replaced
+    the loop's host_oom, read from the run's cgroup, with `killed`; the cgroup is gone by then.
+    The evidence is kept with the attempt and passed on to the agent's call."""
+    monkeypatch.setattr(machine_evidence, "KERNEL_LOG_READER", lambda since: None)
+    counters = {"version": 1, "oom_kills": 1, "limit_bytes": 128 << 20, "failcnt": 40}
+    d, machine, cause = _agent_recovers(
+        home, RunStatus(state="exited", signal=9, pid=5151, cgroup_memory=counters)
+    )
+    assert d["loops"] == "host_oom"
+    assert machine["cgroup"]["oom_kills"] == 1
+    assert (d["category"], d["source"], cause) == ("host_oom", "cgroup", "host_oom"), d
+
+
+def test_the_agent_s_diagnosis_keeps_the_kernel_s_word_without_a_cgroup(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Why: without a cgroup the OOM killer's line in the kernel log (read by the loop as the
+    attempt ended) is the only word on it; the agent's call must not make it `killed`."""
+    monkeypatch.setattr(machine_evidence, "KERNEL_LOG_READER", lambda s: KERNEL.format(pid=5151))
+    d, machine, cause = _agent_recovers(home, RunStatus(state="exited", signal=9, pid=5151))
+    assert d["loops"] == "host_oom"
+    assert machine["pids"] == [4100, 5151] and machine["kernel_log"]
+    assert (d["category"], d["source"], cause) == ("host_oom", "kernel_log", "host_oom"), d
+
+
+def test_a_diagnosis_read_without_the_machine_never_replaces_one_read_with_it(
+    home: Path,
+) -> None:
+    """Why: a caller that names the log but not the evidence (a model planner's own arguments)
+    must not wipe what the machine said; the model's second opinion stays too."""
+    from nightshift.runtime.store import lifecycle
+
+    store = Store(f"sqlite:///{home / 'x.db'}")
+    kept = {"category": "host_oom", "machine": [{"source": "cgroup", "text": "oom_kill 1"}]}
+    kept["second_opinion"] = {"model": "m", "accepted": False, "note": "n"}
+    with store.session() as s:
+        s.add(Job(name="j", spec={}))
+        s.flush()
+        s.add(
+            Attempt(
+                job_id=1, number=1, key="k", log_path="/l.log", outcome="failed", diagnosis=kept
+            )
+        )
+    with store.session() as s:
+        lifecycle.record_cause(s, "/l.log", "killed", {"category": "killed", "machine": []})
+    assert store.attempts(1)[0].diagnosis == kept
+    fresh = {"category": "host_oom", "machine": [{"source": "kernel_log", "text": "Killed"}]}
+    with store.session() as s:
+        lifecycle.record_cause(s, "/l.log", "host_oom", fresh)
+    assert store.attempts(1)[0].diagnosis == {**fresh, "second_opinion": kept["second_opinion"]}

@@ -349,3 +349,84 @@ def _no_endpoint_from_outside(monkeypatch):
         "NIGHTSHIFT_LLM__MODEL",
     ):
         monkeypatch.delenv(k, raising=False)
+
+
+def test_the_loop_does_not_wait_for_the_opinion(home, tmp_path, monkeypatch):
+    """Why: the loop waited up to 30 s in its own thread for a model's answer. The rules'
+    diagnosis is stored as the attempt ends and recovery can act on it; the model's answer (3 s
+    late here) is attached to the stored diagnosis when it comes, and audited with the attempt."""
+    import threading
+    import time
+
+    from nightshift.agent.brain.wiring import Wiring
+
+    answered = threading.Event()
+
+    def slow(req: Any) -> dict[str, Any]:
+        time.sleep(3)
+        answered.set()
+        return answer("crashed", [2], "the frobnicator lost sync")
+
+    spec = tmp_path / "spec.yaml"
+    cmd = [
+        "{python}",
+        "-c",
+        "print('step 1'); print('frobnicator: lost sync'); raise SystemExit(3)",
+    ]
+    spec.write_text(yaml.safe_dump({"name": "odd", "command": cmd, "retries": 0}))
+    with StubServer(slow) as srv:
+        for k, v in stub_env(srv).items():
+            monkeypatch.setenv(k, v)
+        w = Wiring.load()
+        w.gate.call(w.context("alice", "c1"), "submit_job", {"spec_path": str(spec)}, via="cli")
+        end = time.monotonic() + 60
+        while True:
+            started = time.monotonic()
+            w.loop.step()
+            took = time.monotonic() - started
+            atts = w.store.attempts(1)
+            if atts and atts[0].ended_at is not None:
+                break
+            assert time.monotonic() < end, "the run never ended"
+            time.sleep(0.05)
+        assert took < 2.5 and not answered.is_set(), "the loop's step waited for the model"
+        d = atts[0].diagnosis
+        assert d["category"] == "unknown" and d.get("second_opinion") is None, d
+        assert w.opinions is not None and w.opinions.pending() == 1
+        assert w.opinions.drain(30)
+        assert len(srv.chat_requests) == 1
+    d = w.store.attempts(1)[0].diagnosis
+    assert d["category"] == "unknown"  # still the rules'
+    assert d["second_opinion"] == {
+        "model": "stub-model",
+        "accepted": True,
+        "category": "crashed",
+        "lines": [2],
+        "note": "the frobnicator lost sync",
+    }
+    asked = list(w.audit.events(action="llm.second_opinion"))
+    assert len(asked) == 1 and asked[0].payload["attempt_id"] == atts[0].id
+
+
+def test_an_opinion_for_an_attempt_whose_end_is_not_recorded_yet_waits_for_it(home, tmp_path):
+    """Why: the worker may answer before the loop has written the attempt's end; the opinion
+    is kept once the end (and the rules' diagnosis) is there, and never invents a diagnosis."""
+    from nightshift.agent.brain import wiring as wiring_module
+    from nightshift.agent.brain.wiring import Wiring
+    from nightshift.runtime.store import lifecycle
+    from nightshift.runtime.store.db import Attempt, Job
+
+    w = Wiring.load()
+    with w.store.session() as s:
+        s.add(Job(name="j", spec={}))
+        s.flush()
+        s.add(Attempt(job_id=1, number=1, key="k", state="running"))
+    op = so.SecondOpinion(model="m", accepted=False, note="n")
+    with w.store.session() as s:
+        assert lifecycle.attach_opinion(s, 1, op.model_dump()) is None  # not ended: try again
+    wiring_module.ATTACH_WAIT_S, before = 0.3, wiring_module.ATTACH_WAIT_S
+    try:
+        assert w.attach_opinion(1, op) is False  # never ended within the wait: left out
+    finally:
+        wiring_module.ATTACH_WAIT_S = before
+    assert w.store.attempts(1)[0].diagnosis is None

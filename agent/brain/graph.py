@@ -186,12 +186,19 @@ def build_graph(
             # (resume_job, cancel_job), and an approved call is claimed once, so nothing acts
             # twice.
         thread = config["configurable"]["thread_id"]
+        args = p["args"]
+        if p["skill"] == "diagnose_failure":
+            from nightshift.skills.attempt_diagnosis import with_stored_machine
+
+            # The machine's evidence the loop kept with the attempt: the cgroup and the
+            # processes are gone by now, and the agent's verdict must not read less than the loop's.
+            args = with_stored_machine(w.store, args)
 
         def call() -> BaseModel:
             return w.gate.call(
                 w.context(AGENT, p["call_id"]),
                 p["skill"],
-                p["args"],
+                args,
                 via="agent",
                 thread_id=thread,
                 on_verdict=lambda v: say("verdict", {**p, "verdict": v.model_dump()}),

@@ -11,6 +11,13 @@ is kept as dropped, with the reason. It is kept beside the rules' verdict (`seco
 never merged into the rules' category. The log (and the rules' reasoning, which quotes it) goes
 to the model inside a labelled untrusted block that the prompt says is data; nothing in the answer
 is run or followed. Without an endpoint nothing is asked and nothing changes.
+
+The loop never waits for the model. Its diagnosis (the rules') is stored as the attempt ends and
+recovery acts on it; the question goes to one worker thread (`LaterOpinions`), and the answer,
+when it comes, is attached to the stored diagnosis (`attach`) and audited as `llm.second_opinion`.
+A process that ends (`nightshift run` at the end of its goal, a daemon that stops) waits for the
+opinions still on their way, each bounded by TIMEOUT_CAP_S. Where no `attach` is given (an eval,
+`nightshift diagnose`) the caller waits for the answer, as before.
 """
 
 from __future__ import annotations
@@ -18,8 +25,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import queue
 import re
 import stat
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -73,6 +82,7 @@ MAX_CITED = 12
 MAX_NOTE = 300
 MAX_ANSWER_TOKENS = 400
 TIMEOUT_CAP_S = 30.0  # one opinion never waits longer, whatever llm.timeout_s says
+MAX_WAITING = 16  # opinions queued for the worker; one more is not asked (and says so)
 WINDOW_BYTES = 256 * 1024  # what is read of a log file for the window
 COUNT_BYTES = 64 * 1024 * 1024  # lines before it counted up to this much, for line numbers
 
@@ -266,37 +276,135 @@ def quotes(op: SecondOpinion, numbered: list[tuple[int, str]]) -> dict[int, str]
     return {n: text[n] for n in op.lines if n in text}
 
 
+Attach = Callable[[int, SecondOpinion], bool]
+
+
 def with_second_opinion(
     diagnose: Diagnoser,
     settings: Settings,
     *,
     on_call: Callable[[dict[str, Any]], None] | None = None,
+    attach: Attach | None = None,
 ) -> Diagnoser:
     """The loop's classifier, with the model's opinion added to an unknown or low-confidence
     diagnosis (`Diagnosis.second_opinion`) where an endpoint is configured; `diagnose` itself
-    where none is (or its key file is broken: the planner reports that). The loop waits for the
-    answer, so it is bounded: TIMEOUT_CAP_S, one retry at most."""
+    where none is (or its key file is broken: the planner reports that).
+
+    With `attach` (the loop's: it writes an opinion into the stored diagnosis of attempt N), a
+    run with an `attempt_id` gets the rules' diagnosis at once and the opinion later, from a
+    `LaterOpinions` worker (what is returned then); without, the caller waits for the answer,
+    bounded: TIMEOUT_CAP_S, one retry at most."""
     try:
         ep = configured(settings)
     except ConfigError:
         return diagnose
     if ep is None:
         return diagnose
+    if attach is not None:
+        return LaterOpinions(diagnose, ep, attach, on_call=on_call)
     found = ep
 
     def diagnose_and_ask(run: FailedRun) -> Diagnosis:
         d = diagnose(run)
-        if not wanted(d.category, d.confidence) or run.monitor_says:
+        question = _question(run, d)
+        if question is None:
             return d
-        lines = run.log_tail.split("\n")
-        if lines and lines[-1] == "":
-            lines.pop()
-        numbered = window([ln.removesuffix("\r") for ln in lines], run.first_line_no)
-        verdict = {"category": d.category, "confidence": d.confidence, "reasoning": d.summary}
-        op = ask(found, numbered, verdict, on_call=on_call)
+        op = ask(found, *question, on_call=on_call)
         return d.model_copy(update={"second_opinion": op})
 
     return diagnose_and_ask
+
+
+class LaterOpinions:
+    """A Diagnoser that never waits for the model: the rules' diagnosis is returned at once, and
+    the question is queued for one worker thread, which asks, then hands the opinion to `attach`
+    with the run's attempt id (audited through `on_call` with it). A run without an attempt id
+    is asked in the caller, as `with_second_opinion` does without `attach`."""
+
+    def __init__(
+        self,
+        diagnose: Diagnoser,
+        ep: Endpoint,
+        attach: Attach,
+        *,
+        on_call: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.diagnose, self.ep, self.attach, self.on_call = diagnose, ep, attach, on_call
+        self._queue: queue.Queue[tuple[int, list[tuple[int, str]], dict[str, Any]]] = queue.Queue(
+            MAX_WAITING
+        )
+        self._busy = threading.Condition()
+        self._pending = 0
+        self._worker: threading.Thread | None = None
+
+    def __call__(self, run: FailedRun) -> Diagnosis:
+        d = self.diagnose(run)
+        question = _question(run, d)
+        if question is None:
+            return d
+        if run.attempt_id is None:
+            op = ask(self.ep, *question, on_call=self.on_call)
+            return d.model_copy(update={"second_opinion": op})
+        with self._busy:
+            try:
+                self._queue.put_nowait((run.attempt_id, *question))
+            except queue.Full:
+                why = f"not asked: {MAX_WAITING} opinions were already waiting for the model"
+                return d.model_copy(update={"second_opinion": _dropped(self.ep, why)})
+            self._pending += 1
+            if self._worker is None:
+                self._worker = threading.Thread(
+                    target=self._work, name="nightshift-second-opinion", daemon=True
+                )
+                self._worker.start()
+        return d
+
+    def pending(self) -> int:
+        """Opinions asked for and not yet attached (or given up)."""
+        with self._busy:
+            return self._pending
+
+    def drain(self, timeout_s: float = TIMEOUT_CAP_S * 2 + 5) -> bool:
+        """Wait until every queued opinion is attached (or given up), at most `timeout_s`;
+        whether none is left."""
+        end = time.monotonic() + timeout_s
+        with self._busy:
+            while self._pending:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self._busy.wait(left)
+        return True
+
+    def _work(self) -> None:
+        while True:
+            attempt_id, numbered, verdict = self._queue.get()
+            try:
+
+                def audited(step: dict[str, Any], n: int = attempt_id) -> None:
+                    if self.on_call is not None:
+                        self.on_call({**step, "attempt_id": n})
+
+                op = ask(self.ep, numbered, verdict, on_call=audited)
+                self.attach(attempt_id, op)
+            except Exception:  # noqa: BLE001 - an opinion that cannot be kept is left out
+                pass
+            finally:
+                with self._busy:
+                    self._pending -= 1
+                    self._busy.notify_all()
+
+
+def _question(run: FailedRun, d: Diagnosis) -> tuple[list[tuple[int, str]], dict[str, Any]] | None:
+    """What the model is shown of a diagnosis that wants an opinion: the numbered log window and
+    the rules' verdict; None when none is wanted (a confident verdict, the monitor's own)."""
+    if not wanted(d.category, d.confidence) or run.monitor_says:
+        return None
+    lines = run.log_tail.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    numbered = window([ln.removesuffix("\r") for ln in lines], run.first_line_no)
+    return numbered, {"category": d.category, "confidence": d.confidence, "reasoning": d.summary}
 
 
 # ------------------------------------------------------------------------------ helpers

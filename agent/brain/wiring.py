@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import os
 import pwd
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
@@ -24,6 +25,7 @@ from nightshift.runtime.errors import OperatorError, StoreError
 
 if TYPE_CHECKING:
     from nightshift.agent.brain.loop import Loop
+    from nightshift.agent.brain.second_opinion import LaterOpinions
     from nightshift.policies.approvals import Approvals
     from nightshift.policies.audit import AuditLog
     from nightshift.policies.engine import PolicyEngine
@@ -31,7 +33,11 @@ if TYPE_CHECKING:
     from nightshift.runtime.engine import Engine
     from nightshift.runtime.executors.executor import Executor
     from nightshift.runtime.store.db import Store
+    from nightshift.runtime.training.attempt_diagnosis import SecondOpinion
     from nightshift.skills.base import SkillContext
+
+# How long a model's opinion waits for the loop to record the end of the attempt it is about.
+ATTACH_WAIT_S = 60.0
 
 
 class _AuditOnDemand:
@@ -88,6 +94,9 @@ def not_served(socket_path: Path) -> OperatorError:
 class Wiring:
     settings: Settings
     server: bool = False  # the daemon: it owns the state, and is never a client of itself
+    # The loop's second opinions on their way (agent/brain/second_opinion.py), once the engine is
+    # built with a model endpoint configured.
+    opinions: LaterOpinions | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def load(cls, config: str | None = None, *, server: bool = False) -> Wiring:
@@ -218,13 +227,17 @@ class Wiring:
 
         # Work starts only where the runs folder belongs to this store (runtime/store/runs_binding.py).
         bind_runs(self.store, self.settings.runs_dir)
-        from nightshift.agent.brain.second_opinion import with_second_opinion
+        from nightshift.agent.brain.second_opinion import LaterOpinions, with_second_opinion
         from nightshift.skills.attempt_diagnosis import diagnose_attempt
 
         def opinion_asked(step: dict[str, Any]) -> None:
             self.audit.append("system", "llm.second_opinion", payload=step)
 
-        diagnose = with_second_opinion(diagnose_attempt, self.settings, on_call=opinion_asked)
+        # The loop never waits for the model: the opinion is attached when it comes.
+        diagnose = with_second_opinion(
+            diagnose_attempt, self.settings, on_call=opinion_asked, attach=self.attach_opinion
+        )
+        self.opinions = diagnose if isinstance(diagnose, LaterOpinions) else None
         engine = Engine(
             self.store,
             self.executor,
@@ -253,6 +266,27 @@ class Wiring:
         engine.step = step
         engine.start_background = start_background  # type: ignore[method-assign]
         return engine
+
+    def attach_opinion(self, attempt_id: int, opinion: SecondOpinion) -> bool:
+        """Keep a model's second opinion with attempt `attempt_id`'s stored diagnosis, waiting
+        (at most ATTACH_WAIT_S) for the loop to record the attempt's end; whether it was kept."""
+        from nightshift.runtime.store import lifecycle
+
+        end = time.monotonic() + ATTACH_WAIT_S
+        while True:
+            with self.store.write_session() as s:
+                kept = lifecycle.attach_opinion(s, attempt_id, opinion.model_dump())
+            if kept is not None:
+                return kept
+            if time.monotonic() > end:
+                return False
+            time.sleep(0.1)
+
+    def drain_opinions(self) -> None:
+        """Before this process ends: wait for the models' opinions still on their way (each is
+        bounded), so that they are kept."""
+        if self.opinions is not None:
+            self.opinions.drain()
 
     def refuse_foreign_daemon(self) -> None:
         """This process drives a loop of its own (`nightshift run`, chat): not on a SQLite store

@@ -296,6 +296,7 @@ class Daemon:
                 self.stop_event.wait(self.w.settings.loop.poll_interval_s)
         finally:
             self.recoveries.stop()
+            self.w.drain_opinions()  # the models' opinions still on their way are kept
             self.w.loop.survive(
                 "the daemon's stop in the audit",
                 lambda: self.w.audit.append(

@@ -64,6 +64,11 @@ class RunStatus(BaseModel):
     # The run's cgroup memory counters at exit, where it had one (supervise.cgroup_memory):
     # version, oom_kills, peak_bytes, limit_bytes, failcnt.
     cgroup_memory: dict[str, int] | None = None
+    descendants: list[int] = Field(
+        default_factory=list,
+        description="pids of the program's descendants its supervisor saw while it ran (a "
+        "wrapper shell's child, torchrun's workers): the OOM killer may name one of them",
+    )
     leftovers: list[int] = Field(
         default_factory=list,
         description="pids of the run's processes still alive although the "

@@ -52,6 +52,7 @@ from nightshift.runtime.executors.executor import LaunchRequest, RunStatus
 from nightshift.runtime.executors.run_cgroup import CgroupLimits, CgroupUnavailable, RunCgroup
 from nightshift.runtime.executors.submitter import RunAs, submitter_log
 from nightshift.runtime.executors.supervise import (
+    MAX_TREE_PIDS,
     RESERVE_BYTES,
     child_file,
     claim_file,
@@ -107,6 +108,7 @@ class ExitRecord(BaseModel):
     detail: str | None = None
     pid: int | None = None  # the program's (the supervisor's child)
     cgroup: dict[str, int] | None = None  # its cgroup's memory counters at exit (supervise.py)
+    descendants: list[int] = []  # the pids of the program's children, as the supervisor saw them
 
     def status(self) -> RunStatus:
         return RunStatus(
@@ -116,6 +118,7 @@ class ExitRecord(BaseModel):
             detail=self.detail,
             pid=self.pid,
             cgroup_memory=self.cgroup,
+            descendants=self.descendants[-MAX_TREE_PIDS:],
         )
 
 

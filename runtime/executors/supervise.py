@@ -20,6 +20,12 @@ in the kernel's own words for it; the record also keeps the cgroup's memory coun
 at exit (`cgroup`: oom_kills, peak_bytes, limit_bytes, failcnt) and the child's pid (`pid`), which
 diagnose_failure reads as the machine's evidence.
 
+The program is often a wrapper (`bash -c "python train.py; ..."`, torchrun and its workers): the
+process the kernel's OOM killer names is then one of its children. While the child runs, the
+supervisor samples its process tree from /proc (`/proc/PID/task/TID/children`, else a scan of
+/proc) and records the pids it saw (`descendants`: the last MAX_TREE_PIDS seen, newest kept),
+so that a kernel line naming any of them counts as the run's.
+
 A full disk does not hide how a run ended. Before the child starts, the supervisor reserves
 RESERVE_BYTES next to the exit file (PATH.reserve, allocated, not merely sized). When the exit
 record cannot be written for lack of space (a training program that filled the disk usually
@@ -46,6 +52,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+from collections import OrderedDict
 from typing import Any
 
 from nightshift.runtime.executors.crashpoints import crash_point
@@ -57,6 +65,10 @@ ATTEMPT_ID_ENV = "NIGHTSHIFT_ATTEMPT_ID"
 # Room kept for the exit record on a disk the run fills: the record, and a line in the log.
 RESERVE_BYTES = 64 * 1024
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+MAX_TREE_PIDS = 256  # of the run's descendants, the last this many seen
+TREE_FAST_S = 0.05  # sampled this often for the first TREE_FAST_SAMPLES (wrappers start fast)
+TREE_FAST_SAMPLES = 40
+TREE_SLOW_S = 0.5  # then this often
 
 
 def child_file(exit_file: str) -> str:
@@ -287,7 +299,10 @@ def main(args: list[str] | None = None) -> int:
         )
     except OSError as exc:  # the run matters more than the record; the env marker still finds it
         _say(f"nightshift supervise: cannot record the child: {exc}")
+    tree = ProcessTree(child.pid)
+    tree.start()
     returncode = child.wait()  # PEP 475: retried after our no-op signal handlers run
+    tree.stop()
     if returncode < 0:
         record: dict[str, Any] = {"exit_code": None, "signal": -returncode}
         status = 128 - returncode
@@ -295,6 +310,8 @@ def main(args: list[str] | None = None) -> int:
         record = {"exit_code": returncode, "signal": None}
         status = returncode
     record["pid"] = child.pid
+    if tree.seen:
+        record["descendants"] = tree.pids()
     memory = cgroup_memory(ns.cgroup)  # read now: the cgroup is removed below
     if memory is not None:
         record["cgroup"] = memory
@@ -309,6 +326,93 @@ def main(args: list[str] | None = None) -> int:
         except OSError:
             pass
     return status
+
+
+class ProcessTree:
+    """The pids of `root`'s descendants, sampled from /proc in a thread while it runs; bounded
+    (MAX_TREE_PIDS, the least recently seen dropped first)."""
+
+    def __init__(self, root: int) -> None:
+        self.root = root
+        self.seen: OrderedDict[int, None] = OrderedDict()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="process-tree", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2.0)
+
+    def pids(self) -> list[int]:
+        return sorted(self.seen)
+
+    def sample(self) -> None:
+        for pid in descendants(self.root):
+            self.seen[pid] = None
+            self.seen.move_to_end(pid)
+        while len(self.seen) > MAX_TREE_PIDS:
+            self.seen.popitem(last=False)
+
+    def _run(self) -> None:
+        n = 0
+        while True:
+            try:
+                self.sample()
+            except Exception:  # noqa: BLE001 - a record of the tree is a nicety; the run is not
+                pass
+            n += 1
+            if self._stop.wait(TREE_FAST_S if n < TREE_FAST_SAMPLES else TREE_SLOW_S):
+                return
+
+
+def descendants(root: int, proc: str = "/proc") -> set[int]:
+    """The pids of `root`'s living descendants (not `root`): through each thread's `children`
+    file where the kernel has them (CONFIG_PROC_CHILDREN), else from every process's parent."""
+    if not os.path.exists(f"{proc}/{os.getpid()}/task/{os.getpid()}/children"):
+        return _by_parent(root, proc)
+    found: set[int] = set()
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            tasks = os.listdir(f"{proc}/{pid}/task")
+        except OSError:
+            continue  # it ended meanwhile
+        for tid in tasks:
+            try:
+                with open(f"{proc}/{pid}/task/{tid}/children") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except (OSError, ValueError):
+                continue
+            for k in kids:
+                if k not in found and k != root:
+                    found.add(k)
+                    todo.append(k)
+    return found
+
+
+def _by_parent(root: int, proc: str) -> set[int]:
+    parent: dict[int, list[int]] = {}
+    for name in os.listdir(proc):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"{proc}/{name}/stat") as f:
+                raw = f.read()
+            ppid = int(raw[raw.rindex(")") + 2 :].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        parent.setdefault(ppid, []).append(int(name))
+    found: set[int] = set()
+    todo = [root]
+    while todo:
+        for k in parent.get(todo.pop(), []):
+            if k not in found:
+                found.add(k)
+                todo.append(k)
+    return found
 
 
 def _move_self(folders: list[str]) -> None:

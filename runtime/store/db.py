@@ -154,6 +154,9 @@ class Attempt(SQLModel, table=True):
     # and its number, a summary, the recommended action (runtime/training/attempt_diagnosis.py).
     # None for an attempt that did not fail, and for those from before 0012.
     diagnosis: dict | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    # What the machine said as a failed attempt ended (runtime/training/machine_evidence.py
+    # `MachineEvidence`), read once by the loop: a later diagnosis of the attempt reads it here.
+    machine: dict | None = Field(default=None, sa_column=Column(JSON, nullable=True))
     energy_kwh: float | None = None
     energy_source: str | None = None  # nvml | declared_power | none
     started_at: NaiveDatetime = Field(default_factory=utcnow)

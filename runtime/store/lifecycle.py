@@ -297,12 +297,14 @@ def end_attempt(
     by: str = "system",
     mono: tuple[float, str] | None = None,
     diagnosis: dict[str, Any] | None = None,
+    machine: dict[str, Any] | None = None,
 ) -> Transition | None:
     """Record the end of `att` once — exit status, outcome, energy — and move its job on if it
     was still running. None (nothing written) when the attempt had already ended. `mono`: the
     monotonic clock and boot id now, kept when the attempt started on this boot (retry backoff
     counts from it). `diagnosis`: why it failed (runtime/training/attempt_diagnosis.py), kept
-    when the outcome is one of the run's failures; the caller computed it before this write.
+    when the outcome is one of the run's failures; the caller computed it before this write;
+    `machine`: what the machine said as it ended (MachineEvidence's dump), kept with it likewise.
 
     With no `outcome`, a clean exit 0 succeeded, a lost run is `lost`, anything else failed; a
     job that a person or the loop had already moved (held, paused, cancelled) gives the outcome
@@ -330,6 +332,8 @@ def end_attempt(
     att.energy_kwh, att.energy_source = attempt_energy(_power_w(job.spec), att.started_at, now)
     if diagnosis is not None and outcome in FAILED_OUTCOMES:
         att.diagnosis = diagnosis
+    if machine is not None and outcome in FAILED_OUTCOMES:
+        att.machine = machine
     s.add(att)
     if job.state != JobState.RUNNING.value:
         payload = {"job_id": job.id, "attempt": att.number, "outcome": outcome.value}
@@ -370,10 +374,17 @@ def record_cause(
 ) -> None:
     """The diagnosed failure category, on the attempt whose log was read (for reports), with the
     diagnosis it came from: it replaces the one the loop stored as the attempt ended, so what
-    `nightshift why` shows is what recovery acted on."""
+    `nightshift why` shows is what recovery acted on. Never by one that read less: a stored
+    diagnosis built with the machine's evidence is kept against one built without it (a caller
+    that did not pass the attempt's `machine` on), and a model's second opinion stays with it."""
     att = s.exec(select(Attempt).where(Attempt.log_path == log_path)).first()
     if att is None:
         return
+    kept = att.diagnosis if isinstance(att.diagnosis, dict) else {}
+    if diagnosis is not None and kept.get("machine") and not diagnosis.get("machine"):
+        diagnosis = None
+    if diagnosis is not None and kept.get("second_opinion") and not diagnosis.get("second_opinion"):
+        diagnosis = {**diagnosis, "second_opinion": kept["second_opinion"]}
     if diagnosis is not None and att.outcome in FAILED_OUTCOMES and att.diagnosis != diagnosis:
         att.diagnosis = diagnosis
         s.add(att)
@@ -382,6 +393,22 @@ def record_cause(
         s.add(att)
         payload = {"job_id": att.job_id, "attempt": att.number, "cause": category}
         note(s, "attempt.cause", payload, job_id=att.job_id, attempts=(att,))
+
+
+def attach_opinion(s: Session, attempt_id: int, opinion: dict[str, Any]) -> bool | None:
+    """A model's second opinion, come after the attempt's diagnosis was stored, kept beside it
+    (agent/brain/second_opinion.py). None while the attempt has not ended yet (the loop records
+    the end after it asked: try again); False when it ended with no diagnosis to keep it in."""
+    att = s.get(Attempt, attempt_id)
+    if att is None:
+        return False
+    if att.state not in ENDED_ATTEMPT:
+        return None
+    if not isinstance(att.diagnosis, dict) or att.outcome not in FAILED_OUTCOMES:
+        return False
+    att.diagnosis = {**att.diagnosis, "second_opinion": opinion}
+    s.add(att)
+    return True
 
 
 def failures(outcomes: list[str | None]) -> int:

@@ -113,6 +113,9 @@ class FailedRun:
     knobs: dict[str, str] = field(default_factory=dict)
     # What the daemon read from the machine as it ended (runtime/training/machine_evidence.py)
     machine: MachineEvidence | None = None
+    # The attempt's row id, where the loop diagnoses a stored attempt (a later opinion is
+    # attached to its diagnosis); None for a log diagnosed on its own.
+    attempt_id: int | None = None
 
 
 Diagnoser = Callable[[FailedRun], Diagnosis]

@@ -25,6 +25,7 @@ MAX_KERNEL_CHARS = 256 * 1024  # of the kernel log since the attempt started, th
 MAX_KERNEL_LINES = 200  # the lines that may matter (the OOM killer's, the driver's), the last
 MAX_KMSG_RECORDS = 50_000
 MAX_METRICS = 5
+MAX_PIDS = 258  # the run's process, its supervisor, and the descendants the supervisor kept
 JOURNALCTL_TIMEOUT_S = 3.0
 # What a kernel line must mention to be kept for the classifier (its verdict is its own).
 _KEEP = ("oom", "out of memory", "killed process", "nvrm")
@@ -65,7 +66,9 @@ class MachineEvidence(BaseModel):
 
     cgroup: CgroupMemory | None = None
     pids: list[int] = Field(
-        default_factory=list, description="the run's pids: its process and its supervisor's"
+        default_factory=list,
+        description="the run's pids: its process, its supervisor's, and the descendants of its "
+        "process the supervisor saw while it ran (a kernel line naming any of them is the run's)",
     )
     kernel_log: list[KernelLine] | None = Field(
         None, description="kernel lines since the attempt started that may matter; None: not read"
