@@ -291,6 +291,24 @@ SIGNATURES: tuple[Signature, ...] = (
         "the NVIDIA kernel driver does not match the CUDA driver library (cudaErrorSystemDriver"
         "Mismatch, 803)",
     ),
+    # The driver's own libraries absent: no NVIDIA driver in this host or container.
+    _sig(
+        "driver_mismatch",
+        r"\blib(?:nvidia-ml|cuda)\.so\.1: cannot open shared object file",
+        "the NVIDIA driver's libraries (libcuda.so.1 / libnvidia-ml.so.1) are not there: no "
+        "driver is installed here, or the container was started without the GPU runtime",
+    ),
+    # The same checks as torch's warning at CUDA initialization (the program then runs on the
+    # CPU, or fails later for want of a GPU): weak, so a failure of its own still decides.
+    _sig(
+        "driver_mismatch",
+        r"CUDA initialization: (?:The NVIDIA driver on your system is too old|Found no NVIDIA "
+        r"driver|[^\n]*\bError 803\b)",
+        "CUDA could not start on the NVIDIA driver (too old, absent, or mismatched: torch's "
+        "warning); the program went on without the GPU",
+        strong=False,
+        on_info=True,
+    ),
     # c10/cuda/CUDACachingAllocator.cpp; XLA's allocator; cuBLAS / cuDNN handles; Caffe; the driver API.
     _sig("cuda_oom", r"torch\.(?:cuda\.)?OutOfMemoryError", "PyTorch ran out of GPU memory"),
     _sig("cuda_oom", r"CUDA out of memory", "the GPU ran out of memory"),
@@ -302,6 +320,12 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     _sig("cuda_oom", r"CUBLAS_STATUS_ALLOC_FAILED", "cuBLAS could not allocate GPU memory"),
     _sig("cuda_oom", r"CUDNN_STATUS_ALLOC_FAILED", "cuDNN could not allocate GPU memory"),
+    _sig(
+        "cuda_runtime_error",
+        r"\bCUDNN_STATUS_(?:EXECUTION_FAILED|INTERNAL_ERROR|MAPPING_ERROR|ARCH_MISMATCH"
+        r"|NOT_SUPPORTED|BAD_PARAM)\b",
+        "a cuDNN call failed on the GPU (its status names how)",
+    ),
     _sig("cuda_oom", r"Cuda failure '?out of memory", "NCCL could not allocate GPU memory"),
     _sig(
         "cuda_oom",
@@ -493,6 +517,12 @@ SIGNATURES: tuple[Signature, ...] = (
         "the C / C++ runtime library is too old",
     ),
     _sig("import_or_env", r": command not found", "the program to run is not installed"),
+    # dash (/bin/sh on Debian and Ubuntu) says it as `script.sh: 1: srun: not found`
+    _sig(
+        "import_or_env",
+        r"^(?:[\w./-]+: )?\d+: [^:\n]{1,200}: not found$",
+        "the program to run is not installed (as /bin/sh reports it)",
+    ),
     _sig(
         "import_or_env",
         r"Error building extension '[\w.]+'",
@@ -528,9 +558,15 @@ SIGNATURES: tuple[Signature, ...] = (
     # argparse's parser.error; nanoGPT's configurator; yacs; Hydra / OmegaConf; transformers.
     _sig(
         "config_error",
-        r": error: (?:unrecognized arguments|the following arguments are "
+        r"(?:^|: )error: (?:unrecognized arguments|the following arguments are "
         r"required|argument [^:\n]+: (?:invalid|expected|ambiguous|not allowed)|invalid choice)",
         "the command line is wrong: argparse rejected it",
+    ),
+    # mmcv / mmengine: the config names a type no module registered
+    _sig(
+        "config_error",
+        r"\bis not in the [\w ]{1,40} registry\b",
+        "the config names a type that is not registered (a typo, or its module not imported)",
     ),
     _sig(
         "config_error",
@@ -651,6 +687,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "hang_or_timeout",
         r"\bwalltime \d+ exceeded limit \d+|TERM_RUNLIMIT: job killed after reaching LSF run time"
         r"|exceeded (?:hard|soft) wallclock time|Job was active longer than specified deadline"
+        r"|\bJob exceeded its walltime limit\b"
         r"|\bDeadlineExceeded\b",
         "the batch system stopped the job at its time limit (walltime / run limit / deadline)",
     ),
@@ -726,6 +763,13 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     # FileNotFoundError / errno 2 (not a debugger's missing source file); transformers' hub lookup.
     _sig("file_missing", r"FileNotFoundError", "a file or folder the run needs does not exist"),
+    # transformers' from_pretrained on a path or model id that holds no such files
+    _sig(
+        "file_missing",
+        r"Can't load (?:the )?(?:config(?:uration)?|tokenizer|model|weights|feature extractor"
+        r"|processor|image processor)(?: of| for)? '[^'\n]+'",
+        "the model or tokenizer to load is not at that path or model id",
+    ),
     _sig(
         "file_missing",
         r"\[Errno 2\] No such file or directory|No such file or directory: ['\"]",
@@ -796,7 +840,7 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     _sig(
         "nan_loss",
-        r"[\"']?\bloss[\"'\]]?\s*[:=]?\s*\[?(?:nan|inf)\b",
+        r"[\"']?\b(?:[A-Za-z]\w*_)?loss(?!_?scale)(?:_\w+)?[\"'\]]?\s*[:=]?\s*\[?(?:nan|inf)\b",
         "a logged loss is NaN/inf",
         strong=False,
         on_info=True,
@@ -810,6 +854,15 @@ SIGNATURES: tuple[Signature, ...] = (
         strong=False,
         on_info=True,
         min_lines=2,
+    ),
+    # Progress with several named values NaN on one line (a tqdm postfix `D=nan, G=nan`, a
+    # trainer's `D_loss: nan ... G_loss: nan`).
+    _sig(
+        "nan_loss",
+        r"\b[A-Za-z]\w{0,30}\s*[=:]\s*nan\b[^\n]{0,300}?\b[A-Za-z]\w{0,30}\s*[=:]\s*nan\b",
+        "progress lines show several values NaN",
+        strong=False,
+        on_info=True,
     ),
     # fp16 loss scaling that cannot find a scale at which the loss is finite (fairseq, DeepSpeed).
     _sig(
@@ -868,6 +921,7 @@ STRONG_PRIORITY = (
     "crashed",
 )
 WEAK_PRIORITY = (
+    "driver_mismatch",
     "cuda_oom",
     "host_oom",
     "nan_loss",
@@ -1253,10 +1307,25 @@ def _classify(
                 f"{reasoning}; it was killed while loading a model or checkpoint into host "
                 f"memory ({loading.group(0)!r}): most often the kernel OOM killer",
             )
+        stuck = (
+            _stuck(lines)
+            if cat == "killed" and not any(s in _SIGKILL_REPORTS for s, _ in pairs)
+            else None
+        )
+        if stuck is not None:  # interrupted (Ctrl-C, the launcher's SIGINT) while it waited
+            at, why = stuck
+            return result(
+                "hang_or_timeout",
+                "medium",
+                ev([*pairs, *((None, i) for i in at)]),
+                f"{why}; {reasoning}",
+            )
         if others:
             reasoning += f"; the log also shows {', '.join(others)}, read as consequences of {cat}"
         return result(cat, "high", ev(pairs), reasoning, override=_override(pairs))
 
+    if "driver_mismatch" in weak and _own_error(lines):
+        del weak["driver_mismatch"]  # torch's CUDA warning, then an error of the program's own
     cat = _first_category(weak, WEAK_PRIORITY)
     stuck = _stuck(lines) if cat in (None, "killed") else None
     if stuck is not None:
@@ -1393,11 +1462,26 @@ def model_lines(raw_lines: Sequence[str], lines: Sequence[str]) -> list[str]:
 _LEARNED_FROM = "a linear model over words, learned from public training logs"
 
 
+_GPU_WORDS = re.compile(r"cuda|gpu|nvidia|driver|nccl|cudnn|device", re.IGNORECASE)
+
+
+def _own_error(lines: list[str]) -> bool:
+    """Whether the log has an exception line that is not about the GPU (the program's own)."""
+    return any(
+        _EXCEPTION_LINE.match(line.strip())
+        and not _GPU_WORDS.search(line)
+        and not line.strip().startswith("KeyboardInterrupt")
+        for line in lines
+    )
+
+
 # Where a stuck process waits: the innermost frame of a traceback printed when it was
 # interrupted (Ctrl-C, a dump), in a queue's get, a lock, a poll, a join or a sleep.
 _WAITING_FRAME = re.compile(
     r'^\s*File "[^"]*", line \d+, in (?:get|_poll|poll|wait|_wait|acquire|join|select|recv'
-    r"|recv_into|_recv|_recv_bytes|recv_bytes|sleep|_wait_for_tstate_lock|readinto|read)\s*$"
+    r"|recv_into|_recv|_recv_bytes|recv_bytes|sleep|_wait_for_tstate_lock|readinto|read"
+    # PyTorch's DataLoader waiting for its workers' next batch
+    r"|_get_data|_try_get_data|_get_batch|_try_get_batch)\s*$"
 )
 _WAITING_CODE = re.compile(
     r"\.(?:get|wait|acquire|join|poll|_poll|select|recv|sleep)\(|^\s*with self\._[rw]?lock\b"

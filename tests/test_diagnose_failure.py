@@ -309,9 +309,18 @@ def test_short_real_messages(ctx):
         "torch._C._cuda_getDeviceCount() > 0\nWARNING: No compatible GPU found. Using the "
         "CPU, but this will be very slow!\n",
     )
-    # no signature's verdict: at most the log model's reading of its words, at low confidence
-    # (the thread's own cause was the driver)
-    assert r.category in ("unknown", "driver_mismatch") and r.confidence == "low"
+    # torch's warning at CUDA initialization carries the cause (the thread's: the driver), read
+    # as a weak signature: a failure of the program's own would still decide
+    assert r.category == "driver_mismatch" and r.confidence == "medium"
+    r = diagnose(
+        ctx,
+        log_tail="/opt/conda/lib/python3.10/site-packages/torch/cuda/__init__.py:82: "
+        "UserWarning: CUDA initialization: Found no NVIDIA driver on your system.\n"
+        "Traceback (most recent call last):\n  File \"train.py\", line 3, in <module>\n"
+        "KeyError: 'label'\n",
+        exit_code=1,
+    )
+    assert r.category == "crashed"
 
 
 def test_oom_outranks_the_nccl_errors_it_causes(ctx):
