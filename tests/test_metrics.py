@@ -349,3 +349,49 @@ def test_prometheus_scrapes_the_daemons_app(w: Wiring, tmp_path: Path) -> None:
             prom.wait()
         log.close()
         server.stop()
+
+
+def test_the_daemon_serves_metrics_on_web_listen(home: Path) -> None:
+    """The real daemon with `web.listen` and no channel: /metrics on that address, the loop's
+    ticks counted; `metrics.enabled: false` leaves /metrics out of the same app."""
+    port = free_port()
+    env = {**os.environ, "NIGHTSHIFT_WEB__LISTEN": f"127.0.0.1:{port}"}
+    env["NIGHTSHIFT_GPU__PROBE"] = "none"
+    for enabled, want in (("true", 200), ("false", 404)):
+        env["NIGHTSHIFT_METRICS__ENABLED"] = enabled
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "nightshift.agent.doors.cli", "daemon"],
+            cwd=Path(__file__).parents[1],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            end = time.monotonic() + 60
+            while True:
+                assert daemon.poll() is None and time.monotonic() < end, "no endpoint"
+                try:
+                    r = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
+                    if want == 404 or "nightshift_loop_tick_seconds_count" in r.text:
+                        break
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.2)
+            assert r.status_code == want
+            if want == 200:
+                [count] = [
+                    float(line.split()[-1])
+                    for line in r.text.splitlines()
+                    if line.startswith("nightshift_loop_tick_seconds_count")
+                ]
+                while count < 1 and time.monotonic() < end:  # the first tick may still run
+                    time.sleep(0.5)
+                    text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+                    count = float(text.split("nightshift_loop_tick_seconds_count ")[1].split()[0])
+                assert count >= 1
+        finally:
+            daemon.terminate()
+            out, _ = daemon.communicate(timeout=30)
+        assert "Traceback" not in out, out
+        assert f"HTTP on http://127.0.0.1:{port}" in out, out
