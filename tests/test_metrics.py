@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -289,9 +290,40 @@ def free_port() -> int:
 
 
 def query(port: int, promql: str) -> list:
+    """The result of a PromQL query; HTTPError (400) for one Prometheus cannot parse."""
     url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
     with urllib.request.urlopen(url, timeout=5) as r:
-        return json.load(r)["data"]["result"]
+        answer = json.load(r)
+    assert answer["status"] == "success", (promql, answer)
+    return answer["data"]["result"]
+
+
+DASHBOARD = Path(__file__).parents[1] / "docs" / "grafana" / "nightshift.json"
+
+
+def dashboard_exprs() -> list[str]:
+    panels = json.loads(DASHBOARD.read_text())["panels"]
+    return [t["expr"] for p in panels for t in p.get("targets", [])]
+
+
+def test_the_grafana_dashboard_asks_for_metrics_that_exist(home: Path) -> None:
+    """Every nightshift_* name in docs/grafana/nightshift.json is one /metrics exports (with a
+    tariff, so the cost too), and every family /metrics exports has a panel."""
+    tariff = {"timezone": "UTC", "currency": "EUR", "default_price_per_kwh": 0.25, "windows": []}
+    w = Wiring(Settings.model_validate({"home": str(home), "gpu": {"probe": "none"}, "tariff": tariff}), server=True)  # fmt: skip
+    add_jobs(w, utcnow())
+    with w.store.session() as s:
+        s.add(GpuSample(host=w.settings.node, gpu_index=0, verdict="OK", source="none", data={"utilization_pct": 5, "memory_used_mib": 1, "memory_total_mib": 2, "temperature_c": 40, "power_w": 50.0, "power_limit_w": 300.0}))  # fmt: skip
+    cost_of, currency = w.energy_pricing()
+    exported = set(scrape(Metrics(w.store, w.settings, cost_of=cost_of, currency=currency)))
+    asked = {n for e in dashboard_exprs() for n in re.findall(r"nightshift_[a-z_]+", e)}
+    assert asked <= exported, asked - exported
+    families = {re.sub(r"_(bucket|count|sum|total|created)$", "", n) for n in exported}
+    shown = {re.sub(r"_(bucket|count|sum|total|created)$", "", n) for n in asked}
+    assert families - shown <= {
+        "nightshift_gpu_health_verdict",  # the same verdict as nightshift_gpu_health
+        "nightshift_gpu_reading_timestamp_seconds",
+    }, families - shown
 
 
 @pytest.mark.service
@@ -340,6 +372,8 @@ def test_prometheus_scrapes_the_daemons_app(w: Wiring, tmp_path: Path) -> None:
         assert float(queued[0]["value"][1]) == 2
         [wait] = query(port, "nightshift_queue_oldest_wait_seconds")
         assert float(wait["value"][1]) >= 600
+        for expr in dashboard_exprs():  # each of the dashboard's queries parses and runs
+            query(port, expr.replace("$host", ".*"))
     finally:
         prom.send_signal(signal.SIGTERM)
         try:
@@ -395,3 +429,11 @@ def test_the_daemon_serves_metrics_on_web_listen(home: Path) -> None:
             out, _ = daemon.communicate(timeout=30)
         assert "Traceback" not in out, out
         assert f"HTTP on http://127.0.0.1:{port}" in out, out
+
+
+def test_the_scrape_benchmark_runs() -> None:
+    """evals/metrics_scrape.py on a small store (docs/benchmarks.md has its figures)."""
+    from nightshift.evals import metrics_scrape
+
+    [row] = [metrics_scrape.measure(40, 2)]
+    assert row["jobs"] == 40 and int(str(row["bytes"])) > 1000
