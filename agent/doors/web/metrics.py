@@ -223,8 +223,10 @@ class Metrics:
         for state in [*(s.value for s in JobState), *sorted(set(counts) - set(JobState))]:
             jobs.add_metric([state], float(counts.get(state, 0)))
         yield jobs
-        last_end = (
+        queued = select(Job.id).where(Job.state == JobState.QUEUED.value)  # type: ignore[arg-type]
+        last_end = (  # the attempts of queued jobs only (job_id is indexed)
             select(Attempt.job_id, func.max(Attempt.ended_at).label("last_end"))
+            .where(Attempt.job_id.in_(queued))  # type: ignore[attr-defined]
             .group_by(Attempt.job_id)  # type: ignore[arg-type]
             .subquery()
         )
