@@ -580,6 +580,48 @@ class ChannelsSettings(BaseModel):
         return v
 
 
+class WebSettings(BaseModel):
+    """The daemon's one HTTP application: the channels' callbacks, /metrics, the dashboard."""
+
+    listen: str | None = Field(
+        None,
+        description="host:port of the daemon's HTTP app (loopback by default; a reverse proxy "
+        "for more); null: on channels.listen, and only where a channel receives callbacks",
+    )
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, v: str | None) -> str | None:
+        return ChannelsSettings._host_port(v)
+
+
+class MetricsSettings(BaseModel):
+    """Prometheus metrics at /metrics on the daemon's HTTP app."""
+
+    enabled: bool = Field(
+        True, description="Serve /metrics wherever the daemon's HTTP app runs (web.listen)"
+    )
+    scrape_timeout_s: float = Field(
+        5.0, gt=0, description="A scrape that waits longer than this for the store gets a 503"
+    )
+
+
+class IdleGpuSettings(BaseModel):
+    """A GPU that does nothing while work waits, or that a running job holds without using."""
+
+    enabled: bool = True
+    threshold_pct: float = Field(
+        10.0, ge=0, le=100, description="Utilisation under this counts as idle"
+    )
+    for_s: float = Field(
+        3600.0, gt=0, description="Idle this long (by the health checks' readings) → one notice"
+    )
+
+
+class AlertsSettings(BaseModel):
+    idle_gpu: IdleGpuSettings = IdleGpuSettings()
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX,
@@ -608,6 +650,9 @@ class Settings(BaseSettings):
     retry: Backoff = Backoff()
     llm: LlmSettings = LlmSettings()
     channels: ChannelsSettings = ChannelsSettings()
+    web: WebSettings = WebSettings()
+    metrics: MetricsSettings = MetricsSettings()
+    alerts: AlertsSettings = AlertsSettings()
     tariff: Tariff | None = Field(
         None, description="Time-of-use price windows; None: no tariff holds"
     )

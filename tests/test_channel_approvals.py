@@ -567,10 +567,10 @@ def test_the_endpoint_refuses_what_is_not_a_callback(rig):
         s.sendall(
             b"POST /slack/interactivity HTTP/1.1\r\nHost: x\r\nContent-Length: 999999999\r\n\r\n"
         )
-        assert s.recv(100).startswith(b"HTTP/1.0 413")
+        assert s.recv(100).startswith(b"HTTP/1.1 413")
     with socket.create_connection((host, int(port))) as s:
         s.sendall(b"POST /wechat/callback HTTP/1.1\r\nHost: x\r\n\r\n")
-        assert s.recv(100).startswith(b"HTTP/1.0 411")
+        assert s.recv(100).startswith(b"HTTP/1.1 411")
     silent = socket.create_connection((host, int(port)))  # sends nothing at all
     try:
         assert httpx.get(f"{rig.url}/healthz", timeout=5).status_code == 200

@@ -87,6 +87,8 @@ class Loop:
         self._fault_steps = 0  # faulted steps in a row
         self._retry_at = float("-inf")
         self._scanned_at: datetime | None = None  # when the recovery scan last began
+        # Set by the daemon's metrics: told each step's duration in seconds (faulted or not).
+        self.on_tick: Callable[[float], None] | None = None
 
     def step(self) -> None:
         """One step, unless a fault is being waited out; a fault ends the step (reported once
@@ -103,6 +105,9 @@ class Loop:
                 raise
             self._faulted(fault, now)
             return
+        finally:
+            if self.on_tick is not None:
+                self.on_tick(time.monotonic() - now)
         if self.fault is not None:
             self._recovered(now)
 

@@ -221,6 +221,7 @@ class Daemon:
         self.stop_event = threading.Event()
         self.recoveries = Recoveries(w, self.graph, say=self.say, tell=self.tell)
         self.attempt_lines: AttemptLines | None = None  # from run() on: a line per start and end
+        self.idle: Any = None  # from run() on: the idle-GPU rule (agent/doors/idle_gpu.py)
         w.loop.say = self.say
         w.loop.recover = self.recoveries.request
         w.loop.carry_out_approved = True
@@ -231,7 +232,7 @@ class Daemon:
         stops; the next daemon re-attaches to them."""
         own_state(self.w.settings, self.config)
         self.lock.acquire()
-        api = channels = None
+        api = channels = web = None
         try:
             self._serve_store()
             for line in start_lines(self.w.settings, serve_api=self.serve_api):
@@ -242,7 +243,9 @@ class Daemon:
             from nightshift.agent.doors.channels.service import ChannelService
 
             channels = ChannelService(self.w, say=self.tell)
-            channels.start()
+            channels.start(serve=False)
+            web = self._web(channels)
+            self.idle = self._idle_watch(channels)
             if self.serve_api:
                 from nightshift.agent.doors.api_server import ApiServer
 
@@ -253,6 +256,8 @@ class Daemon:
         finally:
             if api is not None:
                 api.stop()
+            if web is not None:
+                web.stop()
             if channels is not None:
                 channels.stop()
             if self.lease is not None and not self.lease.release():
@@ -260,6 +265,65 @@ class Daemon:
                     "warning: could not delete this daemon's lease on the store; it goes stale"
                 )
             self.lock.release()
+
+    def _web(self, channels: Any) -> Any:
+        """The daemon's HTTP app (callbacks, /metrics) on `web.listen`, else on channels.listen
+        where a channel receives callbacks; None where neither asks for one."""
+        from nightshift.agent.doors.web.metrics import Metrics
+        from nightshift.agent.doors.web.server import WebServer
+
+        s = self.w.settings
+        routes = channels.routes()
+        listen = s.web.listen or (s.channels.listen if routes else None)
+        if not listen:
+            return None
+        metrics = None
+        if s.metrics.enabled:
+            cost_of, currency = self.w.energy_pricing()
+            metrics = Metrics(self.w.store, s, cost_of=cost_of, currency=currency)
+            self.w.loop.on_tick = metrics.observe_tick
+        try:
+            web = WebServer(
+                listen,
+                routes,
+                self.tell,
+                limits=s.channels,
+                refusals=channels.desk.refusals,
+                metrics=metrics,
+            )
+        except OSError as exc:
+            key = "web.listen" if s.web.listen else "channels.listen"
+            raise OperatorError(f"{key} {listen}: cannot listen ({exc.strerror or exc})") from None
+        web.start()
+        paths = [*routes, *(["/metrics"] if metrics is not None else [])]
+        self.tell(f"HTTP on {web.address} ({', '.join(paths) or '/healthz'})")
+        return web
+
+    def _idle_watch(self, channels: Any) -> Any:
+        """The idle-GPU rule, its notices through the channels' outbox where any is set up."""
+        from nightshift.agent.doors.channels.base import Notice
+        from nightshift.agent.doors.idle_gpu import IdleAlert, IdleWatch
+
+        def notify(a: IdleAlert) -> None:
+            channels.outbox.queue_notice(
+                Notice(
+                    key=f"idle_gpu:{a.host}:{a.index}:{a.kind}:{a.since.isoformat()}",
+                    kind="idle_gpu",
+                    title=a.title,
+                    lines=(
+                        f"utilisation {a.utilization_pct:g} % (under "
+                        f"{self.w.settings.alerts.idle_gpu.threshold_pct:g} %) since "
+                        f"{a.since:%Y-%m-%d %H:%M} UTC (alerts.idle_gpu)",
+                    ),
+                )
+            )
+
+        return IdleWatch(
+            self.w.store,
+            self.w.audit,
+            self.w.settings,
+            notify=notify if channels.active else None,
+        )
 
     def _serve_store(self) -> None:
         """Take the store's lease (one daemon per SQLite store, whichever home it runs from),
@@ -308,6 +372,17 @@ class Daemon:
         self.w.loop.step()
         self.recoveries.poll_waiting()
         self._tell_attempts()
+        self._check_idle()
+
+    def _check_idle(self) -> None:
+        """The idle-GPU rule (every 30 s at most); a store fault is the loop's to report."""
+        if self.idle is None:
+            return
+        try:
+            self.idle.check()
+        except Exception as exc:
+            if self.w.store.fault_of(exc) is None:
+                raise
 
     def _tell_attempts(self) -> None:
         """A line for each attempt started or ended in this step; a store fault is the loop's

@@ -54,7 +54,9 @@ class ApprovalCard:
         return f"{self.state}:{len(self.votes)}"
 
 
-NoticeKind = Literal["job_failed", "job_recovered", "job_finished", "job_early_stopped", "report"]
+NoticeKind = Literal[
+    "job_failed", "job_recovered", "job_finished", "job_early_stopped", "report", "idle_gpu"
+]
 
 
 @dataclass(frozen=True)

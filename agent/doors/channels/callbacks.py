@@ -12,40 +12,29 @@ replayed or past the rate, are so only for the first `channels.refusals_in_full_
 each remote address's minute, the rest counted into one `channel.refused_aggregate` event for
 that minute (policies/refusal_tally.py), so a flood of forgeries cannot fill the disk.
 
-The server is the standard library's threading HTTP server: one thread per request, a bounded
-body read within a deadline, no tracebacks to the client or the terminal. Each remote address
-has a cap on its open connections (503 past it; `channels.callback_max_connections_per_peer`,
-and `callback_max_connections` in all) and a token bucket on its requests (429 with
-Retry-After past it; `channels.callback_requests_per_s`, `callback_burst`). Behind a reverse
-proxy every request comes from the proxy's address: the limits are then the endpoint's.
+The routes are served by the daemon's one HTTP application (agent/doors/web/server.py:
+Starlette under uvicorn): a bounded body read within a deadline, no tracebacks to the client or
+the terminal, a cap on each remote address's open connections (503 past it) and a token bucket
+on its requests (429 with Retry-After past it). Behind a reverse proxy every request comes from
+the proxy's address: the limits are then the endpoint's.
 """
 
 from __future__ import annotations
 
-import math
-import socket
-import threading
-import time
-import urllib.parse
-from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 
 from nightshift.agent.doors.channels.base import BadCallback, Decision
 from nightshift.agent.doors.channels.outbox import Outbox
+from nightshift.agent.doors.web.server import Route, WebServer
 from nightshift.policies.approvals import Approvals
 from nightshift.policies.audit import AuditLog
-from nightshift.policies.refusal_tally import RateLimits, RefusalLog
-from nightshift.runtime.config import ChannelsSettings
+from nightshift.policies.refusal_tally import RefusalLog
 from nightshift.runtime.errors import PolicyDenied, UnknownApproval
 from nightshift.runtime.store.db import Approval, ChannelReceipt, Store
-
-MAX_BODY = 64 * 1024
-READ_TIMEOUT_S = 10.0
 
 
 class Refused(Exception):
@@ -143,214 +132,8 @@ class Desk:
         return Refused(reason)
 
 
-# method, query, headers, body, the remote address → status, text
-Route = Callable[[str, dict[str, str], dict[str, str], bytes, str], tuple[int, str]]
-
-
-class CallbackServer:
-    """POST /slack/interactivity, GET and POST /wechat/callback, GET /healthz on host:port.
-    `refusals` (the desk's) tallies requests refused for their rate and writes closed minutes'
-    aggregates twice a second and at `stop`."""
-
-    def __init__(
-        self,
-        listen: str,
-        routes: dict[str, Route],
-        say: Callable[[str], None],
-        *,
-        limits: ChannelsSettings | None = None,
-        refusals: RefusalLog | None = None,
-    ):
-        host, _, port = listen.rpartition(":")
-        self.routes, self.say, self.refusals = routes, say, refusals
-        self.limits = limits or ChannelsSettings()
-        self.rates = RateLimits(self.limits.callback_requests_per_s, self.limits.callback_burst)
-        self.httpd = _Server((host.strip("[]"), int(port)), _handler(self), self)
-        self.httpd.daemon_threads = True
-        self._thread: threading.Thread | None = None
-
-    @property
-    def address(self) -> str:
-        host, port = self.httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
-
-    def start(self) -> None:
-        self._thread = threading.Thread(
-            target=self.httpd.serve_forever, name="channel-callbacks", daemon=True
-        )
-        self._thread.start()
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self.flush_refusals(final=True)
-
-    def flush_refusals(self, *, final: bool = False) -> None:
-        if self.refusals is None:
-            return
-        try:
-            self.refusals.flush(final=final)
-        except Exception as exc:  # the store busy or gone: said, the endpoint goes on
-            self.say(f"could not audit channel.refused_aggregate: {type(exc).__name__}: {exc}")
-
-    def rate_limited(self, path: str, address: str, forwarded: str | None) -> float:
-        """0 when the address is within its rate; else the seconds to wait (the refusal is
-        tallied)."""
-        wait = self.rates.take(address, time.monotonic())
-        if wait <= 0 or self.refusals is None:
-            return wait
-        channel = path.strip("/").split("/")[0] or "callback"
-        why = (
-            f"rate limited: more than {self.limits.callback_burst} requests at once or "
-            f"{self.limits.callback_requests_per_s:g} a second from {address} "
-            "(channels.callback_burst, channels.callback_requests_per_s)"
-        )
-        try:
-            self.refusals.refused(
-                address,
-                "rate_limited",
-                why,
-                actor="system",
-                payload={
-                    "channel": channel,
-                    "reason": why,
-                    "user": None,
-                    "approval_id": None,
-                    "peer": forwarded,
-                    "source": address,
-                },
-                about={"peer": address},
-            )
-        except Exception as exc:
-            self.say(f"could not audit channel.refused: {type(exc).__name__}: {exc}")
-        return wait
-
-
-class _Server(ThreadingHTTPServer):
-    """The threading server with a cap on open connections, per remote address and in all:
-    past it a connection is answered 503 and closed before a thread is started for it; and the
-    refusal tally's closed minutes written from its loop."""
-
-    def __init__(self, address: tuple[str, int], handler: Any, owner: CallbackServer):
-        self.owner = owner
-        self._open: Counter[str] = Counter()
-        self._open_lock = threading.Lock()
-        super().__init__(address, handler)
-
-    def verify_request(self, request: Any, client_address: Any) -> bool:
-        peer = str(client_address[0])
-        limits = self.owner.limits
-        with self._open_lock:
-            full = (
-                self._open[peer] >= limits.callback_max_connections_per_peer
-                or self._open.total() >= limits.callback_max_connections
-            )
-            if not full:
-                self._open[peer] += 1
-        if full:
-            _busy(request)
-        return not full
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._release(client_address)
-            raise
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._release(client_address)
-
-    def _release(self, client_address: Any) -> None:
-        peer = str(client_address[0])
-        with self._open_lock:
-            self._open[peer] -= 1
-            if self._open[peer] <= 0:
-                del self._open[peer]
-
-    def service_actions(self) -> None:
-        super().service_actions()
-        self.owner.flush_refusals()
-
-
-def _busy(request: socket.socket) -> None:
-    """Say 503 on a connection refused for the cap, without reading it or waiting on it."""
-    try:
-        request.settimeout(0.5)
-        request.sendall(
-            b"HTTP/1.0 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\n"
-            b"Connection: close\r\n\r\n"
-        )
-    except OSError:
-        pass
-
-
-def _handler(server: CallbackServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "nightshift"
-        sys_version = ""
-        timeout = READ_TIMEOUT_S
-
-        def do_GET(self) -> None:
-            self._serve("GET")
-
-        def do_POST(self) -> None:
-            self._serve("POST")
-
-        def _serve(self, method: str) -> None:
-            url = urllib.parse.urlsplit(self.path)
-            if url.path == "/healthz":
-                return self._answer(200, "ok")
-            route = server.routes.get(url.path)
-            if route is None:
-                return self._answer(404, "not found")
-            body = b""
-            if method == "POST":
-                try:
-                    length = int(self.headers.get("Content-Length", ""))
-                except ValueError:
-                    return self._answer(411, "a Content-Length is required")
-                if length < 0 or length > MAX_BODY:
-                    return self._answer(413, "too large")
-                try:
-                    body = self.rfile.read(length)
-                except OSError:
-                    return
-            address = str(self.client_address[0])
-            wait = server.rate_limited(url.path, address, self.headers.get("X-Forwarded-For"))
-            if wait > 0:
-                return self._answer(429, "rate limited", retry_after=wait)
-            query = dict(urllib.parse.parse_qsl(url.query, keep_blank_values=True))
-            headers = {k.lower(): v for k, v in self.headers.items()}
-            try:
-                status, text = route(method, query, headers, body, address)
-            except Exception as exc:  # a bug must not take the endpoint down or leak a trace
-                server.say(f"callback {url.path} failed: {type(exc).__name__}: {exc}")
-                status, text = 500, "error"
-            self._answer(status, text)
-
-        def _answer(self, status: int, text: str, retry_after: float | None = None) -> None:
-            data = text.encode()
-            try:
-                self.send_response(status)
-                if retry_after is not None:
-                    self.send_header("Retry-After", str(max(1, math.ceil(retry_after))))
-                self.send_header("Content-Type", "text/plain; charset=utf-8")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-            except OSError:
-                pass
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # requests are audited where they matter; the terminal stays quiet
-
-    return Handler
+# The endpoint that serves the routes is the daemon's one HTTP application (agent/doors/web).
+CallbackServer = WebServer
 
 
 def _route(channel: str, desk: Desk, verify: Callable[..., Decision | str]) -> Route:

@@ -218,11 +218,9 @@ class ChannelService:
     def active(self) -> bool:
         return bool(self.built.channels)
 
-    def start(self, *, outbox_thread: bool = True) -> None:
-        """Serve callbacks and send; without `outbox_thread` the caller ticks the outbox (one
-        ticker at a time: two would send a due message twice)."""
-        if not self.active:
-            return
+    def routes(self) -> dict[str, Route]:
+        """The callbacks to serve, by path: those of the channels that receive clicks over
+        HTTP."""
         routes: dict[str, Route] = {}
         if "/slack/interactivity" in self.built.routes:
             routes["/slack/interactivity"] = slack_route(
@@ -232,8 +230,17 @@ class ChannelService:
             routes["/wechat/callback"] = wechat_route(
                 self.built.routes["/wechat/callback"], self.desk
             )
+        return routes
+
+    def start(self, *, outbox_thread: bool = True, serve: bool = True) -> None:
+        """Serve callbacks and send; without `outbox_thread` the caller ticks the outbox (one
+        ticker at a time: two would send a due message twice). Without `serve` the caller
+        serves `routes()` on its own HTTP app (the daemon's, with /metrics)."""
+        if not self.active:
+            return
+        routes = self.routes()
         listen = self.w.settings.channels.listen
-        if routes and listen:
+        if serve and routes and listen:
             try:
                 self.server = CallbackServer(
                     listen,

@@ -45,6 +45,10 @@ SUITES = {
         "nightshift.evals.newcomer",
         "README's first command on a fresh clone and home, then a researcher's first day",
     ),
+    "metrics": (
+        "nightshift.evals.metrics_scrape",
+        "the daemon's /metrics scrape time with 1,000 and 10,000 jobs in the store",
+    ),
     "chat": (
         "nightshift.evals.trajectories:chat_main",
         "the chat cases against a real model endpoint: pass rate per case",
