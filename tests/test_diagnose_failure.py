@@ -316,7 +316,7 @@ def test_short_real_messages(ctx):
         ctx,
         log_tail="/opt/conda/lib/python3.10/site-packages/torch/cuda/__init__.py:82: "
         "UserWarning: CUDA initialization: Found no NVIDIA driver on your system.\n"
-        "Traceback (most recent call last):\n  File \"train.py\", line 3, in <module>\n"
+        'Traceback (most recent call last):\n  File "train.py", line 3, in <module>\n'
         "KeyError: 'label'\n",
         exit_code=1,
     )
