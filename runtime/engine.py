@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -123,6 +124,10 @@ class Engine:
         # (agent/brain/loop.py: health checks, preemption, recovery around the tick).
         self.step: Callable[[], object] = self.tick
         self._lock = threading.Lock()
+        # package lists read after a launch (runtime/training/provenance.py), on one thread
+        self._later_lock = threading.Lock()
+        self._later: ThreadPoolExecutor | None = None
+        self._pending: list[Future[None]] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -181,6 +186,7 @@ class Engine:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        self.drain_provenance()
 
     def run_until_settled(
         self,
@@ -482,11 +488,13 @@ class Engine:
             row = s.get(Attempt, att.id)
             if row is None or row.provenance is not None:
                 return
+        budget = self.settings.loop.provenance_budget_s
         try:
             record = provenance.capture(
                 self._provenance_inputs(att, job),
                 self.settings.home_path,
-                self.settings.loop.provenance_budget_s,
+                budget,
+                packages_later=budget > 0,
             )
         except Exception as exc:  # capture() notes its own failures; this is a last resort
             record = {"version": provenance.VERSION, "note": f"not captured: {exc}"}
@@ -495,6 +503,40 @@ class Engine:
             if row is not None and row.provenance is None:
                 row.provenance = record
                 s.add(row)
+        python = record.get("python")
+        if isinstance(python, dict) and python.get("pending"):
+            self._read_packages_later(att.id, str(python.get("interpreter")))
+
+    def _read_packages_later(self, attempt_id: int | None, interpreter: str) -> None:
+        """A package list not yet cached is read on one worker thread after the launch (`pip
+        freeze` takes a second or more; the loop's tick does not wait for it) and put into the
+        attempt's provenance; `drain_provenance` waits for those still on their way."""
+        home = self.settings.home_path
+
+        def read() -> None:
+            got = provenance.python_info(
+                interpreter,
+                provenance.Budget(provenance.LATER_S),
+                provenance.blobs_of(home),
+                provenance.pythons_cache(home),
+            )
+            with self.store.write_session() as s:
+                row = s.get(Attempt, attempt_id)
+                if row is not None and isinstance(row.provenance, dict):
+                    row.provenance = {**row.provenance, "python": got}
+                    s.add(row)
+
+        with self._later_lock:
+            if self._later is None:
+                self._later = ThreadPoolExecutor(max_workers=1, thread_name_prefix="provenance")
+            self._pending = [f for f in self._pending if not f.done()]
+            self._pending.append(self._later.submit(read))
+
+    def drain_provenance(self, timeout_s: float = provenance.LATER_S) -> None:
+        """Before this process ends: wait (bounded) for the package lists still being read."""
+        with self._later_lock:
+            pending = list(self._pending)
+        wait(pending, timeout=timeout_s)
 
     def _provenance_inputs(self, att: Attempt, job: Job) -> provenance.Inputs:
         spec = ExperimentSpec.model_validate(job.spec)

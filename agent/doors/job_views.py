@@ -218,6 +218,8 @@ def provenance_lines(number: int, rec: dict[str, Any]) -> list[str]:
         pk = (
             f"{py.get('packages_count')} packages {py['packages_sha256'][:12]}"
             if py.get("packages_sha256")
+            else "package list still being read"
+            if py.get("pending")
             else "no package list"
         )
         out.append(

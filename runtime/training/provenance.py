@@ -235,20 +235,42 @@ def package_argv(interpreter: Path, manager: str) -> list[str]:
     return [str(interpreter), "-m", "pip", "freeze"]
 
 
+def _cache_key(interpreter: str | None) -> tuple[Path, str | None, str] | None:
+    found = shutil.which(interpreter) if interpreter else None
+    if not found:
+        return None
+    path = Path(found).absolute()
+    stamp = _site_stamp(path)
+    return path, stamp, f"{path}|{path.resolve()}|{manager_of(path)}|{stamp}"
+
+
+def python_cached(
+    interpreter: str | None, blobs: Blobs, cache: Path | None
+) -> dict[str, Any] | None:
+    """python_info's answer from the cache alone (a few stat calls), or None when the package
+    list must be read (a new or changed environment)."""
+    got = _cache_key(interpreter)
+    if got is None:
+        return None
+    _, stamp, key = got
+    known = _read_cache(cache)
+    if stamp is not None and key in known and blobs.get(known[key].get("packages_sha256")):
+        return {**known[key], "cached": True}
+    return None
+
+
 def python_info(
     interpreter: str | None, budget: Budget, blobs: Blobs, cache: Path | None = None
 ) -> dict[str, Any]:
     """The interpreter (resolved), its version and its exact package list, the list kept as a
     blob. The list is read again only when the environment's stamp changed since the last read
     (`cache`: a small JSON file), so an unchanged venv costs a few stat calls."""
-    found = shutil.which(interpreter) if interpreter else None
-    if not found:
+    got = _cache_key(interpreter)
+    if got is None:
         return {"interpreter": interpreter, "note": f"interpreter {interpreter!r} not found"}
-    path = Path(found).absolute()
+    path, stamp, key = got
     real = path.resolve()
     manager = manager_of(path)
-    stamp = _site_stamp(path)
-    key = f"{path}|{real}|{manager}|{stamp}"
     known = _read_cache(cache)
     if stamp is not None and key in known and blobs.get(known[key].get("packages_sha256")):
         return {**known[key], "cached": True}
@@ -479,10 +501,34 @@ class Inputs:
     host: str = ""
 
 
-def capture(inp: Inputs, home: Path, budget_s: float = BUDGET_S) -> dict[str, Any]:
-    """The attempt's provenance record. Never raises: what could not be read is a note."""
+LATER_S = 120.0  # a package list read after the launch, at most
+PENDING_NOTE = "the package list is read after the launch (a new or changed environment)"
+
+
+def pythons_cache(home: Path) -> Path:
+    return Path(home) / "provenance" / "pythons.json"
+
+
+def capture(
+    inp: Inputs, home: Path, budget_s: float = BUDGET_S, *, packages_later: bool = False
+) -> dict[str, Any]:
+    """The attempt's provenance record. Never raises: what could not be read is a note.
+    `packages_later`: a package list that is not cached is not read here (`pip freeze` takes a
+    second or more): the record's python part says `pending`, and the caller reads it with
+    `python_info` after the launch."""
     budget = Budget(budget_s)
     blobs = blobs_of(home)
+
+    def python() -> dict[str, Any]:
+        if not inp.interpreter:
+            return {"note": "the run's interpreter is the image's: the image digest pins it"}
+        if packages_later:
+            cached = python_cached(inp.interpreter, blobs, pythons_cache(home))
+            if cached is not None:
+                return cached
+            return {"interpreter": inp.interpreter, "pending": True, "note": PENDING_NOTE}
+        return python_info(inp.interpreter, budget, blobs, pythons_cache(home))
+
     seed, seed_from = (
         (inp.params["seed"], "params.seed") if "seed" in inp.params else (inp.spec_seed, "spec")
     )
@@ -498,14 +544,7 @@ def capture(inp: Inputs, home: Path, budget_s: float = BUDGET_S) -> dict[str, An
     }
     parts: list[tuple[str, Any]] = [
         ("git", lambda: git_info(inp.code_dir, budget, blobs)),
-        (
-            "python",
-            lambda: (
-                python_info(inp.interpreter, budget, blobs, home / "provenance" / "pythons.json")
-                if inp.interpreter
-                else {"note": "the run's interpreter is the image's: the image digest pins it"}
-            ),
-        ),
+        ("python", python),
         ("image", lambda: image_info(inp.image, budget) if inp.image else None),
         ("data", lambda: data_info(inp.data, inp.code_dir, budget)),
         ("gpu", lambda: gpu_info(inp.gpus, inp.samples)),
