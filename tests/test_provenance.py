@@ -289,3 +289,86 @@ def test_dirty_run_reproduced_from_a_clean_worktree_reaches_the_same_loss(home, 
     assert loose.returncode == 0, loose.stderr
     got = json.loads(loose.stdout)
     assert got["job_id"] == 3 and any("data.txt" in w for w in got["warnings"])
+
+
+def test_reproduction_pins_the_image_digest_and_keeps_seed_and_params():
+    """The new job's spec: the recorded digest instead of the tag, the image's own interpreter,
+    the attempt's parameters and the spec's seed; no dependencies or start time again."""
+    from types import SimpleNamespace
+
+    from nightshift.skills.reproduce_job import _spec
+
+    job = SimpleNamespace(
+        spec={
+            "name": "img",
+            "environment": {"image": "pytorch/pytorch:2.3.0", "env": {"A": "1"}},
+            "command": ["python3", "train.py", "--lr", "{lr}"],
+            "parameters": {"lr": 0.1},
+            "depends_on": ["prep"],
+            "begin": "23:00",
+            "seed": 5,
+        },
+        params={"lr": 0.1},
+    )
+    digest = "sha256:" + "d" * 64
+    rec = {
+        "image": {
+            "ref": "pytorch/pytorch:2.3.0",
+            "digest": digest,
+            "pinned": f"pytorch/pytorch@{digest}",
+        },
+        "python": {"note": "the run's interpreter is the image's"},
+        "params": {"lr": 0.05},
+        "seed": 5,
+        "seed_from": "spec",
+        "env": {"A": "1"},
+    }
+    warnings: list[str] = []
+    spec, image, python = _spec(job, rec, "/wt/code", warnings)  # type: ignore[arg-type]
+    assert image == f"pytorch/pytorch@{digest}" and python is None and not warnings
+    assert spec["environment"]["image"] == image and "python" not in spec["environment"]
+    assert spec["code"]["path"] == "/wt/code" and spec["parameters"] == {"lr": 0.05}
+    assert spec["seed"] == 5 and "depends_on" not in spec and "begin" not in spec
+    # an image whose digest could not be resolved runs by tag, with a warning
+    rec["image"] = {"ref": "pytorch/pytorch:2.3.0", "digest": None, "note": "docker: not found"}
+    spec, image, _ = _spec(job, rec, "/wt/code", warnings)  # type: ignore[arg-type]
+    assert image == "pytorch/pytorch:2.3.0" and "no recorded digest" in warnings[0]
+
+
+def test_show_prints_the_first_record_and_flags_what_changed(capsys):
+    """`show`: the first attempt's provenance in full, then what changed in the next one."""
+    from types import SimpleNamespace
+
+    from nightshift.agent.doors.job_views import print_provenance
+
+    first = {
+        "host": "n1",
+        "capture_s": 0.05,
+        "git": {"repo": "/r", "commit": "1" * 40, "branch": "main", "dirty": False},
+        "python": {
+            "interpreter": "/v/bin/python",
+            "version": "3.11.7",
+            "manager": "pip",
+            "packages_sha256": "a" * 64,
+            "packages_count": 3,
+        },
+        "seed": 0,
+        "seed_from": "spec",
+        "argv": ["python", "t.py"],
+        "gpu": {
+            "devices": [{"index": 0, "name": "NVIDIA H100", "driver_version": None}],
+            "note": provenance.GPU_NOTE,
+        },
+    }
+    second = {**first, "git": {**first["git"], "commit": "2" * 40, "dirty": True}}
+    attempts = [
+        SimpleNamespace(number=1, provenance=first, provenance_changes=[]),
+        SimpleNamespace(
+            number=2, provenance=second, provenance_changes=provenance.changes(first, second)
+        ),
+    ]
+    print_provenance(attempts)
+    out = capsys.readouterr().out
+    assert "/r @ 111111111111 (branch main), clean" in out
+    assert "gpu 0   NVIDIA H100, driver not read, CUDA not read" in out
+    assert "attempt 2 changed: dirty tree; commit: 1111111111 → 2222222222" in out
