@@ -585,6 +585,9 @@ class Engine:
             env=dict(spec.environment.env),
             data=[d.model_dump() for d in spec.data],
             image=image,
+            docker_host=getattr(self.executor, "url", None)
+            if self.executor.kind == "docker"
+            else None,
             interpreter=interpreter,
             gpus=[int(g) for g in att.gpus],
             samples=samples,

@@ -346,16 +346,19 @@ def package_drift(before: str, after: str) -> list[str]:
 
 
 # ------------------------------------------------------------------------------ image
-def image_info(image: str, budget: Budget) -> dict[str, Any]:
+def image_info(image: str, budget: Budget, docker_host: str | None = None) -> dict[str, Any]:
     """The image's digest, resolved by `docker image inspect` (a repo digest, else the local image
-    id), never its tag. An image named by digest is its own answer."""
+    id), never its tag, from the engine at `docker_host` (the executor's; None: the docker CLI's
+    default). An image named by digest is its own answer."""
     out: dict[str, Any] = {"ref": image}
     if "@sha256:" in image:
         out["digest"] = image.split("@", 1)[1]
         out["pinned"] = image
         return out
+    host = ["-H", docker_host] if docker_host else []
     ran = run(
-        ["docker", "image", "inspect", "--format", "{{json .RepoDigests}} {{.Id}}", image], budget
+        ["docker", *host, "image", "inspect", "--format", "{{json .RepoDigests}} {{.Id}}", image],
+        budget,
     )
     if not ran.ok:
         out["digest"], out["note"] = None, f"digest not resolved: {ran.note}"
@@ -495,6 +498,7 @@ class Inputs:
     env: dict[str, str]
     data: list[dict[str, Any]]
     image: str | None = None
+    docker_host: str | None = None  # the docker executor's engine, where the image is
     interpreter: str | None = None  # None in an image: its packages are the image's
     gpus: list[int] = field(default_factory=list)
     samples: list[dict[str, Any]] = field(default_factory=list)
@@ -545,7 +549,7 @@ def capture(
     parts: list[tuple[str, Any]] = [
         ("git", lambda: git_info(inp.code_dir, budget, blobs)),
         ("python", python),
-        ("image", lambda: image_info(inp.image, budget) if inp.image else None),
+        ("image", lambda: image_info(inp.image, budget, inp.docker_host) if inp.image else None),
         ("data", lambda: data_info(inp.data, inp.code_dir, budget)),
         ("gpu", lambda: gpu_info(inp.gpus, inp.samples)),
     ]
