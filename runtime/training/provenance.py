@@ -151,8 +151,20 @@ def git_info(folder: Path, budget: Budget, blobs: Blobs) -> dict[str, Any]:
     out["branch"] = branch.out.strip() or None  # None: a detached HEAD
     remote = run(["git", "-C", str(root), "config", "--get", "remote.origin.url"], budget)
     out["remote"] = remote.out.strip() or None
+    # A repository's own config must not run commands here (an fsmonitor hook, an external diff
+    # driver): the reading is the loop's, not the program's.
     status = run(
-        ["git", "-C", str(root), "status", "--porcelain=v1", "-z", "--untracked-files=all"],
+        [
+            "git",
+            "-C",
+            str(root),
+            "-c",
+            "core.fsmonitor=false",
+            "status",
+            "--porcelain=v1",
+            "-z",
+            "--untracked-files=all",
+        ],
         budget,
     )
     if not status.ok:
@@ -165,7 +177,21 @@ def git_info(folder: Path, budget: Budget, blobs: Blobs) -> dict[str, Any]:
     out["untracked_count"] = len(untracked)
     out["dirty"] = bool(changed or untracked)
     if changed:
-        diff = run(["git", "-C", str(root), "diff", "HEAD", "--binary"], budget)
+        diff = run(
+            [
+                "git",
+                "-C",
+                str(root),
+                "-c",
+                "core.fsmonitor=false",
+                "diff",
+                "--no-ext-diff",
+                "--no-textconv",
+                "--binary",
+                "HEAD",
+            ],
+            budget,
+        )
         if diff.ok and diff.raw:
             data = diff.raw
             out["diff_sha256"] = blobs.put(data)
