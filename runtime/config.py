@@ -288,6 +288,14 @@ class LoopSettings(BaseModel):
         "the attempts it started",
     )
     cpu_slots: int = Field(1, ge=1, description="CPU-only jobs that may run at once")
+    provenance_budget_s: float = Field(
+        10.0,
+        ge=0,
+        le=600,
+        description="At most this long reading an attempt's provenance (git, package list, "
+        "image digest, data fingerprints) before it launches; what is left unread is noted; "
+        "0 records only what needs no command (argv, seed, env, GPUs, host)",
+    )
     health_interval_min: float = Field(
         10.0, gt=0, description="The daemon checks GPU health this often"
     )

@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,7 @@ from nightshift.runtime.training import (
     keeper,
     machine_evidence,
     metric_sources,
+    provenance,
     stall,
 )
 from nightshift.runtime.training.attempt_diagnosis import Diagnoser, FailedRun, read_log_tail
@@ -122,6 +124,10 @@ class Engine:
         # (agent/brain/loop.py: health checks, preemption, recovery around the tick).
         self.step: Callable[[], object] = self.tick
         self._lock = threading.Lock()
+        # package lists read after a launch (runtime/training/provenance.py), on one thread
+        self._later_lock = threading.Lock()
+        self._later: ThreadPoolExecutor | None = None
+        self._pending: list[Future[None]] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -180,6 +186,7 @@ class Engine:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        self.drain_provenance()
 
     def run_until_settled(
         self,
@@ -454,6 +461,7 @@ class Engine:
         assert job is not None
         self._stop_leftovers(att)
         self._restore_kept(att, job)
+        self._record_provenance(att, job)
         try:
             handle = self.executor.start(self._request(att, job))
         except Exception as exc:  # the run never started: record why, leave recovery to the agent
@@ -470,6 +478,121 @@ class Engine:
             lifecycle.attempt_running(s, row, handle, self.executor.kind)
         crash_point("attempt.running")
         return self._attempt(att.id)
+
+    def _record_provenance(self, att: Attempt, job: Job) -> None:
+        """Read what makes this attempt reproducible (runtime/training/provenance.py) and keep it
+        with the attempt, once: a launch finished by `recover_starting` keeps the first reading.
+        Bounded by `loop.provenance_budget_s`; a capture that fails is a note, never a failed
+        launch."""
+        with self.store.session() as s:
+            row = s.get(Attempt, att.id)
+            if row is None or row.provenance is not None:
+                return
+        budget = self.settings.loop.provenance_budget_s
+        try:
+            record = provenance.capture(
+                self._provenance_inputs(att, job),
+                self.settings.home_path,
+                budget,
+                packages_later=budget > 0,
+            )
+        except Exception as exc:  # capture() notes its own failures; this is a last resort
+            record = {"version": provenance.VERSION, "note": f"not captured: {exc}"}
+        with self.store.write_session() as s:
+            row = s.get(Attempt, att.id)
+            if row is not None and row.provenance is None:
+                row.provenance = record
+                s.add(row)
+        python = record.get("python")
+        if isinstance(python, dict) and python.get("pending"):
+            self._read_packages_later(att.id, str(python.get("interpreter")))
+
+    def _read_packages_later(self, attempt_id: int | None, interpreter: str) -> None:
+        """A package list not yet cached is read on one worker thread after the launch (`pip
+        freeze` takes a second or more; the loop's tick does not wait for it) and put into the
+        attempt's provenance; `drain_provenance` waits for those still on their way."""
+        home = self.settings.home_path
+
+        def read() -> None:
+            got = provenance.python_info(
+                interpreter,
+                provenance.Budget(provenance.LATER_S),
+                provenance.blobs_of(home),
+                provenance.pythons_cache(home),
+            )
+            with self.store.write_session() as s:
+                row = s.get(Attempt, attempt_id)
+                if row is not None and isinstance(row.provenance, dict):
+                    row.provenance = {**row.provenance, "python": got}
+                    s.add(row)
+
+        with self._later_lock:
+            if self._later is None:
+                self._later = ThreadPoolExecutor(max_workers=1, thread_name_prefix="provenance")
+            self._pending = [f for f in self._pending if not f.done()]
+            self._pending.append(self._later.submit(read))
+
+    def drain_provenance(self, timeout_s: float = provenance.LATER_S) -> None:
+        """Before this process ends: wait (bounded) for the package lists still being read."""
+        with self._later_lock:
+            pending = list(self._pending)
+        wait(pending, timeout=timeout_s)
+
+    def _provenance_inputs(self, att: Attempt, job: Job) -> provenance.Inputs:
+        spec = ExperimentSpec.model_validate(job.spec)
+        spec.base_dir = str(Path(job.spec_path).parent) if job.spec_path else None
+        in_image = self._in_image(spec)
+        image = spec.environment.image or (
+            self.settings.executor.kubernetes.image
+            if self.settings.executor.kind == "kubernetes"
+            else None
+        )
+        first = att.argv[0] if att.argv else ""
+        interpreter = (
+            None
+            if in_image
+            else first
+            if Path(first).name.startswith("python")
+            else spec.environment.python or sys.executable
+        )
+        samples: list[dict[str, Any]] = []
+        if att.gpus and not att.host:
+            with self.store.session() as s:
+                rows = s.exec(
+                    select(GpuSample)
+                    .where(
+                        col(GpuSample.gpu_index).in_([int(g) for g in att.gpus]),
+                        col(GpuSample.host).in_([att.node or self.settings.node, "localhost"]),
+                    )
+                    .order_by(col(GpuSample.taken_at).desc())
+                    .limit(64)
+                ).all()
+                samples = [
+                    {
+                        "gpu_index": r.gpu_index,
+                        "uuid": r.uuid,
+                        "verdict": r.verdict,
+                        "data": r.data,
+                        "taken_at": r.taken_at,
+                    }
+                    for r in rows
+                ]
+        return provenance.Inputs(
+            code_dir=spec.run_dir(),
+            argv=list(att.argv),
+            params=dict(att.params),
+            spec_seed=spec.seed,
+            env=dict(spec.environment.env),
+            data=[d.model_dump() for d in spec.data],
+            image=image,
+            docker_host=getattr(self.executor, "url", None)
+            if self.executor.kind == "docker"
+            else None,
+            interpreter=interpreter,
+            gpus=[int(g) for g in att.gpus],
+            samples=samples,
+            host=att.host or self.settings.node,
+        )
 
     def _restore_kept(self, att: Attempt, job: Job) -> None:
         """Put a kept good copy back where the program wrote it, once per attempt and before its

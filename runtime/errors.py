@@ -58,6 +58,10 @@ class UnknownApproval(BadArguments):
     """No approval has that id."""
 
 
+class NotReproducible(BadArguments):
+    """A strict reproduction refused: today's packages or data differ from those recorded."""
+
+
 # The policy refused ------------------------------------------------------------------------------
 class Refused(NightshiftError):
     """The policy refused the call; nothing ran."""

@@ -62,6 +62,18 @@ class Mount(_Strict):
     read_only: bool = True
 
 
+class DataSpec(_Strict):
+    path: str = Field(
+        min_length=1,
+        max_length=4096,
+        description="A data file or folder the run reads (relative to the code folder); its "
+        "size and mtime fingerprint is recorded with each attempt",
+    )
+    hash: bool = Field(
+        False, description="Also record a sha256 of its contents (reads every byte at launch)"
+    )
+
+
 class EnvironmentSpec(_Strict):
     image: str | None = Field(None, description="Container image, pinned by tag or digest")
     python: str | None = Field(
@@ -399,6 +411,11 @@ class ExperimentSpec(_Strict):
     )
     pausable: bool = True
     seed: int | None = Field(None, ge=0, le=MAX_SEED)
+    data: list[DataSpec] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Data the run reads, fingerprinted in each attempt's provenance",
+    )
     knobs: Knobs = Knobs()
 
     # Where the spec was loaded from; relative paths resolve against it. Not part of the user's file.

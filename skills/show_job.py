@@ -72,6 +72,18 @@ class AttemptDetail(BaseModel):
     )
     resume_note: str = Field(description="How resumed_from was found, or why it is unknown")
     log_path: str | None
+    provenance: dict[str, Any] | None = Field(
+        None,
+        description="What makes it reproducible, read as it started: git commit, branch and "
+        "dirty diff (by sha256), interpreter and package list (by sha256), image digest, seed, "
+        "argv, named env, data fingerprints, GPUs as the health probe read them, host. None: "
+        "started before provenance was kept",
+    )
+    provenance_changes: list[str] = Field(
+        default_factory=list,
+        description="What changed against the previous attempt (another commit, packages, "
+        "driver, image, ...), and a dirty tree",
+    )
 
 
 class ShowJobResult(BaseModel):

@@ -94,7 +94,7 @@ META_NAMES = frozenset(t["function"]["name"] for t in META_TOOLS)
 NOT_JSON = "arguments_were_not_json"
 
 # Skills whose result names jobs this goal started: a failure of one of those is a known failure.
-LAUNCHES = ("submit_job", "submit_jobs", "resume_job", "retry_job")
+LAUNCHES = ("submit_job", "submit_jobs", "resume_job", "retry_job", "reproduce_job")
 
 
 def tool_schemas() -> list[dict[str, Any]]:

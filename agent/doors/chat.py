@@ -222,6 +222,11 @@ def summarize(
         )
     if skill == "submit_job":
         return f"queued job {r.get('job_id')} ({r.get('name')})"
+    if skill == "reproduce_job":
+        return (
+            f"queued job {r.get('job_id')} reproducing job {r.get('source_job_id')} "
+            f"attempt {r.get('source_attempt')}"
+        )
     if skill == "submit_jobs":
         return "queued jobs " + ", ".join(str(j.get("job_id")) for j in r.get("jobs") or [])
     if skill == "list_jobs":

@@ -312,6 +312,11 @@ def _describe_ok(obs: dict[str, Any]) -> str:
         )
     if skill == "submit_job":
         return f"queued job {r.get('job_id')} ({r.get('name')})"
+    if skill == "reproduce_job":
+        return (
+            f"queued job {r.get('job_id')} reproducing job {r.get('source_job_id')} "
+            f"attempt {r.get('source_attempt')}"
+        )
     if skill == "diagnose_failure":
         return f"diagnosis: {r.get('category')} (retryable: {r.get('retryable')}) — {r.get('reasoning', '')}"
     if skill == "auto_resume":

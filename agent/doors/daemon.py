@@ -361,6 +361,7 @@ class Daemon:
         finally:
             self.recoveries.stop()
             self.w.drain_opinions()  # the models' opinions still on their way are kept
+            self.w.engine.drain_provenance()  # the package lists still being read are kept
             self.w.loop.survive(
                 "the daemon's stop in the audit",
                 lambda: self.w.audit.append(

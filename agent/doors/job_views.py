@@ -158,6 +158,117 @@ def print_show(r: Any) -> None:
                 say("    the loop saw: {}", a.evidence, soft_wrap=True)
         elif a.evidence:
             say("  attempt {}: {}", a.number, a.evidence, soft_wrap=True)
+    print_provenance(r.attempts)
+
+
+def print_provenance(attempts: list[Any]) -> None:
+    """Each attempt's provenance: the first recorded in full, then for each later one what
+    changed (another commit, a dirty tree, other packages, another driver, ...)."""
+    shown = False
+    for a in attempts:
+        rec = getattr(a, "provenance", None)
+        flags = list(getattr(a, "provenance_changes", None) or [])
+        if not isinstance(rec, dict):
+            continue
+        if not shown:
+            for line in provenance_lines(a.number, rec):
+                say("{}", line, soft_wrap=True)
+            shown = True
+        elif flags:
+            say("  [yellow]attempt {} changed:[/] {}", a.number, "; ".join(flags), soft_wrap=True)
+        else:
+            say("  attempt {}: same provenance", a.number)
+    if not shown and attempts:
+        say("  provenance: not recorded (attempts started before nightshift kept it)")
+
+
+def provenance_lines(number: int, rec: dict[str, Any]) -> list[str]:
+    """One attempt's provenance record as `show` prints it (values are data, printed as such)."""
+
+    def get(*path: str) -> Any:
+        cur: Any = rec
+        for p in path:
+            cur = cur.get(p) if isinstance(cur, dict) else None
+        return cur
+
+    out = [
+        f"  provenance of attempt {number} (read in {rec.get('capture_s', '?')} s, host {rec.get('host')}):"
+    ]
+    git = rec.get("git") or {}
+    if git.get("commit"):
+        code = f"{git.get('repo')} @ {git['commit'][:12]}"
+        code += f" (branch {git['branch']})" if git.get("branch") else " (detached)"
+        if git.get("dirty"):
+            code += ", DIRTY"
+            if git.get("diff_sha256"):
+                code += (
+                    f": diff {git['diff_sha256'][:12]} ({git.get('diff_files')} file(s), "
+                    f"{git.get('diff_bytes')} bytes, kept)"
+                )
+            if git.get("untracked_count"):
+                names = ", ".join(git.get("untracked") or [])
+                code += f"; {git['untracked_count']} untracked: {names[:200]}"
+        else:
+            code += ", clean"
+        out.append(f"    code    {code}")
+    else:
+        out.append(f"    code    {rec.get('code_dir')}: {git.get('note', 'no git commit')}")
+    py = rec.get("python") or {}
+    if py.get("interpreter"):
+        pk = (
+            f"{py.get('packages_count')} packages {py['packages_sha256'][:12]}"
+            if py.get("packages_sha256")
+            else "package list still being read"
+            if py.get("pending")
+            else "no package list"
+        )
+        out.append(
+            f"    python  {py['interpreter']} {py.get('version') or ''} ({py.get('manager')}), {pk}"
+        )
+    image = rec.get("image") or {}
+    if image:
+        out.append(f"    image   {image.get('ref')} → {image.get('pinned') or image.get('digest')}")
+    seed = rec.get("seed")
+    out.append(
+        f"    seed    {seed} ({rec.get('seed_from')})" if seed is not None else "    seed    none"
+    )
+    out.append(f"    argv    {json.dumps(rec.get('argv') or [])}")
+    if rec.get("env"):
+        out.append(f"    env     {', '.join(f'{k}={v}' for k, v in rec['env'].items())}")
+    for d in rec.get("data") or []:
+        if d.get("files") is None:
+            out.append(f"    data    {d.get('path')}: {d.get('note')}")
+            continue
+        line = f"    data    {d.get('path')}: {d.get('files')} file(s), {d.get('bytes')} bytes"
+        line += f", fingerprint {str(d.get('fingerprint'))[:12]}"
+        if d.get("sha256"):
+            line += f", sha256 {d['sha256'][:12]}"
+        out.append(line + (" (first files only)" if d.get("truncated") else ""))
+    devices = get("gpu", "devices") or []
+    if not devices:
+        out.append(f"    gpus    none ({get('gpu', 'note') or 'not recorded'})")
+    for g in devices:
+        if g.get("name") is None and g.get("note"):
+            out.append(f"    gpu {g.get('index')}   {g['note']}")
+            continue
+        out.append(
+            f"    gpu {g.get('index')}   {g.get('name')}, driver {g.get('driver_version') or 'not read'},"
+            f" CUDA {g.get('cuda_version') or 'not read'}"
+        )
+    notes = [
+        f"{k}: {v['note']}"
+        for k, v in rec.items()
+        if isinstance(v, dict) and v.get("note") and k != "gpu"
+    ]
+    notes += [
+        f"data {d.get('path')}: {d['note']}"
+        for d in rec.get("data") or []
+        if d.get("note") and d.get("files") is not None
+    ]
+    out += [f"    note    {n}" for n in notes]
+    if get("gpu", "note") and devices:
+        out.append(f"    note    gpu: {get('gpu', 'note')}")
+    return out
 
 
 def print_logs(job_id: int, lines: list[str], log_path: str | None) -> None:

@@ -92,7 +92,7 @@ def _jobs(w: Wiring, thread: str, states: tuple[str, ...], keep: Any) -> list[in
             result = call.result or {}
             found: list[Any] = (
                 [result.get("job_id")]
-                if call.skill == "submit_job"
+                if call.skill in ("submit_job", "reproduce_job")
                 else [j.get("job_id") for j in result.get("jobs") or [] if isinstance(j, dict)]
                 if call.skill == "submit_jobs"
                 else [call.args.get("job_id")]

@@ -157,6 +157,10 @@ class Attempt(SQLModel, table=True):
     # What the machine said as a failed attempt ended (runtime/training/machine_evidence.py
     # `MachineEvidence`), read once by the loop: a later diagnosis of the attempt reads it here.
     machine: dict | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    # What makes it reproducible, read as it started (runtime/training/provenance.py): commit and
+    # dirty diff, packages, image digest, seed, argv, env, data fingerprints, GPUs, host. None
+    # for attempts from before 0016.
+    provenance: dict | None = Field(default=None, sa_column=Column(JSON, nullable=True))
     energy_kwh: float | None = None
     energy_source: str | None = None  # nvml | declared_power | none
     started_at: NaiveDatetime = Field(default_factory=utcnow)

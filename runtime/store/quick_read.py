@@ -143,7 +143,16 @@ def status_rows(
 # its models): decoded here as SQLAlchemy decodes them.
 JSON_COLUMNS = {
     "job": ("spec", "params"),
-    "attempt": ("handle", "argv", "params", "gpus", "metrics_cursor", "diagnosis", "machine"),
+    "attempt": (
+        "handle",
+        "argv",
+        "params",
+        "gpus",
+        "metrics_cursor",
+        "diagnosis",
+        "machine",
+        "provenance",
+    ),
 }
 TIME_COLUMNS = {
     "job": ("created_at", "updated_at"),

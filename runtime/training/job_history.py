@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from nightshift.runtime.training import keeper
+from nightshift.runtime.training import keeper, provenance
 
 ENDED = ("exited", "lost", "stopped")
 DEFAULT_CHECKPOINT_DIR = "checkpoints"
@@ -87,6 +87,11 @@ def detail(
                 "resumed_from_step": ckpt_step,
                 "resume_note": note,
                 "log_path": a.log_path,
+                "provenance": getattr(a, "provenance", None),
+                "provenance_changes": provenance.changes(
+                    getattr(attempts[i - 1], "provenance", None) if i else None,
+                    getattr(a, "provenance", None),
+                ),
             }
         )
     return {

@@ -13,6 +13,10 @@ SUITES = {
     "simulate": ("nightshift.evals.simulate", "trace-driven scheduler simulation"),
     "scale": ("nightshift.evals.bench_scale", "store submissions/s, placement time, daemon memory"),
     "perf": ("nightshift.evals.perf", "agent step overhead, audit append/verify throughput"),
+    "provenance": (
+        "nightshift.evals.provenance_cost",
+        "what recording an attempt's provenance adds to each launch",
+    ),
     "crash": ("nightshift.evals.crash_consistency", "daemon SIGKILLs: launches doubled, jobs lost"),
     "fuzz": ("nightshift.evals.fuzz_inputs", "fuzzed specs and goals: tracebacks, hangs"),
     "refusals": (
