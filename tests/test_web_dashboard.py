@@ -217,3 +217,13 @@ def test_an_action_without_the_csrf_token_or_from_another_origin_is_refused(serv
     r = alice.post(f"/jobs/{job}/action", data=form, headers={"Origin": "https://evil.example"})
     assert r.status_code == 403
     assert w.store.job(job).state == "queued"  # type: ignore[union-attr]
+
+
+def test_the_page_time_benchmark_runs(home: Path) -> None:
+    """evals/dashboard_pages.py on a small store (docs/benchmarks.md has its figures): every
+    page answers 200 to a signed-in client."""
+    from nightshift.evals import dashboard_pages
+
+    rows = dashboard_pages.measure(40, 1)
+    assert {r["page"] for r in rows} >= {"jobs list", "job page", "approvals (50 pending)"}
+    assert all(int(str(r["bytes"])) > 500 for r in rows)

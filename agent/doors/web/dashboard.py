@@ -68,7 +68,7 @@ HEADERS = {
     "img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
-    "Referrer-Policy": "no-referrer",  # a ?token= never travels on in a Referer
+    "Referrer-Policy": "same-origin",  # a ?token= never travels to another site in a Referer
     "Cache-Control": "no-store",
 }
 
