@@ -5,9 +5,17 @@ audited under that user); a vote clicked twice counts once; CSRF and sign-in on 
 
 from __future__ import annotations
 
+import json
+import os
+import pwd
 import re
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 from sqlmodel import col, select
 from starlette.testclient import TestClient
@@ -42,7 +50,8 @@ def client(server: WebServer, w: Wiring, user: str | None) -> TestClient:
         r = c.get(f"/?token={secret}")
         assert r.status_code == 303 and r.headers["location"] == "/"
         cookie = r.headers["set-cookie"]
-        assert "HttpOnly" in cookie and "SameSite=strict" in cookie.replace("Strict", "strict")
+        assert "HttpOnly" in cookie and "samesite=strict" in cookie.lower()
+        assert "Secure" not in cookie  # plain http on loopback; behind TLS it is Secure
         c.cookies.set(COOKIE, secret)
         c.csrf = csrf_of(secret)  # type: ignore[attr-defined]
     return c
@@ -84,6 +93,8 @@ def test_a_forged_or_revoked_token_is_refused_and_the_user_is_the_tokens(server,
     c.cookies.set(COOKIE, alice.secret)
     page = c.get("/?user=bob", headers={"X-User": "bob", "X-Forwarded-User": "bob"}).text
     assert '<span id="user">alice</span>' in page
+    behind_tls = c.get(f"/?token={alice.secret}", headers={"X-Forwarded-Proto": "https"})
+    assert "Secure" in behind_tls.headers["set-cookie"]
     assert tokens.revoke(w.store, "bob", alice.id) == []  # one user never revokes another's
     assert tokens.revoke(w.store, "alice", alice.id) == [alice.id]
     assert c.get("/").status_code == 303  # the next request after revoking: signed out
@@ -97,10 +108,6 @@ def test_the_cli_makes_a_token_for_the_os_user_and_revokes_it(home: Path) -> Non
     it; the store keeps only its digest."""
     r = nightshift("web", "token", "--json")
     assert r.returncode == 0, r.stderr
-    import json
-    import os
-    import pwd
-
     out = json.loads(r.stdout)
     assert out["user"] == pwd.getpwuid(os.geteuid()).pw_name
     w = Wiring.load()
@@ -227,3 +234,45 @@ def test_the_page_time_benchmark_runs(home: Path) -> None:
     rows = dashboard_pages.measure(40, 1)
     assert {r["page"] for r in rows} >= {"jobs list", "job page", "approvals (50 pending)"}
     assert all(int(str(r["bytes"])) > 500 for r in rows)
+
+
+def test_the_daemon_serves_the_dashboard_on_web_listen(home: Path) -> None:
+    """The real daemon with `web.listen`: /login answers, a token made by `nightshift web
+    token` signs in and the jobs page names its user; `web.dashboard: false` leaves it out."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = nightshift("web", "token", "--json")
+    assert r.returncode == 0, r.stderr
+    made = json.loads(r.stdout)
+    env = {**os.environ, "NIGHTSHIFT_WEB__LISTEN": f"127.0.0.1:{port}"}
+    env["NIGHTSHIFT_GPU__PROBE"] = "none"
+    for enabled, want in (("true", 200), ("false", 404)):
+        env["NIGHTSHIFT_WEB__DASHBOARD"] = enabled
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "nightshift.agent.doors.cli", "daemon"],
+            cwd=Path(__file__).parents[1],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            end = time.monotonic() + 60
+            while True:
+                assert daemon.poll() is None and time.monotonic() < end, "no endpoint"
+                try:
+                    got = httpx.get(f"http://127.0.0.1:{port}/login", timeout=5)
+                    break
+                except httpx.TransportError:
+                    time.sleep(0.2)
+            assert got.status_code == want
+            if want == 200:
+                with httpx.Client(base_url=f"http://127.0.0.1:{port}") as c:
+                    page = c.get(f"/?token={made['token']}", follow_redirects=True)
+                assert page.status_code == 200
+                assert f'<span id="user">{made["user"]}</span>' in page.text
+        finally:
+            daemon.terminate()
+            out, _ = daemon.communicate(timeout=30)
+        assert "Traceback" not in out, out

@@ -118,9 +118,16 @@ class Dashboard:
         """`handler` for a signed-in user only; a POST must carry the session's CSRF token."""
 
         async def endpoint(request: Request) -> Response:
+            try:
+                return _secure(await guarded(request))
+            except Exception as exc:  # the store gone, a bug: said, never a traceback
+                self.say(f"web {request.url.path} failed: {type(exc).__name__}: {exc}")
+                return _secure(HTMLResponse("error", status_code=500))
+
+        async def guarded(request: Request) -> Response:
             token = request.query_params.get("token")
             if token is not None and request.method == "GET":
-                return await self._sign_in(token, _without_token(request))
+                return await self._sign_in(request, token, _without_token(request))
             secret = request.cookies.get(COOKIE, "")
             user = await run_in_threadpool(user_of, self.w.store, secret) if secret else None
             if user is None:
@@ -138,22 +145,21 @@ class Dashboard:
                     return _secure(HTMLResponse("missing or wrong CSRF token", status_code=403))
                 if not _same_origin(request):
                     return _secure(HTMLResponse("cross-origin request refused", status_code=403))
-            try:
-                return _secure(await handler(request, user, secret, form))
-            except Exception as exc:  # said, never a traceback to the browser
-                self.say(f"web {request.url.path} failed: {type(exc).__name__}: {exc}")
-                return _secure(HTMLResponse("error", status_code=500))
+            return await handler(request, user, secret, form)
 
         return endpoint
 
-    async def _sign_in(self, token: str, next_path: str) -> Response:
+    async def _sign_in(self, request: Request, token: str, next_path: str) -> Response:
         user = await run_in_threadpool(user_of, self.w.store, token)
         if user is None:
             return _secure(
                 HTMLResponse(pages.login_page("That token is not valid.", next_path), 401)
             )
         response = RedirectResponse(next_path, 303)
-        response.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/", secure=False)
+        # Secure where the browser reached us over TLS (directly, or through a proxy that
+        # says so): the cookie then never travels in clear.
+        tls = request.url.scheme == "https" or request.headers.get("x-forwarded-proto") == "https"
+        response.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/", secure=tls)
         return _secure(response)
 
     async def login(self, request: Request) -> Response:
@@ -161,12 +167,13 @@ class Dashboard:
             token = request.query_params.get("token")
             next_path = _safe_next(request.query_params.get("next"))
             if token is not None:
-                return await self._sign_in(token, next_path)
+                return await self._sign_in(request, token, next_path)
             return _secure(HTMLResponse(pages.login_page(next_path=next_path)))
         form = await _form(request)
         if isinstance(form, Response):
             return _secure(form)
-        return await self._sign_in(form.get("token", "").strip(), _safe_next(form.get("next")))
+        token = form.get("token", "").strip()
+        return await self._sign_in(request, token, _safe_next(form.get("next")))
 
     async def logout(
         self, request: Request, user: str, secret: str, form: dict[str, str]
