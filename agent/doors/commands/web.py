@@ -41,14 +41,9 @@ def token(
         return
     if action == "issue":
         listen = w.settings.web.listen
-        say(
-            "Web dashboard token {} for [bold]{}[/] (shown once; `nightshift web token --revoke"
-            " --id {}` ends it):\n{}",
-            out["id"],
-            out["user"],
-            out["id"],
-            out["token"],
-        )
+        say("Web dashboard token {} for [bold]{}[/], shown once:", out["id"], out["user"])
+        say("{}", out["token"], soft_wrap=True)
+        say("End it with `nightshift web token --revoke --id {}`", out["id"])
         if listen:
             say("Sign in at http://{}/login (or open /?token=… once)", listen)
         else:
