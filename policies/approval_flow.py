@@ -31,9 +31,10 @@ from nightshift.runtime.store.db import Approval, dumps
 from nightshift.skills.base import SkillContext
 
 # How a call reached the gate: a person at a terminal may confirm their own request there.
-Via = Literal["terminal", "api", "agent", "system", "chat"]
-# The doors where the requester is a person who can answer now (a shell, the chat TUI).
-PERSON_HERE: tuple[Via, ...] = ("terminal", "chat")
+Via = Literal["terminal", "api", "agent", "system", "chat", "web"]
+# The doors where the requester is a person who can answer now (a shell, the chat TUI, the web
+# dashboard's confirmation page).
+PERSON_HERE: tuple[Via, ...] = ("terminal", "chat", "web")
 # confirm(request) -> True (yes) / False (no); given only where a person can answer now.
 Confirm = Callable[[dict[str, Any]], bool]
 # How long a call waits for another process carrying out its approval before CallInProgress.

@@ -596,6 +596,10 @@ class WebSettings(BaseModel):
         description="host:port of the daemon's HTTP app (loopback by default; a reverse proxy "
         "for more); null: on channels.listen, and only where a channel receives callbacks",
     )
+    dashboard: bool = Field(
+        True,
+        description="Serve the web dashboard on web.listen (sign in with `nightshift web token`)",
+    )
 
     @field_validator("listen")
     @classmethod

@@ -552,3 +552,25 @@ def test_the_daemon_takes_its_state_back_and_refuses_a_policy_others_can_write(
         own_state(Settings(home=str(home), policy=PolicySettings(file=str(policy))))
     policy.chmod(0o644)
     own_state(Settings(home=str(home), policy=PolicySettings(file=str(policy))))
+
+
+def test_a_web_token_through_the_socket_is_the_peers_own(server: ApiServer) -> None:
+    """`nightshift web token` in a shared install: the daemon makes the token for the uid the
+    kernel reports, keeps its digest, audits it without the secret; a request cannot name
+    another user, and --revoke ends it."""
+    from nightshift.agent.doors.web import tokens
+
+    made, forged = talk(
+        server.path,
+        {"op": "web.token", "action": "issue"},
+        {"op": "web.token", "action": "issue", "user": "someone-else"},
+    )
+    assert made["kind"] == "result", made
+    secret = made["result"]["token"]
+    assert made["result"]["user"] == ME and tokens.user_of(server.w.store, secret) == ME
+    assert forged["kind"] == "error"
+    (event,) = server.w.audit.events(action="web.token.issue")
+    assert event.actor == ME and secret not in json.dumps(event.payload)
+    (revoked,) = talk(server.path, {"op": "web.token", "action": "revoke"})
+    assert revoked["result"]["revoked"] == [made["result"]["id"]]
+    assert tokens.user_of(server.w.store, secret) is None

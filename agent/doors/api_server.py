@@ -52,6 +52,7 @@ from nightshift.agent.doors.wire import (
     Reply,
     TooLarge,
     Vote,
+    WebTokenOp,
     WhoAmI,
     error_info,
     send,
@@ -355,6 +356,10 @@ class ApiServer:
             return Reply(
                 kind="result", result={"voter": peer.name, "approval": row.model_dump(mode="json")}
             )
+        if isinstance(req, WebTokenOp):  # the peer's own tokens only; audited there
+            from nightshift.agent.doors.web.tokens import token_op
+
+            return Reply(kind="result", result=token_op(w, peer.name, req.action, req.token_id))
         if isinstance(req, ConfirmAnswer):
             raise BadArguments(
                 "a confirmation answers the daemon's question during a call on the same "

@@ -267,8 +267,9 @@ class Daemon:
             self.lock.release()
 
     def _web(self, channels: Any) -> Any:
-        """The daemon's HTTP app (callbacks, /metrics) on `web.listen`, else on channels.listen
-        where a channel receives callbacks; None where neither asks for one."""
+        """The daemon's HTTP app (callbacks, /metrics, and the dashboard where `web.listen` is
+        set) on `web.listen`, else on channels.listen where a channel receives callbacks; None
+        where neither asks for one."""
         from nightshift.agent.doors.web.metrics import Metrics
         from nightshift.agent.doors.web.server import WebServer
 
@@ -282,6 +283,11 @@ class Daemon:
             cost_of, currency = self.w.energy_pricing()
             metrics = Metrics(self.w.store, s, cost_of=cost_of, currency=currency)
             self.w.loop.on_tick = metrics.observe_tick
+        dashboard = None
+        if s.web.listen and s.web.dashboard:
+            from nightshift.agent.doors.web.dashboard import Dashboard
+
+            dashboard = Dashboard(self.w, say=self.tell)
         try:
             web = WebServer(
                 listen,
@@ -290,12 +296,17 @@ class Daemon:
                 limits=s.channels,
                 refusals=channels.desk.refusals,
                 metrics=metrics,
+                dashboard=dashboard,
             )
         except OSError as exc:
             key = "web.listen" if s.web.listen else "channels.listen"
             raise OperatorError(f"{key} {listen}: cannot listen ({exc.strerror or exc})") from None
         web.start()
-        paths = [*routes, *(["/metrics"] if metrics is not None else [])]
+        paths = [
+            *routes,
+            *(["/metrics"] if metrics is not None else []),
+            *(["/ (dashboard)"] if dashboard is not None else []),
+        ]
         self.tell(f"HTTP on {web.address} ({', '.join(paths) or '/healthz'})")
         return web
 

@@ -132,6 +132,12 @@ class Remote:
     def whoami(self) -> dict[str, Any]:
         return self.request({"op": "whoami"})  # type: ignore[no-any-return]
 
+    def web_token(self, action: str, token_id: int | None = None) -> dict[str, Any]:
+        """Make, revoke or list this uid's own web dashboard tokens, on the daemon's store."""
+        return self.request(  # type: ignore[no-any-return]
+            {"op": "web.token", "action": action, "token_id": token_id}
+        )
+
     def call(
         self,
         skill: str,

@@ -104,6 +104,14 @@ class Vote(_Request):
     approve: bool
 
 
+class WebTokenOp(_Request):
+    """Make, revoke or list the peer's own web dashboard tokens (`nightshift web token`)."""
+
+    op: Literal["web.token"]
+    action: Literal["issue", "revoke", "list"]
+    token_id: int | None = None
+
+
 class ConfirmAnswer(_Request):
     """The requester's y/N, only read in answer to a `confirm` on the same connection."""
 
@@ -113,7 +121,15 @@ class ConfirmAnswer(_Request):
 
 
 Request = Annotated[
-    WhoAmI | Call | FollowLogs | ApprovalsList | ApprovalShow | ApprovalWait | Vote | ConfirmAnswer,
+    WhoAmI
+    | Call
+    | FollowLogs
+    | ApprovalsList
+    | ApprovalShow
+    | ApprovalWait
+    | Vote
+    | WebTokenOp
+    | ConfirmAnswer,
     Field(discriminator="op"),
 ]
 REQUEST: TypeAdapter[Request] = TypeAdapter(Request)

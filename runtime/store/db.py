@@ -390,6 +390,20 @@ class StoreLease(SQLModel, table=True):
     heartbeat_at: NaiveDatetime = Field(default_factory=utcnow)
 
 
+class WebToken(SQLModel, table=True):
+    """A person's sign-in to the web dashboard (`nightshift web token`): only the sha256 of its
+    32-byte random secret is kept; `user` is the OS user who made it, never a name a request
+    gives. A revoked token is refused from the next request on."""
+
+    __tablename__ = "web_token"
+
+    id: int | None = Field(default=None, primary_key=True)
+    user: str = Field(index=True)
+    digest: str = Field(unique=True)  # sha256 hex of the secret
+    created_at: NaiveDatetime = Field(default_factory=utcnow)
+    revoked_at: NaiveDatetime | None = None
+
+
 class KeyValue(SQLModel, table=True):
     """Small switches that every process must see, such as the kill switch."""
 

@@ -53,6 +53,10 @@ SUITES = {
         "nightshift.evals.metrics_scrape",
         "the daemon's /metrics scrape time with 1,000 and 10,000 jobs in the store",
     ),
+    "dashboard": (
+        "nightshift.evals.dashboard_pages",
+        "the web dashboard's page times with 1,000 jobs in the store",
+    ),
     "chat": (
         "nightshift.evals.trajectories:chat_main",
         "the chat cases against a real model endpoint: pass rate per case",

@@ -2,8 +2,9 @@
 
 It serves what the daemon answers over HTTP: GET /healthz; the channels' callbacks (POST
 /slack/interactivity, GET and POST /wechat/callback: routes handed in, each a plain function of
-the request that the channel modules verify); GET /metrics when a `Metrics` is handed in. The
-dashboard goes here too. Loopback by default (`web.listen`, else `channels.listen`).
+the request that the channel modules verify); GET /metrics when a `Metrics` is handed in; the
+web dashboard's pages when a `Dashboard` is (agent/doors/web/dashboard.py: its own sign-in,
+CSRF and headers). Loopback by default (`web.listen`, else `channels.listen`).
 
 The limits of the hand-written server it replaces hold as they were: each remote address has a
 cap on its open connections (a connection past it is answered 503 and closed before anything is
@@ -38,6 +39,7 @@ from nightshift.policies.refusal_tally import RateLimits, RefusalLog
 from nightshift.runtime.config import ChannelsSettings
 
 if TYPE_CHECKING:
+    from nightshift.agent.doors.web.dashboard import Dashboard
     from nightshift.agent.doors.web.metrics import Metrics
 
 MAX_BODY = 64 * 1024
@@ -65,10 +67,12 @@ class WebServer:
         limits: ChannelsSettings | None = None,
         refusals: RefusalLog | None = None,
         metrics: Metrics | None = None,
+        dashboard: Dashboard | None = None,
     ):
         host, _, port = listen.rpartition(":")
         host = host.strip("[]")
         self.routes, self.say, self.refusals, self.metrics = routes, say, refusals, metrics
+        self.dashboard = dashboard
         self.limits = limits or ChannelsSettings()
         self.rates = RateLimits(self.limits.callback_requests_per_s, self.limits.callback_burst)
         self._open: Counter[str] = Counter()
@@ -241,6 +245,8 @@ class WebServer:
                 return Response(data, media_type=metrics.content_type)
 
             routes.append(StarletteRoute("/metrics", scrape, methods=["GET"]))
+        if self.dashboard is not None:
+            routes += self.dashboard.routes()
         return Starlette(routes=routes)
 
 

@@ -1,0 +1,278 @@
+"""The web dashboard over HTTP (Starlette's test client on the daemon's app): who is signed in
+comes from a token made for an OS user and nothing else; pages escape what the store holds;
+buttons are gate calls as the signed-in user (refused, parked or confirmed as the policy says,
+audited under that user); a vote clicked twice counts once; CSRF and sign-in on every action."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlmodel import col, select
+from starlette.testclient import TestClient
+from web_fixtures import submit, team_wiring, with_attempt
+
+from nightshift.agent.brain.wiring import Wiring
+from nightshift.agent.doors.web import tokens
+from nightshift.agent.doors.web.dashboard import COOKIE, Dashboard, csrf_of
+from nightshift.agent.doors.web.server import WebServer
+from nightshift.runtime.store.db import Approval, AuditEvent, WebToken
+
+from conftest import nightshift
+
+
+@pytest.fixture
+def w(home: Path) -> Wiring:
+    return team_wiring(home)
+
+
+@pytest.fixture
+def server(w: Wiring):
+    s = WebServer("127.0.0.1:0", {}, lambda line: None, dashboard=Dashboard(w))
+    yield s
+    s.sock.close()
+
+
+def client(server: WebServer, w: Wiring, user: str | None) -> TestClient:
+    """A browser signed in as `user` (None: not signed in)."""
+    c = TestClient(server.app, base_url="http://127.0.0.1", follow_redirects=False)
+    if user is not None:
+        secret = tokens.issue(w.store, user).secret
+        r = c.get(f"/?token={secret}")
+        assert r.status_code == 303 and r.headers["location"] == "/"
+        cookie = r.headers["set-cookie"]
+        assert "HttpOnly" in cookie and "samesite=strict" in cookie.lower()
+        assert "Secure" not in cookie  # plain http on loopback; behind TLS it is Secure
+        c.cookies.set(COOKIE, secret)
+        c.csrf = csrf_of(secret)  # type: ignore[attr-defined]
+    return c
+
+
+def form_of(html: str, action: str) -> dict[str, str]:
+    """The hidden fields of the page's form for `action` (its nonce and CSRF token)."""
+    m = re.search(
+        r'name="csrf" value="([^"]+)"><input type="hidden" name="nonce" value="([0-9a-f]+)">'
+        rf'\s*<input type="hidden" name="action" value="{action}">',
+        html,
+    )
+    assert m, html
+    return {"csrf": m.group(1), "nonce": m.group(2), "action": action}
+
+
+def test_without_a_token_pages_redirect_to_sign_in_and_data_is_401(server, w) -> None:
+    """No token, no page: HTML pages send to /login, JSON and actions answer 401."""
+    job = submit(w, "alice", "a")
+    c = client(server, w, None)
+    for path in ("/", f"/jobs/{job}", "/approvals", "/gantt"):
+        r = c.get(path)
+        assert r.status_code == 303 and r.headers["location"].startswith("/login"), path
+    assert c.get(f"/jobs/{job}/log.json").status_code == 401
+    assert c.post(f"/jobs/{job}/action", data={"action": "hold"}).status_code == 401
+    assert c.get("/login").status_code == 200
+
+
+def test_a_forged_or_revoked_token_is_refused_and_the_user_is_the_tokens(server, w) -> None:
+    """A made-up token and a revoked one sign nobody in; the page shows the token's user, and
+    nothing a request says (a header, a parameter) changes who that is."""
+    c = client(server, w, None)
+    forged = "nst_" + "A" * 43
+    assert c.get(f"/?token={forged}").status_code == 401
+    assert c.post("/login", data={"token": forged}).status_code == 401
+    alice = tokens.issue(w.store, "alice")
+    r = c.post("/login", data={"token": alice.secret, "next": "https://evil.example/"})
+    assert r.status_code == 303 and r.headers["location"] == "/"
+    c.cookies.set(COOKIE, alice.secret)
+    page = c.get("/?user=bob", headers={"X-User": "bob", "X-Forwarded-User": "bob"}).text
+    assert '<span id="user">alice</span>' in page
+    behind_tls = c.get(f"/?token={alice.secret}", headers={"X-Forwarded-Proto": "https"})
+    assert "Secure" in behind_tls.headers["set-cookie"]
+    assert tokens.revoke(w.store, "bob", alice.id) == []  # one user never revokes another's
+    assert tokens.revoke(w.store, "alice", alice.id) == [alice.id]
+    assert c.get("/").status_code == 303  # the next request after revoking: signed out
+    with w.store.session() as s:
+        row = s.exec(select(WebToken).where(col(WebToken.id) == alice.id)).one()
+    assert alice.secret not in (row.digest, row.user) and len(row.digest) == 64
+
+
+def test_the_cli_makes_a_token_for_the_os_user_and_revokes_it(home: Path) -> None:
+    """`nightshift web token` shows the secret once, for the user running it; --revoke ends
+    it; the store keeps only its digest."""
+    r = nightshift("web", "token", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["user"] == pwd.getpwuid(os.geteuid()).pw_name
+    w = Wiring.load()
+    assert tokens.user_of(w.store, out["token"]) == out["user"]
+    r = nightshift("web", "token", "--revoke", "--id", str(out["id"]))
+    assert r.returncode == 0 and f"revoked {out['id']}" in r.stdout
+    assert tokens.user_of(w.store, out["token"]) is None
+
+
+def test_pages_show_the_store_escaped(server, w) -> None:
+    """The jobs list filters; the job page has attempts, diagnosis, provenance, the log's JSON
+    and the curves' JSON; a value with markup in it (a diagnosis's evidence line, from a log)
+    arrives as text."""
+    a = submit(w, "alice", "resnet")
+    b = submit(w, "bob", "bert")
+    with_attempt(w, a)
+    c = client(server, w, "alice")
+    page = c.get("/").text
+    assert f'<a href="/jobs/{a}">resnet</a>' in page
+    assert "bert" in page
+    only_bob = c.get("/?owner=bob").text
+    assert "bert" in only_bob and "resnet" not in only_bob
+    assert "bert" not in c.get("/?name=resnet").text
+    assert "resnet" not in c.get("/?state=running").text
+    job = c.get(f"/jobs/{a}")
+    assert job.status_code == 200
+    assert "&lt;script&gt;alert(" in job.text and "<script>alert" not in job.text
+    assert "0123abcd" in job.text and "cuda_oom" in job.text and "gpu-box" in job.text
+    assert "Content-Security-Policy" in job.headers
+    log = c.get(f"/jobs/{a}/log.json").json()
+    assert log["lines"][-1] == "step 4 loss 0.200" and log["attempt"] == 1
+    series = c.get(f"/jobs/{a}/metrics.json").json()["series"]
+    assert series["loss"][0] == [0, 2.0] and len(series["loss"]) == 10
+    assert b  # bob's job: listed, but its log is bob's (others-job-logs)
+    refused = c.get(f"/jobs/{b}")
+    assert "others-job-logs" in refused.text
+    assert c.get(f"/jobs/{b}/log.json").status_code == 403
+    assert c.get("/gantt").status_code == 200 and "gpu-box" in c.get("/gantt").text
+
+
+def test_a_button_is_a_gate_call_as_the_signed_in_user(server, w) -> None:
+    """alice holds her job: the audit says alice did, via the web. carol (a reader) is
+    refused on the page and nothing changes. A form sent twice is one call."""
+    job = submit(w, "alice", "a")
+    carol = client(server, w, "carol")
+    r = carol.post(f"/jobs/{job}/action", data=form_of(carol.get(f"/jobs/{job}").text, "hold"))
+    assert r.status_code == 403 and "refused" in r.text
+    assert w.store.job(job).state == "queued"  # type: ignore[union-attr]
+    alice = client(server, w, "alice")
+    form = form_of(alice.get(f"/jobs/{job}").text, "hold")
+    r = alice.post(f"/jobs/{job}/action", data=form)
+    assert r.status_code == 200 and "queued → held" in r.text
+    again = alice.post(f"/jobs/{job}/action", data=form)
+    assert "already sent" in again.text
+    assert w.store.job(job).state == "held"  # type: ignore[union-attr]
+    with w.store.session() as s:
+        starts = s.exec(
+            select(AuditEvent).where(
+                col(AuditEvent.action) == "skill.start", col(AuditEvent.skill) == "pause_job"
+            )
+        ).all()
+        refusals = s.exec(
+            select(AuditEvent).where(
+                col(AuditEvent.action) == "skill.refused", col(AuditEvent.skill) == "pause_job"
+            )
+        ).all()
+    assert [e.actor for e in starts] == ["alice"]
+    assert [e.actor for e in refusals] == ["carol"]
+
+
+def test_a_cancel_is_confirmed_on_the_page_by_its_requester(server, w) -> None:
+    """destroy-needs-confirmation: the first click shows the full request; the confirm button
+    (same nonce, same call) cancels."""
+    job = submit(w, "alice", "a")
+    alice = client(server, w, "alice")
+    form = form_of(alice.get(f"/jobs/{job}").text, "cancel")
+    r = alice.post(f"/jobs/{job}/action", data=form)
+    assert r.status_code == 200 and "cancel_job" in r.text and 'id="btn-confirm"' in r.text
+    approval = int(re.search(r'name="confirm" value="(\d+)"', r.text).group(1))  # type: ignore[union-attr]
+    assert w.store.job(job).state == "queued"  # type: ignore[union-attr]
+    r = alice.post(f"/jobs/{job}/action", data={**form, "confirm": str(approval)})
+    assert r.status_code == 200 and "→ cancelled" in r.text, r.text
+    assert w.approvals.get(approval).state in ("executed", "approved")
+
+
+def test_an_approval_clicked_twice_counts_once(server, w) -> None:
+    """bob asks to hold alice's job (another person's: her vote is needed); alice approves on
+    the approvals page twice; one vote is recorded. The requester cannot approve his own."""
+    job = submit(w, "alice", "a")
+    bob = client(server, w, "bob")
+    r = bob.post(f"/jobs/{job}/action", data=form_of(bob.get(f"/jobs/{job}").text, "hold"))
+    assert r.status_code == 202 and "waiting for approval" in r.text
+    with w.store.session() as s:
+        approval = s.exec(select(Approval)).one()
+    own = bob.post(f"/approvals/{approval.id}/vote", data={"csrf": bob.csrf, "decision": "approve"})
+    assert own.status_code == 403
+    alice = client(server, w, "alice")
+    page = alice.get("/approvals").text
+    assert f'id="approve-{approval.id}"' in page
+    for _ in range(2):
+        r = alice.post(
+            f"/approvals/{approval.id}/vote", data={"csrf": alice.csrf, "decision": "approve"}
+        )
+    assert r.status_code == 200
+    row = w.approvals.get(approval.id)  # type: ignore[arg-type]
+    assert row.state == "approved" and [v["principal"] for v in row.votes] == ["alice"]
+
+
+def test_an_action_without_the_csrf_token_or_from_another_origin_is_refused(server, w) -> None:
+    job = submit(w, "alice", "a")
+    alice = client(server, w, "alice")
+    form = form_of(alice.get(f"/jobs/{job}").text, "hold")
+    assert alice.post(f"/jobs/{job}/action", data={**form, "csrf": "x"}).status_code == 403
+    r = alice.post(f"/jobs/{job}/action", data=form, headers={"Origin": "https://evil.example"})
+    assert r.status_code == 403
+    assert w.store.job(job).state == "queued"  # type: ignore[union-attr]
+
+
+def test_the_page_time_benchmark_runs(home: Path) -> None:
+    """evals/dashboard_pages.py on a small store (docs/benchmarks.md has its figures): every
+    page answers 200 to a signed-in client."""
+    from nightshift.evals import dashboard_pages
+
+    rows = dashboard_pages.measure(40, 1)
+    assert {r["page"] for r in rows} >= {"jobs list", "job page", "approvals (50 pending)"}
+    assert all(int(str(r["bytes"])) > 500 for r in rows)
+
+
+def test_the_daemon_serves_the_dashboard_on_web_listen(home: Path) -> None:
+    """The real daemon with `web.listen`: /login answers, a token made by `nightshift web
+    token` signs in and the jobs page names its user; `web.dashboard: false` leaves it out."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = nightshift("web", "token", "--json")
+    assert r.returncode == 0, r.stderr
+    made = json.loads(r.stdout)
+    env = {**os.environ, "NIGHTSHIFT_WEB__LISTEN": f"127.0.0.1:{port}"}
+    env["NIGHTSHIFT_GPU__PROBE"] = "none"
+    for enabled, want in (("true", 200), ("false", 404)):
+        env["NIGHTSHIFT_WEB__DASHBOARD"] = enabled
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "nightshift.agent.doors.cli", "daemon"],
+            cwd=Path(__file__).parents[1],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            end = time.monotonic() + 60
+            while True:
+                assert daemon.poll() is None and time.monotonic() < end, "no endpoint"
+                try:
+                    got = httpx.get(f"http://127.0.0.1:{port}/login", timeout=5)
+                    break
+                except httpx.TransportError:
+                    time.sleep(0.2)
+            assert got.status_code == want
+            if want == 200:
+                with httpx.Client(base_url=f"http://127.0.0.1:{port}") as c:
+                    page = c.get(f"/?token={made['token']}", follow_redirects=True)
+                assert page.status_code == 200
+                assert f'<span id="user">{made["user"]}</span>' in page.text
+        finally:
+            daemon.terminate()
+            out, _ = daemon.communicate(timeout=30)
+        assert "Traceback" not in out, out
