@@ -631,7 +631,7 @@ class AlertsSettings(BaseModel):
 
 
 class MlflowSettings(BaseModel):
-    """Each job mirrored as an MLflow run (runtime/tracking/mlflow_mirror.py)."""
+    """Each job mirrored as an MLflow run (runtime/training/mlflow_mirror.py)."""
 
     uri: str | None = Field(
         None,

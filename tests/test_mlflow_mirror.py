@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import pytest
 import yaml
 
-from nightshift.runtime.tracking.mlflow_rest import MlflowClient
+from nightshift.runtime.training.mlflow_rest import MlflowClient
 
 from conftest import REPO, nightshift, store_row, write_spec
 

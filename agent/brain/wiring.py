@@ -33,8 +33,8 @@ if TYPE_CHECKING:
     from nightshift.runtime.engine import Engine
     from nightshift.runtime.executors.executor import Executor
     from nightshift.runtime.store.db import Store
-    from nightshift.runtime.tracking.mlflow_mirror import Mirror
     from nightshift.runtime.training.attempt_diagnosis import SecondOpinion
+    from nightshift.runtime.training.mlflow_mirror import Mirror
     from nightshift.skills.base import SkillContext
 
 # How long a model's opinion waits for the loop to record the end of the attempt it is about.
@@ -278,7 +278,7 @@ class Wiring:
             return None
         import sys
 
-        from nightshift.runtime.tracking.mlflow_mirror import Mirror
+        from nightshift.runtime.training.mlflow_mirror import Mirror
 
         def note(action: str, payload: dict[str, Any]) -> None:
             self.audit.append("system", action, job_id=payload.get("job_id"), payload=payload)

@@ -376,7 +376,7 @@ class DiagnosisCorrection(SQLModel, table=True):
 
 
 class MlflowRun(SQLModel, table=True):
-    """A job's mirror in MLflow (runtime/tracking/mlflow_mirror.py): the run it is, how far its
+    """A job's mirror in MLflow (runtime/training/mlflow_mirror.py): the run it is, how far its
     metric points were sent (`metric_cursor`: the last MetricPoint id MLflow acknowledged), and
     what the mirror still owes it. The run id is kept here so a restarted daemon (or one killed
     with -9) goes on with the same run; the run also carries the tag `nightshift.job_id`."""

@@ -1,5 +1,5 @@
-"""`mlflow_run`: each job's mirror in MLflow (runtime/tracking/mlflow_mirror.py) — the run id,
-the experiment, the last metric point MLflow acknowledged, the status it was last told, the
+"""`mlflow_run`: each job's mirror in MLflow (runtime/training/mlflow_mirror.py) — the run
+id, the experiment, the last metric point MLflow acknowledged, the status it was last told, the
 attempt whose artifacts were uploaded, and the retry state of a mirror that failed.
 
 Revision ID: 0017_mlflow_run

@@ -37,13 +37,13 @@ from nightshift.runtime.config import Settings
 from nightshift.runtime.scheduling.backoff import Backoff
 from nightshift.runtime.store.db import Attempt, Job, MetricPoint, MlflowRun, Store, utcnow
 from nightshift.runtime.store.lifecycle import JobState
-from nightshift.runtime.tracking.mlflow_rest import (
+from nightshift.runtime.training import job_files, provenance
+from nightshift.runtime.training.mlflow_rest import (
     MlflowClient,
     MlflowError,
     MlflowRefused,
     MlflowUnavailable,
 )
-from nightshift.runtime.training import job_files, provenance
 
 JOB_TAG = "nightshift.job_id"
 STORE_TAG = "nightshift.store"

@@ -1,1 +1,0 @@
-"""Where a job's numbers are mirrored for the teams that already look there (MLflow)."""
