@@ -279,3 +279,79 @@ def test_postgresql_as_mlflows_backend_store(home, tmp_path, postgres_server, ml
         assert Counter(_history(client, run["info"]["run_id"])) == _expected(
             home / "nightshift.db", 1
         )
+
+
+def _ended_job(w, *, params: dict, points: list[tuple[str, int, float]]) -> int:
+    """An ended job written straight into the store, with its points (as the loop records
+    them), and its log in its folder."""
+    from nightshift.runtime.engine import job_paths
+    from nightshift.runtime.store.db import Attempt, Job, MetricPoint, utcnow
+
+    spec = {"name": "direct", "code": {"path": "."}, "command": ["true"]}
+    with w.store.session() as s:
+        job = Job(name="direct", spec=spec, params=params, owner="tester", state="succeeded")
+        s.add(job)
+        s.flush()
+        att = Attempt(job_id=job.id, number=1, node=w.settings.node, state="exited")
+        att.outcome, att.ended_at = "succeeded", utcnow()
+        s.add(att)
+        s.flush()
+        s.add_all(
+            MetricPoint(attempt_id=att.id, job_id=job.id, step=step, name=name, value=value)
+            for name, step, value in points
+        )
+        job_id = int(job.id)
+        folder = job_paths(w.settings, job)["workspace"]
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "attempt-1.log").write_text("done\n")
+    (folder / "curve.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    return job_id
+
+
+def test_names_mlflow_refuses_are_mended_and_a_new_server_gets_a_run_of_its_own(
+    home, tmp_path, monkeypatch, mlflow_server, mlflow_served
+):
+    """A parameter `a:b` and a metric `acc@1` (characters MLflow refuses in a name) arrive as
+    `a_b` and `acc_1`, with a plot as an artifact; when `tracking.mlflow.uri` names another
+    server, the job is mirrored there afresh instead of writing to a run id that server lacks."""
+    from nightshift.agent.brain.wiring import Wiring
+
+    for k, v in _env(mlflow_server, "names").items():
+        monkeypatch.setenv(k, v)
+    w = Wiring.load()
+    job_id = _ended_job(w, params={"a:b": 1}, points=[("acc@1", 1, 0.5), ("acc@1", 2, 0.75)])
+    assert w.mirror is not None
+    assert w.mirror.sync(final=True).errors == []
+    client = MlflowClient(mlflow_server.url)
+    (run,) = _runs(client, "names", job_id)
+    assert _params(run)["a_b"] == "1"
+    assert _history(client, run["info"]["run_id"], "acc_1") == [(1, 0.5), (2, 0.75)]
+    plots = {f["path"] for f in client.list_artifacts(run["info"]["run_id"], "plots")}
+    assert plots == {"plots/curve.png"}
+
+    with mlflow_served(tmp_path / "other") as other:
+        monkeypatch.setenv("NIGHTSHIFT_TRACKING__MLFLOW__URI", other.url)
+        moved = Wiring.load()
+        assert moved.mirror is not None
+        assert moved.mirror.env_for(job_id)["MLFLOW_TRACKING_URI"] == other.url
+        assert moved.mirror.sync(final=True).errors == []
+        (again,) = _runs(MlflowClient(other.url), "names", job_id)
+        assert again["info"]["status"] == "FINISHED"
+        assert again["info"]["run_id"] != run["info"]["run_id"]
+
+
+def test_the_cost_eval_mirrors_a_job_and_times_a_launch(tmp_path, mlflow_server, monkeypatch):
+    """`nightshift eval mlflow --quick` against the module's server: one job of 1,000 points
+    mirrored whole, a pass with nothing to do, a launch's wait with MLflow up and down."""
+    import csv
+
+    from nightshift.evals import mlflow_cost
+
+    monkeypatch.delenv("NIGHTSHIFT_HOME", raising=False)
+    out = tmp_path / "out"
+    assert mlflow_cost.main(["--quick", "--url", mlflow_server.url, "--out", str(out)]) == 0
+    with (out / "mlflow.csv").open() as f:
+        rows = {(r["benchmark"], r["variant"]): r for r in csv.DictReader(f)}
+    assert rows["mirror a job", "1,000 points"]["passes"] == "1"
+    assert float(rows["mirror a job", "1,000 points"]["ms"]) > 0
+    assert float(rows["launch env", "MLflow down (closed port)"]["ms"]) < 2500

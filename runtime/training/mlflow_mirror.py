@@ -23,6 +23,7 @@ the program's own `mlflow.log_metric` lands in the same run (`MLFLOW_TRACKING_UR
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -60,6 +61,13 @@ JOBS_PER_PASS = 200
 RETRY = Backoff(base_s=2.0, factor=2.0, cap_s=300.0, jitter_frac=0.0)
 
 Note = Callable[[str, dict[str, Any]], None]
+# What MLflow accepts in a metric's or parameter's name; anything else becomes "_".
+_NOT_IN_KEY = re.compile(r"[^\w\-. /]")
+
+
+def key(name: str) -> str:
+    """A metric or parameter name as MLflow accepts it (at most 250 characters)."""
+    return _NOT_IN_KEY.sub("_", str(name))[:250] or "_"
 
 
 def ms(t: datetime | None) -> int | None:
@@ -109,6 +117,8 @@ class Mirror:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._store_id: str | None = None
+        # job id → (refusals in a row, monotonic time of the next try), for jobs MLflow refused
+        self._refusals: dict[int, tuple[int, float]] = {}
 
     # ------------------------------------------------------------------ the worker
     def start(self) -> None:
@@ -155,6 +165,9 @@ class Mirror:
             return done
         try:
             for job_id in self._due():
+                refused = self._refusals.get(job_id)
+                if refused is not None and time.monotonic() < refused[1] and not final:
+                    continue
                 done.jobs += 1
                 try:
                     self._sync_job(job_id, done)
@@ -196,7 +209,7 @@ class Mirror:
     def _sync_job(self, job_id: int, done: Pass) -> None:
         with self.store.session() as s:
             job = s.get(Job, job_id)
-            row = s.get(MlflowRun, job_id)
+            row = self._row(s, job_id)
             if job is None:
                 return
             s.expunge_all()
@@ -204,7 +217,7 @@ class Mirror:
         if row is None:
             row = self._ensure_run(job, self.client, done)
         if not row.params_sent:
-            params = {str(k): _text(v) for k, v in sorted((job.params or {}).items())}
+            params = {key(k): _text(v) for k, v in sorted((job.params or {}).items())}
             self.client.log_batch(row.run_id, params=params)
             row = self._save(job_id, params_sent=True)
         done.points += self._send_metrics(row)
@@ -220,6 +233,7 @@ class Mirror:
             end = ms(last.ended_at if last is not None else None) if status != "RUNNING" else None
             self.client.update_run(row.run_id, status, end)
             row = self._save(job_id, status=status)
+        self._refusals.pop(job_id, None)
         self._save(
             job_id,
             synced_update=seen_update if status != "RUNNING" and caught_up else None,
@@ -234,7 +248,7 @@ class Mirror:
         assert job.id is not None
         with self._create:
             with self.store.session() as s:
-                row = s.get(MlflowRun, job.id)
+                row = self._row(s, job.id)
                 if row is not None:
                     s.expunge(row)
                     return row
@@ -266,6 +280,16 @@ class Mirror:
                 s.refresh(row)
                 s.expunge(row)
             return row
+
+    def _row(self, s: Any, job_id: int) -> MlflowRun | None:
+        """The job's mirror row; one made on another server (`tracking.mlflow.uri` changed) is
+        dropped: the job is mirrored afresh on this one."""
+        row = s.get(MlflowRun, job_id)
+        if row is not None and row.tracking_uri != self.uri:
+            s.delete(row)
+            s.flush()
+            return None
+        return row  # type: ignore[no-any-return]
 
     def _experiment_id(self, client: MlflowClient) -> str:
         if self._experiment is None:
@@ -328,7 +352,7 @@ class Mirror:
             return 0
         metrics = [
             {
-                "key": name,
+                "key": key(name),
                 "value": value if value is not None else "NaN",
                 "step": step,
                 "timestamp": ms(started),
@@ -390,7 +414,7 @@ class Mirror:
         if job_id is None:
             return {}
         with self.store.session() as s:
-            row = s.get(MlflowRun, job_id)
+            row = self._row(s, job_id)
             job = s.get(Job, job_id) if row is None else None
             if job is not None:
                 s.expunge(job)
@@ -400,7 +424,13 @@ class Mirror:
                 self._create.release()
                 try:
                     run_id = self._ensure_run(job, self.quick).run_id
-                except MlflowError as exc:
+                except MlflowUnavailable as exc:
+                    self._unreachable(exc)
+                    self.note(
+                        "mlflow.env_missing",
+                        {"job_id": job_id, "error": str(exc)[:300], "uri": self.uri},
+                    )
+                except Exception as exc:  # noqa: BLE001  # the launch goes on without it
                     self.note(
                         "mlflow.env_missing",
                         {"job_id": job_id, "error": str(exc)[:300], "uri": self.uri},
@@ -429,11 +459,13 @@ class Mirror:
         self._down_since, self._down_steps, self._retry_at = None, 0, float("-inf")
 
     def _refused(self, job_id: int, exc: MlflowRefused) -> None:
-        with self.store.session() as s:
-            row = s.get(MlflowRun, job_id)
-            failures = (row.failures if row is not None else 0) + 1
+        """Noted once per job (until it mirrors again), retried with backoff."""
+        failures = self._refusals.get(job_id, (0, 0.0))[0] + 1
         wait = RETRY.delay_s(failures, 0)
-        if row is not None:
+        self._refusals[job_id] = (failures, time.monotonic() + wait)
+        with self.store.session() as s:
+            known = s.get(MlflowRun, job_id) is not None
+        if known:
             self._save(
                 job_id,
                 failures=failures,
