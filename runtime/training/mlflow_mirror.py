@@ -119,6 +119,7 @@ class Mirror:
         self._store_id: str | None = None
         # job id → (refusals in a row, monotonic time of the next try), for jobs MLflow refused
         self._refusals: dict[int, tuple[int, float]] = {}
+        self._last_failure: str | None = None  # the last failed pass, told once
 
     # ------------------------------------------------------------------ the worker
     def start(self) -> None:
@@ -147,10 +148,13 @@ class Mirror:
             stopping = self._stop.is_set()
             try:
                 self.sync(final=stopping)
-            except Exception as exc:  # a store fault, a bug: noted, never the loop's end
-                self.report(
-                    f"warning: the MLflow mirror's pass failed: {type(exc).__name__}: {exc}"
-                )
+            except Exception as exc:  # a store fault, a bug: told once, never the loop's end
+                line = f"warning: the MLflow mirror's pass failed: {type(exc).__name__}: {exc}"
+                if line != self._last_failure:
+                    self.report(line)
+                self._last_failure = line
+            else:
+                self._last_failure = None
             if stopping:
                 return
             self._wake.wait(self.cfg.interval_s)
