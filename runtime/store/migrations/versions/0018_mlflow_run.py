@@ -2,8 +2,8 @@
 id, the experiment, the last metric point MLflow acknowledged, the status it was last told, the
 attempt whose artifacts were uploaded, and the retry state of a mirror that failed.
 
-Revision ID: 0017_mlflow_run
-Revises: 0016_attempt_provenance
+Revision ID: 0018_mlflow_run
+Revises: 0017_web_token
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0017_mlflow_run"
-down_revision = "0016_attempt_provenance"
+revision = "0018_mlflow_run"
+down_revision = "0017_web_token"
 branch_labels = None
 depends_on = None
 
