@@ -634,6 +634,35 @@ class AlertsSettings(BaseModel):
     idle_gpu: IdleGpuSettings = IdleGpuSettings()
 
 
+class MlflowSettings(BaseModel):
+    """Each job mirrored as an MLflow run (runtime/training/mlflow_mirror.py)."""
+
+    uri: str | None = Field(
+        None,
+        description="The MLflow tracking server (http://host:port); null: no mirroring. Jobs get "
+        "MLFLOW_TRACKING_URI and MLFLOW_RUN_ID",
+    )
+    experiment: str = Field("nightshift", min_length=1, description="The MLflow experiment")
+    interval_s: float = Field(5.0, gt=0, description="How often the mirror's worker syncs")
+    batch: int = Field(
+        5000, ge=1, description="Metric points sent per job in one sync, at most (bounded)"
+    )
+    timeout_s: float = Field(5.0, gt=0, description="One request to MLflow, at most")
+    launch_wait_s: float = Field(
+        2.0,
+        ge=0,
+        description="A launch waits this long, at most, for its job's MLflow run to exist (then "
+        "starts without MLFLOW_RUN_ID); not at all while MLflow is known to be down",
+    )
+    max_artifact_mb: float = Field(
+        50.0, gt=0, description="A log or plot larger than this is not uploaded (its end is)"
+    )
+
+
+class TrackingSettings(BaseModel):
+    mlflow: MlflowSettings = MlflowSettings()
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX,
@@ -665,6 +694,7 @@ class Settings(BaseSettings):
     web: WebSettings = WebSettings()
     metrics: MetricsSettings = MetricsSettings()
     alerts: AlertsSettings = AlertsSettings()
+    tracking: TrackingSettings = TrackingSettings()
     tariff: Tariff | None = Field(
         None, description="Time-of-use price windows; None: no tariff holds"
     )

@@ -123,6 +123,9 @@ class Engine:
         # What a background or waiting tick runs: this engine's tick, or the whole loop's step
         # (agent/brain/loop.py: health checks, preemption, recovery around the tick).
         self.step: Callable[[], object] = self.tick
+        # Set by the wiring where jobs are mirrored to MLflow: what a launch adds to the job's
+        # environment (bounded: runtime/training/mlflow_mirror.py's env_for).
+        self.run_env: Callable[[int | None], dict[str, str]] | None = None
         self._lock = threading.Lock()
         # package lists read after a launch (runtime/training/provenance.py), on one thread
         self._later_lock = threading.Lock()
@@ -394,6 +397,8 @@ class Engine:
             submitter_folders(run_as, paths)
         env = {
             **spec.environment.env,
+            # MLFLOW_TRACKING_URI and MLFLOW_RUN_ID where jobs are mirrored to MLflow
+            **(self.run_env(job.id) if self.run_env is not None else {}),
             "NIGHTSHIFT_JOB_ID": str(job.id),
             "NIGHTSHIFT_ATTEMPT": str(att.number),
             "PYTHONUNBUFFERED": "1",

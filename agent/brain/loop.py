@@ -153,6 +153,9 @@ class Loop:
         )
 
     def _step(self) -> None:
+        mirror = getattr(self.w, "mirror", None)
+        if mirror is not None:  # MLflow: a worker of its own, started with the loop
+            mirror.start()
         self._health_check_if_due()
         self.w.engine.tick()
         if self.drive_sweeps:

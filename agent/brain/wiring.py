@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from nightshift.runtime.executors.executor import Executor
     from nightshift.runtime.store.db import Store
     from nightshift.runtime.training.attempt_diagnosis import SecondOpinion
+    from nightshift.runtime.training.mlflow_mirror import Mirror
     from nightshift.skills.base import SkillContext
 
 # How long a model's opinion waits for the loop to record the end of the attempt it is about.
@@ -246,6 +247,8 @@ class Wiring:
             paused=paused,
             diagnose=diagnose,
         )
+        if self.mirror is not None:
+            engine.run_env = self.mirror.env_for
         if self.server:  # the daemon, which holds the store's lease (agent/doors/daemon.py)
             engine.step = lambda: self.loop.step()  # whoever ticks, the whole loop's step runs
             return engine
@@ -266,6 +269,30 @@ class Wiring:
         engine.step = step
         engine.start_background = start_background  # type: ignore[method-assign]
         return engine
+
+    @cached_property
+    def mirror(self) -> Mirror | None:
+        """Each job mirrored as an MLflow run where `tracking.mlflow.uri` is set (its worker
+        starts with the loop's first step: agent/brain/loop.py), else None."""
+        if not self.settings.tracking.mlflow.uri:
+            return None
+        import sys
+
+        from nightshift.runtime.training.mlflow_mirror import Mirror
+
+        def note(action: str, payload: dict[str, Any]) -> None:
+            self.audit.append("system", action, job_id=payload.get("job_id"), payload=payload)
+
+        def report(line: str) -> None:
+            print(line, file=sys.stderr, flush=True)
+
+        return Mirror(self.store, self.settings, note=note, report=report)
+
+    def stop_mirror(self, drain_s: float = 15.0) -> None:
+        """Before this process ends: the mirror's last pass (bounded), so a job that just ended
+        shows its end in MLflow."""
+        if "mirror" in self.__dict__ and self.mirror is not None:
+            self.mirror.stop(drain_s)
 
     def attach_opinion(self, attempt_id: int, opinion: SecondOpinion) -> bool:
         """Keep a model's second opinion with attempt `attempt_id`'s stored diagnosis, waiting

@@ -157,6 +157,7 @@ def run(
         progress.close()
     w.engine.stop_background()  # harmless when the daemon owns the loop
     w.drain_opinions()  # the models' opinions on this goal's failures, still on their way
+    w.stop_mirror()  # MLflow shows how the goal's jobs ended (a bounded last pass)
     fin = result.get("finish") or {"ok": False, "summary": "run ended without a result"}
     console.print(run_summary(w, thread, time.monotonic() - started))
     raise typer.Exit(0 if fin["ok"] else (2 if fin.get("bad_input") else 1))

@@ -373,6 +373,7 @@ class Daemon:
             self.recoveries.stop()
             self.w.drain_opinions()  # the models' opinions still on their way are kept
             self.w.engine.drain_provenance()  # the package lists still being read are kept
+            self.w.stop_mirror()  # MLflow shows what ended last (a bounded last pass)
             self.w.loop.survive(
                 "the daemon's stop in the audit",
                 lambda: self.w.audit.append(

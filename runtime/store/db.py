@@ -375,6 +375,31 @@ class DiagnosisCorrection(SQLModel, table=True):
     monitor_detail: str | None = None
 
 
+class MlflowRun(SQLModel, table=True):
+    """A job's mirror in MLflow (runtime/training/mlflow_mirror.py): the run it is, how far its
+    metric points were sent (`metric_cursor`: the last MetricPoint id MLflow acknowledged), and
+    what the mirror still owes it. The run id is kept here so a restarted daemon (or one killed
+    with -9) goes on with the same run; the run also carries the tag `nightshift.job_id`."""
+
+    __tablename__ = "mlflow_run"
+
+    job_id: int = Field(foreign_key="job.id", primary_key=True)
+    run_id: str = Field(index=True)
+    experiment_id: str
+    tracking_uri: str
+    metric_cursor: int = 0
+    params_sent: bool = False
+    status: str | None = (
+        None  # the last status MLflow was told: RUNNING | FINISHED | FAILED | KILLED
+    )
+    artifacts_attempt: int | None = None  # the attempt whose end's artifacts were uploaded
+    synced_update: NaiveDatetime | None = None  # job.updated_at when it was last mirrored whole
+    failures: int = 0  # failed syncs in a row
+    next_try_at: NaiveDatetime | None = None
+    last_error: str | None = None
+    created_at: NaiveDatetime = Field(default_factory=utcnow)
+
+
 class StoreLease(SQLModel, table=True):
     """Who serves the store: on SQLite one daemon from any home, refused to a second while its
     heartbeat is fresh (a killed daemon's lease goes stale and is taken over)."""

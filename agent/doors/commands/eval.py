@@ -17,6 +17,10 @@ SUITES = {
         "nightshift.evals.provenance_cost",
         "what recording an attempt's provenance adds to each launch",
     ),
+    "mlflow": (
+        "nightshift.evals.mlflow_cost",
+        "the MLflow mirror: seconds to mirror a job of 1,000 to 100,000 metric points",
+    ),
     "crash": ("nightshift.evals.crash_consistency", "daemon SIGKILLs: launches doubled, jobs lost"),
     "fuzz": ("nightshift.evals.fuzz_inputs", "fuzzed specs and goals: tracebacks, hangs"),
     "refusals": (
