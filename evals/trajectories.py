@@ -897,6 +897,9 @@ def run_case(
                 checkpointer.conn.close()
             if w is not None and "store" in vars(w):  # the store was opened: stop what runs
                 _stop_live(w)
+                if "engine" in vars(w):  # package lists still read after a launch, into home
+                    w.engine.drain_provenance()
+                w.drain_opinions()
                 w.store.engine.dispose()
             if old_home is None:
                 os.environ.pop("NIGHTSHIFT_HOME", None)

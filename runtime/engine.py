@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlmodel import col, func, select
+from sqlmodel import Session, col, func, select
 
 from nightshift.runtime.config import Settings
 from nightshift.runtime.executors.crashpoints import crash_point
@@ -543,6 +543,20 @@ class Engine:
             pending = list(self._pending)
         wait(pending, timeout=timeout_s)
 
+    def _gpu_samples(self, s: Session, att: Attempt) -> list[GpuSample]:
+        """The newest health readings (at most 64) of the attempt's GPUs on this machine."""
+        return list(
+            s.exec(
+                select(GpuSample)
+                .where(
+                    col(GpuSample.gpu_index).in_([int(g) for g in att.gpus]),
+                    col(GpuSample.host).in_([att.node or self.settings.node, "localhost"]),
+                )
+                .order_by(col(GpuSample.taken_at).desc())
+                .limit(64)
+            ).all()
+        )
+
     def _provenance_inputs(self, att: Attempt, job: Job) -> provenance.Inputs:
         spec = ExperimentSpec.model_validate(job.spec)
         spec.base_dir = str(Path(job.spec_path).parent) if job.spec_path else None
@@ -563,15 +577,7 @@ class Engine:
         samples: list[dict[str, Any]] = []
         if att.gpus and not att.host:
             with self.store.session() as s:
-                rows = s.exec(
-                    select(GpuSample)
-                    .where(
-                        col(GpuSample.gpu_index).in_([int(g) for g in att.gpus]),
-                        col(GpuSample.host).in_([att.node or self.settings.node, "localhost"]),
-                    )
-                    .order_by(col(GpuSample.taken_at).desc())
-                    .limit(64)
-                ).all()
+                rows = self._gpu_samples(s, att)
                 samples = [
                     {
                         "gpu_index": r.gpu_index,
@@ -1113,19 +1119,7 @@ class Engine:
                 machine_evidence.MetricValue(name=r.name, step=r.step, value="non-finite")
                 for r in rows
             ]
-            samples = (
-                s.exec(
-                    select(GpuSample)
-                    .where(
-                        col(GpuSample.gpu_index).in_([int(g) for g in att.gpus]),
-                        col(GpuSample.host).in_([att.node or self.settings.node, "localhost"]),
-                    )
-                    .order_by(col(GpuSample.taken_at).desc())
-                    .limit(64)
-                ).all()
-                if att.gpus and not att.host
-                else []
-            )
+            samples = self._gpu_samples(s, att) if att.gpus and not att.host else []
         buses: dict[int, str] = {}
         for g in samples:
             bus = g.data.get("pci_bus_id") if isinstance(g.data, dict) else None

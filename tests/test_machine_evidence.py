@@ -440,13 +440,21 @@ def test_the_kernel_log_is_read_with_an_argv_since_the_start_and_bounded(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     calls: list[list[str]] = []
+    real_run = machine_evidence.subprocess.run
 
     def run(argv, **kw):
+        if argv[0] != "/usr/bin/journalctl":  # another thread's command (subprocess is global)
+            return real_run(argv, **kw)
         calls.append(argv)
         assert "shell" not in kw and kw["timeout"] <= 5
         return SimpleNamespace(returncode=0, stdout="x" * (1 << 20) + "\nlast line")
 
-    monkeypatch.setattr(machine_evidence.shutil, "which", lambda name: "/usr/bin/journalctl")
+    real_which = machine_evidence.shutil.which
+    monkeypatch.setattr(
+        machine_evidence.shutil,
+        "which",
+        lambda name, *a, **kw: "/usr/bin/journalctl" if name == "journalctl" else real_which(name),
+    )
     monkeypatch.setattr(machine_evidence.subprocess, "run", run)
     text = machine_evidence.read_kernel_log(1_700_000_000.7)
     assert calls == [
