@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -54,8 +55,6 @@ def document(lines: Sequence[str]) -> str:
 
 def vocabulary(cases: Sequence[Case], docs: dict[str, str]) -> list[str]:
     """The words of at least MIN_REPOSITORIES repositories' logs, sorted."""
-    import re
-
     token = re.compile(TOKEN_PATTERN)
     seen: dict[str, set[str]] = defaultdict(set)
     for case in cases:

@@ -87,15 +87,22 @@ def text_of(lines: Sequence[str]) -> list[str]:
     return [line[:MAX_LINE_CHARS] for line in lines[-MAX_LINES:]]
 
 
+def columns(model: LogModel, lines: Sequence[str]) -> list[list[int]]:
+    """Per line the model reads (text_of), the vocabulary columns of its known words, in order."""
+    vocab, pattern = model.vocabulary, model.token_pattern
+    return [
+        [vocab[t] for t in pattern.findall(line.lower()) if t in vocab] for line in text_of(lines)
+    ]
+
+
 def features(model: LogModel, lines: Sequence[str]) -> dict[int, float]:
     """TF-IDF as scikit-learn computes it (lower case, the token pattern, sublinear term
     frequency 1 + ln(tf), times idf, then L2-normalised): column → value."""
-    counts: Counter[int] = Counter()
-    for line in text_of(lines):
-        for token in model.token_pattern.findall(line.lower()):
-            col = model.vocabulary.get(token)
-            if col is not None:
-                counts[col] += 1
+    return _tfidf(model, columns(model, lines))
+
+
+def _tfidf(model: LogModel, per_line: list[list[int]]) -> dict[int, float]:
+    counts = Counter(col for cols in per_line for col in cols)
     values = {col: (1.0 + math.log(n)) * model.idf[col] for col, n in counts.items()}
     norm = math.sqrt(sum(v * v for v in values.values()))
     return {col: v / norm for col, v in values.items()} if norm > 0 else {}
@@ -114,7 +121,8 @@ def read(lines: Sequence[str], model: LogModel | None = None) -> Reading | None:
     model = model if model is not None else load()
     if model is None:
         return None
-    x = features(model, lines)
+    per_line = columns(model, lines)
+    x = _tfidf(model, per_line)
     if not x:
         return None
     by_cat = scores(model, x)
@@ -126,24 +134,23 @@ def read(lines: Sequence[str], model: LogModel | None = None) -> Reading | None:
         margin=best[1] - runner_up[1],
         words=len(x),
         scores=by_cat,
-        lines=_weightiest_lines(model, lines, x, k),
+        lines=_weightiest_lines(model, per_line, len(lines), x, k),
     )
 
 
 def _weightiest_lines(
-    model: LogModel, lines: Sequence[str], x: dict[int, float], k: int
+    model: LogModel, per_line: list[list[int]], n_lines: int, x: dict[int, float], k: int
 ) -> tuple[int, ...]:
     """The lines whose words add most to category k's score (each word counted once, on the
-    line where it first appears), best first; only lines that add something."""
-    shown = text_of(lines)
-    offset = len(lines) - len(shown)
+    line where it first appears), best first; only lines that add something. `per_line` covers
+    the last len(per_line) of the n_lines given."""
+    offset = n_lines - len(per_line)
     seen: set[int] = set()
     gains: list[tuple[float, int]] = []
-    for i, line in enumerate(shown):
+    for i, cols in enumerate(per_line):
         gain = 0.0
-        for token in model.token_pattern.findall(line.lower()):
-            col = model.vocabulary.get(token)
-            if col is not None and col not in seen:
+        for col in cols:
+            if col not in seen:
                 seen.add(col)
                 gain += x[col] * model.weights[k][col]
         if gain > 0:
