@@ -97,7 +97,9 @@ def launches(root: Path, n: int) -> dict[str, list[float]]:
     w.engine.executor = _Instant()  # type: ignore[assignment]
     client = Client(w)
     home = w.settings.home_path
-    cache = home / "provenance" / "pythons.json"
+    from nightshift.runtime.training.provenance import pythons_cache
+
+    cache = pythons_cache(home)
     real_record = w.engine._record_provenance
 
     def spec(name: str, code: Path, with_data: bool) -> dict[str, Any]:

@@ -488,11 +488,9 @@ class Engine:
         """Read what makes this attempt reproducible (runtime/training/provenance.py) and keep it
         with the attempt, once: a launch finished by `recover_starting` keeps the first reading.
         Bounded by `loop.provenance_budget_s`; a capture that fails is a note, never a failed
-        launch."""
-        with self.store.session() as s:
-            row = s.get(Attempt, att.id)
-            if row is None or row.provenance is not None:
-                return
+        launch. (`att` is as the launch read it; the write below checks the row again.)"""
+        if att.provenance is not None:
+            return
         budget = self.settings.loop.provenance_budget_s
         try:
             record = provenance.capture(

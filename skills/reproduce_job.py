@@ -160,7 +160,7 @@ def _drift(rec: dict[str, Any], blobs: Any, home: Path, budget_s: float) -> list
     py = rec.get("python") or {}
     if py.get("interpreter"):
         now["python"] = provenance.python_info(
-            py["interpreter"], budget, blobs, home / "provenance" / "pythons.json"
+            py["interpreter"], budget, blobs, provenance.pythons_cache(home)
         )
     refs = [
         {"path": d.get("resolved") or d.get("path"), "hash": bool(d.get("sha256"))}

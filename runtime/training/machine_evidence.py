@@ -11,7 +11,6 @@ blocking; both readers and `os.statvfs` are module attributes so tests inject th
 from __future__ import annotations
 
 import errno
-import math
 import os
 import shutil
 import subprocess
@@ -195,14 +194,3 @@ def disk_free(paths: Iterable[tuple[str, Path]]) -> tuple[list[DiskFree], list[s
             )
         )
     return out, notes
-
-
-# ----------------------------------------------------------------------------- metrics
-def non_finite(points: Iterable[tuple[str, int, float | None]]) -> list[MetricValue]:
-    """The first MAX_METRICS non-finite values among (name, step, value), by step."""
-    bad = [
-        MetricValue(name=name, step=step, value=str(value).lower())
-        for name, step, value in points
-        if isinstance(value, float) and not math.isfinite(value)
-    ]
-    return sorted(bad, key=lambda m: m.step)[:MAX_METRICS]

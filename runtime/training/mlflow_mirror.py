@@ -225,11 +225,12 @@ class Mirror:
             self.client.log_batch(row.run_id, params=params)
             row = self._save(job_id, params_sent=True)
         done.points += self._send_metrics(row)
-        caught_up = self._pending_points(row) == 0
-        attempts = self._attempts(job_id)
         status = STATUS.get(JobState(job.state), "RUNNING")
-        last = attempts[-1] if attempts else None
+        # an ended job whose every point is sent is synced (a running job never is)
+        caught_up = status != "RUNNING" and self._pending_points(row) == 0
         if status != row.status:
+            attempts = self._attempts(job_id)
+            last = attempts[-1] if attempts else None
             self.client.log_batch(row.run_id, tags=self._tags(job, last))
             if status != "RUNNING" and last is not None and row.artifacts_attempt != last.id:
                 done.artifacts += self._upload(job, attempts, row)
@@ -238,13 +239,14 @@ class Mirror:
             self.client.update_run(row.run_id, status, end)
             row = self._save(job_id, status=status)
         self._refusals.pop(job_id, None)
-        self._save(
-            job_id,
-            synced_update=seen_update if status != "RUNNING" and caught_up else None,
-            failures=0,
-            next_try_at=None,
-            last_error=None,
-        )
+        clean = {
+            "synced_update": seen_update if caught_up else None,
+            "failures": 0,
+            "next_try_at": None,
+            "last_error": None,
+        }
+        if any(getattr(row, k) != v for k, v in clean.items()):  # no write when nothing changes
+            self._save(job_id, **clean)
 
     # ------------------------------------------------------------------ the run
     def _ensure_run(self, job: Job, client: MlflowClient, done: Pass | None = None) -> MlflowRun:

@@ -238,9 +238,9 @@ class ChannelService:
         serves `routes()` on its own HTTP app (the daemon's, with /metrics)."""
         if not self.active:
             return
-        routes = self.routes()
         listen = self.w.settings.channels.listen
-        if serve and routes and listen:
+        routes = self.routes() if serve and listen else {}
+        if routes:
             try:
                 self.server = CallbackServer(
                     listen,

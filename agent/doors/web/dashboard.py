@@ -22,6 +22,7 @@ forbid framing, inline script and caching.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import re
@@ -63,6 +64,14 @@ MAX_POINTS = 1000  # per metric series sent to the page
 PAGE_SIZE = 200
 NONCE = re.compile(r"^[0-9a-f]{32}$")
 STATIC = {"dash.js": "text/javascript", "dash.css": "text/css"}
+
+
+@functools.cache
+def _static_bytes(name: str) -> bytes:
+    """A static file of the package (one of STATIC), read once."""
+    return resources.files("nightshift.agent.doors.web").joinpath("static", name).read_bytes()
+
+
 HEADERS = {
     "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; "
     "img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
@@ -186,8 +195,7 @@ class Dashboard:
         name = request.path_params["name"]
         if name not in STATIC:
             return _secure(HTMLResponse("not found", status_code=404))
-        data = resources.files("nightshift.agent.doors.web").joinpath("static", name).read_bytes()
-        return _secure(Response(data, media_type=STATIC[name]))
+        return _secure(Response(_static_bytes(name), media_type=STATIC[name]))
 
     # ------------------------------------------------------------------------------ reads
     def _decide(self, user: str, skill: str, args: dict[str, Any]) -> Verdict:

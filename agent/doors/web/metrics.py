@@ -138,7 +138,7 @@ class Metrics:
         self._lock = threading.Lock()
         self._cached: tuple[float, bytes] | None = None
         self._launch_cursor: int | None = None
-        self._priced: dict[int, float] = {}
+        self._priced: set[int] = set()  # attempts whose cost is counted
         self._priced_until: datetime | None = None
         self.cost_total = 0.0
 
@@ -328,7 +328,7 @@ class Metrics:
             start, end = _ts(r.started_at), _ts(r.ended_at)
             assert start is not None and end is not None
             cost = float(self.cost_of(start, end, float(r.energy_kwh)))
-            self._priced[r.id] = cost
+            self._priced.add(r.id)
             self.cost_total += cost
             self._priced_until = max(self._priced_until or end, end)
 

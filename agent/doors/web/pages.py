@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from nightshift.runtime.store.db import Approval, Attempt, Job
+from nightshift.runtime.store.lifecycle import JobState
 
 ACTIONS = {  # button → (skill, label, what it does)
     "retry": ("retry_job", "Retry", "run the failed job once more"),
@@ -22,7 +23,7 @@ ACTIONS = {  # button → (skill, label, what it does)
     "cancel": ("cancel_job", "Cancel", "end it for good"),
     "reproduce": ("reproduce_job", "Reproduce", "queue a new job from its provenance"),
 }
-STATES = ("queued", "running", "paused", "held", "succeeded", "failed", "cancelled")
+STATES = tuple(s.value for s in JobState)
 
 
 def e(value: Any) -> str:

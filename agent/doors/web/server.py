@@ -111,8 +111,9 @@ class WebServer:
     def start(self) -> None:
         self._thread = threading.Thread(target=self._serve, name="web", daemon=True)
         self._thread.start()
-        self._flusher = threading.Thread(target=self._flush_loop, name="web-tally", daemon=True)
-        self._flusher.start()
+        if self.refusals is not None:  # the callbacks' refusal tally, written as it goes
+            self._flusher = threading.Thread(target=self._flush_loop, name="web-tally", daemon=True)
+            self._flusher.start()
         end = time.monotonic() + 10
         while not self.uvicorn.started and self._thread.is_alive() and time.monotonic() < end:
             time.sleep(0.01)
