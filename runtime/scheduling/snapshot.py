@@ -25,7 +25,7 @@ from nightshift.runtime.scheduling.placement import (
 from nightshift.runtime.scheduling.tariff import Tariff
 from nightshift.runtime.spec import MAX_MINUTES, Resources
 from nightshift.runtime.store import lifecycle
-from nightshift.runtime.store.db import Attempt, GpuSample, Job, Store
+from nightshift.runtime.store.db import Attempt, GpuSample, Job, Store, latest_gpu_sample_ids
 
 FAILED_OUTCOMES = ("failed", "lost", "timeout", "stalled")  # outcomes that earn a backoff
 
@@ -273,13 +273,7 @@ def load_snapshot(
                 Job.name.in_(select(other.name).where(other.state.in_(active))),
             )
         ).all()
-        latest = select(func.max(GpuSample.id)).group_by(GpuSample.host, GpuSample.gpu_index)
-        if cluster is not None:  # the census of the cluster's hosts
-            latest = latest.where(GpuSample.host.startswith(cluster, autoescape=True))
-        elif node is not None:  # this node's samples (and those from before nodes existed)
-            latest = latest.where(GpuSample.host.in_((node, "localhost")))
-        if health_sources is not None:
-            latest = latest.where(GpuSample.source.in_(health_sources))
+        latest = latest_gpu_sample_ids(node=node, cluster=cluster, sources=health_sources)
         samples = conn.execute(
             select(GpuSample.gpu_index, GpuSample.host, GpuSample.verdict, GpuSample.data)
             .where(GpuSample.id.in_(latest))

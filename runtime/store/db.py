@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pydantic import NaiveDatetime
-from sqlalchemy import Connection, UniqueConstraint, event, inspect, text
+from sqlalchemy import Connection, UniqueConstraint, event, func, inspect, text
 from sqlalchemy.exc import (
     ArgumentError,
     DBAPIError,
@@ -201,6 +201,25 @@ class GpuSample(SQLModel, table=True):
     verdict: str
     data: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     taken_at: NaiveDatetime = Field(default_factory=utcnow)
+
+
+def latest_gpu_sample_ids(
+    *,
+    node: str | None = None,
+    cluster: str | None = None,
+    sources: tuple[str, ...] | None = None,
+) -> Any:
+    """The ids of the newest sample per (host, GPU), as a subquery: a reader wants the GPU as it
+    is now, not its history. `cluster`: a Ray census's hosts (prefix); else `node`: this node's
+    samples and those from before nodes existed ("localhost"); `sources`: only these probes'."""
+    latest = select(func.max(GpuSample.id)).group_by(GpuSample.host, GpuSample.gpu_index)  # type: ignore[arg-type]
+    if cluster is not None:
+        latest = latest.where(col(GpuSample.host).startswith(cluster, autoescape=True))
+    elif node is not None:
+        latest = latest.where(col(GpuSample.host).in_((node, "localhost")))
+    if sources is not None:
+        latest = latest.where(col(GpuSample.source).in_(sources))
+    return latest
 
 
 class Approval(SQLModel, table=True):

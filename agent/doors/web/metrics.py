@@ -38,7 +38,15 @@ from sqlalchemy.orm import aliased
 
 from nightshift.runtime.config import Settings
 from nightshift.runtime.gpu.gpu import health_sources
-from nightshift.runtime.store.db import Approval, Attempt, GpuSample, Job, Store, utcnow
+from nightshift.runtime.store.db import (
+    Approval,
+    Attempt,
+    GpuSample,
+    Job,
+    Store,
+    latest_gpu_sample_ids,
+    utcnow,
+)
 from nightshift.runtime.store.lifecycle import JobState
 
 CACHE_S = 1.0
@@ -72,10 +80,10 @@ def _ts(value: Any) -> datetime | None:
 def latest_gpu_samples(conn: Connection, settings: Settings) -> list[Any]:
     """The latest recorded verdict per GPU of this daemon's probe (its source), on its own node
     (and "localhost", from before nodes) — or every host of a Ray cluster's census."""
-    latest = select(func.max(GpuSample.id)).group_by(GpuSample.host, GpuSample.gpu_index)  # type: ignore[arg-type]
-    latest = latest.where(GpuSample.source.in_(health_sources(settings)))  # type: ignore[attr-defined]
-    if settings.executor.kind != "ray":
-        latest = latest.where(GpuSample.host.in_((settings.node, "localhost")))  # type: ignore[attr-defined]
+    ray = settings.executor.kind == "ray"
+    latest = latest_gpu_sample_ids(
+        node=None if ray else settings.node, sources=health_sources(settings)
+    )
     return list(
         conn.execute(
             select(
