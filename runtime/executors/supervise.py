@@ -315,7 +315,7 @@ def main(args: list[str] | None = None) -> int:
     memory = cgroup_memory(ns.cgroup)  # read now: the cgroup is removed below
     if memory is not None:
         record["cgroup"] = memory
-    oom = _cgroup_oom(ns.cgroup)
+    oom = _cgroup_oom(memory)
     if oom:
         record["detail"] = oom
         _say(f"nightshift supervise: {oom}")  # in the log, where diagnose_failure reads it
@@ -431,30 +431,19 @@ def _go_home(homes: list[str]) -> None:
             _say(f"nightshift supervise: cannot leave the run's cgroup for {home}: {exc}")
 
 
-def _cgroup_oom(folders: list[str]) -> str | None:
-    """What the kernel's out-of-memory killer did in the run's cgroup, in the words its own
-    log line uses ("Memory cgroup out of memory: Killed process"), or None."""
-    for folder in folders:
-        for name, limit_file in (
-            ("memory.oom_control", "memory.limit_in_bytes"),
-            ("memory.events", "memory.max"),
-        ):
-            try:
-                with open(os.path.join(folder, name), encoding="ascii") as f:
-                    counts = dict(line.split() for line in f if line.strip())
-                with open(os.path.join(folder, limit_file), encoding="ascii") as f:
-                    limit = f.read().strip()
-            except (OSError, ValueError):
-                continue
-            kills = int(counts.get("oom_kill", "0"))
-            if kills:
-                shown = f"{int(limit) / (1 << 30):.3g} GiB" if limit.isdigit() else limit
-                return (
-                    f"Memory cgroup out of memory: Killed process of the run ({kills} killed): "
-                    f"it used more host memory than its limit of {shown} "
-                    "(resources.host_memory_gb); raise it, or lower the batch size"
-                )
-    return None
+def _cgroup_oom(memory: dict[str, int] | None) -> str | None:
+    """What the kernel's out-of-memory killer did in the run's cgroup (cgroup_memory's reading),
+    in the words its own log line uses ("Memory cgroup out of memory: Killed process"), or None."""
+    kills = (memory or {}).get("oom_kills", 0)
+    if not kills:
+        return None
+    limit = (memory or {}).get("limit_bytes")
+    shown = f"{limit / (1 << 30):.3g} GiB" if limit is not None else "max"
+    return (
+        f"Memory cgroup out of memory: Killed process of the run ({kills} killed): "
+        f"it used more host memory than its limit of {shown} "
+        "(resources.host_memory_gb); raise it, or lower the batch size"
+    )
 
 
 def cgroup_memory(folders: list[str]) -> dict[str, int] | None:
