@@ -541,8 +541,14 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     _sig(
         "import_or_env",
-        r"#error -- unsupported GNU version|error: command '[^'\n]*nvcc' failed",
+        r"#error -- unsupported GNU version",
         "nvcc cannot build with this host compiler (the CUDA toolkit and gcc do not match)",
+    ),
+    _sig(
+        "import_or_env",
+        # setuptools' report, with the quotes a shell, a forum or Windows gives it
+        r"error:? command [\'\"\u201c\u2018][^\n]*?\bnvcc(?:\.exe)?[\'\"\u201d\u2019] failed",
+        "a CUDA extension could not be compiled (nvcc failed): its build errors are above",
     ),
     _sig(
         "import_or_env",
@@ -955,6 +961,15 @@ _EXCEPTION_LINE = re.compile(
 )
 _TRACEBACK = re.compile(r"^(?:\[[^\]\n]*\]:?\s*)*Traceback \(most recent call last\):")
 _FATAL_C = re.compile(r"Segmentation fault|core dumped|Fatal Python error|^Aborted\b|Bus error")
+# What training frameworks print when a run is over (Lightning, the HF Trainer, Ultralytics,
+# maskrcnn-benchmark/detectron2's hooks) and the plain words scripts use for it.
+_COMPLETED = re.compile(
+    r"`Trainer\.fit` stopped: `max_(?:epochs|steps)=\d+` reached|Training completed\. Do not forget"
+    r"|'train_runtime':|\bepochs? completed in [\d.]+ hours|EarlyStopping: Training stopped early"
+    r"|Total training time:|\btraining (?:is )?(?:finished|completed?|done)\b|\bfinished training\b"
+    r"|\bdone training\b",
+    re.IGNORECASE,
+)
 # torchrun's report that a worker failed, which says nothing of why (the rank's own log does).
 _LAUNCHER = re.compile(
     r"\bChildFailedError\b|Root Cause \(first observed failure\)"
@@ -1410,6 +1425,8 @@ def _classify(
             f"{status}: a native crash (a bug in an extension, or a broken installation)",
         )
 
+    # A pasted traceback often starts at a frame (its header cut off with the lines above it).
+    tb_lines = tb_lines or [i for i, line in enumerate(lines) if _FRAME.match(line)][:1]
     if inp.exit_code is None and sig is None and tb_lines and exc_lines:
         # No exit status, but the log ends in an uncaught exception: that says it crashed.
         tail = [i for i, line in enumerate(lines) if line.strip()][-TAIL_LINES:]
@@ -1421,6 +1438,29 @@ def _classify(
                 "no exit status was given, but the log ends in an uncaught exception "
                 f"that matches no known signature: {_clean(lines[exc_lines[-1]])}",
             )
+    if inp.exit_code is None and sig is None and fatal:
+        # No exit status, but the shell or the interpreter reported a native crash.
+        return result(
+            "crashed",
+            "low",
+            ev([(None, fatal[-1])]),
+            "no exit status was given, but the log reports a native crash (a bug in an "
+            f"extension, or a broken installation): {_clean(lines[fatal[-1]])}",
+        )
+    done = [i for i, line in enumerate(lines) if _COMPLETED.search(line)]
+    if (
+        inp.exit_code is None
+        and sig is None
+        and done
+        and not [i for i in exc_lines if i > done[-1]]
+    ):
+        return result(
+            "succeeded",
+            "low",
+            ev([(None, done[-1])]),
+            "no exit status was given, and the training framework reported the run complete "
+            f"with no error after it: {_clean(lines[done[-1]])}",
+        )
     if failed_exit:
         reasoning = f"{status}, and nothing in the log explains it"
     elif inp.exit_code is None and sig is None:

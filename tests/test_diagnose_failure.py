@@ -262,8 +262,10 @@ def test_tensorflow_warning_lines_are_not_the_evidence(ctx):
 )
 def test_noisy_healthy_logs_get_no_confident_category(ctx, fixture):
     """Start-up noise (TF's dlerror for an optional CUDA library, c10d connect retries, DeepSpeed
-    WARNINGs) is not a failure: unknown without an exit status, succeeded with 0."""
-    assert diagnose(ctx, fixture).category == "unknown"
+    WARNINGs) is not a failure: without an exit status unknown — or, where the trainer printed
+    its end (the HF Trainer's train_runtime), succeeded — at low confidence; succeeded with 0."""
+    finished = fixture == "clean_run_with_warnings.log"
+    assert diagnose(ctx, fixture).category == ("succeeded" if finished else "unknown")
     assert diagnose(ctx, fixture).confidence == "low"
     assert diagnose(ctx, fixture, exit_code=0).category == "succeeded"
 
@@ -525,10 +527,20 @@ def test_clean_exit_is_succeeded_even_with_warnings(ctx):
     assert r.evidence == []
 
 
-def test_warnings_without_an_exit_status_are_unknown(ctx):
-    """With no exit status, a log of warnings gets no confident (wrong) category."""
+def test_warnings_without_an_exit_status_are_unknown(ctx, tmp_path):
+    """With no exit status, a log of warnings gets no confident (wrong) category; the trainer's
+    own report that it finished makes it succeeded, at low confidence, unless an error follows."""
     r = diagnose(ctx, "clean_run_with_warnings.log")
+    assert r.category == "succeeded" and r.confidence == "low"
+    assert "train_runtime" in r.evidence[0].text
+    lines = (LOGS / "clean_run_with_warnings.log").read_text().splitlines()
+    cut = [line for line in lines if "train_runtime" not in line]
+    (tmp_path / "cut.log").write_text("\n".join(cut) + "\n")
+    r = diagnose(ctx, str(tmp_path / "cut.log"))
     assert r.category == "unknown" and r.confidence == "low"
+    after = lines + ["RuntimeError: something the trainer raised after its summary"]
+    (tmp_path / "after.log").write_text("\n".join(after) + "\n")
+    assert diagnose(ctx, str(tmp_path / "after.log")).category != "succeeded"
 
 
 def test_nonzero_exit_with_nothing_in_the_log_is_unknown(ctx):
@@ -907,3 +919,36 @@ def test_scancel_and_death_signals_are_killed(ctx):
     assert r.category == "killed" and r.evidence[0].line_no == 1
     r = diagnose(ctx, log_tail="step 5\n", signal=1)
     assert r.category == "killed" and "SIGHUP" in r.reasoning
+
+
+def test_a_paste_cut_at_a_frame_or_a_shells_native_crash_reads_as_crashed(ctx, tmp_path):
+    """No exit status: a traceback pasted from its first frame (header cut off) ending in an
+    uncaught exception, or the shell's "Segmentation fault (core dumped)", says it crashed (low)."""
+    frame = tmp_path / "frame.log"
+    frame.write_text(
+        '  File "/home/u/det/datasets/augmentation.py", line 113, in __call__\n'
+        "    annots[:, :4] *= scale\n"
+        "IndexError: too many indices for array: array is 1-dimensional, but 2 were indexed\n"
+    )
+    r = diagnose(ctx, str(frame))
+    assert (r.category, r.confidence) == ("crashed", "low")
+    native = tmp_path / "native.log"
+    native.write_text("$ ./train --steps 100\nstep 1 loss 2.3\nSegmentation fault (core dumped)\n")
+    r = diagnose(ctx, str(native))
+    assert (r.category, r.confidence) == ("crashed", "low")
+    assert "Segmentation fault" in r.evidence[0].text
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "error command \u201c/usr/bin/nvcc\u201d failed with exit status1",
+        "error: command 'C:\\\\Program Files\\\\CUDA\\\\v10.0\\\\bin\\\\nvcc.exe' failed with exit "
+        "status 2",
+        "error: command '/usr/local/cuda/bin/nvcc' failed with exit status 1",
+    ],
+)
+def test_nvcc_failing_in_any_quotes_is_an_extension_build(ctx, tmp_path, line):
+    log = tmp_path / "build.log"
+    log.write_text(f"running build_ext\nbuilding 'ext._C' extension\n{line}\n")
+    assert diagnose(ctx, str(log), exit_code=1).category == "import_or_env"
