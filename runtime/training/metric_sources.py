@@ -218,6 +218,14 @@ def _discover(spec: MetricSpec, metrics_file: Path, roots: list[Path]) -> list[t
     return sorted(((k, p) for p, k in found.items()), key=lambda kp: str(kp[1]))
 
 
+def event_folders(roots: list[Path]) -> list[Path]:
+    """The folders below `roots` that hold TensorBoard event files, found the way the metrics are
+    (no link followed, bounded), whatever the spec's metric source: what TensorBoard shows of a
+    job (agent/doors/web/tensorboard.py)."""
+    found = {p.parent for base in roots for p in _walk(base) if _kind_of(p.name) == "tensorboard"}
+    return sorted(found)
+
+
 def _kind_of(name: str) -> str | None:
     if name.startswith(TB_PREFIX):
         return "tensorboard"

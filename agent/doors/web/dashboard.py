@@ -42,7 +42,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from nightshift.agent.doors.web import pages
+from nightshift.agent.doors.web import pages, tensorboard
 from nightshift.agent.doors.web.tokens import user_of
 from nightshift.runtime.errors import (
     ApprovalRequired,
@@ -99,6 +99,7 @@ class Dashboard:
         self._lock = threading.Lock()
         self._allowed: dict[tuple[str, int], float] = {}  # (user, job) → until (monotonic)
         self._done: OrderedDict[str, tuple[int, str]] = OrderedDict()  # call id → answer
+        self._boards = tensorboard.Boards(w.settings, self.say)
 
     # ------------------------------------------------------------------------------ routes
     def routes(self) -> list[BaseRoute]:
@@ -118,13 +119,19 @@ class Dashboard:
             Route("/approvals", self._page(self.approvals), methods=["GET"]),
             Route("/approvals/{approval_id:int}/vote", self._page(self.vote), methods=["POST"]),
             Route("/gantt", self._page(self.gantt), methods=["GET"]),
+            Route(  # TensorBoard's own POSTs are reads and carry no CSRF token: Origin checked
+                "/jobs/{job_id:int}/tensorboard/{rest:path}",
+                self._page(self.tensorboard, csrf=False),
+                methods=["GET", "POST"],
+            ),
         ]
 
     # ------------------------------------------------------------------------------ sign-in
     def _page(
-        self, handler: Handler, *, api: bool = False
+        self, handler: Handler, *, api: bool = False, csrf: bool = True
     ) -> Callable[[Request], Awaitable[Response]]:
-        """`handler` for a signed-in user only; a POST must carry the session's CSRF token."""
+        """`handler` for a signed-in user only; a POST must carry the session's CSRF token
+        (unless not `csrf`: its body is then left unread) and come from this site."""
 
         async def endpoint(request: Request) -> Response:
             try:
@@ -144,7 +151,10 @@ class Dashboard:
                     return _secure(JSONResponse({"error": "sign in first"}, status_code=401))
                 return _secure(RedirectResponse("/login?next=" + quote(request.url.path), 303))
             form: dict[str, str] = {}
-            if request.method == "POST":
+            if request.method == "POST" and not csrf:
+                if not _same_origin(request):
+                    return _secure(HTMLResponse("cross-origin request refused", status_code=403))
+            elif request.method == "POST":
                 form_or_error = await _form(request)
                 if isinstance(form_or_error, Response):
                     return _secure(form_or_error)
@@ -293,8 +303,14 @@ class Dashboard:
             )
         refused = await run_in_threadpool(self._may_read_logs, user, job_id, fresh=True)
         attempts = await run_in_threadpool(self.w.store.attempts, job_id)
+        board = refused is None and await run_in_threadpool(self._boards.has_events, job)
         body = pages.job_page(
-            job, attempts, csrf_of(secret), secrets.token_hex(16), logs_refused=refused
+            job,
+            attempts,
+            csrf_of(secret),
+            secrets.token_hex(16),
+            logs_refused=refused,
+            tensorboard=board,
         )
         return self._render(request, f"Job {job_id}: {job.name}", user, secret, body)
 
@@ -361,6 +377,26 @@ class Dashboard:
                 k = -(-len(points) // MAX_POINTS)
                 series[name] = points[::k] + ([points[-1]] if (len(points) - 1) % k else [])
         return series
+
+    async def tensorboard(
+        self, request: Request, user: str, secret: str, form: dict[str, str]
+    ) -> Response:
+        """TensorBoard over the job's event files, for whoever may read its log (decided
+        afresh, and audited, at its index; its data requests ride on that decision)."""
+        job_id = request.path_params["job_id"]
+        job = await run_in_threadpool(self.w.store.job, job_id)
+        index = not request.path_params["rest"]
+        refused = (
+            f"no job {job_id}"
+            if job is None
+            else await run_in_threadpool(self._may_read_logs, user, job_id, fresh=index)
+        )
+        answer = refused or await self._boards.respond(request, job)  # type: ignore[arg-type]
+        if isinstance(answer, Response):
+            return answer
+        code = 404 if job is None else 403 if refused else 503
+        body = pages.result_page(job_id, answer)
+        return self._render(request, f"TensorBoard: job {job_id}", user, secret, body, code=code)
 
     # ------------------------------------------------------------------------------ actions
     async def action(

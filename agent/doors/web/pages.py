@@ -150,6 +150,7 @@ def job_page(
     nonce: str,
     *,
     logs_refused: str | None,
+    tensorboard: bool = False,
 ) -> str:
     facts = table(
         ["", ""],
@@ -200,9 +201,14 @@ def job_page(
         else "<p>No provenance recorded.</p>"
     )
     if logs_refused is None:
+        tb_link = (
+            f'<p><a id="tensorboard" href="/jobs/{job.id}/tensorboard/">Open in TensorBoard</a></p>'
+            if tensorboard
+            else ""
+        )
         live = f"""<section class="live" data-job="{job.id}">
 <h2>Metrics</h2><div id="curves" data-src="/jobs/{job.id}/metrics.json"><p>Loading…</p></div>
-<h2>Log <small id="log-status"></small></h2>
+{tb_link}<h2>Log <small id="log-status"></small></h2>
 <pre id="log" data-src="/jobs/{job.id}/log.json"></pre></section>"""
     else:
         live = f'<h2>Log and metrics</h2><p class="error">{e(logs_refused)}</p>'
