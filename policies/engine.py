@@ -161,9 +161,11 @@ class PolicyEngine:
         return self.canonical(principal) in approvers or bool(roles & set(approvers))
 
     def is_person(self, principal: str) -> bool:
-        """A person (a user principal, a local user), not the agent, the loop or a channel."""
+        """A person (a user principal, a local user, or someone the policy does not list: an
+        OS user outside local_users, an unmapped chat user), not the agent, the loop or a
+        channel. An unlisted person's jobs are still theirs, and others' are not theirs."""
         p = self.resolve(principal)[1]
-        return p is not None and p.kind == "user"
+        return p.kind == "user" if p is not None else principal not in NOBODY
 
     def others_jobs(self, principal: str, owners: list[str]) -> bool:
         """Whether a person's call touches a job another person owns (`claims.others_jobs` in

@@ -408,3 +408,25 @@ def test_another_persons_logs_are_for_its_owner_the_admins_and_a_group() -> None
     assert not engine.may_decide("carol", ["bob", "role:admin"])
     me = pwd.getpwuid(os.getuid()).pw_name  # in the group named above
     assert engine.evaluate(me, get_skill("job_logs"), {"job_id": 20}, bobs).decision == "allow"
+
+
+def test_a_person_the_policy_does_not_list_neither_reads_others_logs_nor_loses_their_own() -> None:
+    """Why: with local_users [alice, bob], carol (an OS user the policy does not list, a reader)
+    read alice's log on the dashboard: an unlisted person counted as nobody, so alice's job was
+    not "another person's" to her — and her own jobs were nobody's to alice."""
+    from nightshift.skills.registry import get_skill
+
+    data = load_policy(None).model_dump(mode="json", exclude_none=True)
+    data["local_users"] = ["alice", "bob"]
+    engine = PolicyEngine(Policy.model_validate(data))
+    logs = get_skill("job_logs")
+    alices = Claims(jobs=[1], job_owners=["alice"])
+    carols = Claims(jobs=[2], job_owners=["carol"])
+    v = engine.evaluate("carol", logs, {"job_id": 1}, alices)
+    assert (v.decision, v.rule) == ("deny", "others-job-logs")
+    assert engine.evaluate("carol", logs, {"job_id": 2}, carols).decision == "allow"
+    v = engine.evaluate("alice", logs, {"job_id": 2}, carols)
+    assert (v.decision, v.rule) == ("deny", "others-job-logs")
+    # an unmapped chat user is someone too; the agent and the loop still are not
+    assert engine.evaluate("slack:U999", logs, {"job_id": 1}, alices).decision == "deny"
+    assert engine.evaluate("agent", logs, {"job_id": 2}, carols).decision == "allow"
