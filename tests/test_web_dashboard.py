@@ -438,24 +438,11 @@ def test_a_bad_field_comes_back_named_with_what_was_typed(server, w) -> None:
 def test_the_gantt_draws_the_tariff_bands_and_marks_holds(home) -> None:
     """With a tariff in the config: a band per price stretch behind the bars over the window,
     a legend naming each window and price; an attempt stopped for a hold is marked."""
-    from web_fixtures import team_policy
+    from web_fixtures import night_and_day
 
-    from nightshift.runtime.config import PolicySettings, Settings
-    from nightshift.runtime.scheduling.tariff import PriceWindow, Tariff
     from nightshift.runtime.store.db import Attempt
 
-    tariff = Tariff(
-        timezone="UTC",
-        currency="EUR",
-        windows=[
-            PriceWindow(name="night", start="23:00", end="07:00", price_per_kwh=0.10),
-            PriceWindow(name="day", start="07:00", end="23:00", price_per_kwh=0.30),
-        ],
-    )
-    settings = Settings(
-        home=str(home), policy=PolicySettings(file=str(team_policy(home))), tariff=tariff
-    )
-    w = Wiring(settings, server=True)
+    w = team_wiring(home, night_and_day())
     a = submit(w, "alice", "held-one")
     with_attempt(w, a)
     with w.store.session() as s:
