@@ -461,3 +461,34 @@ def test_the_gantt_draws_the_tariff_bands_and_marks_holds(home) -> None:
     assert {lvl for lvl, t in bands if t.startswith("night")} == {"0"}
     assert 'id="tariff-legend"' in page and page.index('class="band') < page.index('class="bar')
     assert "⏸ hold" in page and "bar held" in page
+
+
+def test_a_form_body_that_never_arrives_is_cut_at_the_deadline(w, monkeypatch) -> None:
+    """The dashboard's forms read their body as the callbacks do (body.py): a client that sends
+    a POST's headers and then stalls gets 408 at the deadline, not a worker held for ever; a
+    form without a Content-Length gets 411."""
+    from nightshift.agent.doors.web import body
+
+    monkeypatch.setattr(body, "READ_TIMEOUT_S", 0.5)
+    secret = tokens.issue(w.store, "alice").secret
+    server = WebServer("127.0.0.1:0", {}, lambda line: None, dashboard=Dashboard(w))
+    server.start()
+    host, port = server.address.removeprefix("http://").split(":")
+    head = (
+        f"POST /submit HTTP/1.1\r\nHost: {host}:{port}\r\nCookie: {COOKIE}={secret}\r\n"
+        "Content-Type: application/x-www-form-urlencoded\r\n"
+    )
+    try:
+        with socket.create_connection((host, int(port)), timeout=5) as sock:
+            sock.sendall(f"{head}Content-Length: 100\r\n\r\ncsrf=".encode())  # 5 of 100 bytes
+            t = time.monotonic()
+            answer = sock.recv(4096).decode()
+            assert answer.startswith("HTTP/1.1 408"), answer
+            assert time.monotonic() - t < 3
+        with socket.create_connection((host, int(port)), timeout=5) as sock:
+            sock.sendall(
+                f"{head}Transfer-Encoding: chunked\r\n\r\n5\r\ncsrf=\r\n0\r\n\r\n".encode()
+            )
+            assert sock.recv(4096).decode().startswith("HTTP/1.1 411")
+    finally:
+        server.stop()

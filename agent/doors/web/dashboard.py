@@ -43,6 +43,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import BaseRoute, Route
 
 from nightshift.agent.doors.web import experiment_form, pages
+from nightshift.agent.doors.web.body import BodyRefused, bounded_body
 from nightshift.agent.doors.web.tokens import user_of
 from nightshift.runtime.errors import (
     ApprovalRequired,
@@ -695,16 +696,12 @@ def _secure(response: Response) -> Response:
 
 
 async def _form(request: Request) -> dict[str, str] | Response:
-    """An urlencoded form body, bounded; the first value of each field."""
+    """An urlencoded form body, bounded in size and time (body.py); the first value of each
+    field."""
     try:
-        length = int(request.headers.get("content-length", "0"))
-    except ValueError:
-        return HTMLResponse("bad Content-Length", status_code=400)
-    if length > MAX_FORM:
-        return HTMLResponse("too large", status_code=413)
-    body = await request.body()
-    if len(body) > MAX_FORM:
-        return HTMLResponse("too large", status_code=413)
+        body = await bounded_body(request, MAX_FORM)
+    except BodyRefused as refused:
+        return HTMLResponse(refused.text, refused.status, headers={"Connection": "close"})
     parsed = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
     return {k: v[0] for k, v in parsed.items()}
 
