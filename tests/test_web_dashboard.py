@@ -437,7 +437,8 @@ def test_a_bad_field_comes_back_named_with_what_was_typed(server, w) -> None:
 
 def test_the_gantt_draws_the_tariff_bands_and_marks_holds(home) -> None:
     """With a tariff in the config: a band per price stretch behind the bars over the window,
-    a legend naming each window and price; an attempt stopped for a hold is marked."""
+    a legend naming each window and price; an attempt a person held is marked, and so is one
+    the tariff's cheap window closing stopped (outcome paused: it was not marked before)."""
     from web_fixtures import night_and_day
 
     from nightshift.runtime.store.db import Attempt
@@ -460,7 +461,18 @@ def test_the_gantt_draws_the_tariff_bands_and_marks_holds(home) -> None:
     assert 2 <= len(bands) <= 3  # 24 h: day/night boundaries at 07:00 and 23:00
     assert {lvl for lvl, t in bands if t.startswith("night")} == {"0"}
     assert 'id="tariff-legend"' in page and page.index('class="band') < page.index('class="bar')
-    assert "⏸ hold" in page and "bar held" in page
+    assert "⏸ hold" in page and "bar held held" in page
+    with w.store.session() as s:  # the tariff's window closed on it: marked as such
+        att = s.exec(select(Attempt).where(col(Attempt.job_id) == a)).one()
+        att.outcome = "paused"
+        s.add(att)
+        s.commit()
+    s3 = WebServer("127.0.0.1:0", {}, lambda line: None, dashboard=Dashboard(w))
+    try:
+        page = client(s3, w, "alice").get("/gantt").text
+    finally:
+        s3.sock.close()
+    assert "⏸ cheap hours over" in page and "bar paused held" in page
 
 
 def test_a_form_body_that_never_arrives_is_cut_at_the_deadline(w, monkeypatch) -> None:

@@ -296,6 +296,12 @@ def approvals_page(pending: Sequence[Approval], decided: Sequence[Approval], csr
     )
 
 
+HOLD_MARKS = {  # an attempt stopped to wait, as the Gantt marks it (Outcome in lifecycle.py)
+    "held": "⏸ hold",  # a person held it
+    "paused": "⏸ cheap hours over",  # the tariff's cheap window closed
+}
+
+
 def gantt_page(
     attempts: Sequence[tuple[Attempt, Job]],
     start: datetime,
@@ -338,7 +344,8 @@ def gantt_page(
         parts.append(f'<text x="4" y="{y + 16}" class="lane">{e(lane)}</text>')
         for a, j in bars:
             x0, x1 = x(a.started_at), x(a.ended_at or end)
-            held = a.outcome == "held"
+            mark = HOLD_MARKS.get(a.outcome or "")
+            held = mark is not None
             cls = f"bar {e(a.outcome or a.state)}" + (" held" if held else "")
             label = f"job {j.id} {j.name} #{a.number}: {a.outcome or a.state}"
             parts.append(
@@ -346,7 +353,7 @@ def gantt_page(
                 f' height="{lane_h - 6}" class="{cls}"><title>{e(label)}</title></rect></a>'
             )
             if held:
-                parts.append(f'<text x="{x1 + 2:.1f}" y="{y + 15}" class="holdmark">⏸ hold</text>')
+                parts.append(f'<text x="{x1 + 2:.1f}" y="{y + 15}" class="holdmark">{mark}</text>')
     svg = (
         f'<svg id="gantt" viewBox="0 0 {left + width + 60} {height}" role="img" '
         f'aria-label="attempts by GPU">{"".join(parts)}</svg>'
