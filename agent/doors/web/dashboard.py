@@ -9,7 +9,9 @@ What a page does is what the same person could do at a shell, through the same g
 list is a `list_jobs` decision, a job page a `show_job` one, its log and curves a `job_logs` one
 (others' logs are the owner's and the admins', policy rule others-job-logs); each is audited as
 a verdict once per page view (the page's log and curve polls read on under it, as a follow
-does). Buttons (retry, hold, release, cancel, reproduce) are gate calls as the signed-in user
+does); a comparison is a `compare_jobs` decision (others' curves under the same rule), the
+morning report a `list_jobs` one. Buttons (retry, hold, release, cancel, reproduce) and the
+experiment form (`submit_job`, the job the signed-in user's) are gate calls as the signed-in user
 with via "web": policy, approvals and the audit apply. Where a rule lets the requester confirm
 their own call, the page shows the full request and a confirm button (the terminal's y/N);
 the call id comes from a nonce in the page, so a form sent twice is one call. Votes go through
