@@ -5,7 +5,7 @@
 
 The store is metrics_scrape's (N jobs in every state, an attempt per started job, a week of GPU
 readings, 50 pending approvals); one job of the signed-in user gets 2,000 metric points and a
-200-line log. The app is served on 127.0.0.1 as the daemon serves it, and each request is a GET
+200-line log, and another of theirs 1,000 loss points to compare it with. The app is served on 127.0.0.1 as the daemon serves it, and each request is a GET
 over HTTP with the session cookie, signed in through a token as a browser is: every page checks
 the token and asks the gate (an audited decision) as it would for a person. Printed per page:
 the median and worst of `--requests` requests after one warm-up, and the answer's size.
@@ -28,7 +28,7 @@ USER = "alice"
 
 
 def measure(jobs: int, requests: int) -> list[dict[str, object]]:
-    from sqlmodel import col, select
+    from sqlmodel import col, select, update
 
     from nightshift.agent.doors.web import tokens
     from nightshift.agent.doors.web.dashboard import COOKIE, Dashboard
@@ -39,6 +39,9 @@ def measure(jobs: int, requests: int) -> list[dict[str, object]]:
     out: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory() as tmp:
         w = build(Path(tmp), jobs)
+        with w.store.session() as s:  # every job a valid spec: the report reads each one's
+            s.exec(update(Job).values(spec={"name": "bench", "command": ["python", "-c", "pass"]}))
+            s.commit()
         with w.store.session() as s:  # the followed job: the user's, a valid spec, a log
             att = s.exec(
                 select(Attempt).where(col(Attempt.ended_at).is_not(None)).order_by(col(Attempt.id))
@@ -59,8 +62,25 @@ def measure(jobs: int, requests: int) -> list[dict[str, object]]:
                 for i in range(1000)
                 for n in ("loss", "lr")
             )
+            other = s.exec(  # the compared one: another ended attempt's job, also the user's
+                select(Attempt)
+                .where(col(Attempt.ended_at).is_not(None), col(Attempt.job_id) != job.id)
+                .order_by(col(Attempt.id))
+            ).first()
+            assert other is not None and other.id is not None
+            job2 = s.get(Job, other.job_id)
+            assert job2 is not None and job2.id is not None
+            job2.owner = USER
+            job2.spec = {"name": job2.name, "command": ["python", "-c", "pass"]}
+            s.add(job2)
+            s.add_all(
+                MetricPoint(
+                    attempt_id=other.id, job_id=job2.id, step=i, name="loss", value=2 / (i + 1)
+                )
+                for i in range(1000)
+            )
             s.commit()
-            job_id = job.id
+            job_id, job2_id = job.id, job2.id
         secret = tokens.issue(w.store, USER).secret
         server = WebServer("127.0.0.1:0", {}, print, dashboard=Dashboard(w))
         server.start()
@@ -73,6 +93,9 @@ def measure(jobs: int, requests: int) -> list[dict[str, object]]:
             "metric curves (JSON)": f"/jobs/{job_id}/metrics.json",
             "approvals (50 pending)": "/approvals",
             "night (Gantt, 24 h)": "/gantt",
+            "compare (2 jobs, 1,000 points each)": f"/compare?jobs={job_id},{job2_id}",
+            "morning report (24 h)": "/report",
+            "submit form": "/submit",
         }
         try:
             with httpx.Client(

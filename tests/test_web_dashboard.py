@@ -5,6 +5,7 @@ audited under that user); a vote clicked twice counts once; CSRF and sign-in on 
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import pwd
@@ -276,3 +277,230 @@ def test_the_daemon_serves_the_dashboard_on_web_listen(home: Path) -> None:
             daemon.terminate()
             out, _ = daemon.communicate(timeout=30)
         assert "Traceback" not in out, out
+
+
+# ---------------------------------------------------------------------------- second slice
+def with_curve(w: Wiring, job_id: int, scale: float) -> None:
+    """A second job's attempt and its loss curve (another shape than with_attempt's)."""
+    from nightshift.runtime.store.db import Attempt, MetricPoint, utcnow
+
+    from conftest import made_by_hand
+
+    with w.store.session() as s:
+        att = Attempt(
+            job_id=job_id,
+            number=1,
+            state="exited",
+            outcome="succeeded",
+            gpus=[1],
+            host="gpu-box",
+            started_at=utcnow(),
+            provenance={"seed": 8},
+        )
+        s.add(att)
+        s.flush()
+        s.add_all(
+            MetricPoint(
+                attempt_id=att.id, job_id=job_id, step=i, name="loss", value=scale / (i + 1)
+            )
+            for i in range(0, 50, 5)
+        )
+        s.commit()
+    made_by_hand(w.store)
+
+
+def test_compare_shows_both_jobs_side_by_side_as_the_signed_in_user(server, w) -> None:
+    """Two of alice's jobs ticked on the jobs list: parameters, final and best loss, the
+    provenance that differs, and both curves in one SVG. bob may not read alice's curves
+    (others-job-logs): refused, and the refusal is audited as bob's."""
+    a, b = submit(w, "alice", "resnet"), submit(w, "alice", "resnet-wide")
+    with_attempt(w, a)
+    with_curve(w, b, 3.0)
+    c = client(server, w, "alice")
+    listing = c.get("/").text
+    assert f'name="jobs" value="{a}" form="compare"' in listing and 'id="btn-compare"' in listing
+    r = c.get(f"/compare?jobs={a}&jobs={b}")  # what the list's checkboxes send
+    assert r.status_code == 200, r.text
+    assert c.get(f"/compare?jobs={a},{b}").status_code == 200
+    page = r.text
+    assert f'data-job="{a}"' in page and f'data-job="{b}"' in page  # two polylines, one SVG
+    assert page.count('class="series') == 2 and page.count('<svg id="overlay"') == 1
+    assert "0.0434783 @ step 45" in page and "0.0652174 @ step 45" in page  # 2/46, 3/46
+    assert "2 @ step 0" not in page  # best of a falling loss is its last: min mode
+    assert "seed" in page and "0123abcd" in page  # provenance differs: seed 7 vs 8, commit
+    bob = client(server, w, "bob")
+    refused = bob.get(f"/compare?jobs={a},{b}")
+    assert refused.status_code == 403 and "others-job-logs" in refused.text
+    with w.store.session() as s:
+        who = s.exec(
+            select(AuditEvent.actor).where(
+                col(AuditEvent.skill) == "compare_jobs", col(AuditEvent.action) == "skill.refused"
+            )
+        ).all()
+    assert who == ["bob"]
+    assert c.get("/compare?jobs=1").status_code == 400
+    assert c.get(f"/compare?jobs={a},99999").status_code in (400, 404)
+
+
+def test_a_reproduced_job_links_to_compare_with_its_source(server, w, tmp_path) -> None:
+    """reproduce_job from the page; the new job's page links to /compare of the two."""
+    a = submit(w, "alice", "resnet")
+    with_attempt(w, a)
+    with w.store.session() as s:  # no git recorded: it reruns the folder as it is
+        from nightshift.runtime.store.db import Attempt
+
+        att = s.exec(select(Attempt).where(col(Attempt.job_id) == a)).one()
+        att.provenance = {"code_dir": str(tmp_path), "seed": 7}
+        s.add(att)
+        s.commit()
+    c = client(server, w, "alice")
+    r = c.post(f"/jobs/{a}/action", data=form_of(c.get(f"/jobs/{a}").text, "reproduce"))
+    assert r.status_code == 200 and f"queued from job {a}" in r.text, r.text
+    new = int(re.search(r"job (\d+) queued from", r.text).group(1))  # type: ignore[union-attr]
+    assert f'href="/compare?jobs={a},{new}"' in c.get(f"/jobs/{new}").text
+    assert "compare-source" not in c.get(f"/jobs/{a}").text
+
+
+def test_the_report_page_is_nightshift_report(server, w, home) -> None:
+    """/report shows what `nightshift report` prints: the same headline lines and jobs."""
+    a = submit(w, "alice", "resnet")
+    with_attempt(w, a)
+    c = client(server, w, "alice")
+    page = c.get("/report").text
+    cli = nightshift("report", "--hours", "24").stdout
+    for line in ("jobs: 1 (1 queued)", "attempts: 1", "GPU-hours: 1.00"):
+        assert line in cli and f"<li>{line}" in page, line
+    assert "cuda_oom" in page and f'<a href="/jobs/{a}">{a}</a>' in page
+    assert c.get("/report?hours=1").status_code == 200
+
+
+def submit_form(c: TestClient) -> dict[str, str]:
+    page = c.get("/submit").text
+    m = re.search(
+        r'name="csrf" value="([^"]+)"><input type="hidden" name="nonce" value="(\w+)"', page
+    )
+    assert m, page
+    return {"csrf": m.group(1), "nonce": m.group(2)}
+
+
+def test_the_submit_form_makes_one_job_owned_by_the_signed_in_user(server, w) -> None:
+    """A form (with an `owner` field a page could forge) sent twice: one job, alice's, its
+    parameters and GPUs those typed, a cheap-hours job cost_sensitive."""
+    from nightshift.runtime.store.db import Job
+
+    c = client(server, w, "alice")
+    form = {
+        **submit_form(c),
+        "name": "from-web",
+        "command": "python -c 'print({lr})'",
+        "gpus": "1",
+        "params": "lr: 0.1",
+        "when": "cheap",
+        "owner": "bob",
+    }
+    first, second = c.post("/submit", data=form), c.post("/submit", data=form)
+    assert first.status_code == 200 and "owner alice" in first.text, first.text
+    assert "already sent" in second.text
+    with w.store.session() as s:
+        jobs = s.exec(select(Job).where(col(Job.name) == "from-web")).all()
+    assert len(jobs) == 1 and jobs[0].owner == "alice" and jobs[0].params == {"lr": 0.1}
+    assert jobs[0].spec["command"] == ["python", "-c", "print({lr})"]
+    assert jobs[0].spec["resources"]["gpus"] == 1 and jobs[0].spec["cost_class"] == "cost_sensitive"
+
+
+def test_a_bad_field_comes_back_named_with_what_was_typed(server, w) -> None:
+    """Each bad field is named next to itself with its fix; what was typed stays."""
+    from nightshift.runtime.store.db import Job
+
+    c = client(server, w, "alice")
+    base = {**submit_form(c), "name": "ok", "command": "python train.py"}
+    cases = {
+        "gpus": ({"gpus": "two"}, "not a whole number"),
+        "name": ({"name": "has space"}, "name"),
+        "params": ({"params": "- a list"}, "YAML mapping"),
+        "begin": ({"when": "begin", "begin": "soonish"}, "is not a time"),
+        "command": ({"command": "python 'unclosed"}, "closing quotation"),
+    }
+    for field, (bad, fix) in cases.items():
+        r = c.post("/submit", data={**base, **bad})
+        assert r.status_code == 400, (field, r.text)
+        m = re.search(rf'id="error-{field}">([^<]*)<', r.text)
+        assert m and fix in m.group(1), (field, r.text)
+        for v in bad.values():
+            assert html.escape(v, quote=True) in r.text  # kept as typed
+    spec = c.post("/submit", data={**base, "command": "", "spec": "name: [unclosed"})
+    assert 'id="error-spec"' in spec.text and "name: [unclosed" in spec.text
+    with w.store.session() as s:
+        assert s.exec(select(Job)).all() == []
+    assert c.post("/submit", data={k: v for k, v in base.items() if k != "csrf"}).status_code == 403
+
+
+def test_the_gantt_draws_the_tariff_bands_and_marks_holds(home) -> None:
+    """With a tariff in the config: a band per price stretch behind the bars over the window,
+    a legend naming each window and price; an attempt a person held is marked, and so is one
+    the tariff's cheap window closing stopped (outcome paused: it was not marked before)."""
+    from web_fixtures import night_and_day
+
+    from nightshift.runtime.store.db import Attempt
+
+    w = team_wiring(home, night_and_day())
+    a = submit(w, "alice", "held-one")
+    with_attempt(w, a)
+    with w.store.session() as s:
+        att = s.exec(select(Attempt).where(col(Attempt.job_id) == a)).one()
+        att.outcome = "held"
+        s.add(att)
+        s.commit()
+    s2 = WebServer("127.0.0.1:0", {}, lambda line: None, dashboard=Dashboard(w))
+    try:
+        page = client(s2, w, "alice").get("/gantt").text
+    finally:
+        s2.sock.close()
+    bands = re.findall(r'class="band price-(\d)"><title>([^<]+)</title>', page)
+    assert {t for _, t in bands} == {"night: 0.1 EUR/kWh", "day: 0.3 EUR/kWh"}
+    assert 2 <= len(bands) <= 3  # 24 h: day/night boundaries at 07:00 and 23:00
+    assert {lvl for lvl, t in bands if t.startswith("night")} == {"0"}
+    assert 'id="tariff-legend"' in page and page.index('class="band') < page.index('class="bar')
+    assert "⏸ hold" in page and "bar held held" in page
+    with w.store.session() as s:  # the tariff's window closed on it: marked as such
+        att = s.exec(select(Attempt).where(col(Attempt.job_id) == a)).one()
+        att.outcome = "paused"
+        s.add(att)
+        s.commit()
+    s3 = WebServer("127.0.0.1:0", {}, lambda line: None, dashboard=Dashboard(w))
+    try:
+        page = client(s3, w, "alice").get("/gantt").text
+    finally:
+        s3.sock.close()
+    assert "⏸ cheap hours over" in page and "bar paused held" in page
+
+
+def test_a_form_body_that_never_arrives_is_cut_at_the_deadline(w, monkeypatch) -> None:
+    """The dashboard's forms read their body as the callbacks do (body.py): a client that sends
+    a POST's headers and then stalls gets 408 at the deadline, not a worker held for ever; a
+    form without a Content-Length gets 411."""
+    from nightshift.agent.doors.web import body
+
+    monkeypatch.setattr(body, "READ_TIMEOUT_S", 0.5)
+    secret = tokens.issue(w.store, "alice").secret
+    server = WebServer("127.0.0.1:0", {}, lambda line: None, dashboard=Dashboard(w))
+    server.start()
+    host, port = server.address.removeprefix("http://").split(":")
+    head = (
+        f"POST /submit HTTP/1.1\r\nHost: {host}:{port}\r\nCookie: {COOKIE}={secret}\r\n"
+        "Content-Type: application/x-www-form-urlencoded\r\n"
+    )
+    try:
+        with socket.create_connection((host, int(port)), timeout=5) as sock:
+            sock.sendall(f"{head}Content-Length: 100\r\n\r\ncsrf=".encode())  # 5 of 100 bytes
+            t = time.monotonic()
+            answer = sock.recv(4096).decode()
+            assert answer.startswith("HTTP/1.1 408"), answer
+            assert time.monotonic() - t < 3
+        with socket.create_connection((host, int(port)), timeout=5) as sock:
+            sock.sendall(
+                f"{head}Transfer-Encoding: chunked\r\n\r\n5\r\ncsrf=\r\n0\r\n\r\n".encode()
+            )
+            assert sock.recv(4096).decode().startswith("HTTP/1.1 411")
+    finally:
+        server.stop()

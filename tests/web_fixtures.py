@@ -14,6 +14,7 @@ import yaml
 from nightshift.agent.brain.wiring import Wiring
 from nightshift.runtime.config import PolicySettings, Settings
 from nightshift.runtime.engine import job_paths
+from nightshift.runtime.scheduling.tariff import PriceWindow, Tariff
 from nightshift.runtime.store.db import Attempt, MetricPoint, utcnow
 
 from conftest import made_by_hand
@@ -32,10 +33,23 @@ def team_policy(home: Path) -> Path:
     return path
 
 
-def team_wiring(home: Path) -> Wiring:
-    return Wiring(
-        Settings(home=str(home), policy=PolicySettings(file=str(team_policy(home)))), server=True
+def night_and_day() -> Tariff:
+    """Cheap nights, dear days (UTC, so the bands sit at the same hours wherever tests run)."""
+    return Tariff(
+        timezone="UTC",
+        currency="EUR",
+        windows=[
+            PriceWindow(name="night", start="23:00", end="07:00", price_per_kwh=0.10),
+            PriceWindow(name="day", start="07:00", end="23:00", price_per_kwh=0.30),
+        ],
     )
+
+
+def team_wiring(home: Path, tariff: Tariff | None = None) -> Wiring:
+    settings = Settings(
+        home=str(home), policy=PolicySettings(file=str(team_policy(home))), tariff=tariff
+    )
+    return Wiring(settings, server=True)
 
 
 def submit(w: Wiring, owner: str, name: str) -> int:

@@ -9,7 +9,9 @@ What a page does is what the same person could do at a shell, through the same g
 list is a `list_jobs` decision, a job page a `show_job` one, its log and curves a `job_logs` one
 (others' logs are the owner's and the admins', policy rule others-job-logs); each is audited as
 a verdict once per page view (the page's log and curve polls read on under it, as a follow
-does). Buttons (retry, hold, release, cancel, reproduce) are gate calls as the signed-in user
+does); a comparison is a `compare_jobs` decision (others' curves under the same rule), the
+morning report a `list_jobs` one. Buttons (retry, hold, release, cancel, reproduce) and the
+experiment form (`submit_job`, the job the signed-in user's) are gate calls as the signed-in user
 with via "web": policy, approvals and the audit apply. Where a rule lets the requester confirm
 their own call, the page shows the full request and a confirm button (the terminal's y/N);
 the call id comes from a nonce in the page, so a form sent twice is one call. Votes go through
@@ -42,7 +44,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from nightshift.agent.doors.web import pages, tensorboard
+from nightshift.agent.doors.web import experiment_form, pages, tensorboard
+from nightshift.agent.doors.web.body import BodyRefused, bounded_body
 from nightshift.agent.doors.web.tokens import user_of
 from nightshift.runtime.errors import (
     ApprovalRequired,
@@ -124,6 +127,9 @@ class Dashboard:
                 self._page(self.tensorboard, csrf=False),
                 methods=["GET", "POST"],
             ),
+            Route("/compare", self._page(self.compare), methods=["GET"]),
+            Route("/report", self._page(self.report), methods=["GET"]),
+            Route("/submit", self._page(self.submit), methods=["GET", "POST"]),
         ]
 
     # ------------------------------------------------------------------------------ sign-in
@@ -304,6 +310,7 @@ class Dashboard:
         refused = await run_in_threadpool(self._may_read_logs, user, job_id, fresh=True)
         attempts = await run_in_threadpool(self.w.store.attempts, job_id)
         board = refused is None and await run_in_threadpool(self._boards.has_events, job)
+        source = await run_in_threadpool(self._reproduced_from, job)
         body = pages.job_page(
             job,
             attempts,
@@ -311,8 +318,26 @@ class Dashboard:
             secrets.token_hex(16),
             logs_refused=refused,
             tensorboard=board,
+            reproduces=source,
         )
         return self._render(request, f"Job {job_id}: {job.name}", user, secret, body)
+
+    def _reproduced_from(self, job: Any) -> int | None:
+        """The job this one reproduces: reproduce_job keeps its answer under the call id that
+        submitted the new job (skills/reproduce_job.py DONE_KEY)."""
+        import json
+
+        from nightshift.runtime.store.db import KeyValue
+        from nightshift.skills.reproduce_job import DONE_KEY
+
+        if not job.submitted_by_call:
+            return None
+        with self.w.store.session() as s:
+            row = s.get(KeyValue, DONE_KEY.format(call_id=job.submitted_by_call))
+        if row is None:
+            return None
+        source = json.loads(row.value).get("source_job_id")
+        return int(source) if source else None
 
     async def log(self, request: Request, user: str, secret: str, form: dict[str, str]) -> Response:
         """The log's last lines (no offset), or its lines from `offset` of `attempt` on."""
@@ -578,7 +603,123 @@ class Dashboard:
                     .limit(5000)
                 )
             )
-        return pages.gantt_page(rows, start, end)
+        return pages.gantt_page(rows, start, end, self.w.settings.tariff)
+
+    # ------------------------------------------------------------------------------ compare
+    async def compare(
+        self, request: Request, user: str, secret: str, form: dict[str, str]
+    ) -> Response:
+        """`/compare?jobs=1,2,3` (or `jobs=1&jobs=2`, the jobs list's checkboxes): compare_jobs
+        as the signed-in user, after the gate's decision (others' jobs only where the policy
+        lets this user read them, rule others-job-logs)."""
+        raw = ",".join(request.query_params.getlist("jobs"))
+        try:
+            ids = list(dict.fromkeys(int(x) for x in raw.split(",") if x.strip()))
+        except ValueError:
+            ids = []
+        if len(ids) < 2:
+            text = "jobs: name two to twenty job ids, e.g. /compare?jobs=3,4 (or tick them on the jobs list)"
+            return self._render(
+                request, "Compare", user, secret, pages.result_page(None, text), code=400
+            )
+        code, result = await run_in_threadpool(self._compare, user, ids)
+        title = "Compare jobs " + ", ".join(map(str, ids))
+        if isinstance(result, str):
+            return self._render(
+                request, title, user, secret, pages.result_page(None, result), code=code
+            )
+        return self._render(request, title, user, secret, pages.compare_page(result))
+
+    def _compare(self, user: str, ids: list[int]) -> tuple[int, Any]:
+        from nightshift.skills.registry import get_skill
+
+        args: dict[str, Any] = {"job_ids": ids}
+        try:
+            self._decide(user, "compare_jobs", args)
+            skill = get_skill("compare_jobs")
+            return 200, skill.fn(self.w.context(user), skill.parse(args))
+        except Refused as exc:
+            return 403, str(exc)
+        except NightshiftError as exc:  # an unknown job, more than twenty
+            return 400, str(exc)
+
+    # ------------------------------------------------------------------------------ report
+    async def report(
+        self, request: Request, user: str, secret: str, form: dict[str, str]
+    ) -> Response:
+        """The morning report (`nightshift report`, agent/doors/report.py) as a page, for a
+        user the policy lets list jobs."""
+        try:
+            hours = max(1.0, min(float(request.query_params.get("hours", "24")), 168.0))
+        except ValueError:
+            hours = 24.0
+        hours = int(hours) if hours.is_integer() else hours
+        try:
+            await run_in_threadpool(self._decide, user, "list_jobs", {})
+        except Refused as exc:
+            return self._render(
+                request, "Report", user, secret, pages.result_page(None, str(exc)), code=403
+            )
+        body = await run_in_threadpool(self._report, hours)
+        return self._render(request, f"The morning report: last {hours} h", user, secret, body)
+
+    def _report(self, hours: float) -> str:
+        from nightshift.agent.brain.wiring import local_now
+        from nightshift.agent.doors.report import default_window, report_of, to_markdown
+
+        r = report_of(self.w, *default_window(local_now(), hours))
+        return pages.report_page(r, to_markdown(r), hours)
+
+    # ------------------------------------------------------------------------------ submit
+    async def submit(
+        self, request: Request, user: str, secret: str, form: dict[str, str]
+    ) -> Response:
+        """The experiment form, and its submit_job call through the gate as the signed-in
+        user (the owner is who is signed in; the form names no one). A field the form or the
+        spec refuses comes back next to that field with what was typed; the nonce makes a
+        form sent twice one job."""
+        csrf = csrf_of(secret)
+        if request.method == "GET":
+            body = pages.submit_page({}, {}, csrf, secrets.token_hex(16))
+            return self._render(request, "Submit an experiment", user, secret, body)
+        values = {k: form.get(k, "")[:20_000] for k in pages.SUBMIT_FIELDS}
+        nonce = form.get("nonce", "")
+        if not NONCE.match(nonce):
+            return self._render(
+                request,
+                "Refused",
+                user,
+                secret,
+                pages.result_page(None, "unknown form: reload the page"),
+                code=400,
+            )
+        built, errors = experiment_form.build(values)
+        if built is None:  # field → what to fix
+            body = pages.submit_page(values, errors, csrf, nonce)
+            return self._render(request, "Submit an experiment", user, secret, body, code=400)
+        code, text, job_id, field = await run_in_threadpool(self._submit, user, nonce, built)
+        if job_id is None:
+            body = pages.submit_page(values, {field: text}, csrf, nonce)
+            return self._render(request, "Submit an experiment", user, secret, body, code=code)
+        return self._render(
+            request, f"Submitted: job {job_id}", user, secret, pages.result_page(job_id, text)
+        )
+
+    def _submit(
+        self, user: str, nonce: str, args: dict[str, Any]
+    ) -> tuple[int, str, int | None, str]:
+        """(status, text, the job's id or None, the form field a refusal names)."""
+        call_id = f"{user}/web-{nonce}"
+        try:
+            r: Any = self.w.gate.call(self.w.context(user, call_id), "submit_job", args, via="web")
+        except ApprovalRequired as exc:
+            return 202, f"waiting for approval {exc.approval_id}: {exc}", None, "form"
+        except Refused as exc:
+            return 403, f"refused: {exc}", None, "form"
+        except NightshiftError as exc:
+            return 400, str(exc), None, experiment_form.field_of(str(exc))
+        again = " (this form was already sent: the same job)" if r.already_submitted else ""
+        return 200, f"job {r.job_id} {r.name} queued, owner {user}{again}", r.job_id, ""
 
 
 # ---------------------------------------------------------------------------------- helpers
@@ -589,16 +730,12 @@ def _secure(response: Response) -> Response:
 
 
 async def _form(request: Request) -> dict[str, str] | Response:
-    """An urlencoded form body, bounded; the first value of each field."""
+    """An urlencoded form body, bounded in size and time (body.py); the first value of each
+    field."""
     try:
-        length = int(request.headers.get("content-length", "0"))
-    except ValueError:
-        return HTMLResponse("bad Content-Length", status_code=400)
-    if length > MAX_FORM:
-        return HTMLResponse("too large", status_code=413)
-    body = await request.body()
-    if len(body) > MAX_FORM:
-        return HTMLResponse("too large", status_code=413)
+        body = await bounded_body(request, MAX_FORM)
+    except BodyRefused as refused:
+        return HTMLResponse(refused.text, refused.status, headers={"Connection": "close"})
     parsed = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
     return {k: v[0] for k, v in parsed.items()}
 

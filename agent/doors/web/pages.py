@@ -46,7 +46,8 @@ def layout(title: str, user: str, csrf: str, body: str, *, status: str = "") -> 
 <script src="/static/dash.js" defer></script>
 </head><body>
 <header><a class="brand" href="/">nightshift</a>
-<nav><a href="/">Jobs</a> <a href="/approvals">Approvals</a> <a href="/gantt">Night</a></nav>
+<nav><a href="/">Jobs</a> <a href="/submit">Submit</a> <a href="/approvals">Approvals</a>
+<a href="/gantt">Night</a> <a href="/report">Report</a></nav>
 <form method="post" action="/logout" class="who"><span id="user">{e(user)}</span>
 <input type="hidden" name="csrf" value="{e(csrf)}"><button type="submit">Sign out</button></form>
 </header>
@@ -95,6 +96,8 @@ def jobs_page(
 <button type="submit">Filter</button></form>"""
     rows = [
         (
+            f'<input type="checkbox" name="jobs" value="{j.id}" form="compare" '
+            f'aria-label="compare job {j.id}">',
             f'<a href="/jobs/{j.id}">{j.id}</a>',
             f'<a href="/jobs/{j.id}">{e(j.name)}</a>',
             f'<span class="state {e(j.state)}">{e(j.state)}</span>',
@@ -112,7 +115,11 @@ def jobs_page(
         nxt = f'<a href="/?{e(urlencode({**q, "page": page + 1}))}">older</a>' if more else ""
         pager = f'<p class="pager">{prev} {nxt}</p>'
     listing = (
-        table(["id", "name", "state", "owner", "priority", "reason", "updated"], rows, cls="jobs")
+        '<form method="get" action="/compare" id="compare" class="compare-form">'
+        '<button type="submit" id="btn-compare">Compare selected</button></form>'
+        + table(
+            ["", "id", "name", "state", "owner", "priority", "reason", "updated"], rows, cls="jobs"
+        )
         if rows
         else "<p>No jobs match.</p>"
     )
@@ -151,8 +158,15 @@ def job_page(
     *,
     logs_refused: str | None,
     tensorboard: bool = False,
+    reproduces: int | None = None,
 ) -> str:
-    facts = table(
+    source = (
+        f'<p class="related">Reproduces job <a href="/jobs/{reproduces}">{reproduces}</a>: '
+        f'<a id="compare-source" href="/compare?jobs={reproduces},{job.id}">compare them</a></p>'
+        if reproduces
+        else ""
+    )
+    facts = source + table(
         ["", ""],
         [
             ("state", f'<span class="state {e(job.state)}" id="job-state">{e(job.state)}</span>'),
@@ -288,14 +302,27 @@ def approvals_page(pending: Sequence[Approval], decided: Sequence[Approval], csr
     )
 
 
-def gantt_page(attempts: Sequence[tuple[Attempt, Job]], start: datetime, end: datetime) -> str:
+HOLD_MARKS = {  # an attempt stopped to wait, as the Gantt marks it (Outcome in lifecycle.py)
+    "held": "⏸ hold",  # a person held it
+    "paused": "⏸ cheap hours over",  # the tariff's cheap window closed
+}
+
+
+def gantt_page(
+    attempts: Sequence[tuple[Attempt, Job]],
+    start: datetime,
+    end: datetime,
+    tariff: Any = None,
+) -> str:
     """Which GPU ran what, when: one lane per host and GPU, a bar per attempt (held ones
-    hatched and marked), the hours along the top. An SVG drawn here: no script needed."""
+    hatched and marked), the hours along the top, and behind them the tariff's price bands
+    (runtime/scheduling/tariff.py) over the window, with a legend. An SVG drawn here: no script
+    needed."""
     lanes: dict[str, list[tuple[Attempt, Job]]] = {}
     for a, j in attempts:
         for g in a.gpus or ["cpu"]:
             lanes.setdefault(f"{a.host or a.node or 'local'} · GPU {g}", []).append((a, j))
-    if not lanes:
+    if not lanes and tariff is None:
         return "<p>Nothing ran in this window.</p>"
     left, width, lane_h = 160, 900, 26
     span = max((end - start).total_seconds(), 1.0)
@@ -305,7 +332,13 @@ def gantt_page(attempts: Sequence[tuple[Attempt, Job]], start: datetime, end: da
 
     parts = []
     hour = start.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
-    height = 30 + lane_h * len(lanes)
+    height = 30 + lane_h * max(len(lanes), 1)
+    legend = ""
+    if tariff is not None:
+        bands, legend = tariff_bands(
+            tariff.pieces(start, end), tariff.prices(), tariff.currency, x, 20, height - 20
+        )
+        parts.extend(bands)
     while hour < end:
         parts.append(
             f'<line x1="{x(hour):.1f}" y1="20" x2="{x(hour):.1f}" y2="{height}" class="tick"/>'
@@ -317,7 +350,8 @@ def gantt_page(attempts: Sequence[tuple[Attempt, Job]], start: datetime, end: da
         parts.append(f'<text x="4" y="{y + 16}" class="lane">{e(lane)}</text>')
         for a, j in bars:
             x0, x1 = x(a.started_at), x(a.ended_at or end)
-            held = a.outcome == "held"
+            mark = HOLD_MARKS.get(a.outcome or "")
+            held = mark is not None
             cls = f"bar {e(a.outcome or a.state)}" + (" held" if held else "")
             label = f"job {j.id} {j.name} #{a.number}: {a.outcome or a.state}"
             parts.append(
@@ -325,14 +359,261 @@ def gantt_page(attempts: Sequence[tuple[Attempt, Job]], start: datetime, end: da
                 f' height="{lane_h - 6}" class="{cls}"><title>{e(label)}</title></rect></a>'
             )
             if held:
-                parts.append(f'<text x="{x1 + 2:.1f}" y="{y + 15}" class="holdmark">⏸ hold</text>')
+                parts.append(f'<text x="{x1 + 2:.1f}" y="{y + 15}" class="holdmark">{mark}</text>')
     svg = (
         f'<svg id="gantt" viewBox="0 0 {left + width + 60} {height}" role="img" '
         f'aria-label="attempts by GPU">{"".join(parts)}</svg>'
     )
-    return f"<p>{e(when(start))} to {e(when(end))} UTC</p>{svg}"
+    empty = "" if lanes else "<p>Nothing ran in this window.</p>"
+    return f"<p>{e(when(start))} to {e(when(end))} UTC</p>{empty}{svg}{legend}"
 
 
 def result_page(job_id: int | None, text: str) -> str:
     back = f'<p><a href="/jobs/{job_id}">Back to job {job_id}</a></p>' if job_id else ""
     return f'<p id="result">{e(text)}</p>{back}'
+
+
+# ---------------------------------------------------------------------------------- compare
+SERIES = 7  # colours of overlaid curves (dash.css .s0 … .s6)
+
+
+def _num(v: float | None) -> str:
+    return "" if v is None else f"{v:.6g}"
+
+
+def compare_page(result: Any) -> str:
+    """compare_jobs' answer (skills/compare_jobs.py) side by side: parameters (those that differ
+    marked), final and best metric, provenance differences from the first job, and the curves
+    overlaid in one SVG drawn here (each job its colour, named in the legend)."""
+    jobs = result.jobs
+    head = ["", *(f"job {j.job_id}" for j in jobs)]
+    links = ["", *(f'<a href="/jobs/{j.job_id}">{e(j.name)}</a>' for j in jobs)]
+    facts: list[list[str]] = [
+        links,
+        ["state", *(f'<span class="state {e(j.state)}">{e(j.state)}</span>' for j in jobs)],
+        ["attempts", *(e(j.attempts) for j in jobs)],
+        ["metric", *(e(f"{j.metric} ({j.mode})") for j in jobs)],
+        [
+            "final",
+            *(
+                e(f"{_num(j.final)} @ step {j.final_step}") if j.final is not None else ""
+                for j in jobs
+            ),
+        ],
+        [
+            "best",
+            *(
+                e(f"{_num(j.best)} @ step {j.best_step}") if j.best is not None else ""
+                for j in jobs
+            ),
+        ],
+    ]
+    differ = set(result.params_differ)
+    keys = sorted({k for j in jobs for k in j.params})
+    params = [
+        [
+            f'<span class="{"differs" if k in differ else ""}">{e(k)}</span>',
+            *(e(json.dumps(j.params.get(k), default=str)) if k in j.params else "—" for j in jobs),
+        ]
+        for k in keys
+    ]
+    diff_rows = [
+        (
+            f"job {j.job_id}",
+            e(d.field),
+            f"<pre>{_json(d.first)}</pre>",
+            f"<pre>{_json(d.this)}</pre>",
+        )
+        for j in jobs[1:]
+        for d in j.differences
+    ]
+    no_prov = [j.job_id for j in jobs if j.provenance is None]
+    prov_note = (
+        f"<p>No provenance recorded for job {', '.join(map(str, no_prov))}.</p>" if no_prov else ""
+    )
+    return (
+        table(head, facts, cls="compare")
+        + "<h2>Curves</h2>"
+        + overlay_svg([(j.job_id, j.name, j.metric, j.curve) for j in jobs])
+        + "<h2>Parameters</h2>"
+        + (table(["parameter", *head[1:]], params, cls="compare") if params else "<p>None.</p>")
+        + f"<h2>Provenance differences from job {jobs[0].job_id}</h2>"
+        + prov_note
+        + (
+            table(["job", "field", f"job {jobs[0].job_id}", "this job"], diff_rows, cls="diffs")
+            if diff_rows
+            else "<p>None.</p>"
+        )
+    )
+
+
+def overlay_svg(curves: Sequence[tuple[int, str, str, Sequence[tuple[int, float]]]]) -> str:
+    """Each (job id, name, metric, points) as one polyline on shared axes, with a legend."""
+    pts = [p for _, _, _, c in curves for p in c]
+    if not pts:
+        return '<p id="overlay">No metric points yet.</p>'
+    W, H, L, B, T = 760, 300, 64, 28, 14
+    x0, x1 = min(p[0] for p in pts), max(p[0] for p in pts)
+    y0, y1 = min(p[1] for p in pts), max(p[1] for p in pts)
+
+    def sx(x: float) -> float:
+        return L + (W - L - 10) * ((x - x0) / (x1 - x0) if x1 > x0 else 0.5)
+
+    def sy(y: float) -> float:
+        return H - B - (H - B - T) * ((y - y0) / (y1 - y0) if y1 > y0 else 0.5)
+
+    parts = [
+        f'<line x1="{L}" y1="{H - B}" x2="{W - 10}" y2="{H - B}" class="axis"/>',
+        f'<line x1="{L}" y1="{T}" x2="{L}" y2="{H - B}" class="axis"/>',
+        f'<text x="2" y="{T + 8}" class="tick">{y1:.4g}</text>',
+        f'<text x="2" y="{H - B}" class="tick">{y0:.4g}</text>',
+        f'<text x="{L}" y="{H - 8}" class="tick">step {x0}</text>',
+        f'<text x="{W - 90}" y="{H - 8}" class="tick">step {x1}</text>',
+    ]
+    legend = []
+    for i, (job_id, name, metric, curve) in enumerate(curves):
+        colour = f"s{i % SERIES}"
+        if curve:
+            d = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in curve)
+            parts.append(
+                f'<polyline points="{d}" class="series {colour}" data-job="{job_id}">'
+                f"<title>{e(f'job {job_id} {name}: {metric}')}</title></polyline>"
+            )
+        legend.append(
+            f'<li><span class="swatch {colour}"></span>'
+            f"job {job_id} {e(name)} · {e(metric)}{'' if curve else ' (no points)'}</li>"
+        )
+    svg = (
+        f'<svg id="overlay" class="overlay" viewBox="0 0 {W} {H}" role="img" '
+        f'aria-label="metric curves overlaid">{"".join(parts)}</svg>'
+    )
+    return svg + f'<ul class="legend">{"".join(legend)}</ul>'
+
+
+# ---------------------------------------------------------------------------------- report
+def report_page(report: Any, markdown: str, hours: float) -> str:
+    """`nightshift report` as HTML: its headline lines (to_markdown's, as the terminal prints
+    them), failures by cause and the jobs table."""
+    head = markdown.split("## Jobs")[0]
+    items = [x.removeprefix("- ") for x in head.splitlines() if x.startswith("- ")]
+    choose = "".join(
+        f'<a href="/report?hours={h}"{" class=current" if h == hours else ""}>{h} h</a> '
+        for h in (12, 24, 72, 168)
+    )
+    causes = sorted(report.failures_by_cause.items(), key=lambda x: -x[1])
+    jobs = [
+        (
+            f'<a href="/jobs/{j.id}">{j.id}</a>',
+            e(j.name),
+            f'<span class="state {e(j.state)}">{e(j.state)}</span>',
+            e(j.attempts),
+            "" if j.final_metric is None else e(f"{j.metric} {j.final_metric:.4g}"),
+            e(j.reason),
+        )
+        for j in report.jobs
+    ]
+    return (
+        f'<p class="window">{e(when(report.since))} – {e(when(report.until))} UTC · {choose}</p>'
+        + '<ul id="headline">'
+        + "".join(f"<li>{e(x)}</li>" for x in items)
+        + "</ul>"
+        + (
+            "<h2>Failures by cause</h2>"
+            + table(["cause", "attempts"], [(e(c), e(n)) for c, n in causes], cls="causes")
+            if causes
+            else ""
+        )
+        + "<h2>Jobs</h2>"
+        + (
+            table(["id", "name", "state", "attempts", "final", "note"], jobs, cls="report")
+            if jobs
+            else "<p>No job in this window.</p>"
+        )
+    )
+
+
+# ---------------------------------------------------------------------------------- submit
+SUBMIT_FIELDS = ("name", "command", "spec", "gpus", "params", "when", "begin", "deadline")
+
+
+def submit_page(
+    values: dict[str, str], errors: dict[str, str], csrf: str, nonce: str, *, note: str = ""
+) -> str:
+    """The experiment form: a name and command, or a whole spec YAML; GPUs, parameters and when.
+    A field the server refused says why next to it, and every field keeps what was typed."""
+
+    def err(field: str) -> str:
+        msg = errors.get(field)
+        return f'<span class="error field-error" id="error-{field}">{e(msg)}</span>' if msg else ""
+
+    def text(field: str, label: str, hint: str = "", kind: str = "text") -> str:
+        return (
+            f'<label>{e(label)} <input type="{kind}" name="{field}" id="f-{field}" '
+            f'value="{e(values.get(field, ""))}" placeholder="{e(hint)}"></label>{err(field)}'
+        )
+
+    chosen = values.get("when") or "now"
+    whens = "".join(
+        f'<label class="radio"><input type="radio" name="when" value="{v}" id="when-{v}"'
+        f"{' checked' if chosen == v else ''}> {e(label)}</label>"
+        for v, label in (
+            ("now", "now"),
+            ("begin", "not before a time (the start time below)"),
+            ("cheap", "in cheap hours (cost_sensitive: waits for the tariff's cheap band)"),
+        )
+    )
+    top = (
+        f'<p class="error" role="alert" id="error-form">{e(errors["form"])}</p>'
+        if "form" in errors
+        else ""
+    )
+    return f"""{top}{f'<p class="banner" role="status">{e(note)}</p>' if note else ""}
+<form method="post" action="/submit" class="submit" id="submit-form">
+<input type="hidden" name="csrf" value="{e(csrf)}"><input type="hidden" name="nonce" value="{e(nonce)}">
+<fieldset><legend>What to run</legend>
+{text("name", "Name", "resnet-night")}
+{text("command", "Command", "python train.py --lr {lr}")}
+<p class="hint">An argv, split as a shell would split it but never run by one; {{name}} is a
+parameter. Or paste a whole spec instead:</p>
+<label>Spec YAML <textarea name="spec" id="f-spec" rows="8" cols="70">{e(values.get("spec", ""))}</textarea></label>{err("spec")}
+</fieldset>
+<fieldset><legend>How</legend>
+{text("gpus", "GPUs", "0", "number")}
+<label>Parameters <textarea name="params" id="f-params" rows="3" cols="40" placeholder="lr: 0.1">{e(values.get("params", ""))}</textarea></label>{err("params")}
+<p class="hint">YAML mapping: the spec's parameters (with a command) or overrides of them (with a spec).</p>
+</fieldset>
+<fieldset><legend>When</legend>{whens}{err("when")}
+{text("begin", "Start time", "07:00 or 2026-12-05T07:00")}
+{text("deadline", "Deadline", "HH:MM or an ISO date-time (optional)")}
+</fieldset>
+<button type="submit" id="btn-submit">Submit</button></form>"""
+
+
+# ---------------------------------------------------------------------------------- tariff
+def tariff_bands(
+    pieces: Sequence[tuple[datetime, datetime, float, str | None]],
+    prices: Sequence[float],
+    currency: str,
+    x: Any,
+    top: float,
+    height: float,
+) -> tuple[list[str], str]:
+    """Each tariff piece as a band behind the Gantt's bars, shaded by its price's rank among
+    the week's prices (cheapest lightest), and the legend naming each window and price."""
+    rank = {p: i for i, p in enumerate(sorted(set(prices)))}
+    levels = max(len(rank) - 1, 1)
+    bands: list[str] = []
+    seen: dict[str, int] = {}
+    for start, end, price, name in pieces:
+        level = round(3 * rank.get(price, 0) / levels)  # 0 cheapest … 3 dearest
+        label = f"{name or 'default'}: {price:g} {currency}/kWh"
+        seen.setdefault(label, level)
+        bands.append(
+            f'<rect x="{x(start):.1f}" y="{top}" width="{max(x(end) - x(start), 0.5):.1f}" '
+            f'height="{height}" class="band price-{level}"><title>{e(label)}</title></rect>'
+        )
+    legend = "".join(
+        f'<li><span class="swatch price-{level}"></span>{e(label)}</li>'
+        for label, level in sorted(seen.items(), key=lambda kv: kv[1])
+    )
+    return bands, f'<ul class="legend" id="tariff-legend">{legend}</ul>'

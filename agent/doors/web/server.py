@@ -11,7 +11,7 @@ cap on its open connections (a connection past it is answered 503 and closed bef
 read; `channels.callback_max_connections_per_peer`, `callback_max_connections` in all) and a token
 bucket on its requests to the callbacks (429 with Retry-After; `channels.callback_requests_per_s`,
 `callback_burst`); a body is bounded (413 past MAX_BODY, 411 without a Content-Length) and read
-within READ_TIMEOUT_S, as are a new connection's first request headers; no traceback reaches the
+within body.READ_TIMEOUT_S (body.py, as the dashboard's forms are), as are a new connection's first request headers; no traceback reaches the
 client or the terminal. A route's work (verifying, the store) runs in a worker thread, never on
 the event loop. The refusal tally's closed minutes are written twice a second and at `stop`.
 """
@@ -30,11 +30,13 @@ from typing import TYPE_CHECKING
 import uvicorn
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route as StarletteRoute
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from nightshift.agent.doors.web import body as bodies
+from nightshift.agent.doors.web.body import BodyRefused, bounded_body
 from nightshift.policies.refusal_tally import RateLimits, RefusalLog
 from nightshift.runtime.config import ChannelsSettings
 
@@ -43,7 +45,6 @@ if TYPE_CHECKING:
     from nightshift.agent.doors.web.metrics import Metrics
 
 MAX_BODY = 64 * 1024
-READ_TIMEOUT_S = 10.0
 BUSY = (
     b"HTTP/1.0 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\n"
     b"Connection: close\r\n\r\n"
@@ -207,15 +208,9 @@ class WebServer:
             body = b""
             if request.method == "POST":
                 try:
-                    length = int(request.headers.get("content-length", ""))
-                except ValueError:
-                    return _text(411, "a Content-Length is required", close=True)
-                if length < 0 or length > MAX_BODY:
-                    return _text(413, "too large", close=True)
-                try:
-                    body = await asyncio.wait_for(request.body(), READ_TIMEOUT_S)
-                except (TimeoutError, ClientDisconnect):
-                    return _text(408, "the body took too long", close=True)
+                    body = await bounded_body(request, MAX_BODY)
+                except BodyRefused as refused:
+                    return _text(refused.status, refused.text, close=True)
             address = request.client.host if request.client else ""
             forwarded = request.headers.get("x-forwarded-for")
             wait = await run_in_threadpool(self.rate_limited, path, address, forwarded)
@@ -280,7 +275,7 @@ def _protocol(server: WebServer) -> type[H11Protocol]:
                 return
             self._peer = peer
             super().connection_made(transport)
-            self._deadline = self.loop.call_later(READ_TIMEOUT_S, self._silent)
+            self._deadline = self.loop.call_later(bodies.READ_TIMEOUT_S, self._silent)
 
         def _silent(self) -> None:
             """A connection that sent no request line and headers in time is closed."""
