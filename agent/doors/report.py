@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
-from sqlmodel import select
+from sqlmodel import col, func, select
 
-from nightshift.runtime.spec import ExperimentSpec
+from nightshift.runtime.spec import ExperimentSpec, MetricSpec
 from nightshift.runtime.store.db import Attempt, AuditEvent, Job, MetricPoint, Store
 
 if TYPE_CHECKING:
@@ -48,6 +48,14 @@ class Report(BaseModel):
         description="Disk taken by nightshift's own copies of "
         "good checkpoints (runs/job-N/good-checkpoints/) of these jobs",
     )
+
+
+def metric_name(spec: dict[str, Any]) -> str:
+    """The metric a job's spec names: read from the stored spec (validated when it was
+    submitted), the default where it names none (one odd row does not stop a report; validating
+    a thousand specs again took half a second)."""
+    name = (spec.get("metrics") or {}).get("name") if isinstance(spec, dict) else None
+    return name if isinstance(name, str) and name else str(MetricSpec.model_fields["name"].default)
 
 
 def build_report(
@@ -89,15 +97,20 @@ def build_report(
                 )
             )
         )
-        finals: dict[int, float | None] = {}
-        for jid, job in jobs.items():
-            name = ExperimentSpec.model_validate(job.spec).metrics.name
-            row = s.exec(
-                select(MetricPoint.value)
-                .where(MetricPoint.job_id == jid, MetricPoint.name == name)
-                .order_by(MetricPoint.id.desc())
-            ).first()
-            finals[jid] = row
+        metric = {jid: metric_name(job.spec) for jid, job in jobs.items()}
+        newest = (
+            select(func.max(MetricPoint.id))
+            .where(col(MetricPoint.job_id).in_(job_ids))
+            .group_by(MetricPoint.job_id, MetricPoint.name)
+        )
+        finals: dict[int, float | None] = dict.fromkeys(jobs)
+        for jid, name, value in s.exec(
+            select(MetricPoint.job_id, MetricPoint.name, MetricPoint.value).where(
+                col(MetricPoint.id).in_(newest)
+            )
+        ):
+            if name == metric.get(jid):
+                finals[jid] = value
     per_job = Counter(a.job_id for a in atts)
     causes = Counter(
         (a.cause or a.outcome or "unknown")
@@ -125,7 +138,7 @@ def build_report(
             attempts=per_job.get(j.id, 0),
             reason=j.reason if j.state != "queued" else j.hold_reason,
             final_metric=finals[j.id],
-            metric=ExperimentSpec.model_validate(j.spec).metrics.name,
+            metric=metric[j.id],
         )
         for j in (jobs[i] for i in job_ids)
     ]
@@ -149,7 +162,7 @@ def build_report(
 def report_of(w: Wiring, since: datetime, until: datetime) -> Report:
     """The report of this installation: its store, its tariff's prices, the disk its kept
     checkpoints take."""
-    from nightshift.runtime.engine import job_paths
+    from nightshift.runtime.engine import job_workspace
     from nightshift.runtime.training import keeper
 
     cost_of, currency = w.energy_pricing()
@@ -160,7 +173,7 @@ def report_of(w: Wiring, since: datetime, until: datetime) -> Report:
         cost_of,
         currency,
         kept_bytes_of=lambda job: sum(
-            k["bytes"] for k in keeper.kept(job_paths(w.settings, job)["workspace"])
+            k["bytes"] for k in keeper.kept(job_workspace(w.settings, job.id))
         ),
     )
 
