@@ -2,7 +2,8 @@
 
 What a run holds: the job's parameters (once: MLflow's parameters never change); its metric
 points by step as the loop records them, in bounded batches; tags — `nightshift.job_id`, the
-store's instance, the job's name and owner (`mlflow.user`), and the newest attempt's provenance
+store's instance, the job's name and owner (`mlflow.user`), the job a reproduction reproduces
+(`nightshift.reproduces`), and the newest attempt's provenance
 (commit, dirty tree, image digest, seed, host, ... runtime/training/provenance.py's FIELDS);
 at the end the attempts' logs, the metrics file and the plots in the job's folder as artifacts;
 and the status: RUNNING while the job may still run, then FINISHED, FAILED or KILLED.
@@ -12,7 +13,9 @@ Idempotent across restarts and kill -9. The run id is kept with the job (store t
 tag `nightshift.job_id` (a daemon killed between the two finds the run it made). The last metric
 point MLflow acknowledged is the row's cursor, moved only after the acknowledgement; a batch sent
 again after a crash carries the same keys, values, steps and timestamps (a point's timestamp is
-its attempt's start: nightshift records no time per point), which MLflow's SQL store keeps once.
+the time the store keeps with it — the source's own, else when the loop read it — or, for a
+point recorded before nightshift kept one, its attempt's start), which MLflow's SQL store keeps
+once.
 
 An unreachable MLflow never stalls the loop and never fails a job: the mirror works in a thread
 of its own, a failure is noted once in the audit (`mlflow.unreachable`, `mlflow.recovered`,
@@ -48,6 +51,7 @@ from nightshift.runtime.training.mlflow_rest import (
 
 JOB_TAG = "nightshift.job_id"
 STORE_TAG = "nightshift.store"
+REPRODUCES_TAG = "nightshift.reproduces"
 # A job's MLflow status by its state; a failed job may still be retried (RUNNING again).
 STATUS = {
     JobState.SUCCEEDED: "FINISHED",
@@ -319,6 +323,8 @@ class Mirror:
         }
         if job.group:
             tags["nightshift.group"] = job.group
+        if job.reproduces is not None:
+            tags[REPRODUCES_TAG] = str(job.reproduces)
         if last is not None:
             tags["nightshift.attempt"] = str(last.number)
             if last.cause:
@@ -353,7 +359,10 @@ class Mirror:
                 .order_by(col(MetricPoint.id))
                 .limit(self.cfg.batch)
             )
-            got = [(p.id, p.name, p.step, p.value, started) for p, started in s.exec(q).all()]
+            got = [
+                (p.id, p.name, p.step, p.value, p.wall_time or started)
+                for p, started in s.exec(q).all()
+            ]
         if not got:
             return 0
         metrics = [
@@ -361,9 +370,9 @@ class Mirror:
                 "key": key(name),
                 "value": value if value is not None else "NaN",
                 "step": step,
-                "timestamp": ms(started),
+                "timestamp": ms(at),
             }
-            for _, name, step, value, started in got
+            for _, name, step, value, at in got
         ]
         self.client.log_batch(row.run_id, metrics=metrics)
         self._save(row.job_id, metric_cursor=int(got[-1][0] or 0))
