@@ -124,6 +124,14 @@ def _expected(db: Path, job_id: int, name: str = "loss") -> Counter:
     return Counter((s, v) for s, v, _ in set(_store_timed(db, job_id, name)))
 
 
+def _artifact(url: str, run: dict, path: str) -> bytes:
+    """An artifact's bytes, as MLflow's own artifact proxy serves them."""
+    root = run["info"]["artifact_uri"].removeprefix("mlflow-artifacts:").lstrip("/")
+    r = httpx.get(f"{url}/api/2.0/mlflow-artifacts/artifacts/{root}/{path}", trust_env=False)
+    assert r.status_code == 200, r.text
+    return r.content
+
+
 def _history(client: MlflowClient, run_id: str, key: str = "loss") -> list[tuple[int, float]]:
     return [(s, v) for s, v, _ in _timed_history(client, run_id, key)]
 
@@ -168,6 +176,11 @@ def test_a_job_run_to_the_end_is_an_mlflow_run(home, tmp_path, mlflow_server):
     assert logs == {"logs/attempt-1.log", "logs/attempt-2.log"}
     metrics = {f["path"] for f in client.list_artifacts(run["info"]["run_id"], "metrics")}
     assert metrics == {"metrics/metrics.jsonl"}
+    # the program draws nothing; the mirror's own plot of the curves is there, a real PNG
+    plots = {f["path"] for f in client.list_artifacts(run["info"]["run_id"], "plots")}
+    assert plots == {"plots/nightshift-curves.png"}
+    png = _artifact(mlflow_server.url, run, "plots/nightshift-curves.png")
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     audit = nightshift("audit", "verify")
     assert audit.returncode == 0, audit.stdout + audit.stderr
 
@@ -363,7 +376,7 @@ def test_names_mlflow_refuses_are_mended_and_a_new_server_gets_a_run_of_its_own(
         _ms(started.fetchone()[0])
     }
     plots = {f["path"] for f in client.list_artifacts(run["info"]["run_id"], "plots")}
-    assert plots == {"plots/curve.png"}
+    assert plots == {"plots/curve.png", "plots/nightshift-curves.png"}
 
     with mlflow_served(tmp_path / "other") as other:
         monkeypatch.setenv("NIGHTSHIFT_TRACKING__MLFLOW__URI", other.url)

@@ -5,7 +5,8 @@ points by step as the loop records them, in bounded batches; tags — `nightshif
 store's instance, the job's name and owner (`mlflow.user`), the job a reproduction reproduces
 (`nightshift.reproduces`), and the newest attempt's provenance
 (commit, dirty tree, image digest, seed, host, ... runtime/training/provenance.py's FIELDS);
-at the end the attempts' logs, the metrics file and the plots in the job's folder as artifacts;
+at the end the attempts' logs, the metrics file, the plots in the job's folder and a plot of the
+job's metric curves that the mirror draws (plots/nightshift-curves.png) as artifacts;
 and the status: RUNNING while the job may still run, then FINISHED, FAILED or KILLED.
 
 Idempotent across restarts and kill -9. The run id is kept with the job (store table
@@ -41,7 +42,7 @@ from nightshift.runtime.config import Settings
 from nightshift.runtime.scheduling.backoff import Backoff
 from nightshift.runtime.store.db import Attempt, Job, MetricPoint, MlflowRun, Store, utcnow
 from nightshift.runtime.store.lifecycle import JobState
-from nightshift.runtime.training import job_files, provenance
+from nightshift.runtime.training import job_files, metric_plot, provenance
 from nightshift.runtime.training.mlflow_rest import (
     MlflowClient,
     MlflowError,
@@ -60,6 +61,7 @@ STATUS = {
 }
 TERMINAL = tuple(STATUS)
 PLOTS = (".png", ".svg", ".jpg", ".jpeg", ".html")
+CURVES = "plots/nightshift-curves.png"  # the job's metric curves, drawn by the mirror
 JOBS_PER_PASS = 200
 # Waits after a failed sync: 2 s, 4 s, ... 5 min.
 RETRY = Backoff(base_s=2.0, factor=2.0, cap_s=300.0, jitter_frac=0.0)
@@ -419,7 +421,25 @@ class Mirror:
                 continue
             self.client.upload_artifact(run, name, data)
             sent += 1
+        curves = self._curves(job)
+        if curves is not None:
+            self.client.upload_artifact(run, CURVES, curves)
+            sent += 1
         return sent
+
+    def _curves(self, job: Job) -> bytes | None:
+        """The job's metric curves as the store holds them, drawn (runtime/training/
+        metric_plot.py): the run's plot even when the program draws none."""
+        with self.store.session() as s:
+            q = (
+                select(Attempt.number, MetricPoint.name, MetricPoint.step, MetricPoint.value)
+                .join(Attempt, col(Attempt.id) == col(MetricPoint.attempt_id))
+                .where(MetricPoint.job_id == job.id)
+                .order_by(col(MetricPoint.id))
+            )
+            rows = s.exec(q).all()
+        first = (job.spec.get("metrics") or {}).get("name") if isinstance(job.spec, dict) else None
+        return metric_plot.curves_png(rows, title=f"{job.name} (job {job.id})", first=first)
 
     # ------------------------------------------------------------------ a launch
     def env_for(self, job_id: int | None) -> dict[str, str]:
