@@ -533,3 +533,31 @@ def test_a_dirty_run_and_its_reproduction_are_two_runs_on_the_mlflow_server(
         # the same curve (the program is deterministic under its seed), written at other times
         assert [(s, v) for s, v, _ in histories["2"]] == [(s, v) for s, v, _ in histories["1"]]
         assert histories["2"][0][2] > histories["1"][-1][2]
+
+
+def test_a_learning_rate_a_recovery_lowered_is_tagged_on_the_run(home, tmp_path, mlflow_server):
+    """NaN at step 70 while lr > 0.006: the recovery resumes with a lower lr. MLflow's parameters
+    never change, so the run keeps lr 0.01 as first logged, and its tags say what the newest
+    attempt ran with (`nightshift.last_attempt.param.*`)."""
+    spec = write_spec(
+        tmp_path,
+        steps=120,
+        env={
+            "NIGHTSHIFT_FAULT_NAN_AT_STEP": "70",
+            "NIGHTSHIFT_FAULT_NAN_ABOVE_LR": "0.006",
+            "NIGHTSHIFT_EXAMPLE_STEP_SLEEP_S": "0.02",  # the mirror sees the first attempt run
+        },
+    )
+    res = nightshift("run", str(_goal(tmp_path, spec)), env=_env(mlflow_server, "lowered"))
+    assert res.returncode == 0, res.stdout + res.stderr
+    db = sqlite3.connect(home / "nightshift.db")
+    ran = [json.loads(p) for (p,) in db.execute("select params from attempt order by number")]
+    assert len(ran) >= 2 and ran[0]["lr"] == 0.01 and ran[-1]["lr"] <= 0.006
+    (run,) = _runs(MlflowClient(mlflow_server.url), "lowered", 1)
+    assert run["info"]["status"] == "FINISHED"
+    assert _params(run)["lr"] == "0.01"
+    tags = _tags(run)
+    assert tags["nightshift.last_attempt.param.lr"] == str(ran[-1]["lr"])
+    assert {k for k in tags if k.startswith("nightshift.last_attempt.param.")} == {
+        f"nightshift.last_attempt.param.{k}" for k in ran[-1]
+    }

@@ -1,6 +1,7 @@
 """Each job mirrored as an MLflow run, off the loop's tick (`tracking.mlflow.uri`).
 
-What a run holds: the job's parameters (once: MLflow's parameters never change); its metric
+What a run holds: the job's parameters (once: MLflow's parameters never change; when a recovery
+changed them, the newest attempt's as tags `nightshift.last_attempt.param.<key>`); its metric
 points by step as the loop records them, in bounded batches; tags — `nightshift.job_id`, the
 store's instance, the job's name and owner (`mlflow.user`), the job a reproduction reproduces
 (`nightshift.reproduces`), and the newest attempt's provenance
@@ -44,6 +45,7 @@ from nightshift.runtime.store.db import Attempt, Job, MetricPoint, MlflowRun, St
 from nightshift.runtime.store.lifecycle import JobState
 from nightshift.runtime.training import job_files, metric_plot, provenance
 from nightshift.runtime.training.mlflow_rest import (
+    MAX_PARAM_VALUE,
     MlflowClient,
     MlflowError,
     MlflowRefused,
@@ -53,6 +55,7 @@ from nightshift.runtime.training.mlflow_rest import (
 JOB_TAG = "nightshift.job_id"
 STORE_TAG = "nightshift.store"
 REPRODUCES_TAG = "nightshift.reproduces"
+LAST_PARAM_TAG = "nightshift.last_attempt.param."  # + a parameter a recovery changed
 # A job's MLflow status by its state; a failed job may still be retried (RUNNING again).
 STATUS = {
     JobState.SUCCEEDED: "FINISHED",
@@ -237,7 +240,10 @@ class Mirror:
         if status != row.status:
             attempts = self._attempts(job_id)
             last = attempts[-1] if attempts else None
-            self.client.log_batch(row.run_id, tags=self._tags(job, last))
+            tags = self._tags(job, last)
+            if last is not None and len(attempts) > 1:
+                tags.update(self._params_now(row, last))
+            self.client.log_batch(row.run_id, tags=tags)
             if status != "RUNNING" and last is not None and row.artifacts_attempt != last.id:
                 done.artifacts += self._upload(job, attempts, row)
                 row = self._save(job_id, artifacts_attempt=last.id)
@@ -341,6 +347,17 @@ class Mirror:
                 if commit:
                     tags["mlflow.source.git.commit"] = str(commit)
         return tags
+
+    def _params_now(self, row: MlflowRun, last: Attempt) -> dict[str, str]:
+        """MLflow's parameters never change, and a recovery may change a job's (a lower learning
+        rate for its next attempt): when the newest attempt ran with others than the run's
+        parameters, every parameter it ran with as a tag `nightshift.last_attempt.param.<key>`."""
+        ran = {key(k): _text(v) for k, v in (last.params or {}).items()}
+        run = self.client.get_run(row.run_id)
+        logged = {p["key"]: p["value"] for p in run.get("data", {}).get("params") or []}
+        if all(logged.get(k, v[:MAX_PARAM_VALUE]) == v[:MAX_PARAM_VALUE] for k, v in ran.items()):
+            return {}
+        return {f"{LAST_PARAM_TAG}{k}"[:250]: v for k, v in sorted(ran.items())}
 
     # ------------------------------------------------------------------ metrics
     def _pending_points(self, row: MlflowRun) -> int:
