@@ -456,7 +456,10 @@ class Mirror:
             )
             rows = s.exec(q).all()
         first = (job.spec.get("metrics") or {}).get("name") if isinstance(job.spec, dict) else None
-        return metric_plot.curves_png(rows, title=f"{job.name} (job {job.id})", first=first)
+        try:
+            return metric_plot.curves_png(rows, title=f"{job.name} (job {job.id})", first=first)
+        except Exception:  # noqa: BLE001  # a plot that cannot be drawn never holds the run back
+            return None
 
     # ------------------------------------------------------------------ a launch
     def env_for(self, job_id: int | None) -> dict[str, str]:
