@@ -533,6 +533,8 @@ def test_a_dirty_run_and_its_reproduction_are_two_runs_on_the_mlflow_server(
         # the same curve (the program is deterministic under its seed), written at other times
         assert [(s, v) for s, v, _ in histories["2"]] == [(s, v) for s, v, _ in histories["1"]]
         assert histories["2"][0][2] > histories["1"][-1][2]
+    audit = nightshift("audit", "verify")  # the new job row, `reproduces` and all, is bound
+    assert audit.returncode == 0, audit.stdout + audit.stderr
 
 
 def test_a_learning_rate_a_recovery_lowered_is_tagged_on_the_run(home, tmp_path, mlflow_server):
