@@ -5,8 +5,8 @@
 A temporary NIGHTSHIFT_HOME holds one ended job per size with N `loss` points (written straight
 into the store, as the loop records them); the mirror (runtime/training/mlflow_mirror.py, its
 default `batch` of 5,000 points per job and pass) then makes each job's MLflow run — parameters,
-tags, every point, the log as an artifact, FINISHED — timed from the first pass to the pass that
-leaves the job whole. Also timed: a pass with nothing to do, and what a launch waits for its
+tags, every point (each at its own time), the log and the curves' plot as artifacts, FINISHED —
+timed from the first pass to the pass that leaves the job whole. Also timed: a pass with nothing to do, and what a launch waits for its
 job's run id (`env_for`) when the run exists, and when MLflow is down (a closed port).
 
 The server is a real `mlflow server` on 127.0.0.1 (SQLite backend, one worker, job execution
@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -94,8 +95,16 @@ def _jobs(w: Any, sizes: list[int]) -> list[int]:
             att.outcome, att.ended_at = "succeeded", utcnow()
             s.add(att)
             s.flush()
-            s.add_all(
-                MetricPoint(attempt_id=att.id, job_id=job.id, step=i, name="loss", value=1 / i)
+            start = att.started_at
+            s.add_all(  # read by the loop ten a second, each point at its own time
+                MetricPoint(
+                    attempt_id=att.id,
+                    job_id=job.id,
+                    step=i,
+                    name="loss",
+                    value=1 / i,
+                    wall_time=start + timedelta(milliseconds=100 * i),
+                )
                 for i in range(1, n + 1)
             )
             ids.append(int(job.id))  # type: ignore[arg-type]

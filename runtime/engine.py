@@ -91,6 +91,15 @@ def metric_roots(paths: dict[str, Path]) -> list[Path]:
     return [ws] if ckpt.is_relative_to(ws) else [ws, ckpt]
 
 
+def _utc(seconds: float, fallback: datetime) -> datetime:
+    """A source's own time (seconds since the epoch) as the store keeps times, naive UTC; the
+    read time when it cannot be one."""
+    try:
+        return datetime.fromtimestamp(seconds, UTC).replace(tzinfo=None)
+    except (OverflowError, OSError, ValueError):
+        return fallback
+
+
 class Engine:
     def __init__(
         self,
@@ -946,6 +955,7 @@ class Engine:
                 step=p.step,
                 name=p.name,
                 value=p.value if math.isfinite(p.value) else None,
+                wall_time=now if p.wall_time is None else _utc(p.wall_time, now),
             )
             for p in got.points
         ]

@@ -264,7 +264,7 @@ def _queue(
 
     sub = SubmitJobInput(spec=spec, priority=job.priority)
     new, parsed = build_job(ctx, sub, ctx.call_id)
-    row = job_row(new)
+    row = {**job_row(new), "reproduces": job.id}
     result = ReproduceJobResult(
         job_id=0,
         name=parsed.name,

@@ -6,6 +6,7 @@ backend store."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -13,9 +14,11 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import httpx
 import pytest
 import yaml
 
@@ -99,19 +102,47 @@ def _store_points(db: Path, job_id: int, name: str = "loss") -> list[tuple[int, 
     return [(int(s), float(v)) for s, v in rows]
 
 
-def _expected(db: Path, job_id: int, name: str = "loss") -> Counter:
-    """The store's points as MLflow keeps them: each (attempt, step, value) once — a point that
-    an attempt logged twice, identical (the quickstart logs its last step again), is one point
-    there, while the overlapping steps of two attempts are both kept."""
+def _store_timed(db: Path, job_id: int, name: str = "loss") -> list[tuple[int, float, int]]:
+    """The store's points with the time the mirror sends for each: its own, else (a point from
+    before 0019) its attempt's start, in MLflow's milliseconds."""
     rows = sqlite3.connect(db).execute(
-        "select distinct attempt_id, step, value from metricpoint where job_id=? and name=?",
+        "select p.step, p.value, coalesce(p.wall_time, a.started_at) from metricpoint p "
+        "join attempt a on a.id = p.attempt_id where p.job_id=? and p.name=? order by p.id",
         (job_id, name),
     )
-    return Counter((int(s), float(v)) for _, s, v in rows)
+    return [(int(s), float(v), _ms(t)) for s, v, t in rows]
+
+
+def _ms(stored: str) -> int:
+    return int(datetime.fromisoformat(stored).replace(tzinfo=UTC).timestamp() * 1000)
+
+
+def _expected(db: Path, job_id: int, name: str = "loss") -> Counter:
+    """The store's points as MLflow keeps them: each (step, value, time) once — a point logged
+    twice, identical, and read in one tick is one point there (the quickstart logs its last step
+    again), while the overlapping steps of two attempts, read at other times, are both kept."""
+    return Counter((s, v) for s, v, _ in set(_store_timed(db, job_id, name)))
+
+
+def _artifact(url: str, run: dict, path: str) -> bytes:
+    """An artifact's bytes, as MLflow's own artifact proxy serves them."""
+    root = run["info"]["artifact_uri"].removeprefix("mlflow-artifacts:").lstrip("/")
+    r = httpx.get(f"{url}/api/2.0/mlflow-artifacts/artifacts/{root}/{path}", trust_env=False)
+    assert r.status_code == 200, r.text
+    return r.content
 
 
 def _history(client: MlflowClient, run_id: str, key: str = "loss") -> list[tuple[int, float]]:
-    return [(int(m["step"]), float(m["value"])) for m in client.metric_history(run_id, key)]
+    return [(s, v) for s, v, _ in _timed_history(client, run_id, key)]
+
+
+def _timed_history(
+    client: MlflowClient, run_id: str, key: str = "loss"
+) -> list[tuple[int, float, int]]:
+    return [
+        (int(m["step"]), float(m["value"]), int(m["timestamp"]))
+        for m in client.metric_history(run_id, key)
+    ]
 
 
 def test_a_job_run_to_the_end_is_an_mlflow_run(home, tmp_path, mlflow_server):
@@ -145,6 +176,11 @@ def test_a_job_run_to_the_end_is_an_mlflow_run(home, tmp_path, mlflow_server):
     assert logs == {"logs/attempt-1.log", "logs/attempt-2.log"}
     metrics = {f["path"] for f in client.list_artifacts(run["info"]["run_id"], "metrics")}
     assert metrics == {"metrics/metrics.jsonl"}
+    # the program draws nothing; the mirror's own plot of the curves is there, a real PNG
+    plots = {f["path"] for f in client.list_artifacts(run["info"]["run_id"], "plots")}
+    assert plots == {"plots/nightshift-curves.png"}
+    png = _artifact(mlflow_server.url, run, "plots/nightshift-curves.png")
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     audit = nightshift("audit", "verify")
     assert audit.returncode == 0, audit.stdout + audit.stderr
 
@@ -223,6 +259,12 @@ def test_a_daemon_killed_and_restarted_neither_makes_a_second_run_nor_sends_a_po
     stored = _store_points(db, 1)
     assert [s for s, _ in stored] == list(range(1, 121))
     assert Counter(_history(client, run_id)) == Counter(stored) == _expected(db, 1)
+    # Each point at the time the loop read it (not all at the attempt's start), the same time
+    # when it was sent again after the restart: MLflow kept it once.
+    timed = _store_timed(db, 1)
+    assert Counter(_timed_history(client, run_id)) == Counter(timed)
+    assert len({t for *_, t in timed}) > 1
+    assert [t for *_, t in timed] == sorted(t for *_, t in timed)
 
 
 def test_an_unreachable_mlflow_fails_no_job_and_the_mirror_catches_up(
@@ -326,8 +368,15 @@ def test_names_mlflow_refuses_are_mended_and_a_new_server_gets_a_run_of_its_own(
     (run,) = _runs(client, "names", job_id)
     assert _params(run)["a_b"] == "1"
     assert _history(client, run["info"]["run_id"], "acc_1") == [(1, 0.5), (2, 0.75)]
+    # points with no time of their own (recorded before 0019) are sent at their attempt's start
+    started = sqlite3.connect(home / "nightshift.db").execute(
+        "select started_at from attempt where job_id = ?", (job_id,)
+    )
+    assert {t for *_, t in _timed_history(client, run["info"]["run_id"], "acc_1")} == {
+        _ms(started.fetchone()[0])
+    }
     plots = {f["path"] for f in client.list_artifacts(run["info"]["run_id"], "plots")}
-    assert plots == {"plots/curve.png"}
+    assert plots == {"plots/curve.png", "plots/nightshift-curves.png"}
 
     with mlflow_served(tmp_path / "other") as other:
         monkeypatch.setenv("NIGHTSHIFT_TRACKING__MLFLOW__URI", other.url)
@@ -355,3 +404,162 @@ def test_the_cost_eval_mirrors_a_job_and_times_a_launch(tmp_path, mlflow_server,
     assert rows["mirror a job", "1,000 points"]["passes"] == "1"
     assert float(rows["mirror a job", "1,000 points"]["ms"]) > 0
     assert float(rows["launch env", "MLflow down (closed port)"]["ms"]) < 2500
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+
+
+def _rest(http: httpx.Client, method: str, name: str, **kw) -> dict:
+    r = http.request(method, f"/api/2.0/mlflow/{name}", **kw)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_a_dirty_run_and_its_reproduction_are_two_runs_on_the_mlflow_server(
+    home, tmp_path, mlflow_server
+):
+    """Done means (issue 30), the MLflow part: a job trained from a dirty git tree, then
+    reproduce_job of it from a worktree of its commit with the kept diff applied, both to the
+    end. MLflow's own REST API (asked directly, not through nightshift) shows two FINISHED runs,
+    each with its loss history by step at the times the program wrote in its lines (its `time`
+    field, not a metric), both tagged with the commit and the dirty tree, the reproduction with
+    the job it reproduces."""
+    from test_provenance import PROGRAM
+
+    timed = PROGRAM.replace("import argparse,", "import time, argparse,").replace(
+        '{"step": step, "loss": loss}', '{"step": step, "loss": loss, "time": time.time()}'
+    )
+    assert timed.count("time.time()") == 1 and "import time," in timed
+    repo = tmp_path / "code"
+    repo.mkdir()
+    (repo / "train.py").write_text(timed)
+    (repo / "data.txt").write_text("a b c\n")
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "tiny")
+    commit = _git(repo, "rev-parse", "HEAD").strip()
+    (repo / "train.py").write_text(timed.replace("SCALE = 1.0", "SCALE = 2.0"))  # uncommitted
+    spec = tmp_path / "tiny.yaml"
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "tiny",
+                "code": {"path": str(repo)},
+                "command": ["{python}", "train.py", "--seed", "{seed}", "--steps", "{steps}"]
+                + ["--metrics-file", "{metrics_file}"],
+                "parameters": {"seed": 7, "steps": 40},
+                "resources": {"gpus": 0},
+                "metrics": {"file": "metrics.jsonl", "name": "loss", "mode": "min"},
+                "seed": 7,
+                "retries": 0,
+            }
+        )
+    )
+    env = _env(mlflow_server, "reproduced")
+    res = nightshift("run", str(_goal(tmp_path, spec)), env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    _git(repo, "checkout", "--", "train.py")  # clean again: only the kept diff brings it back
+    again = tmp_path / "again.yaml"
+    again.write_text(
+        yaml.safe_dump(
+            {
+                "name": "again",
+                "steps": [
+                    {"id": "r", "skill": "reproduce_job", "args": {"job_id": 1}},
+                    {"watch": "${r.job_id}"},
+                ],
+            }
+        )
+    )
+    res = nightshift("run", str(again), env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    db = sqlite3.connect(home / "nightshift.db")
+    assert dict(db.execute("select id, state from job")) == {1: "succeeded", 2: "succeeded"}
+
+    with httpx.Client(base_url=mlflow_server.url, trust_env=False, timeout=30) as http:
+        got = _rest(
+            http, "GET", "experiments/get-by-name", params={"experiment_name": "reproduced"}
+        )
+        found = _rest(
+            http,
+            "POST",
+            "runs/search",
+            json={"experiment_ids": [got["experiment"]["experiment_id"]], "max_results": 10},
+        )
+        runs = {_tags(r)["nightshift.job_id"]: r for r in found["runs"]}
+        assert sorted(runs) == ["1", "2"] and len(found["runs"]) == 2
+        histories = {}
+        for job_id, run in runs.items():
+            tags = _tags(run)
+            assert run["info"]["status"] == "FINISHED"
+            assert tags["nightshift.provenance.commit"] == commit
+            assert tags["mlflow.source.git.commit"] == commit
+            assert tags["nightshift.provenance.dirty_tree"] == "True"
+            assert {m["key"] for m in run["data"]["metrics"]} == {"loss"}  # `time` is no metric
+            history = _rest(
+                http,
+                "GET",
+                "metrics/get-history",
+                params={"run_id": run["info"]["run_id"], "metric_key": "loss"},
+            )["metrics"]
+            lines = [
+                json.loads(line)
+                for line in (home / "runs" / f"job-{job_id}" / "metrics.jsonl")
+                .read_text()
+                .splitlines()
+            ]
+            written = [
+                (
+                    x["step"],
+                    x["loss"],
+                    int(datetime.fromtimestamp(x["time"], UTC).timestamp() * 1000),
+                )
+                for x in lines
+            ]
+            assert sorted((m["step"], m["value"], int(m["timestamp"])) for m in history) == written
+            histories[job_id] = written
+        assert _tags(runs["2"])["nightshift.reproduces"] == "1"
+        assert "nightshift.reproduces" not in _tags(runs["1"])
+        assert (
+            _tags(runs["2"])["nightshift.provenance.diff"]
+            == _tags(runs["1"])["nightshift.provenance.diff"]
+        )
+        # the same curve (the program is deterministic under its seed), written at other times
+        assert [(s, v) for s, v, _ in histories["2"]] == [(s, v) for s, v, _ in histories["1"]]
+        assert histories["2"][0][2] > histories["1"][-1][2]
+    audit = nightshift("audit", "verify")  # the new job row, `reproduces` and all, is bound
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+
+
+def test_a_learning_rate_a_recovery_lowered_is_tagged_on_the_run(home, tmp_path, mlflow_server):
+    """NaN at step 70 while lr > 0.006: the recovery resumes with a lower lr. MLflow's parameters
+    never change, so the run keeps lr 0.01 as first logged, and its tags say what the newest
+    attempt ran with (`nightshift.last_attempt.param.*`)."""
+    spec = write_spec(
+        tmp_path,
+        steps=120,
+        env={
+            "NIGHTSHIFT_FAULT_NAN_AT_STEP": "70",
+            "NIGHTSHIFT_FAULT_NAN_ABOVE_LR": "0.006",
+            "NIGHTSHIFT_EXAMPLE_STEP_SLEEP_S": "0.02",  # the mirror sees the first attempt run
+        },
+    )
+    res = nightshift("run", str(_goal(tmp_path, spec)), env=_env(mlflow_server, "lowered"))
+    assert res.returncode == 0, res.stdout + res.stderr
+    db = sqlite3.connect(home / "nightshift.db")
+    ran = [json.loads(p) for (p,) in db.execute("select params from attempt order by number")]
+    assert len(ran) >= 2 and ran[0]["lr"] == 0.01 and ran[-1]["lr"] <= 0.006
+    (run,) = _runs(MlflowClient(mlflow_server.url), "lowered", 1)
+    assert run["info"]["status"] == "FINISHED"
+    assert _params(run)["lr"] == "0.01"
+    tags = _tags(run)
+    assert tags["nightshift.last_attempt.param.lr"] == str(ran[-1]["lr"])
+    assert {k for k in tags if k.startswith("nightshift.last_attempt.param.")} == {
+        f"nightshift.last_attempt.param.{k}" for k in ran[-1]
+    }

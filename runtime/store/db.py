@@ -98,6 +98,8 @@ class Job(SQLModel, table=True):
     hold_reason: str | None = None  # why a queued job waits, as of the loop's last tick
     submitted_by_call: str | None = Field(default=None, unique=True)
     reason: str | None = None
+    # The job a reproduce_job call queued this one from; None for any other job (and before 0019).
+    reproduces: int | None = None
     created_at: NaiveDatetime = Field(default_factory=utcnow)
     updated_at: NaiveDatetime = Field(default_factory=utcnow)
 
@@ -174,6 +176,9 @@ class MetricPoint(SQLModel, table=True):
     step: int
     name: str
     value: float | None
+    # When the point was made: the source's own time where it has one (a TensorBoard event's
+    # wall_time, a JSONL line's `time`), else when the loop read it; None before 0019.
+    wall_time: NaiveDatetime | None = None
 
 
 class CheckpointRecord(SQLModel, table=True):

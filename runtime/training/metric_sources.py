@@ -21,6 +21,12 @@ a changed header is noticed and the rows already read are skipped. `trainer_stat
 rewritten at every save: entries past the steps already read are taken. `nan`, `inf` and `-inf`
 are values like any other (the divergence rule needs them). Text read is data, never instructions.
 
+A point carries the source's own time where the source has one: a TensorBoard event's
+`wall_time`, and a JSONL line's `time` or `timestamp` when it reads as a moment (seconds or
+milliseconds since the epoch, after 2000, or an ISO 8601 text; a naive one is local time) — that
+field is then the line's time, not a metric; one that does not (`"time": 0.23`, a step's
+duration) stays a metric as before.
+
 The first search root is the job's folder (engine.metric_roots puts it first). Every file in it is
 opened through runtime/training/job_files.py, no link followed: in a shared install the folder is
 the submitter's and the daemon reading it is root, so a `metrics.jsonl -> /etc/shadow` the job
@@ -37,6 +43,7 @@ import time
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +52,9 @@ from nightshift.runtime.spec import MetricSpec
 from nightshift.runtime.training import job_files
 from nightshift.runtime.user_regex import PatternError, compile_pattern
 
+# A JSONL line's own time, in this order (TensorBoard events carry theirs as wall_time).
+TIME_KEYS = ("time", "timestamp")
+EPOCH_2000 = 946_684_800.0  # seconds: a time field before this is a duration, not a moment
 MAX_READ = 8 * 1024 * 1024  # bytes read from one file in one tick
 MATCH_BUDGET_S = 0.5  # time one tick spends matching one log's new lines; the rest waits
 MAX_LINE = (
@@ -66,6 +76,9 @@ class Point:
     name: str
     value: float
     where: str | None = None  # file and line or record, for evidence
+    # The source's own time for the point, in seconds since the epoch (a TensorBoard event's
+    # wall_time, a JSONL line's `time`/`timestamp`); None where the source has none.
+    wall_time: float | None = None
 
 
 @dataclass
@@ -328,12 +341,34 @@ def _from_jsonl(path: Path, state: dict[str, Any]) -> list[Point]:
             continue  # a torn or foreign line is data we skip
         if not isinstance(rec, dict) or type(rec.get("step")) is not int:
             continue
+        time_key = next((k for k in TIME_KEYS if wall_time(rec.get(k)) is not None), None)
+        when = wall_time(rec[time_key]) if time_key else None
         for key, value in rec.items():
-            if key != "step" and type(value) in (int, float):
+            if key not in ("step", time_key) and type(value) in (int, float):
                 points.append(
-                    Point(rec["step"], key, float(value), f"{path.name} line {state['line']}")
+                    Point(rec["step"], key, float(value), f"{path.name} line {state['line']}", when)
                 )
     return points
+
+
+def wall_time(value: Any) -> float | None:
+    """A JSONL line's time field as seconds since the epoch, or None when it is not a moment:
+    a number of seconds or milliseconds after 2000 (`time.time()`, `Date.now()`), or an ISO 8601
+    text (`datetime.now().isoformat()`: a naive one is local time, as Python reads it)."""
+    if type(value) in (int, float):
+        v = float(value)
+        if EPOCH_2000 <= v < EPOCH_2000 * 100:
+            return v
+        if EPOCH_2000 * 1000 <= v < EPOCH_2000 * 100_000:
+            return v / 1000
+        return None
+    if isinstance(value, str) and 10 <= len(value) <= 40:
+        try:
+            t = datetime.fromisoformat(value.strip())
+        except ValueError:
+            return None
+        return t.timestamp() if t.year >= 2000 else None
+    return None
 
 
 def _from_csv(path: Path, state: dict[str, Any]) -> list[Point]:
@@ -441,7 +476,9 @@ def _from_tensorboard(path: Path, state: dict[str, Any]) -> list[Point]:
                     value = float(arr.reshape(-1)[0])
                 else:
                     continue
-                points.append(Point(int(event.step), v.tag, value, f"{path.name}"))
+                points.append(
+                    Point(int(event.step), v.tag, value, f"{path.name}", event.wall_time or None)
+                )
     finally:
         reader.file_handle.close()
     state["offset"] = offset

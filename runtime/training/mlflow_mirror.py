@@ -1,10 +1,13 @@
 """Each job mirrored as an MLflow run, off the loop's tick (`tracking.mlflow.uri`).
 
-What a run holds: the job's parameters (once: MLflow's parameters never change); its metric
+What a run holds: the job's parameters (once: MLflow's parameters never change; when a recovery
+changed them, the newest attempt's as tags `nightshift.last_attempt.param.<key>`); its metric
 points by step as the loop records them, in bounded batches; tags — `nightshift.job_id`, the
-store's instance, the job's name and owner (`mlflow.user`), and the newest attempt's provenance
+store's instance, the job's name and owner (`mlflow.user`), the job a reproduction reproduces
+(`nightshift.reproduces`), and the newest attempt's provenance
 (commit, dirty tree, image digest, seed, host, ... runtime/training/provenance.py's FIELDS);
-at the end the attempts' logs, the metrics file and the plots in the job's folder as artifacts;
+at the end the attempts' logs, the metrics file, the plots in the job's folder and a plot of the
+job's metric curves that the mirror draws (plots/nightshift-curves.png) as artifacts;
 and the status: RUNNING while the job may still run, then FINISHED, FAILED or KILLED.
 
 Idempotent across restarts and kill -9. The run id is kept with the job (store table
@@ -12,7 +15,9 @@ Idempotent across restarts and kill -9. The run id is kept with the job (store t
 tag `nightshift.job_id` (a daemon killed between the two finds the run it made). The last metric
 point MLflow acknowledged is the row's cursor, moved only after the acknowledgement; a batch sent
 again after a crash carries the same keys, values, steps and timestamps (a point's timestamp is
-its attempt's start: nightshift records no time per point), which MLflow's SQL store keeps once.
+the time the store keeps with it — the source's own, else when the loop read it — or, for a
+point recorded before nightshift kept one, its attempt's start), which MLflow's SQL store keeps
+once.
 
 An unreachable MLflow never stalls the loop and never fails a job: the mirror works in a thread
 of its own, a failure is noted once in the audit (`mlflow.unreachable`, `mlflow.recovered`,
@@ -38,8 +43,9 @@ from nightshift.runtime.config import Settings
 from nightshift.runtime.scheduling.backoff import Backoff
 from nightshift.runtime.store.db import Attempt, Job, MetricPoint, MlflowRun, Store, utcnow
 from nightshift.runtime.store.lifecycle import JobState
-from nightshift.runtime.training import job_files, provenance
+from nightshift.runtime.training import job_files, metric_plot, provenance
 from nightshift.runtime.training.mlflow_rest import (
+    MAX_PARAM_VALUE,
     MlflowClient,
     MlflowError,
     MlflowRefused,
@@ -48,6 +54,8 @@ from nightshift.runtime.training.mlflow_rest import (
 
 JOB_TAG = "nightshift.job_id"
 STORE_TAG = "nightshift.store"
+REPRODUCES_TAG = "nightshift.reproduces"
+LAST_PARAM_TAG = "nightshift.last_attempt.param."  # + a parameter a recovery changed
 # A job's MLflow status by its state; a failed job may still be retried (RUNNING again).
 STATUS = {
     JobState.SUCCEEDED: "FINISHED",
@@ -56,6 +64,7 @@ STATUS = {
 }
 TERMINAL = tuple(STATUS)
 PLOTS = (".png", ".svg", ".jpg", ".jpeg", ".html")
+CURVES = "plots/nightshift-curves.png"  # the job's metric curves, drawn by the mirror
 JOBS_PER_PASS = 200
 # Waits after a failed sync: 2 s, 4 s, ... 5 min.
 RETRY = Backoff(base_s=2.0, factor=2.0, cap_s=300.0, jitter_frac=0.0)
@@ -231,7 +240,10 @@ class Mirror:
         if status != row.status:
             attempts = self._attempts(job_id)
             last = attempts[-1] if attempts else None
-            self.client.log_batch(row.run_id, tags=self._tags(job, last))
+            tags = self._tags(job, last)
+            if last is not None and len(attempts) > 1:
+                tags.update(self._params_now(row, last))
+            self.client.log_batch(row.run_id, tags=tags)
             if status != "RUNNING" and last is not None and row.artifacts_attempt != last.id:
                 done.artifacts += self._upload(job, attempts, row)
                 row = self._save(job_id, artifacts_attempt=last.id)
@@ -319,6 +331,8 @@ class Mirror:
         }
         if job.group:
             tags["nightshift.group"] = job.group
+        if job.reproduces is not None:
+            tags[REPRODUCES_TAG] = str(job.reproduces)
         if last is not None:
             tags["nightshift.attempt"] = str(last.number)
             if last.cause:
@@ -333,6 +347,17 @@ class Mirror:
                 if commit:
                     tags["mlflow.source.git.commit"] = str(commit)
         return tags
+
+    def _params_now(self, row: MlflowRun, last: Attempt) -> dict[str, str]:
+        """MLflow's parameters never change, and a recovery may change a job's (a lower learning
+        rate for its next attempt): when the newest attempt ran with others than the run's
+        parameters, every parameter it ran with as a tag `nightshift.last_attempt.param.<key>`."""
+        ran = {key(k): _text(v) for k, v in (last.params or {}).items()}
+        run = self.client.get_run(row.run_id)
+        logged = {p["key"]: p["value"] for p in run.get("data", {}).get("params") or []}
+        if all(logged.get(k, v[:MAX_PARAM_VALUE]) == v[:MAX_PARAM_VALUE] for k, v in ran.items()):
+            return {}
+        return {f"{LAST_PARAM_TAG}{k}"[:250]: v for k, v in sorted(ran.items())}
 
     # ------------------------------------------------------------------ metrics
     def _pending_points(self, row: MlflowRun) -> int:
@@ -353,7 +378,10 @@ class Mirror:
                 .order_by(col(MetricPoint.id))
                 .limit(self.cfg.batch)
             )
-            got = [(p.id, p.name, p.step, p.value, started) for p, started in s.exec(q).all()]
+            got = [
+                (p.id, p.name, p.step, p.value, p.wall_time or started)
+                for p, started in s.exec(q).all()
+            ]
         if not got:
             return 0
         metrics = [
@@ -361,9 +389,9 @@ class Mirror:
                 "key": key(name),
                 "value": value if value is not None else "NaN",
                 "step": step,
-                "timestamp": ms(started),
+                "timestamp": ms(at),
             }
-            for _, name, step, value, started in got
+            for _, name, step, value, at in got
         ]
         self.client.log_batch(row.run_id, metrics=metrics)
         self._save(row.job_id, metric_cursor=int(got[-1][0] or 0))
@@ -410,7 +438,28 @@ class Mirror:
                 continue
             self.client.upload_artifact(run, name, data)
             sent += 1
+        curves = self._curves(job)
+        if curves is not None:
+            self.client.upload_artifact(run, CURVES, curves)
+            sent += 1
         return sent
+
+    def _curves(self, job: Job) -> bytes | None:
+        """The job's metric curves as the store holds them, drawn (runtime/training/
+        metric_plot.py): the run's plot even when the program draws none."""
+        with self.store.session() as s:
+            q = (
+                select(Attempt.number, MetricPoint.name, MetricPoint.step, MetricPoint.value)
+                .join(Attempt, col(Attempt.id) == col(MetricPoint.attempt_id))
+                .where(MetricPoint.job_id == job.id)
+                .order_by(col(MetricPoint.id))
+            )
+            rows = s.exec(q).all()
+        first = (job.spec.get("metrics") or {}).get("name") if isinstance(job.spec, dict) else None
+        try:
+            return metric_plot.curves_png(rows, title=f"{job.name} (job {job.id})", first=first)
+        except Exception:  # noqa: BLE001  # a plot that cannot be drawn never holds the run back
+            return None
 
     # ------------------------------------------------------------------ a launch
     def env_for(self, job_id: int | None) -> dict[str, str]:
