@@ -310,7 +310,6 @@ class Dashboard:
         refused = await run_in_threadpool(self._may_read_logs, user, job_id, fresh=True)
         attempts = await run_in_threadpool(self.w.store.attempts, job_id)
         board = refused is None and await run_in_threadpool(self._boards.has_events, job)
-        source = await run_in_threadpool(self._reproduced_from, job)
         body = pages.job_page(
             job,
             attempts,
@@ -318,26 +317,9 @@ class Dashboard:
             secrets.token_hex(16),
             logs_refused=refused,
             tensorboard=board,
-            reproduces=source,
+            reproduces=job.reproduces,
         )
         return self._render(request, f"Job {job_id}: {job.name}", user, secret, body)
-
-    def _reproduced_from(self, job: Any) -> int | None:
-        """The job this one reproduces: reproduce_job keeps its answer under the call id that
-        submitted the new job (skills/reproduce_job.py DONE_KEY)."""
-        import json
-
-        from nightshift.runtime.store.db import KeyValue
-        from nightshift.skills.reproduce_job import DONE_KEY
-
-        if not job.submitted_by_call:
-            return None
-        with self.w.store.session() as s:
-            row = s.get(KeyValue, DONE_KEY.format(call_id=job.submitted_by_call))
-        if row is None:
-            return None
-        source = json.loads(row.value).get("source_job_id")
-        return int(source) if source else None
 
     async def log(self, request: Request, user: str, secret: str, form: dict[str, str]) -> Response:
         """The log's last lines (no offset), or its lines from `offset` of `attempt` on."""
