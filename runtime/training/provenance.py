@@ -476,10 +476,18 @@ def _content_hash(p: Path, rels: list[str], budget: Budget) -> tuple[str | None,
 
 
 # ------------------------------------------------------------------------------ GPUs
-GPU_NOTE = (
-    "from the health probe's latest reading of each GPU; the probe does not read driver or CUDA "
-    "versions, so they are not recorded"
-)
+GPU_NOTE = "from the health probe's latest reading of each GPU"
+
+
+def _why_not_read(data: Mapping[str, Any], name: str) -> str:
+    """Why a reading holds no value for `name`, in the probe's own words."""
+    if name in (data.get("unreadable") or []):
+        return f"unreadable: {(data.get('errors') or {}).get(name) or 'error'}"
+    if name in (data.get("unsupported") or []):
+        return "not supported by this driver"
+    return (
+        "not read by this probe (a reading from before it read versions, or a declared inventory)"
+    )
 
 
 def gpu_info(gpus: Sequence[int], samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -498,17 +506,19 @@ def gpu_info(gpus: Sequence[int], samples: Sequence[Mapping[str, Any]]) -> dict[
             devices.append({"index": g, "note": "no health probe reading recorded"})
             continue
         data = read.get("data") or {}
-        devices.append(
-            {
-                "index": g,
-                "name": data.get("name"),
-                "uuid": data.get("uuid") or read.get("uuid"),
-                "driver_version": data.get("driver_version"),
-                "cuda_version": data.get("cuda_version"),
-                "verdict": read.get("verdict"),
-                "read_at": str(read.get("taken_at")) if read.get("taken_at") else None,
-            }
-        )
+        device = {
+            "index": g,
+            "name": data.get("name"),
+            "uuid": data.get("uuid") or read.get("uuid"),
+            "driver_version": data.get("driver_version"),
+            "cuda_version": data.get("cuda_version"),
+            "verdict": read.get("verdict"),
+            "read_at": str(read.get("taken_at")) if read.get("taken_at") else None,
+        }
+        for name in ("driver_version", "cuda_version"):
+            if device[name] is None:  # never invented: the record says why there is none
+                device[f"{name}_note"] = _why_not_read(data, name)
+        devices.append(device)
     return {"devices": devices, "note": GPU_NOTE}
 
 
