@@ -90,7 +90,28 @@ def test_alices_job_records_her_repository_as_she_reads_it(shared: Shared) -> No
     repo = s.alice.home / "code"
     commit = _repo(s.alice, repo)
     (repo / "train.py").write_text("print('step 1 loss 0.25')\n")  # dirty, not committed
-    job = _submit(s, s.alice, "alice-prov", repo, [{"path": "data.txt", "hash": True}])
+    # Her data folder, holding a folder and a file of bob's that she may not read: left out.
+    mixed = s.alice.home / "mixed"
+    (mixed / "bobs").mkdir(parents=True)
+    (mixed / "a.txt").write_text("alice\n")
+    (mixed / "bobs" / "b.txt").write_text("bob\n")
+    (mixed / "locked.txt").write_text("bob\n")
+    for p, who, mode in (
+        (mixed, s.alice, 0o755),
+        (mixed / "a.txt", s.alice, 0o644),
+        (mixed / "bobs", s.bob, 0o700),
+        (mixed / "bobs" / "b.txt", s.bob, 0o600),
+        (mixed / "locked.txt", s.bob, 0o600),
+    ):
+        os.chown(p, who.uid, who.gid)
+        p.chmod(mode)
+    job = _submit(
+        s,
+        s.alice,
+        "alice-prov",
+        repo,
+        [{"path": "data.txt", "hash": True}, {"path": str(mixed), "hash": True}],
+    )
     assert s.wait_state(job, ("succeeded", "failed")) == "succeeded", _log(s, job)
     rec = _record(s, job)
     git = rec["git"]
@@ -98,8 +119,10 @@ def test_alices_job_records_her_repository_as_she_reads_it(shared: Shared) -> No
     assert git["dirty"] is True and git["diff_files"] == 1, git
     diff = (s.state / "provenance" / git["diff_sha256"][:2] / git["diff_sha256"]).read_bytes()
     assert b"+print('step 1 loss 0.25')" in diff
-    [data] = rec["data"]
+    data, part = rec["data"]
     assert data["files"] == 1 and data["sha256"] and data["fingerprint"], data
+    assert part["files"] == 1 and part["bytes"] == len("alice\n") and part["unreadable"] == 2
+    assert part["note"] == f"2 file(s) or folder(s) not readable by {s.alice.name}, left out"
     assert rec["read_as"] == s.alice.name
     show = s.run(s.alice, "show", str(job))
     assert f"@ {commit[:12]} (branch main), DIRTY: diff" in show.stdout, show.stdout + show.stderr
