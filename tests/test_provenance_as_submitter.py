@@ -126,6 +126,8 @@ def test_alices_job_records_her_repository_as_she_reads_it(shared: Shared) -> No
     assert rec["read_as"] == s.alice.name
     show = s.run(s.alice, "show", str(job))
     assert f"@ {commit[:12]} (branch main), DIRTY: diff" in show.stdout, show.stdout + show.stderr
+    assert f"1 file(s), 6 bytes, fingerprint {part['fingerprint'][:12]}" in show.stdout
+    assert f"{part['note']}" in show.stdout
 
 
 def test_a_folder_only_bob_can_read_is_not_read_into_alices_record(shared: Shared) -> None:

@@ -243,7 +243,8 @@ def provenance_lines(number: int, rec: dict[str, Any]) -> list[str]:
         line += f", fingerprint {str(d.get('fingerprint'))[:12]}"
         if d.get("sha256"):
             line += f", sha256 {d['sha256'][:12]}"
-        out.append(line + (" (first files only)" if d.get("truncated") else ""))
+        line += " (first files only)" if d.get("truncated") else ""
+        out.append(line + (f"; {d['note']}" if d.get("note") else ""))
     devices = get("gpu", "devices") or []
     if not devices:
         out.append(f"    gpus    none ({get('gpu', 'note') or 'not recorded'})")
