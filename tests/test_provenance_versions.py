@@ -8,27 +8,23 @@ invented."""
 from __future__ import annotations
 
 import sys
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlmodel import col, select
 from test_gpu_health import (
     EXPORTER_QUERY,
     FIXTURES,
     FakeSmi,
     fake_pynvml,
     h100,
-    make_ctx,
     rtx2080,
 )
 
-from nightshift.agent.doors.job_views import print_provenance
 from nightshift.runtime.gpu.gpu import NvidiaSmiProbe, NvmlProbe, cuda_text
 from nightshift.runtime.gpu.nvidia_smi_text import parse_any
-from nightshift.runtime.store.db import GpuSample
 from nightshift.runtime.training import provenance
-from nightshift.skills.gpu_health import gpu_health_check
 
-from conftest import run_skill
+from conftest import nightshift
 
 
 def test_smi_probe_records_the_driver_and_the_cuda_version_of_its_header():
@@ -74,58 +70,56 @@ def test_saved_tables_and_reports_carry_their_header_versions():
         assert {(r.driver_version, r.cuda_version) for r in readings} == {want}, name
 
 
-def _samples(ctx: Any) -> list[dict[str, Any]]:
-    """The latest readings as the engine hands them to capture (runtime/engine.py)."""
-    with ctx.store.session() as s:
-        rows = s.exec(select(GpuSample).order_by(col(GpuSample.taken_at).desc())).all()
-        return [
-            {
-                "gpu_index": r.gpu_index,
-                "uuid": r.uuid,
-                "verdict": r.verdict,
-                "data": r.data,
-                "taken_at": r.taken_at,
-            }
-            for r in rows
-        ]
+def test_a_second_attempt_on_another_driver_is_flagged(home, monkeypatch):
+    """End to end, one job, two attempts: node n1's health check reads GPU 0 as the H100 capture
+    (driver 590.48.01) and the engine starts attempt 1 there; it fails, the user retries it, and
+    node n2 — whose GPU 0 reads as the recorded RTX 2080 SUPER (driver 591.86) — starts attempt
+    2. `nightshift show` prints the first record's versions and flags the other driver."""
+    import getpass
 
+    from nightshift.agent.brain.wiring import Wiring
+    from nightshift.agent.doors.api import Client
+    from nightshift.evals.provenance_cost import _Instant
+    from nightshift.runtime.config import GpuSettings, LoopSettings, Settings
+    from nightshift.runtime.executors.executor import RunStatus
+    from nightshift.runtime.store.lifecycle import Outcome
 
-def test_a_second_attempt_on_another_driver_is_flagged(tmp_path, monkeypatch, capsys):
-    """Attempt 1 starts on a node whose health check read GPU 0 as the H100 capture (driver
-    590.48.01); the job resumes on a node whose GPU 0 reads as the recorded RTX 2080 SUPER
-    (driver 591.86): `show` prints the first record's versions and flags the driver of the
-    second."""
-    records = []
-    for node, reading in (("n1", h100()), ("n2", rtx2080())):
+    def node(name: str, reading: dict[str, Any]) -> Wiring:
         monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml([reading]))
-        ctx = make_ctx(tmp_path / node, probe=NvmlProbe())
-        run_skill(gpu_health_check, ctx, {})
-        inp = provenance.Inputs(
-            code_dir=tmp_path,
-            argv=["python", "t.py"],
-            params={},
-            spec_seed=0,
-            env={},
-            data=[],
-            gpus=[0],
-            samples=_samples(ctx),
-            host=node,
+        w = Wiring(
+            Settings(home=str(home), gpu=GpuSettings(probe="nvml"), loop=LoopSettings(node=name))
         )
-        records.append(provenance.capture(inp, tmp_path / "home", 5.0))
-    first, second = records
-    assert first["gpu"]["devices"][0]["driver_version"] == "590.48.01"
-    assert second["gpu"]["devices"][0]["driver_version"] == "591.86"
-    flags = provenance.changes(first, second)
-    assert 'driver: ["590.48.01"] → ["591.86"]' in flags, flags
-    assert not any(f.startswith("CUDA") for f in flags)  # 13.1 on both
-    attempts = [
-        type("A", (), {"number": 1, "provenance": first, "provenance_changes": []}),
-        type("A", (), {"number": 2, "provenance": second, "provenance_changes": flags}),
-    ]
-    print_provenance(attempts)
-    out = capsys.readouterr().out
-    assert "gpu 0   NVIDIA H100 80GB HBM3, driver 590.48.01, CUDA 13.1" in out
-    assert "attempt 2 changed:" in out and "591.86" in out
+        w.engine.executor = _Instant()  # type: ignore[assignment]  # no GPU to start on here
+        w.gate.call(w.context("system"), "gpu_health_check", {}, via="system")
+        return w
+
+    now = datetime(2026, 12, 5, 3, 0)
+    n1 = node("n1", h100())
+    job = Client(n1).submit(
+        spec={"name": "d", "command": ["python3", "-c", "pass"], "resources": {"gpus": 1}}
+    )
+    first = n1.engine.start_attempt(job, [0], now)
+    assert first is not None
+    n1.engine._finish(
+        first.id,  # type: ignore[arg-type]
+        RunStatus(state="exited", exit_code=1, detail="exit 1"),
+        now,
+        outcome=Outcome.FAILED,
+        reason="exit 1",
+    )
+    n1.gate.call(n1.context(getpass.getuser()), "retry_job", {"job_id": job}, via="cli")
+    n2 = node("n2", rtx2080())
+    second = n2.engine.start_attempt(job, [0], now + timedelta(hours=1))
+    assert second is not None and second.provenance is not None
+    [gpu] = second.provenance["gpu"]["devices"]
+    assert (gpu["driver_version"], gpu["cuda_version"]) == ("591.86", "13.1")
+
+    show = nightshift("show", str(job))
+    assert show.returncode == 0, show.stderr
+    assert "gpu 0   NVIDIA H100 80GB HBM3, driver 590.48.01, CUDA 13.1" in show.stdout
+    changed = next(ln for ln in show.stdout.splitlines() if "attempt 2 changed:" in ln)
+    assert 'driver: ["590.48.01"] → ["591.86"]' in changed, show.stdout
+    assert "CUDA" not in changed  # 13.1 on both
 
 
 def test_a_reading_without_versions_says_why_in_the_record():
