@@ -125,9 +125,9 @@ def run(
     timeout = budget.timeout()
     if timeout <= 0:
         return Ran(note=f"{argv[0]}: not run, the capture's {budget.seconds:g} s were spent")
-    who: dict[str, Any] = {}
+    options: dict[str, Any] = {"cwd": cwd, "env": {**os.environ, **QUIET}}
     if as_user is not None:
-        who = {
+        options = {
             "user": as_user.uid,
             "group": as_user.gid,
             "extra_groups": list(as_user.groups),
@@ -137,11 +137,7 @@ def run(
     try:
         proc = subprocess.run(
             list(argv),
-            **{
-                "cwd": cwd,
-                "env": {**os.environ, **QUIET},
-                **who,
-            },
+            **options,
             capture_output=True,
             timeout=timeout,
             check=False,
