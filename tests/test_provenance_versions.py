@@ -31,9 +31,8 @@ def test_smi_probe_records_the_driver_and_the_cuda_version_of_its_header():
     """driver_version comes with --query-gpu; the CUDA version from the default table's header,
     asked once per driver the probe sees, not at every health check."""
     fake = FakeSmi()
-    probe = NvidiaSmiProbe(runner=fake)
-    for _ in range(2):
-        [g] = probe.read().gpus
+    for _ in range(2):  # a probe is made for each health check
+        [g] = NvidiaSmiProbe(runner=fake).read().gpus
         assert (g.driver_version, g.cuda_version) == ("590.48.01", "13.1")
     assert [c for c in fake.calls if c == ["nvidia-smi"]] == [["nvidia-smi"]]
 

@@ -729,6 +729,12 @@ def _is_device_error(line: str) -> bool:
     return bool(_HANDLE_ERROR.search(line)) or "gpu is lost" in line.lower()
 
 
+# (nvidia-smi, driver version, runner) → the CUDA version the table's header printed, or why
+# none: asked once per driver this process sees (a probe is made for each health check), since
+# `--query-gpu` has no field for it; a driver upgraded under the daemon is asked again.
+_CUDA_OF_DRIVER: dict[tuple[str, str, object], tuple[str | None, str | None]] = {}
+
+
 class NvidiaSmiProbe:
     """`nvidia-smi --query-gpu` and `--query-compute-apps`, as an argv list with a timeout."""
 
@@ -743,9 +749,6 @@ class NvidiaSmiProbe:
         self.executable = executable
         self.timeout_s = timeout_s
         self._run = runner or _run_argv
-        # driver version → the CUDA version its header printed (or why none): asked once per
-        # driver this probe sees, since `--query-gpu` has no field for it.
-        self._cuda: dict[str, tuple[str | None, str | None]] = {}
 
     def available(self) -> tuple[bool, str | None]:
         if shutil.which(self.executable):
@@ -799,9 +802,12 @@ class NvidiaSmiProbe:
         driver = next((g.driver_version for g in gpus if g.driver_version), None)
         if driver is None:
             return  # no driver version read: nothing to ask the header about
-        if driver not in self._cuda:
-            self._cuda[driver] = self._read_cuda()
-        cuda, why = self._cuda[driver]
+        key = (self.executable, driver, self._run)
+        if key not in _CUDA_OF_DRIVER:
+            if len(_CUDA_OF_DRIVER) >= 64:  # runners made per read (a census's replays)
+                _CUDA_OF_DRIVER.clear()
+            _CUDA_OF_DRIVER[key] = self._read_cuda()
+        cuda, why = _CUDA_OF_DRIVER[key]
         for g in gpus:
             if cuda is not None:
                 g.cuda_version = cuda
