@@ -17,7 +17,9 @@
 
    The table gives the median, min and max launch time, and the median's extra over `off`.
 2. **Parts.** Each part of one capture timed alone: the git reading (clean, dirty), the package
-   list (cold, cached), the data fingerprint (1,000 files), a content hash of 64 MB.
+   list (cold, cached), the data fingerprint (1,000 files), a content hash of 64 MB; run as root
+   (as a shared install's daemon is), also git and the data fingerprint read as the submitter
+   (git with the submitter's uid, gid and groups; the data by a child that drops to them).
 
 Everything runs in a temporary NIGHTSHIFT_HOME and git repository; nothing reaches the network.
 The interpreter is the one running the eval (its venv's `pip freeze`).
@@ -174,10 +176,36 @@ def parts(root: Path) -> dict[str, float]:
             lambda: p.data_info([{"path": str(big), "hash": True}], repo, p.Budget())
         ),
     }
+    me = _me()
+    if me is not None:  # the reads a shared install makes as each job's submitter
+        got["git, clean tree, as the submitter"] = med(
+            lambda: p.git_info(repo, p.Budget(), blobs, me)
+        )
+        got["data, 1,000 files (stat), as the submitter"] = med(
+            lambda: p.data_info_as([{"path": str(data)}], repo, p.Budget(), me)
+        )
     (repo / "train.py").write_text("print('changed')\n")
     (repo / "scratch.txt").write_text("x\n")
     got["git, dirty tree (diff kept)"] = med(lambda: p.git_info(repo, p.Budget(), blobs))
+    if me is not None:
+        got["git, dirty tree (diff kept), as the submitter"] = med(
+            lambda: p.git_info(repo, p.Budget(), blobs, me)
+        )
     return got
+
+
+def _me() -> Any:
+    """This account as a run's submitter, for timing the reads made as one (the same drop of
+    uid, gid and groups, to the same account); None where this process may not set its groups
+    (not root), as a daemon that runs jobs as their submitters always may."""
+    if os.geteuid() != 0:
+        return None
+    import pwd
+
+    from nightshift.runtime.executors.submitter import RunAs
+
+    pw = pwd.getpwuid(os.getuid())
+    return RunAs(name=pw.pw_name, uid=pw.pw_uid, gid=pw.pw_gid, home=pw.pw_dir or "/")
 
 
 def print_table(rows: list[dict[str, Any]], title: str) -> None:

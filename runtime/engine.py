@@ -25,7 +25,7 @@ from sqlmodel import Session, col, func, select
 from nightshift.runtime.config import Settings
 from nightshift.runtime.executors.crashpoints import crash_point
 from nightshift.runtime.executors.executor import Executor, LaunchRequest, RunStatus
-from nightshift.runtime.executors.submitter import account_of, submitter_folders
+from nightshift.runtime.executors.submitter import RunAs, account_of, submitter_folders
 from nightshift.runtime.gpu.gpu import health_sources
 from nightshift.runtime.gpu.ray_census import HOST_PREFIX
 from nightshift.runtime.scheduling.local_time import local_zone
@@ -517,9 +517,16 @@ class Engine:
                 s.add(row)
         python = record.get("python")
         if isinstance(python, dict) and python.get("pending"):
-            self._read_packages_later(att.id, str(python.get("interpreter")))
+            self._read_packages_later(att.id, str(python.get("interpreter")), self._reader(job))
 
-    def _read_packages_later(self, attempt_id: int | None, interpreter: str) -> None:
+    def _reader(self, job: Job) -> RunAs | None:
+        """Whose rights the attempt's code, data and interpreter are read with: its submitter's
+        where jobs run as their submitters (as the launch itself), else this process's own."""
+        return account_of(job.owner) if self.settings.jobs_run_as_submitter else None
+
+    def _read_packages_later(
+        self, attempt_id: int | None, interpreter: str, as_user: RunAs | None = None
+    ) -> None:
         """A package list not yet cached is read on one worker thread after the launch (`pip
         freeze` takes a second or more; the loop's tick does not wait for it) and put into the
         attempt's provenance; `drain_provenance` waits for those still on their way."""
@@ -531,6 +538,7 @@ class Engine:
                 provenance.Budget(provenance.LATER_S),
                 provenance.blobs_of(home),
                 provenance.pythons_cache(home),
+                as_user,
             )
             with self.store.write_session() as s:
                 row = s.get(Attempt, attempt_id)
@@ -610,6 +618,7 @@ class Engine:
             gpus=[int(g) for g in att.gpus],
             samples=samples,
             host=att.host or self.settings.node,
+            run_as=self._reader(job),
         )
 
     def _restore_kept(self, att: Attempt, job: Job) -> None:

@@ -1,6 +1,7 @@
 """A stand-in for `nvidia-smi` on a machine without GPUs: answers the two queries the probe makes
-from the real H100 capture in tests/fixtures/nvidia_smi (field by field, as nvidia-smi does),
-or, when the state file says `lost`, as nvidia-smi does for a GPU that fell off the bus.
+(field by field, as nvidia-smi does) and the default table (whose header has the CUDA version)
+from the real H100 capture in tests/fixtures/nvidia_smi, or, when the state file says `lost`, as
+nvidia-smi does for a GPU that fell off the bus.
 
 Usage (through a wrapper script named nvidia-smi): fake_nvidia_smi.py STATE_FILE ARGS...
 """
@@ -25,6 +26,9 @@ def main(argv: list[str]) -> int:
     if state == "lost":
         sys.stdout.write(LOST)
         return 15
+    if not query:  # the default table, whose header has the driver and CUDA versions
+        sys.stdout.write((CAPTURES / "h100_80gb_load_table.txt").read_text())
+        return 0
     if query.startswith("--query-compute-apps="):
         sys.stdout.write((CAPTURES / "h100_80gb_load_query_compute_apps.csv").read_text())
         return 0

@@ -38,6 +38,7 @@ from conftest import nightshift, run_skill
 FIXTURES = Path(__file__).parent / "fixtures" / "nvidia_smi"
 H100_QUERY = (FIXTURES / "h100_80gb_load_query_gpu.csv").read_text()
 H100_APPS = (FIXTURES / "h100_80gb_load_query_compute_apps.csv").read_text()
+H100_TABLE = (FIXTURES / "h100_80gb_load_table.txt").read_text()
 EXPORTER_QUERY = (FIXTURES / "exporter_testdata_query.csv").read_text()
 NOW = datetime(2026, 12, 2, 3, 0)
 MIB = 1 << 20
@@ -177,8 +178,16 @@ def test_lost_lines_give_bus_ids():
 class FakeSmi:
     """Answers --query-gpu from the real H100 capture, field by field, like nvidia-smi would."""
 
-    def __init__(self, known: set[str] | None = None, extra_lines: str = "", apps: str = H100_APPS):
-        header, rows = csv_table(H100_QUERY)
+    def __init__(
+        self,
+        known: set[str] | None = None,
+        extra_lines: str = "",
+        apps: str = H100_APPS,
+        query: str = H100_QUERY,
+        table: str = H100_TABLE,
+    ):
+        header, rows = csv_table(query)
+        self.table = table
         self.cells = {h.split("[")[0].strip(): (h, v) for h, v in zip(header, rows[0], strict=True)}
         self.known = known if known is not None else set(self.cells)
         self.extra_lines = extra_lines
@@ -188,6 +197,8 @@ class FakeSmi:
     def __call__(self, argv: list[str], timeout_s: float) -> tuple[int, str, str]:
         self.calls.append(argv)
         assert isinstance(argv, list) and timeout_s > 0
+        if len(argv) == 1:  # the default table, whose header has the CUDA version
+            return 0, self.table, ""
         query = argv[1]
         if query.startswith("--query-compute-apps="):
             return 0, self.apps, ""
@@ -223,7 +234,7 @@ def test_smi_probe_retries_without_field_an_old_driver_rejects():
     }
     fake = FakeSmi(known=known)
     [g] = NvidiaSmiProbe(runner=fake).read().gpus
-    assert len(fake.calls) == 3  # refused, retried, then the processes
+    assert len(fake.calls) == 4  # refused, retried, the processes, the table's CUDA version
     assert g.throttle_reasons == ["sw_power_cap", "hw_thermal_slowdown"]
 
 
@@ -361,6 +372,16 @@ def fake_pynvml(gpus: list[dict[str, Any]], init_error: int | None = None) -> ty
     )
     names = {pid: name for g in gpus for pid, name, _ in g["procs"]}
     nv.nvmlSystemGetProcessName = lambda pid: names[pid].encode()
+
+    def system(key: str) -> Any:
+        """The driver's own calls take no handle: one machine, one driver (the first GPU's)."""
+        first = gpus[0] if gpus else {}
+        if key in first.get("fail", {}):
+            raise NVMLError(first["fail"][key])
+        return first[key]
+
+    nv.nvmlSystemGetDriverVersion = lambda: system("driver")
+    nv.nvmlSystemGetCudaDriverVersion_v2 = lambda: system("cuda")
     nv.state = state
     return nv
 
@@ -385,6 +406,9 @@ def h100(**over: Any) -> dict[str, Any]:
         "ecc": {0: 0, 1: 0},
         "retired": {0: 0, 1: 0},
         "remap": (0, 0, 0, 0),
+        # The capture's header: Driver Version: 590.48.01, CUDA Version: 13.1 (NVML: 13010).
+        "driver": "590.48.01",
+        "cuda": 13010,
         "procs": [
             (11327, "/root/tools/memhog", 2566),
             (11328, "/root/tools/memhog", 1542),
@@ -427,6 +451,7 @@ def rtx2080() -> dict[str, Any]:
         power_mw=38000,
         limit_mw=250000,
         fan=37,
+        driver="591.86",  # the capture's header: Driver Version: 591.86, CUDA Version: 13.1
         procs=[(2056, r"C:\Windows\System32\dwm.exe", None)],
         fail={"ecc": 3, "retired": 3, "remap": 3, "mig": 3},
     )

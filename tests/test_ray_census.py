@@ -63,7 +63,7 @@ class FakeCluster:
         return "\n".join(lines) + "\n"
 
     def _run(self, argv: list[str], state: str) -> list:
-        query = argv[1]
+        query = argv[1] if len(argv) > 1 else ""  # none: the default table
         for f in self.refuse:
             if query.startswith("--query-gpu=") and f in query.split("=", 1)[1].split(","):
                 return [2, f'Field "{f}" is not a valid field to query.\n', ""]
@@ -111,8 +111,13 @@ def test_census_records_each_node_and_quarantines_the_lost_one(tmp_path):
         ("ray:10.0.0.5", 0, "OK"),
         ("ray:10.0.0.6", 0, "OK"),
     ]
-    assert len(cluster.jobs) == 1  # the GPU query and the processes query, in one job
-    assert [a[1].split("=")[0] for a in cluster.jobs[0]] == ["--query-gpu", "--query-compute-apps"]
+    assert len(cluster.jobs) == 1  # the GPU query, the processes and the table, in one job
+    assert [(a[1:] or [""])[0].split("=")[0] for a in cluster.jobs[0]] == [
+        "--query-gpu",
+        "--query-compute-apps",
+        "",
+    ]
+    assert {v.reading.cuda_version for v in first.gpus if v.reading} == {"13.1"}
 
     cluster.nodes["10.0.0.6"] = "lost"
     ctx = ctx_for(tmp_path, RayGpuCensus(cluster))

@@ -243,7 +243,8 @@ def provenance_lines(number: int, rec: dict[str, Any]) -> list[str]:
         line += f", fingerprint {str(d.get('fingerprint'))[:12]}"
         if d.get("sha256"):
             line += f", sha256 {d['sha256'][:12]}"
-        out.append(line + (" (first files only)" if d.get("truncated") else ""))
+        line += " (first files only)" if d.get("truncated") else ""
+        out.append(line + (f"; {d['note']}" if d.get("note") else ""))
     devices = get("gpu", "devices") or []
     if not devices:
         out.append(f"    gpus    none ({get('gpu', 'note') or 'not recorded'})")
@@ -251,10 +252,12 @@ def provenance_lines(number: int, rec: dict[str, Any]) -> list[str]:
         if g.get("name") is None and g.get("note"):
             out.append(f"    gpu {g.get('index')}   {g['note']}")
             continue
-        out.append(
-            f"    gpu {g.get('index')}   {g.get('name')}, driver {g.get('driver_version') or 'not read'},"
-            f" CUDA {g.get('cuda_version') or 'not read'}"
-        )
+        versions = [
+            f"{label} {g.get(key) or 'not read'}"
+            + (f" ({g[key + '_note']})" if not g.get(key) and g.get(key + "_note") else "")
+            for label, key in (("driver", "driver_version"), ("CUDA", "cuda_version"))
+        ]
+        out.append(f"    gpu {g.get('index')}   {g.get('name')}, {', '.join(versions)}")
     notes = [
         f"{k}: {v['note']}"
         for k, v in rec.items()

@@ -99,6 +99,14 @@ class _GpuFields(BaseModel):
         None, description="Active clock-event reasons; [] when none"
     )
     mig_mode: str | None = None
+    driver_version: str | None = Field(
+        None, description="The driver's version (nvidia-smi driver_version, NVML's system call)"
+    )
+    cuda_version: str | None = Field(
+        None,
+        description="The newest CUDA version the driver supports (NVML's CUDA driver version, "
+        "the `CUDA Version:` of nvidia-smi's header)",
+    )
     processes: list[GpuProcess] | None = None
     lost: bool = Field(False, description="The driver reports the GPU as lost (fell off the bus)")
     unsupported: list[str] = Field(
@@ -390,6 +398,10 @@ class NvmlProbe:
                 _copy_status(c, "_remap", name)
         c.take("throttle_reasons", lambda: decode_throttle_mask(int(_event_reasons(nv, handle))))
         c.take("mig_mode", lambda: "Enabled" if nv.nvmlDeviceGetMigMode(handle)[0] else "Disabled")
+        # The driver's, not the card's: the same for every GPU, kept with each reading so that an
+        # attempt's provenance reads it from its own GPUs' latest reading.
+        c.take("driver_version", lambda: _text(nv.nvmlSystemGetDriverVersion()))
+        c.take("cuda_version", lambda: cuda_text(_cuda_driver_version(nv)))
         c.take(
             "processes",
             lambda: [_nvml_process(nv, p) for p in nv.nvmlDeviceGetComputeRunningProcesses(handle)],
@@ -424,6 +436,31 @@ def _temperature(nv: Any, handle: Any) -> int:
             if getattr(exc, "value", None) != getattr(nv, "NVML_ERROR_FUNCTION_NOT_FOUND", 13):
                 raise
     return nv.nvmlDeviceGetTemperature(handle, nv.NVML_TEMPERATURE_GPU)
+
+
+def _cuda_driver_version(nv: Any) -> int:
+    """nvmlSystemGetCudaDriverVersion_v2 where the bindings have it, else the first version."""
+    call = (
+        getattr(nv, "nvmlSystemGetCudaDriverVersion_v2", None) or nv.nvmlSystemGetCudaDriverVersion
+    )
+    return int(call())
+
+
+def cuda_text(version: int) -> str:
+    """NVML's CUDA driver version as people write it: 12040 → '12.4', 13010 → '13.1'."""
+    return f"{version // 1000}.{version % 1000 // 10}"
+
+
+# The first line of nvidia-smi's default table: `| NVIDIA-SMI 590.48.01  Driver Version:
+# 590.48.01  CUDA Version: 13.1 |` (the `-q` report prints `CUDA Version : 13.1`).
+_CUDA_HEADER = re.compile(r"CUDA Version\s*:\s*([0-9][0-9.]*)")
+_DRIVER_HEADER = re.compile(r"Driver Version\s*:\s*([0-9][0-9.]*)")
+
+
+def versions_in_header(text: str) -> tuple[str | None, str | None]:
+    """The driver and CUDA versions nvidia-smi prints at the top of its table and `-q` report."""
+    driver, cuda = _DRIVER_HEADER.search(text), _CUDA_HEADER.search(text)
+    return (driver.group(1) if driver else None, cuda.group(1) if cuda else None)
 
 
 def _event_reasons(nv: Any, handle: Any) -> int:
@@ -502,6 +539,7 @@ QUERY_GPU_FIELDS: tuple[str, ...] = (
     "remapped_rows.failure",
     "clocks_event_reasons.active",
     "mig.mode.current",
+    "driver_version",
 )
 # Older drivers know some fields under another name.
 _FIELD_FALLBACKS = {"clocks_event_reasons.active": "clocks_throttle_reasons.active"}
@@ -607,6 +645,7 @@ def _reading_from_row(row: dict[str, _Cell], position: int) -> GpuReading:
     put("remapped_rows_pending", row.get("remapped_rows.pending"), lambda c: _yes_no(c.raw))
     put("remapped_rows_failed", row.get("remapped_rows.failure"), lambda c: _yes_no(c.raw))
     put("mig_mode", row.get("mig.mode.current"), lambda c: c.raw)
+    put("driver_version", row.get("driver_version"), lambda c: c.raw)
     _put_throttle(row, put, values)
     return GpuReading(
         index=index, **values, unsupported=unsupported, unreadable=unreadable, errors=errors
@@ -690,6 +729,12 @@ def _is_device_error(line: str) -> bool:
     return bool(_HANDLE_ERROR.search(line)) or "gpu is lost" in line.lower()
 
 
+# (nvidia-smi, driver version, runner) → the CUDA version the table's header printed, or why
+# none: asked once per driver this process sees (a probe is made for each health check), since
+# `--query-gpu` has no field for it; a driver upgraded under the daemon is asked again.
+_CUDA_OF_DRIVER: dict[tuple[str, str, object], tuple[str | None, str | None]] = {}
+
+
 class NvidiaSmiProbe:
     """`nvidia-smi --query-gpu` and `--query-compute-apps`, as an argv list with a timeout."""
 
@@ -748,7 +793,40 @@ class NvidiaSmiProbe:
             error = "; ".join(m.text.replace("\n", " ") for m in driver)
         if gpus:
             self._add_processes(gpus)
+            self._add_cuda(gpus)
         return ProbeResult(backend=self.name, gpus=gpus, error=error, lost=lost, driver=driver)
+
+    def _add_cuda(self, gpus: list[GpuReading]) -> None:
+        """The CUDA version the driver supports, from the header of nvidia-smi's default table
+        (no `--query-gpu` field has it); a header without one leaves it unreadable, with why."""
+        driver = next((g.driver_version for g in gpus if g.driver_version), None)
+        if driver is None:
+            return  # no driver version read: nothing to ask the header about
+        key = (self.executable, driver, self._run)
+        if key not in _CUDA_OF_DRIVER:
+            if len(_CUDA_OF_DRIVER) >= 64:  # runners made per read (a census's replays)
+                _CUDA_OF_DRIVER.clear()
+            _CUDA_OF_DRIVER[key] = self._read_cuda()
+        cuda, why = _CUDA_OF_DRIVER[key]
+        for g in gpus:
+            if cuda is not None:
+                g.cuda_version = cuda
+            elif "cuda_version" not in g.unreadable:
+                g.unreadable.append("cuda_version")
+                g.errors["cuda_version"] = why or "not read"
+
+    def _read_cuda(self) -> tuple[str | None, str | None]:
+        try:
+            rc, out, err = self._run([self.executable], self.timeout_s)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return None, f"{self.executable} failed: {exc}"
+        _, cuda = versions_in_header(out)
+        if cuda is not None:
+            return cuda, None
+        return (
+            None,
+            f"{self.executable} printed no `CUDA Version:` (exit {rc}): {(err or out)[:200]}",
+        )
 
     def _add_processes(self, gpus: list[GpuReading]) -> None:
         try:

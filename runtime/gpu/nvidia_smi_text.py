@@ -29,6 +29,7 @@ from nightshift.runtime.gpu.gpu import (
     lost_in_output,
     parse_query_compute_apps_csv,
     parse_query_gpu_csv,
+    versions_in_header,
 )
 from nightshift.runtime.gpu.xid import (
     find_xid_events,
@@ -618,10 +619,13 @@ def parse_any(text: str) -> tuple[Format, list[GpuReading]]:
     """Detect the format (CSV with its header line, `-q`, or the default table) and parse it.
     Raises ValueError, saying what was expected, for anything else."""
     fmt = detect_format(text)
-    if fmt == "q":
-        return fmt, parse_q_text(text)
-    if fmt == "table":
-        return fmt, parse_table(text)
+    if fmt in ("q", "table"):
+        readings = parse_q_text(text) if fmt == "q" else parse_table(text)
+        driver, cuda = versions_in_header(text)  # printed once, for every GPU
+        for r in readings:
+            r.driver_version = r.driver_version or driver
+            r.cuda_version = r.cuda_version or cuda
+        return fmt, readings
     if fmt == "csv":
         return fmt, _parse_csv(text)
     if any("," in ln and _QUERY_APPS_KEYS <= _csv_keys(ln) for ln in text.splitlines()):

@@ -130,7 +130,8 @@ class RayGpuCensus:
 
     def read_hosts(self) -> dict[str, ProbeResult]:
         probe = NvidiaSmiProbe(self.executable, self.timeout_s)
-        argvs = [probe.query_argv(list(QUERY_GPU_FIELDS)), probe.apps_argv()]
+        # the default table too: its header has the CUDA version the node's driver supports
+        argvs = [probe.query_argv(list(QUERY_GPU_FIELDS)), probe.apps_argv(), [self.executable]]
         ran: dict[str, dict[str, tuple[int, str, str]]] = {}
         errors: dict[str, str] = {}
         results: dict[str, ProbeResult] = {}

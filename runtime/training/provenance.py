@@ -8,6 +8,12 @@ with a timeout taken from one budget for the whole capture, and whatever could n
 note in the record, not an exception. Big texts (the diff, the package list) are kept once per
 distinct sha256 under `$NIGHTSHIFT_HOME/provenance/` and the record names them by hash.
 
+Where jobs run as their submitters (`Inputs.run_as`), what the capture reads of the code, the data
+and the interpreter it reads as the submitter — git and the package list run with their uid, gid
+and groups, and the data is walked by a small child that drops to them before it looks — so a
+job's record holds what its submitter can read, never what only the daemon can ("not readable by
+alice" instead). Only `docker image inspect`, which asks the engine, stays the daemon's.
+
 Plain functions on plain values: the engine calls `capture`, `nightshift show` flags `changes`
 between attempts, `compare` lists `differences`, and `reproduce` checks `drift` against now.
 """
@@ -26,7 +32,10 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pydantic stays out of a capture that runs as the daemon's own user
+    from nightshift.runtime.executors.submitter import RunAs
 
 VERSION = 1
 BUDGET_S = 10.0  # the whole capture, at most (settings: loop.provenance_budget_s)
@@ -101,20 +110,38 @@ class Ran:
         return self.rc == 0 and self.note is None
 
 
-def run(argv: Sequence[str], budget: Budget, *, cwd: str | Path | None = None) -> Ran:
-    """Run an argv list (never a shell) within the budget; never raises."""
+QUIET = {"GIT_OPTIONAL_LOCKS": "0", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+
+
+def run(
+    argv: Sequence[str],
+    budget: Budget,
+    *,
+    cwd: str | Path | None = None,
+    as_user: RunAs | None = None,
+) -> Ran:
+    """Run an argv list (never a shell) within the budget; never raises. `as_user`: with that
+    account's uid, gid and groups and a login's environment (the launch's drop), from `/`."""
     timeout = budget.timeout()
     if timeout <= 0:
         return Ran(note=f"{argv[0]}: not run, the capture's {budget.seconds:g} s were spent")
+    options: dict[str, Any] = {"cwd": cwd, "env": {**os.environ, **QUIET}}
+    if as_user is not None:
+        options = {
+            "user": as_user.uid,
+            "group": as_user.gid,
+            "extra_groups": list(as_user.groups),
+            "env": {**as_user.environment(), **QUIET},
+            "cwd": cwd or "/",
+        }
     try:
         proc = subprocess.run(
             list(argv),
-            cwd=cwd,
+            **options,
             capture_output=True,
             timeout=timeout,
             check=False,
             stdin=subprocess.DEVNULL,
-            env={**os.environ, "GIT_OPTIONAL_LOCKS": "0", "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
         )
     except FileNotFoundError:
         return Ran(note=f"{argv[0]}: not found")
@@ -131,12 +158,29 @@ def run(argv: Sequence[str], budget: Budget, *, cwd: str | Path | None = None) -
     return Ran(out, err, proc.returncode, raw=proc.stdout)
 
 
+_run = run  # for the readers below whose own argument is named `run`
+
+
 # ------------------------------------------------------------------------------ git
-def git_info(folder: Path, budget: Budget, blobs: Blobs) -> dict[str, Any]:
+def _denied(ran: Ran) -> bool:
+    return "permission denied" in (ran.err + (ran.note or "")).lower()
+
+
+def git_info(
+    folder: Path, budget: Budget, blobs: Blobs, as_user: RunAs | None = None
+) -> dict[str, Any]:
     """The commit, branch and dirty state of the git tree holding `folder`; the diff against HEAD
-    (staged and not, binary-safe) kept as a blob, untracked files listed."""
+    (staged and not, binary-safe) kept as a blob, untracked files listed. `as_user`: git runs as
+    that account (its repository is theirs: no "dubious ownership"; a folder they cannot read
+    is "not readable by" them, nothing of it is read)."""
+
+    def run(argv: list[str], budget: Budget) -> Ran:
+        return _run(argv, budget, as_user=as_user)
+
     top = run(["git", "-C", str(folder), "rev-parse", "--show-toplevel"], budget)
     if not top.ok:
+        if as_user is not None and _denied(top):
+            return {"repo": None, "note": f"{folder}: not readable by {as_user.name}"}
         return {"repo": None, "note": f"not in a git work tree ({top.note})"}
     root = Path(top.out.strip())
     out: dict[str, Any] = {"repo": str(root)}
@@ -261,21 +305,26 @@ def package_argv(interpreter: Path, manager: str) -> list[str]:
     return [str(interpreter), "-m", "pip", "freeze"]
 
 
-def _cache_key(interpreter: str | None) -> tuple[Path, str | None, str] | None:
+def _cache_key(
+    interpreter: str | None, as_user: RunAs | None = None
+) -> tuple[Path, str | None, str] | None:
+    """The interpreter's path, its environment's stamp and the cache key: a list read as one
+    account is never another's answer (bob's list is not alice's, whose read may be refused)."""
     found = shutil.which(interpreter) if interpreter else None
     if not found:
         return None
     path = Path(found).absolute()
     stamp = _site_stamp(path)
-    return path, stamp, f"{path}|{path.resolve()}|{manager_of(path)}|{stamp}"
+    reader = f"uid {as_user.uid}|" if as_user is not None else ""
+    return path, stamp, f"{reader}{path}|{path.resolve()}|{manager_of(path)}|{stamp}"
 
 
 def python_cached(
-    interpreter: str | None, blobs: Blobs, cache: Path | None
+    interpreter: str | None, blobs: Blobs, cache: Path | None, as_user: RunAs | None = None
 ) -> dict[str, Any] | None:
     """python_info's answer from the cache alone (a few stat calls), or None when the package
     list must be read (a new or changed environment)."""
-    got = _cache_key(interpreter)
+    got = _cache_key(interpreter, as_user)
     if got is None:
         return None
     _, stamp, key = got
@@ -286,12 +335,17 @@ def python_cached(
 
 
 def python_info(
-    interpreter: str | None, budget: Budget, blobs: Blobs, cache: Path | None = None
+    interpreter: str | None,
+    budget: Budget,
+    blobs: Blobs,
+    cache: Path | None = None,
+    as_user: RunAs | None = None,
 ) -> dict[str, Any]:
     """The interpreter (resolved), its version and its exact package list, the list kept as a
     blob. The list is read again only when the environment's stamp changed since the last read
-    (`cache`: a small JSON file), so an unchanged venv costs a few stat calls."""
-    got = _cache_key(interpreter)
+    (`cache`: a small JSON file), so an unchanged venv costs a few stat calls. `as_user`: the
+    interpreter and the package tool run as that account."""
+    got = _cache_key(interpreter, as_user)
     if got is None:
         return {"interpreter": interpreter, "note": f"interpreter {interpreter!r} not found"}
     path, stamp, key = got
@@ -302,14 +356,16 @@ def python_info(
         return {**known[key], "cached": True}
     out: dict[str, Any] = {"interpreter": str(path), "real": str(real), "manager": manager}
     version = run(
-        [str(path), "-c", "import sys; print(sys.version.split()[0]); print(sys.prefix)"], budget
+        [str(path), "-c", "import sys; print(sys.version.split()[0]); print(sys.prefix)"],
+        budget,
+        as_user=as_user,
     )
     if version.ok:
         lines = version.out.splitlines()
         out["version"] = lines[0] if lines else None
         out["prefix"] = lines[1] if len(lines) > 1 else None
     argv = package_argv(path, manager)
-    listed = run(argv, budget)
+    listed = run(argv, budget, as_user=as_user)
     out["packages_argv"] = argv
     if listed.ok:
         text = "\n".join(sorted(line for line in listed.out.splitlines() if line.strip())) + "\n"
@@ -317,6 +373,8 @@ def python_info(
         out["packages_count"] = text.count("\n")
         if stamp is not None and cache is not None:
             _write_cache(cache, {**known, key: out})
+    elif as_user is not None and (_denied(listed) or _denied(version)):
+        out["note"] = f"package list not read: not readable by {as_user.name} ({listed.note})"
     else:
         out["note"] = f"package list not read: {listed.note}"
     return out
@@ -407,11 +465,13 @@ def image_info(image: str, budget: Budget, docker_host: str | None = None) -> di
 
 # ------------------------------------------------------------------------------ data
 def data_info(
-    refs: Sequence[Mapping[str, Any]], base: Path, budget: Budget
+    refs: Sequence[Mapping[str, Any]], base: Path, budget: Budget, reader: str | None = None
 ) -> list[dict[str, Any]]:
     """A fingerprint of each data path the spec names: size and mtime of its files (at most
     MAX_DATA_FILES per path), and a content sha256 where the spec asks (`hash: true`), while the
-    budget lasts."""
+    budget lasts. What this process may not read is left out and named "not readable" (by
+    `reader`, the account it runs as): a path it cannot read records no fingerprint at all."""
+    by = f" by {reader}" if reader else ""
     out = []
     for ref in refs:
         raw = str(ref.get("path", ""))
@@ -419,11 +479,11 @@ def data_info(
         p = p if p.is_absolute() else base / p
         item: dict[str, Any] = {"path": raw, "resolved": str(p)}
         files = _files(p)
-        if files is None:
-            item["note"] = "not found"
+        if isinstance(files, str):
+            item["note"] = "not found" if files == "missing" else f"not readable{by}"
             out.append(item)
             continue
-        listed, truncated = files
+        listed, truncated, skipped = files
         item["files"] = len(listed)
         item["truncated"] = truncated
         item["bytes"] = sum(size for _, size, _ in listed)
@@ -431,6 +491,9 @@ def data_info(
         item["fingerprint"] = hashlib.sha256(
             "\n".join(f"{r}\t{s}\t{m}" for r, s, m in listed).encode()
         ).hexdigest()
+        if skipped:
+            item["unreadable"] = skipped
+            item["note"] = f"{skipped} file(s) or folder(s) not readable{by}, left out"
         if ref.get("hash"):
             item["sha256"], note = _content_hash(p, [r for r, _, _ in listed], budget)
             if note:
@@ -439,24 +502,99 @@ def data_info(
     return out
 
 
-def _files(p: Path) -> tuple[list[tuple[str, int, int]], bool] | None:
+def _readable(p: Path, folder: bool = False) -> bool:
+    return os.access(p, os.R_OK | (os.X_OK if folder else 0))
+
+
+def _files(p: Path) -> tuple[list[tuple[str, int, int]], bool, int] | str:
+    """(relative name, size, mtime) of each readable file at `p`, whether the list was cut, and
+    how many files or folders could not be read; or "missing", or "unreadable" for a path this
+    process may not read (its size and mtime are not recorded either)."""
     try:
         st = p.stat()
+    except PermissionError:
+        return "unreadable"
     except OSError:
-        return None
+        return "missing"
     if not p.is_dir():
-        return [(p.name, st.st_size, st.st_mtime_ns)], False
+        return ([(p.name, st.st_size, st.st_mtime_ns)], False, 0) if _readable(p) else "unreadable"
+    if not _readable(p, folder=True):
+        return "unreadable"
     listed: list[tuple[str, int, int]] = []
-    for dirpath, dirs, names in os.walk(p):
+    skipped = 0
+
+    def refused(_: OSError) -> None:
+        nonlocal skipped
+        skipped += 1
+
+    for dirpath, dirs, names in os.walk(p, onerror=refused):
         dirs.sort()
         for name in sorted(names):
             f = Path(dirpath) / name
             with contextlib.suppress(OSError):
                 fs = f.stat()
+                if not _readable(f):
+                    skipped += 1
+                    continue
                 listed.append((str(f.relative_to(p)), fs.st_size, fs.st_mtime_ns))
             if len(listed) >= MAX_DATA_FILES:
-                return listed, True
-    return listed, False
+                return listed, True, skipped
+    return listed, False, skipped
+
+
+# The data reader as the submitter: started by the daemon (it can always run its own interpreter
+# and import its own packages, which the submitter may not), it drops to the submitter — setgroups,
+# setgid, then setuid, as the launcher does — before it looks at anything the spec names.
+_DATA_AS = (
+    "import json, os, site, sys; [site.addsitedir(p) for p in json.loads(sys.argv[1])]; "
+    "from nightshift.runtime.training import provenance as p; a = json.load(sys.stdin); "
+    "os.setgroups(a['groups']); os.setgid(a['gid']); os.setuid(a['uid']); "
+    "json.dump(p.data_info(a['refs'], p.Path(a['base']), p.Budget(a['seconds']), a['reader']), "
+    "sys.stdout)"
+)
+
+
+def data_info_as(
+    refs: Sequence[Mapping[str, Any]], base: Path, budget: Budget, as_user: RunAs
+) -> list[dict[str, Any]]:
+    """data_info read with `as_user`'s rights, in a child that drops to them first; bounded by
+    the budget (a FIFO a job planted in its data cannot hold the capture up)."""
+    if not refs:
+        return []
+    seconds = budget.timeout(cap=budget.left())
+    asked = {
+        "uid": as_user.uid,
+        "gid": as_user.gid,
+        "groups": list(as_user.groups),
+        "refs": [dict(r) for r in refs],
+        "base": str(base),
+        "seconds": seconds,
+        "reader": as_user.name,
+    }
+    why: str
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-P", "-c", _DATA_AS, json.dumps([p for p in sys.path if p])],
+            input=json.dumps(asked).encode(),
+            capture_output=True,
+            timeout=seconds + 2.0,  # the child's own budget, and its start
+            check=False,
+            cwd="/",
+            env={"PATH": "/usr/bin:/bin", "LANG": os.environ.get("LANG", "C.UTF-8")},
+        )
+        if proc.returncode == 0:
+            got = json.loads(proc.stdout)
+            if isinstance(got, list):
+                return got
+        why = (proc.stderr.decode("utf-8", "replace").strip().splitlines() or ["no output"])[-1]
+    except subprocess.TimeoutExpired:
+        why = f"timed out after {seconds + 2.0:.1f} s"
+    except (OSError, ValueError) as exc:
+        why = str(exc)
+    return [
+        {"path": str(r.get("path", "")), "note": f"not read as {as_user.name}: {why[:300]}"}
+        for r in refs
+    ]
 
 
 def _content_hash(p: Path, rels: list[str], budget: Budget) -> tuple[str | None, str | None]:
@@ -476,10 +614,18 @@ def _content_hash(p: Path, rels: list[str], budget: Budget) -> tuple[str | None,
 
 
 # ------------------------------------------------------------------------------ GPUs
-GPU_NOTE = (
-    "from the health probe's latest reading of each GPU; the probe does not read driver or CUDA "
-    "versions, so they are not recorded"
-)
+GPU_NOTE = "from the health probe's latest reading of each GPU"
+
+
+def _why_not_read(data: Mapping[str, Any], name: str) -> str:
+    """Why a reading holds no value for `name`, in the probe's own words."""
+    if name in (data.get("unreadable") or []):
+        return f"unreadable: {(data.get('errors') or {}).get(name) or 'error'}"
+    if name in (data.get("unsupported") or []):
+        return "not supported by this driver"
+    return (
+        "not read by this probe (a reading from before it read versions, or a declared inventory)"
+    )
 
 
 def gpu_info(gpus: Sequence[int], samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -498,17 +644,19 @@ def gpu_info(gpus: Sequence[int], samples: Sequence[Mapping[str, Any]]) -> dict[
             devices.append({"index": g, "note": "no health probe reading recorded"})
             continue
         data = read.get("data") or {}
-        devices.append(
-            {
-                "index": g,
-                "name": data.get("name"),
-                "uuid": data.get("uuid") or read.get("uuid"),
-                "driver_version": data.get("driver_version"),
-                "cuda_version": data.get("cuda_version"),
-                "verdict": read.get("verdict"),
-                "read_at": str(read.get("taken_at")) if read.get("taken_at") else None,
-            }
-        )
+        device = {
+            "index": g,
+            "name": data.get("name"),
+            "uuid": data.get("uuid") or read.get("uuid"),
+            "driver_version": data.get("driver_version"),
+            "cuda_version": data.get("cuda_version"),
+            "verdict": read.get("verdict"),
+            "read_at": str(read.get("taken_at")) if read.get("taken_at") else None,
+        }
+        for name in ("driver_version", "cuda_version"):
+            if device[name] is None:  # never invented: the record says why there is none
+                device[f"{name}_note"] = _why_not_read(data, name)
+        devices.append(device)
     return {"devices": devices, "note": GPU_NOTE}
 
 
@@ -529,6 +677,9 @@ class Inputs:
     gpus: list[int] = field(default_factory=list)
     samples: list[dict[str, Any]] = field(default_factory=list)
     host: str = ""
+    # The submitter, where jobs run as their submitters: the code, data and interpreter are read
+    # as them. None: as this process (the embedded mode, or a daemon that runs jobs as itself).
+    run_as: RunAs | None = None
 
 
 LATER_S = 120.0  # a package list read after the launch, at most
@@ -553,11 +704,16 @@ def capture(
         if not inp.interpreter:
             return {"note": "the run's interpreter is the image's: the image digest pins it"}
         if packages_later:
-            cached = python_cached(inp.interpreter, blobs, pythons_cache(home))
+            cached = python_cached(inp.interpreter, blobs, pythons_cache(home), inp.run_as)
             if cached is not None:
                 return cached
             return {"interpreter": inp.interpreter, "pending": True, "note": PENDING_NOTE}
-        return python_info(inp.interpreter, budget, blobs, pythons_cache(home))
+        return python_info(inp.interpreter, budget, blobs, pythons_cache(home), inp.run_as)
+
+    def data() -> list[dict[str, Any]]:
+        if inp.run_as is not None:
+            return data_info_as(inp.data, inp.code_dir, budget, inp.run_as)
+        return data_info(inp.data, inp.code_dir, budget)
 
     seed, seed_from = (
         (inp.params["seed"], "params.seed") if "seed" in inp.params else (inp.spec_seed, "spec")
@@ -571,12 +727,13 @@ def capture(
         "seed_from": seed_from if seed is not None else None,
         "env": dict(inp.env),
         "code_dir": str(inp.code_dir),
+        **({"read_as": inp.run_as.name} if inp.run_as is not None else {}),
     }
     parts: list[tuple[str, Any]] = [
-        ("git", lambda: git_info(inp.code_dir, budget, blobs)),
+        ("git", lambda: git_info(inp.code_dir, budget, blobs, inp.run_as)),
         ("python", python),
         ("image", lambda: image_info(inp.image, budget, inp.docker_host) if inp.image else None),
-        ("data", lambda: data_info(inp.data, inp.code_dir, budget)),
+        ("data", data),
         ("gpu", lambda: gpu_info(inp.gpus, inp.samples)),
     ]
     for name, read in parts:
