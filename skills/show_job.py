@@ -94,6 +94,9 @@ class ShowJobResult(BaseModel):
     owner: str
     priority: int
     group: str | None
+    reproduces: int | None = Field(
+        None, description="The job whose recorded run this one reproduces (nightshift reproduce)"
+    )
     spec_path: str | None
     workspace: str
     checkpoint_dir: str

@@ -247,6 +247,8 @@ def test_dirty_run_reproduced_from_a_clean_worktree_reaches_the_same_loss(home, 
         final_loss(runs / "job-2" / "metrics.jsonl"),
     )
     assert second == first
+    shown = nightshift("show", "2")
+    assert "reproduces job 1 (nightshift compare 1 2)" in shown.stdout, shown.stdout
     clean = tmp_path / "clean.jsonl"
     subprocess.run(
         [

@@ -117,6 +117,8 @@ def print_show(r: Any) -> None:
         r.max_attempts,
         r.steps_lost_total,
     )
+    if getattr(r, "reproduces", None) is not None:
+        say("  reproduces job {} (nightshift compare {} {})", r.reproduces, r.reproduces, r.job_id)
     say("  folder {}\n  checkpoints {}", r.workspace, r.checkpoint_dir)
     resume = _resume_line(r)
     if resume:

@@ -102,6 +102,7 @@ def detail(
         "owner": job.owner,
         "priority": job.priority,
         "group": job.group,
+        "reproduces": getattr(job, "reproduces", None),
         "spec_path": job.spec_path,
         "workspace": str(where["workspace"]),
         "checkpoint_dir": str(where["checkpoint_dir"]),
