@@ -245,3 +245,14 @@ def store_row(db: Path, query: str, timeout: float = 60.0, proc: subprocess.Pope
             return got
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for: {query}")
+
+
+def reproduce_goal(folder: Path, job_id: int) -> Path:
+    """A goal file that reproduces `job_id` and watches the new job to its end."""
+    goal = folder / "again.yaml"
+    steps = [
+        {"id": "r", "skill": "reproduce_job", "args": {"job_id": job_id}},
+        {"watch": "${r.job_id}"},
+    ]
+    goal.write_text(yaml.safe_dump({"name": "again", "steps": steps}))
+    return goal

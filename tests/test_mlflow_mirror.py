@@ -24,7 +24,7 @@ import yaml
 
 from nightshift.runtime.training.mlflow_rest import MlflowClient
 
-from conftest import REPO, nightshift, store_row, write_spec
+from conftest import REPO, nightshift, reproduce_goal, store_row, write_spec
 
 if TYPE_CHECKING:
     from mlflow_service import MlflowServer
@@ -465,19 +465,7 @@ def test_a_dirty_run_and_its_reproduction_are_two_runs_on_the_mlflow_server(
     res = nightshift("run", str(_goal(tmp_path, spec)), env=env)
     assert res.returncode == 0, res.stdout + res.stderr
     _git(repo, "checkout", "--", "train.py")  # clean again: only the kept diff brings it back
-    again = tmp_path / "again.yaml"
-    again.write_text(
-        yaml.safe_dump(
-            {
-                "name": "again",
-                "steps": [
-                    {"id": "r", "skill": "reproduce_job", "args": {"job_id": 1}},
-                    {"watch": "${r.job_id}"},
-                ],
-            }
-        )
-    )
-    res = nightshift("run", str(again), env=env)
+    res = nightshift("run", str(reproduce_goal(tmp_path, 1)), env=env)
     assert res.returncode == 0, res.stdout + res.stderr
     db = sqlite3.connect(home / "nightshift.db")
     assert dict(db.execute("select id, state from job")) == {1: "succeeded", 2: "succeeded"}

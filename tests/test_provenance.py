@@ -17,7 +17,7 @@ import yaml
 
 from nightshift.runtime.training import provenance
 
-from conftest import nightshift
+from conftest import nightshift, reproduce_goal
 
 # A small deterministic program: its loss depends on its seed and on SCALE, which the test edits
 # without committing (the change that matters).
@@ -218,19 +218,7 @@ def test_dirty_run_reproduced_from_a_clean_worktree_reaches_the_same_loss(home, 
     assert "seed    7 (params.seed)" in show.stdout
     assert "gpus    none (the run uses no GPU)" in show.stdout
 
-    again = tmp_path / "again.yaml"
-    again.write_text(
-        yaml.safe_dump(
-            {
-                "name": "again",
-                "steps": [
-                    {"id": "r", "skill": "reproduce_job", "args": {"job_id": 1}},
-                    {"watch": "${r.job_id}"},
-                ],
-            }
-        )
-    )
-    res = nightshift("run", str(again))
+    res = nightshift("run", str(reproduce_goal(tmp_path, 1)))
     assert res.returncode == 0, res.stdout + res.stderr
 
     db = sqlite3.connect(home / "nightshift.db")

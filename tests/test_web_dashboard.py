@@ -444,6 +444,14 @@ def test_the_gantt_draws_the_tariff_bands_and_marks_holds(home) -> None:
     from nightshift.runtime.store.db import Attempt
 
     w = team_wiring(home, night_and_day())
+
+    def night_page() -> str:
+        served = WebServer("127.0.0.1:0", {}, lambda line: None, dashboard=Dashboard(w))
+        try:
+            return client(served, w, "alice").get("/gantt").text
+        finally:
+            served.sock.close()
+
     a = submit(w, "alice", "held-one")
     with_attempt(w, a)
     with w.store.session() as s:
@@ -451,11 +459,7 @@ def test_the_gantt_draws_the_tariff_bands_and_marks_holds(home) -> None:
         att.outcome = "held"
         s.add(att)
         s.commit()
-    s2 = WebServer("127.0.0.1:0", {}, lambda line: None, dashboard=Dashboard(w))
-    try:
-        page = client(s2, w, "alice").get("/gantt").text
-    finally:
-        s2.sock.close()
+    page = night_page()
     bands = re.findall(r'class="band price-(\d)"><title>([^<]+)</title>', page)
     assert {t for _, t in bands} == {"night: 0.1 EUR/kWh", "day: 0.3 EUR/kWh"}
     assert 2 <= len(bands) <= 3  # 24 h: day/night boundaries at 07:00 and 23:00
@@ -467,11 +471,7 @@ def test_the_gantt_draws_the_tariff_bands_and_marks_holds(home) -> None:
         att.outcome = "paused"
         s.add(att)
         s.commit()
-    s3 = WebServer("127.0.0.1:0", {}, lambda line: None, dashboard=Dashboard(w))
-    try:
-        page = client(s3, w, "alice").get("/gantt").text
-    finally:
-        s3.sock.close()
+    page = night_page()
     assert "⏸ cheap hours over" in page and "bar paused held" in page
 
 
