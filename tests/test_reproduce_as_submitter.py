@@ -28,6 +28,7 @@ from test_provenance_as_submitter import _as, _record, _repo
 from nightshift.runtime.config import Settings
 from nightshift.runtime.errors import SkillFailed
 from nightshift.runtime.store.db import Attempt, Job, Store
+from nightshift.runtime.training import provenance
 from nightshift.skills.base import SkillContext
 from nightshift.skills.reproduce_job import reproduce_job
 
@@ -146,7 +147,7 @@ def _ctx(tmp_path: Path, principal: str) -> SkillContext:
     )
 
 
-def _stored(ctx: SkillContext, rec: dict, spec_path: Path) -> int:
+def _stored(ctx: SkillContext, rec: dict) -> int:
     spec = {"name": "x", "code": {"path": rec["code_dir"]}, "command": ["true"]}
     with ctx.store.write_session() as s:
         job = Job(name="x", spec=spec, params={}, owner="someone-else", created_at=ctx.now,
@@ -171,18 +172,58 @@ def test_an_admin_reads_the_repository_as_themselves_or_is_refused_by_name(
     ctx = _ctx(tmp_path, s.bob.name)
     rec = _record(s, job)
     with pytest.raises(SkillFailed, match=f"{repo} is not readable by {s.bob.name}"):
-        run_skill(reproduce_job, ctx, {"job_id": _stored(ctx, rec, repo)})
+        run_skill(reproduce_job, ctx, {"job_id": _stored(ctx, rec)})
     open_repo = s.root / "shared" / "alice-open"
     open_commit = _repo(s.alice, open_repo)
     open_repo.chmod(0o755)
     opened = {"git": {"repo": str(open_repo), "commit": open_commit}, "code_dir": str(open_repo)}
     with pytest.raises(SkillFailed, match=f"git refuses the recorded repository {open_repo} as"):
-        run_skill(reproduce_job, ctx, {"job_id": _stored(ctx, opened, open_repo)})
+        run_skill(reproduce_job, ctx, {"job_id": _stored(ctx, opened)})
     assert not (tmp_path / "runs" / "reproduce").exists() or not os.listdir(
         tmp_path / "runs" / "reproduce"
     )
     # alice herself, through the same skill: her repository, her folder
     (tmp_path / "a").mkdir(mode=0o755)
     mine = _ctx(tmp_path / "a", s.alice.name)
-    done = run_skill(reproduce_job, mine, {"job_id": _stored(mine, opened, open_repo)})
+    done = run_skill(reproduce_job, mine, {"job_id": _stored(mine, opened)})
     assert done.commit == open_commit and Path(done.worktree or "").stat().st_uid == s.alice.uid
+
+
+def test_what_reproduce_reads_and_makes_for_alice_is_hers(shared: Shared) -> None:
+    """The drift check reads today's data as alice: a file only bob may read, whose fingerprint
+    root would find unchanged, is a warning for her. A worktree she names is made by git as her
+    (hers), and one in bob's home is refused with her own "permission denied"."""
+    s = shared
+    base = s.root / "mine"
+    base.mkdir(mode=0o755)
+    repo = s.root / "shared" / "alice-open2"
+    commit = _repo(s.alice, repo)
+    repo.chmod(0o755)
+    secret = s.root / "shared" / "bob-only.txt"
+    secret.write_text("bob's\n")
+    os.chown(secret, s.bob.uid, s.bob.gid)
+    secret.chmod(0o600)
+    data = provenance.data_info([{"path": str(secret), "hash": True}], repo, provenance.Budget())
+    assert data[0]["sha256"]  # as root reads it, then and now
+    rec = {"git": {"repo": str(repo), "commit": commit}, "code_dir": str(repo), "data": data}
+    ctx = _ctx(base, s.alice.name)
+    named = s.alice.home / "named-wt"
+    done = run_skill(reproduce_job, ctx, {"job_id": _stored(ctx, rec), "worktree": str(named)})
+    assert f"data {secret}: its fingerprint differs from the recorded one" in done.warnings
+    assert done.worktree == str(named) and named.stat().st_uid == s.alice.uid
+    assert (named / "train.py").stat().st_uid == s.alice.uid
+    theirs = s.bob.home / "wt"
+    with pytest.raises(SkillFailed, match=f"could not check out {commit[:12]} into {theirs}: .*"
+                       "Permission denied"):  # fmt: skip
+        run_skill(
+            reproduce_job,
+            _ctx_call(ctx, "c2"),
+            {"job_id": _stored(ctx, {**rec, "data": []}), "worktree": str(theirs)},
+        )
+    assert not theirs.exists()
+
+
+def _ctx_call(ctx: SkillContext, call_id: str) -> SkillContext:
+    from dataclasses import replace
+
+    return replace(ctx, call_id=call_id)
