@@ -259,7 +259,7 @@ def _checkout(
     else:
         # what is at WT, and the repository, as the caller sees them (git makes what is missing)
         head = run(["git", "-C", str(wt), "rev-parse", "--show-toplevel", "HEAD"])
-        if head.ok and head.out.split() == [str(wt.resolve()), commit]:
+        if head.ok and head.out.splitlines() == [str(wt.resolve()), commit]:
             return git.get("diff_sha256")
         _readable_repository(repo, commit, caller, run)
         if hand_over:

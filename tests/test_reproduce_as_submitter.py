@@ -212,6 +212,11 @@ def test_what_reproduce_reads_and_makes_for_alice_is_hers(shared: Shared) -> Non
     assert f"data {secret}: its fingerprint differs from the recorded one" in done.warnings
     assert done.worktree == str(named) and named.stat().st_uid == s.alice.uid
     assert (named / "train.py").stat().st_uid == s.alice.uid
+    # the same worktree again (a call repeated after a crash): kept as it is, read as her
+    again = run_skill(
+        reproduce_job, _ctx_call(ctx, "c3"), {"job_id": done.source_job_id, "worktree": str(named)}
+    )
+    assert again.worktree == str(named) and again.job_id != done.job_id
     theirs = s.bob.home / "wt"
     with pytest.raises(SkillFailed, match=f"could not check out {commit[:12]} into {theirs}: .*"
                        "Permission denied"):  # fmt: skip
