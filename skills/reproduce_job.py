@@ -1,18 +1,30 @@
 """reproduce_job: queue a new job from an attempt's recorded provenance (`nightshift reproduce
 JOB`): its commit checked out into a worktree of its own with the recorded dirty diff applied, its
-image pinned by digest, the same interpreter, argv template, parameters, seed and environment."""
+image pinned by digest, the same interpreter, argv template, parameters, seed and environment.
+
+In a shared install (jobs run as their submitters) the new job is the caller's and runs as the
+caller's OS account, so everything reproduce does for it is done with that account's rights, never
+the daemon's: git (the recorded repository is read, the worktree added and the diff applied as
+them: their repository raises no "dubious ownership", and one they cannot read is refused by name)
+and today's package list and data fingerprints (what they can read, as at capture). The default
+worktree folder is made in the runs folder and handed to them, as their job's folder is."""
 
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
 from nightshift.runtime.errors import NotReproducible, SkillFailed, UnknownJob
 from nightshift.runtime.store.db import Attempt, Job, KeyValue
 from nightshift.skills.base import Claims, HostPath, Launch, SkillContext, SkillInput, skill
+
+if TYPE_CHECKING:
+    from nightshift.runtime.executors.submitter import RunAs
 
 DONE_KEY = "reproduce_job:{call_id}"
 
@@ -31,7 +43,8 @@ class ReproduceJobInput(SkillInput):
         None,
         max_length=4096,
         description="Where to check the recorded commit out (a new folder); default: "
-        "<runs_dir>/reproduce/job-<J>-attempt-<N>-<call>",
+        "<runs_dir>/reproduce/job-<J>-attempt-<N>-<call> (in a shared install, made for the "
+        "caller and theirs; a folder named here is made by git with the caller's own rights)",
     )
 
     def claims(self) -> Claims:
@@ -69,7 +82,8 @@ def reproduce_job(ctx: SkillContext, inp: ReproduceJobInput) -> ReproduceJobResu
     same interpreter, command, parameters, seed and environment. Warns when the interpreter's
     package list or the data's fingerprint today differ from the recorded ones; strict=true
     refuses then. The new job is the caller's, queued like any submission; the same call id never
-    queues twice."""
+    queues twice. Where jobs run as their submitters, the git work and the reads are the caller's
+    own (a repository they cannot read is refused, never read with the daemon's rights)."""
     from nightshift.runtime.training import provenance
 
     key = DONE_KEY.format(call_id=ctx.call_id) if ctx.call_id else None
@@ -86,8 +100,11 @@ def reproduce_job(ctx: SkillContext, inp: ReproduceJobInput) -> ReproduceJobResu
     att = _attempt(ctx.store.attempts(inp.job_id), inp)
     rec: dict[str, Any] = att.provenance or {}
     blobs = provenance.blobs_of(ctx.settings.home_path)
+    caller = _caller(ctx)
 
-    warnings = _drift(rec, blobs, ctx.settings.home_path, ctx.settings.loop.provenance_budget_s)
+    warnings = _drift(
+        rec, blobs, ctx.settings.home_path, ctx.settings.loop.provenance_budget_s, caller
+    )
     if warnings and inp.strict:
         raise NotReproducible(
             f"job {job.id} attempt {att.number} cannot be reproduced strictly: "
@@ -104,7 +121,7 @@ def reproduce_job(ctx: SkillContext, inp: ReproduceJobInput) -> ReproduceJobResu
             inp.worktree
             or ctx.settings.runs_dir / "reproduce" / f"job-{job.id}-attempt-{att.number}-{tag}"
         ).absolute()
-        diff_applied = _checkout(git, wt, blobs)
+        diff_applied = _checkout(git, wt, blobs, caller, hand_over=not inp.worktree)
         worktree = str(wt)
         code_path = str(wt / git["subdir"]) if git.get("subdir") not in (None, ".") else str(wt)
         if git.get("untracked_count"):
@@ -130,6 +147,34 @@ def reproduce_job(ctx: SkillContext, inp: ReproduceJobInput) -> ReproduceJobResu
     return _queue(ctx, key, job, att, spec, rec, warnings, where)
 
 
+def _caller(ctx: SkillContext) -> RunAs | None:
+    """Whose rights the reproduction reads and checks out with: in a shared install the account
+    the new job will run as — the caller's, as the engine maps a job's owner to an account
+    (`account_of`; a principal that is no OS account, or root, is refused as it would be at
+    launch) — so that what it reads is what they may read and what it makes is theirs. None
+    elsewhere: the daemon's own rights, which are the one user's."""
+    if not ctx.settings.jobs_run_as_submitter:
+        return None
+    from nightshift.runtime.executors.submitter import account_of
+
+    return account_of(ctx.principal)
+
+
+def _hand_over(wt: Path, caller: RunAs) -> None:
+    """The default worktree folder, made by the daemon in its runs folder (which only it writes)
+    and given to the caller, 0700, as their job's own folder is: the new job runs there as them
+    and may write there. git then fills it as them (an empty folder is a valid target). A folder
+    the caller names is never made or handed over by the daemon: git makes it with their rights."""
+    wt.parent.mkdir(parents=True, exist_ok=True)
+    wt.mkdir(mode=0o700, exist_ok=True)
+    st = wt.lstat()
+    if not stat.S_ISDIR(st.st_mode):
+        raise SkillFailed(f"{wt} is in the way and is not a folder; remove it and retry")
+    if (st.st_uid, st.st_gid) != (caller.uid, caller.gid):
+        os.chown(wt, caller.uid, caller.gid, follow_symlinks=False)
+    os.chmod(wt, 0o700)
+
+
 def _attempt(attempts: list[Attempt], inp: ReproduceJobInput) -> Attempt:
     if inp.attempt is not None:
         found = [a for a in attempts if a.number == inp.attempt]
@@ -150,9 +195,11 @@ def _attempt(attempts: list[Attempt], inp: ReproduceJobInput) -> Attempt:
     return kept[-1]
 
 
-def _drift(rec: dict[str, Any], blobs: Any, home: Path, budget_s: float) -> list[str]:
+def _drift(
+    rec: dict[str, Any], blobs: Any, home: Path, budget_s: float, caller: RunAs | None = None
+) -> list[str]:
     """Today's package list of the recorded interpreter and today's data fingerprints, against
-    the recorded ones."""
+    the recorded ones; read as `caller` where there is one (what they cannot read is a note)."""
     from nightshift.runtime.training import provenance
 
     budget = provenance.Budget(budget_s)
@@ -160,13 +207,18 @@ def _drift(rec: dict[str, Any], blobs: Any, home: Path, budget_s: float) -> list
     py = rec.get("python") or {}
     if py.get("interpreter"):
         now["python"] = provenance.python_info(
-            py["interpreter"], budget, blobs, provenance.pythons_cache(home)
+            py["interpreter"], budget, blobs, provenance.pythons_cache(home), caller
         )
     refs = [
         {"path": d.get("resolved") or d.get("path"), "hash": bool(d.get("sha256"))}
         for d in rec.get("data") or []
     ]
-    measured = provenance.data_info(refs, Path(str(rec.get("code_dir") or ".")), budget)
+    base = Path(str(rec.get("code_dir") or "."))
+    measured = (
+        provenance.data_info_as(refs, base, budget, caller)
+        if caller is not None
+        else provenance.data_info(refs, base, budget)
+    )
     # compared under the recorded names
     now["data"] = [
         {**m, "path": d.get("path")} for m, d in zip(measured, rec.get("data") or [], strict=True)
@@ -178,43 +230,86 @@ def _drift(rec: dict[str, Any], blobs: Any, home: Path, budget_s: float) -> list
     return warnings
 
 
-def _checkout(git: dict[str, Any], wt: Path, blobs: Any) -> str | None:
+def _checkout(
+    git: dict[str, Any], wt: Path, blobs: Any, caller: RunAs | None, *, hand_over: bool
+) -> str | None:
     """`git worktree add --detach WT COMMIT` in the recorded repository, then the recorded diff
-    applied with `git apply`. A worktree already there at that commit (this call, repeated after
-    a crash) is kept as it is. Returns the sha256 of the diff applied."""
+    applied with `git apply`, each run as `caller` where there is one (`hand_over`: WT is the
+    default folder, made for them first). A worktree already there at that commit (this call,
+    repeated after a crash) is kept as it is. Returns the sha256 of the diff applied."""
     from nightshift.runtime.training import provenance
 
     budget = provenance.Budget(120.0)
     repo, commit = git.get("repo"), git["commit"]
-    if wt.exists():
-        head = provenance.run(["git", "-C", str(wt), "rev-parse", "HEAD"], budget)
-        if head.ok and head.out.strip() == commit:
+
+    def run(argv: list[str], stdin: bytes | None = None) -> provenance.Ran:
+        return provenance.run(argv, budget, as_user=caller, stdin=stdin)
+
+    if caller is None:
+        if wt.exists():
+            head = run(["git", "-C", str(wt), "rev-parse", "HEAD"])
+            if head.ok and head.out.strip() == commit:
+                return git.get("diff_sha256")
+            raise SkillFailed(f"{wt} already exists and is not a checkout of {commit[:12]}")
+        if not repo or not Path(repo).is_dir():
+            raise SkillFailed(
+                f"the recorded repository {repo} is gone: clone it and check out {commit} by hand"
+            )
+        wt.parent.mkdir(parents=True, exist_ok=True)
+    else:
+        # what is at WT, and the repository, as the caller sees them (git makes what is missing)
+        head = run(["git", "-C", str(wt), "rev-parse", "--show-toplevel", "HEAD"])
+        if head.ok and head.out.splitlines() == [str(wt.resolve()), commit]:
             return git.get("diff_sha256")
-        raise SkillFailed(f"{wt} already exists and is not a checkout of {commit[:12]}")
-    if not repo or not Path(repo).is_dir():
-        raise SkillFailed(
-            f"the recorded repository {repo} is gone: clone it and check out {commit} by hand"
-        )
-    wt.parent.mkdir(parents=True, exist_ok=True)
-    added = provenance.run(
-        ["git", "-C", str(repo), "worktree", "add", "--detach", str(wt), commit], budget
-    )
+        _readable_repository(repo, commit, caller, run)
+        if hand_over:
+            _hand_over(wt, caller)
+    added = run(["git", "-C", str(repo), "worktree", "add", "--detach", str(wt), commit])
     if not added.ok:
         raise SkillFailed(f"could not check out {commit[:12]} into {wt}: {added.note}")
     sha = git.get("diff_sha256")
     if not sha:
         return None
-    if blobs.get(sha) is None:
+    diff = blobs.get(sha)
+    if diff is None:
         raise SkillFailed(
             f"the recorded diff {sha[:12]} is missing from {blobs.root}: the worktree at {wt} "
             "holds the clean commit only"
         )
-    applied = provenance.run(
-        ["git", "-C", str(wt), "apply", "--whitespace=nowarn", str(blobs.path(sha))], budget
-    )
+    # fed on stdin: the kept diff is in the daemon's home, which the caller may not open
+    applied = run(["git", "-C", str(wt), "apply", "--whitespace=nowarn", "-"], stdin=diff)
     if not applied.ok:
         raise SkillFailed(f"the recorded diff {sha[:12]} does not apply in {wt}: {applied.note}")
     return str(sha)
+
+
+def _readable_repository(repo: str | None, commit: str, caller: RunAs, run: Any) -> None:
+    """Refuse, naming it, a recorded repository the caller cannot use with their own rights: one
+    they may not read, one git will not work in as them because another account owns it
+    ("dubious ownership": their git would run that account's repository config), or one gone."""
+    if not repo:
+        raise SkillFailed(f"no repository was recorded: check out {commit} by hand")
+    from nightshift.runtime.training import provenance
+
+    seen = run(["git", "-C", repo, "cat-file", "-e", f"{commit}^{{commit}}"])
+    if seen.ok:
+        return
+    if provenance.denied(seen):
+        raise SkillFailed(
+            f"the recorded repository {repo} is not readable by {caller.name}, who would own "
+            "the new job: it is reproduced only from what the caller may read; ask its owner "
+            "to reproduce it, or for read access"
+        )
+    if "dubious ownership" in seen.err:
+        raise SkillFailed(
+            f"git refuses the recorded repository {repo} as {caller.name}: it belongs to "
+            "another account (dubious ownership), and its checkout would run that account's "
+            "repository config as you; ask its owner to reproduce it, or clone it yourself"
+        )
+    raise SkillFailed(
+        f"the recorded repository {repo} has no commit {commit[:12]} that {caller.name} can "
+        f"read ({seen.note}): clone it and check out {commit} by hand"
+    )
 
 
 def _spec(

@@ -14,6 +14,9 @@ and groups, and the data is walked by a small child that drops to them before it
 job's record holds what its submitter can read, never what only the daemon can ("not readable by
 alice" instead). Only `docker image inspect`, which asks the engine, stays the daemon's.
 
+`reproduce` checks a recorded commit out, and reads today's package list and data, with the same
+helpers as the person who asks for it (`run`, `python_info`, `data_info_as` with their account).
+
 Plain functions on plain values: the engine calls `capture`, `nightshift show` flags `changes`
 between attempts, `compare` lists `differences`, and `reproduce` checks `drift` against now.
 """
@@ -119,9 +122,11 @@ def run(
     *,
     cwd: str | Path | None = None,
     as_user: RunAs | None = None,
+    stdin: bytes | None = None,
 ) -> Ran:
     """Run an argv list (never a shell) within the budget; never raises. `as_user`: with that
-    account's uid, gid and groups and a login's environment (the launch's drop), from `/`."""
+    account's uid, gid and groups and a login's environment (the launch's drop), from `/`.
+    `stdin`: bytes fed to it (a blob of the daemon's that the account itself may not open)."""
     timeout = budget.timeout()
     if timeout <= 0:
         return Ran(note=f"{argv[0]}: not run, the capture's {budget.seconds:g} s were spent")
@@ -141,7 +146,7 @@ def run(
             capture_output=True,
             timeout=timeout,
             check=False,
-            stdin=subprocess.DEVNULL,
+            **({"input": stdin} if stdin is not None else {"stdin": subprocess.DEVNULL}),
         )
     except FileNotFoundError:
         return Ran(note=f"{argv[0]}: not found")
@@ -162,7 +167,8 @@ _run = run  # for the readers below whose own argument is named `run`
 
 
 # ------------------------------------------------------------------------------ git
-def _denied(ran: Ran) -> bool:
+def denied(ran: Ran) -> bool:
+    """Whether a command run as another account failed for want of that account's rights."""
     return "permission denied" in (ran.err + (ran.note or "")).lower()
 
 
@@ -179,7 +185,7 @@ def git_info(
 
     top = run(["git", "-C", str(folder), "rev-parse", "--show-toplevel"], budget)
     if not top.ok:
-        if as_user is not None and _denied(top):
+        if as_user is not None and denied(top):
             return {"repo": None, "note": f"{folder}: not readable by {as_user.name}"}
         return {"repo": None, "note": f"not in a git work tree ({top.note})"}
     root = Path(top.out.strip())
@@ -373,7 +379,7 @@ def python_info(
         out["packages_count"] = text.count("\n")
         if stamp is not None and cache is not None:
             _write_cache(cache, {**known, key: out})
-    elif as_user is not None and (_denied(listed) or _denied(version)):
+    elif as_user is not None and (denied(listed) or denied(version)):
         out["note"] = f"package list not read: not readable by {as_user.name} ({listed.note})"
     else:
         out["note"] = f"package list not read: {listed.note}"
