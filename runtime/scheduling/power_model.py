@@ -8,7 +8,13 @@ power is known. The figures live in `power_model.yaml` beside this file, each wi
 between two measured limits the answer is a linear interpolation and says so; a type measured on
 another card's curve says `measured: false`.
 
-Pure and deterministic: the simulator calls it per busy GPU, the scheduler per decision.
+Pure and deterministic: the simulator calls it per busy GPU, the scheduler per decision:
+
+    m = power_model("H100")                  # a type key or an NVML product name
+    r = m.at(limit_w, busy=True)             # r.watts for the energy of each busy interval,
+                                             # r.throughput: work done per second (1.0 uncapped)
+    m.at(limit_w, busy=False, idle_w=60.0)   # an idle GPU (idle_w where none is published)
+    job = m.job_under_cap(full_power_s, limit_w)   # job.duration_s, job.energy_j
 """
 
 from __future__ import annotations
