@@ -91,11 +91,7 @@ def set_power_limit(ctx: SkillContext, inp: SetPowerLimitInput) -> SetPowerLimit
     if inp.restore:
         return _restore(ctx, inp, control, before)
     watts = float(inp.watts or 0)
-    if not before.min_w <= watts <= before.max_w:
-        raise BadArguments(
-            f"set_power_limit: watts: {watts:g} W is outside GPU {inp.gpu}'s ({before.name}) "
-            f"allowed range {before.min_w:g}-{before.max_w:g} W (default {before.default_w:g} W)"
-        )
+    check_range(watts, before)
     with ctx.store.write_session() as s:
         earlier = power_record.get(s, before.uuid)
         record = PowerLimitRecord(
@@ -119,6 +115,16 @@ def set_power_limit(ctx: SkillContext, inp: SetPowerLimitInput) -> SetPowerLimit
                 power_record.put(s, earlier)
         raise
     return _result(inp, ctx, before, after, record.previous_w, restored=False)
+
+
+def check_range(watts: float, limits: PowerLimits) -> None:
+    """A limit outside the GPU's own constraints is the caller's to fix: say the range."""
+    if not limits.min_w <= watts <= limits.max_w:
+        raise BadArguments(
+            f"set_power_limit: watts: {watts:g} W is outside GPU {limits.index}'s "
+            f"({limits.name}) allowed range {limits.min_w:g}-{limits.max_w:g} W "
+            f"(default {limits.default_w:g} W)"
+        )
 
 
 def _restore(

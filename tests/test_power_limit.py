@@ -92,7 +92,8 @@ def test_the_first_previous_limit_is_the_one_restored(gpus):
 
 
 def test_out_of_range_names_the_field_and_the_range(gpus):
-    """50 W on a 200-700 W card: exit 2 naming watts and the range; nothing changed or recorded."""
+    """50 W on a 200-700 W card: exit 2 naming watts and the range, before anyone is asked to
+    confirm (no set_power_limit call, no approval); nothing changed or recorded."""
     r = cli(gpus, "power", "set", "0", "50", "--yes")
     assert r.returncode == 2
     assert (
@@ -104,6 +105,8 @@ def test_out_of_range_names_the_field_and_the_range(gpus):
         json.loads(cli(gpus, "power", "show", "--json").stdout)["gpus"][0]["recorded_previous_w"]
         is None
     )
+    audit = json.loads(cli(gpus, "audit", "show", "--json").stdout)
+    assert not [e for e in audit if e["skill"] == "set_power_limit"]
 
 
 def test_no_permission_is_a_refusal_not_a_crash(gpus):
@@ -165,7 +168,11 @@ def test_bad_arguments_and_missing_nvml(ctx, monkeypatch):
     for args in ({"gpu": 0}, {"gpu": 0, "watts": 300, "restore": True}):
         with pytest.raises(BadArguments, match="either watts .* or restore"):
             sk.parse(args)
-    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml([h100()]))
+    nv = fake_pynvml([h100()])
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    with pytest.raises(BadArguments, match=r"watts: 800 W is outside GPU 0's .* 200-700 W"):
+        run_skill(sk, ctx, {"gpu": 0, "watts": 800})  # the agent's call: no CLI checked it first
+    assert nv.state["sets"] == []
     with pytest.raises(PowerControlUnavailable, match="there is no GPU 3 here"):
         run_skill(sk, ctx, {"gpu": 3, "watts": 300})
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml([], init_error=9))

@@ -79,10 +79,24 @@ def set_limit(
 ) -> None:
     """Set one GPU's power limit; the limit it had before is recorded (`power restore` puts it
     back). Needs root on the GPU's machine; the shipped policy asks you to confirm."""
+    _check_range(config, gpu, watts)
     args = {"gpu": gpu, "watts": watts, "reason": reason}
     _report(
         call_or_exit(config, "set_power_limit", args, yes=yes, wait=wait, as_json=as_json), as_json
     )
+
+
+def _check_range(config: str | None, gpu: int, watts: float) -> None:
+    """Refuse a value outside the GPU's range before anyone is asked to confirm it (the skill
+    checks again when it runs)."""
+    from nightshift.runtime.gpu.power_limit import PowerLimits
+    from nightshift.skills.set_power_limit import check_range
+
+    shown: Any = call_or_exit(config, "show_power_limits", {"gpus": [gpu]})
+    g = shown.gpus[0] if shown.gpus else None
+    if g is None or None in (g.uuid, g.name, g.current_w, g.default_w, g.min_w, g.max_w):
+        return  # unreadable here: the skill says why when it runs
+    check_range(watts, PowerLimits.model_validate(g.model_dump() | {"index": gpu}))
 
 
 def restore(
