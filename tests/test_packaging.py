@@ -32,6 +32,7 @@ def test_wheel_layout(tmp_path):
         assert f"nightshift/{pkg}/__init__.py" in names
     assert "nightshift/policies/default.yaml" in names
     assert "nightshift/examples/goals/quickstart.yaml" in names
+    assert "nightshift/runtime/scheduling/power_model.yaml" in names  # the power model's figures
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     assert (
         "nightshift = nightshift.agent.doors.entry:main"

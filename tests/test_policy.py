@@ -80,6 +80,7 @@ def test_default_policy_ships_as_package_data(engine: PolicyEngine) -> None:
     assert [r.id for r in pol.approvals] == [
         "others-jobs-need-another-person",
         "destroy-needs-confirmation",
+        "gpu-power-limit-needs-a-person",
     ]
 
 
