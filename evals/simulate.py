@@ -1,5 +1,6 @@
 """Trace-driven scheduler simulation: real GPU-cluster traces replayed through the placement
-function the daemon uses, against FIFO and EASY-backfill baselines, with the goals of issue 14.
+function the daemon uses, against FIFO, EASY, EASY+SJF and Tiresias' baselines, with the goals
+of issues 14 and 31 (judged against the strongest baseline on each trace).
 
     python -m nightshift.evals.simulate --load-for tiresias=2   # every trace and policy, goals
     python -m nightshift.evals.simulate --quick          # small windows: a smoke test (seconds)
@@ -22,13 +23,28 @@ Policies, all on the same trace window, health events and seeded job attributes:
   one pool holding every GPU (no topology: FIFO's best case);
 * easy, easy-pool, easy-best — place() with no priorities, aging, tariff or preemption: EASY
   backfill, one reservation for the head; on the hosts, on one pool, and with best-fit hosts;
-* priority, priority-best, sjf-first, sjf, las — orderings without the tariff (ablations):
-  trace priorities with aging; shortest-estimate-first with aging (`order: sjf_aging`), first
-  or best fit; least attained service (Tiresias) with preemption at checkpoints;
+* easy-sjf — EASY+SJF as scheduling papers mean it: the same EASY backfill (first fit, one
+  reservation, for the first job in queue order that cannot start), the queue ordered by the
+  user's estimate, shortest first (ties: oldest first), no trace priorities, aging or tariff;
+  the simulator gives place() priority = -estimate in seconds;
+* easy-sjf-aging — the same with place()'s `order: sjf_aging`: 1 point off per doubling of the
+  estimate above a minute, 1 point gained per hour waited (a long job is not starved);
+* 2d-las, 2d-gittins — Tiresias (NSDI'19) over attained service in GPU-time (GPUs held x time
+  run): 2D-LAS with K = 3 queues whose thresholds are the 50th and 90th percentiles of the
+  window's own job GPU-times (`SizeDistribution`), FIFO within a queue, a job demoted as it
+  crosses a threshold (a decision at that instant) and preempted at a checkpoint by a job one
+  queue above; 2D-Gittins ranks by the Gittins index given attained service over that same
+  distribution (quantum: up to the next threshold), highest first, recomputed for running jobs
+  at every decision, preempting the same way. No trace priorities, aging or tariff; first fit;
+  place()'s EASY backfill;
+* priority, priority-best, sjf-first, las — orderings without the tariff (ablations): trace
+  priorities with aging; shortest-estimate-first with aging (`order: sjf_aging`), first fit;
+  least attained service with trace priorities and aging, preemption at checkpoints;
 * nightshift-v1 — the previous default: priority order, first fit, tariff holds that ignore
   deadlines;
 * nightshift — the daemon's default: sjf_aging, best fit, tariff holds and pauses that keep
-  every deadline on its estimate (`twin` sjf is the same without the tariff);
+  every deadline on its estimate; nightshift-notariff, the same with the tariff off (its `twin`:
+  the no-tariff run that a hold's misses are judged against);
   nightshift-notpeak the same with `cost_threshold: not_peak`; nightshift-first with first fit;
   nightshift-big4 holding only jobs of 4 GPU-hours or more (`hold_min_gpu_h`).
 
@@ -55,6 +71,7 @@ import dataclasses
 import functools
 import gzip
 import heapq
+import itertools
 import math
 import os
 import random
@@ -64,7 +81,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import PrivateAttr
@@ -114,8 +131,10 @@ GPU_MIB = 32768.0  # every simulated GPU: 32 GiB; a sharing pod's cap is its fra
 DAY = 86400.0
 HORIZON_S = 400 * DAY  # a run stops this long after its window ends; what is left is "unfinished"
 
-DONE, HEALTH, TICK = 0, 1, 2  # event kinds, in the order they apply at one instant
-# An event's payload: (job id, epoch) for DONE, the GPU index for HEALTH, None for TICK.
+DONE, HEALTH, TICK, LEVEL = 0, 1, 2, 3  # event kinds, in the order they apply at one instant
+# An event's payload: (job id, epoch) for DONE and LEVEL (a running job crosses a queue
+# threshold: a decision, so that 2D-LAS and 2D-Gittins preempt it then), the GPU index for
+# HEALTH, None for TICK.
 _Payload = tuple[int, int] | int | None
 
 
@@ -452,6 +471,51 @@ def make_setups(
 
 
 # ---------------------------------------------------------------------------------- policies
+Rank = Literal["", "sjf", "gittins"]
+
+
+class SizeDistribution:
+    """The window's own job sizes in GPU-seconds (GPUs held x true run time; a GPU-sharing pod
+    holds one GPU), from which Tiresias' policies take their parameters: 2D-LAS's queue
+    thresholds (the `QUANTILES` of the sizes: K = 3 queues) and 2D-Gittins' index. Tiresias
+    assumes the size distribution is known from history; here it is the window's, exactly."""
+
+    QUANTILES = (0.5, 0.9)
+
+    def __init__(self, sizes: list[float]):
+        self.sizes = sorted(sizes)
+        self.prefix = [0.0, *itertools.accumulate(self.sizes)]
+        cuts = [float(np.quantile(self.sizes, q)) for q in self.QUANTILES] if sizes else []
+        self.thresholds = sorted({c for c in cuts if c > 0})
+
+    def next_threshold(self, attained: float) -> float:
+        """The first threshold above `attained` (where a job drops a queue); inf past the last."""
+        k = bisect.bisect_right(self.thresholds, attained)
+        return self.thresholds[k] if k < len(self.thresholds) else math.inf
+
+    def gittins(self, attained: float) -> float:
+        """Tiresias' Gittins index of a job that has run `attained` GPU-seconds, for a quantum Δ
+        up to its next threshold: P(S - a <= Δ | S > a) / E[min(S - a, Δ) | S > a] over the
+        sizes S; 0 for a job that outlived every size (it ranks last)."""
+        s, n = self.sizes, len(self.sizes)
+        i = bisect.bisect_right(s, attained)  # s[i:] are the sizes still possible
+        if i == n:
+            return 0.0
+        hi = self.next_threshold(attained)
+        j = bisect.bisect_right(s, hi) if hi < math.inf else n  # s[i:j] end within the quantum
+        served = self.prefix[j] - self.prefix[i] - (j - i) * attained
+        if j < n:  # sizes past the quantum are served Δ each
+            served += (n - j) * (hi - attained)
+        return (j - i) / served if served > 0 else 0.0
+
+    def gittins_priority(self, attained: float) -> int:
+        """place()'s integer priority for the index: minus its reciprocal (GPU-seconds), so a
+        higher index is a higher priority at one GPU-second's resolution; floored at -1e12, where
+        place()'s float arithmetic still tells a priority from one a point higher."""
+        g = self.gittins(attained)
+        return -min(round(1.0 / g), 10**12) if g > 0 else -(10**12)
+
+
 @dataclass(frozen=True)
 class Policy:
     """How a run drives place(): which of its features are on."""
@@ -469,6 +533,10 @@ class Policy:
     cost_threshold: float | CostBand | None = None
     hold_min_gpu_h: float = 0.0  # hold only cost-sensitive jobs at least this big
     twin: str = ""  # the same policy without the tariff: what a hold's misses are judged against
+    # priorities the simulator computes per event instead of the trace's: "sjf", minus the
+    # estimate in seconds (shortest first, exactly); "gittins", minus the reverse Gittins index
+    rank: Rank = ""
+    las_points: float = 4.0  # order las: points per level (with preempt_margin 1: one level)
 
 
 _DEFAULT = Policy("", fifo=False, aging_per_hour=1.0, priorities=True, tariff=False)
@@ -479,6 +547,8 @@ def _policy(name: str, **kw: Any) -> Policy:
     return dataclasses.replace(_DEFAULT, name=name, **kw)
 
 
+NIGHTSHIFT = "nightshift"  # the policy the goals are measured on: place() as the daemon runs it
+NOTARIFF = "nightshift-notariff"
 _BASE = {"aging_per_hour": 0.0, "priorities": False}
 _NS = {"order": "sjf_aging", "host_fit": "best", "tariff": True, "deadlines": True}
 POLICIES = {
@@ -487,21 +557,28 @@ POLICIES = {
         _policy("fifo", fifo=True, **_BASE),
         _policy("fifo-pool", fifo=True, pool=True, **_BASE),
         _policy("easy", **_BASE),
+        _policy("easy-sjf", rank="sjf", **_BASE),
+        _policy("easy-sjf-aging", order="sjf_aging", aging_per_hour=1.0, priorities=False),
+        _policy("2d-las", order="las", las_points=1.0, preempt_margin=1, **_BASE),
+        _policy("2d-gittins", rank="gittins", preempt_margin=1, **_BASE),
         _policy("easy-pool", pool=True, **_BASE),
         _policy("easy-best", host_fit="best", **_BASE),
         _policy("priority"),
         _policy("priority-best", host_fit="best"),
         _policy("sjf-first", order="sjf_aging"),
-        _policy("sjf", order="sjf_aging", host_fit="best"),
         _policy("las", order="las", host_fit="best", preempt_margin=4),
         _policy("nightshift-v1", tariff=True, twin="priority"),
-        _policy("nightshift", twin="sjf", **_NS),
-        _policy("nightshift-notpeak", cost_threshold="not_peak", twin="sjf", **_NS),
+        _policy("nightshift", twin=NOTARIFF, **_NS),
+        # nightshift with the tariff off: the same order, fit and aging; no holds, no pauses
+        _policy(NOTARIFF, order="sjf_aging", host_fit="best"),
+        _policy("nightshift-notpeak", cost_threshold="not_peak", twin=NOTARIFF, **_NS),
         _policy("nightshift-first", twin="sjf-first", **(_NS | {"host_fit": "first"})),
-        _policy("nightshift-big4", hold_min_gpu_h=4.0, twin="sjf", **_NS),
+        _policy("nightshift-big4", hold_min_gpu_h=4.0, twin=NOTARIFF, **_NS),
     )
 }
-NIGHTSHIFT = "nightshift"  # the policy the goals are measured on: place() as the daemon runs it
+# the baselines nightshift is judged against: the strongest of them (lowest mean delay) per trace
+BASELINES = ("fifo", "easy", "easy-sjf", "easy-sjf-aging", "2d-las", "2d-gittins")
+MAIN = (*BASELINES, NIGHTSHIFT, NOTARIFF)  # side by side in every table and plot
 
 
 # ---------------------------------------------------------------------------------- the loop
@@ -585,6 +662,9 @@ class _Run:
         self.origin = setup.origin
         self.tariff = tariff(_SimTariff) if policy.tariff else None
         self.rate = policy.aging_per_hour / 3600.0
+        self.sizes = SizeDistribution([j.gpus * j.duration_s for j in setup.jobs])
+        # running jobs cross queue thresholds: decide then (Tiresias demotes at the crossing)
+        self.levels = policy.order == "las" or policy.rank == "gittins"
         self.penalty = penalty_of(Snapshot.model_construct(**self._knobs()))
         n = setup.gpus
         self.slots: list[GpuSlot] = []
@@ -640,8 +720,8 @@ class _Run:
             "aging_per_hour": pol.aging_per_hour,
             "order": pol.order,
             "sjf_per_doubling": 1.0,
-            "las_thresholds_gpu_h": [1.0, 10.0],
-            "las_points": 4.0,
+            "las_thresholds_gpu_h": [x / 3600.0 for x in self.sizes.thresholds],
+            "las_points": pol.las_points,
             "host_fit": pol.host_fit,
             "preempt_margin": pol.preempt_margin,
             "preempt_max_per_call": 4,
@@ -679,9 +759,15 @@ class _Run:
     def _pending_model(self, sj: SimJob, expected_s: float, attained: float) -> PendingJob:
         pol = self.policy
         cs = pol.tariff and sj.cost_sensitive
+        if pol.rank == "sjf":
+            prio = -math.ceil(expected_s)
+        elif pol.rank == "gittins":
+            prio = self.sizes.gittins_priority(attained)
+        else:
+            prio = sj.priority if pol.priorities else 0
         return PendingJob.model_construct(
             id=sj.id,
-            priority=sj.priority if pol.priorities else 0,
+            priority=prio,
             gpus=sj.gpus,
             share_gpu=sj.share < 1.0,
             gpu_memory_cap_gb=sj.share * GPU_MIB / 1024 if sj.share < 1.0 else None,
@@ -720,6 +806,10 @@ class _Run:
         j.epoch += 1
         self._push(t + j.rem, DONE, (j.sj.id, j.epoch))
         m = j.model
+        if self.levels:
+            cross = self.sizes.next_threshold(m.attained_gpu_s)
+            if cross < math.inf:
+                self._push(t + (cross - m.attained_gpu_s) / j.sj.gpus, LEVEL, (j.sj.id, j.epoch))
         self.running[j.sj.id] = RunningJob.model_construct(
             id=m.id,
             gpus=j.gpus,
@@ -769,7 +859,7 @@ class _Run:
         self._stop(j, t)
         j.epoch += 1
         j.rem = j.rem - (t - j.seg_start) + self.opts.pause_overhead_s
-        attained = j.ran * j.sj.gpus * j.sj.share
+        attained = j.ran * j.sj.gpus  # GPUs held x time, as place() counts a running job
         j.model = self._pending_model(j.sj, j.rem * j.sj.overestimate, attained)
         j.key = self._key(j.sj, j.model)
         bisect.insort(self.queue, j.key)
@@ -815,7 +905,10 @@ class _Run:
         )
 
     def _decide(self, t: float, tick: bool) -> None:
-        can_start = bool(self.queue) and (self.room[1] or self.room[2])
+        # a preempting policy may start a job on a full cluster, by pausing a lower-ranked one
+        can_start = bool(self.queue) and (
+            self.room[1] or self.room[2] or self.policy.preempt_margin is not None
+        )
         may_pause = tick and self.cs_running > 0
         if not (can_start or may_pause):
             return  # place() could start nothing and propose no pause: skip the call
@@ -826,6 +919,8 @@ class _Run:
         if len(self.queue) > cap:
             self.queue_cap_hits += 1
         for _ in range(3):  # again at once after preemptions: the preemptors start now
+            if self.policy.rank == "gittins":
+                self._rank_running(t)
             self.calls += 1
             d = placement.place(self._snapshot(t, self.queue[:cap]))
             for p in d.pauses:
@@ -840,6 +935,14 @@ class _Run:
                 break
             for pr in d.preemptions:
                 self._pause(pr.victim_job_id, t, tariff=False)
+
+    def _rank_running(self, t: float) -> None:
+        """2D-Gittins: a running job's index moves with the service it attains, so its priority
+        (what preemption weighs) is recomputed at every decision."""
+        sizes = self.sizes
+        for jid, r in self.running.items():
+            j = self.jobs[jid]
+            r.priority = sizes.gittins_priority(r.attained_gpu_s + j.sj.gpus * (t - j.seg_start))
 
     def _decide_fifo(self, t: float) -> None:
         """Strict FIFO through place(): a prefix of the queue in, and only the starts before the
@@ -905,6 +1008,8 @@ class _Run:
                 elif kind == HEALTH:
                     assert isinstance(payload, int)
                     self._health(payload, t)
+                elif kind == LEVEL:
+                    pass  # a decision at this instant is all it asks for
                 elif not tick:
                     tick = True
                     self._push(next_tick(t), TICK, None)
@@ -963,6 +1068,8 @@ class _Run:
             "delay_mean_cs_h": _mean_h(cs_delays),
             "delay_p50_h": pct(dh, 50),
             "delay_p95_h": pct(dh, 95),
+            "delay_p99_h": pct(dh, 99),
+            "delay_max_h": float(dh.max()) if dh.size else math.nan,
             "energy_kwh": kwh,
             "cost": cost,
             "cost_lower_bound": kwh * valley,
@@ -1105,6 +1212,8 @@ TIME_COLUMNS = [
     ("delay_mean_h", "wait mean h", "{:.2f}"),
     ("delay_p50_h", "p50", "{:.2f}"),
     ("delay_p95_h", "p95", "{:.2f}"),
+    ("delay_p99_h", "p99", "{:.2f}"),
+    ("delay_max_h", "max", "{:.1f}"),
     ("deadline_misses", "missed", "{:.0f}"),
 ]
 COST_COLUMNS = [
@@ -1164,11 +1273,13 @@ def headline(results: list[RunResult]) -> list[dict[str, object]]:
     for (trace, load, pol), m in by.items():
         if pol != "nightshift":
             continue
-        for base in ("fifo", "easy"):
+        best = strongest(by, trace, load)
+        bases = [("fifo", "fifo"), ("easy", "easy"), ("easy-sjf", "easy-sjf")]
+        for base, versus in [*bases, *([(best, f"strongest ({best})")] if best else [])]:
             b = by.get((trace, load, base))
             if b is None:
                 continue
-            row: dict[str, object] = {"trace": trace, "load": load, "versus": base}
+            row: dict[str, object] = {"trace": trace, "load": load, "versus": versus}
             for k, _ in HEADLINE:
                 row[k] = m[k] / b[k] if b[k] else math.nan
             rows.append(row)
@@ -1211,20 +1322,33 @@ def add_shares(results: list[RunResult]) -> None:
             m[key] = (f["cost"] - m["cost"]) / room if f is not None and room > 0 else math.nan
 
 
-# (goal, metric, threshold, pass when the value is at most the threshold)
+def strongest(by: dict[tuple[str, float, str], dict[str, float]], trace: str, load: float) -> str:
+    """The baseline with the lowest mean queueing delay on this trace and load ('' if none ran):
+    the one the goals judge nightshift against."""
+    got = [
+        (by[(trace, load, b)]["delay_mean_h"], b)
+        for b in BASELINES
+        if (trace, load, b) in by and not math.isnan(by[(trace, load, b)]["delay_mean_h"])
+    ]
+    return min(got)[1] if got else ""
+
+
+# (goal, metric, threshold, pass when the value is at most the threshold); "best": the strongest
+# baseline on that trace and load (lowest mean delay among BASELINES)
 GOALS = (
-    ("delay ÷ EASY", "delay_vs_easy", 0.9, True),
+    ("delay ÷ best baseline", "delay_vs_best", 0.9, True),
     ("delay ÷ FIFO", "delay_vs_fifo", 0.5, True),
-    ("urgent delay ÷ EASY's", "urgent_vs_easy", 1.0, True),
+    ("urgent delay ÷ best's", "urgent_vs_best", 1.0, True),
     ("saving share", "saving_share", 0.9, False),
     ("misses caused by holds", "hold_misses_caused", 0.0, True),
-    ("util − EASY's", "util_vs_easy", 0.0, False),
+    ("util − best's", "util_vs_best", 0.0, False),
 )
 
 
 def goals(results: list[RunResult], policy: str = NIGHTSHIFT) -> list[dict[str, object]]:
-    """The issue's goals for `policy` on each trace and load, against the baselines on the same
-    hosts (and, for information, against FIFO and EASY on one pool of every GPU)."""
+    """The issue's goals for `policy` on each trace and load, against the strongest baseline on
+    the same hosts (and, for information, against EASY, and FIFO and EASY on one pool of every
+    GPU)."""
     by = {(r.trace, r.load, r.policy): r.metrics for r in results}
     rows: list[dict[str, object]] = []
     for trace, load in dict.fromkeys((r.trace, r.load) for r in results):
@@ -1232,6 +1356,8 @@ def goals(results: list[RunResult], policy: str = NIGHTSHIFT) -> list[dict[str, 
         easy, fifo = by.get((trace, load, "easy")), by.get((trace, load, "fifo"))
         if m is None or easy is None or fifo is None:
             continue
+        best_name = strongest(by, trace, load)
+        best = by[(trace, load, best_name)]
 
         def ratio(key: str, base: dict[str, float] | None, m: dict[str, float] = m) -> float:
             return m[key] / base[key] if base and base[key] else math.nan
@@ -1240,13 +1366,15 @@ def goals(results: list[RunResult], policy: str = NIGHTSHIFT) -> list[dict[str, 
             "trace": trace,
             "load": load,
             "policy": policy,
-            "delay_vs_easy": ratio("delay_mean_h", easy),
+            "best": best_name,
+            "delay_vs_best": ratio("delay_mean_h", best),
             "delay_vs_fifo": ratio("delay_mean_h", fifo),
-            "urgent_vs_easy": ratio("delay_mean_urgent_h", easy),
+            "urgent_vs_best": ratio("delay_mean_urgent_h", best),
             "saving_share": m.get("saving_share", math.nan),
             "hold_misses_caused": m["hold_misses_caused"],
             "hold_misses": m["hold_misses"],
-            "util_vs_easy": m["util"] - easy["util"],
+            "util_vs_best": m["util"] - best["util"],
+            "delay_vs_easy": ratio("delay_mean_h", easy),
             "delay_vs_easy_pool": ratio("delay_mean_h", by.get((trace, load, "easy-pool"))),
             "delay_vs_fifo_pool": ratio("delay_mean_h", by.get((trace, load, "fifo-pool"))),
             "saving_share_deadline": m.get("saving_share_deadline", math.nan),
@@ -1268,9 +1396,11 @@ def goals_table(rows: list[dict[str, object]]) -> Table:
     for head in (
         "trace",
         "load",
+        "best baseline",
         *(f"{g} {'≤' if le else '≥'} {lim:g}" for g, _, lim, le in GOALS),
     ):
         table.add_column(head, justify="right")
+    table.add_column("÷ EASY", justify="right")
     table.add_column("÷ EASY-pool / FIFO-pool", justify="right")
     table.add_column("share of deadline-feasible", justify="right")
     for r in rows:
@@ -1278,7 +1408,9 @@ def goals_table(rows: list[dict[str, object]]) -> Table:
         table.add_row(
             str(r["trace"]),
             f"{r['load']:g}",
+            str(r["best"]),
             *cells,
+            f"{_num(r['delay_vs_easy']):.3g}",
             f"{_num(r['delay_vs_easy_pool']):.3g} / {_num(r['delay_vs_fifo_pool']):.3g}",
             f"{_num(r['saving_share_deadline']):.3g}",
         )
@@ -1291,6 +1423,8 @@ MD_COLUMNS = (
     ("delay_mean_urgent_h", "urgent", "{:.2f}"),
     ("delay_mean_cs_h", "c-s", "{:.2f}"),
     ("delay_p95_h", "delay p95 h", "{:.2f}"),
+    ("delay_p99_h", "p99", "{:.2f}"),
+    ("delay_max_h", "max", "{:.1f}"),
     ("jct_mean_h", "JCT mean h", "{:.2f}"),
     ("deadline_misses", "missed", "{:.0f}"),
     ("hold_misses", "after a hold", "{:.0f}"),
@@ -1326,18 +1460,29 @@ def markdown(results: list[RunResult], setups: list[Setup], rows: list[dict[str,
             out.append(f"| {r.policy} | " + " | ".join(cells) + " |")
         out.append("")
     out.append(
-        "| trace | load | "
+        "| trace | load | best baseline | "
         + " | ".join(f"{g} {'≤' if le else '≥'} {lim:g}" for g, _, lim, le in GOALS)
-        + " | ÷ EASY-pool | ÷ FIFO-pool | share of deadline-feasible |"
+        + " | ÷ EASY | ÷ EASY-pool | ÷ FIFO-pool | share of deadline-feasible |"
     )
-    out.append("| --- | ---: | " + " | ".join("---:" for _ in GOALS) + " | ---: | ---: | ---: |")
+    out.append(
+        "| --- | ---: | --- | "
+        + " | ".join("---:" for _ in GOALS)
+        + " | ---: | ---: | ---: | ---: |"
+    )
     for g in rows:
         cells = [f"{'✓' if g[f'{k}_ok'] else '✗'} {_num(g[k]):.3g}" for _, k, _, _ in GOALS]
         extra = [
             f"{_num(g[k]):.3g}"
-            for k in ("delay_vs_easy_pool", "delay_vs_fifo_pool", "saving_share_deadline")
+            for k in (
+                "delay_vs_easy",
+                "delay_vs_easy_pool",
+                "delay_vs_fifo_pool",
+                "saving_share_deadline",
+            )
         ]
-        out.append(f"| {g['trace']} | {g['load']:g} | " + " | ".join(cells + extra) + " |")
+        out.append(
+            f"| {g['trace']} | {g['load']:g} | {g['best']} | " + " | ".join(cells + extra) + " |"
+        )
     return "\n".join(out) + "\n"
 
 
@@ -1370,15 +1515,19 @@ STYLE = {
     "priority": ("tab:green", "v", ":"),
     "priority-best": ("yellowgreen", "v", "-."),
     "sjf-first": ("tab:pink", "D", ":"),
-    "sjf": ("tab:purple", "D", "-."),
     "las": ("tab:brown", "P", "-."),
+    "easy-sjf": ("tab:green", "D", "-"),
+    "easy-sjf-aging": ("olive", "D", "--"),
+    "2d-las": ("tab:brown", "P", "-"),
+    "2d-gittins": ("rosybrown", "P", "--"),
+    NOTARIFF: ("black", "o", ":"),
     "nightshift-v1": ("tab:red", "x", ":"),
     "nightshift": ("tab:orange", "o", "-"),
     "nightshift-notpeak": ("gold", "o", "--"),
     "nightshift-first": ("darkorange", "o", ":"),
     "nightshift-big4": ("peru", "o", "-."),
 }
-PLOTTED = ("fifo", "easy", "easy-pool", "sjf", "nightshift-v1", "nightshift")  # queue, CDF
+PLOTTED = MAIN  # in the queue and delay-CDF plots
 
 
 def write_plots(out: Path, results: list[RunResult], setups: list[Setup]) -> list[Path]:
@@ -1546,6 +1695,12 @@ def main(argv: list[str] | None = None) -> int:
     size.add_argument("--quick", action="store_true", help="small windows (a smoke test)")
     size.add_argument("--full", action="store_true", help="the whole traces")
     size.add_argument("--window-days", type=float, help="window length for every trace")
+    parser.add_argument(
+        "--days-for",
+        default="",
+        help="per-trace window lengths in days over the others, e.g. pollux=1 (its busiest "
+        "week takes minutes per policy)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--gpus-per-host",
@@ -1609,6 +1764,15 @@ def main(argv: list[str] | None = None) -> int:
         days = dict.fromkeys(names, args.window_days)
     else:
         days = {n: (QUICK_DAYS if args.quick else WINDOW_DAYS)[n] for n in names}
+    for item in filter(None, (x.strip() for x in args.days_for.split(","))):
+        name, _, val = item.partition("=")
+        try:
+            length = float(val)
+        except ValueError:
+            parser.error(f"--days-for: TRACE=DAYS, not {item!r}")
+        days[name] = length
+        if name not in names or length <= 0:
+            parser.error(f"--days-for: a trace being run and a positive length, not {item!r}")
     opts = Options(
         seed=args.seed,
         cost_fraction=args.cost_sensitive,

@@ -247,7 +247,7 @@ def test_seeded_rules_mark_the_documented_fractions(philly):
 def test_quick_run_writes_csv_and_plots(tmp_path):
     """`--quick` runs the traces and policies asked for and writes the CSV, the ratios, the
     goals, the markdown tables and four PNGs (every policy runs in the test above)."""
-    pols = "fifo,easy,easy-pool,sjf,nightshift"
+    pols = "fifo,easy,easy-pool,easy-sjf,nightshift-notariff,nightshift"
     args = ["--quick", "--jobs", "1", "--traces", "philly,alibaba", "--policies", pols]
     assert S.main([*args, "--out", str(tmp_path)]) == 0
     with open(tmp_path / "simulate.csv", newline="") as fh:
@@ -259,7 +259,7 @@ def test_quick_run_writes_csv_and_plots(tmp_path):
         assert int(r["unfinished"]) == 0 and 0 < float(r["util"]) <= 1
         assert float(r["cost"]) >= float(r["cost_lower_bound"]) > 0
     with open(tmp_path / "simulate_headline.csv", newline="") as fh:
-        assert len(list(csv.DictReader(fh))) == 2 * 2
+        assert len(list(csv.DictReader(fh))) == 2 * 4  # fifo, easy, easy-sjf, strongest
     with open(tmp_path / "simulate_goals.csv", newline="") as fh:
         assert [g["trace"] for g in csv.DictReader(fh)] == ["philly", "alibaba"]
     assert "| nightshift |" in (tmp_path / "simulate.md").read_text()

@@ -10,7 +10,7 @@ import pytest
 from nightshift.evals import simulate as S
 
 TINY = {"philly": 0.1, "alibaba": 0.2, "tiresias": None, "pollux": 0.003}
-POLICIES = ("fifo", "easy", "sjf", "nightshift")
+POLICIES = ("fifo", "easy", "easy-sjf", "nightshift-notariff", "nightshift")
 
 
 @pytest.fixture(scope="module")

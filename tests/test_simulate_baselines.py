@@ -1,0 +1,147 @@
+"""Issue 31's baselines in the simulator, on hand-made traces whose schedules can be worked out on
+paper: EASY+SJF, EASY+SJF with aging, Tiresias' 2D-LAS and 2D-Gittins, nightshift without the
+tariff; and the goals judged against the strongest baseline."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pytest
+
+from nightshift.evals import simulate as S
+
+H = 3600.0
+
+
+def hand_setup(jobs: list[tuple[float, float, int]], hosts: list[int]) -> S.Setup:
+    """(submit s, run time s, GPUs) per job, ids from 1; estimates are the truth, no health
+    events, nothing cost-sensitive, deadlines far away."""
+    sims = [
+        S.SimJob(i, sub, dur, g, 1.0, 0, False, 1.0, False, sub + 100 * dur)
+        for i, (sub, dur, g) in enumerate(jobs, 1)
+    ]
+    end = max(s for s, _, _ in jobs) + 1.0
+    counts = {"dropped": 0, "censored": 0}
+    return S.Setup(
+        "hand",
+        datetime(2024, 1, 1),
+        (0.0, end),
+        0.8,
+        sims,
+        hosts,
+        counts,
+        S.Options(health_fraction=0.0),
+    )
+
+
+def test_easy_sjf_starts_the_shortest_estimate_first_where_easy_keeps_arrival_order():
+    """One GPU busy for 10 h; a 5 h job, then a 1 h one, then a 30 s and a 20 s one wait. EASY+SJF
+    starts them shortest first when it frees — the 20 s before the 30 s too, which place()'s
+    sjf_aging order (nothing off under a minute) would leave in arrival order; EASY in arrival
+    order."""
+    setup = hand_setup(
+        [(0, 10 * H, 1), (60, 5 * H, 1), (120, H, 1), (180, 30, 1), (240, 20, 1)], [1]
+    )
+    sjf = S.simulate(setup, "easy-sjf").first_start
+    assert sorted(sjf, key=lambda j: sjf[j]) == [1, 5, 4, 3, 2]
+    assert sjf[5] == 10 * H  # the head starts the moment the GPU frees
+    easy = S.simulate(setup, "easy").first_start
+    assert sorted(easy, key=lambda j: easy[j]) == [1, 2, 3, 4, 5]
+    aging = S.simulate(setup, "easy-sjf-aging").first_start
+    assert sorted(aging, key=lambda j: aging[j]) == [1, 4, 5, 3, 2]
+
+
+def test_easy_sjf_backfills_without_delaying_the_heads_reservation():
+    """Two GPUs on one host, one busy for 10 h. Queue, shortest first: a 2-GPU 2 h job (the head:
+    it cannot start, so it reserves both GPUs from 10 h), a 1-GPU 5 h job (ends before 10 h:
+    backfilled now) and a 1-GPU 12 h job (would run past the reservation: waits)."""
+    setup = hand_setup([(0, 10 * H, 1), (60, 2 * H, 2), (120, 5 * H, 1), (180, 12 * H, 1)], [2])
+    got = S.simulate(setup, "easy-sjf").first_start
+    assert got[3] == 120  # backfilled at once
+    assert got[2] == 10 * H  # the head at its reservation, not later
+    assert got[4] == 12 * H  # after the head, though it arrived before the head could start
+
+
+def test_2d_las_demotes_a_job_the_moment_it_crosses_a_threshold():
+    """Sizes 10 h, 0.5 h, 0.5 h on one GPU: the thresholds are the window's own 50th and 90th
+    percentiles of GPU-time, 0.5 h and 8.1 h. The 10 h job runs; a 0.5 h job arrives at 0.25 h
+    and waits (both in the first queue, FIFO); at 0.5 h the long job crosses the first threshold,
+    drops a queue and is preempted at once. EASY runs it to the end."""
+    setup = hand_setup([(0, 10 * H, 1), (0.25 * H, 0.5 * H, 1), (0.4 * H, 0.5 * H, 1)], [1])
+    sizes = S.SizeDistribution([j.gpus * j.duration_s for j in setup.jobs])
+    assert sizes.thresholds == pytest.approx([0.5 * H, 8.1 * H])
+    r = S.simulate(setup, "2d-las")
+    assert r.first_start[2] == 0.5 * H and r.first_start[3] == 1.0 * H
+    assert r.metrics["preemptions"] == 1 and r.metrics["unfinished"] == 0
+    assert S.simulate(setup, "easy").first_start[2] == 10 * H
+
+
+def test_gittins_index_is_the_hand_computed_one_for_a_three_job_distribution():
+    """Sizes 1, 2, 6: thresholds 2 (median) and 5.2 (90th percentile). Index = P(S - a <= Δ | S >
+    a) / E[min(S - a, Δ) | S > a] with Δ up to the next threshold:
+    a = 0: 2 of 3 end by 2; E = (1 + 2 + 2) / 3             -> (2/3) / (5/3) = 0.4
+    a = 1: 1 of 2 ({2, 6}) ends by 2; E = (1 + 1) / 2      -> (1/2) / 1     = 0.5
+    a = 2: {6}, none ends by 5.2                            -> 0
+    a = 5.5: {6}, past the last threshold: Δ unbounded, E = 0.5 -> 1 / 0.5  = 2
+    a = 7: no size left                                     -> 0"""
+    d = S.SizeDistribution([6.0, 1.0, 2.0])
+    assert d.thresholds == pytest.approx([2.0, 5.2])
+    for a, want in ((0.0, 0.4), (1.0, 0.5), (2.0, 0.0), (3.0, 0.0), (5.5, 2.0), (7.0, 0.0)):
+        assert d.gittins(a) == pytest.approx(want), a
+    # place()'s priority: minus 1 / index, in whole GPU-seconds (the sizes in seconds here)
+    secs = S.SizeDistribution([6000.0, 1000.0, 2000.0])
+    assert [secs.gittins_priority(a) for a in (0.0, 1000.0, 2000.0)] == [-2500, -2000, -(10**12)]
+
+
+def test_2d_gittins_schedules_by_the_index():
+    """The same sizes in seconds (1000, 2000, 6000) on one GPU, the 6000 s job first. Its index
+    climbs while it might still be a 1000 s or 2000 s job, so the fresh jobs (index 0.4/1000 s)
+    do not preempt it; at 2000 s no size it could have ends before the next threshold: its index
+    falls to 0 and it is preempted; the two fresh jobs tie, so the older (the 2000 s job) goes
+    first and, its index above a fresh job's all the way, runs to the end; then the 1000 s job,
+    then the rest of the long one (with the 300 s of work a pause redoes)."""
+    setup = hand_setup([(0, 6000, 1), (100, 2000, 1), (200, 1000, 1)], [1])
+    r = S.simulate(setup, "2d-gittins")
+    assert r.first_start == {1: 0, 2: 2000, 3: 4000}
+    assert r.metrics["preemptions"] == 1
+    assert r.metrics["makespan_h"] == pytest.approx((5000 + 4000 + 300) / H)
+
+
+@pytest.mark.parametrize("policy", ["easy-sjf", "easy-sjf-aging", "2d-las", "2d-gittins"])
+def test_new_policies_are_deterministic(policy):
+    """Tiresias' trace (preemptions, health events): two runs agree to the last start."""
+    setup = S.make_setups(["tiresias"], [2.0], {"tiresias": None}, None, S.Options())[0]
+    a, b = S.simulate(setup, policy), S.simulate(setup, policy)
+    a.metrics.pop("wall_s"), b.metrics.pop("wall_s")
+    assert a.metrics == b.metrics and a.first_start == b.first_start and a.queue == b.queue
+
+
+def test_goals_judge_nightshift_against_the_strongest_baseline():
+    """The baseline with the lowest mean delay on a trace is the one nightshift's delay, urgent
+    delay and utilisation are compared with; EASY's ratio stays for information."""
+
+    def run(policy: str, delay: float, util: float) -> S.RunResult:
+        m = {"delay_mean_h": delay, "delay_mean_urgent_h": delay, "util": util}
+        m |= {"hold_misses_caused": 0.0, "hold_misses": 0.0, "saving_share": 0.95}
+        return S.RunResult("t", 0.8, policy, m, [], [], {})
+
+    results = [
+        run("fifo", 8.0, 0.70),
+        run("easy", 4.0, 0.70),
+        run("easy-sjf", 2.0, 0.71),
+        run("2d-las", 3.0, 0.69),
+        run("nightshift", 1.9, 0.72),
+    ]
+    (row,) = S.goals(results)
+    assert row["best"] == "easy-sjf"
+    assert row["delay_vs_best"] == pytest.approx(0.95) and not row["delay_vs_best_ok"]
+    assert row["delay_vs_easy"] == pytest.approx(0.475)
+    assert row["util_vs_best"] == pytest.approx(0.01) and row["util_vs_best_ok"]
+
+
+def test_nightshift_without_the_tariff_is_a_policy_and_nightshifts_twin():
+    pol = S.POLICIES["nightshift-notariff"]
+    assert not pol.tariff and pol.order == "sjf_aging" and pol.host_fit == "best"
+    assert S.POLICIES["nightshift"].twin == "nightshift-notariff"
+    assert set(S.MAIN) >= {*S.BASELINES, "nightshift", "nightshift-notariff"}
+    assert set(S.PLOTTED) == set(S.MAIN)
