@@ -12,8 +12,6 @@ worktree folder is made in the runs folder and handed to them, as their job's fo
 from __future__ import annotations
 
 import hashlib
-import os
-import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -165,14 +163,10 @@ def _hand_over(wt: Path, caller: RunAs) -> None:
     and given to the caller, 0700, as their job's own folder is: the new job runs there as them
     and may write there. git then fills it as them (an empty folder is a valid target). A folder
     the caller names is never made or handed over by the daemon: git makes it with their rights."""
-    wt.parent.mkdir(parents=True, exist_ok=True)
-    wt.mkdir(mode=0o700, exist_ok=True)
-    st = wt.lstat()
-    if not stat.S_ISDIR(st.st_mode):
+    from nightshift.runtime.executors.submitter import hand_over
+
+    if not hand_over(wt, caller):
         raise SkillFailed(f"{wt} is in the way and is not a folder; remove it and retry")
-    if (st.st_uid, st.st_gid) != (caller.uid, caller.gid):
-        os.chown(wt, caller.uid, caller.gid, follow_symlinks=False)
-    os.chmod(wt, 0o700)
 
 
 def _attempt(attempts: list[Attempt], inp: ReproduceJobInput) -> Attempt:

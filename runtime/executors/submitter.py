@@ -115,6 +115,20 @@ def account_by_uid(uid: int) -> RunAs | None:
     return _account(pw)
 
 
+def hand_over(folder: Path, run_as: RunAs) -> bool:
+    """`folder` made by the daemon (in a place only it writes) and given to `run_as`, 0700, never
+    following a link; False where something that is not a folder is in the way."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(mode=0o700, exist_ok=True)
+    st = folder.lstat()
+    if not stat.S_ISDIR(st.st_mode):
+        return False
+    if (st.st_uid, st.st_gid) != (run_as.uid, run_as.gid):
+        os.chown(folder, run_as.uid, run_as.gid, follow_symlinks=False)
+    os.chmod(folder, 0o700)
+    return True
+
+
 def submitter_folders(run_as: RunAs, paths: dict[str, Path]) -> None:
     """The job's folder, made in the runs folder (which only the daemon writes) and given to the
     submitter, 0700; the folders the run writes to, made by the submitter with their own rights.
@@ -124,14 +138,8 @@ def submitter_folders(run_as: RunAs, paths: dict[str, Path]) -> None:
     for key, field in (("checkpoint_dir", "checkpoint.dir"), ("metrics_file", "metrics.file")):
         if not paths[key].is_relative_to(ws):
             raise OperatorError(outside_job_folder(field, paths[key]))
-    ws.parent.mkdir(parents=True, exist_ok=True)
-    ws.mkdir(mode=0o700, exist_ok=True)
-    st = ws.lstat()
-    if not stat.S_ISDIR(st.st_mode):
+    if not hand_over(ws, run_as):
         raise OperatorError(f"the job folder {ws} is not a folder; remove it and retry the job")
-    if (st.st_uid, st.st_gid) != (run_as.uid, run_as.gid):
-        os.chown(ws, run_as.uid, run_as.gid, follow_symlinks=False)
-    os.chmod(ws, 0o700)
     inner = [str(p) for p in (paths["checkpoint_dir"], paths["metrics_file"].parent) if p != ws]
     if inner:
         made = as_submitter(run_as, ["mkdir", "-p", "--", *inner])
