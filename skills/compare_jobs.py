@@ -5,7 +5,7 @@ and their curves, for a plot of them overlaid."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field
 
@@ -13,6 +13,7 @@ from nightshift.runtime.errors import UnknownJob
 from nightshift.skills.base import Claims, SkillContext, SkillInput, skill
 
 MAX_POINTS = 2000  # per curve: longer curves are thinned evenly, the last point always kept
+P = TypeVar("P")
 
 
 class CompareJobsInput(SkillInput):
@@ -117,7 +118,7 @@ def compare_jobs(ctx: SkillContext, inp: CompareJobsInput) -> CompareJobsResult:
                 provenance_attempt=kept[-1].number if kept else None,
                 provenance=rec,
                 differences=diffs,
-                curve=_thin(curve),
+                curve=thin(curve),
             )
         )
     keys = sorted({k for j in out for k in j.params})
@@ -125,9 +126,10 @@ def compare_jobs(ctx: SkillContext, inp: CompareJobsInput) -> CompareJobsResult:
     return CompareJobsResult(jobs=out, params_differ=differ)
 
 
-def _thin(curve: list[tuple[int, float]]) -> list[tuple[int, float]]:
-    if len(curve) <= MAX_POINTS:
+def thin(curve: list[P], most: int = MAX_POINTS) -> list[P]:
+    """At most `most` points (plus the last) of `curve`, every k-th, evenly; the last always kept
+    (the dashboard's curves are thinned the same way)."""
+    if len(curve) <= most:
         return curve
-    stride = math.ceil(len(curve) / MAX_POINTS)
-    thinned = curve[::stride]
-    return thinned if thinned[-1] == curve[-1] else [*thinned, curve[-1]]
+    stride = math.ceil(len(curve) / most)
+    return curve[::stride] + ([curve[-1]] if (len(curve) - 1) % stride else [])

@@ -16,11 +16,13 @@ import atexit
 import contextlib
 import os
 import shutil
+import socket
 import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -256,3 +258,39 @@ def reproduce_goal(folder: Path, job_id: int) -> Path:
     ]
     goal.write_text(yaml.safe_dump({"name": "again", "steps": steps}))
     return goal
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class DaemonRun:
+    """A real `nightshift daemon` process; `output` is what it printed, once it has stopped."""
+
+    def __init__(self, env: dict[str, str]):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "nightshift.agent.doors.cli", "daemon"],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.output = ""
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+
+@contextlib.contextmanager
+def running_daemon(env: dict[str, str]) -> Iterator[DaemonRun]:
+    """The daemon with `env`, stopped (SIGTERM) and its output read when the block ends."""
+    run = DaemonRun(env)
+    try:
+        yield run
+    finally:
+        run.proc.terminate()
+        run.output, _ = run.proc.communicate(timeout=30)

@@ -32,7 +32,7 @@ from nightshift.agent.doors.channels.service import ChannelService
 from nightshift.runtime.errors import ApprovalRequired, ConfigError
 from nightshift.runtime.store.db import Approval, ChannelMessage, Job
 
-from conftest import REPO, made_by_hand, nightshift
+from conftest import REPO, free_port, made_by_hand, nightshift
 
 SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 WECOM_TOKEN = "QDG6eK"
@@ -436,12 +436,6 @@ def test_secrets_must_be_private(home, monkeypatch, tmp_path):
     done = nightshift("daemon", "--max-ticks", "1")
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert "channels.slack.bot_token is a secret" in done.stderr + done.stdout
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_the_daemon_posts_serves_callbacks_and_carries_out(home, monkeypatch, fakes):

@@ -137,15 +137,26 @@ class Shared:
             text=True,
         )
 
-    def submit(self, who: Account, name: str, command: list[str]) -> int:
-        spec = {
+    def submit(
+        self,
+        who: Account,
+        name: str,
+        command: list[str],
+        *,
+        code: Path | None = None,
+        data: list[dict[str, Any]] | None = None,
+    ) -> int:
+        """`who` submits a job running `command` in `code` (default: the shared folder)."""
+        spec: dict[str, Any] = {
             "name": name,
-            "code": {"path": str(self.root / "shared")},
+            "code": {"path": str(code or self.root / "shared")},
             "command": command,
             "parameters": {},
             "resources": {"gpus": 0, "expected_duration_min": 1},
             "retries": 0,
         }
+        if data is not None:
+            spec["data"] = data
         path = self.root / "shared" / f"{name}.yaml"
         path.write_text(yaml.safe_dump(spec))
         path.chmod(0o644)

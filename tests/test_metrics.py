@@ -12,7 +12,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,7 +32,7 @@ from nightshift.agent.doors.web.server import WebServer
 from nightshift.runtime.config import GpuSettings, IdleGpuSettings, Settings
 from nightshift.runtime.store.db import Approval, Attempt, GpuSample, Job, utcnow
 
-from conftest import made_by_hand
+from conftest import free_port, made_by_hand, running_daemon
 
 H100_UUID = "GPU-00000000-0000-0000-0000-000000000000"
 
@@ -283,12 +282,6 @@ def prometheus_binary() -> str:
     return found
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def query(port: int, promql: str) -> list:
     """The result of a PromQL query; HTTPError (400) for one Prometheus cannot parse."""
     url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
@@ -393,18 +386,10 @@ def test_the_daemon_serves_metrics_on_web_listen(home: Path) -> None:
     env["NIGHTSHIFT_GPU__PROBE"] = "none"
     for enabled, want in (("true", 200), ("false", 404)):
         env["NIGHTSHIFT_METRICS__ENABLED"] = enabled
-        daemon = subprocess.Popen(
-            [sys.executable, "-m", "nightshift.agent.doors.cli", "daemon"],
-            cwd=Path(__file__).parents[1],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        try:
+        with running_daemon(env) as daemon:
             end = time.monotonic() + 60
             while True:
-                assert daemon.poll() is None and time.monotonic() < end, "no endpoint"
+                assert daemon.alive() and time.monotonic() < end, "no endpoint"
                 try:
                     r = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
                     if want == 404 or "nightshift_loop_tick_seconds_count" in r.text:
@@ -424,11 +409,8 @@ def test_the_daemon_serves_metrics_on_web_listen(home: Path) -> None:
                     text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
                     count = float(text.split("nightshift_loop_tick_seconds_count ")[1].split()[0])
                 assert count >= 1
-        finally:
-            daemon.terminate()
-            out, _ = daemon.communicate(timeout=30)
-        assert "Traceback" not in out, out
-        assert f"HTTP on http://127.0.0.1:{port}" in out, out
+        assert "Traceback" not in daemon.output, daemon.output
+        assert f"HTTP on http://127.0.0.1:{port}" in daemon.output, daemon.output
 
 
 def test_the_scrape_benchmark_runs() -> None:

@@ -17,7 +17,6 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import yaml
 from test_jobs_as_submitters import Shared, _log
 from test_jobs_as_submitters import shared as shared  # the module's fixture, used here too
 from test_multi_user import Account
@@ -60,21 +59,7 @@ def _repo(who: Account, folder: Path) -> str:
 
 
 def _submit(s: Shared, who: Account, name: str, code: Path, data: list[dict[str, Any]]) -> int:
-    spec = {
-        "name": name,
-        "code": {"path": str(code)},
-        "command": [s.python, "-c", "print('step 1 loss 0.5')"],
-        "parameters": {},
-        "resources": {"gpus": 0, "expected_duration_min": 1},
-        "retries": 0,
-        "data": data,
-    }
-    path = s.root / "shared" / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    path.chmod(0o644)
-    r = s.run(who, "submit", str(path), "--json")
-    assert r.returncode == 0, (r.stdout, r.stderr, s.log.read_text())
-    return int(json.loads(r.stdout)["job_ids"][0])
+    return s.submit(who, name, [s.python, "-c", "print('step 1 loss 0.5')"], code=code, data=data)
 
 
 def _record(s: Shared, job_id: int) -> dict[str, Any]:

@@ -11,8 +11,6 @@ import os
 import pwd
 import re
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -28,7 +26,7 @@ from nightshift.agent.doors.web.dashboard import COOKIE, Dashboard, csrf_of
 from nightshift.agent.doors.web.server import WebServer
 from nightshift.runtime.store.db import Approval, AuditEvent, WebToken
 
-from conftest import nightshift
+from conftest import free_port, nightshift, running_daemon
 
 
 @pytest.fixture
@@ -240,9 +238,7 @@ def test_the_page_time_benchmark_runs(home: Path) -> None:
 def test_the_daemon_serves_the_dashboard_on_web_listen(home: Path) -> None:
     """The real daemon with `web.listen`: /login answers, a token made by `nightshift web
     token` signs in and the jobs page names its user; `web.dashboard: false` leaves it out."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     r = nightshift("web", "token", "--json")
     assert r.returncode == 0, r.stderr
     made = json.loads(r.stdout)
@@ -250,18 +246,10 @@ def test_the_daemon_serves_the_dashboard_on_web_listen(home: Path) -> None:
     env["NIGHTSHIFT_GPU__PROBE"] = "none"
     for enabled, want in (("true", 200), ("false", 404)):
         env["NIGHTSHIFT_WEB__DASHBOARD"] = enabled
-        daemon = subprocess.Popen(
-            [sys.executable, "-m", "nightshift.agent.doors.cli", "daemon"],
-            cwd=Path(__file__).parents[1],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        try:
+        with running_daemon(env) as daemon:
             end = time.monotonic() + 60
             while True:
-                assert daemon.poll() is None and time.monotonic() < end, "no endpoint"
+                assert daemon.alive() and time.monotonic() < end, "no endpoint"
                 try:
                     got = httpx.get(f"http://127.0.0.1:{port}/login", timeout=5)
                     break
@@ -273,10 +261,7 @@ def test_the_daemon_serves_the_dashboard_on_web_listen(home: Path) -> None:
                     page = c.get(f"/?token={made['token']}", follow_redirects=True)
                 assert page.status_code == 200
                 assert f'<span id="user">{made["user"]}</span>' in page.text
-        finally:
-            daemon.terminate()
-            out, _ = daemon.communicate(timeout=30)
-        assert "Traceback" not in out, out
+        assert "Traceback" not in daemon.output, daemon.output
 
 
 # ---------------------------------------------------------------------------- second slice

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 from sqlmodel import col, func, select
 
-from nightshift.runtime.spec import ExperimentSpec, MetricSpec
+from nightshift.runtime.spec import MetricSpec
 from nightshift.runtime.store.db import Attempt, AuditEvent, Job, MetricPoint, Store
 
 if TYPE_CHECKING:
@@ -238,7 +238,7 @@ def plot_metrics(store: Store, job_ids: list[int], path: Path) -> bool:
     with store.session() as s:
         for jid in job_ids:
             job = s.get(Job, jid)
-            name = ExperimentSpec.model_validate(job.spec).metrics.name
+            name = metric_name(job.spec)
             pts = s.exec(
                 select(MetricPoint)
                 .where(MetricPoint.job_id == jid, MetricPoint.name == name)

@@ -54,6 +54,7 @@ from nightshift.runtime.errors import (
     Refused,
     UnknownApproval,
 )
+from nightshift.skills.compare_jobs import thin
 
 if TYPE_CHECKING:
     from nightshift.agent.brain.wiring import Wiring
@@ -379,11 +380,7 @@ class Dashboard:
             for step, name, value in rows:
                 if value is not None and value == value and abs(value) != float("inf"):
                     series.setdefault(name, []).append([step, value])
-        for name, points in series.items():
-            if len(points) > MAX_POINTS:  # every k-th point, and always the last
-                k = -(-len(points) // MAX_POINTS)
-                series[name] = points[::k] + ([points[-1]] if (len(points) - 1) % k else [])
-        return series
+        return {name: thin(points, MAX_POINTS) for name, points in series.items()}
 
     async def tensorboard(
         self, request: Request, user: str, secret: str, form: dict[str, str]
