@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import yaml
@@ -60,7 +60,9 @@ def test_cost_sensitive_waits_for_off_peak_while_urgent_runs(home, tmp_path):
     assert nightshift("submit", str(spec), "--cost", "urgent").returncode == 0
     assert nightshift("daemon", "--max-ticks", "40").returncode == 0
     held, urgent = jobs(home)[1], jobs(home)[2]
-    assert held["state"] == "queued" and held["why"] == f"held for off-peak until {cheap[0]}"
+    # a window that opens tomorrow (the test run at 22:00 or later) is named with its day
+    opens = cheap[0] if h + 2 < 24 else f"{datetime.now(UTC) + timedelta(days=1):%a} {cheap[0]}"
+    assert held["state"] == "queued" and held["why"] == f"held for off-peak until {opens}"
     assert urgent["state"] == "succeeded"
     report = json.loads(nightshift("report", "--json").stdout)
     assert report["energy_kwh"] > 0 and report["energy_cost"] > 0 and report["currency"] == "EUR"
