@@ -232,9 +232,10 @@ def test_misses_go_to_the_model_and_hits_do_not(w, tmp_path):
         "不要取消任务3",
         "cancel whatever is stuck",
         "帮我调一下学习率",
+        "approve job 3",  # the approval about job 3, or approval 3? not guessed
     ):
         chat.send(text)
-    assert len(made) == 5
+    assert len(made) == 6
     bare = Chat(w, tmp_path)
     for text in ("queue resnet tonight, cheap hours only", "compare the last two sweeps"):
         assert bare.send(text).text == NO_ENDPOINT
@@ -267,8 +268,12 @@ def test_no_job_named_asks_one_question_and_the_answer_completes_it(w, tmp_path)
     chat.send(f"任务 {full_width(bert)}")
     assert [a["job_id"] for s, a in gate_calls(w, before) if s == "cancel_job"] == [bert]
 
-    chat.send("show me the logs")  # a question pending, then another request: it is dropped
+    assert chat.send("show job").text.startswith(
+        "Which job?"
+    )  # pending, then another request: it is dropped
     assert chat.send("what is running?").text.startswith(f"job {first} resnet")
+    chat.send("show job")
+    assert chat.send("help").text.startswith("Direct commands")  # a command, not a name
 
     f = failed_job(w, chat, tmp_path)
     before = mark(w)

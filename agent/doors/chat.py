@@ -409,6 +409,11 @@ def help_text() -> str:
     lines = ["Direct commands (no model needed; each call goes through the policy gate):"]
     lines += [f"  {c.usage.ljust(width)}  {c.help}" for c in COMMANDS.values()]
     lines.append(
+        "Everyday requests in free words work too, in English or Chinese: what is running?, "
+        "why did 3 fail, show me the logs of job 2, submit FILE tonight / after job 3, kill "
+        "job 4, what did last night cost?, 现在有哪些任务在跑？, 看看任务 2 的日志, 取消任务 4, 批准 5."
+    )
+    lines.append(
         "Anything else is a request for the model planner (needs OPENAI_BASE_URL and "
         "NIGHTSHIFT_MODEL; `nightshift doctor` checks them)."
     )
@@ -623,6 +628,10 @@ class ChatSession:
             question, self._question = self._question, None
         if question is not None:
             choice = intents.parse_choice(text)
+            if choice is not None and choice.name is not None:
+                first = choice.name.split()[0]
+                if first in COMMANDS or first in ALIASES:  # `help`, `status`: a new request
+                    choice = None
             if choice is not None:
                 try:
                     self._answer_question(question, choice)

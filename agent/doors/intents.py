@@ -306,7 +306,7 @@ def parse(text: str) -> Intent | None:
             paths.append(t.text)
         elif t.tag == "word" or t.tag.startswith("ord:"):
             unknown.append(t.text)
-        elif t.tag in ("pv", "gpu", "cheap", "after", "my", "lines", "approval"):
+        elif t.tag in ("pv", "gpu", "cheap", "after", "my", "lines", "approval", "job"):
             flags.add(t.tag)
     if "pv" in flags and paths:
         verbs.append("submit")
@@ -366,7 +366,8 @@ def _complete(
             states=tuple(dict.fromkeys(states)),
         )
     if kind in NEEDS_APPROVAL:
-        if len(numbers) > 1 or unknown or states:
+        # "approve job 3" may mean the approval about job 3, not approval 3: not guessed
+        if len(numbers) > 1 or unknown or states or "job" in flags:
             return None
         return Intent(kind=kind, approval_id=numbers[0] if numbers else None)  # type: ignore[arg-type]
     if numbers or unknown or (states and kind != "status"):
