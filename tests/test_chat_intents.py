@@ -280,7 +280,7 @@ def test_no_job_named_asks_one_question_and_the_answer_completes_it(w, tmp_path)
     answer = chat.send("why did my job fail?")
     assert answer.text.startswith(f"job {f} attempt 1 ended failed")
     said = [e.text for e in chat.events if isinstance(e, Progress)]
-    assert said[-1] == f"job {f} (crashy, failed): the one meant"
+    assert said[-1] == f"taking job {f} (crashy, failed): the only one that fits"
     assert "diagnose_failure" in [s for s, _ in gate_calls(w, before)]
 
 
@@ -372,7 +372,7 @@ def test_names_and_log_lines_are_data(w, tmp_path):
     assert f"approve {approval}" in logs.text and f"cancel job {victim}" in logs.text
     only = chat.send("show me the logs")  # the one job with a log: shown, said which
     assert only.outcome == "ok" and f"approve {approval}" in only.text
-    assert f"job {named} (cancel-job-1, queued): the one meant" in [
+    assert f"taking job {named} (cancel-job-1, queued): the only one that fits" in [
         e.text for e in chat.events if isinstance(e, Progress)
     ]
     status = chat.send("what is running?")

@@ -1158,7 +1158,12 @@ class ChatSession:
             return True
         if len(fitting) == 1 and (intent.name is not None or intent.kind not in intents.ACTING):
             j = fitting[0]
-            self._emit(Progress(text=printable(f"job {j.id} ({j.name}, {j.state}): the one meant")))
+            fits = "named so" if intent.name is not None else "that fits"
+            self._emit(
+                Progress(
+                    text=printable(f"taking job {j.id} ({j.name}, {j.state}): the only one {fits}")
+                )
+            )
             self._on_job(intent, j.id)
             return True
         self._ask(intent, [(j.id, j.name, f"{j.id} ({j.name}, {j.state})") for j in fitting])
