@@ -435,3 +435,48 @@ def test_arbitrary_text_in_a_session_is_an_answer_and_changes_nothing(w, tmp_pat
     from nightshift.skills.registry import get_skill
 
     assert all(get_skill(e.skill or "").capability == "read" for e in starts), starts
+
+
+# ------------------------------------------------------------------------------------ end to end
+def test_submit_after_a_job_and_tonight_as_the_store_keeps_them(w, tmp_path):
+    """`submit FILE after job N` queues a job that waits for job N by name and then runs from the
+    spec's own code folder; `… when power is cheap` / 今晚 queue it cost_sensitive."""
+    chat = Chat(w, tmp_path)
+    first = submit(chat, write_spec(tmp_path, steps=10, name="prep", file="prep.yaml"))
+    write_spec(tmp_path, steps=10, name="main", file="main.yaml")
+    answer = chat.send(f"submit main.yaml after job {first}")
+    assert f"it starts once a job named prep (job {first}) has succeeded" in answer.text
+    second = int(answer.text.split("queued job(s) ")[1].split(";")[0])
+    job = w.store.job(second)
+    assert job.spec["depends_on"] == ["prep"] and job.owner == w.user
+    w.engine.tick()
+    assert w.store.job(second).state == "queued"  # prep has not succeeded yet
+    w.engine.run_until_settled([first, second], deadline_s=120)
+    assert [w.store.job(i).state for i in (first, second)] == ["succeeded", "succeeded"]
+    for text in ("submit main.yaml when power is cheap", "今晚提交 main.yaml"):
+        answer = chat.send(text)
+        assert "it waits for cheap hours (cost_sensitive)" in answer.text, text
+        queued = int(answer.text.split("queued job(s) ")[1].split(";")[0])
+        assert w.store.job(queued).spec["cost_class"] == "cost_sensitive"
+
+
+def test_once_understands_everyday_requests_and_asks_with_exit_2(home, tmp_path):
+    """`nightshift chat --once` as a script runs it, with no model: a Chinese status request
+    exits 0; a request that needs a job and names none exits 2 with the question."""
+    from conftest import nightshift
+
+    env = {"OPENAI_BASE_URL": "", "NIGHTSHIFT_MODEL": ""}
+    spec = write_spec(tmp_path, steps=30)
+    for _ in range(2):
+        assert nightshift("chat", "--once", f"submit {spec}", env=env).returncode == 0
+    status = nightshift("chat", "--once", "现在有哪些任务在跑？", env=env)
+    assert status.returncode == 0 and "job 1 quickstart: queued" in status.stdout, status.stdout
+    asks = nightshift("chat", "--once", "why did my job fail", env=env)
+    assert asks.returncode == 2 and "no failed job of yours" in asks.stdout, asks.stdout
+    which = nightshift("chat", "--once", "show me the job", env=env)
+    assert which.returncode == 2, which.stdout
+    assert "Which job? 2 (quickstart, queued), 1 (quickstart, queued)" in which.stdout
+    invented = nightshift("chat", "--once", f"kill job {INVENTED}", env=env)
+    assert (
+        invented.returncode == 2 and f"no such job {INVENTED}; these exist: 2 (" in invented.stdout
+    )
