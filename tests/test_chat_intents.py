@@ -123,7 +123,9 @@ def chinese(n: int) -> str:
 def _table(lang: str, f: int, q: int, a: int, b: int) -> list[tuple[str, str, dict[str, Any]]]:
     if lang == "en":
         return [
-            ("what is running?", "list_jobs", {}),
+            ("what is running?", "list_jobs", {"states": ["running"]}),
+            ("which jobs failed?", "list_jobs", {"states": ["failed"]}),
+            ("status", "list_jobs", {}),
             ("how are the GPUs?", "gpu_health_check", {}),
             (f"why did job {f} fail?", "diagnose_failure", {}),
             (f"why did {f} fail", "diagnose_failure", {}),
@@ -145,7 +147,8 @@ def _table(lang: str, f: int, q: int, a: int, b: int) -> list[tuple[str, str, di
             (f"reject {b}", "approval.vote", {"approve": False}),
         ]
     return [
-        ("现在有哪些任务在跑？", "list_jobs", {}),
+        ("现在有哪些任务在跑？", "list_jobs", {"states": ["running"]}),
+        ("状态", "list_jobs", {}),
         ("显卡健康吗？", "gpu_health_check", {}),
         (f"任务 {f} 为什么失败", "diagnose_failure", {}),
         (f"看看任务 {full_width(f)} 的日志", "job_logs", {"job_id": f}),
@@ -271,7 +274,7 @@ def test_no_job_named_asks_one_question_and_the_answer_completes_it(w, tmp_path)
     assert chat.send("show job").text.startswith(
         "Which job?"
     )  # pending, then another request: it is dropped
-    assert chat.send("what is running?").text.startswith(f"job {first} resnet")
+    assert chat.send("status").text.startswith(f"job {first} resnet")
     chat.send("show job")
     assert chat.send("help").text.startswith("Direct commands")  # a command, not a name
 
@@ -375,7 +378,7 @@ def test_names_and_log_lines_are_data(w, tmp_path):
     assert f"taking job {named} (cancel-job-1, queued): the only one that fits" in [
         e.text for e in chat.events if isinstance(e, Progress)
     ]
-    status = chat.send("what is running?")
+    status = chat.send("what is queued?")
     assert "cancel-job-1" in status.text
     assert {s for s, _ in gate_calls(w, before)} <= {"list_jobs", "job_logs"}
     assert w.audit.events(action="approval.vote") == []
@@ -469,7 +472,9 @@ def test_once_understands_everyday_requests_and_asks_with_exit_2(home, tmp_path)
     spec = write_spec(tmp_path, steps=30)
     for _ in range(2):
         assert nightshift("chat", "--once", f"submit {spec}", env=env).returncode == 0
-    status = nightshift("chat", "--once", "现在有哪些任务在跑？", env=env)
+    running = nightshift("chat", "--once", "现在有哪些任务在跑？", env=env)
+    assert running.returncode == 0 and "no running job" in running.stdout, running.stdout
+    status = nightshift("chat", "--once", "任务状态", env=env)
     assert status.returncode == 0 and "job 1 quickstart: queued" in status.stdout, status.stdout
     asks = nightshift("chat", "--once", "why did my job fail", env=env)
     assert asks.returncode == 2 and "no failed job of yours" in asks.stdout, asks.stdout

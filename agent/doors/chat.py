@@ -797,9 +797,16 @@ class ChatSession:
     def _cmd_status(self, args: list[str]) -> None:
         if args:
             raise Usage(COMMANDS["status"].usage)
+        self._status()
+
+    def _status(self, states: tuple[str, ...] = ()) -> None:
+        """The jobs (those in `states` where given: "what is running?") and the kill switch."""
         from nightshift.policies import killswitch
 
-        r = self._call("list_jobs", {"limit": 50})
+        query: dict[str, Any] = {"limit": 50}
+        if states:
+            query["states"] = list(states)
+        r = self._call("list_jobs", query)
         lines = []
         paused = killswitch.pause_info(self.w.store)
         if paused:
@@ -817,6 +824,8 @@ class ChatSession:
             if why:
                 line += f" — {why}"
             lines.append(line)
+        if states and not r.jobs:
+            lines.append(f"no {' or '.join(states)} job; `status` lists them all")
         self._answer("\n".join(lines) or "no jobs yet: `submit FILE` queues one")
 
     def _cmd_health(self, args: list[str]) -> None:
@@ -1090,7 +1099,7 @@ class ChatSession:
         (then it was not about a job after all: the model's, or the no-model message's)."""
         kind = intent.kind
         if kind == "status":
-            self._cmd_status([])
+            self._status(intent.states)
         elif kind == "health":
             self._cmd_health([])
         elif kind == "cost":

@@ -372,7 +372,7 @@ def _complete(
         return Intent(kind=kind, approval_id=numbers[0] if numbers else None)  # type: ignore[arg-type]
     if numbers or unknown or (states and kind != "status"):
         return None
-    return Intent(kind=kind)  # type: ignore[arg-type]
+    return Intent(kind=kind, states=tuple(dict.fromkeys(states)))  # type: ignore[arg-type]
 
 
 def parse_choice(text: str) -> Choice | None:
