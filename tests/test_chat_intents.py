@@ -298,6 +298,20 @@ def test_an_acting_request_with_one_candidate_still_asks(w, tmp_path):
     assert chat.send(str(f)).text.startswith(f"job {f}: failed → queued")
 
 
+def test_a_change_by_part_of_a_name_asks_by_the_whole_name_acts(w, tmp_path):
+    """`hold resnet` where only `resnet-a` exists is part of a name: asked, not guessed;
+    `hold resnet-a` names it and holds it; a read by part of a name takes the one job."""
+    chat = Chat(w, tmp_path)
+    job = submit(chat, write_spec(tmp_path, steps=30, name="resnet-a"))
+    before = mark(w)
+    assert chat.send("hold resnet").text == f"Which job? {job} (resnet-a, queued)"
+    assert not [s for s, _ in gate_calls(w, before) if s == "pause_job"]
+    shown = chat.send("show me resnet")
+    assert shown.outcome == "ok" and shown.text.startswith(f"job {job} resnet-a: queued")
+    held = chat.send("hold resnet-a")
+    assert held.text.startswith(f"job {job}: queued → held")
+
+
 def test_approve_without_an_id_asks_among_the_pending_ones(w, tmp_path):
     chat = Chat(w, tmp_path)
     spec = write_spec(tmp_path, steps=30)

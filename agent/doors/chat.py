@@ -478,10 +478,13 @@ def _name_matches(name: str, said: str) -> bool:
     return said.casefold() in name.casefold()
 
 
-def _named(jobs: list[Any], said: str) -> list[Any]:
-    """The jobs a name points at: those with exactly that name, else those whose name holds it."""
+def _named(jobs: list[Any], said: str) -> tuple[list[Any], bool]:
+    """The jobs a name points at: those with exactly that name (True), else those whose name
+    holds it (False: a change is then asked about, never guessed)."""
     exact = [j for j in jobs if j.name.casefold() == said.casefold()]
-    return exact or [j for j in jobs if len(said) >= 2 and _name_matches(j.name, said)]
+    if exact:
+        return exact, True
+    return [j for j in jobs if len(said) >= 2 and _name_matches(j.name, said)], False
 
 
 def _depending_on(spec: Any, name: str) -> dict[str, Any]:
@@ -849,21 +852,19 @@ class ChatSession:
         as `nightshift submit --after` does)."""
         from nightshift.runtime.spec import load_spec
 
-        args = [spec_file]
-
         try:
-            path = Path(args[0]).expanduser()
+            path = Path(spec_file).expanduser()
             if not path.is_absolute():
                 path = self.cwd / path
             is_file = path.is_file()
         except (OSError, ValueError, RuntimeError):  # ~nobody, a NUL byte, a name too long
-            path, is_file = Path(args[0]), False
+            path, is_file = Path(spec_file), False
         if not is_file:
-            raise BadArguments(f"submit: no spec file {args[0]} (looked at {path})")
+            raise BadArguments(f"submit: no spec file {spec_file} (looked at {path})")
         check = self._call("config_validator", {"path": str(path)}, why="validate the spec")
         if not check.valid:
             errs = "; ".join(f"{e.field}: {e.message}" for e in check.errors)
-            raise BadArguments(f"submit: {args[0]} is not a valid spec: {errs}")
+            raise BadArguments(f"submit: {spec_file} is not a valid spec: {errs}")
         spec = load_spec(path)
         source: dict[str, Any] = {"spec_path": str(path)}
         notes = []
@@ -1145,8 +1146,9 @@ class ChatSession:
         if intent.mine:
             me = self.w.policy.canonical(self.user)
             jobs = [j for j in jobs if self.w.policy.canonical(j.owner) == me]
+        exact = False
         if intent.name is not None:
-            jobs = _named(jobs, intent.name)
+            jobs, exact = _named(jobs, intent.name)
             if not jobs:
                 return False
         want = intent.states or FITS[intent.kind]
@@ -1165,7 +1167,7 @@ class ChatSession:
                 "bad_input",
             )
             return True
-        if len(fitting) == 1 and (intent.name is not None or intent.kind not in intents.ACTING):
+        if len(fitting) == 1 and (exact or intent.kind not in intents.ACTING):
             j = fitting[0]
             fits = "named so" if intent.name is not None else "that fits"
             self._emit(
