@@ -191,7 +191,7 @@ def test_unknown_jobs_and_approvals_are_bad_input(w, tmp_path):
     chat = Chat(w, confirm=confirming_never_called)
     for text in ("logs 99", "cancel 99", "show 99", "why did job 99 fail", "retry 99"):
         answer = chat.send(text)
-        assert answer.outcome == "bad_input" and "no job 99" in answer.text, text
+        assert answer.outcome == "bad_input" and "no such job 99" in answer.text, text
     for text in (
         "cancel abc",
         "cancel ²",
@@ -204,7 +204,7 @@ def test_unknown_jobs_and_approvals_are_bad_input(w, tmp_path):
         answer = chat.send(text)
         assert answer.outcome == "bad_input" and answer.text.startswith("usage:"), text
     huge = chat.send("why did job 99999999999999999999999 fail")
-    assert huge.outcome == "bad_input" and "no job 99999999999999999999999" in huge.text
+    assert huge.outcome == "bad_input" and "no such job 99999999999999999999999" in huge.text
     not_yaml = chat.send("skill list_jobs limit=[")
     assert not_yaml.outcome == "bad_input" and "not YAML" in not_yaml.text
     answer = chat.send("approve 7")
@@ -457,7 +457,7 @@ def test_planner_failure_is_an_answer(w):
             raise ConnectionError("connection refused")
 
     chat = Chat(w, planner_factory=lambda on_step: Broken())
-    answer = chat.send("how are the GPUs?")
+    answer = chat.send("compare the last two sweeps")
     assert answer.outcome == "operator" and "ConnectionError: connection refused" in answer.text
 
 
@@ -472,7 +472,7 @@ def test_configured_endpoint_makes_free_text_a_goal(w, monkeypatch):
     wired = Wiring.load()
     assert model_planner_factory(wired) is not None
     chat = Chat(wired)
-    answer = chat.send("how are the GPUs?")
+    answer = chat.send("compare the last two sweeps")
     assert answer.outcome in ("failed", "operator") and "127.0.0.1:9" in answer.text
     assert chat.of(StepStats)
 
@@ -498,4 +498,4 @@ def test_once_subprocess(home, tmp_path):
     free = nightshift("chat", "--once", "please tidy up the queue", env=env)
     assert free.returncode == 2 and "OPENAI_BASE_URL" in free.stdout
     bad = nightshift("chat", "--once", "logs 42", env=env)
-    assert bad.returncode == 2 and "no job 42" in bad.stdout and "Traceback" not in bad.stderr
+    assert bad.returncode == 2 and "no such job 42" in bad.stdout and "Traceback" not in bad.stderr

@@ -286,7 +286,7 @@ def test_reject_in_modal_with_a_reason(tui_home, tmp_path):
     app = ChatApp(w, planner_factory=lambda on_step: planner, run_loop=False, approvals_poll_s=0.2)
 
     async def test(pilot: Pilot) -> None:
-        await say(pilot, "cancel the queued run")
+        await say(pilot, "tidy up the queue")
         await until(pilot, lambda: isinstance(app.screen, ApprovalModal), what="the modal")
         await pilot.click("#reason")
         await pilot.press(*"keep it")

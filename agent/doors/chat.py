@@ -12,6 +12,12 @@ Two paths, one gate:
   `Gate.call` as the person at the chat. A destructive one is their own request: they confirm it
   (the `confirm` callback: a modal in the TUI, y/N at a terminal) where the policy lets a
   requester confirm, or it waits for other principals' votes.
+- **Everyday requests in free words**, English or Chinese ("could you show me the logs of job
+  2?", "what did last night cost", "任务 3 为什么失败", "今晚提交 spec.yaml") are understood by the
+  deterministic parser in agent/doors/intents.py and run the same commands. Every id is grounded
+  first: a job or approval that does not exist is answered with the ones that do, and nothing
+  runs. A request that needs a job and names none (or a name two jobs share) gets one question
+  back ("Which job? …"); the next message ("2", "the second", "任务 2") completes it.
 - **Anything else** is free text for the model planner: a `goal: chat` goal run through the
   agent graph, whose calls are the `agent` principal's. A call that needs approval pauses the
   graph; the person at the chat is another principal and may vote on it, and the graph resumes
@@ -37,6 +43,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from nightshift.agent.doors import intents
+from nightshift.agent.doors.intents import Intent
 from nightshift.policies.gate import Confirm, Via
 from nightshift.runtime.errors import (
     ApprovalRejected,
@@ -51,7 +59,7 @@ from nightshift.runtime.errors import (
 if TYPE_CHECKING:
     from nightshift.agent.brain.planner import Planner
     from nightshift.agent.brain.wiring import Wiring
-    from nightshift.runtime.store.db import Approval
+    from nightshift.runtime.store.db import Approval, Job
 
 # How the person's own calls reach the gate: a person who can confirm their own call here
 # (policies/gate.py, PERSON_HERE), told apart from a shell in the audit.
@@ -401,6 +409,11 @@ def help_text() -> str:
     lines = ["Direct commands (no model needed; each call goes through the policy gate):"]
     lines += [f"  {c.usage.ljust(width)}  {c.help}" for c in COMMANDS.values()]
     lines.append(
+        "Everyday requests in free words work too, in English or Chinese: what is running?, "
+        "why did 3 fail, show me the logs of job 2, submit FILE tonight / after job 3, kill "
+        "job 4, what did last night cost?, 现在有哪些任务在跑？, 看看任务 2 的日志, 取消任务 4, 批准 5."
+    )
+    lines.append(
         "Anything else is a request for the model planner (needs OPENAI_BASE_URL and "
         "NIGHTSHIFT_MODEL; `nightshift doctor` checks them)."
     )
@@ -435,12 +448,69 @@ def _approval_id(args: list[str], usage: str) -> tuple[int, list[str]]:
     return value, args[1:]
 
 
+CANDIDATES = 200  # jobs a question may choose among (newest first)
+ASKED = 8  # choices a question lists
+LISTED = 5  # jobs "no such job N; these exist: …" names
+# The jobs a request without an id may mean, by intent; () any.
+FITS: dict[str, tuple[str, ...]] = {
+    "why": ("failed",),
+    "retry": ("failed",),
+    "cancel": ("queued", "running", "paused", "held"),
+    "hold": ("queued", "running", "paused"),
+    "release": ("held", "paused"),
+    "logs": (),
+    "show": (),
+}
+VERB = {
+    "why": "explain",
+    "retry": "retry",
+    "cancel": "cancel",
+    "hold": "hold",
+    "release": "release",
+    "logs": "show the log of",
+    "show": "show",
+}
+USAGE_OF = {"why": "why", "retry": "retry", "cancel": "cancel", "hold": "pause"}
+USAGE_OF |= {"release": "resume", "logs": "logs", "show": "show"}
+
+
+def _name_matches(name: str, said: str) -> bool:
+    return said.casefold() in name.casefold()
+
+
+def _named(jobs: list[Any], said: str) -> tuple[list[Any], bool]:
+    """The jobs a name points at: those with exactly that name (True), else those whose name
+    holds it (False: a change is then asked about, never guessed)."""
+    exact = [j for j in jobs if j.name.casefold() == said.casefold()]
+    if exact:
+        return exact, True
+    return [j for j in jobs if len(said) >= 2 and _name_matches(j.name, said)], False
+
+
+def _depending_on(spec: Any, name: str) -> dict[str, Any]:
+    """The spec as a mapping that also waits for a job named `name`; its code folder made
+    absolute, since a mapping has no file to be relative to."""
+    mapping = spec.model_dump(mode="json")
+    mapping["code"] = {**(mapping.get("code") or {}), "path": str(spec.run_dir())}
+    mapping["depends_on"] = list(dict.fromkeys([*spec.depends_on, name]))
+    return mapping
+
+
 # ------------------------------------------------------------------------------------ session
 @dataclass
 class _Waiter:
     """What resumes once an approval is decided: a paused graph, or the person's own call."""
 
     resume: Callable[[str], None]
+
+
+@dataclass
+class _Question:
+    """A request waiting for the person to say which job (or approval) they mean."""
+
+    intent: Intent
+    choices: list[tuple[int, str, str]]  # (id, name, label), in the order the question listed
+    what: str = "job"
 
 
 @dataclass
@@ -484,6 +554,7 @@ class ChatSession:
         self._owned: set[int] = set()
         self._threads: list[str] = []
         self._checkpointer: Any = None
+        self._question: _Question | None = None
         self.loop_owner: Literal["chat", "daemon", "none"] = "none"
 
     # The loop ------------------------------------------------------------------------------------
@@ -556,12 +627,23 @@ class ChatSession:
             )
 
     def _dispatch(self, text: str) -> None:
+        with self._lock:
+            question, self._question = self._question, None
+        if question is not None:
+            choice = intents.parse_choice(text)
+            if choice is not None and choice.name is not None:
+                first = choice.name.split()[0]
+                if first in COMMANDS or first in ALIASES:  # `help`, `status`: a new request
+                    choice = None
+            if choice is not None:
+                try:
+                    self._answer_question(question, choice)
+                except Usage as exc:
+                    self._answer(f"usage: {exc}", "bad_input")
+                return
         why = WHY.match(text)
         if why:
-            job_id = _number(why.group("id"))
-            if job_id is None:
-                raise UnknownJob(f"no job {why.group('id')}; `status` lists the jobs")
-            self._why(job_id)
+            self._why(int(why.group("id").lstrip("#")))
             return
         try:
             words = shlex.split(text)
@@ -570,14 +652,23 @@ class ChatSession:
         verb = words[0].lower() if words else ""
         verb = ALIASES.get(verb, verb)
         handler = getattr(self, f"_cmd_{verb}", None) if verb in COMMANDS else None
+        usage: Usage | None = None
         if handler is not None:
             try:
                 handler(words[1:])
                 return
             except Usage as exc:
-                if not self.has_model:
-                    self._answer(f"usage: {exc}", "bad_input")
+                usage = exc
+        intent = intents.parse(text)
+        if intent is not None:
+            try:
+                if self._run_intent(intent):
                     return
+            except Usage as exc:  # e.g. "logs" alone, and no job to ask about
+                usage = exc
+        if usage is not None and not self.has_model:
+            self._answer(f"usage: {usage}", "bad_input")
+            return
         if not self.has_model:
             self._answer(NO_ENDPOINT, "bad_input")
             return
@@ -709,9 +800,16 @@ class ChatSession:
     def _cmd_status(self, args: list[str]) -> None:
         if args:
             raise Usage(COMMANDS["status"].usage)
+        self._status()
+
+    def _status(self, states: tuple[str, ...] = ()) -> None:
+        """The jobs (those in `states` where given: "what is running?") and the kill switch."""
         from nightshift.policies import killswitch
 
-        r = self._call("list_jobs", {"limit": 50})
+        query: dict[str, Any] = {"limit": 50}
+        if states:
+            query["states"] = list(states)
+        r = self._call("list_jobs", query)
         lines = []
         paused = killswitch.pause_info(self.w.store)
         if paused:
@@ -729,6 +827,8 @@ class ChatSession:
             if why:
                 line += f" — {why}"
             lines.append(line)
+        if states and not r.jobs:
+            lines.append(f"no {' or '.join(states)} job; `status` lists them all")
         self._answer("\n".join(lines) or "no jobs yet: `submit FILE` queues one")
 
     def _cmd_health(self, args: list[str]) -> None:
@@ -744,33 +844,54 @@ class ChatSession:
     def _cmd_submit(self, args: list[str]) -> None:
         if len(args) != 1:
             raise Usage(COMMANDS["submit"].usage)
+        self._submit(args[0])
+
+    def _submit(self, spec_file: str, *, cheap: bool = False, after: int | None = None) -> None:
+        """Validate and queue a spec file; `cheap` waits for the tariff's cheap hours
+        (cost_class cost_sensitive), `after` waits for that job to succeed (depends_on by name,
+        as `nightshift submit --after` does)."""
         from nightshift.runtime.spec import load_spec
 
         try:
-            path = Path(args[0]).expanduser()
+            path = Path(spec_file).expanduser()
             if not path.is_absolute():
                 path = self.cwd / path
             is_file = path.is_file()
         except (OSError, ValueError, RuntimeError):  # ~nobody, a NUL byte, a name too long
-            path, is_file = Path(args[0]), False
+            path, is_file = Path(spec_file), False
         if not is_file:
-            raise BadArguments(f"submit: no spec file {args[0]} (looked at {path})")
+            raise BadArguments(f"submit: no spec file {spec_file} (looked at {path})")
         check = self._call("config_validator", {"path": str(path)}, why="validate the spec")
         if not check.valid:
             errs = "; ".join(f"{e.field}: {e.message}" for e in check.errors)
-            raise BadArguments(f"submit: {args[0]} is not a valid spec: {errs}")
-        trials = load_spec(path).grid()
+            raise BadArguments(f"submit: {spec_file} is not a valid spec: {errs}")
+        spec = load_spec(path)
+        source: dict[str, Any] = {"spec_path": str(path)}
+        notes = []
+        if cheap:
+            source["cost_class"] = "cost_sensitive"
+            notes.append("it waits for cheap hours (cost_sensitive)")
+        if after is not None:
+            first = self._ground_job(after)
+            source = {k: v for k, v in source.items() if k != "spec_path"}
+            source["spec"] = _depending_on(spec, first.name)
+            notes.append(f"it starts once a job named {first.name} (job {after}) has succeeded")
+            if first.state in ("failed", "cancelled"):
+                notes.append(f"job {after} is {first.state}: `retry {after}` runs it again")
+        trials = spec.grid()
         if len(trials) > 1:
             group = f"chat-{uuid.uuid4().hex[:8]}"
-            items = [{"spec_path": str(path), "params": t, "group": group} for t in trials]
+            items = [{**source, "params": t, "group": group} for t in trials]
             r = self._call("submit_jobs", {"items": items}, why="queue the sweep")
             ids = [j.job_id for j in r.jobs]
         else:
-            r = self._call("submit_job", {"spec_path": str(path)}, why="queue the run")
+            r = self._call("submit_job", source, why="queue the run")
             ids = [r.job_id]
         with self._lock:
             self._owned.update(ids)
-        self._answer(f"queued job(s) {', '.join(map(str, ids))}; {self._who_places()}")
+        self._answer(
+            "; ".join([f"queued job(s) {', '.join(map(str, ids))}", *notes, self._who_places()])
+        )
 
     def _who_places(self) -> str:
         if self.loop_owner == "chat":
@@ -783,6 +904,7 @@ class ChatSession:
         job_id, rest = _job_id(args, COMMANDS["show"].usage)
         if rest:
             raise Usage(COMMANDS["show"].usage)
+        self._ground_job(job_id)
         r = self._call("show_job", {"job_id": job_id})
         lines = [f"job {r.job_id} {r.name}: {r.state}" + (f" — {r.reason}" if r.reason else "")]
         lines.append(
@@ -809,6 +931,7 @@ class ChatSession:
             if lines is None or lines > 5000:
                 raise Usage(usage)
             tail = lines
+        self._ground_job(job_id)
         r = self._call("job_logs", {"job_id": job_id, "tail": tail})
         if r.log_path is None:
             self._answer(f"job {job_id} has no attempt yet, so no log")
@@ -819,9 +942,7 @@ class ChatSession:
     def _cmd_cancel(self, args: list[str]) -> None:
         job_id, rest = _job_id(args, COMMANDS["cancel"].usage)
         reason = " ".join(rest) or f"cancelled by {self.user} in chat"
-        job = self.w.store.job(job_id)
-        if job is None:
-            raise UnknownJob(f"no job {job_id}; `status` lists the jobs")
+        job = self._ground_job(job_id)
         if job.state in ("succeeded", "failed", "cancelled"):
             self._answer(f"job {job_id} is {job.state}: nothing to cancel")
             return
@@ -839,6 +960,7 @@ class ChatSession:
         job_id, rest = _job_id(args, usage)
         if rest not in ([], ["from-scratch"], ["--from-scratch"]):
             raise Usage(usage)
+        self._ground_job(job_id)
 
         def done(r: Any) -> None:
             with self._lock:
@@ -857,6 +979,7 @@ class ChatSession:
         if args and (_ID.fullmatch(args[0]) or args[0].lower() == "job"):
             job_id, rest = _job_id(args, COMMANDS["pause"].usage)
             reason = " ".join(rest) or f"paused by {self.user} in chat"
+            self._ground_job(job_id)
 
             def done(r: Any) -> None:
                 if r.before == r.after:
@@ -888,9 +1011,8 @@ class ChatSession:
             raise Usage(COMMANDS["resume"].usage)
         from nightshift.agent.brain.graph import job_observation
 
+        self._ground_job(job_id)
         job = job_observation(self.w, job_id)
-        if job["state"] == "missing":
-            raise UnknownJob(f"no job {job_id}; `status` lists the jobs")
         if job["state"] == "held":  # a person's hold ends with release_job, then resume as paused
             released = self._call("release_job", {"job_id": job_id}, why="end the hold")
             if released.after != "paused":
@@ -972,15 +1094,197 @@ class ChatSession:
 
         done(self._call(skill.name, values, on_done=done))
 
+    # Everyday requests (agent/doors/intents.py) ---------------------------------------------------
+    def _run_intent(self, intent: Intent) -> bool:
+        """Run an understood request. False when the words that should name a job name none
+        (then it was not about a job after all: the model's, or the no-model message's)."""
+        kind = intent.kind
+        if kind == "status":
+            self._status(intent.states)
+        elif kind == "health":
+            self._cmd_health([])
+        elif kind == "cost":
+            self._cost()
+        elif kind == "submit":
+            assert intent.path is not None
+            self._submit(intent.path, cheap=intent.cheap, after=intent.after)
+        elif kind in intents.NEEDS_APPROVAL:
+            if intent.approval_id is None:
+                self._ask_approval(intent)
+            else:
+                self._decide(intent.approval_id, kind == "approve", "")
+        elif intent.job_id is not None:
+            self._on_job(intent, intent.job_id)
+        else:
+            return self._pick_job(intent)
+        return True
+
+    def _on_job(self, intent: Intent, job_id: int) -> None:
+        """The request about one job, by the direct command that does it (each grounds the id
+        and calls its skills through the gate as this user)."""
+        arg = [str(job_id)]
+        kind = intent.kind
+        if kind == "why":
+            self._why(job_id)
+        elif kind == "logs":
+            self._cmd_logs(arg + ([str(intent.lines)] if intent.lines else []))
+        elif kind == "show":
+            self._cmd_show(arg)
+        elif kind == "hold":
+            self._cmd_pause(arg)
+        elif kind == "release":
+            self._cmd_resume(arg)
+        elif kind == "cancel":
+            self._cmd_cancel(arg)
+        elif kind == "retry":
+            self._cmd_retry(arg)
+
+    def _pick_job(self, intent: Intent) -> bool:
+        """No id given: the job a name points at, or the only one that fits a read ("why did my
+        job fail" with one failed job), said which; otherwise one question back."""
+        jobs = self.read("list_jobs", {"limit": CANDIDATES}).jobs
+        if intent.mine:
+            me = self.w.policy.canonical(self.user)
+            jobs = [j for j in jobs if self.w.policy.canonical(j.owner) == me]
+        exact = False
+        if intent.name is not None:
+            jobs, exact = _named(jobs, intent.name)
+            if not jobs:
+                return False
+        want = intent.states or FITS[intent.kind]
+        fitting = [j for j in jobs if not want or j.state in want]
+        if intent.kind == "logs":
+            fitting = [j for j in fitting if j.attempts]
+        if intent.name is not None and not fitting:
+            fitting = jobs  # the person named it: its own command says why it does not fit
+        if not fitting:
+            if not jobs and intent.name is None and not intent.mine:
+                raise Usage(COMMANDS[USAGE_OF[intent.kind]].usage)
+            which = " or ".join(want) if want else "such"
+            self._answer(
+                f"no {which} job{' of yours' if intent.mine else ''} to {VERB[intent.kind]}; "
+                + self._these_exist(),
+                "bad_input",
+            )
+            return True
+        if len(fitting) == 1 and (exact or intent.kind not in intents.ACTING):
+            j = fitting[0]
+            fits = "named so" if intent.name is not None else "that fits"
+            self._emit(
+                Progress(
+                    text=printable(f"taking job {j.id} ({j.name}, {j.state}): the only one {fits}")
+                )
+            )
+            self._on_job(intent, j.id)
+            return True
+        self._ask(intent, [(j.id, j.name, f"{j.id} ({j.name}, {j.state})") for j in fitting])
+        return True
+
+    def _ask_approval(self, intent: Intent) -> None:
+        rows = [r for r in self.w.approvals.pending(now()) if self.can_vote(r)]
+        if not rows:
+            raise Usage(COMMANDS[intent.kind].usage)
+        self._ask(
+            intent,
+            [
+                (r.id or 0, r.skill, f"{r.id} ({r.skill} {_json(r.args)[:60]} by {r.requester})")
+                for r in sorted(rows, key=lambda r: -(r.id or 0))
+            ],
+            what="approval",
+        )
+
+    def _ask(self, intent: Intent, choices: list[tuple[int, str, str]], what: str = "job") -> None:
+        """One question back; the next message completes it (`_answer_question`)."""
+        shown = ", ".join(label for _, _, label in choices[:ASKED])
+        more = f", and {len(choices) - ASKED} more" if len(choices) > ASKED else ""
+        with self._lock:
+            self._question = _Question(intent, choices, what)
+        self._answer(f"Which {what}? {shown}{more}", "bad_input")
+
+    def _answer_question(self, q: _Question, choice: intents.Choice) -> None:
+        chosen: int | None = choice.number
+        if choice.ordinal is not None:
+            listed = q.choices[:ASKED]
+            chosen = listed[choice.ordinal - 1][0] if 1 <= choice.ordinal <= len(listed) else None
+        elif choice.name is not None:
+            named = [c for c in q.choices if _name_matches(c[1], choice.name)]
+            chosen = named[0][0] if len(named) == 1 else None
+        if chosen is None:
+            self._ask(q.intent, q.choices, q.what)
+            return
+        if q.what == "approval":
+            self._decide(chosen, q.intent.kind == "approve", "")
+        else:
+            self._ground_job(chosen)
+            self._on_job(q.intent, chosen)
+
+    def _ground_job(self, job_id: int) -> Job:
+        """The job, or UnknownJob naming the ones that exist: an id nobody stored (a typo, a
+        model's guess) never reaches a skill."""
+        job = self.w.store.job(job_id) if 1 <= job_id <= MAX_JOB_ID else None
+        if job is None:
+            raise UnknownJob(f"no such job {job_id}; {self._these_exist()}")
+        return job
+
+    def _these_exist(self) -> str:
+        """The newest jobs, as this user's `list_jobs` through the gate sees them."""
+        try:
+            jobs = self.read("list_jobs", {"limit": LISTED + 1}).jobs
+        except NightshiftError:
+            return "`status` lists the jobs"
+        if not jobs:
+            return "there are no jobs yet"
+        return (
+            "these exist: "
+            + ", ".join(f"{j.id} ({j.name}, {j.state})" for j in jobs[:LISTED])
+            + (", … (`status` lists them all)" if len(jobs) > LISTED else "")
+        )
+
+    def _ground_approval(self, approval_id: int) -> None:
+        """An approval id that exists, or UnknownApproval naming the pending ones."""
+        from nightshift.runtime.errors import UnknownApproval
+
+        try:
+            if 1 <= approval_id <= MAX_JOB_ID:
+                self.w.approvals.status(approval_id, now())
+                return
+        except UnknownApproval:
+            pass
+        rows = self.w.approvals.pending(now())[:LISTED]
+        pending = ", ".join(f"{r.id} ({r.skill} by {r.requester})" for r in rows)
+        raise UnknownApproval(
+            f"no approval with id {approval_id}; "
+            + (f"pending: {pending}" if pending else "none is pending")
+        )
+
+    def _cost(self) -> None:
+        """What the last 24 hours cost, as `nightshift report` counts it (energy, GPU-hours)."""
+        from nightshift.agent.doors.report import default_window, report_of
+
+        self.read("list_jobs", {"limit": 1})  # may this user read the jobs? (the gate says)
+        since, until = default_window(now(), 24.0)
+        r = report_of(self.w, since, until)
+        if r.energy_kwh is None:
+            energy = "energy not measured (no meter, no declared power)"
+        else:
+            energy = f"{r.energy_kwh:.3f} kWh" + (
+                f", cost {r.energy_cost:.2f} {r.currency}"
+                if r.energy_cost is not None
+                else " (no price set)"
+            )
+        self._answer(
+            f"last 24 h ({since:%Y-%m-%d %H:%M} – {until:%Y-%m-%d %H:%M}): {energy}; "
+            f"{r.gpu_hours:.2f} GPU-hours over {r.attempts} attempt(s) of {len(r.jobs)} job(s); "
+            "`nightshift report` has the rest"
+        )
+
     def _why(self, job_id: int) -> None:
         """Diagnose the job's last failed attempt and explain it."""
         from nightshift.agent.brain.planner import MONITOR_OUTCOMES
         from nightshift.runtime.scheduling.snapshot import FAILED_OUTCOMES
         from nightshift.runtime.spec import ExperimentSpec
 
-        job = self.w.store.job(job_id)
-        if job is None:
-            raise UnknownJob(f"no job {job_id}; `status` lists the jobs")
+        job = self._ground_job(job_id)
         failed = [
             a
             for a in self.w.store.attempts(job_id)
@@ -1025,6 +1329,7 @@ class ChatSession:
     def _decide(self, approval_id: int, approve: bool, reason: str) -> None:
         from nightshift.policies.audit import job_id_of
 
+        self._ground_approval(approval_id)
         row = self.w.approvals.vote(approval_id, self.user, approve, now())
         reason = reason.strip()[:2000]
         if reason:
