@@ -42,10 +42,14 @@ Policies, all on the same trace window, health events and seeded job attributes:
   least attained service with trace priorities and aging, preemption at checkpoints;
 * nightshift-v1 — the previous default: priority order, first fit, tariff holds that ignore
   deadlines;
-* nightshift — the daemon's default: sjf_aging, best fit, tariff holds and pauses that keep
-  every deadline on its estimate; nightshift-notariff, the same with the tariff off (its `twin`:
-  the no-tariff run that a hold's misses are judged against);
-  nightshift-notpeak the same with `cost_threshold: not_peak`; nightshift-first with first fit;
+* nightshift — the daemon's default: `order: srpt` (fewest estimated GPU-seconds left first, by
+  doublings, running jobs too), a pending job preempting at a checkpoint one whose remainder is
+  at least one doubling longer, the 24-hour starvation guard (`promote_after_h`), no aging, best
+  fit, tariff holds and pauses that keep every deadline on its estimate; nightshift-notariff, the
+  same with the tariff off (its `twin`: the no-tariff run that a hold's misses are judged
+  against; the ordering's own result, against baselines that have no tariff either);
+  nightshift-notpeak the same with `cost_threshold: not_peak`; nightshift-first with first fit
+  (twin srpt-first);
   nightshift-big4 holding only jobs of 4 GPU-hours or more (`hold_min_gpu_h`).
 
 Metrics: waits of all, urgent and cost-sensitive jobs; deadline misses, those after a tariff hold
@@ -131,7 +135,13 @@ GPU_MIB = 32768.0  # every simulated GPU: 32 GiB; a sharing pod's cap is its fra
 DAY = 86400.0
 HORIZON_S = 400 * DAY  # a run stops this long after its window ends; what is left is "unfinished"
 
-DONE, HEALTH, TICK, LEVEL = 0, 1, 2, 3  # event kinds, in the order they apply at one instant
+DONE, HEALTH, TICK, LEVEL, PROMOTE = (
+    0,
+    1,
+    2,
+    3,
+    4,
+)  # event kinds, in the order they apply at one instant
 # An event's payload: (job id, epoch) for DONE and LEVEL (a running job crosses a queue
 # threshold: a decision, so that 2D-LAS and 2D-Gittins preempt it then), the GPU index for
 # HEALTH, None for TICK.
@@ -536,6 +546,7 @@ class Policy:
     # priorities the simulator computes per event instead of the trace's: "sjf", minus the
     # estimate in seconds (shortest first, exactly); "gittins", minus the reverse Gittins index
     rank: Rank = ""
+    promote_after_h: float | None = None  # place()'s starvation guard
     las_points: float = 4.0  # order las: points per level (with preempt_margin 1: one level)
 
 
@@ -550,7 +561,16 @@ def _policy(name: str, **kw: Any) -> Policy:
 NIGHTSHIFT = "nightshift"  # the policy the goals are measured on: place() as the daemon runs it
 NOTARIFF = "nightshift-notariff"
 _BASE = {"aging_per_hour": 0.0, "priorities": False}
-_NS = {"order": "sjf_aging", "host_fit": "best", "tariff": True, "deadlines": True}
+# the daemon's defaults (runtime/config.py SchedulerSettings): srpt, preemption one doubling
+# apart, the 24-hour starvation guard, no aging, best fit
+_ORDER = {
+    "order": "srpt",
+    "aging_per_hour": 0.0,
+    "preempt_margin": 1,
+    "promote_after_h": 24.0,
+    "host_fit": "best",
+}
+_NS = {**_ORDER, "tariff": True, "deadlines": True}
 POLICIES = {
     p.name: p
     for p in (
@@ -570,9 +590,10 @@ POLICIES = {
         _policy("nightshift-v1", tariff=True, twin="priority"),
         _policy("nightshift", twin=NOTARIFF, **_NS),
         # nightshift with the tariff off: the same order, fit and aging; no holds, no pauses
-        _policy(NOTARIFF, order="sjf_aging", host_fit="best"),
+        _policy(NOTARIFF, **_ORDER),
         _policy("nightshift-notpeak", cost_threshold="not_peak", twin=NOTARIFF, **_NS),
-        _policy("nightshift-first", twin="sjf-first", **(_NS | {"host_fit": "first"})),
+        _policy("srpt-first", **(_ORDER | {"host_fit": "first"})),
+        _policy("nightshift-first", twin="srpt-first", **(_NS | {"host_fit": "first"})),
         _policy("nightshift-big4", hold_min_gpu_h=4.0, twin=NOTARIFF, **_NS),
     )
 }
@@ -704,6 +725,7 @@ class _Run:
         self.preemptions = 0
         self.queue_cap_hits = 0
         self.cs_pending: set[int] = set()  # cost-sensitive jobs waiting (tariff policies only)
+        self.promoted: set[int] = set()
 
     def _knobs(self) -> dict[str, object]:
         """The Snapshot fields that are the same at every call of this run."""
@@ -724,6 +746,7 @@ class _Run:
             "las_points": pol.las_points,
             "host_fit": pol.host_fit,
             "preempt_margin": pol.preempt_margin,
+            "promote_after_h": pol.promote_after_h,
             "preempt_max_per_call": 4,
             "default_duration_s": 3600.0,
             "display_tz": None,
@@ -782,8 +805,10 @@ class _Run:
     def _key(self, sj: SimJob, m: PendingJob) -> tuple:
         """The job's rank in place()'s order, fixed while it waits: aging adds the same to every
         job, so priority + rate x (now - submit) - penalty orders alike at every `now`."""
+        if sj.id in self.promoted:
+            return (-placement.PROMOTED, sj.submit_s, sj.id)  # oldest first, as place() does
         prio = m.priority
-        pen = self.penalty(m.expected_duration_s or 3600.0, m.attained_gpu_s)
+        pen = self.penalty(m.expected_duration_s or 3600.0, m.attained_gpu_s, m.gpus)
         return (-(prio - self.rate * sj.submit_s - pen), sj.submit_s, sj.id)
 
     # -------------------------------------------------------------- events
@@ -795,6 +820,23 @@ class _Run:
         bisect.insort(self.queue, key)
         if m.cost_class == "cost_sensitive":
             self.cs_pending.add(sj.id)
+        if self.policy.promote_after_h is not None:
+            self._push(sj.submit_s + self.policy.promote_after_h * 3600.0, PROMOTE, sj.id)
+
+    def _promote(self, jid: int, t: float) -> None:
+        """place()'s starvation guard promotes a job that has waited `promote_after_h` in all
+        (queued or paused): a decision then, and its place in the queue kept in step (the
+        queue is what a capped snapshot is cut from)."""
+        j = self.jobs[jid]
+        if jid in self.promoted or j.done is not None or jid in self.running:
+            return
+        assert self.policy.promote_after_h is not None
+        if t - j.sj.submit_s - j.ran < self.policy.promote_after_h * 3600.0 - 1e-6:
+            return  # it ran since this was scheduled; its pause scheduled another
+        del self.queue[bisect.bisect_left(self.queue, j.key)]
+        self.promoted.add(jid)
+        j.key = self._key(j.sj, j.model)
+        bisect.insort(self.queue, j.key)
 
     def _start(self, s: Start, t: float) -> None:
         j = self.jobs[s.job_id]
@@ -870,6 +912,9 @@ class _Run:
             self.pauses += 1
         else:
             self.preemptions += 1
+        if self.policy.promote_after_h is not None and jid not in self.promoted:
+            waited = t - j.sj.submit_s - j.ran
+            self._push(t + max(0.0, self.policy.promote_after_h * 3600.0 - waited), PROMOTE, jid)
 
     def _health(self, i: int, t: float) -> None:
         """Flip GPU i between healthy and quarantined (CRITICAL); schedule its next flip. Each
@@ -918,9 +963,10 @@ class _Run:
         cap = self.opts.max_pending
         if len(self.queue) > cap:
             self.queue_cap_hits += 1
-        for _ in range(3):  # again at once after preemptions: the preemptors start now
+        for _ in range(8):  # again at once after preemptions: the preemptors start now
             if self.policy.rank == "gittins":
                 self._rank_running(t)
+
             self.calls += 1
             d = placement.place(self._snapshot(t, self.queue[:cap]))
             for p in d.pauses:
@@ -1010,6 +1056,9 @@ class _Run:
                     self._health(payload, t)
                 elif kind == LEVEL:
                     pass  # a decision at this instant is all it asks for
+                elif kind == PROMOTE:
+                    assert isinstance(payload, int)
+                    self._promote(payload, t)
                 elif not tick:
                     tick = True
                     self._push(next_tick(t), TICK, None)

@@ -353,13 +353,17 @@ class SchedulerSettings(BaseModel):
     """How placement weighs and holds queued work (see runtime/scheduling/placement.py)."""
 
     aging_per_hour: float = Field(
-        1.0, ge=0, description="Priority points a waiting job gains per hour"
+        0.0,
+        ge=0,
+        description="Priority points a waiting job gains per hour (with order srpt a point is "
+        "a doubling: the starvation guard `promote_after_h` bounds the wait instead)",
     )
     preempt_margin: int | None = Field(
-        None,
+        1,
         ge=1,
-        description="Pause a running pausable job for a "
-        "waiting one this much more urgent; None: never preempt",
+        description="Pause a running pausable job (one whose spec checkpoints) for a waiting "
+        "one this many points more urgent: with order srpt, one point is one doubling, so 1 "
+        "pauses a job for one needing at most half its remaining GPU time; None: never preempt",
     )
     preempt_max_per_call: int = Field(4, ge=1)
     default_duration_min: float = Field(
@@ -387,11 +391,19 @@ class SchedulerSettings(BaseModel):
         description="Hold for cheap hours only cost_sensitive jobs expected to use at least "
         "this many GPU-hours; smaller ones start at once",
     )
-    order: Literal["priority", "sjf_aging", "las"] = Field(
-        "sjf_aging",
+    order: Literal["priority", "sjf_aging", "las", "srpt"] = Field(
+        "srpt",
         description="Queue order: priority (aged priority), sjf_aging (also shortest estimate "
-        "first, a point off per doubling), las (least attained GPU time, Tiresias); measured "
-        "in docs/benchmarks.md",
+        "first, a point off per doubling), las (least attained GPU time, Tiresias), srpt "
+        "(fewest estimated GPU-seconds left first, a point off per doubling, running jobs "
+        "too); measured in docs/benchmarks.md",
+    )
+    promote_after_h: float | None = Field(
+        24.0,
+        gt=0,
+        description="The starvation guard: a job that has waited this many hours in all goes "
+        "ahead of every job that has not (oldest first) and, once running, is not preempted; "
+        "None: aging alone bounds the wait",
     )
     host_fit: Literal["first", "best"] = Field(
         "best",

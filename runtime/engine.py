@@ -264,6 +264,7 @@ class Engine:
                 "hold_slack_s": sched.hold_slack_min * 60,
                 "hold_min_gpu_h": sched.hold_min_gpu_h,
                 "order": sched.order,
+                "promote_after_h": sched.promote_after_h,
                 "host_fit": sched.host_fit,
             }
         )

@@ -20,7 +20,7 @@ def test_config_example_loads(home):
         "shoulder",
         "peak",
     ]
-    assert settings.scheduler.preempt_margin == 5
+    assert settings.scheduler.preempt_margin == 2 and settings.scheduler.order == "srpt"
 
 
 def test_ci_runs_the_readme_test_command():

@@ -141,7 +141,8 @@ def test_goals_judge_nightshift_against_the_strongest_baseline():
 
 def test_nightshift_without_the_tariff_is_a_policy_and_nightshifts_twin():
     pol = S.POLICIES["nightshift-notariff"]
-    assert not pol.tariff and pol.order == "sjf_aging" and pol.host_fit == "best"
+    assert not pol.tariff and pol.order == "srpt" and pol.host_fit == "best"
+    assert pol.preempt_margin == 1 and pol.promote_after_h == 24.0 and pol.aging_per_hour == 0
     assert S.POLICIES["nightshift"].twin == "nightshift-notariff"
     assert set(S.MAIN) >= {*S.BASELINES, "nightshift", "nightshift-notariff"}
     assert set(S.PLOTTED) == set(S.MAIN)

@@ -126,7 +126,7 @@ class RunningJob(BaseModel):
 
 
 CostBand = Literal["cheapest", "not_peak"]
-Order = Literal["priority", "sjf_aging", "las"]
+Order = Literal["priority", "sjf_aging", "las", "srpt"]
 HostFit = Literal["first", "best"]
 
 
@@ -185,10 +185,22 @@ class Snapshot(BaseModel):
         "points per doubling of the expected duration above a minute (shortest first, aging "
         "so long jobs still run); las: also minus `las_points` per `las_thresholds_gpu_h` "
         "threshold of GPU time already run (Tiresias' least attained service; with "
-        "`preempt_margin` it preempts at checkpoints)",
+        "`preempt_margin` it preempts at checkpoints); srpt: also minus `sjf_per_doubling` "
+        "points per doubling of the estimated remaining GPU time (GPUs x expected seconds) "
+        "above a GPU-minute, for running jobs too (shortest remaining first; with "
+        "`preempt_margin` a job preempts one whose remainder is that many doublings longer)",
     )
     sjf_per_doubling: float = Field(
-        1.0, ge=0, description="sjf_aging: priority points lost per doubling of the estimate"
+        1.0,
+        ge=0,
+        description="sjf_aging, srpt: priority points lost per doubling of the estimate",
+    )
+    promote_after_h: float | None = Field(
+        None,
+        gt=0,
+        description="The starvation guard: a job that has waited this long in all (queued or "
+        "paused) goes ahead of every job that has not, oldest first, and once running is "
+        "never preempted; None: no guard (aging alone bounds the wait)",
     )
     las_thresholds_gpu_h: list[float] = Field(
         default_factory=lambda: [1.0, 10.0],
@@ -678,19 +690,37 @@ def _effective(priority: int, since: datetime | None, now: datetime, rate_s: flo
     return priority + rate_s * (now - since).total_seconds()
 
 
-def penalty_of(snap: Snapshot) -> Callable[[float, float], float]:
+def penalty_of(snap: Snapshot) -> Callable[[float, float, int], float]:
     """The priority points `snap.order` takes off a job, as f(expected seconds, attained
-    GPU-seconds): none (priority); the estimate's doublings above a minute (sjf_aging: shorter
-    first, and aging lets a long job through once it has waited its doublings' worth); the
-    job's level of attained GPU time (las: Tiresias' discretised least-attained-service)."""
+    GPU-seconds, GPUs): none (priority); the estimate's doublings above a minute (sjf_aging:
+    shorter first, and aging lets a long job through once it has waited its doublings' worth);
+    the job's level of attained GPU time (las: Tiresias' discretised least-attained-service);
+    the doublings of the estimated remaining GPU time above a GPU-minute (srpt: the fewest
+    GPU-seconds left first, which a job's own progress lowers while it runs)."""
     if snap.order == "sjf_aging":
         w = snap.sjf_per_doubling
-        return lambda dur, _att: w * math.log2(dur / 60.0) if dur > 60.0 else 0.0
+        return lambda dur, _att, _k: w * math.log2(dur / 60.0) if dur > 60.0 else 0.0
+    if snap.order == "srpt":
+        w = snap.sjf_per_doubling
+
+        def srpt(dur: float, _att: float, gpus: int) -> float:
+            gpu_s = dur * max(1, gpus)
+            return w * math.log2(gpu_s / 60.0) if gpu_s > 60.0 else 0.0
+
+        return srpt
     if snap.order == "las":
         cuts = sorted(h * 3600.0 for h in snap.las_thresholds_gpu_h)
         pts = snap.las_points
-        return lambda _dur, att: pts * bisect.bisect_right(cuts, att)
-    return lambda _dur, _att: 0.0
+        return lambda _dur, att, _k: pts * bisect.bisect_right(cuts, att)
+    return lambda _dur, _att, _k: 0.0
+
+
+PROMOTED = 1e12  # the starvation guard's boost: above any priority, aging or deadline boost
+
+
+def waited_s(now: datetime, submitted_at: datetime, attained_gpu_s: float, gpus: int) -> float:
+    """How long a job has waited in all since submission: queued, held or paused, not run."""
+    return (now - submitted_at).total_seconds() - attained_gpu_s / max(1, gpus)
 
 
 def place(snap: Snapshot) -> Decision:
@@ -786,6 +816,8 @@ class _Placer:
         default_s, rate_s, tariff = self.default_s, self.rate_s, self.snap.tariff
         penalty = None if self.snap.order == "priority" else penalty_of(self.snap)
         slack, boost = self.snap.hold_slack_s, self.snap.deadline_boost
+        promote_h = self.snap.promote_after_h
+        promote_s = promote_h * 3600.0 if promote_h is not None else None
         min_gpu_s = self.snap.hold_min_gpu_h * 3600.0
         buckets: dict[tuple, list[Entry]] = {}
         for j in self.snap.recovering:
@@ -823,7 +855,11 @@ class _Placer:
             raw = (k, f["gpu_memory_gb"], f["share_gpu"], f["gpu_memory_cap_gb"]) if k else _CPU
             eff = f["priority"] + rate_s * wait
             if penalty is not None:
-                eff -= penalty(dur, f["attained_gpu_s"])
+                eff -= penalty(dur, f["attained_gpu_s"], k)
+            if promote_s is not None and (
+                waited_s(now, f["submitted_at"], f["attained_gpu_s"], k) >= promote_s
+            ):
+                eff = PROMOTED + wait  # oldest first among the promoted
             dl = f["deadline"]
             if (
                 dl is not None
@@ -847,7 +883,7 @@ class _Placer:
     def _keep_place(
         self,
         j: PendingJob,
-        penalty: Callable[[float, float], float] | None,
+        penalty: Callable[[float, float, int], float] | None,
         buckets: dict[tuple, list[Entry]],
     ) -> None:
         """A job waiting out a retry backoff keeps its rank, as `_screen` ranks an eligible job:
@@ -859,7 +895,7 @@ class _Placer:
         wait = (self.now - j.submitted_at).total_seconds()
         eff = j.priority + self.rate_s * wait
         if penalty is not None:
-            eff -= penalty(dur, j.attained_gpu_s)
+            eff -= penalty(dur, j.attained_gpu_s, j.gpus)
         if not j.gpus:
             self.cpu_backoff.append(((-eff, -wait, j.id), j.not_before, j.id, j.name))
             return
@@ -881,15 +917,22 @@ class _Placer:
                 snap.model_copy(update={"order": "priority"}) if self.sjf else snap
             )
 
+            promote_h = snap.promote_after_h
+
             def eff(r: RunningJob) -> float:
                 """Aged like a waiting job, less what the ordering takes off for what remains
-                (sjf_aging) or what it has run (las)."""
+                (srpt) or what it has run (las); a job the starvation guard promoted before it
+                started is not preempted."""
                 started = r.started_at or now
                 left = (ends_of[r.id] - now).total_seconds()
                 ran = len(r.gpus) * (now - started).total_seconds()
+                if promote_h is not None and r.submitted_at is not None:
+                    waited = waited_s(started, r.submitted_at, r.attained_gpu_s, len(r.gpus))
+                    if waited >= promote_h * 3600.0:
+                        return 2 * PROMOTED
                 return _effective(
                     r.priority, r.submitted_at or r.started_at, now, self.rate_s
-                ) - penalty(left, r.attained_gpu_s + ran)
+                ) - penalty(left, r.attained_gpu_s + ran, len(r.gpus))
 
             victims = _Victims(
                 self.cluster,
@@ -1071,7 +1114,9 @@ class _Placer:
                 victims = None  # not this job; a later, longer one may outrank a victim
         else:
             eff = -neg_eff
-            if victims is not None and (
+            if eff >= PROMOTED:
+                victims = None  # the starvation guard reserves for a job; it does not preempt
+            elif victims is not None and (
                 eff < victims.lowest + self.margin or self.preempt_budget <= 0
             ):
                 victims = self.victims = None  # sorted: no later job outranks a victim enough
