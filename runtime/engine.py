@@ -265,6 +265,10 @@ class Engine:
                 "hold_min_gpu_h": sched.hold_min_gpu_h,
                 "order": sched.order,
                 "host_fit": sched.host_fit,
+                # No executor here launches one run across hosts yet (the Ray executor runs one
+                # entrypoint on one node): a gang waits, saying so, and never starts on part of
+                # its GPUs.
+                "cannot_span": f"executor {self.executor.kind} cannot span hosts",
             }
         )
         if not snap.pending and not snap.running:

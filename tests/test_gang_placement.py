@@ -14,7 +14,11 @@ from types import ModuleType
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from sqlmodel import select
 
+from nightshift.runtime.config import Settings
+from nightshift.runtime.engine import Engine
+from nightshift.runtime.executors.ray_executor import RayExecutor
 from nightshift.runtime.scheduling.placement import (
     QUARANTINED,
     Decision,
@@ -24,6 +28,7 @@ from nightshift.runtime.scheduling.placement import (
     Snapshot,
     place,
 )
+from nightshift.runtime.store.db import Attempt, GpuSample, Job, Store
 
 from conftest import REPO
 
@@ -242,3 +247,30 @@ def test_jobs_that_fit_one_host_are_placed_exactly_as_before_gangs(s):
     for p in data["pending"]:
         p.pop("span_hosts")
     assert place(s).model_dump() == old.place(old.Snapshot.model_validate(data)).model_dump()
+
+
+# ------------------------------------------------------------------------------ the daemon
+def test_the_daemon_holds_a_gang_its_executor_cannot_launch_across_hosts(tmp_path):
+    """The daemon's engine on a Ray cluster of two 2-GPU nodes (as the census records them): a
+    4-GPU job fits only across both. The Ray executor runs one entrypoint on one node, so the
+    job waits with the reason in the store (what `nightshift jobs` shows), no attempt is made
+    and nothing is launched on part of its GPUs."""
+    store = Store(f"sqlite:///{tmp_path}/s.db")
+    with store.session() as s:
+        for host in ("ray:10.0.0.5", "ray:10.0.0.6"):
+            for i in (0, 1):
+                data = {"memory_total_mib": 81559, "memory_used_mib": 0}
+                s.add(GpuSample(host=host, gpu_index=i, verdict="OK", data=data, taken_at=NOW))
+        spec = {"name": "wide", "command": ["true"], "resources": {"gpus": 4}}
+        s.add(Job(name="wide", spec=spec, state="queued", created_at=NOW))
+    settings = Settings(home=str(tmp_path), executor={"kind": "ray"})
+    executor = RayExecutor(tmp_path / "runs", address="http://127.0.0.1:1")  # never reached
+    engine = Engine(store, executor, settings, clock=lambda: NOW)
+    holds = engine.place_queued(NOW)
+    why = "needs 4 GPUs across 2 hosts; executor ray cannot span hosts"
+    assert list(holds.values()) == [why]
+    with store.session() as s:
+        (job,) = s.exec(select(Job)).all()
+        assert (job.state, job.hold_reason) == ("queued", why)
+        assert s.exec(select(Attempt)).all() == []
+    assert engine.last_decision is not None and engine.last_decision.reservation is None
