@@ -8,7 +8,9 @@ import functools
 import importlib.util
 import subprocess
 import sys
+import time
 from datetime import datetime, timedelta
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -18,6 +20,7 @@ from sqlmodel import select
 
 from nightshift.runtime.config import Settings
 from nightshift.runtime.engine import Engine
+from nightshift.runtime.executors.executor import HostGpus, LaunchRequest, gang_host
 from nightshift.runtime.executors.ray_executor import RayExecutor
 from nightshift.runtime.scheduling.placement import (
     QUARANTINED,
@@ -28,9 +31,12 @@ from nightshift.runtime.scheduling.placement import (
     Snapshot,
     place,
 )
+from nightshift.runtime.scheduling.snapshot import load_snapshot
 from nightshift.runtime.store.db import Attempt, GpuSample, Job, Store
 
 from conftest import REPO
+
+pytest_plugins = ["ray_service"]
 
 NOW = datetime(2026, 12, 2, 3, 0)
 BEFORE_GANGS = "667baa6"  # the last commit whose place() kept every job on one host
@@ -250,27 +256,132 @@ def test_jobs_that_fit_one_host_are_placed_exactly_as_before_gangs(s):
 
 
 # ------------------------------------------------------------------------------ the daemon
-def test_the_daemon_holds_a_gang_its_executor_cannot_launch_across_hosts(tmp_path):
-    """The daemon's engine on a Ray cluster of two 2-GPU nodes (as the census records them): a
-    4-GPU job fits only across both. The Ray executor runs one entrypoint on one node, so the
-    job waits with the reason in the store (what `nightshift jobs` shows), no attempt is made
-    and nothing is launched on part of its GPUs."""
+def _two_hosts(tmp_path, hosts: tuple[str, str], gpus: int) -> Store:
+    """A store whose latest health samples show two hosts of two GPUs, and a queued job."""
     store = Store(f"sqlite:///{tmp_path}/s.db")
     with store.session() as s:
-        for host in ("ray:10.0.0.5", "ray:10.0.0.6"):
+        for host in hosts:
             for i in (0, 1):
                 data = {"memory_total_mib": 81559, "memory_used_mib": 0}
                 s.add(GpuSample(host=host, gpu_index=i, verdict="OK", data=data, taken_at=NOW))
-        spec = {"name": "wide", "command": ["true"], "resources": {"gpus": 4}}
+        spec = {"name": "wide", "command": ["true"], "resources": {"gpus": gpus}}
         s.add(Job(name="wide", spec=spec, state="queued", created_at=NOW))
+    return store
+
+
+class RecordingRay(RayExecutor):
+    """The Ray executor with the cluster's Jobs API replaced at its edge (`_request`): what it
+    would submit is recorded, and every job is then RUNNING."""
+
+    def __init__(self, runs_dir):
+        super().__init__(runs_dir, address="http://127.0.0.1:1")
+        self.submitted: list[dict] = []
+
+    def _request(self, what, call):
+        class Api:
+            def submit_job(api, **kw):
+                self.submitted.append(kw)
+                return kw["submission_id"]
+
+            def get_job_info(api, sid):
+                raise RuntimeError("Request failed with status code 404")
+
+        return call(Api())
+
+
+def test_the_daemon_launches_a_gang_on_ray_as_one_worker_per_host(tmp_path):
+    """On a Ray cluster of two 2-GPU nodes a 4-GPU job starts as a gang: one attempt that keeps
+    both hosts (so the next snapshot sees all four GPUs taken), and one Ray job per node, pinned
+    to it with its two GPUs and the rendezvous in its environment (rank 0's node as master)."""
+    store = _two_hosts(tmp_path, ("ray:10.0.0.5", "ray:10.0.0.6"), 4)
     settings = Settings(home=str(tmp_path), executor={"kind": "ray"})
-    executor = RayExecutor(tmp_path / "runs", address="http://127.0.0.1:1")  # never reached
-    engine = Engine(store, executor, settings, clock=lambda: NOW)
-    holds = engine.place_queued(NOW)
-    why = "needs 4 GPUs across 2 hosts; executor ray cannot span hosts"
-    assert list(holds.values()) == [why]
+    ray = RecordingRay(tmp_path / "runs")
+    engine = Engine(store, ray, settings, clock=lambda: NOW)
+    assert engine.place_queued(NOW) == {}
     with store.session() as s:
-        (job,) = s.exec(select(Job)).all()
-        assert (job.state, job.hold_reason) == ("queued", why)
-        assert s.exec(select(Attempt)).all() == []
-    assert engine.last_decision is not None and engine.last_decision.reservation is None
+        (att,) = s.exec(select(Attempt)).all()
+        assert (att.host, att.gpus) == ("ray:10.0.0.5/2+ray:10.0.0.6/2", [0, 1, 0, 1])
+        assert len(att.handle["ranks"]) == 1
+    assert [kw["entrypoint_resources"] for kw in ray.submitted] == [
+        {"node:10.0.0.5": 0.001},
+        {"node:10.0.0.6": 0.001},
+    ]
+    assert [kw["entrypoint_num_gpus"] for kw in ray.submitted] == [2, 2]
+    envs = [kw["runtime_env"]["env_vars"] for kw in ray.submitted]
+    for rank, env in enumerate(envs):
+        assert env["MASTER_ADDR"] == env["PET_MASTER_ADDR"] == "10.0.0.5"
+        assert env["MASTER_PORT"] == envs[0]["MASTER_PORT"] == env["PET_MASTER_PORT"]
+        assert (env["WORLD_SIZE"], env["PET_NNODES"], env["PET_NPROC_PER_NODE"]) == ("2", "2", "2")
+        assert env["NODE_RANK"] == env["PET_NODE_RANK"] == env["RANK"] == str(rank)
+    assert ray.submitted[1]["submission_id"] == ray.submitted[0]["submission_id"] + "-rank1"
+    snap = load_snapshot(store, NOW, cluster="ray:")
+    assert [sorted(r.gpus) for r in snap.running] == [[0, 1, 1000, 1001]]
+
+
+RENDEZVOUS = """\
+import os, torch, torch.distributed as dist
+dist.init_process_group("gloo")  # env://: MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK
+x = torch.tensor([dist.get_rank() + 1.0])
+dist.all_reduce(x)
+print("rank", dist.get_rank(), "of", dist.get_world_size(), "node rank", os.environ["NODE_RANK"],
+      "nproc", os.environ["PET_NPROC_PER_NODE"], "sum", int(x.item()), flush=True)
+dist.destroy_process_group()
+"""
+
+
+def _gang_request(tmp_path: Path, key: str, argv: list[str]) -> LaunchRequest:
+    """A gang of two ranks with one GPU each on the test head's node (named twice: the test head
+    is one node, and Ray joins no second node on loopback, where the tests must stay)."""
+    ranks = [HostGpus(host="ray:127.0.0.1", gpus=[0]), HostGpus(host="ray:127.0.0.1", gpus=[1])]
+    return LaunchRequest(
+        key=key,
+        argv=argv,
+        cwd=str(tmp_path),
+        log_path=str(tmp_path / f"{key}.log"),
+        gpus=[0, 1],
+        host=gang_host(ranks),
+        ranks=ranks,
+    )
+
+
+def _wait(ex: RayExecutor, handle: dict, seconds: float = 200):
+    deadline = time.monotonic() + seconds
+    while (status := ex.poll(handle)).state == "running" and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return status
+
+
+@pytest.mark.service
+@pytest.mark.xdist_group("ray")
+@pytest.mark.timeout(300)
+def test_on_a_real_ray_head_a_gang_meets_at_its_rendezvous_or_fails_whole(tmp_path, ray_head):
+    """Two ranks run as two Ray jobs with the rendezvous nightshift set: they meet
+    (torch.distributed, gloo) and all-reduce, so neither ran without the other, and the run
+    succeeds with each rank's output. Then a gang whose rank 1 exits 3 while rank 0 waits for
+    it: the run has failed with rank 1's code, and cleanup stops rank 0 (no rank runs on)."""
+    from ray.job_submission import JobSubmissionClient
+
+    script = tmp_path / "rendezvous.py"
+    script.write_text(RENDEZVOUS)
+    ex = RayExecutor(tmp_path / "runs", address=ray_head.address, num_cpus=0, stop_grace_s=1)
+    req = _gang_request(tmp_path, "attempt-gang", [sys.executable, str(script)])
+    handle = ex.start(req)
+    assert ex.start(req) == handle  # idempotent: the same two Ray jobs
+    status = _wait(ex, handle)
+    logs = (
+        (tmp_path / "attempt-gang.log").read_text(),
+        (tmp_path / "attempt-gang.log.rank1").read_text(),
+    )
+    assert (status.state, status.exit_code) == ("exited", 0), (status, logs)
+    assert "rank 0 of 2 node rank 0 nproc 1 sum 3" in logs[0]
+    assert "rank 1 of 2 node rank 1 nproc 1 sum 3" in logs[1]
+
+    one_fails = "import os, sys, time\nif os.environ['RANK'] == '1': sys.exit(3)\ntime.sleep(120)\n"
+    req = _gang_request(tmp_path, "attempt-broken", [sys.executable, "-c", one_fails])
+    handle = ex.start(req)
+    status = _wait(ex, handle)
+    assert (status.state, status.exit_code) == ("exited", 3)
+    assert status.detail is not None and status.detail.startswith("rank 1 of 2")
+    ex.cleanup(handle)
+    client = JobSubmissionClient(ray_head.address)
+    assert str(client.get_job_status(handle["submission_id"])) == "STOPPED"
