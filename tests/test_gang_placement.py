@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from sqlmodel import select
 
+from nightshift.agent.doors.idle_gpu import IdleWatch
 from nightshift.runtime.config import Settings
 from nightshift.runtime.engine import Engine
 from nightshift.runtime.executors.executor import HostGpus, LaunchRequest, gang_host
@@ -385,3 +386,30 @@ def test_on_a_real_ray_head_a_gang_meets_at_its_rendezvous_or_fails_whole(tmp_pa
     ex.cleanup(handle)
     client = JobSubmissionClient(ray_head.address)
     assert str(client.get_job_status(handle["submission_id"])) == "STOPPED"
+
+
+def test_a_gangs_gpus_on_every_host_are_held_for_the_idle_gpu_watch(tmp_path):
+    """The idle-GPU watch names the job holding each GPU: a gang's attempt keeps its hosts in one
+    text ("ray:A/2+ray:B/2"), and all four GPUs, on both nodes, are seen held by it (not idle
+    and unheld while jobs wait)."""
+    store = _two_hosts(tmp_path, ("ray:10.0.0.5", "ray:10.0.0.6"), 4)
+    with store.session() as s:
+        (job,) = s.exec(select(Job)).all()
+        s.add(
+            Attempt(
+                job_id=job.id,
+                number=1,
+                state="running",
+                host="ray:10.0.0.5/2+ray:10.0.0.6/2",
+                gpus=[0, 1, 0, 1],
+                started_at=NOW,
+            )
+        )
+    settings = Settings(home=str(tmp_path), executor={"kind": "ray"})
+    gpus, _ = IdleWatch(store, None, settings).read()  # type: ignore[arg-type]  (no audit: read only)
+    assert sorted((g.host, g.index, g.held_by) for g in gpus) == [
+        ("ray:10.0.0.5", 0, (job.id,)),
+        ("ray:10.0.0.5", 1, (job.id,)),
+        ("ray:10.0.0.6", 0, (job.id,)),
+        ("ray:10.0.0.6", 1, (job.id,)),
+    ]

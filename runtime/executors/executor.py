@@ -40,6 +40,8 @@ def gang_ranks(host: str, gpus: list[int]) -> list[HostGpus]:
     out, at = [], 0
     for item in host.split(GANG_SEP):
         name, _, count = item.rpartition("/")
+        if not name or not count.isdigit():
+            return []  # not a gang's text: a host name of its own
         n = int(count)
         out.append(HostGpus(host=name, gpus=list(gpus[at : at + n])))
         at += n
