@@ -413,3 +413,30 @@ def test_a_gangs_gpus_on_every_host_are_held_for_the_idle_gpu_watch(tmp_path):
         ("ray:10.0.0.6", 0, (job.id,)),
         ("ray:10.0.0.6", 1, (job.id,)),
     ]
+
+
+@pytest.mark.parametrize("span", [True, False])
+def test_a_spec_that_may_span_hosts_runs_across_them_when_no_host_has_room(tmp_path, span):
+    """resources.span_hosts in a stored spec reaches placement: with one GPU busy on each of two
+    2-GPU Ray nodes, a 2-GPU job that may span starts on the free GPU of each; one that may not
+    waits for a node with both free."""
+    store = _two_hosts(tmp_path, ("ray:10.0.0.5", "ray:10.0.0.6"), 2)
+    with store.session() as s:
+        (job,) = s.exec(select(Job)).all()
+        job.spec = {**job.spec, "resources": {"gpus": 2, "span_hosts": span}}
+        s.add(job)
+        for n, host in enumerate(("ray:10.0.0.5", "ray:10.0.0.6")):
+            busy = Job(name=f"busy{n}", spec={"name": "b", "command": ["true"]}, state="running")
+            s.add(busy)
+            s.flush()
+            s.add(Attempt(job_id=busy.id, number=1, host=host, gpus=[0], started_at=NOW))
+    settings = Settings(home=str(tmp_path), executor={"kind": "ray"})
+    engine = Engine(store, RecordingRay(tmp_path / "runs"), settings, clock=lambda: NOW)
+    holds = engine.place_queued(NOW)
+    with store.session() as s:
+        atts = s.exec(select(Attempt).where(Attempt.job_id == job.id)).all()
+    if span:
+        assert holds == {}
+        assert [(a.host, a.gpus) for a in atts] == [("ray:10.0.0.5/1+ray:10.0.0.6/1", [1, 1])]
+    else:
+        assert atts == [] and holds[job.id].startswith("no 2 healthy GPUs free on one host")

@@ -46,6 +46,7 @@ SPEC_FIELDS: tuple[tuple[str, ...], ...] = (
     ("retry_wait_s",),
     ("deadline",),
     ("begin",),
+    ("resources", "span_hosts"),
 )
 
 
@@ -71,8 +72,23 @@ _VALID_MAX = 100_000
 
 def stored_fields_problem(values: list[Any]) -> str | None:
     """Why the plucked fields of a stored spec (SPEC_FIELDS order) are unusable, or None."""
-    (gpus, mem, share, cap, minutes, cost_class, pausable, ckpt, timeout, deps, wait, _, _) = values
-    raw = {"gpus": gpus, "gpu_memory_gb": mem, "share_gpu": share}
+    (
+        gpus,
+        mem,
+        share,
+        cap,
+        minutes,
+        cost_class,
+        pausable,
+        ckpt,
+        timeout,
+        deps,
+        wait,
+        _,
+        _,
+        span,
+    ) = values
+    raw = {"gpus": gpus, "gpu_memory_gb": mem, "share_gpu": share, "span_hosts": span}
     raw |= {"gpu_memory_cap_gb": cap, "expected_duration_min": minutes}
     data = {
         "resources": {k: v for k, v in raw.items() if v is not None},
@@ -361,6 +377,7 @@ def load_snapshot(
             retry_wait_s,
             deadline_text,
             begin_text,
+            span_hosts,
         ) = values
         expected = minutes * 60.0 if minutes else typical.get(j.name)
         deadline = _deadline(deadline_text, j.created_at, tz)
@@ -407,6 +424,7 @@ def load_snapshot(
                     attempt=att.number if att is not None else 0,
                     not_before=not_before,
                     deadline=deadline,
+                    span_hosts=bool(span_hosts),
                 )
             )
         else:
