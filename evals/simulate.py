@@ -59,7 +59,8 @@ the rest at the tariff's average) and the share of FIFO's achievable saving each
 
 Declared, since the traces do not say (see docs/benchmarks.md for the reasons): hosts of 8 GPUs
 for Philly, Alibaba's hosts drawn from its node list's GPUs-per-node mix, Tiresias' 4; a cluster
-size giving the offered load asked for; jobs wider than the widest host dropped and counted;
+size giving the offered load asked for; jobs wider than the widest host run as gangs across hosts
+(place()'s gang placement: whole hosts first, all GPUs at once) and are counted;
 300 W per busy GPU; a three-band time-of-use tariff in the trace's own clock (Tiresias' second
 0 at a Monday 09:00); user runtime estimates = truth x a seeded log-uniform factor in [1, 4];
 25 % of jobs cost-sensitive; deadline = submit + 30 min + U(1.5, 4) x runtime; 1 % of GPU time
@@ -431,26 +432,27 @@ def size_cluster(
     """Hosts whose GPUs make the offered load Σ gpus x share x run time / (GPUs x window) equal
     `load`. Philly: hosts of 8 GPUs; Alibaba: node sizes drawn (seeded) from its node list;
     `gpus_per_host` overrides both (0: one host holding every GPU, at least the widest job).
-    Jobs wider than the widest host are dropped: returns (hosts, kept jobs, dropped count)."""
+    No job is left out: one wider than the widest host runs as a gang across hosts (place()).
+    Returns (hosts, jobs, how many of them are gangs)."""
     span = window[1] - window[0]
+    demand = sum(j.gpus * j.share * j.duration_s for j in jobs)
+    need = max(1, math.ceil(demand / (load * span)))
     if gpus_per_host == 0:
-        demand = sum(j.gpus * j.share * j.duration_s for j in jobs)
-        need = max(1, math.ceil(demand / (load * span)), max((j.gpus for j in jobs), default=1))
-        return [need], jobs, 0
+        return [max(need, max((j.gpus for j in jobs), default=1))], jobs, 0
     sizes = [gpus_per_host] if gpus_per_host else trace.host_sizes or [PHILLY_GPUS_PER_HOST]
     widest = max(sizes)
-    kept = [j for j in jobs if j.gpus <= widest]
-    demand = sum(j.gpus * j.share * j.duration_s for j in kept)
-    need = max(1, math.ceil(demand / (load * span)))
     pool = list(sizes)
     random.Random(f"{seed}:{trace.name}:hosts").shuffle(pool)
     hosts: list[int] = []
     while sum(hosts) < need:
         hosts.append(pool[len(hosts) % len(pool)])
-    wanted = max((j.gpus for j in kept), default=1)
-    if max(hosts) < wanted:  # the cluster must hold its widest job
+    wanted = max((j.gpus for j in jobs if j.gpus <= widest), default=1)
+    if max(hosts) < wanted:  # a host must hold the widest job that fits one
         hosts.append(min(s for s in sizes if s >= wanted))
-    return hosts, kept, len(jobs) - len(kept)
+    gang = max((j.gpus for j in jobs), default=1)
+    while sum(hosts) < gang:  # and the cluster its widest gang
+        hosts.append(pool[len(hosts) % len(pool)])
+    return hosts, jobs, sum(j.gpus > widest for j in jobs)
 
 
 def make_setups(
@@ -468,12 +470,12 @@ def make_setups(
         window = pick_window(trace, days[name], opts.seed)
         jobs = [j for j in seeded_jobs(trace, opts) if window[0] <= j.submit_s < window[1]]
         for load in (load_for or {}).get(name, loads):
-            hosts, kept, dropped = size_cluster(trace, jobs, window, load, gpus_per_host, opts.seed)
+            hosts, kept, gangs = size_cluster(trace, jobs, window, load, gpus_per_host, opts.seed)
             counts = {
                 "rows": trace.rows,
                 **trace.excluded,
                 "in_window": len(jobs),
-                "dropped": dropped,
+                "gangs": gangs,
                 "censored": sum(j.censored for j in kept),
             }
             setups.append(Setup(name, trace.origin, window, load, kept, hosts, counts, opts))
@@ -1102,7 +1104,7 @@ class _Run:
             "jobs": len(setup.jobs),
             "completed": len(done),
             "unfinished": len(setup.jobs) - len(done),
-            "dropped": setup.counts["dropped"],
+            "gangs": setup.counts["gangs"],
             "censored": setup.counts["censored"],
             "util": busy / (setup.gpus * (w1 - w0)),
             "jct_mean_h": float(jct.mean()) if jct.size else math.nan,
@@ -1271,7 +1273,7 @@ COST_COLUMNS = [
     ("cost_lower_bound", "bound EUR", "{:,.0f}"),
     ("cost_ratio", "ratio", "{:.3f}"),
     ("pauses", "pauses", "{:.0f}"),
-    ("dropped", "dropped", "{:.0f}"),
+    ("gangs", "gangs", "{:.0f}"),
     ("censored", "censored", "{:.0f}"),
     ("unfinished", "unfinished", "{:.0f}"),
     ("place_calls", "place() calls", "{:.0f}"),
@@ -1498,7 +1500,7 @@ def markdown(results: list[RunResult], setups: list[Setup], rows: list[dict[str,
         out.append(
             f"**{s.trace}**, load {s.load:g}: window {start:%Y-%m-%d %H:%M} + "
             f"{(s.window[1] - s.window[0]) / DAY:.3g} d, {len(s.jobs)} jobs on {s.gpus} GPUs "
-            f"({len(s.hosts)} hosts), {s.counts['dropped']} dropped as wider than a host; "
+            f"({len(s.hosts)} hosts), {s.counts['gangs']} wider than a host run as gangs, none dropped; "
             f"floor EUR {m0['cost_floor']:,.0f} (valley), {m0['cost_floor_deadline']:,.0f} "
             "(deadline-feasible)\n"
         )
@@ -1848,7 +1850,8 @@ def main(argv: list[str] | None = None) -> int:
         console.print(
             f"{s.trace} load {s.load:g}: window {s.origin + timedelta(seconds=s.window[0]):%Y-%m-%d %H:%M}"
             f" + {(s.window[1] - s.window[0]) / DAY:g} d, {len(s.jobs)} jobs on {s.gpus} GPUs "
-            f"({len(s.hosts)} hosts); dropped {c['dropped']} wider than a host, {c['censored']} "
+            f"({len(s.hosts)} hosts); {c['gangs']} wider than a host run as gangs (none dropped), "
+            f"{c['censored']} "
             f"censored"
             + (
                 f"; trace: {c['cpu_only']} CPU-only and {c['never_started']} "

@@ -24,13 +24,19 @@ from sqlmodel import Session, col, func, select
 
 from nightshift.runtime.config import Settings
 from nightshift.runtime.executors.crashpoints import crash_point
-from nightshift.runtime.executors.executor import Executor, LaunchRequest, RunStatus
+from nightshift.runtime.executors.executor import (
+    Executor,
+    LaunchRequest,
+    RunStatus,
+    gang_host,
+    gang_ranks,
+)
 from nightshift.runtime.executors.submitter import RunAs, account_of, submitter_folders
 from nightshift.runtime.gpu.gpu import health_sources
 from nightshift.runtime.gpu.ray_census import HOST_PREFIX
 from nightshift.runtime.scheduling.local_time import local_zone
 from nightshift.runtime.scheduling.placement import Decision, place
-from nightshift.runtime.scheduling.snapshot import load_snapshot, on_host
+from nightshift.runtime.scheduling.snapshot import by_host, load_snapshot
 from nightshift.runtime.spec import ExperimentSpec
 from nightshift.runtime.store import lifecycle, transition_events
 from nightshift.runtime.store.db import (
@@ -266,6 +272,11 @@ class Engine:
                 "order": sched.order,
                 "promote_after_h": sched.promote_after_h,
                 "host_fit": sched.host_fit,
+                # Only the Ray executor launches one run across hosts (a worker per host): with
+                # any other a gang waits, saying so, and never starts on part of its GPUs.
+                "cannot_span": None
+                if self.cluster
+                else f"executor {self.executor.kind} cannot span hosts",
             }
         )
         if not snap.pending and not snap.running:
@@ -274,7 +285,10 @@ class Engine:
         self.last_decision = decision
         self._record_holds([p.id for p in snap.pending], decision.holds)
         for start in decision.starts:
-            host, gpus = on_host(snap, start.gpus) if self.cluster else ("", start.gpus)
+            host, gpus = "", start.gpus
+            if self.cluster:  # the hosts' own GPU indices, rank by rank for a gang
+                ranks = by_host(snap, start.gpus)
+                host, gpus = gang_host(ranks), [i for r in ranks for i in r.gpus]
             self.start_attempt(start.job_id, gpus, now, host=host)
         for pause in decision.pauses:
             self.pause_job(pause.job_id, now, outcome=Outcome.PAUSED, why=pause.reason)
@@ -444,6 +458,7 @@ class Engine:
             env=env,
             gpus=att.gpus,
             host=att.host,
+            ranks=gang_ranks(att.host, att.gpus),
             log_path=att.log_path or "",
             image=spec.environment.image,
             run_as=run_as,

@@ -104,6 +104,11 @@ class Resources(_Strict):
     )
     share_gpu: bool = False
     gpu_memory_cap_gb: float | None = Field(None, gt=0, le=MAX_MEMORY_GB)
+    span_hosts: bool = Field(
+        False,
+        description="May run across hosts, one worker per host (an executor that can: ray), "
+        "when no one host has its GPUs free; a job wider than every host always does",
+    )
 
 
 class CheckpointSpec(_Strict):

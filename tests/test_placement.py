@@ -168,12 +168,24 @@ def test_sharing_without_any_cap_is_placed_alone():
 
 
 def test_multi_gpu_jobs_get_their_gpus_together_on_one_host():
-    """All of a job's GPUs come at once and from one host; a host too small says so."""
+    """All of a job's GPUs come at once and from one host; a job wider than every host waits
+    as a gang for GPUs across hosts (tests/test_gang_placement.py), or, where runs cannot span
+    hosts, says so."""
     gpus = [gpu(0, host="a"), gpu(1, host="a"), gpu(2, host="b"), gpu(3, host="b")]
     running = [RunningJob(id=9, gpus=[0], expected_end=NOW + timedelta(hours=1))]
     d = place(snap([job(1, gpus=2), job(2, gpus=3)], gpus, running))
     assert started(d) == {1: [2, 3]}
-    assert d.holds[2] == "needs 3 GPU(s) on one host; at most 2 healthy on any host"
+    assert d.holds[2].startswith("no 3 healthy GPUs free across hosts")
+    d = place(
+        snap(
+            [job(1, gpus=2), job(2, gpus=3)],
+            gpus,
+            running,
+            cannot_span="executor local cannot span hosts",
+        )
+    )
+    assert started(d) == {1: [2, 3]}
+    assert d.holds[2] == "needs 3 GPUs across 2 hosts; executor local cannot span hosts"
 
 
 def test_cpu_only_jobs_use_cpu_slots():

@@ -187,19 +187,42 @@ def test_alibaba_trace_parses_censored_and_never_started_pods(alibaba):
 
 
 def test_cluster_is_sized_for_the_offered_load_and_holds_its_widest_job(philly):
-    """GPUs = offered load's share of the window's demand, rounded up to hosts; wider jobs are
-    dropped with hosts of 8 and kept on one big host."""
+    """GPUs = offered load's share of the window's demand, rounded up to hosts; no job is left
+    out: the ones wider than a host of 8 are counted as gangs and their demand sized for."""
     opts = S.Options()
     window = S.pick_window(philly, 7.0, 0)
     jobs = [j for j in S.seeded_jobs(philly, opts) if window[0] <= j.submit_s < window[1]]
     for load in (0.6, 0.8, 1.0):
-        hosts, kept, dropped = S.size_cluster(philly, jobs, window, load, None, 0)
-        assert set(hosts) == {8} and dropped == sum(j.gpus > 8 for j in jobs) > 0
-        demand = sum(j.gpus * j.duration_s for j in kept)
+        hosts, kept, gangs = S.size_cluster(philly, jobs, window, load, None, 0)
+        assert set(hosts) == {8} and gangs == sum(j.gpus > 8 for j in jobs) > 0
+        assert kept == jobs and sum(hosts) >= max(j.gpus for j in jobs)
+        demand = sum(j.gpus * j.duration_s for j in jobs)
         offered = demand / (sum(hosts) * (window[1] - window[0]))
         assert load * (1 - 8 / sum(hosts)) <= offered <= load
-    hosts, kept, dropped = S.size_cluster(philly, jobs, window, 0.8, 0, 0)
-    assert len(hosts) == 1 and dropped == 0 and hosts[0] >= max(j.gpus for j in jobs)
+    hosts, kept, gangs = S.size_cluster(philly, jobs, window, 0.8, 0, 0)
+    assert len(hosts) == 1 and gangs == 0 and hosts[0] >= max(j.gpus for j in jobs)
+
+
+def test_a_trace_whose_jobs_are_wider_than_its_hosts_runs_them_all_as_gangs(monkeypatch):
+    """Tiresias' trace on its 4-GPU hosts: its ten 8-GPU jobs were dropped before sizing; now
+    every job of the window completes, each 8-GPU one on two whole hosts at once."""
+    (setup,) = S.make_setups(["tiresias"], [2.0], {"tiresias": None}, None, S.Options())
+    assert setup.counts["gangs"] == 10 and len(setup.jobs) == 60
+    gangs: list[list[str]] = []
+    real = placement.place
+
+    def recording(snap):
+        d = real(snap)
+        host = {g.index: g.host for g in snap.gpus}
+        gangs.extend(sorted(host[i] for i in s.gpus) for s in d.starts if len(s.gpus) > 4)
+        return d
+
+    monkeypatch.setattr(placement, "place", recording)
+    r = S.simulate(setup, "easy")
+    assert r.metrics["completed"] == 60 and r.metrics["unfinished"] == 0
+    assert len(gangs) == 10
+    for hosts in gangs:
+        assert len(hosts) == 8 and len(set(hosts)) == 2 and hosts.count(hosts[0]) == 4
 
 
 def test_energy_cost_is_the_tariffs_energy_cost():

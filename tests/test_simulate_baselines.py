@@ -21,7 +21,7 @@ def hand_setup(jobs: list[tuple[float, float, int]], hosts: list[int]) -> S.Setu
         for i, (sub, dur, g) in enumerate(jobs, 1)
     ]
     end = max(s for s, _, _ in jobs) + 1.0
-    counts = {"dropped": 0, "censored": 0}
+    counts = {"gangs": 0, "censored": 0}
     return S.Setup(
         "hand",
         datetime(2024, 1, 1),

@@ -23,6 +23,7 @@ from sqlalchemy import func, select
 from nightshift.agent.doors.web.metrics import _ts, gpu_labels, latest_gpu_samples
 from nightshift.policies.audit import AuditLog
 from nightshift.runtime.config import IdleGpuSettings, Settings
+from nightshift.runtime.executors.executor import gang_ranks
 from nightshift.runtime.store.db import Attempt, Job, Store, utcnow
 from nightshift.runtime.store.lifecycle import JobState
 
@@ -172,11 +173,14 @@ class IdleWatch:
         holders: dict[tuple[str, int], list[int]] = {}
         for job_id, gpus, node, host in live:
             where = host or node or self.settings.node
-            for g in gpus or []:
-                try:
-                    holders.setdefault((where, int(g)), []).append(job_id)
-                except (TypeError, ValueError):
-                    continue
+            # a gang holds GPUs on each of its hosts ("ray:A/2+ray:B/2", executor.gang_host)
+            ranks = [(r.host, r.gpus) for r in gang_ranks(where, list(gpus or []))]
+            for on, held_gpus in ranks or [(where, gpus or [])]:
+                for g in held_gpus:
+                    try:
+                        holders.setdefault((on, int(g)), []).append(job_id)
+                    except (TypeError, ValueError):
+                        continue
         out = []
         for row in rows:
             util = (row.data or {}).get("utilization_pct")

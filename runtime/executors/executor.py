@@ -13,6 +13,40 @@ from pydantic import BaseModel, Field
 
 from nightshift.runtime.executors.submitter import RunAs
 
+GANG_SEP = "+"  # between the hosts of a run placed across hosts: "ray:10.0.0.5/4+ray:10.0.0.6/2"
+
+
+class HostGpus(BaseModel):
+    """One host of a run placed across hosts (a gang), and its own GPU indices."""
+
+    host: str
+    gpus: list[int]
+
+
+def gang_host(ranks: list[HostGpus]) -> str:
+    """The one host text an attempt keeps for a gang: each host with its GPU count, in rank
+    order ("ray:10.0.0.5/4+ray:10.0.0.6/2"); the GPU indices follow in `gpus`, in that order.
+    One host: its name, as for any run."""
+    if len(ranks) == 1:
+        return ranks[0].host
+    return GANG_SEP.join(f"{r.host}/{len(r.gpus)}" for r in ranks)
+
+
+def gang_ranks(host: str, gpus: list[int]) -> list[HostGpus]:
+    """`gang_host` read back: the hosts in rank order, each with its GPUs ([] for a run on one
+    host or none: `host` and `gpus` say it all)."""
+    if GANG_SEP not in host:
+        return []
+    out, at = [], 0
+    for item in host.split(GANG_SEP):
+        name, _, count = item.rpartition("/")
+        if not name or not count.isdigit():
+            return []  # not a gang's text: a host name of its own
+        n = int(count)
+        out.append(HostGpus(host=name, gpus=list(gpus[at : at + n])))
+        at += n
+    return out
+
 
 class LaunchRequest(BaseModel):
     """What to run. argv is a list: nothing is ever passed through a shell."""
@@ -30,6 +64,11 @@ class LaunchRequest(BaseModel):
         "",
         description="The cluster host placement chose for the GPUs ('ray:10.0.0.5'); '' for "
         "the daemon's own node",
+    )
+    ranks: list[HostGpus] = Field(
+        default_factory=list,
+        description="A gang's hosts in rank order (rank 0 hosts the rendezvous), each with its "
+        "GPUs; [] for a run on one host (`host`, `gpus`)",
     )
     image: str | None = None
     user: str | None = None

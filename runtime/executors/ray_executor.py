@@ -14,6 +14,16 @@ only from `shlex.quote`d words: `cd -- <cwd> && exec <argv...>`. The program rep
 (negative for a signal). A shared filesystem is assumed: the working directory, the program and
 the job's folder are at the same paths on every node; nothing is uploaded.
 
+A run placed across hosts (a gang: `LaunchRequest.ranks`) is one Ray job per host, each pinned
+to its node with that host's GPUs: rank 0 under the run's own submission id (its metadata names
+the others), rank r under that id + `-rank<r>`. Each gets the rendezvous in its environment —
+MASTER_ADDR (rank 0's node), MASTER_PORT (from the key), WORLD_SIZE (hosts) and RANK = NODE_RANK,
+and torchrun's own variables (PET_NNODES, PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT,
+PET_NPROC_PER_NODE), so `torchrun train.py` runs unchanged as one worker per host. The gang is
+running while every rank is; the first rank to fail ends it (the loop's cleanup stops the rest);
+it succeeds when every rank has; stop and cleanup stop every rank. Rank 0's output is the run's
+log; rank r's goes beside it (`<log>.rank<r>`).
+
 The run's log file is the same as for a local run: Ray's job log (the driver's stdout and
 stderr, after a line or two of Ray's own), copied incrementally on `poll`, `logs`, `stop` and
 `cleanup`. How much of it was copied is kept beside the handles under `<runs_dir>/ray/`, so any
@@ -76,6 +86,8 @@ KEY_META = "nightshift.key"
 CENSUS_PREFIX = "nightshift-census-"
 LOG_META = "nightshift.log_path"
 WAIT_META = "nightshift.stop_wait_s"
+RANKS_META = "nightshift.ranks"  # rank 0's metadata: the submission ids of ranks 1…n-1
+RENDEZVOUS_PORTS = (29500, 500)  # MASTER_PORT: 29500 + a number from the key below 500
 _ID_BAD = re.compile(r"[^A-Za-z0-9_-]")
 _EXIT_SAID = re.compile(r"^Job entrypoint command failed with exit code (-?\d+)")
 _REQUEST_TIMEOUT_S = 30.0
@@ -105,6 +117,7 @@ class RayHandle(BaseModel):
     submission_id: str
     log_path: str
     stop_wait_s: int | None = None  # Ray's SIGTERM-to-SIGKILL wait for this job, set at submit
+    ranks: list[str] = []  # a gang's other ranks' submission ids, rank 1 first
 
 
 class _CopyState(BaseModel):
@@ -188,31 +201,76 @@ class RayExecutor:
         """Submit the job, or return the handle of the one this key already has."""
         self._validate(req)
         existing = self.find(req.key)
-        if existing is not None:
+        if existing is not None and len(req.ranks) < 2:
             return existing
-        kwargs = self._submit_kwargs(req)
-        log_path = Path(kwargs["metadata"][LOG_META])
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        log_path.touch()
-        try:
-            self._request(f"submitting run {req.key}", lambda c: c.submit_job(**kwargs))
-        except RuntimeError as exc:
-            if "already exists" not in str(exc):  # else a concurrent start submitted it first
-                raise SkillFailed(
-                    f"the Ray cluster at {self.address} refused run {req.key}: {_reason(str(exc))}"
-                ) from exc
-            found = self.find(req.key)
-            if found is None:
-                raise SkillFailed(
-                    f"Ray job {kwargs['submission_id']} exists but is not run {req.key}'s"
-                ) from exc
-            return found
+        jobs = self._rank_kwargs(req)
+        # Rank 0 first: its metadata names the others, so `find` sees them all. A gang's ranks
+        # are all submitted again after a start that stopped part-way (Ray refuses a second job
+        # with an id it has, so a rank already there is not started twice).
+        for kwargs in jobs:
+            log_path = Path(kwargs["metadata"][LOG_META])
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            log_path.touch()
+            self._submit(req.key, kwargs)
         return RayHandle(
             key=req.key,
-            submission_id=kwargs["submission_id"],
-            log_path=str(log_path),
-            stop_wait_s=int(kwargs["metadata"][WAIT_META]),
+            submission_id=jobs[0]["submission_id"],
+            log_path=jobs[0]["metadata"][LOG_META],
+            stop_wait_s=int(jobs[0]["metadata"][WAIT_META]),
+            ranks=[k["submission_id"] for k in jobs[1:]],
         ).model_dump()
+
+    def _submit(self, key: str, kwargs: dict[str, Any]) -> None:
+        """Submit one Ray job; one that already has this id (a concurrent or earlier start of
+        the same run) is the same job."""
+        sid = kwargs["submission_id"]
+        try:
+            self._request(f"submitting run {key}", lambda c: c.submit_job(**kwargs))
+        except RuntimeError as exc:
+            if "already exists" not in str(exc):
+                raise SkillFailed(
+                    f"the Ray cluster at {self.address} refused run {key}: {_reason(str(exc))}"
+                ) from exc
+            info = self._info(sid, f"looking up run {key}")
+            if info is None or (info.metadata or {}).get(KEY_META) != key:
+                raise SkillFailed(f"Ray job {sid} exists but is not run {key}'s") from exc
+
+    def _rank_kwargs(self, req: LaunchRequest) -> list[dict[str, Any]]:
+        """The Ray job of each rank: one for a run on one host; for a gang, one per host, pinned
+        to it with its GPUs and the rendezvous in its environment."""
+        if len(req.ranks) < 2:
+            return [self._submit_kwargs(req)]
+        sid = self.submission_id(req.key)
+        log = os.path.abspath(Path(req.log_path).expanduser())
+        master = _node_ip(req.ranks[0].host)
+        digest = int(sha256(req.key.encode()).hexdigest()[:8], 16)
+        port = RENDEZVOUS_PORTS[0] + digest % RENDEZVOUS_PORTS[1]
+        ids = [sid] + [f"{sid}-rank{r}" for r in range(1, len(req.ranks))]
+        out = []
+        for r, rank in enumerate(req.ranks):
+            one = self._submit_kwargs(req.model_copy(update={"host": rank.host, "gpus": rank.gpus}))
+            n = str(len(req.ranks))
+            rendezvous = {
+                "MASTER_ADDR": master,
+                "MASTER_PORT": str(port),
+                "WORLD_SIZE": n,
+                "RANK": str(r),
+                "NODE_RANK": str(r),
+                "PET_NNODES": n,
+                "PET_NODE_RANK": str(r),
+                "PET_MASTER_ADDR": master,
+                "PET_MASTER_PORT": str(port),
+                "PET_NPROC_PER_NODE": str(len(rank.gpus)),
+            }
+            one["submission_id"] = ids[r]
+            one["runtime_env"]["env_vars"].update(rendezvous)
+            one["metadata"][LOG_META] = log if r == 0 else f"{log}.rank{r}"
+            if r == 0:
+                one["metadata"][RANKS_META] = json.dumps(ids[1:])
+            else:
+                one["metadata"]["nightshift.rank"] = str(r)
+            out.append(one)
+        return out
 
     def entrypoint(self, req: LaunchRequest) -> str:
         """The shell command Ray runs: into the working directory, then the program in the
@@ -300,17 +358,37 @@ class RayExecutor:
                 f"{meta.get(KEY_META)!r}); stop and delete it (`ray job delete {sid}`)"
             )
         wait = meta.get(WAIT_META)
+        try:
+            ranks = [str(r) for r in json.loads(meta.get(RANKS_META) or "[]")]
+        except ValueError:
+            ranks = []
         return RayHandle(
             key=key,
             submission_id=sid,
             log_path=meta[LOG_META],
             stop_wait_s=int(wait) if wait and wait.isdigit() else None,
+            ranks=ranks,
         ).model_dump()
 
     def poll(self, handle: dict[str, Any]) -> RunStatus:
         """running while Ray has the job pending or running; exited once it ended (see the
         module's table); lost when the cluster no longer knows it."""
         h = self._handle(handle)
+        members = _members(h)
+        if len(members) == 1:
+            return self._poll_one(h)
+        seen = [self._poll_one(m) for m in members]
+        for r, st in enumerate(seen):  # the first rank that ended otherwise than well ends it
+            if st.state != "running" and not (st.state == "exited" and st.exit_code == 0):
+                where = f"rank {r} of {len(seen)} (Ray job {members[r].submission_id})"
+                return st.model_copy(update={"detail": f"{where}: {st.detail or 'ended'}"})
+        if all(st.state == "exited" for st in seen):
+            return RunStatus(state="exited", exit_code=0)
+        return RunStatus(
+            state="running", detail=next((st.detail for st in seen if st.detail), None)
+        )
+
+    def _poll_one(self, h: RayHandle) -> RunStatus:
         info = self._info(h.submission_id, f"polling run {h.key}")
         if info is None:
             return self._gone(h)
@@ -387,17 +465,18 @@ class RayExecutor:
         stop_grace_s when it was submitted) and wait for Ray to record the end, up to the
         longer of `grace_s` and that wait, plus a margin; safe when it already ended or is
         gone."""
-        self._stop(self._handle(handle), grace_s, "stopped")
+        for m in _members(self._handle(handle)):
+            self._stop(m, grace_s, "stopped")
         return self.poll(handle)
 
     def cleanup(self, handle: dict[str, Any], grace_s: float | None = None) -> list[int]:
         """Stop the job if it still runs, so a relaunch never trains beside it, and copy the
         rest of its output. Ray owns the processes: no pids are known here, so always []."""
-        h = self._handle(handle)
-        if not self._stop(h, grace_s, "stopped by cleanup"):
-            info = self._info(h.submission_id, f"looking up run {h.key}")
-            if info is not None:
-                self._copy_logs(h, force=True)
+        for h in _members(self._handle(handle)):
+            if not self._stop(h, grace_s, "stopped by cleanup"):
+                info = self._info(h.submission_id, f"looking up run {h.key}")
+                if info is not None:
+                    self._copy_logs(h, force=True)
         return []
 
     def _stop(self, h: RayHandle, grace_s: float | None, how: str) -> bool:
@@ -432,7 +511,9 @@ class RayExecutor:
         """The entrypoint Ray would run and the job's options, for a dry run; for display only,
         never run. Secret-looking variables are masked."""
         self._validate(req)
-        kwargs = self._submit_kwargs(req)
+        return "\n".join(self._render_one(req, kw) for kw in self._rank_kwargs(req))
+
+    def _render_one(self, req: LaunchRequest, kwargs: dict[str, Any]) -> str:
         ours = ("NIGHTSHIFT_RUN_KEY", ATTEMPT_KEY_ENV)
         env = " ".join(
             f"{k}={'***' if _SECRET_RE.search(k) and k not in ours else shlex.quote(v)}"
@@ -444,11 +525,12 @@ class RayExecutor:
                 v = kwargs[opt]
                 options.append(f"{opt}={v:g}" if isinstance(v, float) else f"{opt}={v}")
         if "entrypoint_resources" in kwargs:
-            options.append(f"on node {_node_ip(req.host)}")
+            node = next(iter(kwargs["entrypoint_resources"])).removeprefix("node:")
+            options.append(f"on node {node}")
         options += [f"env: {env}", f"metadata: {_json(kwargs['metadata'])}"]
         return (
             f"[ray {req.key}] {kwargs['entrypoint']}  ({'; '.join(options)}; output copied to "
-            f"{req.log_path})"
+            f"{req.log_path if 'nightshift.rank' not in kwargs['metadata'] else kwargs['metadata'][LOG_META]})"
         )
 
     # ---------------------------------------------------------------------------- census
@@ -604,6 +686,19 @@ class RayExecutor:
             return RayHandle.model_validate(handle)
         except ValidationError as exc:
             raise OperatorError(f"ray run handle is invalid: {exc.errors()[0]['msg']}") from exc
+
+
+def _members(h: RayHandle) -> list[RayHandle]:
+    """A run's Ray jobs, rank 0 (the run's own) first; one for a run on one host."""
+    return [h] + [
+        RayHandle(
+            key=h.key,
+            submission_id=sid,
+            log_path=f"{h.log_path}.rank{r}",
+            stop_wait_s=h.stop_wait_s,
+        )
+        for r, sid in enumerate(h.ranks, 1)
+    ]
 
 
 def _delete(sid: str, client: Any) -> Any:

@@ -21,14 +21,19 @@ What it decides, in order, for each pending job:
    host that fits or (`host_fit: best`) the one left with the fewest free GPUs: CPU slots for jobs that ask for no GPU; otherwise healthy GPUs
    (CRITICAL and UNKNOWN are quarantined) on one host, all at once, each with the free memory the
    job asks for — a GPU of its own, or, when the spec allows sharing, a share of a GPU that no
-   exclusive job holds, counted against the memory caps of the jobs already on it;
+   exclusive job holds, counted against the memory caps of the jobs already on it. A job wider
+   than every host (or one whose `span_hosts` allows it) is a gang: whole GPUs across hosts, all
+   at once or none, on the fewest hosts (the hosts with the most free GPUs first, as Slurm's and
+   Kueue's topology-aware placement prefer) and the remainder on the host it leaves the fewest
+   GPUs stranded on; where runs cannot span hosts (`cannot_span`) it waits, saying so;
 5. EASY backfill: the first job that cannot start gets a reservation (the earliest time enough
    GPUs are expected free, from running jobs' expected ends) and every later job may start now
    only if it ends before that time or uses none of the reserved GPUs — so backfill never delays
    the head;
 6. preemption (when `preempt_margin` is set): a blocked job whose effective priority exceeds a
    running pausable job's (aged alike, so it cannot flip back) by at least the margin proposes
-   pausing it at a checkpoint; at most `preempt_max_per_call` jobs preempt per call.
+   pausing it at a checkpoint; at most `preempt_max_per_call` jobs preempt per call (a gang
+   does not preempt: victims are chosen per host; it waits on its reservation).
 
 Running cost_sensitive pausable jobs get a pause proposal once their cheap period is over,
 unless they have a deadline that resuming at the next cheap period would miss (or were started
@@ -62,7 +67,7 @@ class GpuSlot(BaseModel):
     memory_total_mib: float | None = None
     memory_used_mib: float | None = None
     verdict: str = "OK"  # latest recorded verdict; CRITICAL or UNKNOWN means quarantined
-    host: str = "localhost"  # a multi-GPU job gets all its GPUs on one host
+    host: str = "localhost"  # a multi-GPU job gets all its GPUs on one host, unless a gang
 
 
 class PendingJob(BaseModel):
@@ -95,6 +100,11 @@ class PendingJob(BaseModel):
     )
     attained_gpu_s: float = Field(
         0.0, ge=0, description="GPU-seconds run in earlier attempts: what `order: las` ranks by"
+    )
+    span_hosts: bool = Field(
+        False,
+        description="May run as a gang across hosts when no one host has its GPUs free (a job "
+        "wider than every host is a gang anyway)",
     )
 
 
@@ -222,6 +232,11 @@ class Snapshot(BaseModel):
     display_tz: str | None = Field(
         None, description="Zone of times in reasons; default the tariff's, else UTC"
     )
+    cannot_span: str | None = Field(
+        None,
+        description="Why no run can span hosts here ('executor local cannot span hosts'): a job "
+        "wider than every host then waits with this reason; None: it runs as a gang",
+    )
 
 
 class Start(BaseModel):
@@ -327,17 +342,22 @@ class _Gpu:
 
 
 class _Request:
-    """What a GPU job asks of each GPU: `need` MiB free, alone or sharing with a cap."""
+    """What a GPU job asks of each GPU: `need` MiB free, alone or sharing with a cap; a gang
+    (`gang`) takes whole GPUs across hosts and shares none: its ranks must not wait on others."""
 
-    __slots__ = ("k", "need", "shared", "cap", "key")
+    __slots__ = ("k", "need", "shared", "cap", "gang", "key")
 
-    def __init__(self, k: int, mem_gb: float | None, share: bool, cap_gb: float | None):
+    def __init__(
+        self, k: int, mem_gb: float | None, share: bool, cap_gb: float | None, gang: bool = False
+    ):
         cap = cap_gb if cap_gb is not None else mem_gb
         self.k = k
-        self.shared = bool(share and cap is not None)  # sharing without any cap is not safe
+        self.gang = gang
+        # sharing without any cap is not safe
+        self.shared = bool(share and cap is not None and not gang)
         self.cap = cap * 1024 if self.shared and cap is not None else 0.0
         self.need = max((mem_gb or 0.0) * 1024, self.cap)
-        self.key = (k, self.need, self.shared)
+        self.key = (k, self.need, self.shared, gang)
 
 
 class _Cluster:
@@ -372,6 +392,8 @@ class _Cluster:
             per_host[g.host] = per_host.get(g.host, 0) + 1
         self.hosts = sorted(per_host)  # a fixed order: set order would vary between processes
         self.most_per_host = max(per_host.values(), default=0)
+        self.per_host = per_host  # healthy GPUs of each host
+        self.rank = {h: r for r, h in enumerate(self.hosts)}
         self.largest_mib = max((g.total for g in self.gpus.values()), default=0.0)
         self.in_order = sorted(self.gpus.values(), key=lambda g: (g.host, g.idx))
         self.version = 0  # bumped by every take and claim: `holders` is computed once between
@@ -387,8 +409,12 @@ class _Cluster:
 
     def impossible(self, req: _Request) -> str | None:
         """Why the request can never be met on these healthy GPUs, or None."""
-        if req.k > self.most_per_host:
-            q = f" ({self.quarantined} quarantined)" if self.quarantined else ""
+        q = f" ({self.quarantined} quarantined)" if self.quarantined else ""
+        if req.gang and req.k > len(self.gpus):
+            return (
+                f"needs {req.k} GPU(s); {len(self.gpus)} healthy across {len(self.hosts)} hosts{q}"
+            )
+        if not req.gang and req.k > self.most_per_host:
             if len(self.hosts) <= 1:
                 return f"needs {req.k} GPU(s); {self.most_per_host} healthy{q}"
             return (
@@ -404,7 +430,10 @@ class _Cluster:
 
     def pick(self, req: _Request, avoid: set[int], allow_avoid: bool) -> list[int] | None:
         """k GPUs on one host that fit now: those not in `avoid` first, then (if allowed) those in
-        it; a sharing job prefers GPUs already shared, keeping whole GPUs for exclusive jobs."""
+        it; a sharing job prefers GPUs already shared, keeping whole GPUs for exclusive jobs. A
+        gang's GPUs span hosts (`_pick_gang`)."""
+        if req.gang:
+            return self._pick_gang(req, avoid, allow_avoid)
         if self.best_fit:
             return self._pick_best(req, avoid, allow_avoid)
         k, need = req.k, req.need
@@ -467,6 +496,48 @@ class _Cluster:
                     break  # an exact fit outside `avoid`: nothing beats it
         return None if best is None else best[1]
 
+    def _pick_gang(self, req: _Request, avoid: set[int], allow_avoid: bool) -> list[int] | None:
+        """k whole free GPUs across hosts, or None: never part of them. Outside `avoid` if that is
+        enough, else (if allowed) with GPUs in it, those outside first on each host."""
+        first: dict[str, list[int]] = {}
+        later: dict[str, list[int]] = {}
+        for host, pool in self.free_excl.items():
+            for i in pool:
+                if self.gpus[i].free < req.need:
+                    continue
+                (later if i in avoid else first).setdefault(host, []).append(i)
+        got = self.gang_choice(first, req.k)
+        if got is None and allow_avoid and later:
+            both = {h: first.get(h, []) + later.get(h, []) for h in first.keys() | later.keys()}
+            got = self.gang_choice(both, req.k)
+        return got
+
+    def gang_choice(self, usable: dict[str, list[int]], k: int) -> list[int] | None:
+        """Of each host's usable GPUs (in the order to take them), k on the fewest hosts: the
+        hosts with the most usable GPUs whole while no one host holds the rest, then the rest
+        on the host that fits it with the fewest left over (stranded). None: fewer than k."""
+        if sum(len(v) for v in usable.values()) < k:
+            return None
+        rank = self.rank
+        left = sorted((h for h in usable if usable[h]), key=lambda h: (-len(usable[h]), rank[h]))
+        out: list[int] = []
+        while True:
+            need = k - len(out)
+            fits = [h for h in left if len(usable[h]) >= need]
+            if fits:
+                host = min(fits, key=lambda h: (len(usable[h]), rank[h]))
+                return out + usable[host][:need]
+            out += usable[left.pop(0)]  # the largest, whole
+
+    def hosts_needed(self, k: int) -> int:
+        """The fewest hosts whose healthy GPUs add up to k (0: not even all of them)."""
+        n = got = 0
+        for size in sorted(self.per_host.values(), reverse=True):
+            if got >= k:
+                break
+            got, n = got + size, n + 1
+        return n if got >= k else 0
+
     def take(self, req: _Request, ids: list[int], end: datetime, job: tuple[int, str]) -> None:
         self.version += 1
         for i in ids:
@@ -528,6 +599,11 @@ class _Cluster:
         return max(e for e, _ in g.jobs) if g.total >= req.need else _INF
 
     def reserve(self, req: _Request, claimed: set[int]) -> tuple[datetime, list[int]] | None:
+        """The earliest time the request fits if jobs end when expected, and the GPUs it would
+        take then: on one host, or, for a gang, the GPUs free by then across hosts chosen as
+        `gang_choice` chooses (so backfill may use every other GPU)."""
+        if req.gang:
+            return self._reserve_gang(req, claimed)
         best: tuple[datetime, list[int]] | None = None
         by_host: dict[str, list[tuple[datetime, int]]] = {}
         for g in self.gpus.values():
@@ -544,6 +620,25 @@ class _Cluster:
             if best is None or at < best[0]:
                 best = (max(at, self.now), [i for _, i in times[: req.k]])
         return best
+
+    def _reserve_gang(self, req: _Request, claimed: set[int]) -> tuple[datetime, list[int]] | None:
+        times = []
+        for g in self.in_order:
+            if g.idx in claimed:
+                continue
+            t = self.ready_at(g, req)
+            if t is not _INF:
+                times.append((t, g.host, g.idx))
+        if len(times) < req.k:
+            return None
+        at = sorted(t for t, _, _ in times)[req.k - 1]
+        usable: dict[str, list[int]] = {}
+        for t, host, idx in times:  # by host and index: the GPUs ready by then
+            if t <= at:
+                usable.setdefault(host, []).append(idx)
+        ids = self.gang_choice(usable, req.k)
+        assert ids is not None  # at least k GPUs are ready by `at`
+        return max(at, self.now), ids
 
 
 # ---------------------------------------------------------------------------------- tariff gate
@@ -852,7 +947,11 @@ class _Placer:
                     continue
             wait = (now - f["submitted_at"]).total_seconds()
             k = f["gpus"]
-            raw = (k, f["gpu_memory_gb"], f["share_gpu"], f["gpu_memory_cap_gb"]) if k else _CPU
+            raw = (
+                (k, f["gpu_memory_gb"], f["share_gpu"], f["gpu_memory_cap_gb"], f["span_hosts"])
+                if k
+                else _CPU
+            )
             eff = f["priority"] + rate_s * wait
             if penalty is not None:
                 eff -= penalty(dur, f["attained_gpu_s"], k)
@@ -899,7 +998,7 @@ class _Placer:
         if not j.gpus:
             self.cpu_backoff.append(((-eff, -wait, j.id), j.not_before, j.id, j.name))
             return
-        raw = (_BACKOFF, j.gpus, j.gpu_memory_gb, j.share_gpu, j.gpu_memory_cap_gb)
+        raw = (_BACKOFF, j.gpus, j.gpu_memory_gb, j.share_gpu, j.gpu_memory_cap_gb, j.span_hosts)
         buckets.setdefault(raw, []).append((-eff, -wait, j.id, dur, j))
 
     def _setup(self, any_gpu: bool) -> None:
@@ -1046,9 +1145,9 @@ class _Placer:
             return
         req = self.requests.get(raw)
         if req is None:
-            req = self.requests[raw] = _Request(*raw)
+            req = self.requests[raw] = self._request(raw)
             if req.key not in self.reasons:
-                never = cluster.impossible(req)
+                never = self._cannot_span(req) or cluster.impossible(req)
                 self.reasons[req.key] = never or _no_fit(req)
                 if never:
                     self.never.add(req.key)
@@ -1152,6 +1251,26 @@ class _Placer:
     def _reason(self, key: tuple) -> str:
         return self.reasons[key] + self.held_by.get(key, "")
 
+    def _request(self, raw: tuple) -> _Request:
+        """A GPU request; a gang when the job is wider than every host (by healthy GPUs) or may
+        span hosts, and there is more than one host. Where runs cannot span hosts, only a job
+        wider than every host is a gang (and `_cannot_span` holds it)."""
+        k, mem, share, cap, span = raw
+        cluster = self.cluster
+        assert cluster is not None
+        wide = k > cluster.most_per_host
+        gang = len(cluster.hosts) > 1 and (wide or (span and self.snap.cannot_span is None))
+        return _Request(k, mem, share, cap, gang)
+
+    def _cannot_span(self, req: _Request) -> str | None:
+        """Why a gang waits for good here: the runs of this daemon cannot span hosts."""
+        why = self.snap.cannot_span
+        if why is None or not req.gang:
+            return None
+        assert self.cluster is not None
+        n = self.cluster.hosts_needed(req.k)
+        return f"needs {req.k} GPUs across {n} hosts; {why}" if n else None
+
     def _keep_gpus(self, j: PendingJob, raw: tuple) -> None:
         """In the turn of a GPU job waiting out its retry backoff: keep the GPUs it would get
         now (as a preempting job's are kept), so no job ranked below it takes them before it
@@ -1160,7 +1279,7 @@ class _Placer:
         assert self.cluster is not None
         if raw in self.keep_failed:
             return
-        ids = self.cluster.pick(_Request(*raw), self.reserved | self.claimed, False)
+        ids = self.cluster.pick(self._request(raw), self.reserved | self.claimed, False)
         if ids is None:
             self.keep_failed.add(raw)  # resources only shrink within a call: so for every later one
             return
@@ -1247,6 +1366,8 @@ def _note(gate: _TariffGate | None, j: PendingJob, dur: float) -> str:
 def _no_fit(req: _Request) -> str:
     mem = f" with {_gb(req.need / 1024)} GiB free" if req.need else " free"
     share = " to share" if req.shared else ""
+    if req.gang:
+        return f"no {req.k} healthy GPUs{mem}{' each' if req.need else ''} across hosts"
     if req.k == 1:
         return f"no healthy GPU{mem}{share}"
     return f"no {req.k} healthy GPUs{mem}{' each' if req.need else ''}{share} on one host"
@@ -1283,7 +1404,9 @@ class _Victims:
     ) -> tuple[list[tuple[float, RunningJob]], list[int]] | None:
         """Jobs to pause so that `req` gets a place: on one host, lowest aged priority first,
         only jobs at or below `max_eff`, only as many as it takes (a GPU frees when every job on
-        it pauses). None when pausing all of them would not be enough."""
+        it pauses). None when pausing all of them would not be enough, and for a gang."""
+        if req.gang:
+            return None
         cluster = self.cluster
         best: tuple[tuple[float, int, str], list[tuple[float, RunningJob]], list[int]] | None = None
         for host, vs in self.by_host.items():

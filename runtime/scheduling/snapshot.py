@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import String, and_, func, or_, select, true
 from sqlalchemy.orm import aliased
 
+from nightshift.runtime.executors.executor import HostGpus, gang_ranks
 from nightshift.runtime.scheduling.backoff import Backoff
 from nightshift.runtime.scheduling.local_time import deadline_of
 from nightshift.runtime.scheduling.placement import (
@@ -45,6 +46,7 @@ SPEC_FIELDS: tuple[tuple[str, ...], ...] = (
     ("retry_wait_s",),
     ("deadline",),
     ("begin",),
+    ("resources", "span_hosts"),
 )
 
 
@@ -70,8 +72,23 @@ _VALID_MAX = 100_000
 
 def stored_fields_problem(values: list[Any]) -> str | None:
     """Why the plucked fields of a stored spec (SPEC_FIELDS order) are unusable, or None."""
-    (gpus, mem, share, cap, minutes, cost_class, pausable, ckpt, timeout, deps, wait, _, _) = values
-    raw = {"gpus": gpus, "gpu_memory_gb": mem, "share_gpu": share}
+    (
+        gpus,
+        mem,
+        share,
+        cap,
+        minutes,
+        cost_class,
+        pausable,
+        ckpt,
+        timeout,
+        deps,
+        wait,
+        _,
+        _,
+        span,
+    ) = values
+    raw = {"gpus": gpus, "gpu_memory_gb": mem, "share_gpu": share, "span_hosts": span}
     raw |= {"gpu_memory_cap_gb": cap, "expected_duration_min": minutes}
     data = {
         "resources": {k: v for k, v in raw.items() if v is not None},
@@ -148,6 +165,16 @@ def on_host(snap: Snapshot, gpus: list[int]) -> tuple[str, list[int]]:
         return "", []
     host = next(g.host for g in snap.gpus if g.index == gpus[0])
     return host, [g % HOST_STRIDE for g in gpus]
+
+
+def by_host(snap: Snapshot, gpus: list[int]) -> list[HostGpus]:
+    """The hosts of a start placed on a cluster snapshot's GPU ids, each with its own GPU
+    indices, in host rank order: one for a run on one host, several for a gang."""
+    host_of = {g.index: g.host for g in snap.gpus}
+    out: dict[str, list[int]] = {}
+    for g in sorted(gpus):
+        out.setdefault(host_of[g], []).append(g % HOST_STRIDE)
+    return [HostGpus(host=h, gpus=ids) for h, ids in out.items()]
 
 
 def _across_hosts(slots: list[GpuSlot]) -> tuple[list[GpuSlot], dict[str, int]]:
@@ -310,10 +337,17 @@ def load_snapshot(
         slots, hosts = _across_hosts(slots)
 
     def held(att: Any) -> list[int]:
+        """The attempt's GPUs as placement numbers them: a gang's on each of its hosts."""
         if cluster is None:
             return list(att.gpus)
-        rank = hosts.get(att.host)
-        return [] if rank is None else [cluster_gpu_id(rank, i) for i in att.gpus]
+        out: list[int] = []
+        for part in gang_ranks(att.host, list(att.gpus)) or [
+            HostGpus(host=att.host, gpus=att.gpus)
+        ]:
+            rank = hosts.get(part.host)
+            if rank is not None:
+                out += [cluster_gpu_id(rank, i) for i in part.gpus]
+        return out
 
     pending: list[PendingJob] = []
     running: list[RunningJob] = []
@@ -343,6 +377,7 @@ def load_snapshot(
             retry_wait_s,
             deadline_text,
             begin_text,
+            span_hosts,
         ) = values
         expected = minutes * 60.0 if minutes else typical.get(j.name)
         deadline = _deadline(deadline_text, j.created_at, tz)
@@ -389,6 +424,7 @@ def load_snapshot(
                     attempt=att.number if att is not None else 0,
                     not_before=not_before,
                     deadline=deadline,
+                    span_hosts=bool(span_hosts),
                 )
             )
         else:
