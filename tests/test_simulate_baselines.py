@@ -146,3 +146,18 @@ def test_nightshift_without_the_tariff_is_a_policy_and_nightshifts_twin():
     assert S.POLICIES["nightshift"].twin == "nightshift-notariff"
     assert set(S.MAIN) >= {*S.BASELINES, "nightshift", "nightshift-notariff"}
     assert set(S.PLOTTED) == set(S.MAIN)
+
+
+def test_the_sweep_judges_the_first_policy_against_the_strongest_of_the_others():
+    from nightshift.evals import simulate_sweep
+
+    pols = ("nightshift-notariff", "easy", "easy-sjf")
+    rows = simulate_sweep.sweep({"alibaba": 1.0}, [0, 1], pols, 1.0, 1)
+    assert [r["seed"] for r in rows] == [0, 1]
+    for r in rows:
+        means = {p: r[f"{p}_delay_h"] for p in pols}
+        best = min(pols[1:], key=lambda p: means[p])
+        assert r["strongest"] == best
+        assert means[best] == 0 or r["ratio"] == pytest.approx(means[pols[0]] / means[best])
+        assert all(r[f"{p}_max_h"] >= means[p] for p in pols)
+    assert "÷ strongest" in simulate_sweep.markdown(rows, pols)
