@@ -85,7 +85,7 @@ def test_a_working_endpoint_answers_and_its_tool_calls_parse(env):
     assert checks["tool calls"] == {
         "area": "tool calls",
         "status": "ok",
-        "detail": 'parsed: doctor_ping({"word": "pong"})',
+        "detail": 'parsed: doctor_ping({"word": "pong"}); mode: tool calls parsed by the server',
         "fix": "",
     }
     paths = [r.path for r in srv.requests]

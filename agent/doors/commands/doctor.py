@@ -6,7 +6,14 @@ cluster, the daemon and the approval channels — each with the fix. It never pr
 
 Exit code: 0 when nothing failed (warnings are things you may not need: no model endpoint, no
 GPU, no dockerd unless the docker executor is configured), 5 when a check failed: the operator
-fixes the configuration or the environment, as elsewhere in nightshift.
+fixes the configuration or the environment, as elsewhere in nightshift. An endpoint that does
+not answer is 5 here and 5 from `nightshift chat --once` and `nightshift run` (llm.EXIT_ENDPOINT).
+
+The tool call that comes back is checked, not only parsed: `doctor_ping`'s `word` must be
+exactly "pong" (a server that HTML-escapes or pads arguments answered `pong&#34;`), and the
+check says which tool-call mode the server gave: calls parsed by the server into `tool_calls`
+(what the planner needs), or a call written as text in the content (not parsed: a template or
+parser is missing).
 """
 
 from __future__ import annotations
@@ -31,8 +38,10 @@ if TYPE_CHECKING:
 
 Status = Literal["ok", "warn", "fail", "info"]
 COLOURS = {"ok": "green", "warn": "yellow", "fail": "bold red", "info": "cyan"}
-EXIT_FAILED = 5
+EXIT_FAILED = 5  # = llm.EXIT_ENDPOINT: one code for an endpoint failure, here and in chat/run
 PING = "doctor_ping"
+PONG = "pong"
+PING_REPLY_TOKENS = 128  # sent as max_tokens: enough for one short tool call
 PING_TOOL = {
     "type": "function",
     "function": {
@@ -212,6 +221,7 @@ def _chat(ep: Endpoint, client: Any) -> list[Check]:
             tools=[PING_TOOL],
             tool_choice="auto",  # as the planner asks (llama-cpp-python: absent means "none")
             temperature=0,
+            max_tokens=PING_REPLY_TOKENS,
         )
     except Exception as exc:  # noqa: BLE001
         return [
@@ -233,7 +243,12 @@ def _chat(ep: Endpoint, client: Any) -> list[Check]:
     calls = [tc for tc in msg.tool_calls or [] if getattr(tc, "function", None) is not None]
     if not calls:
         said = (msg.refusal or msg.content or "").strip()
-        what = f"text instead: {said[:120]!r}" if said else "content null"
+        if PING in said:
+            what = f"mode: a call written as text, not parsed into tool_calls: {said[:120]!r}"
+        elif said:
+            what = f"text instead: {said[:120]!r}"
+        else:
+            what = "content null" if msg.content is None else f"empty content {msg.content!r}"
         checks.append(
             Check("tool calls", "fail", f"no tool call came back ({what})", TOOL_PARSER_HINT)
         )
@@ -261,9 +276,25 @@ def _chat(ep: Endpoint, client: Any) -> list[Check]:
                 f"parsed, but the model called {fn.name!r}, not {PING}: it may choose tools poorly",
             )
         )
+    elif args.get("word") != PONG:
+        checks.append(
+            Check(
+                "tool calls",
+                "fail",
+                f"parsed, but the arguments are wrong: word is {args.get('word')!r}, not "
+                f"{PONG!r}: the server or the model mangles arguments, and a job id or a path "
+                "would be mangled the same way",
+                "try another chat template or tool-call parser for this model, or a larger model",
+            )
+        )
     else:
         checks.append(
-            Check("tool calls", "ok", f"parsed: {fn.name}({json.dumps(args, ensure_ascii=False)})")
+            Check(
+                "tool calls",
+                "ok",
+                f"parsed: {fn.name}({json.dumps(args, ensure_ascii=False)}); mode: tool calls "
+                "parsed by the server",
+            )
         )
     return checks
 
