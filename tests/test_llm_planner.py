@@ -305,7 +305,7 @@ def test_content_null_without_a_tool_call_ends_the_goal_with_what_to_check(w):
 # ------------------------------------------------------------------------------ budgets, audit
 def test_the_step_budget_ends_a_goal_that_never_finishes(w):
     with StubServer(lambda req: reply_tools(tool_call("list_jobs", {}))) as srv:
-        out = run_goal(w, planner(w, srv.base_url, max_steps=3), chat())
+        out = run_goal(w, planner(w, srv.base_url, max_steps=3, max_repeats=5), chat())
     assert trail(out) == ["list_jobs"] * 3
     assert not out["finish"]["ok"] and "step budget" in out["finish"]["summary"]
     assert len(srv.chat_requests) == 3

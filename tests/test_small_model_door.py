@@ -20,7 +20,7 @@ from nightshift.agent.brain.goals import Goal
 from nightshift.agent.brain.graph import build_graph
 from nightshift.agent.brain.llm import DID_NOT_LOOK, META_TOOLS, REMINDER, LLMPlanner
 from nightshift.agent.brain.tool_routing import intents, route
-from nightshift.agent.brain.tool_schemas import SENT_KEYWORDS, keywords, sent_schema
+from nightshift.agent.brain.tool_schemas import SENT_KEYWORDS, UNSENT, keywords, sent_schema
 from nightshift.agent.brain.wiring import Wiring
 from nightshift.agent.doors.api import Client
 from nightshift.evals.openai_stub import StubServer, http_error, reply_text, reply_tools, tool_call
@@ -91,7 +91,8 @@ def test_every_sent_schema_is_in_the_subset_every_server_accepts(name):
     assert keywords(params) <= SENT_KEYWORDS, keywords(params) - SENT_KEYWORDS
     Draft202012Validator.check_schema(params)
     full = skill.input_model.model_json_schema()
-    assert set(params["properties"]) == set(full.get("properties", {}))
+    unsent = UNSENT.get(name, frozenset())
+    assert set(params["properties"]) == set(full.get("properties", {})) - unsent
     assert set(params.get("required", [])) == set(full.get("required", []))
     assert len(sent["description"]) <= 110
     assert "maxLength" in json.dumps(full) or "maxLength" not in json.dumps(params)
@@ -315,3 +316,23 @@ def test_doctor_checks_the_word_that_comes_back(home):
     assert r.returncode == 5
     assert checks["tool calls"]["status"] == "fail"
     assert "word is 'pong&#34;', not 'pong'" in checks["tool calls"]["detail"]
+
+
+# ------------------------------------------------------------------------------ the eval
+def test_eval_chat_runs_small_against_the_scripted_server(tmp_path):
+    """`nightshift eval chat` (the real CLI) on a few requests, both languages and a planted
+    instruction: every first call right, every argument valid, no forbidden call, and the
+    server's usage per step under the 1,500-token budget."""
+    out, totals = tmp_path / "chat.csv", tmp_path / "chat.json"
+    ids = "*-zh"
+    r = nightshift(
+        "eval", "chat", "--ids", ids, "--csv", str(out), "--json", str(totals), timeout=600
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = json.loads(totals.read_text())
+    assert got["requests"] == 11 and got["tool_choice_accuracy"] == 1.0, got
+    assert got["argument_validity"] == 1.0 and got["forbidden_calls"] == 0, got
+    assert got["prompt_tokens_per_step_max"] <= 1500, got
+    rows = out.read_text(encoding="utf-8").splitlines()
+    assert rows[0].startswith("id,lang,tool_ok") and len(rows) == 12
+    assert "logs-injected-zh" in out.read_text(encoding="utf-8")

@@ -71,6 +71,7 @@ REMINDER = (
 # The exit code of an endpoint failure, for `chat --once`, `run` and `doctor` alike: the
 # operator fixes the endpoint or its configuration.
 EXIT_ENDPOINT = 5
+MIN_TOOLS = 3  # tools a step offers however small the budget (with watch_job and finish)
 
 # The planner's own tools, next to the skills: wait for a job, and end the goal.
 META_TOOLS: list[dict[str, Any]] = [
@@ -300,18 +301,24 @@ class LLMPlanner:
                 f"{history[-1].error}",
             )
         messages = self._messages(goal, history, owned)
-        return self._ask(goal, history, messages)
+        return self._ask(goal, history, messages, self.tools_for(goal, history, messages[:2]))
 
     # the conversation -----------------------------------------------------------------------
-    def tools_for(self, goal: Goal, history: list[Observation]) -> list[dict[str, Any]]:
+    def tools_for(
+        self, goal: Goal, history: list[Observation], head: list[dict[str, Any]] | None = None
+    ) -> list[dict[str, Any]]:
         """The tools this step offers: every one with llm.all_tools; else those the request's
-        intent routes to (agent/brain/tool_routing.py) and the history used, then watch_job and
-        finish."""
+        intent routes to (agent/brain/tool_routing.py) and the history used, as many as leave a
+        quarter of llm.prompt_budget to the conversation after the system prompt and the request
+        (`head`), at least MIN_TOOLS; then watch_job and finish."""
         if self.llm.all_tools:
             return [*self.schemas.values(), *META_TOOLS]
         used = [o.skill for o in history if o.skill in self.schemas]
-        names = route(_goal_words(goal), used, known=self.schemas)
-        return [self.schemas[n] for n in names] + META_TOOLS
+        tools = [self.schemas[n] for n in route(_goal_words(goal), used, known=self.schemas)]
+        room = self.llm.prompt_budget - self.llm.prompt_budget // 4
+        while len(tools) > MIN_TOOLS and estimate_tokens(head or [], tools + META_TOOLS) > room:
+            tools.pop()  # the least useful first: routing put them last
+        return tools + META_TOOLS
 
     def _messages(
         self, goal: Goal, history: list[Observation], owned: set[int]
@@ -357,7 +364,7 @@ class LLMPlanner:
             else:
                 body["error"] = o.error
             msgs.append({"role": "tool", "tool_call_id": call_id, "body": body, "name": name})
-        return self._fit(msgs, self.tools_for(goal, history))
+        return self._fit(msgs, self.tools_for(goal, history, msgs[:2]))
 
     def _fit(self, msgs: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The tool messages' contents, as short observations that fit the prompt budget: the
@@ -401,10 +408,13 @@ class LLMPlanner:
 
     # one planning step ----------------------------------------------------------------------
     def _ask(
-        self, goal: Goal, history: list[Observation], messages: list[dict[str, Any]]
+        self,
+        goal: Goal,
+        history: list[Observation],
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
     ) -> Action:
         retries = 0
-        tools = self.tools_for(goal, history)
         while True:
             if self.model_calls >= self.llm.max_steps:
                 return Finish(

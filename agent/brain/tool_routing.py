@@ -41,19 +41,10 @@ INTENT_TOOLS: dict[str, tuple[str, ...]] = {
 }
 
 # fmt: off
-# intent -> words that show it (lower case; a Chinese word matches anywhere in the text)
+# intent -> words that show it (lower case; a Chinese word matches anywhere in the text). The
+# order is the order of their tools: the specific intents (change a job, submit) before the
+# broad ones (diagnose, look), so a budget that drops tools from the end keeps what was asked.
 INTENT_WORDS: dict[str, tuple[str, ...]] = {
-    "look": (
-        "status", "running", "queue", "queued", "list", "show", "logs", "log", "gpu", "gpus",
-        "health", "hot", "temperature", "memory", "cost", "costs", "energy", "last night",
-        "what is", "how is", "how are", "状态", "在跑", "运行", "任务", "队列", "日志", "显卡", "健康", "温度",
-        "显存", "花费", "费用", "电费", "昨晚", "查看", "看看",
-    ),
-    "diagnose": (
-        "why", "fail", "failed", "failure", "crash", "crashed", "died", "die", "error", "oom",
-        "nan", "diagnose", "broke", "fix", "wrong", "为什么", "失败", "挂了", "崩溃", "报错", "错误", "诊断",
-        "原因", "修复",
-    ),
     "change": (
         "cancel", "stop", "kill", "hold", "pause", "release", "retry", "rerun", "resume",
         "restart", "unhold", "abort", "取消", "停止", "停掉", "暂停", "恢复", "重试", "重跑", "继续", "释放",
@@ -65,17 +56,11 @@ INTENT_WORDS: dict[str, tuple[str, ...]] = {
     "sweep": (
         "sweep", "search", "optuna", "trials", "超参", "搜索",
     ),
-    "approve": (
-        "approve", "approval", "reject", "approvals", "批准", "审批", "拒绝",
-    ),
-    "power": (
-        "power limit", "watts", "power cap", "功耗", "功率",
-    ),
     "compare": (
         "compare", "versus", " vs ", "side by side", "对比", "比较",
     ),
-    "policy": (
-        "policy", "策略",
+    "power": (
+        "power limit", "watts", "power cap", "功耗", "功率",
     ),
     "reproduce": (
         "reproduce", "reproducible", "复现",
@@ -86,10 +71,46 @@ INTENT_WORDS: dict[str, tuple[str, ...]] = {
     "correct": (
         "misdiagnos", "wrong category", "correct the diagnosis", "诊断错",
     ),
+    "policy": (
+        "policy", "策略",
+    ),
+    "approve": (
+        "approve", "approval", "reject", "approvals", "批准", "审批", "拒绝",
+    ),
+    "diagnose": (
+        "why", "fail", "failed", "failure", "crash", "crashed", "died", "die", "error", "oom",
+        "nan", "diagnose", "broke", "fix", "wrong", "为什么", "失败", "挂了", "崩溃", "报错", "错误", "诊断",
+        "原因", "修复",
+    ),
+    "look": (
+        "status", "running", "queue", "queued", "list", "show", "logs", "log", "gpu", "gpus",
+        "health", "hot", "temperature", "memory", "cost", "costs", "energy", "last night",
+        "what is", "how is", "how are", "状态", "在跑", "运行", "任务", "队列", "日志", "显卡", "健康", "温度",
+        "显存", "花费", "费用", "电费", "昨晚", "查看", "看看",
+    ),
 }
 # fmt: on
 
 DEFAULT_INTENT = "look"
+
+# fmt: off
+# Words that name one tool outright: that tool goes first ("cancel job 2": cancel_job, not
+# whatever else the change intent offers).
+WORD_TOOLS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("cancel", "abort", "kill", "取消", "停掉"), "cancel_job"),
+    (("hold", "pause", "暂停"), "pause_job"),
+    (("release", "unhold", "释放"), "release_job"),
+    (("retry", "rerun", "重试", "重跑"), "retry_job"),
+    (("resume", "恢复", "继续"), "resume_job"),
+    (("log", "logs", "日志"), "job_logs"),
+    (("compare", "versus", "对比", "比较"), "compare_jobs"),
+    (("valid", "validate", "check the spec", "校验"), "config_validator"),
+    (("submit", "提交", "tonight", "今晚"), "submit_job"),
+    (("gpu", "gpus", "hot", "temperature", "显卡", "温度", "显存"), "gpu_health_check"),
+    (("power limit", "power limits", "功耗", "功率"), "show_power_limits"),
+    (("diagnose", "诊断"), "diagnose_failure"),
+)
+# fmt: on
 
 
 def intents(text: str) -> list[str]:
@@ -110,13 +131,15 @@ def _has(text: str, word: str) -> bool:
 
 
 def route(text: str, used: Iterable[str] = (), known: Iterable[str] | None = None) -> list[str]:
-    """The skills to offer for `text`: those the history `used` first, then each intent's in
-    turn (interleaved, so a budget that keeps the first few keeps some of every intent), only
-    skills in `known` (the registry) when given."""
+    """The skills to offer for `text`, most useful first: those the history `used`, those a
+    word names outright, then each intent's in turn (interleaved, so a budget that keeps the
+    first few keeps some of every intent); only skills in `known` (the registry) when given."""
     allowed = set(known) if known is not None else None
+    low = " " + re.sub(r"\s+", " ", text.lower()) + " "
+    named = [tool for words, tool in WORD_TOOLS if any(_has(low, w) for w in words)]
     chosen: list[str] = []
     lists = [INTENT_TOOLS[i] for i in intents(text)]
-    for name in [*used, *_interleave(lists)]:
+    for name in [*used, *named, *_interleave(lists)]:
         if name not in chosen and (allowed is None or name in allowed):
             chosen.append(name)
     return chosen

@@ -35,6 +35,26 @@ SENT_KEYWORDS = frozenset(
 TOOL_DESCRIPTION_CHARS = 110
 FIELD_DESCRIPTION_CHARS = 70
 MAX_DEPTH = 2  # nested models inlined below the arguments object; deeper: {"type": "object"}
+# Optional fields left out of what the model reads: filled by the daemon (a diagnosis's machine
+# evidence), or tuning constants whose defaults are right. The input model still takes them.
+UNSENT: dict[str, frozenset[str]] = {
+    "diagnose_failure": frozenset({"machine", "kernel_log", "monitor_detail"}),
+    "tune_lr": frozenset(
+        {
+            "window",
+            "k",
+            "grad_k",
+            "min_delta",
+            "min_delta_mode",
+            "smoothing_beta",
+            "stop_factor",
+            "restart_lr",
+            "plateau_factor",
+            "min_lr",
+        }
+    ),
+    "auto_resume": frozenset({"max_depth", "steps_per_epoch", "reject_nonfinite"}),
+}
 
 # The end of a sentence: a full stop before a capital, not the one of "e.g." or "i.e."
 _SENTENCE = re.compile(r"(?<!\.[a-z])\.\s+(?=[A-Z])|\n\s*\n")
@@ -54,7 +74,14 @@ def short(text: str, limit: int) -> str:
 def sent_schema(skill: Skill[Any, Any]) -> dict[str, Any]:
     """The OpenAI tool definition the model gets for `skill`: compact, and within the subset."""
     full = skill.input_model.model_json_schema()
-    params = _compact(full, full.get("$defs") or {}, depth=0)
+    unsent = UNSENT.get(skill.name, frozenset())
+    required = set(full.get("required") or [])
+    if unsent & required:
+        raise ValueError(
+            f"{skill.name}: a required field cannot be left unsent: {unsent & required}"
+        )
+    props = {k: v for k, v in (full.get("properties") or {}).items() if k not in unsent}
+    params = _compact({**full, "properties": props}, full.get("$defs") or {}, depth=0)
     params.pop(
         "description", None
     )  # the tool's description says it    params.setdefault("type", "object")
