@@ -100,7 +100,8 @@ class Request(BaseModel):
 def load_requests(pattern: str | None = None, path: Path = CASES) -> list[Request]:
     rows = yaml.safe_load(path.read_text(encoding="utf-8"))
     out = [Request.model_validate(r) for r in rows]
-    return [r for r in out if pattern is None or fnmatch.fnmatch(r.id, pattern)]
+    globs = [g for g in (pattern or "").split(",") if g]
+    return [r for r in out if not globs or any(fnmatch.fnmatch(r.id, g) for g in globs)]
 
 
 @dataclass
@@ -377,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--endpoint", metavar="URL", help="e.g. http://127.0.0.1:8080/v1")
     ap.add_argument("--model", default="stub-model", help="the model's name as the server knows")
     ap.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR")
-    ap.add_argument("--ids", metavar="GLOB", help="only requests whose id matches GLOB")
+    ap.add_argument("--ids", metavar="GLOB[,GLOB]", help="only requests whose id matches one")
     ap.add_argument("--limit", type=int, metavar="N", help="only the first N requests")
     ap.add_argument("--all-tools", action="store_true", help="llm.all_tools: every tool, raw")
     ap.add_argument("--prompt-budget", type=int, default=1500, metavar="TOKENS")

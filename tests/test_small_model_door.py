@@ -336,3 +336,50 @@ def test_eval_chat_runs_small_against_the_scripted_server(tmp_path):
     rows = out.read_text(encoding="utf-8").splitlines()
     assert rows[0].startswith("id,lang,tool_ok") and len(rows) == 12
     assert "logs-injected-zh" in out.read_text(encoding="utf-8")
+
+
+# ------------------------------------------------------------------------------ constrained calls
+def test_json_schema_mode_sends_one_of_the_calls_as_a_schema_and_runs_the_answer(w, tmp_path):
+    """llm.tool_mode json_schema: no `tools`; response_format admits exactly one call of an
+    offered tool; the JSON the model writes becomes the call (through the gate, as any); its
+    result goes back as a plain message every chat template takes."""
+    ids = submitted(w, tmp_path, 1)
+
+    def model(req: dict[str, Any]) -> dict[str, Any]:
+        if not any(m["role"] == "assistant" for m in req["messages"]):
+            return reply_text(json.dumps({"name": "show_job", "arguments": {"job_id": ids[0]}}))
+        return reply_text(
+            json.dumps({"name": "finish", "arguments": {"ok": True, "summary": "queued"}})
+        )
+
+    with StubServer(model) as srv:
+        out = run_goal(w, planner(w, srv.base_url, tool_mode="json_schema"), "show me job 1")
+    assert out["finish"]["ok"] and out["finish"]["summary"] == "queued"
+    assert starts(w, "show_job") == 1
+    first, second = srv.chat_requests
+    assert "tools" not in first and "tool_choice" not in first
+    fmt = first["response_format"]
+    assert fmt["type"] == "json_schema"
+    names = [o["properties"]["name"]["const"] for o in fmt["json_schema"]["schema"]["anyOf"]]
+    assert "show_job" in names and "finish" in names and "cancel_job" not in names
+    assert "- show_job(job_id: integer)" in first["messages"][0]["content"]
+    roles = [m["role"] for m in second["messages"]]
+    assert roles == ["system", "user", "assistant", "user"] and "tool_calls" not in str(second)
+    assert "status: ok" in second["messages"][-1]["content"]
+
+
+def test_doctor_reports_constrained_output_when_the_server_enforces_it(home):
+    def server(req: dict[str, Any]) -> dict[str, Any]:
+        if "response_format" in req:
+            return reply_text('{"word": "pong"}')
+        return reply_tools(tool_call("doctor_ping", {"word": "pong"}))
+
+    with StubServer(server) as srv:
+        env = {"OPENAI_BASE_URL": srv.base_url, "NIGHTSHIFT_MODEL": "stub-model"}
+        r = nightshift("doctor", "--json", env=env)
+    checks = {c["area"]: c for c in json.loads(r.stdout)}
+    assert r.returncode == 0, r.stdout
+    got = checks["constrained output"]
+    assert got["status"] == "ok" and "llm.tool_mode: tools" in got["detail"]
+    assert "llm.tool_mode: json_schema" in got["fix"]
+    assert "mode: tool calls parsed by the server" in checks["tool calls"]["detail"]

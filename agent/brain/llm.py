@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
+from nightshift.agent.brain import constrained_calls
 from nightshift.agent.brain.goals import Goal, recover_goal
 from nightshift.agent.brain.grounding import Grounding
 from nightshift.agent.brain.observations import summarise
@@ -490,18 +491,29 @@ class LLMPlanner:
         if history:
             thread = history[-1].call_id.rsplit("/", 1)[0]
             step["call_id"] = f"{thread}/{len(history) + 1}"
+        constrained = self.llm.tool_mode == "json_schema"
+        if constrained:  # the call under the server's schema-constrained decoding
+            request: dict[str, Any] = {
+                "messages": constrained_calls.as_plain_messages(messages, tools),
+                "response_format": constrained_calls.response_format(tools),
+            }
+        else:
+            request = {
+                "messages": messages,
+                "tools": tools,
+                # The API's default with tools, said outright: llama-cpp-python's server treats
+                # a request without it as "none" and offers the model no tools at all.
+                "tool_choice": "auto",
+            }
+        step["tool_mode"] = self.llm.tool_mode
         started = time.monotonic()
         try:
             resp = self.client.chat.completions.create(
                 model=ep.model,
-                messages=cast(Any, messages),
-                tools=cast(Any, tools),
-                # The API's default with tools, said outright: llama-cpp-python's server treats
-                # a request without it as "none" and offers the model no tools at all.
-                tool_choice="auto",
                 temperature=0,
                 # A tool call needs few tokens; a rambling small model is stopped, not waited on.
                 max_tokens=self.llm.max_reply_tokens,
+                **cast(Any, request),
             )
         except Exception as exc:  # noqa: BLE001  (every endpoint failure ends the goal clearly)
             step["latency_s"] = round(time.monotonic() - started, 3)
@@ -541,8 +553,11 @@ class LLMPlanner:
             for i, tc in enumerate(msg.tool_calls or [])
             if getattr(tc, "type", "function") == "function" and getattr(tc, "function", None)
         ]
+        if constrained and not calls:
+            call = constrained_calls.call_from_content(msg.content)
+            calls = [call] if call is not None else []
         reply: dict[str, Any] = {
-            "content": msg.content,
+            "content": None if constrained and calls else msg.content,
             "refusal": msg.refusal,
             "tool_calls": calls,
             "finish_reason": choice.finish_reason,

@@ -179,6 +179,8 @@ def _model(settings: Settings, sources: dict[str, str], timeout_s: float) -> lis
         checks.append(Check("tool calls", "fail", "not tried: the endpoint does not answer"))
         return checks
     checks += _chat(ep, client)
+    if any(c.area == "chat completion" and c.status == "ok" for c in checks):
+        checks.append(_constrained(ep, client, settings.llm.tool_mode))
     return checks
 
 
@@ -297,6 +299,63 @@ def _chat(ep: Endpoint, client: Any) -> list[Check]:
             )
         )
     return checks
+
+
+def _constrained(ep: Endpoint, client: Any, mode: str) -> Check:
+    """Whether the endpoint decodes under a JSON schema (response_format json_schema), so the
+    planner's calls can be made unbreakable (llm.tool_mode: json_schema)."""
+    import openai
+
+    from nightshift.prompts import load
+
+    schema = {
+        "type": "object",
+        "properties": {"word": {"type": "string", "enum": [PONG]}},
+        "required": ["word"],
+    }
+    using = f"the planner uses llm.tool_mode: {mode}"
+    try:
+        resp = client.chat.completions.create(
+            model=ep.model,
+            messages=[{"role": "user", "content": load("doctor_constrained")}],
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "ping", "schema": schema, "strict": True},
+            },
+            temperature=0,
+            max_tokens=PING_REPLY_TOKENS,
+        )
+        content = (resp.choices[0].message.content or "") if resp.choices else ""
+    except openai.APIStatusError as exc:
+        status: Status = "fail" if mode == "json_schema" else "info"
+        return Check(
+            "constrained output",
+            status,
+            f"not offered (response_format json_schema answered HTTP {exc.status_code}); {using}",
+            "llm.tool_mode: tools" if mode == "json_schema" else "",
+        )
+    except Exception as exc:  # noqa: BLE001
+        return Check("constrained output", "info", f"not checked: {type(exc).__name__}: {exc}")
+    try:
+        value = json.loads(content)
+    except ValueError:
+        value = None
+    if value == {"word": PONG}:
+        return Check(
+            "constrained output",
+            "ok",
+            f"offered: response_format json_schema is decoded under the schema; {using}",
+            ""
+            if mode == "json_schema"
+            else "llm.tool_mode: json_schema makes a small model's calls unbreakable",
+        )
+    return Check(
+        "constrained output",
+        "fail" if mode == "json_schema" else "info",
+        f"response_format json_schema accepted but not enforced (the reply: {content[:80]!r}); "
+        f"{using}",
+        "llm.tool_mode: tools" if mode == "json_schema" else "",
+    )
 
 
 # ------------------------------------------------------------------------------ the machine
