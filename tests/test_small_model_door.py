@@ -8,7 +8,9 @@ against the scripted server, the real graph, gate and store, and the real CLI.""
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
 from typing import Any
 
 import pytest
@@ -18,7 +20,13 @@ from pydantic import SecretStr
 
 from nightshift.agent.brain.goals import Goal
 from nightshift.agent.brain.graph import build_graph
-from nightshift.agent.brain.llm import DID_NOT_LOOK, META_TOOLS, REMINDER, LLMPlanner
+from nightshift.agent.brain.llm import (
+    DID_NOT_LOOK,
+    META_TOOLS,
+    REMINDER,
+    LLMPlanner,
+    tool_schemas,
+)
 from nightshift.agent.brain.tool_routing import intents, route
 from nightshift.agent.brain.tool_schemas import SENT_KEYWORDS, UNSENT, keywords, sent_schema
 from nightshift.agent.brain.wiring import Wiring
@@ -383,3 +391,40 @@ def test_doctor_reports_constrained_output_when_the_server_enforces_it(home):
     assert got["status"] == "ok" and "llm.tool_mode: tools" in got["detail"]
     assert "llm.tool_mode: json_schema" in got["fix"]
     assert "mode: tool calls parsed by the server" in checks["tool calls"]["detail"]
+
+
+LLAMA_PYTHON = os.environ.get("NIGHTSHIFT_LLAMA_PYTHON")
+GRAMMAR = (
+    "import json, sys\n"
+    "from llama_cpp.llama_grammar import LlamaGrammar, json_schema_to_gbnf\n"
+    "out = {}\n"
+    "for name, params in json.load(sys.stdin).items():\n"
+    "    g = json_schema_to_gbnf(json.dumps(params))\n"
+    "    LlamaGrammar.from_string(g, verbose=False)\n"
+    "    out[name] = len(g)\n"
+    "print(json.dumps(out))\n"
+)
+
+
+@pytest.mark.skipif(
+    not LLAMA_PYTHON,
+    reason="opt-in, not CI: set NIGHTSHIFT_LLAMA_PYTHON to an interpreter with llama-cpp-python "
+    "(its grammar builder is what crashed the server)",
+)
+def test_llama_cpp_builds_a_small_grammar_from_every_sent_schema():
+    """llama-cpp-python's own json_schema_to_gbnf and grammar parser, on every tool we send:
+    each builds, and small (gpu_health_check's full schema, with its maxLength, built a 16 MB
+    grammar; the sent one well under 10 kB)."""
+    sent = {t["function"]["name"]: t["function"]["parameters"] for t in tool_schemas()}
+    full = {"gpu_health_check": registry()["gpu_health_check"].tool_schema()["function"]}
+    r = subprocess.run(
+        [str(LLAMA_PYTHON), "-c", GRAMMAR],
+        input=json.dumps({**sent, "full:gpu_health_check": full["gpu_health_check"]["parameters"]}),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    sizes = json.loads(r.stdout)
+    assert sizes.pop("full:gpu_health_check") > 1_000_000  # the crash this avoids
+    assert set(sizes) == set(sent) and max(sizes.values()) < 10_000, sizes

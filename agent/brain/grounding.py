@@ -44,12 +44,12 @@ class Grounding:
         does. The text goes back to the model as the tool result."""
         for name in JOB_FIELDS:
             value = args.get(name)
-            if _is_id(value) and self.store.job(int(value)) is None:
+            if isinstance(value, int) and _is_id(value) and self.store.job(value) is None:
                 return f"{skill}: no such job {value}; {self._jobs()}. Nothing ran"
         for name in JOB_LISTS:
             listed = args.get(name)
             for value in listed if isinstance(listed, list) else []:
-                if _is_id(value) and self.store.job(int(value)) is None:
+                if isinstance(value, int) and _is_id(value) and self.store.job(value) is None:
                     return f"{skill}: no such job {value}; {self._jobs()}. Nothing ran"
         if skill == "stop_sweep" and isinstance(args.get("name"), str):
             names = self._sweeps()

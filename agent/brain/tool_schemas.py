@@ -113,8 +113,8 @@ def _compact(node: Any, defs: dict[str, Any], depth: int) -> dict[str, Any]:
             rest = {k: v for k, v in node.items() if k not in ("anyOf", "oneOf")}
             if len(real) == 1:  # Optional[X]: X, which the model may leave out
                 return _compact({**real[0], **rest}, defs, depth)
-            out = {"anyOf": [_compact(o, defs, depth) for o in real]}
-            return _described(out, node.get("description"))
+            union = {"anyOf": [_compact(o, defs, depth) for o in real]}
+            return _described(union, node.get("description"))
     allof = node.get("allOf")
     if isinstance(allof, list) and len(allof) == 1:
         rest = {k: v for k, v in node.items() if k != "allOf"}
