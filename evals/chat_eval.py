@@ -116,6 +116,7 @@ class Result:
     attempted: int = 0  # skill calls the model made, refused ones included
     valid: int = 0  # of those, arguments the input model and the store accepted
     forbidden: list[str] = field(default_factory=list)
+    refusals: list[str] = field(default_factory=list)  # why calls were refused before the gate
     steps: list[dict[str, Any]] = field(default_factory=list)  # the planner's llm.step records
     seconds: float = 0.0
     outcome: str = ""
@@ -265,6 +266,7 @@ def run_request(w: Wiring, llm: LlmSettings, req: Request, text: str) -> Result:
         for e in w.audit.events(action="llm.refused", after_id=since)
         if (e.payload or {}).get("goal") == goal.name
     ]
+    r.refusals = [str((e.payload or {}).get("why", ""))[:160] for e in refused]
     r.calls = [f"{s}:{st}" for s, _, st, _ in calls] + ["(refused before the gate)"] * len(refused)
     r.attempted = len(calls) + len(refused)
     r.valid = sum(1 for _, _, st, bad in calls if not (st == "error" and bad))
@@ -310,7 +312,7 @@ def write_csv(results: list[Result], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     cols = [
         "id", "lang", "tool_ok", "args_ok", "first", "calls", "steps", "prompt_tokens",
-        "completion_tokens", "seconds", "outcome", "forbidden", "error",
+        "completion_tokens", "seconds", "outcome", "forbidden", "error", "refused",
     ]  # fmt: skip
     with path.open("w", newline="", encoding="utf-8") as f:
         out = csv.writer(f)
@@ -331,6 +333,7 @@ def write_csv(results: list[Result], path: Path) -> None:
                     r.outcome,
                     " ".join(r.forbidden),
                     r.error,
+                    " | ".join(r.refusals),
                 ]
             )
 
@@ -382,6 +385,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, metavar="N", help="only the first N requests")
     ap.add_argument("--all-tools", action="store_true", help="llm.all_tools: every tool, raw")
     ap.add_argument("--prompt-budget", type=int, default=1500, metavar="TOKENS")
+    ap.add_argument(
+        "--tool-mode",
+        choices=("tools", "json_schema", "json_object"),
+        default="tools",
+        help="llm.tool_mode: parsed tool calls, or one call under response_format json_schema",
+    )
     ap.add_argument("--max-steps", type=int, default=8, help="model calls per request")
     ap.add_argument("--timeout-s", type=float, default=300.0, help="one request's time limit")
     ap.add_argument("--csv", type=Path, default=DEFAULT_CSV, metavar="PATH")
@@ -407,6 +416,7 @@ def main(argv: list[str] | None = None) -> int:
             max_steps=args.max_steps,
             all_tools=args.all_tools,
             prompt_budget=args.prompt_budget,
+            tool_mode=args.tool_mode,
         )
     except ValidationError as exc:
         console.print(f"[bold red]error:[/] {escape(str(exc))}")

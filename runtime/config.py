@@ -468,12 +468,13 @@ class LlmSettings(BaseModel):
     observation_chars: int = Field(
         600, ge=100, description="A tool result reaches the model as a summary this long at most"
     )
-    tool_mode: Literal["tools", "json_schema"] = Field(
+    tool_mode: Literal["tools", "json_schema", "json_object"] = Field(
         "tools",
         description="How the model makes its call: `tools` (the server parses tool calls), or "
-        "`json_schema` (one JSON object {name, arguments} under response_format json_schema: a "
-        "server with constrained decoding, such as llama.cpp's, cannot let the model write a "
-        "malformed call). `nightshift doctor` says which the endpoint offers",
+        "one JSON object {name, arguments} under a response_format schema, which a server with "
+        "constrained decoding cannot let the model break: `json_schema` (OpenAI's form: vLLM, "
+        "llama.cpp's server) or `json_object` (with a `schema`: llama-cpp-python's server). "
+        "`nightshift doctor` says which the endpoint offers",
     )
     max_repeats: int = Field(
         2,

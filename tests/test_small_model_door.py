@@ -347,8 +347,9 @@ def test_eval_chat_runs_small_against_the_scripted_server(tmp_path):
 
 
 # ------------------------------------------------------------------------------ constrained calls
-def test_json_schema_mode_sends_one_of_the_calls_as_a_schema_and_runs_the_answer(w, tmp_path):
-    """llm.tool_mode json_schema: no `tools`; response_format admits exactly one call of an
+@pytest.mark.parametrize("mode", ["json_schema", "json_object"])
+def test_constrained_mode_sends_one_of_the_calls_as_a_schema_and_runs_the_answer(w, tmp_path, mode):
+    """llm.tool_mode json_schema / json_object: no `tools`; response_format admits one call of an
     offered tool; the JSON the model writes becomes the call (through the gate, as any); its
     result goes back as a plain message every chat template takes."""
     ids = submitted(w, tmp_path, 1)
@@ -361,14 +362,15 @@ def test_json_schema_mode_sends_one_of_the_calls_as_a_schema_and_runs_the_answer
         )
 
     with StubServer(model) as srv:
-        out = run_goal(w, planner(w, srv.base_url, tool_mode="json_schema"), "show me job 1")
+        out = run_goal(w, planner(w, srv.base_url, tool_mode=mode), "show me job 1")
     assert out["finish"]["ok"] and out["finish"]["summary"] == "queued"
     assert starts(w, "show_job") == 1
     first, second = srv.chat_requests
     assert "tools" not in first and "tool_choice" not in first
     fmt = first["response_format"]
-    assert fmt["type"] == "json_schema"
-    names = [o["properties"]["name"]["const"] for o in fmt["json_schema"]["schema"]["anyOf"]]
+    assert fmt["type"] == mode  # OpenAI's form, or llama-cpp-python's json_object + schema
+    schema = fmt["json_schema"]["schema"] if mode == "json_schema" else fmt["schema"]
+    names = [o["properties"]["name"]["const"] for o in schema["anyOf"]]
     assert "show_job" in names and "finish" in names and "cancel_job" not in names
     assert "- show_job(job_id: integer)" in first["messages"][0]["content"]
     roles = [m["role"] for m in second["messages"]]

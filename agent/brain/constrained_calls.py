@@ -1,5 +1,5 @@
-"""Tool calls under constrained decoding (`llm.tool_mode: json_schema`): instead of `tools`, the
-request carries `response_format: json_schema` whose schema is "one of these calls"
+"""Tool calls under constrained decoding (`llm.tool_mode: json_schema` or `json_object`): instead
+of `tools`, the request carries a `response_format` whose schema is "one of these calls"
 ({"name": <a tool offered>, "arguments": <its parameters>}), so a server that decodes under a
 schema (llama.cpp's server builds a grammar from it) cannot let a small model write a call that
 is not JSON, names no tool, or lacks a required argument. The model reads the tools as a short
@@ -15,8 +15,10 @@ from typing import Any
 SCHEMA_NAME = "tool_call"
 
 
-def response_format(tools: list[dict[str, Any]]) -> dict[str, Any]:
-    """The `response_format` that admits exactly one call of one of `tools`."""
+def response_format(tools: list[dict[str, Any]], mode: str = "json_schema") -> dict[str, Any]:
+    """The `response_format` that admits exactly one call of one of `tools`: OpenAI's form
+    (`json_schema`: OpenAI, vLLM, llama.cpp's server) or llama-cpp-python's (`json_object` with
+    a `schema`, which its server reads; llama.cpp's takes it too)."""
     options = [
         {
             "type": "object",
@@ -28,9 +30,12 @@ def response_format(tools: list[dict[str, Any]]) -> dict[str, Any]:
         }
         for t in tools
     ]
+    schema = {"anyOf": options}
+    if mode == "json_object":
+        return {"type": "json_object", "schema": schema}
     return {
         "type": "json_schema",
-        "json_schema": {"name": SCHEMA_NAME, "schema": {"anyOf": options}, "strict": True},
+        "json_schema": {"name": SCHEMA_NAME, "schema": schema, "strict": True},
     }
 
 

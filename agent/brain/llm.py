@@ -16,7 +16,18 @@ What the model may do, and what it never does:
   call; the model comes back to explain once the playbook is done.
 * Each goal has a step budget and a token budget; each model call is one `llm.step` audit event
   (tokens, latency, cost, never the key). An endpoint that fails ends the goal with a `Finish`
-  naming the endpoint and what to check, never a traceback.
+  naming the endpoint and what to check (a context overflow as one), never a traceback, with
+  the operator's exit code (EXIT_ENDPOINT, as `nightshift doctor`).
+
+Sized for small models (issue 32): a step offers the few tools the request's intent routes to
+(tool_routing.py) in compact schemas every server accepts (tool_schemas.py), under a short
+system prompt, with earlier results as short observations (observations.py), within
+llm.prompt_budget; llm.all_tools sends everything to a large model. Ids, sweep names and read
+paths the model names are checked against the store before the gate (grounding.py): a guess goes
+back to the model, never runs. The same call made again is stopped (llm.max_repeats); words
+answering a question about the world with nothing looked up get one reminder, then fail. Where
+the server decodes under a schema, llm.tool_mode makes the call unbreakable
+(constrained_calls.py).
 
 The conversation is rebuilt from the goal and the graph's history at every step, so a goal
 resumed in another process (`nightshift run --resume`) continues with the same context.
@@ -491,11 +502,11 @@ class LLMPlanner:
         if history:
             thread = history[-1].call_id.rsplit("/", 1)[0]
             step["call_id"] = f"{thread}/{len(history) + 1}"
-        constrained = self.llm.tool_mode == "json_schema"
+        constrained = self.llm.tool_mode in ("json_schema", "json_object")
         if constrained:  # the call under the server's schema-constrained decoding
             request: dict[str, Any] = {
                 "messages": constrained_calls.as_plain_messages(messages, tools),
-                "response_format": constrained_calls.response_format(tools),
+                "response_format": constrained_calls.response_format(tools, self.llm.tool_mode),
             }
         else:
             request = {

@@ -302,10 +302,9 @@ def _chat(ep: Endpoint, client: Any) -> list[Check]:
 
 
 def _constrained(ep: Endpoint, client: Any, mode: str) -> Check:
-    """Whether the endpoint decodes under a JSON schema (response_format json_schema), so the
-    planner's calls can be made unbreakable (llm.tool_mode: json_schema)."""
-    import openai
-
+    """Whether the endpoint decodes under a JSON schema, in OpenAI's form (`json_schema`) or
+    llama-cpp-python's (`json_object` with a `schema`), so the planner's calls can be made
+    unbreakable (llm.tool_mode)."""
     from nightshift.prompts import load
 
     schema = {
@@ -313,49 +312,57 @@ def _constrained(ep: Endpoint, client: Any, mode: str) -> Check:
         "properties": {"word": {"type": "string", "enum": [PONG]}},
         "required": ["word"],
     }
+    forms = {
+        "json_schema": {
+            "type": "json_schema",
+            "json_schema": {"name": "ping", "schema": schema, "strict": True},
+        },
+        "json_object": {"type": "json_object", "schema": schema},
+    }
+    said: dict[str, str] = {}
+    offered: list[str] = []
+    for name, form in forms.items():
+        try:
+            resp = client.chat.completions.create(
+                model=ep.model,
+                messages=[{"role": "user", "content": load("doctor_constrained")}],
+                response_format=form,
+                temperature=0,
+                max_tokens=PING_REPLY_TOKENS,
+            )
+            content = (resp.choices[0].message.content or "") if resp.choices else ""
+        except Exception as exc:  # noqa: BLE001  (a server that refuses the form: not offered)
+            said[name] = f"HTTP {getattr(exc, 'status_code', '?')}"
+            continue
+        try:
+            value = json.loads(content)
+        except ValueError:
+            value = None
+        if value == {"word": PONG}:
+            offered.append(name)
+        else:
+            said[name] = f"accepted but not enforced: {content[:60]!r}"
     using = f"the planner uses llm.tool_mode: {mode}"
-    try:
-        resp = client.chat.completions.create(
-            model=ep.model,
-            messages=[{"role": "user", "content": load("doctor_constrained")}],
-            response_format={
-                "type": "json_schema",
-                "json_schema": {"name": "ping", "schema": schema, "strict": True},
-            },
-            temperature=0,
-            max_tokens=PING_REPLY_TOKENS,
-        )
-        content = (resp.choices[0].message.content or "") if resp.choices else ""
-    except openai.APIStatusError as exc:
-        status: Status = "fail" if mode == "json_schema" else "info"
+    missed = "; ".join(f"{k}: {v}" for k, v in said.items())
+    if mode != "tools" and mode not in offered:
         return Check(
             "constrained output",
-            status,
-            f"not offered (response_format json_schema answered HTTP {exc.status_code}); {using}",
-            "llm.tool_mode: tools" if mode == "json_schema" else "",
+            "fail",
+            f"llm.tool_mode is {mode}, which this endpoint does not enforce ({missed})",
+            f"llm.tool_mode: {offered[0]}" if offered else "llm.tool_mode: tools",
         )
-    except Exception as exc:  # noqa: BLE001
-        return Check("constrained output", "info", f"not checked: {type(exc).__name__}: {exc}")
-    try:
-        value = json.loads(content)
-    except ValueError:
-        value = None
-    if value == {"word": PONG}:
+    if offered:
         return Check(
             "constrained output",
             "ok",
-            f"offered: response_format json_schema is decoded under the schema; {using}",
+            f"offered: response_format {' and '.join(offered)} decoded under the schema"
+            + (f" ({missed})" if missed else "")
+            + f"; {using}",
             ""
-            if mode == "json_schema"
-            else "llm.tool_mode: json_schema makes a small model's calls unbreakable",
+            if mode != "tools"
+            else f"llm.tool_mode: {offered[0]} makes a small model's calls unbreakable",
         )
-    return Check(
-        "constrained output",
-        "fail" if mode == "json_schema" else "info",
-        f"response_format json_schema accepted but not enforced (the reply: {content[:80]!r}); "
-        f"{using}",
-        "llm.tool_mode: tools" if mode == "json_schema" else "",
-    )
+    return Check("constrained output", "info", f"not offered ({missed}); {using}")
 
 
 # ------------------------------------------------------------------------------ the machine
