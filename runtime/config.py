@@ -458,7 +458,40 @@ class LlmSettings(BaseModel):
         description="Refused calls in a row (bad arguments, unknown tool) the model may retry",
     )
     max_tool_result_chars: int = Field(
-        12_000, ge=500, description="A tool result longer than this reaches the model cut"
+        12_000, ge=500, description="With all_tools: a tool result longer than this is cut"
+    )
+    max_reply_tokens: int = Field(
+        512,
+        ge=16,
+        description="Tokens one reply may generate (sent as max_tokens): a tool call needs few, "
+        "and a small model that rambles is stopped instead of holding the server for minutes",
+    )
+    prompt_budget: int = Field(
+        1500,
+        ge=300,
+        description="Prompt tokens a step aims at: the tools offered are chosen by the request's "
+        "intent and older results are shortened to fit. Raise it for a large-context model",
+    )
+    all_tools: bool = Field(
+        False,
+        description="Send every tool, the long system prompt and raw results on every step "
+        "(large-context models; about 8,000 tokens a step before the conversation)",
+    )
+    observation_chars: int = Field(
+        600, ge=100, description="A tool result reaches the model as a summary this long at most"
+    )
+    tool_mode: Literal["tools", "json_schema", "json_object"] = Field(
+        "tools",
+        description="How the model makes its call: `tools` (the server parses tool calls), or "
+        "one JSON object {name, arguments} under a response_format schema, which a server with "
+        "constrained decoding cannot let the model break: `json_schema` (OpenAI's form: vLLM, "
+        "llama.cpp's server) or `json_object` (with a `schema`: llama-cpp-python's server). "
+        "`nightshift doctor` says which the endpoint offers",
+    )
+    max_repeats: int = Field(
+        2,
+        ge=1,
+        description="Times the model may make the same call (same tool, same arguments) in a goal",
     )
     price_in_per_1k: float | None = Field(
         None, ge=0, description="Price per 1000 prompt tokens, for the cost per step"

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from nightshift.agent.doors.daemon import DaemonLock
-from nightshift.evals.openai_stub import StubServer, reply_text, reply_tools, tool_call
+from nightshift.evals.openai_stub import StubServer, http_error, reply_text, reply_tools, tool_call
 
 from conftest import nightshift
 
@@ -47,6 +47,8 @@ def doctor(env: dict[str, str], *args: str) -> tuple[int, dict[str, dict[str, An
 
 
 def ping(req: dict[str, Any]) -> dict[str, Any]:
+    if "response_format" in req:  # the constrained-output probe: not offered by this server
+        return http_error(400, "response_format is not supported")
     assert [t["function"]["name"] for t in req["tools"]] == ["doctor_ping"]
     return reply_tools(tool_call("doctor_ping", {"word": "pong"}))
 
@@ -85,11 +87,13 @@ def test_a_working_endpoint_answers_and_its_tool_calls_parse(env):
     assert checks["tool calls"] == {
         "area": "tool calls",
         "status": "ok",
-        "detail": 'parsed: doctor_ping({"word": "pong"})',
+        "detail": 'parsed: doctor_ping({"word": "pong"}); mode: tool calls parsed by the server',
         "fix": "",
     }
     paths = [r.path for r in srv.requests]
-    assert paths == ["/v1/models", "/v1/chat/completions"] * 2
+    assert paths == ["/v1/models", *["/v1/chat/completions"] * 3] * 2  # ping, 2 forms
+    assert checks["constrained output"]["status"] == "info"
+    assert "not offered" in checks["constrained output"]["detail"]
     assert all(r.headers["authorization"] == f"Bearer {KEY}" for r in srv.requests)
     assert KEY not in out + table.stdout + table.stderr
     assert table.returncode == 0 and "nothing failed" in table.stdout
@@ -135,7 +139,6 @@ def test_a_model_the_server_does_not_list_is_a_warning(env):
 
 
 def test_a_500_from_the_chat_endpoint_fails(env):
-    from nightshift.evals.openai_stub import http_error
 
     with StubServer(lambda req: http_error(500, "boom")) as srv:
         rc, checks, _ = doctor(with_model(env, srv))

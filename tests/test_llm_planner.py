@@ -66,7 +66,8 @@ def planner(w: Wiring, url: str, **llm: Any) -> LLMPlanner:
     return p
 
 
-def chat(text: str = "How are the GPUs?") -> Goal:
+def chat(text: str = "Say hello to the night shift.") -> Goal:
+    """A chat goal; the default asks nothing about the world, so an answer in words is one."""
     return Goal(name="g", goal="chat", planner="llm", text=text)
 
 
@@ -103,19 +104,32 @@ def starts(w: Wiring, skill: str) -> int:
 
 # ------------------------------------------------------------------------------ the request
 def test_the_request_carries_the_registry_tools_the_prompts_and_the_key(w):
-    """The model gets every skill's schema (from its input model) plus watch_job and finish, the
-    system prompt from prompts/*.md, temperature 0, the configured model, and the key as the
-    bearer token."""
-    with StubServer([reply_tools(tool_call("finish", {"ok": True, "summary": "fine"}))]) as srv:
-        out = run_goal(w, planner(w, srv.base_url), chat())
-    assert out["finish"] == {"kind": "finish", "ok": True, "summary": "fine", "bad_input": False}
-    (req,) = srv.chat_requests
+    """With llm.all_tools the model gets every skill's schema (the sent subset of its input
+    model) plus watch_job and finish, the long system prompt from prompts/*.md, temperature 0,
+    max_tokens, the configured model, and the key as the bearer token."""
+    from nightshift.agent.brain.tool_schemas import sent_schema
+
+    script = [
+        reply_tools(tool_call("gpu_health_check", {})),
+        reply_tools(tool_call("finish", {"ok": True, "summary": "fine"})),
+    ]
+    with StubServer(script) as srv:
+        out = run_goal(w, planner(w, srv.base_url, all_tools=True, max_reply_tokens=300), chat())
+    assert out["finish"] == {
+        "kind": "finish",
+        "ok": True,
+        "summary": "fine",
+        "bad_input": False,
+        "operator": False,
+    }
+    req = srv.chat_requests[0]
     assert req["temperature"] == 0 and req["model"] == "stub-model"
     assert req["tool_choice"] == "auto"  # said outright: some servers read absent as "none"
+    assert req["max_tokens"] == 300
     by_name = {t["function"]["name"]: t for t in req["tools"]}
     assert list(by_name) == [*sorted(registry()), "watch_job", "finish"]
     for name, skill in registry().items():
-        assert by_name[name] == skill.tool_schema()
+        assert by_name[name] == sent_schema(skill)
     system = req["messages"][0]
     assert system["role"] == "system"
     for part in ("system", "skill_guidance", "answer_style"):
@@ -131,7 +145,7 @@ def test_bad_arguments_go_back_to_the_model_which_retries(w):
         last = last_result(req)
         if last is None:
             return reply_tools(tool_call("list_jobs", {"limit": 0}))
-        if '"status": "error"' in last:
+        if "status: error" in last:
             return reply_tools(tool_call("list_jobs", {"limit": 5}))
         return reply_tools(tool_call("finish", {"ok": True, "summary": "no failed jobs"}))
 
@@ -194,6 +208,7 @@ def test_an_unknown_tool_goes_back_as_an_error_listing_the_real_ones(w):
         "ok": True,
         "summary": "Nothing is running.",
         "bad_input": False,
+        "operator": False,
     }
 
 
@@ -219,7 +234,7 @@ def test_a_bad_watch_job_goes_back_to_the_model_at_once(w):
     assert trail(out) == ["list_jobs"]
     retry = srv.chat_requests[1]["messages"]
     assert retry[-2]["tool_calls"][0]["function"]["name"] == "watch_job"
-    assert "job_id" in retry[-1]["content"] and '"status": "error"' in retry[-1]["content"]
+    assert "job_id" in retry[-1]["content"] and "status: error" in retry[-1]["content"]
 
 
 # ------------------------------------------------------------------------------ the endpoint
@@ -290,7 +305,7 @@ def test_content_null_without_a_tool_call_ends_the_goal_with_what_to_check(w):
 # ------------------------------------------------------------------------------ budgets, audit
 def test_the_step_budget_ends_a_goal_that_never_finishes(w):
     with StubServer(lambda req: reply_tools(tool_call("list_jobs", {}))) as srv:
-        out = run_goal(w, planner(w, srv.base_url, max_steps=3), chat())
+        out = run_goal(w, planner(w, srv.base_url, max_steps=3, max_repeats=5), chat())
     assert trail(out) == ["list_jobs"] * 3
     assert not out["finish"]["ok"] and "step budget" in out["finish"]["summary"]
     assert len(srv.chat_requests) == 3

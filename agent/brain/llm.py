@@ -16,7 +16,18 @@ What the model may do, and what it never does:
   call; the model comes back to explain once the playbook is done.
 * Each goal has a step budget and a token budget; each model call is one `llm.step` audit event
   (tokens, latency, cost, never the key). An endpoint that fails ends the goal with a `Finish`
-  naming the endpoint and what to check, never a traceback.
+  naming the endpoint and what to check (a context overflow as one), never a traceback, with
+  the operator's exit code (EXIT_ENDPOINT, as `nightshift doctor`).
+
+Sized for small models (issue 32): a step offers the few tools the request's intent routes to
+(tool_routing.py) in compact schemas every server accepts (tool_schemas.py), under a short
+system prompt, with earlier results as short observations (observations.py), within
+llm.prompt_budget; llm.all_tools sends everything to a large model. Ids, sweep names and read
+paths the model names are checked against the store before the gate (grounding.py): a guess goes
+back to the model, never runs. The same call made again is stopped (llm.max_repeats); words
+answering a question about the world with nothing looked up get one reminder, then fail. Where
+the server decodes under a schema, llm.tool_mode makes the call unbreakable
+(constrained_calls.py).
 
 The conversation is rebuilt from the goal and the graph's history at every step, so a goal
 resumed in another process (`nightshift run --resume`) continues with the same context.
@@ -35,7 +46,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
+from nightshift.agent.brain import constrained_calls
 from nightshift.agent.brain.goals import Goal, recover_goal
+from nightshift.agent.brain.grounding import Grounding
+from nightshift.agent.brain.observations import summarise
 from nightshift.agent.brain.planner import (
     Action,
     Call,
@@ -44,9 +58,11 @@ from nightshift.agent.brain.planner import (
     Observation,
     Watch,
 )
+from nightshift.agent.brain.tool_routing import matched, route
+from nightshift.agent.brain.tool_schemas import sent_schema
 from nightshift.prompts import load, render
 from nightshift.runtime.config import LlmSettings, Settings
-from nightshift.runtime.errors import ConfigError
+from nightshift.runtime.errors import ConfigError, NightshiftError
 from nightshift.skills.base import field_errors
 from nightshift.skills.registry import registry
 
@@ -56,7 +72,18 @@ if TYPE_CHECKING:
     from nightshift.policies.audit import AuditLog
 
 AGENT = "agent"
-PROMPTS = ("system", "skill_guidance", "answer_style")
+PROMPTS = ("system", "skill_guidance", "answer_style")  # with llm.all_tools
+SHORT_PROMPTS = ("system_short",)  # the default: a small model's context is small
+# A question about the world that the model answered without looking: one reminder, then this.
+DID_NOT_LOOK = "the model did not look anything up"
+REMINDER = (
+    "You answered without calling a tool. The request is about jobs, GPUs or costs: call the "
+    "tool that looks it up, then finish with what the result says."
+)
+# The exit code of an endpoint failure, for `chat --once`, `run` and `doctor` alike: the
+# operator fixes the endpoint or its configuration.
+EXIT_ENDPOINT = 5
+MIN_TOOLS = 3  # tools a step offers however small the budget (with watch_job and finish)
 
 # The planner's own tools, next to the skills: wait for a job, and end the goal.
 META_TOOLS: list[dict[str, Any]] = [
@@ -98,9 +125,16 @@ LAUNCHES = ("submit_job", "submit_jobs", "resume_job", "retry_job", "reproduce_j
 
 
 def tool_schemas() -> list[dict[str, Any]]:
-    """The OpenAI tool definitions the model gets: every registered skill, then watch_job and
-    finish."""
-    return [s.tool_schema() for _, s in sorted(registry().items())] + META_TOOLS
+    """The OpenAI tool definitions of every registered skill, in the subset every server takes
+    (agent/brain/tool_schemas.py), then watch_job and finish: what `llm.all_tools` sends."""
+    return [sent_schema(s) for _, s in sorted(registry().items())] + META_TOOLS
+
+
+def estimate_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
+    """The prompt's size in tokens as the scripted server counts it (its JSON's length / 4):
+    no tokenizer is at hand offline, and a real one counts fewer (about 5 characters a token
+    for these prompts), so a budget kept by this count is kept by the server's."""
+    return len(json.dumps([messages, tools], default=str)) // 4
 
 
 # ------------------------------------------------------------------------------ untrusted text
@@ -219,19 +253,24 @@ class LLMPlanner:
         audit: AuditLog | None = None,
         on_step: Callable[[dict[str, Any]], None] | None = None,
         client: OpenAI | None = None,
+        grounding: Grounding | None = None,
     ):
         self.endpoint = ep
         self.llm = llm
         self.audit = audit
         self.on_step = on_step
         self.client = client if client is not None else ep.client()
-        self.tools = tool_schemas()
-        self.system = "\n\n".join(load(p) for p in PROMPTS)
+        # The ids and paths the model names are checked against this store before the gate.
+        store = getattr(audit, "store", None)
+        self.grounding = grounding or (Grounding(store) if store is not None else None)
+        self.schemas = {n: sent_schema(s) for n, s in sorted(registry().items())}
+        self.system = "\n\n".join(load(p) for p in (PROMPTS if llm.all_tools else SHORT_PROMPTS))
         self.playbook = DeterministicPlanner()
         # Per goal, counted from the goal's first step (a planner may plan many goals in turn).
         self.model_calls = 0
         self.tokens = 0
         self.cost = 0.0
+        self.reminded = False
 
     @classmethod
     def from_settings(
@@ -245,12 +284,17 @@ class LLMPlanner:
         ep = endpoint(settings)
         if ep is None:
             raise ConfigError(NO_ENDPOINT)
-        return cls(ep, settings.llm, audit=audit, on_step=on_step)
+        grounding = None
+        store = getattr(audit, "store", None)
+        if store is not None:
+            grounding = Grounding(store, read_roots(settings))
+        return cls(ep, settings.llm, audit=audit, on_step=on_step, grounding=grounding)
 
     # the planner protocol -------------------------------------------------------------------
     def next(self, goal: Goal, history: list[Observation]) -> Action:
         if not history:
             self.model_calls, self.tokens, self.cost = 0, 0, 0.0
+            self.reminded = False
         if goal.steps is not None or goal.goal == "recover":
             # Explicit steps and the recover playbook leave nothing for a model to choose.
             return self.playbook.next(goal, history)
@@ -269,9 +313,25 @@ class LLMPlanner:
                 f"{history[-1].error}",
             )
         messages = self._messages(goal, history, owned)
-        return self._ask(goal, history, messages)
+        return self._ask(goal, history, messages, self.tools_for(goal, history, messages[:2]))
 
     # the conversation -----------------------------------------------------------------------
+    def tools_for(
+        self, goal: Goal, history: list[Observation], head: list[dict[str, Any]] | None = None
+    ) -> list[dict[str, Any]]:
+        """The tools this step offers: every one with llm.all_tools; else those the request's
+        intent routes to (agent/brain/tool_routing.py) and the history used, as many as leave a
+        quarter of llm.prompt_budget to the conversation after the system prompt and the request
+        (`head`), at least MIN_TOOLS; then watch_job and finish."""
+        if self.llm.all_tools:
+            return [*self.schemas.values(), *META_TOOLS]
+        used = [o.skill for o in history if o.skill in self.schemas]
+        tools = [self.schemas[n] for n in route(_goal_words(goal), used, known=self.schemas)]
+        room = self.llm.prompt_budget - self.llm.prompt_budget // 4
+        while len(tools) > MIN_TOOLS and estimate_tokens(head or [], tools + META_TOOLS) > room:
+            tools.pop()  # the least useful first: routing put them last
+        return tools + META_TOOLS
+
     def _messages(
         self, goal: Goal, history: list[Observation], owned: set[int]
     ) -> list[dict[str, Any]]:
@@ -315,16 +375,43 @@ class LLMPlanner:
                 body["error"] = _not_json_error(name, raw)
             else:
                 body["error"] = o.error
-            msgs.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": call_id,
-                    "content": self._tool_result(body, name, call_id),
-                }
-            )
-        return msgs
+            msgs.append({"role": "tool", "tool_call_id": call_id, "body": body, "name": name})
+        return self._fit(msgs, self.tools_for(goal, history, msgs[:2]))
 
-    def _tool_result(self, body: dict[str, Any], name: str, call_id: str) -> str:
+    def _fit(self, msgs: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The tool messages' contents, as short observations that fit the prompt budget: the
+        newest at llm.observation_chars, older ones shorter as the budget needs (with
+        llm.all_tools: the raw JSON, cut at llm.max_tool_result_chars)."""
+        tool_msgs = [m for m in msgs if m["role"] == "tool"]
+        if self.llm.all_tools:
+            for m in tool_msgs:
+                body, name = m.pop("body"), m.pop("name")
+                m["content"] = self._raw_result(body, name, m["tool_call_id"])
+            return msgs
+        bodies = [(m.pop("body"), m.pop("name")) for m in tool_msgs]
+        limits = [self.llm.observation_chars] * len(tool_msgs)
+        older = len(tool_msgs) - 1
+        while True:
+            for m, (body, name), limit in zip(tool_msgs, bodies, limits, strict=True):
+                m["content"] = self._tool_result(body, name, m["tool_call_id"], limit)
+            if estimate_tokens(msgs, tools) <= self.llm.prompt_budget or older <= 0:
+                return msgs
+            # Shorten the oldest results first, down to a line each, newest last.
+            for j in range(older):
+                limits[j] = max(120, limits[j] // 2)
+            if all(limits[j] == 120 for j in range(older)):
+                older -= 1
+
+    def _tool_result(self, body: dict[str, Any], name: str, call_id: str, limit: int) -> str:
+        status = body.get("status")
+        head = f"status: {status}"
+        if body.get("planned_by"):
+            head += f" (planned_by {body['planned_by']})"
+        value = body.get("result") if status == "ok" else body.get("error")
+        text = f"{head}: {summarise(value, limit)}" if value not in (None, "", {}) else head
+        return untrusted(text, f"tool:{name}", call=call_id)
+
+    def _raw_result(self, body: dict[str, Any], name: str, call_id: str) -> str:
         text = json.dumps(body, default=str, ensure_ascii=False)
         limit = self.llm.max_tool_result_chars
         if len(text) > limit:
@@ -333,7 +420,11 @@ class LLMPlanner:
 
     # one planning step ----------------------------------------------------------------------
     def _ask(
-        self, goal: Goal, history: list[Observation], messages: list[dict[str, Any]]
+        self,
+        goal: Goal,
+        history: list[Observation],
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
     ) -> Action:
         retries = 0
         while True:
@@ -349,15 +440,25 @@ class LLMPlanner:
                     summary=f"token budget spent: {self.tokens} tokens for this goal "
                     f"(llm.max_tokens={self.llm.max_tokens}); the goal is not finished",
                 )
-            reply, failed = self._complete(goal, history, messages)
+            reply, failed = self._complete(goal, history, messages, tools)
             if failed is not None:
                 return failed
             try:
-                return self._action(reply)
+                return self._action(goal, history, reply)
+            except _Remind:
+                # Words where a look was due: one reminder, as the user, then a plain failure.
+                self.reminded = True
+                messages = [
+                    *messages,
+                    {"role": "assistant", "content": (reply.get("content") or "")[:500]},
+                    {"role": "user", "content": REMINDER},
+                ]
             except _Retry as why:
                 # A reply that names no call the graph can take (a bad watch_job or finish, text
-                # that is not JSON for a skill that takes any argument): back to the model now.
+                # that is not JSON for a skill that takes any argument, an id or a path that
+                # names nothing): back to the model now; nothing ran.
                 retries += 1
+                self._record_refusal(goal, history, str(why))
                 if retries >= self.llm.max_bad_calls:
                     return Finish(
                         ok=False, summary=f"the model's calls kept failing, the last one: {why}"
@@ -373,43 +474,64 @@ class LLMPlanner:
                             {"status": "error", "error": str(why)},
                             call["function"]["name"],
                             call["id"],
+                            self.llm.observation_chars,
                         ),
                     },
                 ]
 
     def _complete(
-        self, goal: Goal, history: list[Observation], messages: list[dict[str, Any]]
+        self,
+        goal: Goal,
+        history: list[Observation],
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
     ) -> tuple[dict[str, Any], Finish | None]:
         """One chat completion: the reply message as a plain dict, or the Finish an endpoint
         failure ends the goal with. Records the step either way."""
         ep = self.endpoint
         self.model_calls += 1
+        estimate = estimate_tokens(messages, tools)
         step: dict[str, Any] = {
             "goal": goal.name,
             "step": self.model_calls,
             "model": ep.model,
             "endpoint": ep.base_url,
+            "tools_offered": len(tools),
+            "prompt_estimate": estimate,
         }
         if history:
             thread = history[-1].call_id.rsplit("/", 1)[0]
             step["call_id"] = f"{thread}/{len(history) + 1}"
+        constrained = self.llm.tool_mode in ("json_schema", "json_object")
+        if constrained:  # the call under the server's schema-constrained decoding
+            request: dict[str, Any] = {
+                "messages": constrained_calls.as_plain_messages(messages, tools),
+                "response_format": constrained_calls.response_format(tools, self.llm.tool_mode),
+            }
+        else:
+            request = {
+                "messages": messages,
+                "tools": tools,
+                # The API's default with tools, said outright: llama-cpp-python's server treats
+                # a request without it as "none" and offers the model no tools at all.
+                "tool_choice": "auto",
+            }
+        step["tool_mode"] = self.llm.tool_mode
         started = time.monotonic()
         try:
             resp = self.client.chat.completions.create(
                 model=ep.model,
-                messages=cast(Any, messages),
-                tools=cast(Any, self.tools),
-                # The API's default with tools, said outright: llama-cpp-python's server treats
-                # a request without it as "none" and offers the model no tools at all.
-                tool_choice="auto",
                 temperature=0,
+                # A tool call needs few tokens; a rambling small model is stopped, not waited on.
+                max_tokens=self.llm.max_reply_tokens,
+                **cast(Any, request),
             )
         except Exception as exc:  # noqa: BLE001  (every endpoint failure ends the goal clearly)
             step["latency_s"] = round(time.monotonic() - started, 3)
-            summary = endpoint_failure(self.endpoint, exc)
+            summary = endpoint_failure(self.endpoint, exc, prompt_estimate=estimate)
             step["error"] = summary
             self._record(step)
-            return {}, Finish(ok=False, summary=summary)
+            return {}, Finish(ok=False, summary=summary, operator=True)
         step["latency_s"] = round(time.monotonic() - started, 3)
         usage = getattr(resp, "usage", None)
         prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
@@ -429,6 +551,7 @@ class LLMPlanner:
                 ok=False,
                 summary=f"the model endpoint {ep.base_url} answered without any choice: "
                 f"check that {ep.model} serves chat completions there",
+                operator=True,
             )
         choice = choices[0]
         msg = choice.message
@@ -441,10 +564,14 @@ class LLMPlanner:
             for i, tc in enumerate(msg.tool_calls or [])
             if getattr(tc, "type", "function") == "function" and getattr(tc, "function", None)
         ]
+        if constrained and not calls:
+            call = constrained_calls.call_from_content(msg.content)
+            calls = [call] if call is not None else []
         reply: dict[str, Any] = {
-            "content": msg.content,
+            "content": None if constrained and calls else msg.content,
             "refusal": msg.refusal,
             "tool_calls": calls,
+            "finish_reason": choice.finish_reason,
         }
         step["finish_reason"] = choice.finish_reason
         step["tool"] = calls[0]["function"]["name"] if calls else None
@@ -453,19 +580,26 @@ class LLMPlanner:
         self._record(step)
         return reply, None
 
-    def _action(self, reply: dict[str, Any]) -> Action:
+    def _action(self, goal: Goal, history: list[Observation], reply: dict[str, Any]) -> Action:
         ep = self.endpoint
         if reply.get("refusal"):
             return Finish(ok=False, summary=f"the model refused: {reply['refusal']}")
         calls = reply.get("tool_calls") or []
         if not calls:
-            text = (reply.get("content") or "").strip()
+            content = reply.get("content")
+            text = (content or "").strip()
             if text:  # an answer in words is the model's way of finishing
-                return Finish(ok=True, summary=text)
+                return self._answer(goal, history, text)
+            cut = (
+                f" (it stopped at llm.max_reply_tokens={self.llm.max_reply_tokens})"
+                if reply.get("finish_reason") == "length"
+                else ""
+            )
+            what = "content null" if content is None else f"empty content {content!r}"
             return Finish(
                 ok=False,
                 summary=f"the model {ep.describe()} answered with neither a tool call nor "
-                "text (content null): check that the server parses tool calls for this model "
+                f"text ({what}){cut}: check that the server parses tool calls for this model "
                 "(llama.cpp server: --jinja; vLLM: --enable-auto-tool-choice and a "
                 "--tool-call-parser); `nightshift doctor` checks it",
             )
@@ -477,22 +611,69 @@ class LLMPlanner:
                 raise _Retry(_not_json_error(name, raw, why))
             ok = args.get("ok", True)
             ok = ok if isinstance(ok, bool) else str(ok).strip().lower() in ("true", "1", "yes")
-            summary = args.get("summary") or reply.get("content") or ""
-            return Finish(ok=ok, summary=str(summary))
+            summary = str(args.get("summary") or reply.get("content") or "")
+            if ok:
+                return self._answer(goal, history, summary)
+            return Finish(ok=False, summary=summary)
         if name == "watch_job":
             if args is None:
                 raise _Retry(_not_json_error(name, raw, why))
             try:
-                return Watch(job_id=_WatchArgs.model_validate(args).job_id, why="planned by model")
+                job_id = _WatchArgs.model_validate(args).job_id
             except ValidationError as exc:
                 raise _Retry(f"watch_job: invalid arguments: {field_errors(exc)}") from None
+            self._ground("watch_job", "read", {"job_id": job_id})
+            return Watch(job_id=job_id, why="planned by model")
         if args is None:
             skill = registry().get(name)
             if skill is not None and skill.input_model.model_config.get("extra") == "allow":
                 raise _Retry(_not_json_error(name, raw, why))  # an open model would take it
             # Refused by the gate (the input model has no such field): audited, never run.
             return Call(skill=name, args={NOT_JSON: str(raw)[:2000]}, why="planned by model")
+        skill = registry().get(name)
+        if skill is not None:
+            self._ground(name, skill.capability, args)
+        # The same call again (refused arguments have their own bound, llm.max_bad_calls).
+        key = _call_key(name, args)
+        same = [
+            o
+            for o in history
+            if o.skill == name and not o.bad_input and _call_key(name, o.args) == key
+        ]
+        repeats = len(same)
+        if repeats >= self.llm.max_repeats:
+            last = same[-1]
+            return Finish(
+                ok=False,
+                summary=f"the model made the same call {repeats + 1} times ({name} "
+                f"{json.dumps(args, default=str)[:200]}; llm.max_repeats={self.llm.max_repeats});"
+                f" the last result: {last.status}"
+                + (f" ({_short(last.error, 200)})" if last.error else ""),
+            )
         return Call(skill=name, args=args, why="planned by model")
+
+    def _ground(self, name: str, capability: str, args: dict[str, Any]) -> None:
+        """Refuse, back to the model, a call naming a job, a sweep or a path that is not there."""
+        if self.grounding is None:
+            return
+        why = self.grounding.check(name, capability, args)
+        if why is not None:
+            raise _Retry(why)
+
+    def _answer(self, goal: Goal, history: list[Observation], text: str) -> Finish:
+        """The model's answer, unless it answers a question about the world without having
+        looked at it: then one reminder, and after it a plain failure."""
+        looked = any(o.status == "ok" for o in history)
+        about_world = goal.goal == "chat" and bool(matched(goal.text or ""))
+        if looked or not about_world:
+            return Finish(ok=True, summary=text)
+        if not self.reminded:
+            raise _Remind
+        return Finish(
+            ok=False,
+            summary=f"{DID_NOT_LOOK}: it answered without calling any tool, after a reminder, "
+            f"so its words are a guess. It said: {_short(text, 300)!r}",
+        )
 
     # bookkeeping ----------------------------------------------------------------------------
     def _cost(self, prompt: int, completion: int) -> float | None:
@@ -503,6 +684,20 @@ class LLMPlanner:
         self.cost += cost
         return round(cost, 6)
 
+    def _record_refusal(self, goal: Goal, history: list[Observation], why: str) -> None:
+        """A call refused before the gate (grounding, a bad watch_job or finish) is audited as
+        the step's refusal: it never became a call the gate saw."""
+        if self.audit is not None:
+            call_id = None
+            if history:
+                call_id = f"{history[-1].call_id.rsplit('/', 1)[0]}/{len(history) + 1}"
+            self.audit.append(
+                AGENT,
+                "llm.refused",
+                call_id=call_id,
+                payload={"goal": goal.name, "step": self.model_calls, "why": _short(why, 500)},
+            )
+
     def _record(self, step: dict[str, Any]) -> None:
         if self.audit is not None:
             self.audit.append(AGENT, "llm.step", call_id=step.get("call_id"), payload=step)
@@ -510,7 +705,57 @@ class LLMPlanner:
             self.on_step(dict(step))
 
 
-def endpoint_failure(ep: Endpoint, exc: Exception) -> str:
+def _call_key(name: str, args: dict[str, Any]) -> str:
+    """A call's arguments as its input model reads them (defaults filled), for "the same call"."""
+    skill = registry().get(name)
+    args = {k: v for k, v in args.items() if v is not None}  # the graph records {} as job_id None
+    try:
+        value: Any = skill.parse(args).model_dump(mode="json") if skill is not None else args
+    except Exception:  # noqa: BLE001  (arguments the model refuses: compared as they came)
+        value = args
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+class _Remind(Exception):
+    """The model answered a question about the world in words, without looking: remind it."""
+
+
+def _goal_words(goal: Goal) -> str:
+    """What routing reads: the chat request, or a goal file's goal, name and text."""
+    if goal.goal == "chat":
+        return goal.text or ""
+    return " ".join(str(x) for x in (goal.goal, goal.name, goal.text or "") if x)
+
+
+def read_roots(settings: Settings) -> list[Path] | None:
+    """The folders a read skill the model calls may open: the policy's allowed roots (None:
+    the policy sets none, and reads are not confined)."""
+    from nightshift.policies.model import load_policy
+
+    try:
+        roots = load_policy(settings.policy.file).limits.mount_roots()
+    except (OSError, ValueError, NightshiftError):
+        return None
+    return None if roots is None else [*roots, settings.home_path.resolve()]
+
+
+_CONTEXT = re.compile(r"context|n_ctx|too long|too many tokens", re.IGNORECASE)
+_CONTEXT_SIZE = re.compile(
+    r"(?:context(?: length| size| window)?|n_ctx)\D{0,40}?(\d[\d,]*)|(\d[\d,]*) tokens",
+    re.IGNORECASE,
+)
+
+
+def context_overflow(message: str) -> int | None:
+    """The model's context size when `message` (an HTTP 400's) says the prompt overflowed it:
+    0 when it says so without a number, None when it is about something else."""
+    if not _CONTEXT.search(message):
+        return None
+    m = _CONTEXT_SIZE.search(message)
+    return int((m.group(1) or m.group(2)).replace(",", "")) if m else 0
+
+
+def endpoint_failure(ep: Endpoint, exc: Exception, *, prompt_estimate: int | None = None) -> str:
     """What went wrong with a request to the endpoint, and what to check, in one line."""
     import openai
 
@@ -546,6 +791,16 @@ def endpoint_failure(ep: Endpoint, exc: Exception) -> str:
         detail = _short(getattr(exc, "message", "") or str(exc))
         if exc.status_code >= 500:
             return f"{where} answered HTTP {exc.status_code} {tries}: {detail}; check its log"
+        size = context_overflow(detail) if exc.status_code in (400, 413) else None
+        if size is not None:
+            sent = f", about {prompt_estimate} were sent" if prompt_estimate else ""
+            return (
+                "the prompt is longer than the model's context ("
+                + (f"{size} tokens" if size else "its size not given")
+                + f"{sent}): {where} answered HTTP {exc.status_code}: {detail}. Start the server "
+                "with a larger context (llama.cpp: -c 8192), or lower llm.prompt_budget; "
+                "llm.all_tools sends far more"
+            )
         return (
             f"{where} answered HTTP {exc.status_code}: {detail}; the server may not support "
             "this request (tool calls for this model?)"

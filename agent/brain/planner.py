@@ -35,6 +35,9 @@ class Finish(BaseModel):
     ok: bool
     summary: str
     bad_input: bool = Field(False, description="Failed on invalid input the user must fix (exit 2)")
+    operator: bool = Field(
+        False, description="Failed on what the operator must fix: the model endpoint (exit 5)"
+    )
 
 
 Action = Call | Watch | Finish

@@ -1461,6 +1461,8 @@ class ChatSession:
         outcome: Outcome = (
             "ok" if fin.get("ok") else "bad_input" if fin.get("bad_input") else "failed"
         )
+        if fin.get("operator"):  # the model endpoint failed: exit 5, as `nightshift doctor`
+            outcome = "operator"
         self._answer(str(fin.get("summary") or ""), outcome, stats=g.stats or None)
 
     def _progress(self, g: _Goal, kind: str, data: dict[str, Any]) -> None:

@@ -160,7 +160,9 @@ def run(
     w.stop_mirror()  # MLflow shows how the goal's jobs ended (a bounded last pass)
     fin = result.get("finish") or {"ok": False, "summary": "run ended without a result"}
     console.print(run_summary(w, thread, time.monotonic() - started))
-    raise typer.Exit(0 if fin["ok"] else (2 if fin.get("bad_input") else 1))
+    raise typer.Exit(
+        0 if fin["ok"] else 2 if fin.get("bad_input") else 5 if fin.get("operator") else 1
+    )
 
 
 def _job_state(w: Wiring, job_id: int) -> str | None:
@@ -266,7 +268,7 @@ def _planner(w: Wiring, asked: str | None) -> Planner:
         )
 
     say("[dim]planner: llm, {}[/]", ep.describe())
-    return LLMPlanner(ep, w.settings.llm, audit=w.audit, on_step=step)
+    return LLMPlanner.from_settings(w.settings, audit=w.audit, on_step=step)
 
 
 def _own_loop(w: Wiring, thread: str) -> None:

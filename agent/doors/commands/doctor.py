@@ -6,7 +6,14 @@ cluster, the daemon and the approval channels — each with the fix. It never pr
 
 Exit code: 0 when nothing failed (warnings are things you may not need: no model endpoint, no
 GPU, no dockerd unless the docker executor is configured), 5 when a check failed: the operator
-fixes the configuration or the environment, as elsewhere in nightshift.
+fixes the configuration or the environment, as elsewhere in nightshift. An endpoint that does
+not answer is 5 here and 5 from `nightshift chat --once` and `nightshift run` (llm.EXIT_ENDPOINT).
+
+The tool call that comes back is checked, not only parsed: `doctor_ping`'s `word` must be
+exactly "pong" (a server that HTML-escapes or pads arguments answered `pong&#34;`), and the
+check says which tool-call mode the server gave: calls parsed by the server into `tool_calls`
+(what the planner needs), or a call written as text in the content (not parsed: a template or
+parser is missing).
 """
 
 from __future__ import annotations
@@ -31,8 +38,10 @@ if TYPE_CHECKING:
 
 Status = Literal["ok", "warn", "fail", "info"]
 COLOURS = {"ok": "green", "warn": "yellow", "fail": "bold red", "info": "cyan"}
-EXIT_FAILED = 5
+EXIT_FAILED = 5  # = llm.EXIT_ENDPOINT: one code for an endpoint failure, here and in chat/run
 PING = "doctor_ping"
+PONG = "pong"
+PING_REPLY_TOKENS = 128  # sent as max_tokens: enough for one short tool call
 PING_TOOL = {
     "type": "function",
     "function": {
@@ -170,6 +179,8 @@ def _model(settings: Settings, sources: dict[str, str], timeout_s: float) -> lis
         checks.append(Check("tool calls", "fail", "not tried: the endpoint does not answer"))
         return checks
     checks += _chat(ep, client)
+    if any(c.area == "chat completion" and c.status == "ok" for c in checks):
+        checks.append(_constrained(ep, client, settings.llm.tool_mode))
     return checks
 
 
@@ -212,6 +223,7 @@ def _chat(ep: Endpoint, client: Any) -> list[Check]:
             tools=[PING_TOOL],
             tool_choice="auto",  # as the planner asks (llama-cpp-python: absent means "none")
             temperature=0,
+            max_tokens=PING_REPLY_TOKENS,
         )
     except Exception as exc:  # noqa: BLE001
         return [
@@ -233,7 +245,12 @@ def _chat(ep: Endpoint, client: Any) -> list[Check]:
     calls = [tc for tc in msg.tool_calls or [] if getattr(tc, "function", None) is not None]
     if not calls:
         said = (msg.refusal or msg.content or "").strip()
-        what = f"text instead: {said[:120]!r}" if said else "content null"
+        if PING in said:
+            what = f"mode: a call written as text, not parsed into tool_calls: {said[:120]!r}"
+        elif said:
+            what = f"text instead: {said[:120]!r}"
+        else:
+            what = "content null" if msg.content is None else f"empty content {msg.content!r}"
         checks.append(
             Check("tool calls", "fail", f"no tool call came back ({what})", TOOL_PARSER_HINT)
         )
@@ -261,11 +278,91 @@ def _chat(ep: Endpoint, client: Any) -> list[Check]:
                 f"parsed, but the model called {fn.name!r}, not {PING}: it may choose tools poorly",
             )
         )
+    elif args.get("word") != PONG:
+        checks.append(
+            Check(
+                "tool calls",
+                "fail",
+                f"parsed, but the arguments are wrong: word is {args.get('word')!r}, not "
+                f"{PONG!r}: the server or the model mangles arguments, and a job id or a path "
+                "would be mangled the same way",
+                "try another chat template or tool-call parser for this model, or a larger model",
+            )
+        )
     else:
         checks.append(
-            Check("tool calls", "ok", f"parsed: {fn.name}({json.dumps(args, ensure_ascii=False)})")
+            Check(
+                "tool calls",
+                "ok",
+                f"parsed: {fn.name}({json.dumps(args, ensure_ascii=False)}); mode: tool calls "
+                "parsed by the server",
+            )
         )
     return checks
+
+
+def _constrained(ep: Endpoint, client: Any, mode: str) -> Check:
+    """Whether the endpoint decodes under a JSON schema, in OpenAI's form (`json_schema`) or
+    llama-cpp-python's (`json_object` with a `schema`), so the planner's calls can be made
+    unbreakable (llm.tool_mode)."""
+    from nightshift.prompts import load
+
+    schema = {
+        "type": "object",
+        "properties": {"word": {"type": "string", "enum": [PONG]}},
+        "required": ["word"],
+    }
+    forms = {
+        "json_schema": {
+            "type": "json_schema",
+            "json_schema": {"name": "ping", "schema": schema, "strict": True},
+        },
+        "json_object": {"type": "json_object", "schema": schema},
+    }
+    said: dict[str, str] = {}
+    offered: list[str] = []
+    for name, form in forms.items():
+        try:
+            resp = client.chat.completions.create(
+                model=ep.model,
+                messages=[{"role": "user", "content": load("doctor_constrained")}],
+                response_format=form,
+                temperature=0,
+                max_tokens=PING_REPLY_TOKENS,
+            )
+            content = (resp.choices[0].message.content or "") if resp.choices else ""
+        except Exception as exc:  # noqa: BLE001  (a server that refuses the form: not offered)
+            said[name] = f"HTTP {getattr(exc, 'status_code', '?')}"
+            continue
+        try:
+            value = json.loads(content)
+        except ValueError:
+            value = None
+        if value == {"word": PONG}:
+            offered.append(name)
+        else:
+            said[name] = f"accepted but not enforced: {content[:60]!r}"
+    using = f"the planner uses llm.tool_mode: {mode}"
+    missed = "; ".join(f"{k}: {v}" for k, v in said.items())
+    if mode != "tools" and mode not in offered:
+        return Check(
+            "constrained output",
+            "fail",
+            f"llm.tool_mode is {mode}, which this endpoint does not enforce ({missed})",
+            f"llm.tool_mode: {offered[0]}" if offered else "llm.tool_mode: tools",
+        )
+    if offered:
+        return Check(
+            "constrained output",
+            "ok",
+            f"offered: response_format {' and '.join(offered)} decoded under the schema"
+            + (f" ({missed})" if missed else "")
+            + f"; {using}",
+            ""
+            if mode != "tools"
+            else f"llm.tool_mode: {offered[0]} makes a small model's calls unbreakable",
+        )
+    return Check("constrained output", "info", f"not offered ({missed}); {using}")
 
 
 # ------------------------------------------------------------------------------ the machine

@@ -62,8 +62,14 @@ SUITES = {
         "the web dashboard's page times with 1,000 jobs in the store",
     ),
     "chat": (
+        "nightshift.evals.chat_eval",
+        "34 everyday requests (English, Chinese, planted instructions) through the model door: "
+        "tool-choice accuracy, argument validity, tokens per step (--endpoint URL --model M; "
+        "without: the scripted server)",
+    ),
+    "chat-cases": (
         "nightshift.evals.trajectories:chat_main",
-        "the chat cases against a real model endpoint: pass rate per case",
+        "the trajectory chat cases against a real model endpoint: pass rate per case",
     ),
 }
 
