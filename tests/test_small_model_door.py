@@ -292,7 +292,7 @@ def test_the_reminder_is_heeded(w):
 def test_chat_once_exits_non_zero_when_the_model_did_not_look(home):
     with StubServer(lambda req: reply_text("ok")) as srv:
         env = {"OPENAI_BASE_URL": srv.base_url, "NIGHTSHIFT_MODEL": "m"}
-        r = nightshift("chat", "--once", "which jobs failed last night?", env=env)
+        r = nightshift("chat", "--once", "were any of the jobs slow last night?", env=env)
     assert r.returncode == 1, r.stdout + r.stderr
     assert DID_NOT_LOOK in r.stdout
 
@@ -306,7 +306,7 @@ def test_an_unreachable_endpoint_is_the_same_exit_code_in_chat_and_doctor(home):
         "NIGHTSHIFT_MODEL": "m",
         "NIGHTSHIFT_LLM__MAX_RETRIES": "0",
     }
-    chat = nightshift("chat", "--once", "what is running?", env=env)
+    chat = nightshift("chat", "--once", "anything unusual on the cluster today?", env=env)
     doctor = nightshift("doctor", "--json", env=env)
     assert "cannot reach" in chat.stdout, chat.stdout + chat.stderr
     assert chat.returncode == doctor.returncode == 5
