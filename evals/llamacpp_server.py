@@ -29,6 +29,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -45,6 +46,9 @@ from typing import Any
 import httpx
 
 CHAT_FORMAT = "chatml-function-calling"
+# "This model's maximum context length is 8192 tokens. However, you requested 8734 tokens (8734 in
+# the messages, None in the completion)…" (llama_cpp/server/errors.py)
+OVERFLOW_COUNT = re.compile(r"\((\d+) in the messages")
 N_CTX = 8192
 READY_S = 120.0  # loading a GGUF of a few hundred MB on a slow disk
 TURN_S = 600.0  # one chat turn, at most: 30 steps of a small model on two cores can take long
@@ -320,6 +324,10 @@ class RecordingProxy:
             err = reply.get("error") if isinstance(reply, dict) else None
             message = err.get("message") if isinstance(err, dict) else (err or reply)
             ex.error = " ".join(str(message).split())[:300]
+            # llama-cpp-python's overflow names the prompt as it counted it: keep that count.
+            counted = OVERFLOW_COUNT.search(ex.error)
+            if counted:
+                ex.prompt_tokens = int(counted.group(1))
         with self._lock:
             self.exchanges.append(ex)
             for t in tools:
@@ -363,18 +371,27 @@ def without(schema: Any, keyword: str) -> Any:
     return schema
 
 
+# The keywords whose grammar rules llama.cpp repeats: a bound on a string's length or on an array
+# of objects becomes that many copies of a rule, which its grammar parser refuses ("number of rules
+# that are going to be repeated … exceeds sane defaults") before the server dies.
+REPEATS = ("maxLength", "maxItems", "minItems")
+
+
 @dataclass
 class SchemaProbe:
     tool: str
-    has_max_length: bool
-    result: str  # ok | HTTP n: … | crash: SIGSEGV
-    without_max_length: str = ""  # the same probe with maxLength dropped, after a crash
+    repeats: list[str]  # which of REPEATS the schema uses
+    result: str  # ok | HTTP n | crash: SIGSEGV
+    server_said: str = ""  # the grammar error the server logged, if any
+    stripped: str = ""  # after a crash: the result with REPEATS dropped one by one
 
 
-def probe_schema(server: LlamaServer, tool: dict[str, Any], model: str) -> str:
+def probe_schema(server: LlamaServer, tool: dict[str, Any], model: str) -> tuple[str, str]:
     """One tool alone, that tool forced (so the server builds its grammar from the schema):
-    `ok`, `HTTP n: …`, or `crash: SIGNAL` (the server is restarted)."""
+    `ok`, `HTTP n`, or `crash: SIGNAL` (the server is restarted); and the grammar error the
+    server logged meanwhile."""
     name = tool["function"]["name"]
+    logged = server.log.stat().st_size if server.log and server.log.exists() else 0
     try:
         resp = httpx.post(
             f"{server.base_url}/chat/completions",
@@ -392,10 +409,17 @@ def probe_schema(server: LlamaServer, tool: dict[str, Any], model: str) -> str:
     except httpx.HTTPError as exc:
         outcome = f"no answer ({type(exc).__name__})"
     time.sleep(0.2)
+    said = ""
+    if server.log and server.log.exists():
+        with server.log.open("rb") as f:
+            f.seek(logged)
+            for line in f.read().decode(errors="replace").splitlines():
+                if "error parsing grammar" in line:
+                    said = line.split("error parsing grammar:", 1)[-1].strip()[:90]
     if not server.alive():
         outcome = f"crash: {server.exit_status()}"
         server.restart()
-    return outcome
+    return outcome, said
 
 
 def probe_schemas(
@@ -404,13 +428,16 @@ def probe_schemas(
     probes = []
     for tool in tools:
         params = tool.get("function", {}).get("parameters", {})
-        probe = SchemaProbe(
-            tool["function"]["name"],
-            "maxLength" in schema_keywords(params),
-            probe_schema(server, tool, model),
-        )
-        if probe.result.startswith("crash") and probe.has_max_length:
-            probe.without_max_length = probe_schema(server, without(tool, "maxLength"), model)
+        used = [k for k in REPEATS if k in schema_keywords(params)]
+        probe = SchemaProbe(tool["function"]["name"], used, *probe_schema(server, tool, model))
+        if probe.result.startswith("crash") and used:
+            stripped, dropped = tool, list[str]()
+            for keyword in used:
+                stripped, dropped = without(stripped, keyword), [*dropped, keyword]
+                result, _ = probe_schema(server, stripped, model)
+                probe.stripped = f"{result} without {'+'.join(dropped)}"
+                if result == "ok":
+                    break
         probes.append(probe)
     return probes
 
@@ -553,11 +580,23 @@ class Turn:
 
     @property
     def hit(self) -> bool:
-        return any(t.split(":")[0] in self.expected and t.endswith(":ok") for t in self.tools)
+        """One of the expected skills ran, or waits for a person's approval (a destructive
+        call's right outcome)."""
+        return any(
+            t.split(":")[0] in self.expected and t.endswith((":ok", ":pending")) for t in self.tools
+        )
 
     @property
     def prompts(self) -> list[int]:
+        """Each step's prompt tokens as the server counted them (an overflowed one too)."""
         return [e.prompt_tokens for e in self.exchanges if e.prompt_tokens is not None]
+
+    def steps_text(self) -> str:
+        return " / ".join(
+            f"{e.prompt_tokens}{' (overflow)' if e.overflow else ''}"
+            for e in self.exchanges
+            if e.prompt_tokens is not None
+        )
 
 
 def chat_turn(
@@ -616,13 +655,19 @@ class DoctorRun:
 
 
 def run_doctor(world: World, proxy: RecordingProxy, model: str) -> DoctorRun:
+    """`nightshift doctor --json`: its model rows (the endpoint, /models, the chat, the tool
+    call) and its exit code."""
     mark = proxy.mark
-    r = world.run("doctor", timeout=TURN_S, env=world.env(proxy.base_url, model))
-    wanted = ("endpoint", "GET /models", "chat completion", "tool calls")
+    r = world.run("doctor", "--json", timeout=TURN_S, env=world.env(proxy.base_url, model))
+    try:
+        checks = json.loads(r.stdout)
+    except ValueError:
+        checks = [{"area": "output", "status": "?", "detail": r.stdout[-300:] + r.stderr[-300:]}]
+    model_areas = ("model endpoint", "GET /models", "chat completion", "tool calls")
     rows = [
-        " ".join(line.replace("│", " ").split())
-        for line in r.stdout.splitlines()
-        if any(w in line for w in wanted)
+        f"{c.get('area')}: {c.get('status')}: {c.get('detail')}"
+        for c in checks
+        if isinstance(c, dict) and c.get("area") in model_areas
     ]
     return DoctorRun(r.returncode, rows, proxy.since(mark))
 
@@ -643,7 +688,7 @@ def turns_table(turns: list[Turn]) -> str:
     rows = []
     for t in turns:
         over = sum(e.overflow for e in t.exchanges)
-        errors = sorted({e.error[:60] for e in t.exchanges if e.error and not e.overflow})
+        errors = sorted({e.error[:80] for e in t.exchanges if e.error and not e.overflow})
         rows.append(
             [
                 t.request,
@@ -651,17 +696,17 @@ def turns_table(turns: list[Turn]) -> str:
                 ", ".join(t.tools) or "none",
                 "timeout" if t.exit_code is None else t.exit_code,
                 len(t.exchanges),
-                " / ".join(map(str, t.prompts)) or "-",
+                t.steps_text() or "-",
                 over or "-",
                 t.crashed or "-",
                 t.seconds,
-                "; ".join(errors) or (t.answer[:80] if t.answer else "-"),
+                "; ".join(errors) or (t.answer or "-"),
             ]
         )
     return table(
         [
             "request",
-            "right tool ran",
+            "right tool",
             "tools (skill:status)",
             "exit",
             "model steps",
@@ -683,7 +728,7 @@ def summary_table(turns: list[Turn]) -> str:
     overflowed = [t for t in turns if any(e.overflow for e in t.exchanges)]
     rows: list[list[Any]] = [
         ["requests", len(turns)],
-        ["right tool ran", f"{sum(t.hit for t in turns)} of {len(turns)}"],
+        ["right tool ran (or awaits approval)", f"{sum(t.hit for t in turns)} of {len(turns)}"],
         ["requests that reached the model", len(model_turns)],
         ["prompt tokens, step 1 (min-max)", f"{min(first)}-{max(first)}" if first else "-"],
         ["prompt tokens, step 2 (min-max)", f"{min(second)}-{max(second)}" if second else "-"],
@@ -702,11 +747,8 @@ def summary_table(turns: list[Turn]) -> str:
 
 def probes_table(probes: list[SchemaProbe]) -> str:
     return table(
-        ["tool", "maxLength", "forced call", "without maxLength"],
-        [
-            [p.tool, "yes" if p.has_max_length else "", p.result, p.without_max_length or ""]
-            for p in probes
-        ],
+        ["tool", "length/count bounds", "forced call", "server logged", "after a crash"],
+        [[p.tool, ", ".join(p.repeats), p.result, p.server_said, p.stripped] for p in probes],
     )
 
 

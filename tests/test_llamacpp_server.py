@@ -68,10 +68,14 @@ def test_the_proxy_records_the_usage_the_server_reported():
 
 
 def test_a_context_overflow_is_told_apart_from_other_refusals():
-    """llama-cpp-python answers a prompt longer than n_ctx with HTTP 400 naming the context; the
-    table counts those as overflows, and another 400 (a bad request) not."""
-    overflow = http_error(
-        400, "Requested tokens (8400) exceed context window of 8192: maximum context length"
+    """llama-cpp-python answers a prompt longer than n_ctx with HTTP 400 naming the context and its
+    count of the prompt; the table counts those as overflows with that count, and another 400 (a
+    bad request) not."""
+    overflow = http_error(  # llama_cpp/server/errors.py's words
+        400,
+        "This model's maximum context length is 8192 tokens. However, you requested 8734 "
+        "tokens (8734 in the messages, None in the completion). Please reduce the length of "
+        "the messages or completion.",
     )
     with (
         StubServer([overflow, http_error(400, "bad tool_choice")]) as stub,
@@ -80,8 +84,9 @@ def test_a_context_overflow_is_told_apart_from_other_refusals():
         assert _chat(proxy.base_url).status_code == 400
         assert _chat(proxy.base_url).status_code == 400
         first, second = proxy.since(0)
-    assert first.overflow and "8192" in first.error
+    assert first.overflow and first.prompt_tokens == 8734  # as the server counted the prompt
     assert not second.overflow and second.error == "bad tool_choice"
+    assert second.prompt_tokens is None
 
 
 def test_a_schema_keyword_is_dropped_wherever_it_is():
