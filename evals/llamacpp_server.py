@@ -606,12 +606,14 @@ def chat_turn(
     model: str,
     text: str,
     expected: set[str],
+    turn_s: float = TURN_S,
 ) -> Turn:
-    """One `nightshift chat --once TEXT --json` against the proxy."""
+    """One `nightshift chat --once TEXT --json` against the proxy; a turn that runs past
+    `turn_s` is ended (exit `timeout`)."""
     mark, started = proxy.mark, time.monotonic()
     try:
         r = world.run(
-            "chat", "--once", text, "--json", timeout=TURN_S, env=world.env(proxy.base_url, model)
+            "chat", "--once", text, "--json", timeout=turn_s, env=world.env(proxy.base_url, model)
         )
         code: int | None = r.returncode
         lines = r.stdout.splitlines()
@@ -797,9 +799,14 @@ def measure(args: argparse.Namespace) -> int:
             show(f"server crash during doctor: {server.exit_status()}")
             server.restart()
         turns = []
-        for text, expected in REQUESTS[: args.limit or None]:
+        chosen = [
+            (text, expected)
+            for text, expected in REQUESTS
+            if not args.only or any(o in text for o in args.only)
+        ]
+        for text, expected in chosen[: args.limit or None]:
             text = text.format(world=world.home / "world")
-            turn = chat_turn(world, proxy, server, model_name, text, expected)
+            turn = chat_turn(world, proxy, server, model_name, text, expected, args.turn_s)
             print(
                 f"  {text!r}: exit {turn.exit_code}, {turn.tools}, prompts {turn.prompts}, "
                 f"{turn.seconds} s",
@@ -847,6 +854,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--measure", action="store_true", help="Run the measurement, print tables")
     p.add_argument("--skip-schemas", action="store_true", help="Leave out the schema probes")
     p.add_argument("--limit", type=int, default=0, help="Only the first N requests")
+    p.add_argument(
+        "--only", action="append", default=[], help="Only the requests containing this text"
+    )
+    p.add_argument("--turn-s", type=float, default=TURN_S, help="One request's time limit")
     p.add_argument("--out", help="Also write the tables to this file")
     p.add_argument("--serve", action="store_true", help="Only start the server; stop on Ctrl-C")
     args = p.parse_args(argv)
