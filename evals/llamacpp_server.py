@@ -490,6 +490,7 @@ class World:
     nightshift: str
     home: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="ns-llamacpp-")))
     daemon: subprocess.Popen[bytes] | None = None
+    settings: dict[str, str] = field(default_factory=dict)  # NIGHTSHIFT_LLM__… for the door
 
     @property
     def python(self) -> str:
@@ -503,7 +504,7 @@ class World:
             NIGHTSHIFT_LOOP__POLL_INTERVAL_S="0.2",
         )
         if base_url and model:
-            env.update(OPENAI_BASE_URL=base_url, NIGHTSHIFT_MODEL=model)
+            env.update(OPENAI_BASE_URL=base_url, NIGHTSHIFT_MODEL=model, **self.settings)
         return env
 
     def run(self, *args: str, timeout: float = 120, **kw: Any) -> subprocess.CompletedProcess[str]:
@@ -641,7 +642,7 @@ def chat_turn(
         round(seconds, 1),
         list(cards.values()),
         proxy.since(mark),
-        answer=" ".join(answer.split())[:160],
+        answer=" ".join(answer.split()),
     )
     if not server.alive():
         turn.crashed = server.exit_status()
@@ -686,6 +687,11 @@ def table(head: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(out)
 
 
+def _ends(text: str, head: int = 70, tail: int = 90) -> str:
+    """A long answer's start and end (an endpoint failure's advice is at its end)."""
+    return text if len(text) <= head + tail + 3 else f"{text[:head]} … {text[-tail:]}"
+
+
 def turns_table(turns: list[Turn]) -> str:
     rows = []
     for t in turns:
@@ -702,7 +708,7 @@ def turns_table(turns: list[Turn]) -> str:
                 over or "-",
                 t.crashed or "-",
                 t.seconds,
-                "; ".join(errors) or (t.answer or "-"),
+                "; ".join(errors) or _ends(t.answer) or "-",
             ]
         )
     return table(
@@ -771,9 +777,17 @@ def doctor_table(d: DoctorRun) -> str:
 def measure(args: argparse.Namespace) -> int:
     server = LlamaServer(Path(args.model), python=args.server_python, n_ctx=args.n_ctx)
     world = World(args.nightshift)
+    for setting in args.set:
+        key, _, value = setting.partition("=")
+        if not key.startswith("NIGHTSHIFT_") or not value:
+            raise SystemExit(
+                f"--set {setting}: give NIGHTSHIFT_…=VALUE, e.g. NIGHTSHIFT_LLM__TIMEOUT_S=600"
+            )
+        world.settings[key] = value
     out: list[str] = [
         f"# llama.cpp measurement: {Path(args.model).name} (n_ctx {args.n_ctx}, {CHAT_FORMAT})",
-        f"nightshift: {args.nightshift}; scratch home: {world.home}",
+        f"nightshift: {args.nightshift}; scratch home: {world.home}; settings beyond the "
+        f"README's: {' '.join(args.set) or 'none'}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
     ]
 
     def show(text: str) -> None:
@@ -858,6 +872,14 @@ def main(argv: list[str] | None = None) -> int:
         "--only", action="append", default=[], help="Only the requests containing this text"
     )
     p.add_argument("--turn-s", type=float, default=TURN_S, help="One request's time limit")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NIGHTSHIFT_X__Y=V",
+        help="A setting for the door beyond the README's (default: none), e.g. "
+        "NIGHTSHIFT_LLM__TIMEOUT_S=600",
+    )
     p.add_argument("--out", help="Also write the tables to this file")
     p.add_argument("--serve", action="store_true", help="Only start the server; stop on Ctrl-C")
     args = p.parse_args(argv)
