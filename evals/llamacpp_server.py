@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
 CHAT_FORMAT = "chatml-function-calling"
 # "This model's maximum context length is 8192 tokens. However, you requested 8734 tokens (8734 in
@@ -561,9 +562,11 @@ class World:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.daemon.wait(timeout=30)
         for handle in (self.home / "runs" / "handles").glob("*.json"):
-            with contextlib.suppress(ValueError, OSError, KeyError, TypeError):
-                pgid = int(json.loads(handle.read_text())["pgid"])
-                if pgid > 1:
+            with contextlib.suppress(ValueError, OSError, KeyError, TypeError, psutil.Error):
+                run = json.loads(handle.read_text())
+                pid, pgid = int(run["pid"]), int(run["pgid"])
+                # Only the process the handle names, still alive (a reused id is someone else's).
+                if pgid > 1 and abs(psutil.Process(pid).create_time() - run["create_time"]) < 1:
                     os.killpg(pgid, signal.SIGTERM)
 
 
