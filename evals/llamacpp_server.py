@@ -803,7 +803,7 @@ def measure(args: argparse.Namespace) -> int:
     server.start()
     # The name the door sends is the one the server lists (README: "the model's name there").
     model_name = args.model_name or server.models()[0]
-    proxy = RecordingProxy(server.base_url).start()
+    proxy = RecordingProxy(server.base_url, timeout_s=args.turn_s).start()
     try:
         if not args.skip_schemas:
             tools = tree_tool_schemas(args.nightshift)
