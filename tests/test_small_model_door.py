@@ -430,3 +430,19 @@ def test_llama_cpp_builds_a_small_grammar_from_every_sent_schema():
     sizes = json.loads(r.stdout)
     assert sizes.pop("full:gpu_health_check") > 1_000_000  # the crash this avoids
     assert set(sizes) == set(sent) and max(sizes.values()) < 10_000, sizes
+
+
+def test_a_log_read_shows_its_last_lines_when_the_facts_are_long():
+    """job_logs' long paths do not push the log's last lines out of the observation: the model
+    is asked how a job is doing, and the end of its log is the answer."""
+    from nightshift.agent.brain.observations import summarise
+
+    result = {
+        "job_id": 1,
+        "log_path": "/home/alice/" + "deep/" * 40 + "attempt-1.log",
+        "checkpoint_dir": "/home/alice/" + "deep/" * 40 + "checkpoints",
+        "lines": [f"step {i} loss {1 / (i + 1):.3f}" for i in range(40)] + ["Traceback: CUDA OOM"],
+    }
+    text = summarise(result, 600)
+    assert len(text) <= 600 and text.endswith("Traceback: CUDA OOM")
+    assert "job_id: 1" in text

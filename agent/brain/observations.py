@@ -17,12 +17,28 @@ LIST_ITEMS = 8  # items of one list shown; the rest counted
 def summarise(value: Any, limit: int) -> str:
     """`value` (a tool result body) as `key: value` pairs, at most `limit` characters."""
     parts: list[str] = []
-    texts: list[str] = []  # lists of lines (a log's end): after the facts, so a cut takes them
+    texts: list[str] = []  # lists of lines (a log's end): what job_logs is asked for
     _walk(value, "", parts, texts)
-    text = "; ".join(parts + texts)
-    if len(text) > limit:
-        text = text[: max(0, limit - 30)].rstrip() + f" … [{len(text) - limit + 30} more chars]"
-    return text
+    facts, lines = "; ".join(parts), "; ".join(texts)
+    if not lines or len(facts) + len(lines) + 2 <= limit:
+        return _head(facts or lines, limit) if not (facts and lines) else f"{facts}; {lines}"
+    # both do not fit: the facts keep at most two thirds, the lines' END the rest (the last
+    # lines of a log are the ones that say how it is doing)
+    facts = _head(facts, max(limit - len(lines) - 2, limit // 3)) if facts else ""
+    room = limit - len(facts) - 2 if facts else limit
+    return f"{facts}; {_tail(lines, room)}" if facts else _tail(lines, room)
+
+
+def _head(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[: max(0, limit - 30)].rstrip() + f" … [{len(text) - limit + 30} more chars]"
+
+
+def _tail(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return f"[{len(text) - limit + 30} earlier chars] … " + text[-max(0, limit - 30) :].lstrip()
 
 
 def _walk(value: Any, path: str, out: list[str], texts: list[str]) -> None:
