@@ -114,7 +114,7 @@ from nightshift.runtime.scheduling.placement import (
     Start,
     penalty_of,
 )
-from nightshift.runtime.scheduling.power_model import GpuPowerModel, power_model
+from nightshift.runtime.scheduling.power_model import GpuPowerModel, PowerModelError, power_model
 from nightshift.runtime.scheduling.tariff import Period, PriceWindow, Tariff
 
 DATA = Path(__file__).resolve().parent / "data" / "traces"
@@ -1016,7 +1016,7 @@ class _Run:
                 continue
             self.segments.append((j.seg_start, t, j.sj.gpus * j.sj.share, j.watts))
             j.ran += t - j.seg_start
-            j.rem -= (t - j.seg_start) * j.rate
+            j.rem = max(0.0, j.rem - (t - j.seg_start) * j.rate)
             if r.expected_end is not None:
                 left = max(0.0, (r.expected_end - self._dt(t)).total_seconds()) * j.rate
                 end = self._capped_end(t, left) if capped else t + left
@@ -1494,6 +1494,11 @@ def add_shares(results: list[RunResult]) -> None:
             if cap_twin is not None
             else float(len(r.capped_missed))
         )
+        # every miss the twin without the cap meets, capped or not: a capped job holds its GPUs
+        # longer, so jobs queued behind it may miss too
+        m["misses_vs_cap_twin"] = (
+            len(r.missed - cap_twin.missed) if cap_twin is not None else math.nan
+        )
         for key, floor in (
             ("saving_share", "cost_floor"),
             ("saving_share_deadline", "cost_floor_deadline"),
@@ -1611,6 +1616,7 @@ MD_COLUMNS = (
     ("hold_misses", "after a hold", "{:.0f}"),
     ("hold_misses_caused", "caused", "{:.0f}"),
     ("cap_misses_caused", "caused by the cap", "{:.0f}"),
+    ("misses_vs_cap_twin", "not missed uncapped", "{:.0f}"),
     ("energy_kwh", "MWh", "{:.2f}"),
     ("cost", "cost EUR", "{:,.0f}"),
     ("saving_share", "saving share", "{:.2f}"),
@@ -1942,6 +1948,13 @@ def main(argv: list[str] | None = None) -> int:
             f"unknown trace or policy: {', '.join(bad)} (traces: {', '.join(TRACES)}; "
             f"policies: {', '.join(POLICIES)})"
         )
+    try:
+        model = power_model(args.gpu_type)
+        for p in pols:
+            if POLICIES[p].cap_at_peak_w is not None:
+                model.check_limit(POLICIES[p].cap_at_peak_w)
+    except PowerModelError as e:
+        parser.error(f"--gpu-type {args.gpu_type}: {e}")
     loads = [float(x) for x in args.load.split(",") if x.strip()]
     if not loads or any(x <= 0 for x in loads):
         parser.error("--load: positive numbers, e.g. 0.6,0.8,1.0")

@@ -157,3 +157,6 @@ def test_misses_caused_by_the_cap_are_those_its_twin_without_the_cap_meets():
     ]
     S.add_shares(runs)
     assert [r.metrics["cap_misses_caused"] for r in runs] == [1, 0, 1, 0]
+    # all the misses its uncapped twin meets, capped or not: 1 and 3 for nightshift-cap
+    assert runs[0].metrics["misses_vs_cap_twin"] == 2 and runs[2].metrics["misses_vs_cap_twin"] == 1
+    assert math.isnan(runs[1].metrics["misses_vs_cap_twin"])
