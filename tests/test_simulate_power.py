@@ -160,3 +160,20 @@ def test_misses_caused_by_the_cap_are_those_its_twin_without_the_cap_meets():
     # all the misses its uncapped twin meets, capped or not: 1 and 3 for nightshift-cap
     assert runs[0].metrics["misses_vs_cap_twin"] == 2 and runs[2].metrics["misses_vs_cap_twin"] == 1
     assert math.isnan(runs[1].metrics["misses_vs_cap_twin"])
+
+
+def test_a_gpu_type_without_a_model_or_a_cap_outside_its_range_is_refused_by_name(capsys):
+    """--gpu-type names the GPU the traces are declared to run on: one the power model does not
+    know, or one whose range the capping policies' 150 W falls outside, is a clear error."""
+    for argv, want in (
+        (["--gpu-type", "T4", "--quick"], "no power model for 'T4'"),
+        (["--gpu-type", "H100", "--quick", "--policies", "nightshift-cap"], "outside the H100"),
+    ):
+        try:
+            S.main(argv)
+        except SystemExit as e:
+            assert e.code == 2
+        else:
+            raise AssertionError(f"{argv} was accepted")
+        err = capsys.readouterr().err
+        assert "--gpu-type" in err and want in err and "Traceback" not in err
