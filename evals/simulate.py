@@ -50,10 +50,16 @@ Policies, all on the same trace window, health events and seeded job attributes:
   against; the ordering's own result, against baselines that have no tariff either);
   nightshift-notpeak the same with `cost_threshold: not_peak`; nightshift-first with first fit
   (twin srpt-first);
-  nightshift-big4 holding only jobs of 4 GPU-hours or more (`hold_min_gpu_h`).
+  nightshift-big4 holding only jobs of 4 GPU-hours or more (`hold_min_gpu_h`);
+* nightshift-cap — nightshift that also caps the power of running cost-sensitive jobs while the
+  price is in its peak band (`cap_at_peak_w`: the limit with the least energy per unit of work
+  in the power model, 150 W on a V100), unless the slower run would miss the deadline on the
+  job's estimate; urgent jobs are never capped. nightshift-caponly: the same cap with the
+  tariff's holds off (the ordering of nightshift-notariff).
 
 Metrics: waits of all, urgent and cost-sensitive jobs; deadline misses, those after a tariff hold
-or pause and those caused by it (met by the twin without the tariff); energy cost against two
+or pause and those caused by it (met by the twin without the tariff), and those after a cap
+caused by it (met by `cap_twin`, the same policy without the cap); energy cost against two
 floors (cost-sensitive work at the valley price or at the cheapest prices before its deadline,
 the rest at the tariff's average) and the share of FIFO's achievable saving each policy takes.
 
@@ -61,7 +67,10 @@ Declared, since the traces do not say (see docs/benchmarks.md for the reasons): 
 for Philly, Alibaba's hosts drawn from its node list's GPUs-per-node mix, Tiresias' 4; a cluster
 size giving the offered load asked for; jobs wider than the widest host run as gangs across hosts
 (place()'s gang placement: whole hosts first, all GPUs at once) and are counted;
-300 W per busy GPU; a three-band time-of-use tariff in the trace's own clock (Tiresias' second
+one GPU type per trace (Options.gpu_type, default V100: the traces record no power, so the type
+is declared), a busy GPU drawing the power model's watts at its limit
+(runtime/scheduling/power_model.py, Zeus' V100 measurements: 220 W uncapped) and training at
+its relative throughput; a three-band time-of-use tariff in the trace's own clock (Tiresias' second
 0 at a Monday 09:00); user runtime estimates = truth x a seeded log-uniform factor in [1, 4];
 25 % of jobs cost-sensitive; deadline = submit + 30 min + U(1.5, 4) x runtime; 1 % of GPU time
 quarantined by seeded health events (6 h mean); a pause costs 5 min of redone work.
@@ -106,6 +115,7 @@ from nightshift.runtime.scheduling.placement import (
     Start,
     penalty_of,
 )
+from nightshift.runtime.scheduling.power_model import GpuPowerModel, PowerModelError, power_model
 from nightshift.runtime.scheduling.tariff import Period, PriceWindow, Tariff
 
 DATA = Path(__file__).resolve().parent / "data" / "traces"
@@ -345,7 +355,8 @@ class Options:
     max_overestimate: float = 4.0
     health_fraction: float = 0.01  # share of GPU time quarantined
     health_mean_h: float = 6.0  # mean length of one quarantine
-    gpu_watts: float = 300.0
+    # the GPU every trace runs on, for its power model (the traces record no power: declared)
+    gpu_type: str = "V100"
     pause_overhead_s: float = 300.0  # work redone after a tariff pause (since the last checkpoint)
     max_pending: int = 5000  # pending jobs passed to one place() call, best first
     tick_s: float = 0.0  # an extra policy tick at this cadence; 0: events only
@@ -367,6 +378,18 @@ class Setup:
     @property
     def gpus(self) -> int:
         return sum(self.hosts)
+
+
+def uncapped_watts(opts: Options) -> float:
+    """A busy GPU's board power at its type's default limit, from the power model."""
+    model = power_model(opts.gpu_type)
+    return model.busy_watts(model.default_w)
+
+
+def least_energy_limit(model: GpuPowerModel) -> float:
+    """The measured limit with the least energy per unit of work (watts / throughput): where a
+    cap trades the most energy for the time it costs."""
+    return min(model.points, key=lambda p: p[2] / p[1])[0]
 
 
 def seeded_jobs(trace: Trace, opts: Options) -> list[SimJob]:
@@ -550,6 +573,10 @@ class Policy:
     rank: Rank = ""
     promote_after_h: float | None = None  # place()'s starvation guard
     las_points: float = 4.0  # order las: points per level (with preempt_margin 1: one level)
+    # while the price is in its peak band, run cost-sensitive jobs at this power limit (W) where
+    # their deadlines allow (on the estimate); None: never cap
+    cap_at_peak_w: float | None = None
+    cap_twin: str = ""  # the same policy without the cap: what a cap's misses are judged against
 
 
 _DEFAULT = Policy("", fifo=False, aging_per_hour=1.0, priorities=True, tariff=False)
@@ -573,6 +600,7 @@ _ORDER = {
     "host_fit": "best",
 }
 _NS = {**_ORDER, "tariff": True, "deadlines": True}
+CAP_W = least_energy_limit(power_model(Options.gpu_type))  # 150 W on the V100
 POLICIES = {
     p.name: p
     for p in (
@@ -597,6 +625,9 @@ POLICIES = {
         _policy("srpt-first", **(_ORDER | {"host_fit": "first"})),
         _policy("nightshift-first", twin="srpt-first", **(_NS | {"host_fit": "first"})),
         _policy("nightshift-big4", hold_min_gpu_h=4.0, twin=NOTARIFF, **_NS),
+        _policy("nightshift-cap", cap_at_peak_w=CAP_W, cap_twin=NIGHTSHIFT, twin=NOTARIFF, **_NS),
+        # no holds or pauses: only the cap at peak
+        _policy("nightshift-caponly", cap_at_peak_w=CAP_W, cap_twin=NOTARIFF, **_ORDER),
     )
 }
 # the baselines nightshift is judged against: the strongest of them (lowest mean delay) per trace
@@ -621,6 +652,9 @@ class _Job:
         "gpus",
         "shared",
         "held",
+        "rate",
+        "watts",
+        "capped",
     )
 
     def __init__(self, sj: SimJob, key: tuple, model: PendingJob):
@@ -636,6 +670,9 @@ class _Job:
         self.gpus: list[int] = []
         self.shared = sj.share < 1.0
         self.held = False  # held or paused for the tariff at least once
+        self.rate = 1.0  # work per second while running (below 1 under a power cap)
+        self.watts = 0.0  # board power per GPU while running
+        self.capped = False  # ran under the peak cap at least once
 
 
 class _Boundaries:
@@ -675,6 +712,7 @@ class RunResult:
     first_start: dict[int, float]  # job id -> when it first started (trace seconds)
     missed: frozenset[int] = frozenset()  # jobs that finished after their deadline
     held_missed: frozenset[int] = frozenset()  # of those, the ones held or paused for the tariff
+    capped_missed: frozenset[int] = frozenset()  # of those, the ones run under the peak cap
 
 
 class _Run:
@@ -717,7 +755,8 @@ class _Run:
         self.running: dict[int, RunningJob] = {}
         self.cs_running = 0
         self.left = len(setup.jobs)
-        self.segments: list[tuple[float, float, float]] = []  # (start, end, GPUs x share)
+        # (start, end, GPUs x share, watts per GPU)
+        self.segments: list[tuple[float, float, float, float]] = []
         self.queue_series: list[tuple[float, int]] = []
         self.health_rnd = [
             random.Random(f"{setup.opts.seed}:{setup.trace}:{setup.load}:gpu{i}") for i in range(n)
@@ -728,6 +767,23 @@ class _Run:
         self.queue_cap_hits = 0
         self.cs_pending: set[int] = set()  # cost-sensitive jobs waiting (tariff policies only)
         self.promoted: set[int] = set()
+        # power: every busy GPU draws the model's watts at its limit and works at its throughput
+        model = power_model(self.opts.gpu_type)
+        self.full_w = model.busy_watts(model.default_w)
+        self.full_rate = model.throughput_factor(model.default_w)
+        self.cap_w = self.cap_rate = 0.0
+        if policy.cap_at_peak_w is not None:
+            r = model.at(policy.cap_at_peak_w)
+            self.cap_w, self.cap_rate = r.watts, r.throughput / self.full_rate
+        prices = tariff()
+        self.prices = prices
+        self.peak_price = max(prices.prices())
+        self.peak = False  # the price is in its peak band now (kept only by capping policies)
+        self.bounds = (
+            _Boundaries(prices, self.origin)
+            if policy.tariff or policy.cap_at_peak_w is not None
+            else None
+        )
 
     def _knobs(self) -> dict[str, object]:
         """The Snapshot fields that are the same at every call of this run."""
@@ -848,12 +904,19 @@ class _Run:
             j.first_start = t
         j.seg_start, j.gpus = t, list(s.gpus)
         j.epoch += 1
-        self._push(t + j.rem, DONE, (j.sj.id, j.epoch))
+        capped = self._may_cap(j, t, j.rem)
+        j.rate = self.cap_rate if capped else 1.0
+        j.watts = self.cap_w if capped else self.full_w
+        j.capped = j.capped or capped
+        self._push(t + j.rem / j.rate, DONE, (j.sj.id, j.epoch))
         m = j.model
         if self.levels:
             cross = self.sizes.next_threshold(m.attained_gpu_s)
             if cross < math.inf:
                 self._push(t + (cross - m.attained_gpu_s) / j.sj.gpus, LEVEL, (j.sj.id, j.epoch))
+        end = s.expected_end
+        if capped and end is not None:  # the estimate, stretched over the peak
+            end = self._dt(self._capped_end(t, (end - self._dt(t)).total_seconds()))
         self.running[j.sj.id] = RunningJob.model_construct(
             id=m.id,
             gpus=j.gpus,
@@ -862,7 +925,7 @@ class _Run:
             priority=m.priority,
             submitted_at=m.submitted_at,
             started_at=self._dt(t),
-            expected_end=s.expected_end,
+            expected_end=end,
             pausable=m.pausable,
             cost_class=m.cost_class,
             gpu_memory_gb=None,
@@ -879,7 +942,7 @@ class _Run:
         m = self.running.pop(j.sj.id)
         if m.cost_class == "cost_sensitive":
             self.cs_running -= 1
-        self.segments.append((j.seg_start, t, j.sj.gpus * j.sj.share))
+        self.segments.append((j.seg_start, t, j.sj.gpus * j.sj.share, j.watts))
         j.ran += t - j.seg_start
         for i in j.gpus:
             self._gpu(i, -1, -j.sj.share, None)
@@ -902,7 +965,7 @@ class _Run:
             return
         self._stop(j, t)
         j.epoch += 1
-        j.rem = j.rem - (t - j.seg_start) + self.opts.pause_overhead_s
+        j.rem = j.rem - (t - j.seg_start) * j.rate + self.opts.pause_overhead_s
         attained = j.ran * j.sj.gpus  # GPUs held x time, as place() counts a running job
         j.model = self._pending_model(j.sj, j.rem * j.sj.overestimate, attained)
         j.key = self._key(j.sj, j.model)
@@ -917,6 +980,54 @@ class _Run:
         if self.policy.promote_after_h is not None and jid not in self.promoted:
             waited = t - j.sj.submit_s - j.ran
             self._push(t + max(0.0, self.policy.promote_after_h * 3600.0 - waited), PROMOTE, jid)
+
+    # -------------------------------------------------------------- power cap at peak
+    def _in_peak(self, t: float) -> bool:
+        return self.prices.price_at(self._dt(t)) >= self.peak_price - 1e-12
+
+    def _capped_end(self, t: float, work_s: float) -> float:
+        """When `work_s` seconds of full-power work started at t end if run under the cap until
+        the peak band ends and at full power after it."""
+        assert self.bounds is not None
+        peak_end = self.bounds.after(t)
+        while self._in_peak(peak_end):
+            peak_end = self.bounds.after(peak_end)
+        in_peak = (peak_end - t) * self.cap_rate
+        if work_s <= in_peak:
+            return t + work_s / self.cap_rate
+        return peak_end + work_s - in_peak
+
+    def _may_cap(self, j: _Job, t: float, rem: float) -> bool:
+        """Cap a cost-sensitive job at peak, unless the slower run would end after its deadline
+        on the user's estimate of what is left (`rem`: full-power seconds of true work left);
+        an urgent job never."""
+        if self.policy.cap_at_peak_w is None or not self.peak or not j.sj.cost_sensitive:
+            return False
+        return self._capped_end(t, rem * j.sj.overestimate) <= j.sj.deadline_s
+
+    def _recap(self, t: float) -> None:
+        """At a tariff boundary: cap the running jobs that may be capped now and lift the cap
+        of the rest, each a new segment with a completion at the new pace (a new epoch, as a
+        pause makes), and place()'s expected end stretched or shrunk alike."""
+        self.peak = self._in_peak(t)
+        for jid, r in self.running.items():
+            j = self.jobs[jid]
+            capped = self._may_cap(j, t, j.rem - (t - j.seg_start) * j.rate)
+            rate = self.cap_rate if capped else 1.0
+            if rate == j.rate:
+                continue
+            self.segments.append((j.seg_start, t, j.sj.gpus * j.sj.share, j.watts))
+            j.ran += t - j.seg_start
+            j.rem = max(0.0, j.rem - (t - j.seg_start) * j.rate)
+            if r.expected_end is not None:
+                left = max(0.0, (r.expected_end - self._dt(t)).total_seconds()) * j.rate
+                end = self._capped_end(t, left) if capped else t + left
+                r.expected_end = self._dt(end)
+            j.seg_start, j.rate = t, rate
+            j.watts = self.cap_w if capped else self.full_w
+            j.capped = j.capped or capped
+            j.epoch += 1
+            self._push(t + j.rem / j.rate, DONE, (jid, j.epoch))
 
     def _health(self, i: int, t: float) -> None:
         """Flip GPU i between healthy and quarantined (CRITICAL); schedule its next flip. Each
@@ -1023,7 +1134,10 @@ class _Run:
         if opts.health_fraction > 0:
             for i in range(n):
                 self._push(w0 + self._health_gap(i, True), HEALTH, i)
-        bounds = _Boundaries(self.tariff, self.origin) if self.tariff is not None else None
+        bounds = self.bounds
+        capping = self.policy.cap_at_peak_w is not None
+        if capping:
+            self._recap(w0)
         ticking = bounds is not None or opts.tick_s > 0
 
         def next_tick(t: float) -> float:
@@ -1064,6 +1178,8 @@ class _Run:
                 elif not tick:
                     tick = True
                     self._push(next_tick(t), TICK, None)
+                    if capping:
+                        self._recap(t)
             while ptr < total and arrivals[ptr].submit_s <= t:
                 self._arrive(arrivals[ptr])
                 ptr += 1
@@ -1075,15 +1191,17 @@ class _Run:
 
     # -------------------------------------------------------------- metrics
     def _result(self, wall_s: float, t_end: float) -> RunResult:
-        setup, opts = self.setup, self.opts
+        setup = self.setup
         w0, w1 = setup.window
         done = [(j, j.done) for j in self.jobs.values() if j.done is not None]  # (job, when)
         finished = [(j, d) for j, d in done if not j.sj.censored]
         jct = np.array([d - j.sj.submit_s for j, d in finished]) / 3600.0
         delays = [d - j.sj.submit_s - j.ran for j, d in done]
         dh = np.array(delays) / 3600.0
-        busy = sum(g * (min(b, w1) - max(a, w0)) for a, b, g in self.segments if b > w0 and a < w1)
-        kwh, cost = _energy(self.segments, opts.gpu_watts, self.origin)
+        busy = sum(
+            g * (min(b, w1) - max(a, w0)) for a, b, g, _ in self.segments if b > w0 and a < w1
+        )
+        kwh, cost = _energy(self.segments, self.origin)
         valley = tariff().cheapest_price()
         misses = sum(1 for j, d in finished if d > j.sj.deadline_s)
         hold_misses = sum(1 for j, d in finished if d > j.sj.deadline_s and j.held)
@@ -1133,6 +1251,8 @@ class _Run:
             "pauses": self.pauses,
             "preemptions": self.preemptions,
             "held": sum(1 for j in self.jobs.values() if j.held),
+            "capped": sum(1 for j in self.jobs.values() if j.capped),
+            "cap_misses": sum(1 for j, d in finished if d > j.sj.deadline_s and j.capped),
             "place_calls": self.calls,
             "queue_cap_hits": self.queue_cap_hits,
             "makespan_h": (max((d for _, d in done), default=w0) - w0) / 3600.0,
@@ -1150,6 +1270,7 @@ class _Run:
             starts,
             missed,
             frozenset(i for i in missed if self.jobs[i].held),
+            frozenset(i for i in missed if self.jobs[i].capped),
         )
 
 
@@ -1171,7 +1292,7 @@ def energy_floors(setup: Setup) -> tuple[float, float]:
     cost-sensitive jobs at (1) the valley price, or (2) the cheapest prices inside [submit,
     deadline] — what holds that keep every deadline could at best reach (a job may be cut into
     any pieces there)."""
-    key = (setup.trace, setup.window, setup.opts.seed, setup.opts.gpu_watts, len(setup.jobs))
+    key = (setup.trace, setup.window, setup.opts.seed, setup.opts.gpu_type, len(setup.jobs))
     got = _FLOORS.get(key)
     if got is not None:
         return got
@@ -1179,7 +1300,7 @@ def energy_floors(setup: Setup) -> tuple[float, float]:
     week = tar.pieces(datetime(2024, 1, 1), datetime(2024, 1, 8))
     avg = sum(p.price * (p.end - p.start).total_seconds() for p in week) / (7 * DAY)
     valley = tar.cheapest_price()
-    kw = setup.opts.gpu_watts / 1000.0
+    kw = uncapped_watts(setup.opts) / 1000.0  # uncapped: the floors do not move with a cap
     lo = min((j.submit_s for j in setup.jobs), default=0.0) - DAY
     hi = max((j.deadline_s for j in setup.jobs), default=0.0) + DAY
     starts, prices = _price_table(setup.origin, lo, hi)
@@ -1215,14 +1336,15 @@ _FLOORS: dict[tuple, tuple[float, float]] = {}
 
 
 def _energy(
-    segments: list[tuple[float, float, float]], watts: float, origin: datetime
+    segments: list[tuple[float, float, float, float]], origin: datetime
 ) -> tuple[float, float]:
-    """(kWh, cost) of busy GPUs: Σ GPUs x watts x time, priced by the tariff's pieces through a
-    prefix sum of price x hours (the same as `Tariff.energy_cost` per segment, in one pass)."""
+    """(kWh, cost) of busy GPUs, segments of (start, end, GPUs x share, watts per GPU): Σ GPUs x
+    watts x time, priced by the tariff's pieces through a prefix sum of price x hours (the same
+    as `Tariff.energy_cost` per segment, in one pass)."""
     if not segments:
         return 0.0, 0.0
-    lo = min(a for a, _, _ in segments)
-    hi = max(b for _, b, _ in segments)
+    lo = min(a for a, _, _, _ in segments)
+    hi = max(b for _, b, _, _ in segments)
     pieces = tariff().pieces(origin + timedelta(seconds=lo), origin + timedelta(seconds=hi))
     starts = [(p.start - origin).total_seconds() for p in pieces]
     prices = [p.price for p in pieces]
@@ -1234,9 +1356,8 @@ def _energy(
         i = max(0, bisect.bisect_right(starts, t) - 1)
         return cum[i] + prices[i] * (t - starts[i]) / 3600.0
 
-    kw = watts / 1000.0
-    kwh = sum(g * (b - a) for a, b, g in segments) * kw / 3600.0
-    cost = sum(g * (integral(b) - integral(a)) for a, b, g in segments) * kw
+    kwh = sum(g * w * (b - a) for a, b, g, w in segments) / 3.6e6
+    cost = sum(g * w * (integral(b) - integral(a)) for a, b, g, w in segments) / 1000.0
     return kwh, cost
 
 
@@ -1273,6 +1394,7 @@ COST_COLUMNS = [
     ("cost_lower_bound", "bound EUR", "{:,.0f}"),
     ("cost_ratio", "ratio", "{:.3f}"),
     ("pauses", "pauses", "{:.0f}"),
+    ("capped", "capped", "{:.0f}"),
     ("gangs", "gangs", "{:.0f}"),
     ("censored", "censored", "{:.0f}"),
     ("unfinished", "unfinished", "{:.0f}"),
@@ -1365,6 +1487,20 @@ def add_shares(results: list[RunResult]) -> None:
         m["hold_misses_caused"] = (
             len(r.held_missed - twin.missed) if twin is not None else float(len(r.held_missed))
         )
+        # missed after a cap, and met by the same policy without it
+        cap_twin = runs.get(
+            (r.trace, r.load, POLICIES[r.policy].cap_twin if r.policy in POLICIES else "")
+        )
+        m["cap_misses_caused"] = (
+            len(r.capped_missed - cap_twin.missed)
+            if cap_twin is not None
+            else float(len(r.capped_missed))
+        )
+        # every miss the twin without the cap meets, capped or not: a capped job holds its GPUs
+        # longer, so jobs queued behind it may miss too
+        m["misses_vs_cap_twin"] = (
+            len(r.missed - cap_twin.missed) if cap_twin is not None else math.nan
+        )
         for key, floor in (
             ("saving_share", "cost_floor"),
             ("saving_share_deadline", "cost_floor_deadline"),
@@ -1429,6 +1565,7 @@ def goals(results: list[RunResult], policy: str = NIGHTSHIFT) -> list[dict[str, 
             "delay_vs_easy_pool": ratio("delay_mean_h", by.get((trace, load, "easy-pool"))),
             "delay_vs_fifo_pool": ratio("delay_mean_h", by.get((trace, load, "fifo-pool"))),
             "saving_share_deadline": m.get("saving_share_deadline", math.nan),
+            "cap_misses_caused": m.get("cap_misses_caused", math.nan),
         }
         for _, key, limit, at_most in GOALS:
             v = _num(row[key])
@@ -1480,6 +1617,9 @@ MD_COLUMNS = (
     ("deadline_misses", "missed", "{:.0f}"),
     ("hold_misses", "after a hold", "{:.0f}"),
     ("hold_misses_caused", "caused", "{:.0f}"),
+    ("cap_misses_caused", "caused by the cap", "{:.0f}"),
+    ("misses_vs_cap_twin", "not missed uncapped", "{:.0f}"),
+    ("energy_kwh", "MWh", "{:.2f}"),
     ("cost", "cost EUR", "{:,.0f}"),
     ("saving_share", "saving share", "{:.2f}"),
     ("saving_share_deadline", "of deadline-feasible", "{:.2f}"),
@@ -1577,6 +1717,8 @@ STYLE = {
     "nightshift-notpeak": ("gold", "o", "--"),
     "nightshift-first": ("darkorange", "o", ":"),
     "nightshift-big4": ("peru", "o", "-."),
+    "nightshift-cap": ("tab:purple", "o", "-"),
+    "nightshift-caponly": ("tab:purple", "o", ":"),
 }
 PLOTTED = MAIN  # in the queue and delay-CDF plots
 
@@ -1778,7 +1920,11 @@ def main(argv: list[str] | None = None) -> int:
         default=Options.health_fraction,
         help="fraction of GPU time quarantined by health events (0: none)",
     )
-    parser.add_argument("--gpu-watts", type=float, default=Options.gpu_watts)
+    parser.add_argument(
+        "--gpu-type",
+        default=Options.gpu_type,
+        help="the GPU the traces are declared to run on, for the power model (default V100)",
+    )
     parser.add_argument(
         "--max-pending",
         type=int,
@@ -1804,6 +1950,13 @@ def main(argv: list[str] | None = None) -> int:
             f"unknown trace or policy: {', '.join(bad)} (traces: {', '.join(TRACES)}; "
             f"policies: {', '.join(POLICIES)})"
         )
+    try:
+        model = power_model(args.gpu_type)
+        for p in pols:
+            if POLICIES[p].cap_at_peak_w is not None:
+                model.check_limit(POLICIES[p].cap_at_peak_w)
+    except PowerModelError as e:
+        parser.error(f"--gpu-type {args.gpu_type}: {e}")
     loads = [float(x) for x in args.load.split(",") if x.strip()]
     if not loads or any(x <= 0 for x in loads):
         parser.error("--load: positive numbers, e.g. 0.6,0.8,1.0")
@@ -1829,7 +1982,7 @@ def main(argv: list[str] | None = None) -> int:
         cost_fraction=args.cost_sensitive,
         max_overestimate=args.overestimate,
         health_fraction=args.health,
-        gpu_watts=args.gpu_watts,
+        gpu_type=args.gpu_type,
         max_pending=args.max_pending,
         tick_s=args.tick_min * 60.0,
     )

@@ -230,17 +230,17 @@ def test_energy_cost_is_the_tariffs_energy_cost():
     origin = datetime(2023, 7, 3)
     tar = S.tariff()
     segments = [
-        (3600.0 * 5, 3600.0 * 30.5, 2.0),
-        (100.0, 200.0, 0.5),
-        (7 * 86400.0, 9 * 86400.0, 8),
+        (3600.0 * 5, 3600.0 * 30.5, 2.0, 300.0),
+        (100.0, 200.0, 0.5, 300.0),
+        (7 * 86400.0, 9 * 86400.0, 8, 150.0),
     ]
-    kwh, cost = S._energy(segments, 300.0, origin)
+    kwh, cost = S._energy(segments, origin)
     want = sum(
-        g * tar.energy_cost(origin + timedelta(seconds=a), origin + timedelta(seconds=b), 300.0)
-        for a, b, g in segments
+        g * tar.energy_cost(origin + timedelta(seconds=a), origin + timedelta(seconds=b), w)
+        for a, b, g, w in segments
     )
     assert math.isclose(cost, want, rel_tol=1e-9)
-    assert math.isclose(kwh, sum(g * (b - a) for a, b, g in segments) * 0.3 / 3600)
+    assert math.isclose(kwh, sum(g * w * (b - a) for a, b, g, w in segments) / 3.6e6)
 
 
 def test_simulation_tariff_answers_cheap_periods_like_the_tariff():
