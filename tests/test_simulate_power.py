@@ -33,7 +33,7 @@ def hand_setup(jobs: list[tuple[float, float, int, bool, float]], hosts: list[in
         for i, (sub, dur, g, cs, deadline) in enumerate(jobs, 1)
     ]
     end = max(j[0] for j in jobs) + 1.0
-    counts = {"dropped": 0, "censored": 0}
+    counts = {"gangs": 0, "censored": 0}
     return S.Setup(
         "hand",
         datetime(2024, 1, 1),
