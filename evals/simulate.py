@@ -49,7 +49,8 @@ Policies, all on the same trace window, health events and seeded job attributes:
   same with the tariff off (its `twin`: the no-tariff run that a hold's misses are judged
   against; the ordering's own result, against baselines that have no tariff either);
   nightshift-notpeak the same with `cost_threshold: not_peak`; nightshift-first with first fit
-  (twin srpt-first);
+  (twin srpt-first); nightshift-narrow, nightshift-notariff never pausing a job on more GPUs
+  than the waiting one asks for (`preempt_wider: false`: less redone work);
   nightshift-big4 holding only jobs of 4 GPU-hours or more (`hold_min_gpu_h`);
 * nightshift-cap — nightshift that also caps the power of running cost-sensitive jobs while the
   price is in its peak band (`cap_at_peak_w`: the limit with the least energy per unit of work
@@ -572,6 +573,7 @@ class Policy:
     # estimate in seconds (shortest first, exactly); "gittins", minus the reverse Gittins index
     rank: Rank = ""
     promote_after_h: float | None = None  # place()'s starvation guard
+    preempt_wider: bool = True  # place()'s: may a job pause one on more GPUs than it asks for
     las_points: float = 4.0  # order las: points per level (with preempt_margin 1: one level)
     # while the price is in its peak band, run cost-sensitive jobs at this power limit (W) where
     # their deadlines allow (on the estimate); None: never cap
@@ -621,6 +623,8 @@ POLICIES = {
         _policy("nightshift", twin=NOTARIFF, **_NS),
         # nightshift with the tariff off: the same order, fit and aging; no holds, no pauses
         _policy(NOTARIFF, **_ORDER),
+        # the same, never pausing a job wider than the one waiting: less redone work
+        _policy("nightshift-narrow", preempt_wider=False, **_ORDER),
         _policy("nightshift-notpeak", cost_threshold="not_peak", twin=NOTARIFF, **_NS),
         _policy("srpt-first", **(_ORDER | {"host_fit": "first"})),
         _policy("nightshift-first", twin="srpt-first", **(_NS | {"host_fit": "first"})),
@@ -805,6 +809,7 @@ class _Run:
             "host_fit": pol.host_fit,
             "preempt_margin": pol.preempt_margin,
             "promote_after_h": pol.promote_after_h,
+            "preempt_wider": pol.preempt_wider,
             "preempt_max_per_call": 4,
             "default_duration_s": 3600.0,
             "display_tz": None,

@@ -366,6 +366,11 @@ class SchedulerSettings(BaseModel):
         "pauses a job for one needing at most half its remaining GPU time; None: never preempt",
     )
     preempt_max_per_call: int = Field(4, ge=1)
+    preempt_wider: bool = Field(
+        True,
+        description="A waiting job may pause a running one on more GPUs than it asks for; off: "
+        "never (a pause redoes work on every GPU the victim held: less energy, more delay)",
+    )
     default_duration_min: float = Field(
         60.0, gt=0, description="For jobs with no expectation or history"
     )

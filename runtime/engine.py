@@ -271,6 +271,7 @@ class Engine:
                 "hold_min_gpu_h": sched.hold_min_gpu_h,
                 "order": sched.order,
                 "promote_after_h": sched.promote_after_h,
+                "preempt_wider": sched.preempt_wider,
                 "host_fit": sched.host_fit,
                 # Only the Ray executor launches one run across hosts (a worker per host): with
                 # any other a gang waits, saying so, and never starts on part of its GPUs.

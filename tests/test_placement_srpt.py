@@ -157,3 +157,16 @@ def test_with_no_waiter_promoted_the_first_start_has_the_fewest_gpu_seconds(size
     first = next(j for j in jobs if j.id == d.starts[0].job_id)
     least = min(max(60.0, j.gpus * j.expected_duration_s) for j in fits)
     assert max(60.0, first.gpus * first.expected_duration_s) <= least * 1.000001
+
+
+def test_preempt_wider_off_never_pauses_a_job_wider_than_the_waiting_one():
+    """A pause redoes work on every GPU the victim held: with preempt_wider off a 1-GPU job
+    does not pause an 8-GPU one (it does with the default), but still pauses a 1-GPU one."""
+    wide = running(10, list(range(8)), left_h=20.0)
+    d = place(srpt([pending(1, 1, 0.5)], 8, [wide], preempt_margin=1))
+    assert [p.victim_job_id for p in d.preemptions] == [10]
+    d = place(srpt([pending(1, 1, 0.5)], 8, [wide], preempt_margin=1, preempt_wider=False))
+    assert d.preemptions == []
+    narrow = [running(10 + i, [i], left_h=20.0) for i in range(8)]
+    d = place(srpt([pending(1, 1, 0.5)], 8, narrow, preempt_margin=1, preempt_wider=False))
+    assert len(d.preemptions) == 1

@@ -226,6 +226,12 @@ class Snapshot(BaseModel):
     preempt_max_per_call: int = Field(
         4, ge=0, description="Pending jobs that may preempt per call (no preemption storms)"
     )
+    preempt_wider: bool = Field(
+        True,
+        description="A job may pause one on more GPUs than it asks for. A pause redoes the "
+        "victim's work since its checkpoint on every GPU it held, so off saves that energy "
+        "(measured in docs/benchmarks.md) at some delay",
+    )
     default_duration_s: float = Field(
         3600.0, gt=0, description="For jobs with no expected duration"
     )
@@ -1039,6 +1045,7 @@ class _Placer:
                     ((eff(r), r) for r in snap.running if r.pausable and r.gpus),
                     key=lambda v: (v[0], v[1].id),
                 ),
+                narrow=not snap.preempt_wider,
             )
             self.victims = victims or None
 
@@ -1376,8 +1383,12 @@ def _no_fit(req: _Request) -> str:
 class _Victims:
     """Running pausable GPU jobs that preemption may pause, per host, lowest aged priority first."""
 
-    def __init__(self, cluster: _Cluster, victims: list[tuple[float, RunningJob]]):
+    def __init__(
+        self, cluster: _Cluster, victims: list[tuple[float, RunningJob]], narrow: bool = False
+    ):
         self.cluster = cluster
+        # pause only jobs on no more GPUs than the preemptor asks for (`preempt_wider` off)
+        self.narrow = narrow
         self.lowest = victims[0][0] if victims else float("inf")
         self.by_host: dict[str, list[tuple[float, RunningJob]]] = {}
         for v in victims:
@@ -1425,7 +1436,7 @@ class _Victims:
                 if v[0] > max_eff:
                     break
                 gpus = v[1].gpus
-                if forbidden.intersection(gpus):
+                if forbidden.intersection(gpus) or (self.narrow and len(gpus) > req.k):
                     continue
                 chosen.append(v)
                 for i in gpus:
