@@ -4,34 +4,12 @@ tariff; and the goals judged against the strongest baseline."""
 
 from __future__ import annotations
 
-from datetime import datetime
-
 import pytest
+from sim_setups import hand_setup
 
 from nightshift.evals import simulate as S
 
 H = 3600.0
-
-
-def hand_setup(jobs: list[tuple[float, float, int]], hosts: list[int]) -> S.Setup:
-    """(submit s, run time s, GPUs) per job, ids from 1; estimates are the truth, no health
-    events, nothing cost-sensitive, deadlines far away."""
-    sims = [
-        S.SimJob(i, sub, dur, g, 1.0, 0, False, 1.0, False, sub + 100 * dur)
-        for i, (sub, dur, g) in enumerate(jobs, 1)
-    ]
-    end = max(s for s, _, _ in jobs) + 1.0
-    counts = {"gangs": 0, "censored": 0}
-    return S.Setup(
-        "hand",
-        datetime(2024, 1, 1),
-        (0.0, end),
-        0.8,
-        sims,
-        hosts,
-        counts,
-        S.Options(health_fraction=0.0),
-    )
 
 
 def test_easy_sjf_starts_the_shortest_estimate_first_where_easy_keeps_arrival_order():

@@ -5,7 +5,8 @@ the model's throughput, never an urgent job and never one whose deadline the cap
 from __future__ import annotations
 
 import math
-from datetime import datetime
+
+from sim_setups import hand_setup
 
 from nightshift.evals import simulate as S
 from nightshift.runtime.scheduling.power_model import power_model
@@ -23,27 +24,6 @@ def cap_reading():
 
 
 PEAK = (17 * H, 21 * H)  # the simulation tariff's peak band, on the setup's first day
-
-
-def hand_setup(jobs: list[tuple[float, float, int, bool, float]], hosts: list[int]) -> S.Setup:
-    """(submit s, run time s, GPUs, cost-sensitive, deadline s) per job, ids from 1; estimates
-    are the truth, no health events; day one starts at midnight (peak 17:00-21:00)."""
-    sims = [
-        S.SimJob(i, sub, dur, g, 1.0, 0, False, 1.0, cs, deadline)
-        for i, (sub, dur, g, cs, deadline) in enumerate(jobs, 1)
-    ]
-    end = max(j[0] for j in jobs) + 1.0
-    counts = {"gangs": 0, "censored": 0}
-    return S.Setup(
-        "hand",
-        datetime(2024, 1, 1),
-        (0.0, end),
-        0.8,
-        sims,
-        hosts,
-        counts,
-        S.Options(health_fraction=0.0),
-    )
 
 
 def run(setup: S.Setup, policy: str) -> tuple[S._Run, S.RunResult]:
