@@ -440,3 +440,34 @@ def test_a_spec_that_may_span_hosts_runs_across_them_when_no_host_has_room(tmp_p
         assert [(a.host, a.gpus) for a in atts] == [("ray:10.0.0.5/1+ray:10.0.0.6/1", [1, 1])]
     else:
         assert atts == [] and holds[job.id].startswith("no 2 healthy GPUs free on one host")
+
+
+def test_a_running_gang_is_not_paused_for_a_shorter_job_but_a_one_host_job_is():
+    """A gang across two 8-GPU hosts with 20 hours left is no victim for a 1-hour 8-GPU job
+    (every rank would redo its work, and the gang would restart only to be paused again); the
+    same job with 20 hours left on one host is."""
+    gpus = hosts(8, 8)
+    gang = RunningJob(
+        id=9,
+        gpus=list(range(16)),
+        expected_end=NOW + timedelta(hours=20),
+        pausable=True,
+        submitted_at=NOW - timedelta(hours=1),
+        started_at=NOW - timedelta(minutes=30),
+    )
+    d = place(snap([job(1, 8)], gpus, [gang], order="srpt", preempt_margin=1))
+    assert d.preemptions == [] and d.starts == []
+    one_host = gang.model_copy(update={"gpus": list(range(8))})
+    d = place(snap([job(1, 8)], hosts(8), [one_host], order="srpt", preempt_margin=1))
+    assert [p.victim_job_id for p in d.preemptions] == [9]
+
+
+def test_a_victim_on_a_quarantined_gpu_is_weighed_without_error():
+    """A running job whose first GPU has since been quarantined (CRITICAL) is still a victim on
+    its host, and pausing it plans no lookup of the GPU placement no longer counts."""
+    gpus = hosts(2, bad=(0,))
+    r = RunningJob(
+        id=9, gpus=[0, 1], expected_end=NOW + timedelta(hours=20), pausable=True, submitted_at=NOW
+    )
+    d = place(snap([job(1, 1)], gpus, [r], order="srpt", preempt_margin=1))
+    assert [p.victim_job_id for p in d.preemptions] in ([9], [])

@@ -1392,16 +1392,18 @@ class _Victims:
         self.lowest = victims[0][0] if victims else float("inf")
         self.by_host: dict[str, list[tuple[float, RunningJob]]] = {}
         for v in victims:
-            g = cluster.gpus.get(v[1].gpus[0])
-            if g is not None:
-                self.by_host.setdefault(g.host, []).append(v)
+            hosts = {g.host for i in v[1].gpus if (g := cluster.gpus.get(i)) is not None}
+            if len(hosts) == 1:  # a gang is not paused: every rank would redo its work, and it
+                # would start again on its reservation only to be paused again (measured: two
+                # 16-GPU gangs paused 7,300 times in one simulated Philly week)
+                self.by_host.setdefault(hosts.pop(), []).append(v)
 
     def __bool__(self) -> bool:
         return bool(self.by_host)
 
     def drop(self, gone: list[tuple[float, RunningJob]]) -> None:
         ids = {v[1].id for v in gone}
-        hosts = {self.cluster.gpus[v[1].gpus[0]].host for v in gone}
+        hosts = {g.host for v in gone for i in v[1].gpus if (g := self.cluster.gpus.get(i))}
         for host in hosts & self.by_host.keys():
             kept = [v for v in self.by_host[host] if v[1].id not in ids]
             if kept:
