@@ -67,14 +67,14 @@ def sweep(
             "jobs": len(s.jobs),
             "gpus": s.gpus,
         }
+        means = {p: r.metrics["delay_mean_h"] for p, (r, _) in zip(policies, runs, strict=True)}
         for p, (r, wall) in zip(policies, runs, strict=True):
-            row[f"{p}_delay_h"] = r.metrics["delay_mean_h"]
+            row[f"{p}_delay_h"] = means[p]
             row[f"{p}_max_h"] = r.metrics["delay_max_h"]
             row[f"{p}_wall_s"] = wall
-        best = min(policies[1:], key=lambda p: float(row[f"{p}_delay_h"]))  # type: ignore[arg-type]
-        db = float(row[f"{best}_delay_h"])  # type: ignore[arg-type]
+        best = min(policies[1:], key=means.__getitem__)
         row["strongest"] = best
-        row["ratio"] = float(row[f"{policies[0]}_delay_h"]) / db if db else float("nan")  # type: ignore[arg-type]
+        row["ratio"] = means[policies[0]] / means[best] if means[best] else float("nan")
         rows.append(row)
     return rows
 

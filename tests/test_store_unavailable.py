@@ -30,7 +30,7 @@ from nightshift.runtime.scheduling.backoff import Backoff
 from nightshift.runtime.store.db import Job, Store
 from nightshift.runtime.store.unreachable import is_unreachable
 
-from conftest import REPO
+from conftest import REPO, DaemonRun
 
 pytestmark = pytest.mark.xdist_group("postgres")
 pytest_plugins = ["postgres_service"]
@@ -192,16 +192,11 @@ def whoami(sock: Path) -> dict:
         return json.loads(s.makefile("rb").readline())
 
 
-class Daemon:
+class Daemon(DaemonRun):
+    """The daemon, its output read line by line as it comes."""
+
     def __init__(self, env: dict[str, str]):
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "nightshift.agent.doors.cli", "daemon"],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+        super().__init__(env)
         self.lines: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
 

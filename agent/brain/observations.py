@@ -20,13 +20,17 @@ def summarise(value: Any, limit: int) -> str:
     texts: list[str] = []  # lists of lines (a log's end): what job_logs is asked for
     _walk(value, "", parts, texts)
     facts, lines = "; ".join(parts), "; ".join(texts)
-    if not lines or len(facts) + len(lines) + 2 <= limit:
-        return _head(facts or lines, limit) if not (facts and lines) else f"{facts}; {lines}"
+    joined = "; ".join(t for t in (facts, lines) if t)
+    if len(joined) <= limit:
+        return joined
+    if not lines:
+        return _head(facts, limit)
+    if not facts:
+        return _tail(lines, limit)
     # both do not fit: the facts keep at most two thirds, the lines' END the rest (the last
     # lines of a log are the ones that say how it is doing)
-    facts = _head(facts, max(limit - len(lines) - 2, limit // 3)) if facts else ""
-    room = limit - len(facts) - 2 if facts else limit
-    return f"{facts}; {_tail(lines, room)}" if facts else _tail(lines, room)
+    facts = _head(facts, max(limit - len(lines) - 2, limit // 3))
+    return f"{facts}; {_tail(lines, limit - len(facts) - 2)}"
 
 
 def _head(text: str, limit: int) -> str:
