@@ -260,7 +260,9 @@ SIGNATURES: tuple[Signature, ...] = (
     # cudaErrorInsufficientDriver's text; torch/cuda/__init__.py's driver checks; NVML's init error.
     _sig(
         "driver_mismatch",
-        r"CUDA driver version is insufficient for CUDA runtime version",
+        r"CUDA driver version is insufficient for CUDA runtime version|\bCUDA_ERROR_(?:"
+        r"INSUFFICIENT_DRIVER|SYSTEM_DRIVER_MISMATCH|COMPAT_NOT_SUPPORTED_ON_DEVICE|UNSUPPORTED_PTX_"
+        r"VERSION)\b|the provided PTX was compiled with an unsupported toolchain",
         "the NVIDIA driver is older than the CUDA runtime the code was built with",
     ),
     _sig(
@@ -363,6 +365,13 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     _sig("host_oom", r"oom_reaper: reaped process \d+", "the kernel reaped an OOM-killed process"),
     _sig("host_oom", r"oom[-_]kill event", "the batch system saw an OOM kill"),
+    # Windows' ERROR_COMMITMENT_LIMIT (1455): the page file, Windows' host memory, is used up
+    # (most often while DataLoader workers each load torch's DLLs)
+    _sig(
+        "host_oom",
+        r"\[WinError 1455\]|The paging file is too small for this operation to complete",
+        "Windows ran out of virtual memory (the page file is too small): host memory",
+    ),
     _sig(
         "host_oom",
         r"killed by the cgroup out-of-memory handler",
@@ -407,13 +416,29 @@ SIGNATURES: tuple[Signature, ...] = (
         "a DataLoader worker was SIGKILLed, most often by the OOM killer",
     ),
     # errno 28 / 122 as Python, Rust (safetensors) and the C library print them; torch.save's writer.
-    _sig("disk_full", r"No space left on device", "a write failed: the disk is full"),
+    # Also on a library's warning line: a write that failed for want of space is the cause of
+    # whatever fails after it (a checkpoint never written, a cache entry cut short).
     _sig(
         "disk_full",
-        r"\[Errno 28\]|\bkind: StorageFull\b",
+        r"No space left on device",
+        "a write failed: the disk is full",
+        on_info=True,
+    ),
+    _sig(
+        "disk_full",
+        r"\[Errno 28\]|\bkind: StorageFull\b|\bENOSPC\b",
         "a write failed: the disk is full (ENOSPC)",
+        on_info=True,
     ),
     _sig("disk_full", r"Disk quota exceeded", "a write failed: the disk quota is used up"),
+    # Windows' ERROR_DISK_FULL (112), SQLite's SQLITE_FULL, HF datasets' check before a download,
+    # tempfile finding no directory it can write in
+    _sig(
+        "disk_full",
+        r"\[WinError 112\]|There is not enough space on the disk|database or disk is full"
+        r"|No usable temporary directory found in|\bNot enough (?:free )?disk space\b",
+        "a write failed (or would): the disk is full",
+    ),
     # TensorFlow's file writers (checkpoint .tempstate, TFRecordWriter) report ENOSPC as
     # ResourceExhausted on the file's path (its OOM says "OOM when allocating", never a path).
     _sig(
@@ -556,6 +581,22 @@ SIGNATURES: tuple[Signature, ...] = (
         r"version \([\d.]+\) mismatches the version that was used to compile PyTorch",
         "the installed packages were built for different CUDA versions",
     ),
+    # pip could not install what the run needs; Windows' shell for a program not on PATH
+    _sig(
+        "import_or_env",
+        r"Could not build wheels for|Failed building wheel for|No matching distribution found for"
+        r"|Could not find a version that satisfies the requirement|\bResolutionImpossible\b"
+        r"|Microsoft Visual C\+\+ [\d.]+ (?:or greater )?is required"
+        r"|is not recognized as an internal or external command",
+        "the environment could not be set up: a package did not install (or a program is not on "
+        "the PATH)",
+    ),
+    _sig(
+        "import_or_env",
+        r"AttributeError: (?:partially initialized )?module '[\w.]+' has no attribute",
+        "a package lacks a name the code uses: the installed version is not the one the code "
+        "was written for (or a circular import)",
+    ),
     _sig(
         "import_or_env",
         r"Failed to import [\w.]+ because of the following error",
@@ -567,6 +608,21 @@ SIGNATURES: tuple[Signature, ...] = (
         r"(?:^|: )error: (?:unrecognized arguments|the following arguments are "
         r"required|argument [^:\n]+: (?:invalid|expected|ambiguous|not allowed)|invalid choice)",
         "the command line is wrong: argparse rejected it",
+    ),
+    # PyYAML's parse errors (a config file that is not valid YAML)
+    _sig(
+        "config_error",
+        r"\byaml\.(?:scanner|parser|composer|constructor)\.\w*Error\b|^\s*while (?:scanning|"
+        r"parsing) a (?:simple key|block mapping|block collection|flow mapping|quoted scalar)\b",
+        "a YAML file (most often the config) does not parse",
+    ),
+    # click's, python-fire's, absl's and jsonargparse's (LightningCLI) rejections of a command line
+    _sig(
+        "config_error",
+        r"^Error: (?:Invalid value for|No such option|Missing option|Missing argument|Got "
+        r"unexpected extra argument)|\bCould not consume arg: |Flags parsing error: "
+        r"|(?:^|: )error: Parser key \"",
+        "the command line is wrong: its parser rejected it",
     ),
     # mmcv / mmengine: the config names a type no module registered
     _sig(
@@ -654,6 +710,24 @@ SIGNATURES: tuple[Signature, ...] = (
         "a CUDA call failed",
     ),
     _sig("cuda_runtime_error", r"error == cudaSuccess \(\d+ vs\. 0\)", "a CUDA call failed"),
+    # The driver API's CUresult names (cuda.h), as XLA, CuPy, Triton and numba print them; those
+    # that mean a driver too old or absent are driver_mismatch's, out of memory cuda_oom's.
+    _sig(
+        "cuda_runtime_error",
+        r"\bCUDA_ERROR_(?!OUT_OF_MEMORY|NO_DEVICE\b|INSUFFICIENT_DRIVER|SYSTEM_DRIVER_MISMATCH"
+        r"|COMPAT_NOT_SUPPORTED_ON_DEVICE|UNSUPPORTED_PTX_VERSION|NOT_INITIALIZED)[A-Z_]+\b",
+        "a CUDA call failed (the driver's error code names how)",
+    ),
+    # torch's warning at start-up for a GPU its build has no kernels for (torch/cuda/__init__.py)
+    _sig(
+        "cuda_runtime_error",
+        r"with CUDA capability sm_\d+ is not compatible with the current PyTorch installation",
+        "the installed PyTorch was not built for this GPU's compute capability: install a build "
+        "for it, or run on a supported GPU",
+        retryable=False,
+        action="stop",
+        on_info=True,
+    ),
     _sig("cuda_runtime_error", r"CUBLAS_STATUS_EXECUTION_FAILED", "a cuBLAS kernel failed"),
     _sig("cuda_runtime_error", r"NVRM: Xid \(", "the driver reported an Xid (GPU) error"),
     _sig("cuda_runtime_error", r"fallen off the bus", "the GPU dropped off the PCIe bus"),
@@ -692,6 +766,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(
         "hang_or_timeout",
         r"\bwalltime \d+ exceeded limit \d+|TERM_RUNLIMIT: job killed after reaching LSF run time"
+        r"|Terminated due to wall ?(?:clock |time )?limit"
         r"|exceeded (?:hard|soft) wallclock time|Job was active longer than specified deadline"
         r"|\bJob exceeded its walltime limit\b"
         r"|\bDeadlineExceeded\b",
@@ -769,6 +844,14 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     # FileNotFoundError / errno 2 (not a debugger's missing source file); transformers' hub lookup.
     _sig("file_missing", r"FileNotFoundError", "a file or folder the run needs does not exist"),
+    # A path the program checked for itself; huggingface_hub's answer for a repository or file
+    # that is not on the Hub (a typo in a model id, or a private one)
+    _sig(
+        "file_missing",
+        r"['\"]?(?:\.{0,2}/|~/|[A-Za-z]:[\\/])?[\w.~-]+(?:[\\/][\w.~-]+)+['\"]? (?:does not|doesn't"
+        r"|did not) exist\b|\b(?:Repository|Entry|Revision)NotFoundError\b",
+        "a file, folder or model the run needs does not exist",
+    ),
     # transformers' from_pretrained on a path or model id that holds no such files
     _sig(
         "file_missing",
@@ -840,13 +923,21 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     _sig(
         "killed",
+        r"^(?:.*\bline \d+: +\d+ )?(?:Terminated|Beendet|已终止)(?:\s+\S.*)?$|\bTERM_OWNER: job "
+        r"killed by owner|\bReceived SIGTERM: 15\b",
+        "the shell reports the process ended by SIGTERM (the platform, the batch system or a "
+        "person)",
+        strong=False,
+    ),
+    _sig(
+        "killed",
         r"^KeyboardInterrupt\b",
         "the run was interrupted (Ctrl-C) by a person",
         strong=False,
     ),
     _sig(
         "nan_loss",
-        r"[\"']?\b(?:[A-Za-z]\w*_)?loss(?!_?scale)(?:_\w+)?[\"'\]]?\s*[:=]?\s*\[?(?:nan|inf)\b",
+        r"[\"']?\b(?:[A-Za-z]\w*_)?loss(?!_?scale)(?:_\w+)?[\"'\]]?\s*[:=]?\s*\[?-?(?:nan|inf)\b",
         "a logged loss is NaN/inf",
         strong=False,
         on_info=True,
@@ -874,7 +965,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(
         "nan_loss",
         r"overflow detected, setting loss scale to: 0\.0|Attempted loss scale: 1(?:\.0)?, "
-        r"reducing to 1\b",
+        r"reducing to 1\b|reducing loss scale to (?:0\.\d+|\d(?:\.\d+)?e-\d+)\b",
         "fp16 loss scaling has collapsed (every step overflows): the loss diverged",
         strong=False,
         on_info=True,
@@ -1461,6 +1552,15 @@ def _classify(
             "no exit status was given, and the training framework reported the run complete "
             f"with no error after it: {_clean(lines[done[-1]])}",
         )
+    quiet = _only_warnings(raw_lines, lines) if inp.exit_code is None and sig is None else []
+    if quiet and not exc_lines:
+        return result(
+            "succeeded",
+            "low",
+            ev([(None, i) for i in quiet[:2]]),
+            "no exit status was given, and the log holds only warnings (no error, no traceback, "
+            "no sign the run stopped): a warning is not a failure",
+        )
     if failed_exit:
         reasoning = f"{status}, and nothing in the log explains it"
     elif inp.exit_code is None and sig is None:
@@ -1500,6 +1600,41 @@ def model_lines(raw_lines: Sequence[str], lines: Sequence[str]) -> list[str]:
 
 
 _LEARNED_FROM = "a linear model over words, learned from public training logs"
+
+# A warning as Python, absl / TensorFlow, glog, c10 and the trainers' loggers print one (not their
+# INFO lines: a log of INFO lines that just ends is a run that stopped or hangs, not one that
+# finished).
+_WARNING_LINE = re.compile(
+    r"\b[A-Z]\w*Warning: |^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: W |^(?:\[[^\]\n]*\]:?\s*)*W\d{4} "
+    r"\d\d:\d\d:\d\d\.\d+\s+\d+ |^(?:\[[^\]\n]*\]:?\s*)*\[W(?:\d{3,4} [\d:.]+)? [^\]\s]+:\d+\]"
+    r"|\[(?:WARNING|WARN)[\]|]|^WARNING:"
+)
+# What follows a Python warning's line: the source line it quotes, `warnings.warn(`, torch's
+# "(Triggered internally at …)", and the wrapped rest of its message.
+_WARNING_TAIL = re.compile(r"^\s+\S|^\s*warnings\.warn\(|^\s*\(Triggered internally at ")
+# Words that say a run stopped, whatever the level of the line they are on.
+_STOPPED_WORDS = re.compile(
+    r"\b(?:died|dead|restart(?:ed|ing)?|kill(?:ed)?|crash(?:ed)?|abort(?:ed)?|terminat(?:ed|ing)"
+    r"|exit(?:ed|ing)?|fail(?:ed|ure)?|error|exception|fatal)\b",
+    re.IGNORECASE,
+)
+
+
+def _only_warnings(raw_lines: Sequence[str], lines: Sequence[str]) -> list[int]:
+    """The warning lines of a log that holds nothing else (each line a warning of a library's
+    logger or Python's (_WARNING_LINE), or the quoted source and wrapped text that follows one), none of them
+    saying that something stopped: [] for any other log."""
+    warned: list[int] = []
+    for i, (raw, text) in enumerate(zip(raw_lines, lines, strict=True)):
+        if not text.strip():
+            continue
+        if _STOPPED_WORDS.search(text):
+            return []
+        if _WARNING_LINE.search(_cap(pasted_log.surface(raw))) or _WARNING_LINE.search(text):
+            warned.append(i)
+        elif not (warned and _WARNING_TAIL.match(text)):
+            return []
+    return warned
 
 
 _GPU_WORDS = re.compile(r"cuda|gpu|nvidia|driver|nccl|cudnn|device", re.IGNORECASE)

@@ -1,0 +1,189 @@
+"""diagnose_failure reads a failure as the tool that reports it prints it, not only as the corpus's
+repositories happened to: each case is one tool's own message (the tool and where it prints it
+named), pasted alone, without an exit status, as a person pastes a log. All but two were read as
+something else, or as unknown, before the signatures were written from the tools' texts (the
+compute-capability warning only by the log model, at low confidence)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pytest
+
+from nightshift.runtime.config import Settings
+from nightshift.runtime.store.db import Store
+from nightshift.skills.base import SkillContext
+from nightshift.skills.diagnose_failure import diagnose_failure
+
+from conftest import run_skill
+
+CASES: list[tuple[str, str, str]] = [
+    # (what prints it, the log, the category)
+    (
+        "a library's UserWarning carrying ENOSPC, then an error that is its consequence",
+        "/usr/lib/python3/dist-packages/torch/serialization.py:100: UserWarning: [Errno 28] No "
+        "space left on device\n  warnings.warn(\nTraceback (most recent call last):\n  File "
+        '"train.py", line 10, in <module>\n    foo()\n'
+        "AttributeError: 'NoneType' object has no attribute 'shape'\n",
+        "disk_full",
+    ),
+    (
+        "Windows' ERROR_DISK_FULL (112)",
+        "OSError: [WinError 112] There is not enough space on the disk\n",
+        "disk_full",
+    ),
+    ("SQLite's SQLITE_FULL", "sqlite3.OperationalError: database or disk is full\n", "disk_full"),
+    (
+        "tempfile.gettempdir() when no directory can be written",
+        "FileNotFoundError: [Errno 2] No usable temporary directory found in ['/tmp', "
+        "'/var/tmp', '/usr/tmp', '/home/u']\n",
+        "disk_full",
+    ),
+    (
+        "Windows' ERROR_COMMITMENT_LIMIT (1455) loading torch's DLLs in a DataLoader worker",
+        "OSError: [WinError 1455] The paging file is too small for this operation to complete. "
+        'Error loading "C:\\Python38\\lib\\site-packages\\torch\\lib\\cudnn_cnn_infer64_8.dll" or '
+        "one of its dependencies.\n",
+        "host_oom",
+    ),
+    (
+        "C's printf of a negative NaN in a training loop's progress line",
+        "Iter: 500, Loss: -nan, Acc: 0.00\nIter: 600, Loss: -nan, Acc: 0.00\n",
+        "nan_loss",
+    ),
+    (
+        "apex's dynamic loss scaler halving below 1",
+        "Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 1.0\n"
+        "Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 0.5\n",
+        "nan_loss",
+    ),
+    (
+        "XLA reporting the driver API's CUresult",
+        "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: Failed to execute XLA Runtime "
+        "executable: run time error: custom call 'xla.gpu.func.launch' failed: "
+        "CUDA_ERROR_ILLEGAL_ADDRESS\n",
+        "cuda_runtime_error",
+    ),
+    (
+        "torch/cuda/__init__.py's warning for a GPU its build has no kernels for",
+        "NVIDIA GeForce RTX 4090 with CUDA capability sm_89 is not compatible with the current "
+        "PyTorch installation.\nThe current PyTorch install supports CUDA capabilities sm_37 "
+        "sm_50 sm_60 sm_70.\n",
+        "cuda_runtime_error",
+    ),
+    (
+        "TensorFlow's cuInit with CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
+        "E tensorflow/stream_executor/cuda/cuda_driver.cc:271] failed call to cuInit: "
+        "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH: system has unsupported display driver / cuda driver "
+        "combination\n",
+        "driver_mismatch",
+    ),
+    (
+        "PyYAML's scanner on a config that does not parse",
+        'yaml.scanner.ScannerError: mapping values are not allowed here\n  in "configs/train.yaml"'
+        ", line 3, column 8\n",
+        "config_error",
+    ),
+    (
+        "click's BadParameter",
+        "Error: Invalid value for '--epochs': 'ten' is not a valid integer.\n",
+        "config_error",
+    ),
+    (
+        "python-fire's unconsumed argument",
+        "ERROR: Could not consume arg: --learning_rate\nUsage: train.py <flags>\n",
+        "config_error",
+    ),
+    (
+        "absl.flags on an unknown flag",
+        "FATAL Flags parsing error: Unknown command line flag 'model_dir'\n",
+        "config_error",
+    ),
+    (
+        "pip's resolver",
+        "ERROR: Could not build wheels for flash-attn, which is required to install "
+        "pyproject.toml-based projects\n",
+        "import_or_env",
+    ),
+    (
+        "pip on a pin that does not exist",
+        "ERROR: No matching distribution found for torch==1.4.0\n",
+        "import_or_env",
+    ),
+    (
+        "cmd.exe for a program not on the PATH",
+        "'python' is not recognized as an internal or external command,\noperable program or "
+        "batch file.\n",
+        "import_or_env",
+    ),
+    (
+        "NumPy 1.24 without the aliases it removed",
+        "AttributeError: module 'numpy' has no attribute 'float'.\n",
+        "import_or_env",
+    ),
+    (
+        "huggingface_hub for a model id that is not on the Hub",
+        "huggingface_hub.utils._errors.RepositoryNotFoundError: 404 Client Error.\n",
+        "file_missing",
+    ),
+    (
+        "a program's own check of a path",
+        "AssertionError: ./data/coco/images/train2017 does not exist\n",
+        "file_missing",
+    ),
+    (
+        "bash's report of a SIGTERMed job",
+        "./train.sh: line 12: 1234 Terminated              python train.py\n",
+        "killed",
+    ),
+    ("bash in a German locale (SIGTERM)", "Beendet\n", "killed"),
+    ("LSF's owner kill", "TERM_OWNER: job killed by owner.\n", "killed"),
+    (
+        "Lightning's SIGTERM handler",
+        "[rank: 0] Received SIGTERM: 15\nBypassing SIGTERM: 15\n",
+        "killed",
+    ),
+    (
+        "a PBS site's epilogue",
+        "Exited with exit code 140. Terminated due to wall time limit\n",
+        "hang_or_timeout",
+    ),
+    (
+        "Python warnings only (torch's meshgrid deprecation): nothing failed",
+        " UserWarning: torch.meshgrid: in an upcoming release, it will be required to pass the "
+        "indexing argument.\n(Triggered internally at ..\\aten\\src\\ATen\\native\\TensorShape.cpp"
+        ":3191.)\n",
+        "succeeded",
+    ),
+]
+
+
+@pytest.fixture
+def ctx(tmp_path) -> SkillContext:
+    return SkillContext(
+        store=Store(f"sqlite:///{tmp_path}/s.db"),
+        settings=Settings(home=str(tmp_path)),
+        now=datetime(2026, 12, 6, 3, 0),
+    )
+
+
+@pytest.mark.parametrize(("tool", "log", "category"), CASES, ids=[c[0][:48] for c in CASES])
+def test_a_tools_own_message_is_read_as_its_cause(ctx, tool, log, category):
+    r = run_skill(diagnose_failure, ctx, {"log_tail": log})
+    assert r.category == category, (tool, r.category, r.reasoning)
+
+
+def test_info_lines_that_just_end_are_not_a_finished_run(ctx):
+    """Only warnings reads as finished; a log of INFO lines that stops (DeepSpeed starting its
+    process group) does not."""
+    log = (
+        "[2024-06-11 00:23:36,254] [INFO] [comm.py:637:init_distributed] cdb=None\n"
+        "[2024-06-11 00:23:36,254] [INFO] [comm.py:668:init_distributed] Initializing "
+        "TorchBackend in DeepSpeed with backend nccl\n"
+    )
+    assert run_skill(diagnose_failure, ctx, {"log_tail": log}).category != "succeeded"
+
+
+def test_a_warning_that_says_something_stopped_is_not_success(ctx):
+    log = "WARNING:root:kernel 64d26b43-fec6-4352-bdc2-0a820f7219c6 restarted\n"
+    assert run_skill(diagnose_failure, ctx, {"log_tail": log}).category != "succeeded"
