@@ -260,7 +260,9 @@ SIGNATURES: tuple[Signature, ...] = (
     # cudaErrorInsufficientDriver's text; torch/cuda/__init__.py's driver checks; NVML's init error.
     _sig(
         "driver_mismatch",
-        r"CUDA driver version is insufficient for CUDA runtime version|\bCUDA_ERROR_(?:"
+        # (TensorFlow's cuda_diagnostics.cc compares the kernel module's version with libcuda's)
+        r"CUDA driver version is insufficient for CUDA runtime version|\bkernel version [\d.]+ "
+        r"does not match DSO version|\bCUDA_ERROR_(?:"
         r"INSUFFICIENT_DRIVER|SYSTEM_DRIVER_MISMATCH|COMPAT_NOT_SUPPORTED_ON_DEVICE|UNSUPPORTED_PTX_"
         r"VERSION)\b|the provided PTX was compiled with an unsupported toolchain",
         "the NVIDIA driver is older than the CUDA runtime the code was built with",
@@ -365,6 +367,11 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     _sig("host_oom", r"oom_reaper: reaped process \d+", "the kernel reaped an OOM-killed process"),
     _sig("host_oom", r"oom[-_]kill event", "the batch system saw an OOM kill"),
+    _sig(
+        "host_oom",
+        r"Your session crashed after using all available RAM",
+        "Colab ended the session: it used all the host memory (RAM)",
+    ),
     # Windows' ERROR_COMMITMENT_LIMIT (1455): the page file, Windows' host memory, is used up
     # (most often while DataLoader workers each load torch's DLLs)
     _sig(
@@ -929,6 +936,15 @@ SIGNATURES: tuple[Signature, ...] = (
         "person)",
         strong=False,
     ),
+    # A bare bus error: in a training run most often shared memory (/dev/shm) too small for the
+    # DataLoader's workers (a container's 64 MB default), else a file mapped and then truncated
+    _sig(
+        "host_oom",
+        r"^Bus error\b|\bBus error \(core dumped\)",
+        "a bus error: most often shared memory (/dev/shm) too small for the DataLoader's workers "
+        "(give the container more with --shm-size, or use fewer workers)",
+        strong=False,
+    ),
     _sig(
         "killed",
         r"^KeyboardInterrupt\b",
@@ -1484,6 +1500,14 @@ def _classify(
     tb_lines = [i for i, line in enumerate(lines) if _TRACEBACK.match(line)]
     fatal = [i for i, line in enumerate(lines) if _FATAL_C.search(line)]
     launcher = [i for i, line in enumerate(lines) if _LAUNCHER.search(line)]
+    config_key = _config_key_error(lines, exc_lines)
+    if config_key is not None:
+        return result(
+            "config_error",
+            "medium" if failed_exit else "low",
+            ev([(None, i) for i in config_key]),
+            f"the config lacks a key the code reads ({_clean(lines[config_key[-1]])}); {status}",
+        )
     if failed_exit and (exc_lines or fatal):
         picked = (exc_lines[-2:] if exc_lines else []) + fatal[-1:]
         last = _clean(lines[picked[-1]])
@@ -1561,6 +1585,33 @@ def _classify(
             "no exit status was given, and the log holds only warnings (no error, no traceback, "
             "no sign the run stopped): a warning is not a failure",
         )
+    written = [i for i, line in enumerate(lines) if line.strip() and not _FENCE.match(line)]
+    if inp.exit_code is None and sig is None and not exc_lines and written:
+        ended = [
+            i
+            for i in written
+            if _PROCESS_ENDED.search(lines[i]) or _ERROR_LEVEL.search(raw_lines[i])
+        ]
+        finished = _last_epoch_done(lines, written)
+        if not ended and finished is not None:
+            return result(
+                "succeeded",
+                "low",
+                ev([(None, finished)]),
+                "no exit status was given, and the log ends with its last epoch complete "
+                f"({_clean(lines[finished])}) and no error after it",
+            )
+        if not ended:
+            return result(
+                "hang_or_timeout",
+                "low",
+                ev([(None, written[-1])]),
+                "no exit status was given, and the log just stops, with no error and nothing "
+                "that says the process ended: in reports like this most often a run that stopped "
+                "making progress (a hang), else one that died silently. If it is still running, "
+                "dump its stacks (py-spy dump --pid PID); if it is gone, look for the OOM killer "
+                "(dmesg)",
+            )
     if failed_exit:
         reasoning = f"{status}, and nothing in the log explains it"
     elif inp.exit_code is None and sig is None:
@@ -1576,15 +1627,24 @@ def _learned(
     cat: str, lines: list[str], raw_lines: list[str], failed_exit: bool
 ) -> tuple[str, log_classifier.Reading] | None:
     """The log model's category where it differs from a low-confidence verdict and leads clearly,
-    read from enough words (LEARNED_MIN_WORDS); never `succeeded` for a run that exited failing, never
-    `unknown` over a guess."""
+    read from enough words (LEARNED_MIN_WORDS); never `succeeded` for a run that exited failing or
+    whose log ends in an error, never `unknown` over a guess."""
     model = LOG_MODEL_LOADER()
     reading = log_classifier.read(model_lines(raw_lines, lines), model) if model else None
     if reading is None or reading.category in (cat, "unknown") or reading.words < LEARNED_MIN_WORDS:
         return None
-    if reading.margin < LEARNED_MIN_MARGIN or (reading.category == "succeeded" and failed_exit):
+    if reading.margin < LEARNED_MIN_MARGIN:
+        return None
+    if reading.category == "succeeded" and (failed_exit or _ends_in_error(lines)):
         return None
     return reading.category, reading
+
+
+def _ends_in_error(lines: list[str]) -> bool:
+    """Whether an exception line is among the log's last lines (a run that ended in an error did
+    not succeed, whatever else its words say)."""
+    tail = [line for line in lines if line.strip()][-TAIL_LINES:]
+    return any(_EXCEPTION_LINE.match(line.strip()) for line in tail)
 
 
 def model_lines(raw_lines: Sequence[str], lines: Sequence[str]) -> list[str]:
@@ -1608,16 +1668,48 @@ _WARNING_LINE = re.compile(
     r"\b[A-Z]\w*Warning: |^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: W |^(?:\[[^\]\n]*\]:?\s*)*W\d{4} "
     r"\d\d:\d\d:\d\d\.\d+\s+\d+ |^(?:\[[^\]\n]*\]:?\s*)*\[W(?:\d{3,4} [\d:.]+)? [^\]\s]+:\d+\]"
     r"|\[(?:WARNING|WARN)[\]|]|^WARNING:"
+    # glog's W level without its date, as old TensorFlow printed it (`W tensorflow/…/x.cc:302] …`)
+    r"|(?:^|:\s)W [\w.-]+(?:/[\w.-]+)*\.(?:cc|cpp|h|py):\d+\]"
 )
 # What follows a Python warning's line: the source line it quotes, `warnings.warn(`, torch's
 # "(Triggered internally at …)", and the wrapped rest of its message.
 _WARNING_TAIL = re.compile(r"^\s+\S|^\s*warnings\.warn\(|^\s*\(Triggered internally at ")
 # Words that say a run stopped, whatever the level of the line they are on.
+# (Not "error" or "failure": warnings say those of what might happen — "Failure to do this will
+# result in …" — and an error line of the log's own is found as one.)
 _STOPPED_WORDS = re.compile(
-    r"\b(?:died|dead|restart(?:ed|ing)?|kill(?:ed)?|crash(?:ed)?|abort(?:ed)?|terminat(?:ed|ing)"
-    r"|exit(?:ed|ing)?|fail(?:ed|ure)?|error|exception|fatal)\b",
+    r"\b(?:died|dead|restart(?:ed|ing)|killed|crashed|aborted|terminated|core dumped)\b",
     re.IGNORECASE,
 )
+# What is printed once a process has ended: a shell's prompt back (`root@host:/dir# `, `(env)
+# user@host:~$ `, `PS C:\dir> `), a notebook's empty cell prompt, a kernel that died or restarted.
+_PROCESS_ENDED = re.compile(
+    r"^(?:\([\w.-]+\) )?[\w.-]+@[\w.-]+(?::| )[^\n]*[#$%]\s*$|^PS [A-Za-z]:\\[^\n]*>\s*$"
+    r"|^In \[ ?\]:|kernel (?:appears to have )?died|\bkernel [\w-]+ restarted\b|Restarting kernel"
+    r"|\bsession crashed\b",
+    re.IGNORECASE,
+)
+
+
+def _last_epoch_done(lines: Sequence[str], written: Sequence[int]) -> int | None:
+    """The line of the log's last epoch counter when it reads N of N and every step counter after
+    it is full too (Keras' `Epoch 3/3` then `1500/1500 [====…]`): the loop ran to its end."""
+    epochs = [i for i in written if _EPOCH_OF.search(lines[i])]
+    if not epochs:
+        return None
+    m = _EPOCH_OF.search(lines[epochs[-1]])
+    assert m is not None
+    if int(m.group(1)) != int(m.group(2)) or int(m.group(2)) == 0:
+        return None
+    steps = [
+        (int(a), int(b))
+        for i in written
+        if i >= epochs[-1]
+        for a, b in _STEP_OF.findall(_EPOCH_OF.sub("", lines[i]))
+    ]
+    if steps and steps[-1][0] != steps[-1][1]:
+        return None
+    return epochs[-1]
 
 
 def _only_warnings(raw_lines: Sequence[str], lines: Sequence[str]) -> list[int]:
@@ -1625,6 +1717,7 @@ def _only_warnings(raw_lines: Sequence[str], lines: Sequence[str]) -> list[int]:
     logger or Python's (_WARNING_LINE), or the quoted source and wrapped text that follows one), none of them
     saying that something stopped: [] for any other log."""
     warned: list[int] = []
+    after = 0
     for i, (raw, text) in enumerate(zip(raw_lines, lines, strict=True)):
         if not text.strip():
             continue
@@ -1632,9 +1725,34 @@ def _only_warnings(raw_lines: Sequence[str], lines: Sequence[str]) -> list[int]:
             return []
         if _WARNING_LINE.search(_cap(pasted_log.surface(raw))) or _WARNING_LINE.search(text):
             warned.append(i)
-        elif not (warned and _WARNING_TAIL.match(text)):
+            after = 0
+        elif _FENCE.match(text):
+            continue
+        elif warned and (
+            _WARNING_TAIL.match(text) or (after < _WARNING_WRAP and not _LOG_RECORD.search(text))
+        ):
+            after += 1  # its quoted source, or the wrapped rest of a warning's message
+        else:
             return []
     return warned
+
+
+# A line a logger wrote at its error level (an error with no traceback: the run did not just stop)
+_ERROR_LEVEL = re.compile(
+    r"\[ERROR\]|\]\[ERROR\]|\bERROR(?::| -| \|)|^E\d{4} |^Error\b|\] ERROR\b|\bFATAL\b"
+)
+# A line that is a record of its own (a timestamp, an INFO level, a training loop's counters),
+# never the wrapped rest of a warning's message
+_LOG_RECORD = re.compile(
+    r"^\[?\d{4}[-/]\d\d[-/]\d\d|\bINFO\b|^\[?I\d{4} |\b(?:epoch|step|iter(?:ation)?|loss)\b",
+    re.IGNORECASE,
+)
+# A training loop's epoch counter (`Epoch 3/3`, `epoch [10/10]`, `Epoch 5 of 5`) and a step
+# counter (`1500/1500`)
+_EPOCH_OF = re.compile(r"\bepoch\s*[:\[(]?\s*(\d+)\s*(?:/|of)\s*(\d+)\b", re.IGNORECASE)
+_STEP_OF = re.compile(r"(?<![\d./])(\d+)/(\d+)(?![\d./])")
+_FENCE = re.compile(r"^\s*(?:`{3}\w*|~{3})\s*$")  # a markdown code fence around the pasted log
+_WARNING_WRAP = 3  # unindented lines after a warning read as the rest of its message
 
 
 _GPU_WORDS = re.compile(r"cuda|gpu|nvidia|driver|nccl|cudnn|device", re.IGNORECASE)
@@ -1648,6 +1766,28 @@ def _own_error(lines: list[str]) -> bool:
         and not line.strip().startswith("KeyboardInterrupt")
         for line in lines
     )
+
+
+# A config object read by key (`cfg["training"]["n_workers"]`, `self.params.pop(key)`,
+# `conf.load(path)["Experiment"]`, `hparams.get(...)`) on the line a KeyError was raised from.
+_CONFIG_READ = re.compile(
+    r"\b(?:cfg|conf|config|configs|opts?|args|h?params|hparams|hyper_?params|hyp|hps|settings)"
+    r"\w*\s*(?:\[|\.(?:get|pop)\()|\b(?:conf|config|cfg)\w*\.load\([^\n]*\)\s*\[",
+    re.IGNORECASE,
+)
+_KEY_ERROR = re.compile(r"^(?:\[[^\]\n]*\]:?\s*)*KeyError: ['\"][^'\"]+['\"]\s*$")
+
+
+def _config_key_error(lines: list[str], exc_lines: list[int]) -> list[int] | None:
+    """The lines of a KeyError raised where the code reads a config by key (the code line the
+    traceback quotes above it): a config that lacks a key its code needs."""
+    if not exc_lines or not _KEY_ERROR.match(lines[exc_lines[-1]].strip()):
+        return None
+    at = exc_lines[-1]
+    code = next((i for i in range(at - 1, max(at - 3, -1), -1) if lines[i].strip()), None)
+    if code is None or _FRAME.match(lines[code]) or not _CONFIG_READ.search(lines[code]):
+        return None
+    return [code, at]
 
 
 # Where a stuck process waits: the innermost frame of a traceback printed when it was

@@ -262,10 +262,11 @@ def test_tensorflow_warning_lines_are_not_the_evidence(ctx):
 )
 def test_noisy_healthy_logs_get_no_confident_category(ctx, fixture):
     """Start-up noise (TF's dlerror for an optional CUDA library, c10d connect retries, DeepSpeed
-    WARNINGs) is not a failure: without an exit status unknown — or, where the trainer printed
-    its end (the HF Trainer's train_runtime), succeeded — at low confidence; succeeded with 0."""
-    finished = fixture == "clean_run_with_warnings.log"
-    assert diagnose(ctx, fixture).category == ("succeeded" if finished else "unknown")
+    WARNINGs) is not a failure: without an exit status, succeeded where the loop ran to its end
+    (Keras' last epoch complete, the HF Trainer's train_runtime), else a log that just stops
+    (a hang, at low confidence); succeeded with 0."""
+    stops = fixture == "torchrun_socket_warnings.log"
+    assert diagnose(ctx, fixture).category == ("hang_or_timeout" if stops else "succeeded")
     assert diagnose(ctx, fixture).confidence == "low"
     assert diagnose(ctx, fixture, exit_code=0).category == "succeeded"
 
@@ -527,7 +528,7 @@ def test_clean_exit_is_succeeded_even_with_warnings(ctx):
     assert r.evidence == []
 
 
-def test_warnings_without_an_exit_status_are_unknown(ctx, tmp_path):
+def test_warnings_without_an_exit_status_get_no_confident_category(ctx, tmp_path):
     """With no exit status, a log of warnings gets no confident (wrong) category; the trainer's
     own report that it finished makes it succeeded, at low confidence, unless an error follows."""
     r = diagnose(ctx, "clean_run_with_warnings.log")
@@ -536,8 +537,10 @@ def test_warnings_without_an_exit_status_are_unknown(ctx, tmp_path):
     lines = (LOGS / "clean_run_with_warnings.log").read_text().splitlines()
     cut = [line for line in lines if "train_runtime" not in line]
     (tmp_path / "cut.log").write_text("\n".join(cut) + "\n")
+    # its end cut off: the log just stops (a hang by the rules; the log model, which may
+    # overrule a low-confidence verdict, reads its words as a finished run's), low either way
     r = diagnose(ctx, str(tmp_path / "cut.log"))
-    assert r.category == "unknown" and r.confidence == "low"
+    assert r.category in ("hang_or_timeout", "succeeded") and r.confidence == "low"
     after = lines + ["RuntimeError: something the trainer raised after its summary"]
     (tmp_path / "after.log").write_text("\n".join(after) + "\n")
     assert diagnose(ctx, str(tmp_path / "after.log")).category != "succeeded"
@@ -710,7 +713,7 @@ def test_cli_json_is_the_result_model(home):
 
 def test_cli_unknown_is_still_exit_zero(home):
     """A log with no recognised failure is reported as unknown, and that is not an error of the command."""
-    proc = nightshift("diagnose", str(LOGS / "tf_startup_warnings.log"))
+    proc = nightshift("diagnose", str(LOGS / "tf_startup_warnings.log"), "--exit-code", "3")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("unknown  confidence low, retryable no")
 
@@ -822,7 +825,7 @@ def test_nan_loss_in_progress_lines_without_a_traceback_is_nan_loss(ctx):
         "     42/299     65.1G       nan    0.0151         0       nan      1963       320\n"
     )
     assert diagnose(ctx, log_tail=rows).category == "nan_loss"
-    assert diagnose(ctx, log_tail=rows.split("\n")[0]).category == "unknown"  # one row: no
+    assert diagnose(ctx, log_tail=rows.split("\n")[0]).category != "nan_loss"  # one row: no
 
 
 def test_nccl_warn_and_error_codes_are_nccl(ctx):

@@ -79,6 +79,14 @@ CASES: list[tuple[str, str, str]] = [
         "driver_mismatch",
     ),
     (
+        "TensorFlow's cuda_diagnostics.cc beside cuInit's CUDA_ERROR_INVALID_VALUE",
+        "E tensorflow/stream_executor/cuda/cuda_driver.cc:491] failed call to cuInit: "
+        "CUDA_ERROR_INVALID_VALUE\nE tensorflow/stream_executor/cuda/cuda_diagnostics.cc:296] "
+        "kernel version 352.63.0 does not match DSO version 361.93.2 -- cannot find working "
+        "devices in this configuration\n",
+        "driver_mismatch",
+    ),
+    (
         "PyYAML's scanner on a config that does not parse",
         'yaml.scanner.ScannerError: mapping values are not allowed here\n  in "configs/train.yaml"'
         ", line 3, column 8\n",
@@ -187,3 +195,85 @@ def test_info_lines_that_just_end_are_not_a_finished_run(ctx):
 def test_a_warning_that_says_something_stopped_is_not_success(ctx):
     log = "WARNING:root:kernel 64d26b43-fec6-4352-bdc2-0a820f7219c6 restarted\n"
     assert run_skill(diagnose_failure, ctx, {"log_tail": log}).category != "succeeded"
+
+
+def _traceback(code: str, error: str) -> str:
+    return (
+        'Traceback (most recent call last):\n  File "train.py", line 63, in train\n'
+        f"    {code}\n{error}\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("code", "error", "category"),
+    [
+        ('num_workers=cfg["training"]["n_workers"],', "KeyError: 'n_workers'", "config_error"),
+        ("value = self.params.pop(key)", "KeyError: 'train_data_path'", "config_error"),
+        (
+            "args = conf.compile(conf.load(args['exp']))['Experiment']",
+            "KeyError: 'Experiment'",
+            "config_error",
+        ),
+        # a lookup in the program's own data is its own bug (or its data's), not the config's
+        ("index = self._map[image_id]", "KeyError: '391090'", "crashed"),
+        ("label = labels[name]", "KeyError: 'cat'", "crashed"),
+    ],
+)
+def test_a_key_error_reading_a_config_is_the_configs(ctx, code, error, category):
+    r = run_skill(diagnose_failure, ctx, {"log_tail": _traceback(code, error), "exit_code": 1})
+    assert r.category == category, r.reasoning
+
+
+PROGRESS = "".join(
+    f"2020-10-19 22:0{i}:12,688 - mmdet - INFO - Epoch [1][{4400 + 50 * i}/4502]   lr: 0.00357, "
+    f"eta: 1 day, 1:24:38, time: 0.879, data_time: 0.006, loss_cls: 0.47\n"
+    for i in range(3)
+)
+
+
+def test_a_pasted_log_that_just_stops_reads_as_a_hang(ctx):
+    """No exit status, no error, nothing that says the process ended: in reports of this shape a
+    hang is what people most often find (low confidence, with what to check)."""
+    r = run_skill(diagnose_failure, ctx, {"log_tail": PROGRESS})
+    assert (r.category, r.confidence) == ("hang_or_timeout", "low")
+    assert "py-spy dump" in r.reasoning and "dmesg" in r.reasoning
+
+
+@pytest.mark.parametrize(
+    "after",
+    [
+        "root@1e2726dafa6a /o/i/u/d/simpledet# \n",  # the shell's prompt is back: it exited
+        "(base) user@gpu01:~/proj$ \n",
+        "The kernel appears to have died. It will restart automatically.\n",
+        "[2025-10-31 05:07:11,062][__main__][ERROR] - Error executing job with overrides: []\n",
+    ],
+)
+def test_a_log_that_says_the_process_ended_is_no_hang(ctx, after):
+    r = run_skill(diagnose_failure, ctx, {"log_tail": PROGRESS + after})
+    assert r.category != "hang_or_timeout", r.reasoning
+
+
+def test_with_an_exit_status_a_log_that_stops_is_not_called_a_hang(ctx):
+    """The daemon always knows the exit status: a run that exited is no hang."""
+    r = run_skill(diagnose_failure, ctx, {"log_tail": PROGRESS, "exit_code": 1})
+    assert r.category != "hang_or_timeout"
+
+
+def test_colab_running_out_of_ram_is_host_memory(ctx):
+    log = "> Your session crashed after using all available RAM. If you are interested in access "
+    log += "to high-RAM runtimes, you may want to check out Colab Pro\n"
+    assert run_skill(diagnose_failure, ctx, {"log_tail": log}).category == "host_oom"
+
+
+def test_tensorflow_warnings_without_their_date_are_warnings(ctx):
+    log = (
+        "W tensorflow/core/kernels/queue_base.cc:302] _2_FIFOQueueV2: Skipping cancelled "
+        "dequeue attempt with queue not closed\n"
+    ) * 3
+    assert run_skill(diagnose_failure, ctx, {"log_tail": log}).category == "succeeded"
+
+
+def test_a_bare_bus_error_is_shared_memory(ctx):
+    log = "2019-04-16 11:58:14  Creating workers...\nBus error (core dumped)\n"
+    r = run_skill(diagnose_failure, ctx, {"log_tail": log})
+    assert r.category == "host_oom" and "/dev/shm" in r.reasoning

@@ -119,11 +119,17 @@ def test_without_a_model_file_the_signatures_decide_alone(tmp_path):
             None,
             "hang_or_timeout",
         ),
-        # A pasted log that ends on a bar short of its total is not read as a hang: on the
-        # tuning split that was as often a silent death, a run still going or a NaN run
+        # A pasted log that ends on a bar short of its total, with no exit status, reads as a
+        # hang at low confidence (what reports of that shape most often turn out to be) ...
         (
             "Epoch 1/30\n 999/1000 [============================>.] - ETA: 1s - loss: 0.2676\n",
             None,
+            "hang_or_timeout",
+        ),
+        # ... but not once the run is known to have exited
+        (
+            "Epoch 1/30\n 999/1000 [============================>.] - ETA: 1s - loss: 0.2676\n",
+            1,
             None,
         ),
         # An interrupt that did not come while waiting is no hang either
