@@ -118,6 +118,7 @@ MAX_KERNEL_LOG_BYTES = 256 * 1024  # the tail of the kernel log that is examined
 MAX_MATCH_CHARS = 4096  # a longer line is matched on its first and last half of this
 MAX_EVIDENCE = 5
 TAIL_LINES = 15  # "the log ends in": within its last this many non-blank lines
+_BARE_ERROR_END = 3  # without a traceback, an error "ends the log" only within its last lines
 MAX_LINE_CHARS = 300
 LR_FACTOR = 0.5
 
@@ -466,7 +467,9 @@ SIGNATURES: tuple[Signature, ...] = (
     # torch/serialization.py (zip and legacy readers); safetensors; TensorFlow; zipfile (numpy).
     _sig(
         "checkpoint_corrupt",
-        r"PytorchStreamReader failed reading (?:zip archive|file)",
+        r"PytorchStreamReader failed reading (?:zip archive|file)|Expected hasRecord\(\"version\"\)"
+        r" to be true|inline_container\.cc:\d+\] \. file not found: archive/"
+        r"|Unable to load weights from h5 file",
         "torch.load found a truncated or corrupt checkpoint",
     ),
     _sig(
@@ -509,7 +512,9 @@ SIGNATURES: tuple[Signature, ...] = (
         "autograd found NaN in a backward pass",
     ),
     _sig(
-        "nan_loss", r"Minimum loss scale reached", "fp16 loss scaling collapsed: the loss diverged"
+        "nan_loss",
+        r"Minimum loss scale reached|\bInvalid loss, terminating training\b",
+        "fp16 loss scaling collapsed, or Keras' TerminateOnNaN stopped on it: the loss diverged",
     ),
     # deepspeed/runtime/fp16/loss_scaler.py, raised when the dynamic scale cannot go lower.
     _sig(
@@ -587,6 +592,17 @@ SIGNATURES: tuple[Signature, ...] = (
         r"compiled with different CUDA (?:major )?versions|The detected CUDA "
         r"version \([\d.]+\) mismatches the version that was used to compile PyTorch",
         "the installed packages were built for different CUDA versions",
+    ),
+    # An extension built against another NumPy (its C API version, its dtype size, NumPy 2's
+    # warning); torch.utils.cpp_extension without ninja or failing to compile; a CPU-only torch.
+    _sig(
+        "import_or_env",
+        r"compiled against API version \w+ but this version of numpy is|numpy\.dtype size "
+        r"changed, may indicate binary incompatibility|compiled using NumPy 1\.x cannot be run in"
+        r" NumPy 2|numpy\.core\.multiarray failed to import|Ninja is required to load C\+\+ "
+        r"extensions|Error compiling objects for extension|Torch not compiled with CUDA enabled",
+        "the installed packages do not fit together (an extension built for another NumPy or "
+        "torch, no compiler tools for an extension, or a CPU-only torch)",
     ),
     # pip could not install what the run needs; Windows' shell for a program not on PATH
     _sig(
@@ -856,7 +872,9 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(
         "file_missing",
         r"['\"]?(?:\.{0,2}/|~/|[A-Za-z]:[\\/])?[\w.~-]+(?:[\\/][\w.~-]+)+['\"]? (?:does not|doesn't"
-        r"|did not) exist\b|\b(?:Repository|Entry|Revision)NotFoundError\b",
+        r"|did not) exist\b|\b(?:Repository|Entry|Revision)NotFoundError\b|(?:does not|doesn't) "
+        r"exist: ['\"]?(?:\.{0,2}/|~/|/|[A-Za-z]:[\\/])|Error no file named [\w.]+(?:, [\w.]+)*"
+        r"(?: or [\w.]+)? found in directory",
         "a file, folder or model the run needs does not exist",
     ),
     # transformers' from_pretrained on a path or model id that holds no such files
@@ -923,6 +941,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(
         "host_oom",
         r"^(?:.*\bline \d+: +\d+ )?(?:Killed\b(?!\s+process)|Getötet|已杀死|已殺死|Processus arrêté"
+        r"|zsh: killed\b|\[\d+\] +\d+ killed +\S"
         r"|Terminado \(killed\)|強制終了)",
         "the shell reports the process SIGKILLed with no other error: on a training run most "
         "often the kernel OOM killer (host memory)",
@@ -985,6 +1004,14 @@ SIGNATURES: tuple[Signature, ...] = (
         "fp16 loss scaling has collapsed (every step overflows): the loss diverged",
         strong=False,
         on_info=True,
+    ),
+    # torch.distributed used before init_process_group; DDP's unused-parameter reduction error
+    _sig(
+        "nccl_or_distributed",
+        r"Default process group has not been initialized|Expected to have finished reduction in "
+        r"the prior iteration before starting a new one",
+        "the distributed setup is wrong (no process group initialised, or DDP finding parameters "
+        "that took no part in the loss: find_unused_parameters)",
     ),
     # NCCL's warnings and its error code propagating up (`NCCL INFO x.cc:12 -> 2`).
     _sig(
@@ -1067,7 +1094,14 @@ _EXCEPTION_LINE = re.compile(
     r"Interrupt|Exit)(?::.*)?$"
 )
 _TRACEBACK = re.compile(r"^(?:\[[^\]\n]*\]:?\s*)*Traceback \(most recent call last\):")
-_FATAL_C = re.compile(r"Segmentation fault|core dumped|Fatal Python error|^Aborted\b|Bus error")
+_FATAL_C = re.compile(
+    r"Segmentation fault|core dumped|Fatal Python error|^Aborted\b|Bus error"
+    # libstdc++'s uncaught C++ exception; glog's fatal CHECK; a fatal signal handler's banner
+    r"|terminate called after throwing an instance of|^\s*what\(\):|\bCheck failed: "
+    r"|\*\*\* Check failure stack trace|^\*\*\* (?:Aborted at|SIG[A-Z]+ )"
+    # Windows' NTSTATUS for an access violation, a stack overflow, a stack buffer overrun
+    r"|exit code -?(?:1073741819|1073741571|1073740791)\b|0xC0000005|0xC00000FD|0xC0000409"
+)
 # What training frameworks print when a run is over (Lightning, the HF Trainer, Ultralytics,
 # maskrcnn-benchmark/detectron2's hooks) and the plain words scripts use for it.
 _COMPLETED = re.compile(
@@ -1294,6 +1328,11 @@ def _classify(
     # What each line says as pasted_log reads it (quote marks, colour codes, timestamps, levels
     # and rank labels off; a progress bar's last redraw); evidence quotes the original line.
     lines = [pasted_log.primary(line) for line in raw_lines]
+    if inp.exit_code is None and sig is None:
+        reported = _reported_exit_code(lines)
+        if reported is not None:  # the IDE or shell that ran it printed how it ended
+            inp = inp.model_copy(update={"exit_code": reported})
+            sig = _signal_of(reported, None)
     failed_exit = (inp.exit_code not in (None, 0)) or sig is not None
     hits = _enough(_match(raw_lines), lines)
     strong = {c: h for c, h in hits.items() if any(s.strong for s, _ in h)}
@@ -1553,6 +1592,22 @@ def _classify(
                 "no exit status was given, but the log ends in an uncaught exception "
                 f"that matches no known signature: {_clean(lines[exc_lines[-1]])}",
             )
+    ends = [i for i, line in enumerate(lines) if line.strip()][-_BARE_ERROR_END:]
+    if (
+        inp.exit_code is None
+        and sig is None
+        and exc_lines
+        and exc_lines[-1] in ends
+        and not lines[exc_lines[-1]].strip().startswith("KeyboardInterrupt")
+    ):
+        # No exit status and no traceback pasted, but the log ends in an error of the program's
+        return result(
+            "crashed",
+            "low",
+            ev([(None, exc_lines[-1])]),
+            "no exit status was given, but the log ends in an error that matches no known "
+            f"signature: {_clean(lines[exc_lines[-1]])}",
+        )
     if inp.exit_code is None and sig is None and fatal:
         # No exit status, but the shell or the interpreter reported a native crash.
         return result(
@@ -1586,7 +1641,8 @@ def _classify(
             "no sign the run stopped): a warning is not a failure",
         )
     written = [i for i, line in enumerate(lines) if line.strip() and not _FENCE.match(line)]
-    if inp.exit_code is None and sig is None and not exc_lines and written:
+    errorish = exc_lines or tb_lines or fatal or launcher
+    if inp.exit_code is None and sig is None and not errorish and written:
         ended = [
             i
             for i in written
@@ -1621,6 +1677,21 @@ def _classify(
     else:
         reasoning = status
     return result("unknown", "low", ev([(None, i) for i in exc_lines[-2:]]), reasoning)
+
+
+# How PyCharm and other IDEs' run consoles end a run: `Process finished with exit code 137
+# (interrupted by signal 9: SIGKILL)`. (Windows' NTSTATUS codes, far outside a byte, are read as
+# native crashes instead: _FATAL_C.)
+_REPORTED_EXIT = re.compile(r"^Process finished with exit code (-?\d{1,3})\b")
+
+
+def _reported_exit_code(lines: list[str]) -> int | None:
+    """The exit code the log's own last lines report, if they do."""
+    for line in [line for line in lines if line.strip()][-3:]:
+        m = _REPORTED_EXIT.match(line.strip())
+        if m and -255 <= int(m.group(1)) <= 255:
+            return int(m.group(1))
+    return None
 
 
 def _learned(

@@ -157,6 +157,76 @@ CASES: list[tuple[str, str, str]] = [
         "hang_or_timeout",
     ),
     (
+        "glog's fatal CHECK (Caffe)",
+        "F0523 10:11:12.123456 12345 net.cpp:123] Check failed: bottom_shape == top_shape (3 vs. "
+        "4)\n*** Check failure stack trace: ***\n",
+        "crashed",
+    ),
+    (
+        "libstdc++ on an uncaught C++ exception",
+        "terminate called after throwing an instance of 'c10::Error'\n  what():  index out of "
+        "range in self\n",
+        "crashed",
+    ),
+    (
+        "an error line pasted alone, without its traceback",
+        "ValueError: Expected input batch_size (32) to match target batch_size (64).\n",
+        "crashed",
+    ),
+    (
+        "PyCharm's run console: SIGSEGV",
+        "Process finished with exit code 139 (interrupted by signal 11: SIGSEGV)\n",
+        "crashed",
+    ),
+    (
+        "PyCharm on Windows: an access violation (0xC0000005)",
+        "Process finished with exit code -1073741819 (0xC0000005)\n",
+        "crashed",
+    ),
+    (
+        "PyCharm's run console: SIGKILL, nothing else",
+        "Epoch 3/10\nProcess finished with exit code 137 (interrupted by signal 9: SIGKILL)\n",
+        "killed",
+    ),
+    ("zsh's job notice for a SIGKILLed child", "zsh: killed     python train.py\n", "host_oom"),
+    (
+        "an extension built against another NumPy",
+        "RuntimeError: module compiled against API version 0x10 but this version of numpy is 0xf\n",
+        "import_or_env",
+    ),
+    (
+        "torch.utils.cpp_extension without ninja",
+        "RuntimeError: Ninja is required to load C++ extensions\n",
+        "import_or_env",
+    ),
+    (
+        "a CPU-only torch asked for CUDA",
+        "AssertionError: Torch not compiled with CUDA enabled\n",
+        "import_or_env",
+    ),
+    (
+        "torch.distributed used before init_process_group",
+        "RuntimeError: Default process group has not been initialized, please make sure to call "
+        "init_process_group.\n",
+        "nccl_or_distributed",
+    ),
+    (
+        "Keras' TerminateOnNaN",
+        "Epoch 00005: early stopping\nBatch 20: Invalid loss, terminating training\n",
+        "nan_loss",
+    ),
+    (
+        "torch.load on a file that is not a whole checkpoint",
+        'RuntimeError: Expected hasRecord("version") to be true, but got false.\n',
+        "checkpoint_corrupt",
+    ),
+    (
+        "transformers finding no weights file",
+        "OSError: Error no file named pytorch_model.bin, tf_model.h5, model.ckpt.index or "
+        "flax_model.msgpack found in directory models/bert.\n",
+        "file_missing",
+    ),
+    (
         "Python warnings only (torch's meshgrid deprecation): nothing failed",
         " UserWarning: torch.meshgrid: in an upcoming release, it will be required to pass the "
         "indexing argument.\n(Triggered internally at ..\\aten\\src\\ATen\\native\\TensorShape.cpp"
