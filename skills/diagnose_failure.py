@@ -1641,8 +1641,8 @@ def _classify(
             "no sign the run stopped): a warning is not a failure",
         )
     written = [i for i, line in enumerate(lines) if line.strip() and not _FENCE.match(line)]
-    errorish = exc_lines or tb_lines or fatal or launcher
-    if inp.exit_code is None and sig is None and not errorish and written:
+    error_lines = exc_lines or tb_lines or fatal or launcher
+    if inp.exit_code is None and sig is None and not error_lines and written:
         ended = [
             i
             for i in written
