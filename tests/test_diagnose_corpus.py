@@ -142,12 +142,12 @@ def test_held_out_accuracy(rows):
     carry the cause): 104 of 162 (64.2 %). With the second collection's 91 held-out repositories
     (259 logs): the rules alone 159 (61.4 %), the rules with the log model fitted on the tuning
     split 190 (73.4 %); after more signatures tuned on the tuning split, 191 (73.7 %). At stop
-    41 (352 logs, 333 repositories): 265 (75.3 %) at its start, 292 (83.0 %) after the tools'
+    41 (352 logs, 333 repositories): 265 (75.3 %) at its start, 299 (84.9 %) after the tools'
     own messages and a pasted log that just stops read as a hang. This guards the measured
     figure against regressions; the held-out misses are not listed by the eval (they are not
     for tuning)."""
     held = [r for r in rows if r["held_out"]]
-    assert accuracy(held) >= 0.82, f"{sum(r['ok'] for r in held)} of {len(held)}"
+    assert accuracy(held) >= 0.84, f"{sum(r['ok'] for r in held)} of {len(held)}"
     table = {c["category"]: c for c in per_category(held)}
     assert table.keys() <= CATEGORIES
 
