@@ -5,7 +5,6 @@ The daemon, `nightshift run` and the scale benchmark all load it through `load_s
 from __future__ import annotations
 
 import json
-import statistics
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any, Literal
 
@@ -15,6 +14,7 @@ from sqlalchemy.orm import aliased
 
 from nightshift.runtime.executors.executor import HostGpus, gang_ranks
 from nightshift.runtime.scheduling.backoff import Backoff
+from nightshift.runtime.scheduling.estimates import Estimator, PastRun, params_key
 from nightshift.runtime.scheduling.local_time import deadline_of
 from nightshift.runtime.scheduling.placement import (
     QUARANTINED,
@@ -142,6 +142,31 @@ def _deadline(text: Any, submitted: datetime, tz: tzinfo) -> datetime | None:
         return None
 
 
+def _past_runs(rows: Any, sqlite: bool) -> list[PastRun]:
+    """One PastRun per finished job of the history rows (one row per attempt)."""
+    took: dict[int, float] = {}
+    first: dict[int, Any] = {}
+    for r in rows:
+        first.setdefault(r.id, r)
+        if r.ended_at is not None:
+            took[r.id] = took.get(r.id, 0.0) + (r.ended_at - r.started_at).total_seconds()
+    out = []
+    for job_id, seconds in took.items():
+        r = first[job_id]
+        raw = (
+            r.asked
+            if sqlite
+            else ((r.asked or {}).get("resources") or {}).get("expected_duration_min")
+        )
+        try:
+            minutes = float(raw) if raw is not None else None
+        except (TypeError, ValueError):
+            minutes = None
+        asked_s = minutes * 60.0 if minutes and 0 < minutes <= MAX_MINUTES else None
+        out.append(PastRun(r.owner, r.name, params_key(r.params), asked_s, seconds))
+    return out
+
+
 def _pluck(spec: dict[str, Any]) -> list[Any]:
     out = []
     for path in SPEC_FIELDS:
@@ -220,9 +245,10 @@ def load_snapshot(
         distinct value, and a queued job whose stored fields fail is set `failed` with the reason
         (a running one is seen with neutral values) instead of stopping the loop. On SQLite
         only the fields placement needs leave the database (one `json_extract` with several paths:
-        decoding each whole spec costs ten times more). Expected duration: the spec's
-        `expected_duration_min`, else the median of this name's succeeded attempts, else the
-        snapshot default; a job resumed from a checkpoint expects what remains after its earlier
+        decoding each whole spec costs ten times more). Expected duration: learned from the
+        finished jobs of the same names and owners (estimates.py: this job's earlier runs, else
+        the owner's estimate scaled by how their estimates turned out, else runs of its name),
+        else the snapshot default; a job resumed from a checkpoint expects what remains after its earlier
         attempts; a running job ends by its timeout at the latest. Backoff: a queued job whose last
         attempt failed waits its backoff from the attempt's end: counted on the monotonic clock given
     in `mono` (now, boot id) where the attempt ended on this boot, so a wall-clock step moves no
@@ -254,6 +280,8 @@ def load_snapshot(
             select(
                 Job.id,
                 Job.name,
+                Job.owner,
+                Job.params,
                 Job.priority,
                 Job.state,
                 Job.created_at,
@@ -292,12 +320,30 @@ def load_snapshot(
             .order_by(Attempt.job_id, Attempt.number)
         ).all()
         other = aliased(Job)
+        asked = (
+            func.json_extract(Job.spec, "$.resources.expected_duration_min", type_=String)
+            if sqlite
+            else Job.spec
+        )
+        # Finished jobs of the active jobs' names or owners, all their attempts: what a job
+        # took is the time of every attempt it needed.
         history = conn.execute(
-            select(Job.name, Attempt.started_at, Attempt.ended_at)
+            select(
+                Job.id,
+                Job.owner,
+                Job.name,
+                Job.params,
+                asked.label("asked"),
+                Attempt.started_at,
+                Attempt.ended_at,
+            )
             .join(Job, Job.id == Attempt.job_id)
             .where(
-                Attempt.outcome == "succeeded",
-                Job.name.in_(select(other.name).where(other.state.in_(active))),
+                Job.state == "succeeded",
+                or_(
+                    Job.name.in_(select(other.name).where(other.state.in_(active))),
+                    Job.owner.in_(select(other.owner).where(other.state.in_(active))),
+                ),
             )
         ).all()
         latest = latest_gpu_sample_ids(node=node, cluster=cluster, sources=health_sources)
@@ -307,11 +353,7 @@ def load_snapshot(
             .order_by(GpuSample.host, GpuSample.gpu_index)
         ).all()
 
-    took: dict[str, list[float]] = {}
-    for name, started, ended in history:
-        if ended is not None:
-            took.setdefault(name, []).append((ended - started).total_seconds())
-    typical = {name: statistics.median(v) for name, v in took.items()}
+    estimator = Estimator(_past_runs(history, sqlite))
     last: dict[int, Any] = {}
     ran_s: dict[int, float] = {}
     failures: dict[int, int] = {}
@@ -379,7 +421,10 @@ def load_snapshot(
             begin_text,
             span_hosts,
         ) = values
-        expected = minutes * 60.0 if minutes else typical.get(j.name)
+        learned = estimator.estimate(
+            j.owner, j.name, params_key(j.params), minutes * 60.0 if minutes else None
+        )
+        expected = learned.expected_s if learned is not None else None
         deadline = _deadline(deadline_text, j.created_at, tz)
         att = last.get(j.id)
         common = {

@@ -1,0 +1,107 @@
+"""Expected durations learned from the store's history (runtime/scheduling/estimates.py): this
+job's earlier runs first, then its owner's estimate corrected by how their estimates turned out,
+then runs of its name; read by the daemon's snapshot from real store rows."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+
+from nightshift.runtime.scheduling.estimates import MIN_RATIOS, Estimator, PastRun, params_key
+from nightshift.runtime.scheduling.snapshot import load_snapshot
+from nightshift.runtime.store.db import Attempt, Job, Store
+
+NOON = datetime(2026, 12, 6, 12, 0)
+H = 3600.0
+
+
+def run(owner="alice", name="bert", params=None, asked_h=None, took_h=1.0) -> PastRun:
+    return PastRun(owner, name, params_key(params), asked_h and asked_h * H, took_h * H)
+
+
+def test_this_jobs_own_runs_come_first():
+    est = Estimator([run(took_h=5), run(took_h=7), run(took_h=6), run(name="other", took_h=1)])
+    e = est.estimate("alice", "bert", params_key(None), asked_s=1 * H)
+    assert e is not None and e.expected_s == 6 * H and e.source == "this job's earlier runs"
+    assert 6 * H <= e.upper_s <= 7 * H
+
+
+def test_an_owners_estimate_is_scaled_by_how_their_estimates_turned_out():
+    """Alice's estimates were half the truth three times: her new 2 h reads as 4 h; Bob, with no
+    such record, is taken at his word."""
+    past = [run(name=f"j{i}", asked_h=1, took_h=2) for i in range(MIN_RATIOS)]
+    est = Estimator(past)
+    e = est.estimate("alice", "new", params_key({"lr": 0.1}), asked_s=2 * H)
+    assert e is not None and e.expected_s == pytest.approx(4 * H)
+    assert "turned out" in e.source
+    bob = est.estimate("bob", "new", params_key(None), asked_s=2 * H)
+    assert bob is not None and bob.expected_s == 2 * H and bob.source == "the owner's estimate"
+    few = Estimator(past[: MIN_RATIOS - 1]).estimate("alice", "new", params_key(None), 2 * H)
+    assert few is not None and few.expected_s == 2 * H  # too few to judge her by
+
+
+def test_other_parameters_then_other_owners_when_nothing_was_asked():
+    est = Estimator([run(params={"lr": 1}, took_h=3), run(owner="bob", name="gpt", took_h=9)])
+    mine = est.estimate("alice", "bert", params_key({"lr": 2}), asked_s=None)
+    assert mine is not None and mine.expected_s == 3 * H
+    assert mine.source == "the owner's runs of this name"
+    theirs = est.estimate("alice", "gpt", params_key(None), asked_s=None)
+    assert theirs is not None and theirs.expected_s == 9 * H
+    assert est.estimate("alice", "never-seen", params_key(None), asked_s=None) is None
+
+
+def test_parameters_are_one_key_whatever_their_order():
+    assert params_key({"a": 1, "b": 2}) == params_key({"b": 2, "a": 1})
+
+
+def _job(s, name, owner, *, state, asked_min=None, params=None, attempts=()):
+    resources = {"gpus": 1} | ({"expected_duration_min": asked_min} if asked_min else {})
+    job = Job(
+        name=name,
+        owner=owner,
+        state=state,
+        params=params or {},
+        spec={"name": name, "command": ["true"], "resources": resources},
+        created_at=NOON - timedelta(days=2),
+        updated_at=NOON - timedelta(days=1),
+    )
+    s.add(job)
+    s.flush()
+    start = NOON - timedelta(days=2)
+    for n, (hours, outcome) in enumerate(attempts, 1):
+        s.add(
+            Attempt(
+                job_id=job.id,
+                number=n,
+                state="ended",
+                outcome=outcome,
+                gpus=[0],
+                started_at=start,
+                ended_at=start + timedelta(hours=hours),
+            )
+        )
+        start += timedelta(hours=hours + 1)
+
+
+def test_the_snapshot_expects_what_the_store_says_the_jobs_took(tmp_path):
+    """From real rows: a job that needed two attempts took both (3 h + 2 h); alice's three
+    earlier estimates were a third of the truth, so her new 1 h job is expected to take 3 h; a
+    queued job of a name with history and no estimate gets that name's median."""
+    store = Store(f"sqlite:///{tmp_path}/s.db")
+    with store.session() as s:
+        _job(s, "bert", "alice", state="succeeded", attempts=[(3, "failed"), (2, "succeeded")])
+        for i in range(3):
+            _job(
+                s, f"old{i}", "alice", state="succeeded", asked_min=60, attempts=[(3, "succeeded")]
+            )
+        _job(s, "bert", "alice", state="queued")
+        _job(s, "fresh", "alice", state="queued", asked_min=60)
+        _job(s, "fresh", "bob", state="queued", asked_min=60)
+        s.commit()
+    sn = load_snapshot(store, NOON)
+    got = {(p.name, p.id): p.expected_duration_s for p in sn.pending}
+    bert = next(v for (n, _), v in got.items() if n == "bert")
+    assert bert == pytest.approx(5 * H)
+    fresh = sorted(v for (n, _), v in got.items() if n == "fresh")
+    assert fresh == [pytest.approx(1 * H), pytest.approx(3 * H)]  # bob as asked, alice × 3
