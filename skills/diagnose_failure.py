@@ -867,6 +867,12 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     # FileNotFoundError / errno 2 (not a debugger's missing source file); transformers' hub lookup.
     _sig("file_missing", r"FileNotFoundError", "a file or folder the run needs does not exist"),
+    # glog / Caffe's CHECK on a file it opens (`Check failed: fd != -1 … File not found: x`)
+    _sig(
+        "file_missing",
+        r"Check failed: [^\n]*\bFile not found: \S",
+        "a file the run needs does not exist",
+    ),
     # A path the program checked for itself; huggingface_hub's answer for a repository or file
     # that is not on the Hub (a typo in a model id, or a private one)
     _sig(
@@ -962,6 +968,13 @@ SIGNATURES: tuple[Signature, ...] = (
         r"^Bus error\b|\bBus error \(core dumped\)",
         "a bus error: most often shared memory (/dev/shm) too small for the DataLoader's workers "
         "(give the container more with --shm-size, or use fewer workers)",
+        strong=False,
+    ),
+    # Intel's Fortran runtime (NumPy/SciPy's MKL on Windows) on Ctrl-C
+    _sig(
+        "killed",
+        r"forrtl: error \(200\): program aborting due to control-C event",
+        "the run was interrupted (Ctrl-C) by a person",
         strong=False,
     ),
     _sig(

@@ -227,6 +227,19 @@ CASES: list[tuple[str, str, str]] = [
         "file_missing",
     ),
     (
+        "glog's CHECK on a file Caffe opens",
+        "F0101 00:00:00.000000  1234 io.cpp:36] Check failed: fd != -1 (-1 vs. -1) File not "
+        "found: solver_stage1.prototxt\n*** Check failure stack trace: ***\n",
+        "file_missing",
+    ),
+    (
+        "Intel's Fortran runtime (MKL on Windows) on Ctrl-C",
+        "forrtl: error (200): program aborting due to control-C event\nImage              PC  "
+        "              Routine            Line        Source\nlibifcoremd.dll    00007FFC3D1EDF54"
+        "  Unknown               Unknown  Unknown\n",
+        "killed",
+    ),
+    (
         "Python warnings only (torch's meshgrid deprecation): nothing failed",
         " UserWarning: torch.meshgrid: in an upcoming release, it will be required to pass the "
         "indexing argument.\n(Triggered internally at ..\\aten\\src\\ATen\\native\\TensorShape.cpp"
