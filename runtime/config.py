@@ -1133,4 +1133,10 @@ def _load(path: str | Path | None) -> tuple[Settings, _Load]:
             "here, or your uid on the daemon's socket in a shared install (`nightshift whoami`). "
             "Remove it; another person approves from their own account"
         )
+    if settings.power.cap_at_peak and settings.tariff is None:
+        source = _origin_of(("power", "cap_at_peak"), _origins(load))
+        raise ConfigError(
+            f"config field power.cap_at_peak: true needs a tariff (from {source}): the peak is "
+            "the tariff's highest price. Add a tariff section, or set power.cap_at_peak: false"
+        )
     return settings, load

@@ -349,6 +349,9 @@ def test_a_cap_below_the_card_is_clamped_and_a_bad_fraction_names_the_field(
         assert r.returncode == 5, r.stderr
         assert f"config field {field}:" in r.stderr and "Traceback" not in r.stderr
     assert "cap_watts or cap_fraction, not both" in r.stderr
+    (home / "config.yaml").write_text(yaml.safe_dump({"power": {"cap_at_peak": True}}))
+    r = nightshift("jobs")
+    assert r.returncode == 5 and "config field power.cap_at_peak: true needs a tariff" in r.stderr
 
 
 def test_the_loop_wakes_at_the_next_price_change(home):

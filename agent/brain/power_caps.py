@@ -206,8 +206,9 @@ class PeakPowerCaps:
             return None
         return (
             f"the policy does not let the scheduler do this without a person ({verdict.rule}: "
-            f"{'; '.join(verdict.reasons)}); add a waiver for it (policies/default.yaml: "
-            "scheduler-caps-gpu-power-at-peak) or turn power.cap_at_peak off"
+            f"{'; '.join(verdict.reasons)}); give the scheduler a waiver for it (the "
+            "shipped policy's waivers scheduler-caps-gpu-power-at-peak and "
+            "scheduler-restores-gpu-power), or turn power.cap_at_peak off"
         )
 
     def _refuse(self, gpu: int, why: str) -> None:
