@@ -35,7 +35,7 @@ from nightshift.runtime.executors.submitter import RunAs, account_of, submitter_
 from nightshift.runtime.gpu.gpu import health_sources
 from nightshift.runtime.gpu.ray_census import HOST_PREFIX
 from nightshift.runtime.scheduling.local_time import local_zone
-from nightshift.runtime.scheduling.placement import Decision, place
+from nightshift.runtime.scheduling.placement import Decision, RunningJob, place
 from nightshift.runtime.scheduling.snapshot import by_host, load_snapshot
 from nightshift.runtime.spec import ExperimentSpec
 from nightshift.runtime.store import lifecycle, transition_events
@@ -137,6 +137,9 @@ class Engine:
         # Passive: another process (the daemon) owns the loop; only read the store.
         self.passive = False
         self.last_decision: Decision | None = None
+        # The running jobs as the last placement saw them (expected ends, deadlines): the
+        # daemon's peak power cap reads them (agent/brain/power_caps.py).
+        self.last_running: list[RunningJob] = []
         # What a background or waiting tick runs: this engine's tick, or the whole loop's step
         # (agent/brain/loop.py: health checks, preemption, recovery around the tick).
         self.step: Callable[[], object] = self.tick
@@ -296,6 +299,7 @@ class Engine:
                 else f"executor {self.executor.kind} cannot span hosts",
             }
         )
+        self.last_running = snap.running
         if not snap.pending and not snap.running:
             return {}
         decision = place(snap)

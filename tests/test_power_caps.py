@@ -83,7 +83,7 @@ class Daemon:
         self.config.update(config)
         self.w = self._wiring()
 
-    def submit(self, cost_class: str, until: Path) -> int:
+    def submit(self, cost_class: str, until: Path, **spec_fields: Any) -> int:
         """A one-GPU job that runs until `until` exists (a minute at most)."""
         wait = (
             f"import pathlib, time; p = pathlib.Path({str(until)!r}); t = time.time()\n"
@@ -94,6 +94,7 @@ class Daemon:
             "command": [sys.executable, "-c", wait],
             "resources": {"gpus": 1, "expected_duration_min": 30},
             "cost_class": cost_class,
+            **spec_fields,
         }
         out = self.w.gate.call(self.w.context("alice"), "submit_job", {"spec": spec}, via="api")
         return int(out.job_id)  # type: ignore[attr-defined]
@@ -237,6 +238,26 @@ def test_a_restarted_daemon_repeats_nothing_and_restores_what_is_no_longer_wante
     assert card_limits(nvml)[gpu] == 700.0
     assert card_limits(nvml)[other] == 500.0  # the person's limit stays
     assert list(d.records()) == [other] and d.records()[other].by == "alice"
+
+
+def test_a_job_the_cap_would_make_late_is_left_at_full_power(home, nvml, ends):
+    """As in the simulator, a deadline is not traded for energy: two cost_sensitive jobs
+    expected to end at 10:00, one due at 10:02 (at the H100's least-energy limit, 0.93 of full
+    speed, the hour left at 09:00 takes 64 minutes) and one due at noon. Only the second's GPU is
+    capped; the first is noted once, with both times."""
+    d = Daemon(home)
+    expected = {"gpus": 1, "expected_duration_min": 180}
+    tight = d.submit("cost_sensitive", ends / "a", resources=expected, deadline="2026-12-02T10:02")
+    loose = d.submit("cost_sensitive", ends / "b", resources=expected, deadline="2026-12-02T12:00")
+    gpus = d.until_running(tight, loose)
+    d.step(PEAK, times=3)
+    assert card_limits(nvml)[gpus[loose][0]] == pytest.approx(466.667)
+    assert card_limits(nvml)[gpus[tight][0]] == 700.0
+    [note] = d.audit("power.cap_skipped")
+    assert (
+        note.payload["job_id"] == tight
+        and "after its deadline 2026-12-02 10:02" in (note.payload["why"])
+    )
 
 
 def test_a_card_that_refuses_is_noted_once_and_not_asked_again(home, nvml, ends):

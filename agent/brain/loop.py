@@ -201,6 +201,7 @@ class Loop:
                 self.w.policy,
                 lambda args: self._system_call("set_power_limit", args),
                 note,
+                running=lambda: self.w.engine.last_running,
             )
         self._power.step(self.w.engine.clock())
 

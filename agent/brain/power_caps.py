@@ -17,7 +17,7 @@ the price leaves its peak.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from sqlmodel import col, select
@@ -27,6 +27,7 @@ from nightshift.runtime.errors import NightshiftError
 from nightshift.runtime.gpu import power_record
 from nightshift.runtime.gpu.power_limit import NvmlPowerControl, PowerLimits
 from nightshift.runtime.gpu.power_record import PowerLimitRecord
+from nightshift.runtime.scheduling.placement import RunningJob
 from nightshift.runtime.scheduling.power_model import PowerModelError, power_model
 from nightshift.runtime.scheduling.tariff import Tariff
 from nightshift.runtime.store.db import Attempt, Job, Store
@@ -67,13 +68,44 @@ def cap_watts(settings: Settings, card: PowerLimits) -> float:
     return min(max(watts, card.min_w), card.max_w)
 
 
-def cost_sensitive_gpus(store: Store, node: str) -> set[int]:
+def peak_end(tariff: Tariff, now: datetime) -> datetime:
+    """When the price next drops below the tariff's highest (a week on at most)."""
+    top = tariff.prices()[-1]
+    for piece in tariff.pieces(now, now + timedelta(days=7)):
+        if piece.price < top - 1e-12:
+            return piece.start
+    return now + timedelta(days=7)
+
+
+def capped_end(
+    now: datetime, expected_end: datetime, until: datetime, throughput: float
+) -> datetime:
+    """When a job expected to end at `expected_end` at full speed ends if it runs at
+    `throughput` until `until` (the peak's end) and at full speed after (the simulator's rule)."""
+    left = (expected_end - now).total_seconds()
+    in_peak = (until - now).total_seconds() * throughput
+    if left <= in_peak:
+        return now + timedelta(seconds=left / throughput)
+    return until + timedelta(seconds=left - in_peak)
+
+
+def throughput_at(card: PowerLimits, watts: float) -> float:
+    """Work per second at `watts` relative to the card's full speed, from the power model; for a
+    card it does not know, the fraction of the default limit (a cap never slows work more)."""
+    try:
+        model = power_model(card.name)
+        return model.throughput_factor(min(max(watts, model.min_w), model.max_w))
+    except PowerModelError:
+        return watts / card.default_w
+
+
+def cost_sensitive_gpus(store: Store, node: str) -> dict[int, int]:
     """This machine's GPU indices held by running attempts of cost_sensitive jobs and of no
-    urgent one (a shared GPU runs at the urgent job's pace); a cluster host's GPUs (`host`
-    set) are that host's to cap."""
+    urgent one (a shared GPU runs at the urgent job's pace), each with its job; a cluster
+    host's GPUs (`host` set) are that host's to cap."""
     with store.session() as s:
         rows = s.exec(
-            select(Attempt.gpus, Job.spec)
+            select(Attempt.gpus, Job.spec, Job.id)
             .join(Job, col(Job.id) == col(Attempt.job_id))
             .where(
                 col(Attempt.state).in_(("starting", "running")),
@@ -82,12 +114,15 @@ def cost_sensitive_gpus(store: Store, node: str) -> set[int]:
                 Job.state == JobState.RUNNING,
             )
         ).all()
-    cheap: set[int] = set()
+    cheap: dict[int, int] = {}
     urgent: set[int] = set()
-    for gpus, spec in rows:
-        sensitive = (spec or {}).get("cost_class") == "cost_sensitive"
-        (cheap if sensitive else urgent).update(int(i) for i in gpus or [])
-    return cheap - urgent
+    for gpus, spec, job_id in rows:
+        for i in gpus or []:
+            if (spec or {}).get("cost_class") == "cost_sensitive":
+                cheap[int(i)] = int(job_id)
+            else:
+                urgent.add(int(i))
+    return {gpu: job for gpu, job in cheap.items() if gpu not in urgent}
 
 
 class PeakPowerCaps:
@@ -101,14 +136,17 @@ class PeakPowerCaps:
         call: Call,
         note: Note,
         control: Callable[[], NvmlPowerControl] = NvmlPowerControl,
+        running: Callable[[], list[RunningJob]] = list,
     ):
         self.store, self.settings, self.policy = store, settings, policy
+        self.running = running  # the running jobs as placement last saw them (deadlines)
         self.call = call  # set_power_limit through the gate, as the scheduler
         self.note = note  # an audit event of the scheduler's, with its payload
         self.control = control
         self._cards: dict[int, PowerLimits] = {}  # constraints do not change while we run
         self._refused: dict[int, str] = {}  # GPU index -> why no cap, until the peak ends
         self._unrestored: dict[int, str] = {}  # GPU index -> why no restore, while we run
+        self._skipped: set[tuple[int, int]] = set()  # (GPU, job) left uncapped for a deadline
 
     def step(self, now: datetime) -> None:
         with self.store.session() as s:
@@ -117,20 +155,47 @@ class PeakPowerCaps:
         peak = self.settings.power.cap_at_peak and at_peak(self.settings.tariff, now)
         if not peak:
             self._refused.clear()
-        wanted = cost_sensitive_gpus(self.store, self.settings.node) if peak else set()
+            self._skipped.clear()
+        wanted = cost_sensitive_gpus(self.store, self.settings.node) if peak else {}
         if not wanted and not mine:
             return  # the common case: nothing wanted, nothing of ours to put back
         people = {r.uuid for r in records if r.by != SCHEDULER}
-        for gpu in sorted(wanted):
+        jobs = {j.id: j for j in self.running()} if wanted else {}
+        for gpu, job_id in sorted(wanted.items()):
             if gpu in self._refused:
                 continue
             card = self._card(gpu)
             if card is None or card.uuid in people or card.uuid in mine:
                 continue  # refused (noted), a person's limit, or capped already
+            if (gpu, job_id) in self._skipped:
+                continue
+            late = self._would_miss(now, jobs.get(job_id), card)
+            if late is not None:
+                self._skipped.add((gpu, job_id))
+                self.note("power.cap_skipped", {"gpu": gpu, "job_id": job_id, "why": late})
+                continue
             self._cap(gpu, card)
         for record in mine.values():
             if record.gpu not in wanted:
                 self._restore(record)
+
+    def _would_miss(self, now: datetime, job: RunningJob | None, card: PowerLimits) -> str | None:
+        """Why a cap would make the job miss its deadline on its expected end (the slower run
+        in the peak, full speed after), or None: as the simulator, a deadline is not traded
+        for energy."""
+        if job is None or job.deadline is None or job.expected_end is None:
+            return None
+        assert self.settings.tariff is not None  # at peak: there is one
+        watts = cap_watts(self.settings, card)
+        end = capped_end(
+            now, job.expected_end, peak_end(self.settings.tariff, now), throughput_at(card, watts)
+        )
+        if end <= job.deadline:
+            return None
+        return (
+            f"job {job.id} would end at {end:%Y-%m-%d %H:%M} UTC under a {watts:g} W cap, after "
+            f"its deadline {job.deadline:%Y-%m-%d %H:%M} UTC: left at full power"
+        )
 
     def _card(self, gpu: int) -> PowerLimits | None:
         if gpu not in self._cards:
