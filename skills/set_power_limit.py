@@ -91,12 +91,14 @@ def power_control(ctx: SkillContext) -> NvmlPowerControl:
 
 @skill("set_power_limit", capability="modify")
 def set_power_limit(ctx: SkillContext, inp: SetPowerLimitInput) -> SetPowerLimitResult:
-    """Set one GPU's power limit (watts) through NVML, or restore: true to put back the limit it
+    """Set one GPU's power limit (watts, or a fraction of its default limit) through NVML, or
+    restore: true to put back the limit it
     had before nightshift first changed it. The previous limit is recorded in the store, with
     who, when and why, before the change is made. A value outside the GPU's own min/max limits is
     refused, naming the range; NVML's 'no permission' (setting a limit needs root) is reported as
     such. Lower limits save energy for some speed (see `nightshift power show` for the model's
-    estimate); a person or an admin confirms each change."""
+    estimate); a person or an admin confirms each change (the daemon's own cap at peak price
+    goes without one where the policy's waivers allow it)."""
     control = power_control(ctx)
     before = control.read(inp.gpu)
     if inp.restore:
