@@ -23,6 +23,7 @@ from nightshift.policies.model import (
     Limits,
     Policy,
     Principal,
+    WaiverRule,
     expand_path,
     load_policy,
 )
@@ -252,8 +253,13 @@ class PolicyEngine:
         # Approval: every matching rule, then a role that allows only with approval. The largest
         # quorum decides; on a tie the first (a named rule before a role's default).
         candidates: list[tuple[str, int, float | None, str, bool, list[str]]] = []
+        waived, waiver = self._waived(principal, skill, args, claims_data)
+        lifted: list[str] = []  # the approval rules that matched and the waiver lifts
         for rule in self.policy.approvals:
             if not rule.matches(skill.name, cap, args, claims_data):
+                continue
+            if rule.id in waived:
+                lifted.append(rule.id)
                 continue
             why = f"approval rule {rule.id} matches ({cap} skill '{skill.name}'"
             why += f"; {' and '.join(rule.when)})" if rule.when else ")"
@@ -284,11 +290,37 @@ class PolicyEngine:
                 from_others=machine or any(c[4] for c in candidates),
                 approvers=decider[5],
             )
+        if waiver is not None and lifted:
+            return Verdict(
+                decision="allow",
+                rule=waiver.id,
+                reasons=[
+                    f"role {allowed_by} allows {cap} skills such as '{skill.name}'",
+                    f"waiver {waiver.id} spares {principal} approval rule(s) {', '.join(lifted)}"
+                    + (f": {waiver.reason}" if waiver.reason else ""),
+                ],
+            )
         return Verdict(
             decision="allow",
             rule=f"roles.{allowed_by}",
             reasons=[f"role {allowed_by} allows {cap} skills such as '{skill.name}'"],
         )
+
+    def _waived(
+        self, principal: str, skill: Skill, args: dict[str, Any], claims: dict[str, Any]
+    ) -> tuple[set[str], WaiverRule | None]:
+        """The approval rules the first matching waiver lifts for this principal's call (none
+        for a person: waivers name only agent and system principals), and that waiver."""
+        entry = self.resolve(principal)[1]
+        if entry is None or entry.kind not in ("agent", "system"):
+            return set(), None
+        name = self.canonical(principal)
+        for waiver in self.policy.waivers:
+            if name in waiver.principals and waiver.matches(
+                skill.name, skill.capability, args, claims
+            ):
+                return set(waiver.waives), waiver
+        return set(), None
 
 
 # Limits -----------------------------------------------------------------------------------------

@@ -268,6 +268,26 @@ class DenyRule(_CallRule):
     reason: str = Field("", description="Said to the caller, with the fix")
 
 
+class WaiverRule(_CallRule):
+    """A call by one of `principals` matching every given criterion needs none of the approvals
+    that the rules named in `waives` would ask for (e.g. the scheduler's own power cap within a
+    range, which the same rule asks a person to confirm for anyone else). It never lifts a
+    denial, a limit or a missing grant, and it never speaks for people: a person's call still
+    asks them."""
+
+    principals: list[str] = Field(
+        min_length=1,
+        description="Who it spares, by the policy's principal names; only the agent's or the "
+        "loop's (`system`) principals may be named",
+    )
+    waives: list[str] = Field(
+        min_length=1,
+        description="Ids of the approval rules it waives; an id no rule has waives nothing (a "
+        "policy that drops the rule needs no waiver for it)",
+    )
+    reason: str = Field("", description="Why no person is asked; shown in the verdict")
+
+
 class Policy(_Strict):
     """The whole policy file."""
 
@@ -286,6 +306,11 @@ class Policy(_Strict):
     approvals: list[ApprovalRule] = Field(default_factory=list)
     denials: list[DenyRule] = Field(
         default_factory=list, description="Calls refused whatever the roles grant"
+    )
+    waivers: list[WaiverRule] = Field(
+        default_factory=list,
+        description="Calls by the agent or the loop that need no approval although an approval "
+        "rule matches them",
     )
 
     def problems(self) -> list[tuple[tuple[str | int, ...], str]]:
@@ -317,6 +342,17 @@ class Policy(_Strict):
             for j, role in enumerate(deny.unless_roles):
                 if role not in self.roles:
                     unknown_role(("denials", i, "unless_roles", j), role)
+        for i, waiver in enumerate(self.waivers):
+            for j, name in enumerate(waiver.principals):
+                entry = self.principals.get(name)
+                if entry is None or entry.kind not in ("agent", "system"):
+                    found.append(
+                        (
+                            ("waivers", i, "principals", j),
+                            f"'{name}' is not an agent or system principal listed under "
+                            "principals: a waiver spares the agent or the loop, never a person",
+                        )
+                    )
         seen: set[str] = set()
         for i, rule in enumerate(self.approvals):
             if rule.id in seen:

@@ -172,6 +172,43 @@ class GpuSettings(BaseModel):
     )
 
 
+class PowerSettings(BaseModel):
+    """The daemon's power cap at peak price: while the tariff is at its highest price, each GPU
+    of this machine running a cost_sensitive job gets a lower power limit (through the
+    set_power_limit skill, as the scheduler), and its recorded limit back once the price drops
+    or the job ends. The policy decides whether the scheduler may do it without a person
+    (policies/default.yaml, waiver scheduler-caps-gpu-power-at-peak)."""
+
+    cap_at_peak: bool = Field(
+        False,
+        description="Cap the GPUs of cost_sensitive jobs while the tariff is at its peak price "
+        "(off: the daemon never changes a power limit, and puts back any it changed)",
+    )
+    cap_watts: float | None = Field(
+        None,
+        gt=0,
+        description="The cap in watts, clamped into each card's own min-max limits; default: "
+        "the card type's least-energy-per-work limit from the power model, else cap_fraction",
+    )
+    cap_fraction: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="The cap as a fraction of each card's default limit (0.7: 70 %), clamped "
+        "into its min-max limits; used where cap_watts is unset and the power model does not "
+        "know the card (then 0.7), or always when set",
+    )
+
+    @model_validator(mode="after")
+    def _one_cap(self) -> PowerSettings:
+        if self.cap_watts is not None and self.cap_fraction is not None:
+            raise ValueError(
+                "give cap_watts or cap_fraction, not both (cap_watts is in watts for every "
+                "card; cap_fraction scales with each card's default limit)"
+            )
+        return self
+
+
 class HealthThresholds(BaseModel):
     """Thresholds for the GPU verdict; each reason in a verdict names the one it crossed."""
 
@@ -745,6 +782,7 @@ class Settings(BaseSettings):
     metrics: MetricsSettings = MetricsSettings()
     alerts: AlertsSettings = AlertsSettings()
     tracking: TrackingSettings = TrackingSettings()
+    power: PowerSettings = PowerSettings()
     tariff: Tariff | None = Field(
         None, description="Time-of-use price windows; None: no tariff holds"
     )
@@ -1094,5 +1132,11 @@ def _load(path: str | Path | None) -> tuple[Settings, _Load]:
             "anyone can set is not who asks. nightshift takes it from the kernel: your OS user "
             "here, or your uid on the daemon's socket in a shared install (`nightshift whoami`). "
             "Remove it; another person approves from their own account"
+        )
+    if settings.power.cap_at_peak and settings.tariff is None:
+        source = _origin_of(("power", "cap_at_peak"), _origins(load))
+        raise ConfigError(
+            f"config field power.cap_at_peak: true needs a tariff (from {source}): the peak is "
+            "the tariff's highest price. Add a tariff section, or set power.cap_at_peak: false"
         )
     return settings, load

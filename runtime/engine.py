@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ from nightshift.runtime.executors.submitter import RunAs, account_of, submitter_
 from nightshift.runtime.gpu.gpu import health_sources
 from nightshift.runtime.gpu.ray_census import HOST_PREFIX
 from nightshift.runtime.scheduling.local_time import local_zone
-from nightshift.runtime.scheduling.placement import Decision, place
+from nightshift.runtime.scheduling.placement import Decision, RunningJob, place
 from nightshift.runtime.scheduling.snapshot import by_host, load_snapshot
 from nightshift.runtime.spec import ExperimentSpec
 from nightshift.runtime.store import lifecycle, transition_events
@@ -69,6 +69,8 @@ DEADLINE_MARGIN_S = 300
 # A wall-clock jump larger than this between two ticks (beyond the time the monotonic clock saw
 # pass) is reported once as a clock step; durations never follow it.
 CLOCK_STEP_S = 60.0
+# A sleep that ends at a price change ends this much after it, in the new price's window.
+PRICE_CHANGE_MARGIN_S = 0.01
 EventSink = Callable[[str, dict[str, Any]], None]
 
 
@@ -135,6 +137,9 @@ class Engine:
         # Passive: another process (the daemon) owns the loop; only read the store.
         self.passive = False
         self.last_decision: Decision | None = None
+        # The running jobs as the last placement saw them (expected ends, deadlines): the
+        # daemon's peak power cap reads them (agent/brain/power_caps.py).
+        self.last_running: list[RunningJob] = []
         # What a background or waiting tick runs: this engine's tick, or the whole loop's step
         # (agent/brain/loop.py: health checks, preemption, recovery around the tick).
         self.step: Callable[[], object] = self.tick
@@ -185,6 +190,20 @@ class Engine:
                 },
             )
 
+    def wait_s(self) -> float:
+        """How long the loop sleeps before its next tick: `loop.poll_interval_s`, ended just
+        after the tariff's next price change when that comes sooner, so holds and power caps
+        follow the price at once whatever the poll interval."""
+        poll = self.settings.loop.poll_interval_s
+        tariff = self.settings.tariff
+        if tariff is None:
+            return poll
+        now = self.clock()
+        pieces = tariff.pieces(now, now + timedelta(seconds=poll))
+        if len(pieces) < 2:
+            return poll
+        return min(poll, (pieces[1].start - now).total_seconds() + PRICE_CHANGE_MARGIN_S)
+
     def start_background(self) -> None:
         """Tick in a thread, so runs are watched and placed while the agent waits (on a human)."""
         if self._thread is not None and self._thread.is_alive():
@@ -194,7 +213,7 @@ class Engine:
         def loop() -> None:
             while not self._stop.is_set():
                 self.step()
-                self._stop.wait(self.settings.loop.poll_interval_s)
+                self._stop.wait(self.wait_s())
 
         self._thread = threading.Thread(target=loop, name="nightshift-loop", daemon=True)
         self._thread.start()
@@ -280,6 +299,7 @@ class Engine:
                 else f"executor {self.executor.kind} cannot span hosts",
             }
         )
+        self.last_running = snap.running
         if not snap.pending and not snap.running:
             return {}
         decision = place(snap)

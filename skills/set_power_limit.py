@@ -30,6 +30,13 @@ class SetPowerLimitInput(SkillInput):
         description="The new power limit in watts, within the GPU's min and max limits; "
         "omit it with restore",
     )
+    fraction: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="The new limit as a fraction of the GPU's default limit (0.7: 70 %), "
+        "instead of watts; a policy rule can bound it for every card alike",
+    )
     restore: bool = Field(
         False,
         description="Put back the limit the GPU had before nightshift changed it (as recorded)",
@@ -38,8 +45,12 @@ class SetPowerLimitInput(SkillInput):
 
     @model_validator(mode="after")
     def _one_action(self) -> SetPowerLimitInput:
-        if (self.watts is None) == (not self.restore):
-            raise ValueError("give either watts (a new limit) or restore: true, not both")
+        given = (self.watts is not None) + (self.fraction is not None) + self.restore
+        if given != 1:
+            raise ValueError(
+                "give either watts (a new limit), fraction (of the default limit) or "
+                "restore: true, one of them"
+            )
         return self
 
     def claims(self) -> Claims:
@@ -80,17 +91,19 @@ def power_control(ctx: SkillContext) -> NvmlPowerControl:
 
 @skill("set_power_limit", capability="modify")
 def set_power_limit(ctx: SkillContext, inp: SetPowerLimitInput) -> SetPowerLimitResult:
-    """Set one GPU's power limit (watts) through NVML, or restore: true to put back the limit it
+    """Set one GPU's power limit (watts, or a fraction of its default limit) through NVML, or
+    restore: true to put back the limit it
     had before nightshift first changed it. The previous limit is recorded in the store, with
     who, when and why, before the change is made. A value outside the GPU's own min/max limits is
     refused, naming the range; NVML's 'no permission' (setting a limit needs root) is reported as
     such. Lower limits save energy for some speed (see `nightshift power show` for the model's
-    estimate); a person or an admin confirms each change."""
+    estimate); a person or an admin confirms each change (the daemon's own cap at peak price
+    goes without one where the policy's waivers allow it)."""
     control = power_control(ctx)
     before = control.read(inp.gpu)
     if inp.restore:
         return _restore(ctx, inp, control, before)
-    watts = float(inp.watts or 0)
+    watts = float(inp.watts) if inp.watts is not None else of_default(inp.fraction, before)
     check_range(watts, before)
     with ctx.store.write_session() as s:
         earlier = power_record.get(s, before.uuid)
@@ -115,6 +128,16 @@ def set_power_limit(ctx: SkillContext, inp: SetPowerLimitInput) -> SetPowerLimit
                 power_record.put(s, earlier)
         raise
     return _result(inp, ctx, before, after, record.previous_w, restored=False)
+
+
+def of_default(fraction: float | None, limits: PowerLimits) -> float:
+    """A fraction of the card's default limit in watts, to the milliwatt NVML takes; within a
+    milliwatt of a bound it is the bound (a fraction is rounded, the card's range is not)."""
+    watts = round(float(fraction or 0) * limits.default_w, 3)
+    for bound in (limits.min_w, limits.max_w):
+        if abs(watts - bound) <= 0.001:
+            return bound
+    return watts
 
 
 def check_range(watts: float, limits: PowerLimits) -> None:

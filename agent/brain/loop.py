@@ -39,6 +39,7 @@ from nightshift.runtime.store.db import Attempt, Job, Sweep, utcnow
 from nightshift.runtime.store.lifecycle import JobState
 
 if TYPE_CHECKING:
+    from nightshift.agent.brain.power_caps import PeakPowerCaps
     from nightshift.agent.brain.wiring import Wiring
     from nightshift.runtime.scheduling.sweeps import SweepDriver
 
@@ -81,6 +82,7 @@ class Loop:
         # Set by the daemon: ask, tell and prune the sweeps' trials (runtime/scheduling/sweeps.py).
         self.drive_sweeps = False
         self._sweeps: SweepDriver | None = None
+        self._power: PeakPowerCaps | None = None
         self._last_health = float("-inf")
         self.fault: OperatorError | None = None  # the fault the last step met, until one runs
         self._fault_since = 0.0
@@ -158,6 +160,7 @@ class Loop:
             mirror.start()
         self._health_check_if_due()
         self.w.engine.tick()
+        self._cap_power()
         if self.drive_sweeps:
             self._drive_sweeps()
         self._preempt()
@@ -181,6 +184,26 @@ class Loop:
             if self.w.store.fault_of(exc) is not None:
                 raise
             self.say("health", {"error": str(exc)})
+
+    def _cap_power(self) -> None:
+        """GPUs of cost_sensitive jobs capped at peak price and their limits put back after
+        (agent/brain/power_caps.py), each change a set_power_limit call by `system`."""
+        if self._power is None:
+            from nightshift.agent.brain.power_caps import PeakPowerCaps
+
+            def note(action: str, payload: dict[str, Any]) -> None:
+                self.w.audit.append("system", action, payload=payload)
+                self.say(action, payload)
+
+            self._power = PeakPowerCaps(
+                self.w.store,
+                self.w.settings,
+                self.w.policy,
+                lambda args: self._system_call("set_power_limit", args),
+                note,
+                running=lambda: self.w.engine.last_running,
+            )
+        self._power.step(self.w.engine.clock())
 
     def _preempt(self) -> None:
         """Placement only proposes; each pause passes the gate as a `modify` by `system`."""

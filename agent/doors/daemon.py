@@ -368,7 +368,7 @@ class Daemon:
                 ticks += 1
                 if max_ticks is not None and ticks >= max_ticks:
                     break
-                self.stop_event.wait(self.w.settings.loop.poll_interval_s)
+                self.stop_event.wait(self.w.engine.wait_s())  # ends at a price change
         finally:
             self.recoveries.stop()
             self.w.drain_opinions()  # the models' opinions still on their way are kept

@@ -121,6 +121,11 @@ class GpuPowerModel(BaseModel):
     def busy_watts(self, limit_w: float) -> float:
         return self.at(limit_w).watts
 
+    def least_energy_limit(self) -> float:
+        """The measured limit with the least energy per unit of work (watts / throughput):
+        where a cap trades the most energy for the time it costs (the daemon's peak cap)."""
+        return min(self.points, key=lambda p: p[2] / p[1])[0]
+
     def job_under_cap(self, full_power_duration_s: float, limit_w: float) -> CappedJob:
         """A job that takes `full_power_duration_s` at the largest limit, run at `limit_w`: it
         takes longer by 1/throughput and draws the limit's busy power all along."""
