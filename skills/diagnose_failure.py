@@ -461,13 +461,15 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     _sig(
         "disk_full",
-        r"inline_container\.cc:\d+\] \. ?unexpected pos \d+ vs \d+",
+        r"inline_container\.cc[:_]\d+\] \. ?unexpected pos \d+ vs \d+",
         "torch.save's writer came up short (most often a full disk or quota)",
     ),
     # torch/serialization.py (zip and legacy readers); safetensors; TensorFlow; zipfile (numpy).
     _sig(
         "checkpoint_corrupt",
-        r"PytorchStreamReader failed reading (?:zip archive|file)|Expected hasRecord\(\"version\"\)"
+        # (Caffe: a .caffemodel its protobuf reader cannot parse)
+        r"Failed to parse NetParameter file: \S+\.caffemodel\b"
+        r"|PytorchStreamReader failed reading (?:zip archive|file)|Expected hasRecord\(\"version\"\)"
         r" to be true|inline_container\.cc:\d+\] \. file not found: archive/"
         r"|Unable to load weights from h5 file",
         "torch.load found a truncated or corrupt checkpoint",
@@ -993,7 +995,9 @@ SIGNATURES: tuple[Signature, ...] = (
     # Progress lines (a metrics table) with NaN columns on several iterations, no traceback.
     _sig(
         "nan_loss",
-        r"^\W{0,40}\d[^\n]{0,200}?(?<![\w.])\[?nan\]?(?![\w.])[^\n]{0,200}?(?<![\w.])"
+        # (a line may begin with its NaN once its iteration counter is read as a prefix:
+        # darknet's ` 182: -nan, -nan avg loss, …`)
+        r"^\W{0,40}(?=\d|nan\b)[^\n]{0,200}?(?<![\w.])\[?nan\]?(?![\w.])[^\n]{0,200}?(?<![\w.])"
         r"\[?nan\]?(?![\w.])",
         "progress lines show NaN values on several iterations",
         strong=False,

@@ -240,6 +240,23 @@ CASES: list[tuple[str, str, str]] = [
         "killed",
     ),
     (
+        "darknet's progress line, its iteration counter before the NaN",
+        " 182: -nan, -nan avg loss, 0.000000 rate, 2.011170 seconds, 11648 images\n"
+        " 183: -nan, -nan avg loss, 0.000000 rate, 2.055895 seconds, 11712 images\n",
+        "nan_loss",
+    ),
+    (
+        "Caffe's protobuf reader on a .caffemodel it cannot parse",
+        "F0406 14:36:25.813976 20974 upgrade_proto.cpp:95] Check failed: ReadProtoFromBinaryFile"
+        "(param_file, param) Failed to parse NetParameter file: models/VGG16.caffemodel\n",
+        "checkpoint_corrupt",
+    ),
+    (
+        "torch.save's writer, its file name and line mangled by markdown",
+        "enforce fail at inline_container.cc_595] . unexpected pos 1457862912 vs 1457862800\n",
+        "disk_full",
+    ),
+    (
         "Python warnings only (torch's meshgrid deprecation): nothing failed",
         " UserWarning: torch.meshgrid: in an upcoming release, it will be required to pass the "
         "indexing argument.\n(Triggered internally at ..\\aten\\src\\ATen\\native\\TensorShape.cpp"
