@@ -84,6 +84,10 @@ class PendingColumns:
         self.last: tuple[list[Any], list[int], np.ndarray, int] | None = None
         self._alloc(1024)
 
+    def n_codes(self) -> int:
+        """How many distinct requests have a code."""
+        return len(self.raws)
+
     def _alloc(self, cap: int) -> None:
         old = {name: getattr(self, name, None) for name in (*_FLOATS, *_INTS, *_OBJECTS, "cs")}
         for name in _FLOATS:

@@ -990,6 +990,45 @@ class _ListBucket:
 _Bucket: TypeAlias = _ListBucket | ArrayBucket
 
 
+def _cuts(*keys: np.ndarray) -> list[int]:
+    """Where a run of equal values ends in sorted `keys` (taken together): 0, each change, n."""
+    n = len(keys[0])
+    if not n:
+        return [0]
+    change = np.zeros(n - 1, dtype=bool)
+    for k in keys:
+        change |= k[1:] != k[:-1]
+    return [0, *(np.flatnonzero(change) + 1).tolist(), n]
+
+
+def _array_buckets(
+    at: np.ndarray,
+    cols: PendingColumns,
+    rows: np.ndarray,
+    eff: np.ndarray,
+    wait: np.ndarray,
+    jid: np.ndarray,
+    dur: np.ndarray,
+    raw_of: Callable[[tuple], tuple],
+) -> list[_Bucket]:
+    """The jobs `at` (positions in `rows`), one bucket per request, as arrays: sorted by request
+    once (a radix sort where the request codes are few) and cut into slices."""
+    if not len(at):
+        return []
+    codes = cols.code[rows[at]]
+    small = codes.astype(np.int16) if cols.n_codes() < 2**15 else codes
+    by_code = np.argsort(small, kind="stable")
+    at, codes = at[by_code], codes[by_code]
+    ne, nw, ids, ds, rs = -eff[at], -wait[at], jid[at], dur[at], rows[at]
+    cuts = _cuts(codes)
+    return [
+        ArrayBucket(
+            raw_of(cols.raws[int(codes[a])]), ne[a:b], nw[a:b], ids[a:b], ds[a:b], rs[a:b], cols.job
+        )
+        for a, b in zip(cuts[:-1], cuts[1:], strict=True)
+    ]
+
+
 class _Placer:
     """One call of `place`. Jobs are visited best first, merged from per-request buckets, and a
     bucket whose fate is settled (say, no GPU has 40 GiB free outside the reservation, and no
@@ -1185,25 +1224,38 @@ class _Placer:
             )
         )
         at = np.flatnonzero(backoff)
+        order: list[_Bucket] = []
         if len(at):
             r_at = rows[at]
-            for jd, a, nbt, w, e, d, k, code, j in zip(
-                jid[at].tolist(),
-                cols.attempt[r_at].tolist(),
-                cols.nb_obj[r_at].tolist(),
-                wait[at].tolist(),
-                eff[at].tolist(),
-                dur[at].tolist(),
-                gpus[at].tolist(),
-                cols.code[r_at].tolist(),
-                jobs[r_at].tolist(),
+            tries = cols.attempt[r_at]
+            # one reason per distinct (not_before, attempt), given to its jobs at once
+            by = np.lexsort((tries, nb[at]))
+            cuts = _cuts(nb[at][by], tries[by])
+            for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+                n = int(by[a])
+                nbt, tried = cols.nb_obj[int(r_at[n])], int(tries[n])
+                why = (
+                    f"backoff until {clock(nbt)} after attempt {tried}"
+                    if tried
+                    else f"not before {clock(nbt)}"
+                )
+                holds.update(dict.fromkeys(jid[at[by[a:b]]].tolist(), why))
+            # a job whose last attempt failed keeps its rank (`_keep_place`): a CPU job for a
+            # slot, a GPU job through a stand-in of its request
+            kept = at[tries > 0]
+            cpu = kept[gpus[kept] == 0]
+            for n, nbt, j in zip(
+                cpu.tolist(),
+                cols.nb_obj[rows[cpu]].tolist(),
+                jobs[rows[cpu]].tolist(),
                 strict=True,
             ):
-                if not a:
-                    holds[jd] = f"not before {clock(nbt)}"
-                    continue
-                holds[jd] = f"backoff until {clock(nbt)} after attempt {a}"
-                self._keep_place_row(j, cols.raws[code], (-e, -w, jd, d, j), k, nbt, lists)
+                rank = (-float(eff[n]), -float(wait[n]), int(jid[n]))
+                self.cpu_backoff.append((rank, nbt, rank[2], j.name))
+            gpu = kept[gpus[kept] > 0]
+            order += _array_buckets(
+                gpu, cols, rows, eff, wait, jid, dur, lambda raw: (_BACKOFF, *raw)
+            )
         if snap.promote_after_h is not None:
             # the starvation guard (`waited_s`), for the eligible: oldest first among them
             # (a job in backoff keeps its rank unpromoted, as `_keep_place` ranks it)
@@ -1218,17 +1270,23 @@ class _Placer:
                     self.gate = _TariffGate(snap, tariff, clock)
                 gate = self.gate
                 at = np.flatnonzero(gated)
-                r_at, dur_at = rows[at], dur[at]
-                # the same reason for every job of one estimate and no deadline: asked once
-                uniq, inv = np.unique(dur_at, return_inverse=True)
-                why = [gate.hold(d, None) for d in uniq.tolist()]
-                reasons = [why[i] for i in inv.reshape(-1).tolist()]
-                for n in np.flatnonzero(cols.dl[r_at] != NONE_US).tolist():
-                    reasons[n] = gate.hold(float(dur_at[n]), cols.dl_obj[int(r_at[n])])
-                held = [n for n, w in enumerate(reasons) if w is not None]
-                texts = [w for w in reasons if w is not None]
-                holds.update(zip(jid[at[held]].tolist(), texts, strict=True))
-                eligible[at[held]] = False
+                with_dl = cols.dl[rows[at]] != NONE_US
+                # the same reason for every job of one estimate and no deadline: asked once,
+                # given to its jobs at once
+                plain = at[~with_dl]
+                by = np.argsort(dur[plain], kind="stable")
+                cuts = _cuts(dur[plain][by])
+                for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+                    why = gate.hold(float(dur[plain[by[a]]]), None)
+                    if why is not None:
+                        sel = plain[by[a:b]]
+                        holds.update(dict.fromkeys(jid[sel].tolist(), why))
+                        eligible[sel] = False
+                for n in at[with_dl].tolist():
+                    why = gate.hold(float(dur[n]), cols.dl_obj[int(rows[n])])
+                    if why is not None:
+                        holds[int(jid[n])] = why
+                        eligible[n] = False
             # a job a hold could have delayed (it had more than the slack to spare) and that
             # has no more now: first, so that a hold never costs a deadline
             late = np.flatnonzero(eligible & cs & (cols.dl[rows] != NONE_US))
@@ -1239,42 +1297,10 @@ class _Placer:
                     slack < (dl_l - sub_l) / 1e6 - dur_l
                 )
                 eff[late[boost]] += snap.deadline_boost
-        order: list[_Bucket] = [_ListBucket(raw, items) for raw, items in lists.items()]
-        at = np.flatnonzero(eligible)
-        if not len(at):
-            return order
-        codes = cols.code[rows[at]]
-        by_code = np.argsort(codes, kind="stable")
-        at, codes = at[by_code], codes[by_code]
-        cuts = np.flatnonzero(np.diff(codes)) + 1
-        for start, part in zip([0, *cuts.tolist()], np.split(at, cuts), strict=True):
-            order.append(
-                ArrayBucket(
-                    cols.raws[int(codes[start])],
-                    -eff[part],
-                    -wait[part],
-                    jid[part],
-                    dur[part],
-                    rows[part],
-                    jobs,
-                )
-            )
-        return order
-
-    def _keep_place_row(
-        self,
-        j: PendingJob,
-        raw: tuple,
-        entry: Entry,
-        gpus: int,
-        not_before: datetime,
-        lists: dict[tuple, list[Entry]],
-    ) -> None:
-        """`_keep_place` for a job of the columns, its rank already computed."""
-        if not gpus:
-            self.cpu_backoff.append((entry[:3], not_before, entry[2], j.name))
-        else:
-            lists.setdefault((_BACKOFF, *raw), []).append(entry)
+        order += [_ListBucket(raw, items) for raw, items in lists.items()]
+        return order + _array_buckets(
+            np.flatnonzero(eligible), cols, rows, eff, wait, jid, dur, lambda raw: raw
+        )
 
     def _keep_place(
         self,
