@@ -1277,15 +1277,15 @@ class _Placer:
                 by = np.argsort(dur[plain], kind="stable")
                 cuts = _cuts(dur[plain][by])
                 for a, b in zip(cuts[:-1], cuts[1:], strict=True):
-                    why = gate.hold(float(dur[plain[by[a]]]), None)
-                    if why is not None:
+                    held = gate.hold(float(dur[plain[by[a]]]), None)
+                    if held is not None:
                         sel = plain[by[a:b]]
-                        holds.update(dict.fromkeys(jid[sel].tolist(), why))
+                        holds.update(dict.fromkeys(jid[sel].tolist(), held))
                         eligible[sel] = False
                 for n in at[with_dl].tolist():
-                    why = gate.hold(float(dur[n]), cols.dl_obj[int(rows[n])])
-                    if why is not None:
-                        holds[int(jid[n])] = why
+                    held = gate.hold(float(dur[n]), cols.dl_obj[int(rows[n])])
+                    if held is not None:
+                        holds[int(jid[n])] = held
                         eligible[n] = False
             # a job a hold could have delayed (it had more than the slack to spare) and that
             # has no more now: first, so that a hold never costs a deadline
