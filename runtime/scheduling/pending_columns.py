@@ -16,10 +16,12 @@ grows past twice their number.
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -78,10 +80,10 @@ class PendingColumns:
         self.raws: list[tuple] = []
         self.n = 0
         self.forgotten = 0  # bumped by every `forget`: the last call's rows may be stale
-        self.seen_ids: list[int] = []  # the ids of the jobs of the last call, columns or not
+        self.seen: list[Any] = []  # the jobs of the last call, columns or not
         # the last call's (jobs, their ids, rows, `forgotten`); the jobs are held so that no new
         # object can take one of their ids
-        self.last: tuple[list[Any], list[int], np.ndarray, int] | None = None
+        self.last: tuple[list[Any], np.ndarray, int] | None = None
         self._alloc(1024)
 
     def n_codes(self) -> int:
@@ -162,27 +164,30 @@ class PendingColumns:
         seen before (a caller that rebuilds its queue at every call: copying them into columns
         would cost more than the loop it saves); raises Unsupported (adding nothing more) on a
         job it cannot hold exactly."""
-        ids = list(map(id, pending))
         last = self.last
-        if last is not None and last[3] == self.forgotten and last[1] == ids:
-            return last[2]  # the very same job objects as last time, none changed since
-        got = list(map(self.rows.get, ids))
-        seen, self.seen_ids = self.seen_ids, ids
-        if None in got:
-            new = [i for i, r in enumerate(got) if r is None]
-            if 2 * len(new) > len(got):
+        if (
+            last is not None
+            and last[2] == self.forgotten
+            and len(last[0]) == len(pending)
+            and all(map(operator.is_, pending, last[0]))
+        ):
+            return last[1]  # the very same job objects as last time, none changed since
+        rows = np.fromiter(
+            map(self.rows.get, map(id, pending), repeat(-1)), dtype=np.int64, count=len(pending)
+        )
+        seen, self.seen = self.seen, list(pending)
+        new = np.flatnonzero(rows < 0)
+        if len(new):
+            if 2 * len(new) > len(rows):
                 # Worth copying only once the caller passes the same objects again: then they
-                # were in the last call. (An id may be reused by a new object: that only adds
-                # a row, which is as right as any.)
-                before = set(seen)
-                if 2 * sum(1 for i in new if ids[i] in before) <= len(new):
+                # were in the last call.
+                before = set(map(id, seen))
+                if 2 * sum(1 for i in new.tolist() if id(pending[i]) in before) <= len(new):
                     return None
-            for i, r in zip(new, self._add([pending[i] for i in new]), strict=True):
-                got[i] = r
-        rows = np.fromiter(got, dtype=np.int64, count=len(got))
-        if self.n > 2 * len(got) + 1024:
+            rows[new] = self._add([pending[i] for i in new.tolist()])
+        if self.n > 2 * len(rows) + 1024:
             rows = self._compact(rows)
-        self.last = (list(pending), ids, rows, self.forgotten)
+        self.last = (self.seen, rows, self.forgotten)
         return rows
 
     def _compact(self, rows: np.ndarray) -> np.ndarray:

@@ -48,6 +48,7 @@ import heapq
 import math
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from itertools import repeat
 from typing import Literal, TypeAlias
 from zoneinfo import ZoneInfo
 
@@ -1069,6 +1070,7 @@ class _Placer:
         self.backoff_by_rank: list[int] | None = None  # indices into cpu_backoff, by rank
         self.backoff_ranks: list[tuple[float, float, int]] = []
         self.kept_tables: dict[datetime, tuple[list[int], list[int]]] = {}
+        self.backoff_ends = np.empty(0, dtype=object)  # their not_before, by rank
         self.margin = snap.preempt_margin or 0
         self.sjf = snap.order == "sjf_aging"
         self.preempt_budget = snap.preempt_max_per_call
@@ -1239,7 +1241,7 @@ class _Placer:
                     if tried
                     else f"not before {clock(nbt)}"
                 )
-                holds.update(dict.fromkeys(jid[at[by[a:b]]].tolist(), why))
+                holds.update(zip(jid[at[by[a:b]]].tolist(), repeat(why)))
             # a job whose last attempt failed keeps its rank (`_keep_place`): a CPU job for a
             # slot, a GPU job through a stand-in of its request
             kept = at[tries > 0]
@@ -1280,7 +1282,7 @@ class _Placer:
                     held = gate.hold(float(dur[plain[by[a]]]), None)
                     if held is not None:
                         sel = plain[by[a:b]]
-                        holds.update(dict.fromkeys(jid[sel].tolist(), held))
+                        holds.update(zip(jid[sel].tolist(), repeat(held)))
                         eligible[sel] = False
                 for n in at[with_dl].tolist():
                     held = gate.hold(float(dur[n]), cols.dl_obj[int(rows[n])])
@@ -1383,12 +1385,12 @@ class _Placer:
                 continue
             why_short, why_long = self._settled(b.raw)
             if why_short is not None and why_short == why_long:
-                holds.update(dict.fromkeys(b.rest_ids(), why_short))
+                holds.update(zip(b.rest_ids(), repeat(why_short)))
                 continue
             if why_long is not None and not b.short_only:
-                holds.update(dict.fromkeys(b.split_long(self.res_left), why_long))
+                holds.update(zip(b.split_long(self.res_left), repeat(why_long)))
             if why_short is not None:
-                holds.update(dict.fromkeys(b.rest_ids(), why_short))
+                holds.update(zip(b.rest_ids(), repeat(why_short)))
                 continue
             if not b.left():
                 continue
@@ -1644,15 +1646,17 @@ class _Placer:
                 range(len(self.cpu_backoff)), key=lambda i: self.cpu_backoff[i][0]
             )
             self.backoff_ranks = [self.cpu_backoff[i][0] for i in self.backoff_by_rank]
+            self.backoff_ends = np.empty(len(self.cpu_backoff), dtype=object)
+            self.backoff_ends[:] = [self.cpu_backoff[i][1] for i in self.backoff_by_rank]
         table = self.kept_tables.get(ends)
         if table is None:
-            counts, firsts, n, first = [0], [-1], 0, -1
-            for i in self.backoff_by_rank:
-                if self.cpu_backoff[i][1] < ends:
-                    n += 1
-                    first = i if first < 0 else min(first, i)
-                counts.append(n)
-                firsts.append(first)
+            # over the backoff jobs by rank: how many of the first i end before `ends`, and the
+            # least list index among them (-1: none)
+            back = (self.backoff_ends < ends).astype(bool)
+            idx = np.where(back, np.array(self.backoff_by_rank), len(self.cpu_backoff))
+            first = np.minimum.accumulate(idx)
+            counts = [0, *np.cumsum(back).tolist()]
+            firsts = [-1, *np.where(first == len(self.cpu_backoff), -1, first).tolist()]
             table = self.kept_tables[ends] = (counts, firsts)
         below = bisect.bisect_left(self.backoff_ranks, rank)
         if table[0][below] < self.cpu_free:
