@@ -354,9 +354,11 @@ class _Gpu:
     __slots__ = ("idx", "host", "total", "free", "excl", "caps", "jobs", "holders")
 
     def __init__(self, g: GpuSlot):
-        self.idx, self.host = g.index, g.host
-        self.total = g.memory_total_mib or 0.0
-        self.free = max(0.0, free_mib(g))
+        f = g.__dict__  # the field values: a 4,096-GPU cluster is built at every call
+        self.idx, self.host = f["index"], f["host"]
+        total = f["memory_total_mib"]
+        self.total = total or 0.0
+        self.free = 0.0 if total is None else max(0.0, total - (f["memory_used_mib"] or 0.0))
         self.excl = False  # an exclusive job holds it
         self.caps = 0.0  # memory caps (MiB) of the sharing jobs on it
         self.jobs: list[tuple[datetime, float]] = []  # (expected end, cap MiB) of jobs on it
@@ -1201,8 +1203,9 @@ class _Placer:
             self._keep_place(j, penalty, lists)
         now_us = micros(now)
         jid, jobs = cols.jid[rows], cols.job
-        blocked_by = cols.blocked[rows]
-        blocked = blocked_by.astype(bool)  # each list's truth, read now: it may have changed
+        # each list's truth, read now (it may have changed in place), in row order: reading
+        # 100,000 lists is what costs, not copying their truth
+        blocked = cols.blocked[: cols.n].astype(bool)[rows]
         nb = cols.nb[rows]
         backoff = ~blocked & (nb > now_us)
         exp = cols.exp[rows]
@@ -1221,7 +1224,7 @@ class _Placer:
         holds.update(
             zip(
                 jid[at].tolist(),
-                ["waiting on " + ", ".join(names) for names in blocked_by[at].tolist()],
+                ["waiting on " + ", ".join(names) for names in cols.blocked[rows[at]].tolist()],
                 strict=True,
             )
         )
