@@ -229,11 +229,28 @@ def columns(cpu: tuple, backoff: str) -> Iterator[PendingColumns]:
         _LOCK.release()
 
 
+SORT_CHUNK = 64  # jobs a bucket puts in order at a time: most buckets need a few of theirs
+
+
 class ArrayBucket:
     """The eligible jobs of one request, as columns: the counterpart of placement's list bucket
-    for the column path, with the same operations (see `placement._ListBucket`)."""
+    for the column path, with the same operations (see `placement._ListBucket`). Once sorted,
+    only a prefix is in order (`ready`), every job in it before every job after it: put in
+    order `SORT_CHUNK` at a time, as the visits reach them."""
 
-    __slots__ = ("raw", "ne", "nw", "jid", "dur", "row", "jobs", "pos", "sorted", "short_only")
+    __slots__ = (
+        "raw",
+        "ne",
+        "nw",
+        "jid",
+        "dur",
+        "row",
+        "jobs",
+        "pos",
+        "sorted",
+        "short_only",
+        "ready",
+    )
 
     def __init__(
         self,
@@ -250,6 +267,7 @@ class ArrayBucket:
         self.pos = -1
         self.sorted = False
         self.short_only = False
+        self.ready = 0  # once sorted: the jobs before this index are in order
 
     def _entry(self, i: int) -> tuple:
         return (
@@ -300,7 +318,25 @@ class ArrayBucket:
 
     def advance(self) -> tuple:
         if not self.sorted:
-            self._take(np.lexsort((self.jid, self.nw, self.ne)))
-            self.sorted = True
+            self.sorted, self.ready = True, 0
         self.pos += 1
+        if self.pos >= self.ready:
+            self._order_more()
         return self._entry(self.pos)
+
+    def _order_more(self) -> None:
+        """Put the next jobs in order: the visited ones dropped, the `SORT_CHUNK` best (and
+        any tied with the last of them on priority) sorted as (−priority, −wait, id), ahead of
+        the rest, left as they are."""
+        self._take(slice(self.pos, None))
+        self.pos = 0
+        ne = self.ne
+        if len(ne) <= 2 * SORT_CHUNK:
+            self._take(np.lexsort((self.jid, self.nw, ne)))
+            self.ready = len(ne)
+            return
+        cut = np.partition(ne, SORT_CHUNK)[SORT_CHUNK]
+        best = np.flatnonzero(ne <= cut)
+        best = best[np.lexsort((self.jid[best], self.nw[best], ne[best]))]
+        self._take(np.concatenate([best, np.flatnonzero(ne > cut)]))
+        self.ready = len(best)
