@@ -1097,9 +1097,12 @@ class _Placer:
                     self.pauses.append(p)
         order: list[_Bucket] | None = None
         if self.fast and len(self.snap.pending) >= COLUMNS_FROM and self.now.tzinfo is None:
-            with columns(_CPU, _BACKOFF) as cols:
+            with columns(_CPU, _BACKOFF) as kept:
                 try:
-                    rows = cols.rows_of(self.snap.pending)
+                    rows = kept.rows_of(self.snap.pending)
+                    cols = kept
+                    if rows is None:  # objects never seen: columns for this call alone
+                        cols, rows = PendingColumns.once(_CPU, _BACKOFF, self.snap.pending)
                 except Unsupported:
                     rows = None
                 if rows is not None:
