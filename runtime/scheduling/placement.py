@@ -46,6 +46,7 @@ import bisect
 import gc
 import heapq
 import math
+import operator
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from itertools import repeat
@@ -365,6 +366,10 @@ class _Gpu:
         self.holders: list[tuple[int, str]] = []  # (id, name) of the jobs on it: hold reasons
 
 
+_BY_INDEX = operator.attrgetter("idx")
+_BY_HOST = operator.attrgetter("host", "idx")
+
+
 class _Request:
     """What a GPU job asks of each GPU: `need` MiB free, alone or sharing with a cap; a gang
     (`gang`) takes whole GPUs across hosts and shares none: its ranks must not wait on others."""
@@ -411,18 +416,23 @@ class _Cluster:
                 self.quarantined += 1
             else:
                 self.gpus[slot.index] = _Gpu(slot)
+        gpus = self.gpus
         for r in snap.running:
-            cap_gb = r.gpu_memory_cap_gb if r.gpu_memory_cap_gb is not None else r.gpu_memory_gb
-            shared = r.share_gpu and cap_gb is not None
-            for i in r.gpus:
-                g = self.gpus.get(i)
+            f = r.__dict__  # the field values: thousands of running jobs at every call
+            cap_gb = f["gpu_memory_cap_gb"]
+            if cap_gb is None:
+                cap_gb = f["gpu_memory_gb"]
+            shared = f["share_gpu"] and cap_gb is not None
+            cap, end, holder = (cap_gb or 0.0) * 1024, ends_of[f["id"]], (f["id"], f["name"])
+            for i in f["gpus"]:
+                g = gpus.get(i)
                 if g is None:
                     continue
-                self._occupy(g, shared, (cap_gb or 0.0) * 1024, ends_of[r.id])
-                g.holders.append((r.id, r.name))
+                self._occupy(g, shared, cap, end)
+                g.holders.append(holder)
         self.free_excl: dict[str, list[int]] = {}  # per host, GPUs nobody uses, by index
         self.sharing: dict[str, list[int]] = {}  # per host, GPUs only sharing jobs use
-        for g in sorted(self.gpus.values(), key=lambda g: g.idx):
+        for g in sorted(self.gpus.values(), key=_BY_INDEX):
             if not g.jobs:
                 self.free_excl.setdefault(g.host, []).append(g.idx)
             elif not g.excl:
@@ -435,7 +445,7 @@ class _Cluster:
         self.per_host = per_host  # healthy GPUs of each host
         self.rank = {h: r for r, h in enumerate(self.hosts)}
         self.largest_mib = max((g.total for g in self.gpus.values()), default=0.0)
-        self.in_order = sorted(self.gpus.values(), key=lambda g: (g.host, g.idx))
+        self.in_order = sorted(self.gpus.values(), key=_BY_HOST)
         self.version = 0  # bumped by every take and claim: `holders` is computed once between
         self._holders: dict[float, tuple[int, list[tuple[int, str]]]] = {}
         # Hosts with a GPU some request could still take (free, or shared only), in host order.
@@ -1218,11 +1228,7 @@ class _Placer:
         gpus = cols.gpus[rows]
         att = cols.att[rows]
         if penalty is not None:
-            # the penalty of each distinct (estimate, attained time, GPUs), by the very
-            # function `_screen` calls
-            uniq, inv = np.unique(np.stack([dur, att, gpus]), axis=1, return_inverse=True)
-            pts = np.array([penalty(d, a, int(k)) for d, a, k in uniq.T.tolist()])
-            eff = eff - pts[inv.reshape(-1)]
+            eff = eff - self._penalties(penalty, dur, att, gpus)
         at = np.flatnonzero(blocked)
         holds.update(
             zip(
@@ -1309,6 +1315,30 @@ class _Placer:
         return order + _array_buckets(
             np.flatnonzero(eligible), cols, rows, eff, wait, jid, dur, lambda raw: raw
         )
+
+    def _penalties(
+        self,
+        penalty: Callable[[float, float, int], float],
+        dur: np.ndarray,
+        att: np.ndarray,
+        gpus: np.ndarray,
+    ) -> np.ndarray:
+        """What the order takes off each job: computed by the very function `_screen` calls,
+        once per distinct value of what the order reads (sjf_aging: the estimate; las: the
+        attained time; srpt: the estimate and the GPUs, as one complex number)."""
+        order = self.snap.order
+        if order == "sjf_aging":
+            uniq, inv = np.unique(dur, return_inverse=True)
+            pts = [penalty(d, 0.0, 0) for d in uniq.tolist()]
+        elif order == "las":
+            uniq, inv = np.unique(att, return_inverse=True)
+            pts = [penalty(0.0, a, 0) for a in uniq.tolist()]
+        elif order == "srpt":
+            uniq, inv = np.unique(dur + 1j * gpus, return_inverse=True)
+            pts = [penalty(z.real, 0.0, int(z.imag)) for z in uniq.tolist()]
+        else:  # an order this does not know: every job its own call
+            return np.array([penalty(d, a, int(k)) for d, a, k in zip(dur, att, gpus, strict=True)])
+        return np.array(pts)[inv.reshape(-1)]
 
     def _keep_place(
         self,
