@@ -47,40 +47,6 @@ _INTS = ("jid", "sub", "dl", "nb", "attempt", "code")
 _OBJECTS = ("job", "blocked", "dl_obj", "nb_obj")
 
 
-_FIELDS = operator.itemgetter(
-    "id",
-    "priority",
-    "submitted_at",
-    "expected_duration_s",
-    "gpus",
-    "gpu_memory_gb",
-    "share_gpu",
-    "gpu_memory_cap_gb",
-    "span_hosts",
-    "attained_gpu_s",
-    "deadline",
-    "not_before",
-    "attempt",
-    "cost_class",
-    "blocked_by",
-)
-_DICT = operator.attrgetter("__dict__")  # a model's field values
-
-
-def _micros(t: datetime) -> int:
-    return (t - _EPOCH) // _US  # TypeError on a timezone-aware time
-
-
-def _optional_micros(ts: tuple[datetime | None, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """A column of optional times as µs (NONE_US when unset), and as the objects."""
-    obj = np.fromiter(ts, dtype=object, count=len(ts))
-    us = np.full(len(ts), NONE_US, dtype=np.int64)
-    at = np.flatnonzero(obj != None)  # noqa: E711 (elementwise)
-    if len(at):
-        us[at] = [_micros(t) for t in obj[at].tolist()]
-    return us, obj
-
-
 class PendingColumns:
     """Rows of waiting jobs: `rows_of(pending)` gives each job's row, adding the ones not seen.
 
@@ -105,7 +71,7 @@ class PendingColumns:
     dl_obj: np.ndarray
     nb_obj: np.ndarray
 
-    def __init__(self, cpu: tuple, backoff: str, cap: int = 1024):
+    def __init__(self, cpu: tuple, backoff: str):
         # A job's request is keyed (gpus, memory, share, cap, span), or `cpu` when it asks no
         # GPU, as placement keys them (`backoff`: the tag of a backoff stand-in's key)
         self.cpu, self.backoff = cpu, backoff
@@ -118,16 +84,7 @@ class PendingColumns:
         # the last call's (jobs, their ids, rows, `forgotten`); the jobs are held so that no new
         # object can take one of their ids
         self.last: tuple[list[Any], np.ndarray, int] | None = None
-        self._alloc(cap)
-
-    @classmethod
-    def once(
-        cls, cpu: tuple, backoff: str, jobs: Sequence[Any]
-    ) -> tuple[PendingColumns, np.ndarray]:
-        """Columns of `jobs` for one call, kept nowhere: for a queue of objects never seen
-        before, which a daemon that reloads its store passes at every call."""
-        cols = cls(cpu, backoff, cap=len(jobs))
-        return cols, np.arange(len(cols._add(list(jobs), keep=False)), dtype=np.int64)
+        self._alloc(1024)
 
     def n_codes(self) -> int:
         """How many distinct requests have a code."""
@@ -158,69 +115,48 @@ class PendingColumns:
             self.raws.append(raw)
         return got
 
-    def _add(self, jobs: list[Any], keep: bool = True) -> list[int]:
-        """Rows for `jobs`, a column at a time, each through C-level maps rather than a loop
-        (a daemon that reloads its queue brings every job as a new object at every call);
-        `keep`: found again by identity at later calls."""
-        n = len(jobs)
-        (
-            ids,
-            prios,
-            subs,
-            exps,
-            gpus,
-            mems,
-            shares,
-            caps,
-            spans,
-            atts,
-            dls,
-            nbs,
-            attempts,
-            classes,
-            blocked,
-        ) = zip(*map(_FIELDS, map(_DICT, jobs)), strict=True)
+    def _add(self, jobs: list[Any]) -> list[int]:
+        """Rows for `jobs`, a column at a time (a daemon that reloads its queue brings every
+        job as a new object at every call)."""
+        fs = [j.__dict__ for j in jobs]
+        dls = [f["deadline"] for f in fs]
+        nbs = [f["not_before"] for f in fs]
         try:  # a timezone-aware time cannot be taken from the naive epoch
-            sub_us = np.fromiter(map(_micros, subs), dtype=np.int64, count=n)
-            dl_us, dl_obj = _optional_micros(dls)
-            nb_us, nb_obj = _optional_micros(nbs)
+            subs = [(f["submitted_at"] - _EPOCH) // _US for f in fs]
+            dl_us = [NONE_US if t is None else (t - _EPOCH) // _US for t in dls]
+            nb_us = [NONE_US if t is None else (t - _EPOCH) // _US for t in nbs]
         except TypeError as e:
             raise Unsupported(str(e)) from e
-        r0, r1 = self.n, self.n + n
+        keys = [
+            (f["gpus"], f["gpu_memory_gb"], f["share_gpu"], f["gpu_memory_cap_gb"], f["span_hosts"])
+            for f in fs
+        ]
+        cpu = self.cpu
+        r0, r1 = self.n, self.n + len(jobs)
         if r1 > self.cap:
-            self._alloc(r1 if not keep else max(2 * self.cap, r1))
+            self._alloc(max(2 * self.cap, r1))
         self.n = r1
-        sl = slice(r0, r1)
-        self.jid[sl] = np.fromiter(ids, dtype=np.int64, count=n)
-        self.prio[sl] = np.fromiter(prios, dtype=np.float64, count=n)
-        self.sub[sl] = sub_us
-        exp = np.array(exps, dtype=object)
-        exp[exp == None] = np.nan  # noqa: E711 (elementwise): unset, as `or` reads it
-        exp = exp.astype(np.float64)
-        exp[exp == 0] = np.nan
-        self.exp[sl] = exp
-        self.gpus[sl] = np.fromiter(gpus, dtype=np.float64, count=n)
-        self.att[sl] = np.fromiter(atts, dtype=np.float64, count=n)
+        sl, n = slice(r0, r1), len(jobs)
+        self.jid[sl] = [f["id"] for f in fs]
+        self.prio[sl] = [f["priority"] for f in fs]
+        self.sub[sl] = subs
+        self.exp[sl] = [f["expected_duration_s"] or np.nan for f in fs]
+        self.gpus[sl] = [k[0] for k in keys]
+        self.att[sl] = [f["attained_gpu_s"] for f in fs]
         self.dl[sl], self.nb[sl] = dl_us, nb_us
-        self.attempt[sl] = np.fromiter(attempts, dtype=np.int64, count=n)
-        self.cs[sl] = np.fromiter(
-            map(operator.eq, classes, repeat("cost_sensitive")), dtype=bool, count=n
-        )
-        keys = list(zip(gpus, mems, shares, caps, spans, strict=True))
-        codes = np.fromiter(map(self.codes.get, keys, repeat(-1)), dtype=np.int64, count=n)
-        new = np.flatnonzero(codes < 0)
-        if len(new):  # requests not seen before
-            for key in {keys[i] for i in new.tolist()}:
-                self._code(key)
-            codes = np.fromiter(map(self.codes.get, keys), dtype=np.int64, count=n)
-        codes[self.gpus[sl] == 0] = self._code(self.cpu)  # no GPU: the one CPU request
+        self.attempt[sl] = [f["attempt"] for f in fs]
+        self.cs[sl] = [f["cost_class"] == "cost_sensitive" for f in fs]
+        reqs = [k if k[0] else cpu for k in keys]
+        codes = list(map(self.codes.get, reqs))
+        if None in codes:  # a request not seen before
+            codes = list(map(self._code, reqs))
         self.code[sl] = codes
         self.job[sl] = np.fromiter(jobs, dtype=object, count=n)
-        self.blocked[sl] = np.fromiter(blocked, dtype=object, count=n)
-        self.dl_obj[sl], self.nb_obj[sl] = dl_obj, nb_obj
+        self.blocked[sl] = np.fromiter((f["blocked_by"] for f in fs), dtype=object, count=n)
+        self.dl_obj[sl] = np.fromiter(dls, dtype=object, count=n)
+        self.nb_obj[sl] = np.fromiter(nbs, dtype=object, count=n)
         rows = list(range(r0, r1))
-        if keep:
-            self.rows.update(zip(map(id, jobs), rows, strict=True))
+        self.rows.update(zip(map(id, jobs), rows, strict=True))
         return rows
 
     def rows_of(self, pending: Sequence[Any]) -> np.ndarray | None:

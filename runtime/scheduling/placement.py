@@ -1107,12 +1107,9 @@ class _Placer:
                     self.pauses.append(p)
         order: list[_Bucket] | None = None
         if self.fast and len(self.snap.pending) >= COLUMNS_FROM and self.now.tzinfo is None:
-            with columns(_CPU, _BACKOFF) as kept:
+            with columns(_CPU, _BACKOFF) as cols:
                 try:
-                    rows = kept.rows_of(self.snap.pending)
-                    cols = kept
-                    if rows is None:  # objects never seen: columns for this call alone
-                        cols, rows = PendingColumns.once(_CPU, _BACKOFF, self.snap.pending)
+                    rows = cols.rows_of(self.snap.pending)
                 except Unsupported:
                     rows = None
                 if rows is not None:
