@@ -54,7 +54,9 @@ def _pending(rnd: random.Random, jid: int, now: datetime, wide: int) -> PendingJ
         not_before=now + timedelta(minutes=rnd.randint(1, 180)) if backoff else None,
         attempt=rnd.choice([0, 1, 2]) if backoff else 0,
         cost_class=rnd.choice(["urgent", "cost_sensitive"]),
-        expected_duration_s=rnd.choice([None, 300, 1800, 3600, 4 * 3600, 12 * 3600, 40 * 3600]),
+        expected_duration_s=rnd.choice(
+            [None, 0.0, 300, 1800, 3600, 4 * 3600, 12 * 3600, 40 * 3600]
+        ),
         pausable=rnd.random() < 0.8,
         deadline=rnd.choice([None, None, submitted + timedelta(hours=rnd.choice([2, 8, 30, 90]))]),
         attained_gpu_s=rnd.choice([0.0, 0.0, 1800.0, 20_000.0, 100_000.0]),
