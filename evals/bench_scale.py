@@ -147,6 +147,16 @@ def synthetic_snapshot(
     )
 
 
+def daemon_order() -> dict[str, Any]:
+    """The scheduler settings a daemon runs with by default (`SchedulerSettings`, those that
+    are Snapshot fields of the same name: order srpt, the starvation guard, best fit, no aging,
+    preemption at a margin of 1), where the synthetic snapshot keeps the Snapshot's own."""
+    from nightshift.runtime.config import SchedulerSettings
+
+    d = SchedulerSettings()
+    return {k: getattr(d, k) for k in type(d).model_fields if k in Snapshot.model_fields}
+
+
 def tick_snapshots(snap: Snapshot, seed: int = 1) -> Iterator[Snapshot]:
     """The snapshots after `snap`, one per call, as a daemon's ticks see the queue: a minute
     later each time, 0.5 % of the waiting jobs gone (started) and as many new ones (new
@@ -548,6 +558,13 @@ def run_place_only(
         rows += bench_place_many(f"{size}, a changing queue", places, tick_snapshots(snap), repeats)
         rows += bench_place_many(
             f"{size}, every job a new object", places, fresh_snapshots(snap), repeats
+        )
+        daemon = snap.model_copy(update=daemon_order())
+        rows += bench_place_many(
+            f"{size}, the same snapshot, the daemon's scheduler defaults (srpt, best fit...)",
+            places,
+            itertools.repeat(daemon),
+            repeats,
         )
     _print(rows, f"place() ({'quick' if quick else 'full'})", csv_path, console)
     return rows

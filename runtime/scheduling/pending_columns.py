@@ -316,6 +316,25 @@ class ArrayBucket:
         self.pos, self.sorted, self.short_only = -1, False, True
         return ids
 
+    def take_promoted(
+        self, ne_max: float, left: float, short_too: bool
+    ) -> tuple[list[int], list[int]]:
+        """Take out the jobs still to visit whose −priority is at most `ne_max`: those that
+        would run past `left` seconds, and (`short_too`) the others; their ids (the jobs put
+        in order stay in order, ahead of the rest)."""
+        start = self.pos + 1
+        sel = self.ne[start:] <= ne_max
+        if not sel.any():
+            return [], []
+        long = self.dur[start:] > left
+        out = sel if short_too else sel & long
+        jid = self.jid[start:]
+        ids_long, ids_short = jid[out & long].tolist(), jid[out & ~long].tolist()
+        if self.sorted:
+            self.ready -= int(out[: max(0, self.ready - start)].sum())
+        self._take(np.concatenate([np.ones(start, dtype=bool), ~out]))
+        return ids_long, ids_short
+
     def advance(self) -> tuple:
         if not self.sorted:
             self.sorted, self.ready = True, 0
