@@ -260,6 +260,24 @@ def test_the_same_jobs_in_new_objects_decide_alike():
     assert place(copy).model_dump() == want  # the copies, now seen twice: as columns
 
 
+def test_the_same_jobs_under_other_orders_are_ranked_anew():
+    """Why: the columns keep what the queue order takes off each job; a caller that places the
+    same jobs under another order or weight (the simulator runs policies over one trace) must
+    get that order's ranking, not the one kept."""
+    s = _long_world(6)
+    place(s)
+    place(s)  # in columns now
+    for update in (
+        {"order": "srpt"},
+        {"order": "srpt", "sjf_per_doubling": 3.0},
+        {"order": "sjf_aging"},
+        {"order": "las", "las_thresholds_gpu_h": [0.1]},
+        {"order": "srpt", "default_duration_s": 60.0},
+    ):
+        other = s.model_copy(update=update)
+        assert place(other).model_dump() == place(other, _fast=False).model_dump(), update
+
+
 def test_bench_place_only_times_both_placements(tmp_path):
     """Why: the issue-31 figures come from `bench_scale --place-only --compare-with`: it must
     run, time both modules on the same snapshots and refuse to report if they disagree."""

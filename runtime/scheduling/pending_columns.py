@@ -42,7 +42,7 @@ def micros(t: datetime) -> int:
     return (t - _EPOCH) // _US
 
 
-_FLOATS = ("prio", "exp", "gpus", "att")
+_FLOATS = ("prio", "exp", "gpus", "att", "pen")
 _INTS = ("jid", "sub", "dl", "nb", "attempt", "code")
 _OBJECTS = ("job", "blocked", "dl_obj", "nb_obj")
 
@@ -61,6 +61,7 @@ class PendingColumns:
     exp: np.ndarray
     gpus: np.ndarray
     att: np.ndarray
+    pen: np.ndarray
     dl: np.ndarray
     nb: np.ndarray
     attempt: np.ndarray
@@ -80,6 +81,10 @@ class PendingColumns:
         self.raws: list[tuple] = []
         self.n = 0
         self.forgotten = 0  # bumped by every `forget`: the last call's rows may be stale
+        # `pen`: what the queue order takes off each row's priority, for the rows below
+        # `pen_n`, under the order settings `pen_key` (a row's fields never change)
+        self.pen_key: tuple | None = None
+        self.pen_n = 0
         self.seen: list[Any] = []  # the jobs of the last call, columns or not
         # the last call's (jobs, their ids, rows, `forgotten`); the jobs are held so that no new
         # object can take one of their ids
@@ -192,6 +197,7 @@ class PendingColumns:
 
     def _compact(self, rows: np.ndarray) -> np.ndarray:
         """Keep only `rows` (this call's jobs): the objects of jobs gone are let go."""
+        self.pen_n = 0
         keep, new = np.unique(rows, return_inverse=True)
         for name in (*_FLOATS, *_INTS, *_OBJECTS, "cs"):
             arr = getattr(self, name)

@@ -1237,7 +1237,28 @@ class _Placer:
         gpus = cols.gpus[rows]
         att = cols.att[rows]
         if penalty is not None:
-            eff = eff - self._penalties(penalty, dur, att, gpus)
+            # a row's penalty depends on its fields and the order's settings alone: computed
+            # once per row (at 100,000 jobs the distinct values cost a sort per call)
+            key = (
+                snap.order,
+                snap.sjf_per_doubling,
+                tuple(snap.las_thresholds_gpu_h),
+                snap.las_points,
+                default_s,
+            )
+            if cols.pen_key != key:
+                cols.pen_key, cols.pen_n = key, 0
+            if cols.pen_n < cols.n:
+                new = slice(cols.pen_n, cols.n)
+                exp_new = cols.exp[new]
+                cols.pen[new] = self._penalties(
+                    penalty,
+                    np.where(np.isnan(exp_new), default_s, exp_new),
+                    cols.att[new],
+                    cols.gpus[new],
+                )
+                cols.pen_n = cols.n
+            eff = eff - cols.pen[rows]
         at = np.flatnonzero(blocked)
         holds.update(
             zip(
