@@ -177,6 +177,14 @@ class PendingColumns:
             and all(map(operator.is_, pending, last[0]))
         ):
             return last[1]  # the very same job objects as last time, none changed since
+        head = list(map(id, pending[:64]))
+        if head and not any(map(self.rows.__contains__, head)):
+            # a queue rebuilt as new objects at every call, told from its head: not looked up
+            # job by job (objects it held last time are copied in at the next call)
+            before = set(map(id, self.seen))
+            if not any(map(before.__contains__, head)):
+                self.seen = list(pending)
+                return None
         rows = np.fromiter(
             map(self.rows.get, map(id, pending), repeat(-1)), dtype=np.int64, count=len(pending)
         )
