@@ -13,8 +13,9 @@
 (b) one `place()` call on an in-memory snapshot of 10,000 pending jobs and 512 GPUs (median, min
     and max over repeats); with `--place-only`, also 100,000 pending jobs on 4,096 GPUs, each
     size called again on the same snapshot, on a queue that changes between calls
-    (`tick_snapshots`) and on the same queue rebuilt as new objects (`fresh_snapshots`, as a
-    daemon reloading the store passes it), median and p95 of wall and CPU time;
+    (`tick_snapshots`), on the same queue rebuilt as new objects (`fresh_snapshots`, as a
+    daemon reloading the store passes it) and under the daemon's scheduler defaults
+    (`daemon_order`), median and p95 of wall and CPU time;
 (c) the time to load that snapshot from the store (`load_snapshot` below);
 (d) resident memory of a daemon-like process: a Store and an Engine over a store with 10,000
     queued jobs, after one tick; and of the same process loading the snapshot and placing.
