@@ -2,6 +2,8 @@
 
     python -m nightshift.evals.bench_scale            # the sizes reported in docs/benchmarks.md
     python -m nightshift.evals.bench_scale --quick    # small sizes: a smoke test (seconds)
+    python -m nightshift.evals.bench_scale --place-only [--compare-with OLD_placement.py]
+        # (b) alone at 10,000 x 512 and 100,000 x 4,096, beside an older placement module
     nightshift eval scale [--quick]                   # the same, through the CLI
 
 (a) submissions per second into one SQLite store from 4 processes through the library API
@@ -9,7 +11,11 @@
     was lost or duplicated; beside it, one process alone (what contention costs) and the same
     rows written straight into the store (the ceiling the gate and the audit leave room for);
 (b) one `place()` call on an in-memory snapshot of 10,000 pending jobs and 512 GPUs (median, min
-    and max over repeats);
+    and max over repeats); with `--place-only`, also 100,000 pending jobs on 4,096 GPUs, each
+    size called again on the same snapshot, on a queue that changes between calls
+    (`tick_snapshots`), on the same queue rebuilt as new objects (`fresh_snapshots`, as a
+    daemon reloading the store passes it) and under the daemon's scheduler defaults
+    (`daemon_order`), median and p95 of wall and CPU time;
 (c) the time to load that snapshot from the store (`load_snapshot` below);
 (d) resident memory of a daemon-like process: a Store and an Engine over a store with 10,000
     queued jobs, after one tick; and of the same process loading the snapshot and placing.
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import json
 import os
 import random
@@ -30,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -138,6 +146,45 @@ def synthetic_snapshot(
         tariff=night_tariff(),
         preempt_margin=preempt_margin,
     )
+
+
+def daemon_order() -> dict[str, Any]:
+    """The scheduler settings a daemon runs with by default (`SchedulerSettings`, those that
+    are Snapshot fields of the same name: order srpt, the starvation guard, best fit, no aging,
+    preemption at a margin of 1), where the synthetic snapshot keeps the Snapshot's own."""
+    from nightshift.runtime.config import SchedulerSettings
+
+    d = SchedulerSettings()
+    return {k: getattr(d, k) for k in type(d).model_fields if k in Snapshot.model_fields}
+
+
+def tick_snapshots(snap: Snapshot, seed: int = 1) -> Iterator[Snapshot]:
+    """The snapshots after `snap`, one per call, as a daemon's ticks see the queue: a minute
+    later each time, 0.5 % of the waiting jobs gone (started) and as many new ones (new
+    objects, new ids), three priorities raised in place just before the call; the other jobs
+    are the same objects, as the simulator passes them (a daemon that reloads the store each
+    tick builds new ones: the first call on a snapshot measures that)."""
+    rnd = random.Random(seed)
+    pending, now = list(snap.pending), snap.now
+    next_id = max(j.id for j in pending) + 1
+    churn = max(1, len(pending) // 200)
+    while True:
+        now += timedelta(minutes=1)
+        for _ in range(churn):
+            pending.pop(rnd.randrange(len(pending)))
+            fresh = rnd.choice(pending).model_copy(update={"id": next_id, "submitted_at": now})
+            pending.append(fresh)
+            next_id += 1
+        for _ in range(3):
+            rnd.choice(pending).priority += 1
+        yield snap.model_copy(update={"now": now, "pending": list(pending)})
+
+
+def fresh_snapshots(snap: Snapshot) -> Iterator[Snapshot]:
+    """`snap` again and again with every job a new object of the same fields: what a daemon
+    that reloads its queue from the store passes at every tick."""
+    while True:
+        yield snap.model_copy(update={"pending": [j.model_copy() for j in snap.pending]})
 
 
 def bench_spec(i: int, rnd: random.Random) -> dict[str, Any]:
@@ -437,6 +484,93 @@ def bench_place(snap: Snapshot, repeats: int) -> Row:
     )
 
 
+def _pct(xs: list[float], q: float) -> float:
+    return statistics.quantiles(xs, n=100, method="inclusive")[int(q) - 1] if len(xs) > 1 else xs[0]
+
+
+def bench_place_many(
+    label: str, places: dict[str, Any], snaps: Iterator[Snapshot], repeats: int
+) -> list[Row]:
+    """Each `place` of `places` on the next of `snaps` (one snapshot again and again, or a
+    queue that changes), interleaved call by call so that load on the machine falls on all
+    alike; median and p95. Their decisions must be the same."""
+    first = next(snaps)
+    for place_fn in places.values():
+        place_fn(first)  # warm: imports, caches, the columns of the first snapshot
+    wall: dict[str, list[float]] = {k: [] for k in places}
+    cpu: dict[str, list[float]] = {k: [] for k in places}
+    got: dict[str, Any] = {}
+    for _ in range(repeats):
+        snap = next(snaps)
+        for name, place_fn in places.items():
+            c0, t0 = time.process_time(), time.perf_counter()
+            got[name] = place_fn(snap)
+            wall[name].append((time.perf_counter() - t0) * 1000)
+            cpu[name].append((time.process_time() - c0) * 1000)
+        dumps = [d.model_dump() for d in got.values()]
+        if any(x != dumps[0] for x in dumps[1:]):
+            raise RuntimeError(f"{label}: the placements compared decided differently")
+    rows = []
+    for name in places:
+        d = got[name]
+        w, c = wall[name], cpu[name]
+        rows.append(
+            Row(
+                f"place(), {name}: {label}",
+                statistics.median(w),
+                "ms (median)",
+                "<= 50 ms" if len(first.pending) >= 100_000 else "<= 20 ms",
+                f"p95 {_pct(w, 95):.1f} ms; CPU median {statistics.median(c):.1f}, p95 "
+                f"{_pct(c, 95):.1f} ms; {repeats} calls; last: {len(d.starts)} starts, "
+                f"{len(d.holds)} holds",
+            )
+        )
+    return rows
+
+
+def load_placement(path: str) -> Any:
+    """Another version of placement.py (say `git show REV:runtime/scheduling/placement.py`),
+    loaded as a module of its own beside today's."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("placement_compared", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def run_place_only(
+    quick: bool, compare_with: str | None, csv_path: str | None, console: Console
+) -> list[Row]:
+    places: dict[str, Any] = {"this tree": place}
+    if compare_with:
+        places = {"compared": load_placement(compare_with).place, **places}
+    sizes = [(1_000, 64), (10_000, 256)] if quick else [(10_000, 512), (100_000, 4_096)]
+    repeats = 5 if quick else 21
+    rows: list[Row] = []
+    for n_pending, n_gpus in sizes:
+        snap = synthetic_snapshot(n_pending, n_gpus)
+        size = f"{n_pending:,} pending, {n_gpus:,} GPUs"
+        rows += bench_place_many(
+            f"{size}, the same snapshot", places, itertools.repeat(snap), repeats
+        )
+        rows += bench_place_many(f"{size}, a changing queue", places, tick_snapshots(snap), repeats)
+        rows += bench_place_many(
+            f"{size}, every job a new object", places, fresh_snapshots(snap), repeats
+        )
+        daemon = snap.model_copy(update=daemon_order())
+        rows += bench_place_many(
+            f"{size}, the same snapshot, the daemon's scheduler defaults (srpt, best fit...)",
+            places,
+            itertools.repeat(daemon),
+            repeats,
+        )
+    _print(rows, f"place() ({'quick' if quick else 'full'})", csv_path, console)
+    return rows
+
+
 def bench_load(url: str, repeats: int) -> tuple[Row, Row]:
     store = Store(url)
     load_snapshot(store, NOW)  # warm the page cache and SQLAlchemy's statement cache
@@ -578,10 +712,12 @@ def run(quick: bool, csv_path: str | None, console: Console) -> list[Row]:
         rows.extend(bench_load(url, repeats))
         rows.extend(bench_rss(url, n_pending))
 
-    table = Table(
-        title=f"nightshift scale ({'quick' if quick else 'full'}; "
-        f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]})"
-    )
+    _print(rows, f"nightshift scale ({'quick' if quick else 'full'})", csv_path, console)
+    return rows
+
+
+def _print(rows: list[Row], title: str, csv_path: str | None, console: Console) -> None:
+    table = Table(title=f"{title}; {os.cpu_count()} CPUs, Python {sys.version.split()[0]}")
     for col in ("measure", "value", "unit", "goal", "detail"):
         table.add_column(col, justify="right" if col == "value" else "left", overflow="fold")
     for r in rows:
@@ -593,7 +729,6 @@ def run(quick: bool, csv_path: str | None, console: Console) -> list[Row]:
             w.writerow(["measure", "value", "unit", "goal", "detail"])
             for r in rows:
                 w.writerow([r.what, f"{r.value:.3f}", r.unit, r.goal, r.detail])
-    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -607,6 +742,16 @@ def main(argv: list[str] | None = None) -> int:
         "--csv",
         default="bench_scale.csv",
         help="where to write the figures (default: bench_scale.csv; '' for none)",
+    )
+    parser.add_argument(
+        "--place-only",
+        action="store_true",
+        help="only (b), at 10,000 x 512 and 100,000 x 4,096, same snapshot and a changing queue",
+    )
+    parser.add_argument(
+        "--compare-with",
+        metavar="PLACEMENT_PY",
+        help="with --place-only: also time this placement.py, interleaved call by call",
     )
     parser.add_argument(
         "--submit-worker", nargs=2, metavar=("PROC", "COUNT"), help=argparse.SUPPRESS
@@ -623,6 +768,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.rss_worker:
         rss_worker(*args.rss_worker)
         return 0
+    if args.place_only:
+        run_place_only(args.quick, args.compare_with, args.csv or None, Console())
+        return 0
+    if args.compare_with:
+        parser.error("--compare-with needs --place-only")
     run(args.quick, args.csv or None, Console())
     return 0
 

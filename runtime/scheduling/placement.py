@@ -43,15 +43,28 @@ off-peak because of it).
 from __future__ import annotations
 
 import bisect
+import gc
 import heapq
 import math
+import operator
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Literal
+from itertools import repeat
+from typing import Literal, TypeAlias
 from zoneinfo import ZoneInfo
 
+import numpy as np
 from pydantic import BaseModel, Field
 
+from nightshift.runtime.scheduling import pending_columns
+from nightshift.runtime.scheduling.pending_columns import (
+    NONE_US,
+    ArrayBucket,
+    PendingColumns,
+    Unsupported,
+    columns,
+    micros,
+)
 from nightshift.runtime.scheduling.tariff import DAYS, Period, Tariff
 
 QUARANTINED = ("CRITICAL", "UNKNOWN")  # a GPU we cannot read is not a GPU we place work on
@@ -106,6 +119,10 @@ class PendingJob(BaseModel):
         description="May run as a gang across hosts when no one host has its GPUs free (a job "
         "wider than every host is a gang anyway)",
     )
+
+    def __setattr__(self, name: str, value: object) -> None:
+        super().__setattr__(name, value)
+        pending_columns.forget(self)  # placement's copy of its fields is stale now
 
 
 class RunningJob(BaseModel):
@@ -338,13 +355,19 @@ class _Gpu:
     __slots__ = ("idx", "host", "total", "free", "excl", "caps", "jobs", "holders")
 
     def __init__(self, g: GpuSlot):
-        self.idx, self.host = g.index, g.host
-        self.total = g.memory_total_mib or 0.0
-        self.free = max(0.0, free_mib(g))
+        f = g.__dict__  # the field values: a 4,096-GPU cluster is built at every call
+        self.idx, self.host = f["index"], f["host"]
+        total = f["memory_total_mib"]
+        self.total = total or 0.0
+        self.free = 0.0 if total is None else max(0.0, total - (f["memory_used_mib"] or 0.0))
         self.excl = False  # an exclusive job holds it
         self.caps = 0.0  # memory caps (MiB) of the sharing jobs on it
         self.jobs: list[tuple[datetime, float]] = []  # (expected end, cap MiB) of jobs on it
         self.holders: list[tuple[int, str]] = []  # (id, name) of the jobs on it: hold reasons
+
+
+_BY_INDEX = operator.attrgetter("idx")
+_BY_HOST = operator.attrgetter("host", "idx")
 
 
 class _Request:
@@ -366,9 +389,25 @@ class _Request:
         self.key = (k, self.need, self.shared, gang)
 
 
+class _HolderState:
+    """`_Cluster.holders` for one class of GPUs: its holders in order, as of `seen` log entries."""
+
+    __slots__ = ("seen", "floor", "entries", "keys")
+
+    def __init__(
+        self,
+        seen: int,
+        floor: float,
+        entries: list[tuple[tuple[int, int], int, str]],
+        keys: dict[int, tuple[tuple[int, int], str]],
+    ):
+        self.seen, self.floor, self.entries, self.keys = seen, floor, entries, keys
+
+
 class _Cluster:
-    def __init__(self, snap: Snapshot, ends_of: dict[int, datetime]):
+    def __init__(self, snap: Snapshot, ends_of: dict[int, datetime], fast: bool = True):
         self.now = snap.now
+        self.fast = fast  # skip full hosts, keep holders per GPU class (`place`'s `_fast`)
         self.best_fit = snap.host_fit == "best"
         self.gpus: dict[int, _Gpu] = {}
         self.quarantined = 0
@@ -377,18 +416,23 @@ class _Cluster:
                 self.quarantined += 1
             else:
                 self.gpus[slot.index] = _Gpu(slot)
+        gpus = self.gpus
         for r in snap.running:
-            cap_gb = r.gpu_memory_cap_gb if r.gpu_memory_cap_gb is not None else r.gpu_memory_gb
-            shared = r.share_gpu and cap_gb is not None
-            for i in r.gpus:
-                g = self.gpus.get(i)
+            f = r.__dict__  # the field values: thousands of running jobs at every call
+            cap_gb = f["gpu_memory_cap_gb"]
+            if cap_gb is None:
+                cap_gb = f["gpu_memory_gb"]
+            shared = f["share_gpu"] and cap_gb is not None
+            cap, end, holder = (cap_gb or 0.0) * 1024, ends_of[f["id"]], (f["id"], f["name"])
+            for i in f["gpus"]:
+                g = gpus.get(i)
                 if g is None:
                     continue
-                self._occupy(g, shared, (cap_gb or 0.0) * 1024, ends_of[r.id])
-                g.holders.append((r.id, r.name))
+                self._occupy(g, shared, cap, end)
+                g.holders.append(holder)
         self.free_excl: dict[str, list[int]] = {}  # per host, GPUs nobody uses, by index
         self.sharing: dict[str, list[int]] = {}  # per host, GPUs only sharing jobs use
-        for g in sorted(self.gpus.values(), key=lambda g: g.idx):
+        for g in sorted(self.gpus.values(), key=_BY_INDEX):
             if not g.jobs:
                 self.free_excl.setdefault(g.host, []).append(g.idx)
             elif not g.excl:
@@ -401,9 +445,19 @@ class _Cluster:
         self.per_host = per_host  # healthy GPUs of each host
         self.rank = {h: r for r, h in enumerate(self.hosts)}
         self.largest_mib = max((g.total for g in self.gpus.values()), default=0.0)
-        self.in_order = sorted(self.gpus.values(), key=lambda g: (g.host, g.idx))
+        self.in_order = sorted(self.gpus.values(), key=_BY_HOST)
         self.version = 0  # bumped by every take and claim: `holders` is computed once between
         self._holders: dict[float, tuple[int, list[tuple[int, str]]]] = {}
+        # Hosts with a GPU some request could still take (free, or shared only), in host order.
+        # Within a call GPUs only leave both pools, so a host that left never comes back, and
+        # `pick` looks at these alone: at 4,096 GPUs nearly every host is full.
+        self.open_hosts = [h for h in self.hosts if h in self.free_excl or h in self.sharing]
+        # The GPU sizes, largest first: the GPUs a request could hold once free are those of the
+        # sizes at or above its need, so `holders` is computed once per such prefix, not per need.
+        self.sizes = sorted({g.total for g in self.gpus.values()}, reverse=True)
+        self.pos = {g.idx: p for p, g in enumerate(self.in_order)}
+        self.log: list[tuple[int, int, tuple[int, str]]] = []  # (GPU, index, job) put on since
+        self._classes: dict[int, _HolderState] = {}
 
     @staticmethod
     def _occupy(g: _Gpu, shared: bool, cap: float, end: datetime) -> None:
@@ -443,7 +497,12 @@ class _Cluster:
         if self.best_fit:
             return self._pick_best(req, avoid, allow_avoid)
         k, need = req.k, req.need
-        for host in self.hosts:
+        free_excl, sharing = self.free_excl, self.sharing
+        for host in self.open_hosts if self.fast else self.hosts:
+            if self.fast and (
+                len(free_excl.get(host, ())) + (len(sharing.get(host, ())) if req.shared else 0) < k
+            ):
+                continue  # too few GPUs left on it for this request, whatever their memory
             first: list[int] = []
             later: list[int] = []
             pools = (
@@ -473,7 +532,13 @@ class _Cluster:
         GPUs outside `avoid` are preferred over any host's GPUs inside it."""
         k, need = req.k, req.need
         best: tuple[tuple[int, int, int], list[int]] | None = None
-        for rank, host in enumerate(self.hosts):
+        free_excl, sharing = self.free_excl, self.sharing
+        for host in self.open_hosts if self.fast else self.hosts:
+            if self.fast and (
+                len(free_excl.get(host, ())) + (len(sharing.get(host, ())) if req.shared else 0) < k
+            ):
+                continue  # too few GPUs left on it for this request: it could not be counted
+            rank = self.rank[host]
             pools = (
                 (self.sharing.get(host, ()), self.free_excl.get(host, ()))
                 if req.shared
@@ -550,19 +615,24 @@ class _Cluster:
             g = self.gpus[i]
             was_free = not g.jobs
             self._occupy(g, req.shared, req.cap, end)
+            self.log.append((i, len(g.holders), job))
             g.holders.append(job)
             if was_free:
                 self.free_excl[g.host].remove(i)
                 if req.shared:
                     self.sharing.setdefault(g.host, []).append(i)
                     self.sharing[g.host].sort()
+                else:
+                    self._maybe_close(g.host)
 
-    def holders(self, req: _Request) -> list[tuple[int, str]]:
-        """The jobs on the healthy GPUs that could hold `req` once free: who a waiting job
-        waits for."""
+    def holders(self, req: _Request) -> tuple[list[tuple[int, str]], int]:
+        """The jobs on the healthy GPUs that could hold `req` once free (who a waiting job waits
+        for): the first `_HELD_BY_NAMED` in host and GPU order, and how many in all."""
+        if self.fast:
+            return self._class_holders(req)
         got = self._holders.get(req.need)
         if got is not None and got[0] == self.version:
-            return got[1]
+            return got[1][:_HELD_BY_NAMED], len(got[1])
         seen: dict[int, str] = {}
         for g in self.in_order:
             if g.holders and g.total >= req.need:
@@ -571,7 +641,44 @@ class _Cluster:
                         seen[jid] = name
         out = list(seen.items())
         self._holders[req.need] = (self.version, out)
-        return out
+        return out[:_HELD_BY_NAMED], len(out)
+
+    def _class_holders(self, req: _Request) -> tuple[list[tuple[int, str]], int]:
+        """`holders`, kept per class of GPUs (those of a size at or above the need) and brought
+        up to date from the log of jobs put on GPUs since, rather than recounted over every GPU
+        for every new hold reason."""
+        n = sum(1 for t in self.sizes if t >= req.need)
+        state = self._classes.get(n)
+        if state is None:
+            floor = self.sizes[n - 1] if n else math.inf
+            keys: dict[int, tuple[tuple[int, int], str]] = {}
+            for p, g in enumerate(self.in_order):
+                if g.holders and g.total >= floor:
+                    for h, (jid, name) in enumerate(g.holders):
+                        if jid not in keys:
+                            keys[jid] = ((p, h), name)
+            entries = sorted((key, jid, name) for jid, (key, name) in keys.items())
+            state = self._classes[n] = _HolderState(len(self.log), floor, entries, keys)
+        elif state.seen < len(self.log):
+            for gi, h, (jid, name) in self.log[state.seen :]:
+                g = self.gpus[gi]
+                if g.total < state.floor:
+                    continue
+                key = (self.pos[gi], h)
+                old = state.keys.get(jid)
+                if old is not None:
+                    if old[0] < key:
+                        continue  # seen earlier in the order: its first place stands
+                    state.entries.remove((old[0], jid, old[1]))
+                state.keys[jid] = (key, name)
+                bisect.insort(state.entries, (key, jid, name))
+            state.seen = len(self.log)
+        return [(jid, name) for _, jid, name in state.entries[:_HELD_BY_NAMED]], len(state.entries)
+
+    def _maybe_close(self, host: str) -> None:
+        """Drop a host from `open_hosts` once neither pool has a GPU left on it."""
+        if not self.free_excl.get(host) and not self.sharing.get(host):
+            self.open_hosts.remove(host)
 
     def claim(self, ids: list[int], holder: tuple[int, str] | None = None) -> None:
         """GPUs promised to a preempting job, or kept for one in its retry backoff (`holder`):
@@ -583,9 +690,12 @@ class _Cluster:
             if not g.jobs:
                 g.jobs.append((_INF, 0.0))
                 self.free_excl[g.host].remove(i)
+                self._maybe_close(g.host)
             elif i in self.sharing.get(g.host, ()):
                 self.sharing[g.host].remove(i)
+                self._maybe_close(g.host)
             if holder is not None:
+                self.log.append((i, len(g.holders), holder))
                 g.holders.append(holder)
 
     def ready_at(self, g: _Gpu, req: _Request) -> datetime:
@@ -778,6 +888,8 @@ def band_price(tariff: Tariff, threshold: float | str | None) -> float:
 
 
 # ---------------------------------------------------------------------------------- place
+COLUMNS_FROM = 2_000  # from this many pending jobs, screen them as columns (`_screen_columns`)
+
 Entry = tuple[
     float, float, int, float, PendingJob
 ]  # (−aged priority, −waited s, id, duration s, job)
@@ -824,13 +936,32 @@ def waited_s(now: datetime, submitted_at: datetime, attained_gpu_s: float, gpus:
     return (now - submitted_at).total_seconds() - attained_gpu_s / max(1, gpus)
 
 
-def place(snap: Snapshot) -> Decision:
-    """Starts, a hold reason for every waiting job, preemption proposals and tariff pauses."""
-    return _Placer(snap).run()
+def place(snap: Snapshot, *, _fast: bool = True) -> Decision:
+    """Starts, a hold reason for every waiting job, preemption proposals and tariff pauses.
+
+    `_fast` (on; off only in tests) takes the shortcuts that make a long queue on a large
+    cluster cheap: a queue of `COLUMNS_FROM` jobs or more screened as numpy columns kept between
+    calls, full hosts skipped, who holds a GPU class kept from a log, tables for CPU slots kept
+    for jobs in backoff, preemption plans cut short. Off, the plain loops decide; the two must
+    agree on every decision (tests/test_placement_fast_path.py).
+
+    The collector is paused for the call (and resumed as it was): a call builds one tuple per
+    waiting job and one reason per held one, and at 100,000 jobs the collections those
+    allocations trigger, each walking every object the caller holds, cost as much as the
+    placement itself. A call makes no reference cycles that would wait for it."""
+    collecting = gc.isenabled()
+    if collecting:
+        gc.disable()
+    try:
+        return _Placer(snap, _fast).run()
+    finally:
+        if collecting:
+            gc.enable()
 
 
-class _Bucket:
-    """The eligible jobs that make one request; sorted best first once more than one is needed."""
+class _ListBucket:
+    """The eligible jobs that make one request; sorted best first once more than one is needed.
+    (`pending_columns.ArrayBucket` is the same for the column path.)"""
 
     __slots__ = ("raw", "items", "pos", "sorted", "short_only")
 
@@ -840,6 +971,88 @@ class _Bucket:
         self.sorted = False
         self.short_only = False  # only jobs that end before the reservation are left in it
 
+    def first(self) -> Entry:
+        return min(self.items)
+
+    def visited(self, entry: Entry) -> None:
+        if not self.sorted:  # its first visit: the entry was its minimum
+            self.items = [e for e in self.items if e is not entry]
+            self.pos = -1
+
+    def left(self) -> int:
+        return len(self.items) - self.pos - 1
+
+    def rest_ids(self) -> list[int]:
+        return [e[2] for e in self.items[self.pos + 1 :]]
+
+    def split_long(self, left: float) -> list[int]:
+        """Take out the jobs that would run past `left` seconds: their ids."""
+        rest = self.items[self.pos + 1 :]
+        self.items = [e for e in rest if e[3] <= left]
+        self.pos, self.sorted, self.short_only = -1, False, True
+        return [e[2] for e in rest if e[3] > left]
+
+    def advance(self) -> Entry:
+        if not self.sorted:
+            self.items.sort()
+            self.sorted = True
+        self.pos += 1
+        return self.items[self.pos]
+
+    def take_promoted(
+        self, ne_max: float, left: float, short_too: bool
+    ) -> tuple[list[int], list[int]]:
+        """Take out the jobs still to visit whose −priority is at most `ne_max`: those that
+        would run past `left` seconds, and (`short_too`) the others; their ids."""
+        rest = self.items[self.pos + 1 :]
+        out = [e for e in rest if e[0] <= ne_max and (short_too or e[3] > left)]
+        if out:
+            gone = {e[2] for e in out}
+            self.items = self.items[: self.pos + 1] + [e for e in rest if e[2] not in gone]
+        return [e[2] for e in out if e[3] > left], [e[2] for e in out if e[3] <= left]
+
+
+_Bucket: TypeAlias = _ListBucket | ArrayBucket
+
+
+def _cuts(*keys: np.ndarray) -> list[int]:
+    """Where a run of equal values ends in sorted `keys` (taken together): 0, each change, n."""
+    n = len(keys[0])
+    if not n:
+        return [0]
+    change = np.zeros(n - 1, dtype=bool)
+    for k in keys:
+        change |= k[1:] != k[:-1]
+    return [0, *(np.flatnonzero(change) + 1).tolist(), n]
+
+
+def _array_buckets(
+    at: np.ndarray,
+    cols: PendingColumns,
+    rows: np.ndarray,
+    eff: np.ndarray,
+    wait: np.ndarray,
+    jid: np.ndarray,
+    dur: np.ndarray,
+    raw_of: Callable[[tuple], tuple],
+) -> list[_Bucket]:
+    """The jobs `at` (positions in `rows`), one bucket per request, as arrays: sorted by request
+    once (a radix sort where the request codes are few) and cut into slices."""
+    if not len(at):
+        return []
+    codes = cols.code[rows[at]]
+    small = codes.astype(np.int16) if cols.n_codes() < 2**15 else codes
+    by_code = np.argsort(small, kind="stable")
+    at, codes = at[by_code], codes[by_code]
+    ne, nw, ids, ds, rs = -eff[at], -wait[at], jid[at], dur[at], rows[at]
+    cuts = _cuts(codes)
+    return [
+        ArrayBucket(
+            raw_of(cols.raws[int(codes[a])]), ne[a:b], nw[a:b], ids[a:b], ds[a:b], rs[a:b], cols.job
+        )
+        for a, b in zip(cuts[:-1], cuts[1:], strict=True)
+    ]
+
 
 class _Placer:
     """One call of `place`. Jobs are visited best first, merged from per-request buckets, and a
@@ -847,9 +1060,10 @@ class _Placer:
     preemption can help) has all its remaining jobs held at once: 10,000 waiting jobs cost
     little more than the few that could still start."""
 
-    def __init__(self, snap: Snapshot):
+    def __init__(self, snap: Snapshot, fast: bool = True):
         self.snap = snap
         self.now = snap.now
+        self.fast = fast
         tz = (
             ZoneInfo(snap.display_tz)
             if snap.display_tz
@@ -877,6 +1091,10 @@ class _Placer:
         # CPU jobs waiting out a retry backoff: (queue rank, not_before, id, name). A slot stays
         # theirs against lower-ranked jobs that would still run when their backoff ends.
         self.cpu_backoff: list[tuple[tuple[float, float, int], datetime, int, str]] = []
+        self.backoff_by_rank: list[int] | None = None  # indices into cpu_backoff, by rank
+        self.backoff_ranks: list[tuple[float, float, int]] = []
+        self.kept_tables: dict[datetime, tuple[list[int], list[int]]] = {}
+        self.backoff_ends = np.empty(0, dtype=object)  # their not_before, by rank
         self.margin = snap.preempt_margin or 0
         self.sjf = snap.order == "sjf_aging"
         self.preempt_budget = snap.preempt_max_per_call
@@ -899,10 +1117,20 @@ class _Placer:
                 p = self.gate.pause(r)
                 if p is not None:
                     self.pauses.append(p)
-        buckets = self._screen()
-        if buckets:
-            self._setup(any(raw is not _CPU for raw in buckets))
-            self._allocate(buckets)
+        order: list[_Bucket] | None = None
+        if self.fast and len(self.snap.pending) >= COLUMNS_FROM and self.now.tzinfo is None:
+            with columns(_CPU, _BACKOFF) as cols:
+                try:
+                    rows = cols.rows_of(self.snap.pending)
+                except Unsupported:
+                    rows = None
+                if rows is not None:
+                    order = self._screen_columns(cols, rows)
+        if order is None:
+            order = [_ListBucket(raw, items) for raw, items in self._screen().items()]
+        if order:
+            self._setup(any(b.raw is not _CPU for b in order))
+            self._allocate(order)
         return Decision.model_construct(
             starts=self.starts,
             holds=self.holds,
@@ -985,6 +1213,163 @@ class _Placer:
                 got.append(entry)
         return buckets
 
+    def _screen_columns(self, cols: PendingColumns, rows: np.ndarray) -> list[_Bucket]:
+        """`_screen` for a long queue, on the pending jobs' columns: the same decisions, with
+        the same arithmetic (so the same floating-point results), on all rows at once. Only the
+        jobs that wait on something get a loop of their own: they need their own reasons."""
+        snap, now, holds, clock = self.snap, self.now, self.holds, self.clock
+        tariff, rate_s, default_s = snap.tariff, self.rate_s, self.default_s
+        penalty = None if snap.order == "priority" else penalty_of(snap)
+        lists: dict[tuple, list[Entry]] = {}
+        for j in snap.recovering:
+            self._keep_place(j, penalty, lists)
+        now_us = micros(now)
+        jid, jobs = cols.jid[rows], cols.job
+        # each list's truth, read now (it may have changed in place), in row order: reading
+        # 100,000 lists is what costs, not copying their truth
+        blocked = cols.blocked[: cols.n].astype(bool)[rows]
+        nb = cols.nb[rows]
+        backoff = ~blocked & (nb > now_us)
+        exp = cols.exp[rows]
+        dur = np.where(np.isnan(exp), default_s, exp)
+        wait = (now_us - cols.sub[rows]) / 1e6  # as timedelta.total_seconds(): µs / 10**6
+        eff = cols.prio[rows] + rate_s * wait
+        gpus = cols.gpus[rows]
+        att = cols.att[rows]
+        if penalty is not None:
+            # a row's penalty depends on its fields and the order's settings alone: computed
+            # once per row (at 100,000 jobs the distinct values cost a sort per call)
+            key = (
+                snap.order,
+                snap.sjf_per_doubling,
+                tuple(snap.las_thresholds_gpu_h),
+                snap.las_points,
+                default_s,
+            )
+            if cols.pen_key != key:
+                cols.pen_key, cols.pen_n = key, 0
+            if cols.pen_n < cols.n:
+                new = slice(cols.pen_n, cols.n)
+                exp_new = cols.exp[new]
+                cols.pen[new] = self._penalties(
+                    penalty,
+                    np.where(np.isnan(exp_new), default_s, exp_new),
+                    cols.att[new],
+                    cols.gpus[new],
+                )
+                cols.pen_n = cols.n
+            eff = eff - cols.pen[rows]
+        at = np.flatnonzero(blocked)
+        holds.update(
+            zip(
+                jid[at].tolist(),
+                ["waiting on " + ", ".join(names) for names in cols.blocked[rows[at]].tolist()],
+                strict=True,
+            )
+        )
+        at = np.flatnonzero(backoff)
+        order: list[_Bucket] = []
+        if len(at):
+            r_at = rows[at]
+            tries = cols.attempt[r_at]
+            # one reason per distinct (not_before, attempt), given to its jobs at once
+            by = np.lexsort((tries, nb[at]))
+            cuts = _cuts(nb[at][by], tries[by])
+            for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+                n = int(by[a])
+                nbt, tried = cols.nb_obj[int(r_at[n])], int(tries[n])
+                why = (
+                    f"backoff until {clock(nbt)} after attempt {tried}"
+                    if tried
+                    else f"not before {clock(nbt)}"
+                )
+                holds.update(zip(jid[at[by[a:b]]].tolist(), repeat(why)))
+            # a job whose last attempt failed keeps its rank (`_keep_place`): a CPU job for a
+            # slot, a GPU job through a stand-in of its request
+            kept = at[tries > 0]
+            cpu = kept[gpus[kept] == 0]
+            for n, nbt, j in zip(
+                cpu.tolist(),
+                cols.nb_obj[rows[cpu]].tolist(),
+                jobs[rows[cpu]].tolist(),
+                strict=True,
+            ):
+                rank = (-float(eff[n]), -float(wait[n]), int(jid[n]))
+                self.cpu_backoff.append((rank, nbt, rank[2], j.name))
+            gpu = kept[gpus[kept] > 0]
+            order += _array_buckets(
+                gpu, cols, rows, eff, wait, jid, dur, lambda raw: (_BACKOFF, *raw)
+            )
+        if snap.promote_after_h is not None:
+            # the starvation guard (`waited_s`), for the eligible: oldest first among them
+            # (a job in backoff keeps its rank unpromoted, as `_keep_place` ranks it)
+            promoted = wait - att / np.maximum(gpus, 1) >= snap.promote_after_h * 3600.0
+            eff = np.where(promoted, PROMOTED + wait, eff)
+        eligible = ~blocked & ~backoff
+        if tariff is not None:
+            cs = cols.cs[rows]
+            gated = eligible & cs & (np.maximum(gpus, 1) * dur >= snap.hold_min_gpu_h * 3600.0)
+            if gated.any():
+                if self.gate is None:
+                    self.gate = _TariffGate(snap, tariff, clock)
+                gate = self.gate
+                at = np.flatnonzero(gated)
+                with_dl = cols.dl[rows[at]] != NONE_US
+                # the same reason for every job of one estimate and no deadline: asked once,
+                # given to its jobs at once
+                plain = at[~with_dl]
+                by = np.argsort(dur[plain], kind="stable")
+                cuts = _cuts(dur[plain][by])
+                for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+                    held = gate.hold(float(dur[plain[by[a]]]), None)
+                    if held is not None:
+                        sel = plain[by[a:b]]
+                        holds.update(zip(jid[sel].tolist(), repeat(held)))
+                        eligible[sel] = False
+                for n in at[with_dl].tolist():
+                    held = gate.hold(float(dur[n]), cols.dl_obj[int(rows[n])])
+                    if held is not None:
+                        holds[int(jid[n])] = held
+                        eligible[n] = False
+            # a job a hold could have delayed (it had more than the slack to spare) and that
+            # has no more now: first, so that a hold never costs a deadline
+            late = np.flatnonzero(eligible & cs & (cols.dl[rows] != NONE_US))
+            if len(late):
+                dl_l, sub_l, dur_l = cols.dl[rows[late]], cols.sub[rows[late]], dur[late]
+                slack = snap.hold_slack_s
+                boost = ((dl_l - now_us) / 1e6 - dur_l <= slack) & (
+                    slack < (dl_l - sub_l) / 1e6 - dur_l
+                )
+                eff[late[boost]] += snap.deadline_boost
+        order += [_ListBucket(raw, items) for raw, items in lists.items()]
+        return order + _array_buckets(
+            np.flatnonzero(eligible), cols, rows, eff, wait, jid, dur, lambda raw: raw
+        )
+
+    def _penalties(
+        self,
+        penalty: Callable[[float, float, int], float],
+        dur: np.ndarray,
+        att: np.ndarray,
+        gpus: np.ndarray,
+    ) -> np.ndarray:
+        """What the order takes off each job: computed by the very function `_screen` calls,
+        once per distinct value of what the order reads (sjf_aging: the estimate; las: the
+        attained time; srpt: the estimate and the GPUs, as one complex number)."""
+        order = self.snap.order
+        if order == "sjf_aging":
+            uniq, inv = np.unique(dur, return_inverse=True)
+            pts = [penalty(d, 0.0, 0) for d in uniq.tolist()]
+        elif order == "las":
+            uniq, inv = np.unique(att, return_inverse=True)
+            pts = [penalty(0.0, a, 0) for a in uniq.tolist()]
+        elif order == "srpt":
+            uniq, inv = np.unique(dur + 1j * gpus, return_inverse=True)
+            pts = [penalty(z.real, 0.0, int(z.imag)) for z in uniq.tolist()]
+        else:  # an order this does not know: every job its own call
+            return np.array([penalty(d, a, int(k)) for d, a, k in zip(dur, att, gpus, strict=True)])
+        return np.array(pts)[inv.reshape(-1)]
+
     def _keep_place(
         self,
         j: PendingJob,
@@ -1016,7 +1401,7 @@ class _Placer:
         for r in snap.running:
             end = r.expected_end or ((r.started_at or now) + default_end)
             ends_of[r.id] = end if end > now else now  # overdue: could end any moment
-        self.cluster = _Cluster(snap, ends_of)
+        self.cluster = _Cluster(snap, ends_of, self.fast)
         if snap.preempt_margin is not None:
             penalty = penalty_of(
                 snap.model_copy(update={"order": "priority"}) if self.sjf else snap
@@ -1046,14 +1431,16 @@ class _Placer:
                     key=lambda v: (v[0], v[1].id),
                 ),
                 narrow=not snap.preempt_wider,
+                fast=self.fast,
             )
             self.victims = victims or None
+            if self.fast and self.preempt_budget <= 0:
+                self.victims = None  # none may preempt in this call
 
-    def _allocate(self, buckets: dict[tuple, list[Entry]]) -> None:
+    def _allocate(self, order: list[_Bucket]) -> None:
         """Visit jobs best first; hold what is left of a bucket once its outcome is settled."""
         holds = self.holds
-        order = [_Bucket(raw, items) for raw, items in buckets.items()]
-        heap = [(min(b.items), i) for i, b in enumerate(order)]
+        heap = [(b.first(), i) for i, b in enumerate(order)]
         heapq.heapify(heap)
         while heap:
             entry, bi = heapq.heappop(heap)
@@ -1061,31 +1448,23 @@ class _Placer:
             self._one(entry, b.raw)
             if b.raw[0] == _BACKOFF and b.raw[1:] in self.keep_failed:
                 continue  # no later stand-in of this request finds GPUs to keep either
-            if not b.sorted:  # its first visit: the entry was its minimum
-                b.items = [e for e in b.items if e is not entry]
-                b.pos = -1
-            if b.pos + 1 >= len(b.items):
+            b.visited(entry)
+            if not b.left():
                 continue
             why_short, why_long = self._settled(b.raw)
+            if why_short is None and why_long is None and self.fast:
+                self._settle_promoted(b)
             if why_short is not None and why_short == why_long:
-                holds.update(dict.fromkeys([e[2] for e in b.items[b.pos + 1 :]], why_short))
+                holds.update(zip(b.rest_ids(), repeat(why_short)))
                 continue
             if why_long is not None and not b.short_only:
-                left = self.res_left
-                rest = b.items[b.pos + 1 :]
-                holds.update(dict.fromkeys([e[2] for e in rest if e[3] > left], why_long))
-                b.items = [e for e in rest if e[3] <= left]
-                b.pos, b.sorted, b.short_only = -1, False, True
+                holds.update(zip(b.split_long(self.res_left), repeat(why_long)))
             if why_short is not None:
-                holds.update(dict.fromkeys([e[2] for e in b.items[b.pos + 1 :]], why_short))
+                holds.update(zip(b.rest_ids(), repeat(why_short)))
                 continue
-            if b.pos + 1 >= len(b.items):
+            if not b.left():
                 continue
-            if not b.sorted:
-                b.items.sort()
-                b.sorted = True
-            b.pos += 1
-            heapq.heappush(heap, (b.items[b.pos], bi))
+            heapq.heappush(heap, (b.advance(), bi))
 
     def _settled(self, raw: tuple) -> tuple[str | None, str | None]:
         """Why every later job of this request will be held, as far as this call can already
@@ -1104,6 +1483,24 @@ class _Placer:
             return None, None
         long = self._past_reservation(key) if key in self.fail_clear else None
         return (self._reason(key) if key in self.fail_any else None), long
+
+    def _settle_promoted(self, b: _Bucket) -> None:
+        """Hold at once the bucket's jobs that the starvation guard promoted and whose turn
+        can only end in a hold, where `_settled` waits because a later job might still
+        preempt: a promoted job never preempts (outside sjf_aging) and, with the reservation
+        taken, finds what every job of its request found before it (the daemon's defaults
+        promote half of a 100,000-job queue: otherwise 34,000 turns, one by one)."""
+        if self.sjf or self.reservation is None or b.raw is _CPU or b.raw[0] == _BACKOFF:
+            return
+        key = self.requests[b.raw].key
+        why_short = self._reason(key) if key in self.fail_any else None
+        why_long = self._past_reservation(key) if key in self.fail_clear else None
+        if why_long is None:  # fail_any implies fail_clear: nothing is settled yet
+            return
+        long, short = b.take_promoted(-PROMOTED, self.res_left, why_short is not None)
+        self.holds.update(zip(long, repeat(why_long)))
+        if why_short is not None:
+            self.holds.update(zip(short, repeat(why_short)))
 
     def _why_held(self, key: tuple, dur: float) -> str:
         """Order-independent: a job that would run past the reservation is told so; one that
@@ -1253,7 +1650,7 @@ class _Placer:
         (the jobs on the GPUs it could use)."""
         if req.key not in self.held_by and req.key not in self.never:
             assert self.cluster is not None
-            self.held_by[req.key] = _held_by(self.cluster.holders(req))
+            self.held_by[req.key] = _held_by(*self.cluster.holders(req))
 
     def _reason(self, key: tuple) -> str:
         return self.reasons[key] + self.held_by.get(key, "")
@@ -1299,7 +1696,7 @@ class _Placer:
         """Why a CPU job waits once every slot is taken; the takers no longer change."""
         if self.cpu_reason is None:
             self.cpu_reason = f"all {self.snap.cpu_slots} CPU slot(s) busy" + _held_by(
-                self.cpu_holders
+                self.cpu_holders, len(self.cpu_holders)
             )
         return self.cpu_reason
 
@@ -1310,14 +1707,49 @@ class _Placer:
         if not self.cpu_backoff:
             return None
         rank, ends = entry[:3], self.now + timedelta(seconds=entry[3])
-        ahead = [b for b in self.cpu_backoff if b[0] < rank and b[1] < ends]
-        if len(ahead) < self.cpu_free:
-            return None
-        _, nb, jid, name = ahead[0]
+        if self.fast:
+            kept = self._kept_by_table(rank, ends)
+            if kept is None:
+                return None
+            _, nb, jid, name = kept
+        else:
+            ahead = [b for b in self.cpu_backoff if b[0] < rank and b[1] < ends]
+            if len(ahead) < self.cpu_free:
+                return None
+            _, nb, jid, name = ahead[0]
         return (
             f"the free CPU slot is kept for job {jid}{_named(name)}, ahead in queue order and "
             f"back from its retry backoff at {self.clock(nb)}; this job would not end by then"
         )
+
+    def _kept_by_table(
+        self, rank: tuple[float, float, int], ends: datetime
+    ) -> tuple[tuple[float, float, int], datetime, int, str] | None:
+        """`_kept_for_backoff`'s count of the backoff jobs ahead (ranked below `rank`, back
+        before `ends`) and the first of them in list order, from a prefix table per end time
+        built once: a CPU job asks at every turn while a slot is free, and a scan of every
+        backoff job for each took 600 ms on the tick where a slot freed at 100,000 jobs."""
+        if self.backoff_by_rank is None:
+            self.backoff_by_rank = sorted(
+                range(len(self.cpu_backoff)), key=lambda i: self.cpu_backoff[i][0]
+            )
+            self.backoff_ranks = [self.cpu_backoff[i][0] for i in self.backoff_by_rank]
+            self.backoff_ends = np.empty(len(self.cpu_backoff), dtype=object)
+            self.backoff_ends[:] = [self.cpu_backoff[i][1] for i in self.backoff_by_rank]
+        table = self.kept_tables.get(ends)
+        if table is None:
+            # over the backoff jobs by rank: how many of the first i end before `ends`, and the
+            # least list index among them (-1: none)
+            back = (self.backoff_ends < ends).astype(bool)
+            idx = np.where(back, np.array(self.backoff_by_rank), len(self.cpu_backoff))
+            first = np.minimum.accumulate(idx)
+            counts = [0, *np.cumsum(back).tolist()]
+            firsts = [-1, *np.where(first == len(self.cpu_backoff), -1, first).tolist()]
+            table = self.kept_tables[ends] = (counts, firsts)
+        below = bisect.bisect_left(self.backoff_ranks, rank)
+        if table[0][below] < self.cpu_free:
+            return None
+        return self.cpu_backoff[table[1][below]]
 
     def _preempt(
         self, j: PendingJob, eff: float, plan: tuple[list[tuple[float, RunningJob]], list[int]]
@@ -1328,7 +1760,10 @@ class _Placer:
         self.cluster.claim(gpu_ids)
         self.claimed.update(gpu_ids)
         self.victims.drop(chosen)
-        if not self.victims:
+        if not self.victims or (self.fast and self.preempt_budget <= 0):
+            # no more preemption in this call: the buckets may settle now, where the plain path
+            # visits job after job to find out (34,000 of them at 100,000 under the daemon's
+            # defaults, whose starvation guard puts half the queue ahead of any preemptor)
             self.victims = None
         for veff, v in chosen:
             self.preemptions.append(
@@ -1355,12 +1790,17 @@ def _named(name: str) -> str:
     return f" ({name})" if name else ""
 
 
-def _held_by(jobs: list[tuple[int, str]], most: int = 3) -> str:
-    """': held by job 3 (train), job 5 +2 more': who holds what a waiting job needs."""
-    if not jobs:
+_HELD_BY_NAMED = 3  # jobs a hold reason names; the rest are counted
+
+
+def _held_by(jobs: list[tuple[int, str]], total: int) -> str:
+    """': held by job 3 (train), job 5 +2 more': who holds what a waiting job needs (`jobs`:
+    the first of them, `total`: how many)."""
+    if not total:
         return ""
+    most = _HELD_BY_NAMED
     named = ", ".join(f"job {jid}{_named(name)}" for jid, name in jobs[:most])
-    more = f" +{len(jobs) - most} more" if len(jobs) > most else ""
+    more = f" +{total - most} more" if total > most else ""
     return f": held by {named}{more}"
 
 
@@ -1384,9 +1824,14 @@ class _Victims:
     """Running pausable GPU jobs that preemption may pause, per host, lowest aged priority first."""
 
     def __init__(
-        self, cluster: _Cluster, victims: list[tuple[float, RunningJob]], narrow: bool = False
+        self,
+        cluster: _Cluster,
+        victims: list[tuple[float, RunningJob]],
+        narrow: bool = False,
+        fast: bool = True,
     ):
         self.cluster = cluster
+        self.fast = fast  # hosts by their lowest victim, stopping where none can pause less
         # pause only jobs on no more GPUs than the preemptor asks for (`preempt_wider` off)
         self.narrow = narrow
         self.lowest = victims[0][0] if victims else float("inf")
@@ -1422,7 +1867,14 @@ class _Victims:
             return None
         cluster = self.cluster
         best: tuple[tuple[float, int, str], list[tuple[float, RunningJob]], list[int]] | None = None
-        for host, vs in self.by_host.items():
+        hosts = (
+            sorted(self.by_host.items(), key=lambda hv: hv[1][0][0])
+            if self.fast
+            else self.by_host.items()
+        )
+        for host, vs in hosts:
+            if self.fast and (vs[0][0] > max_eff or (best is not None and vs[0][0] > best[0][0])):
+                break  # hosts by their lowest victim: none from here can pause less
             if vs[0][0] > max_eff:
                 continue
             free = [
