@@ -105,3 +105,6 @@ def test_the_snapshot_expects_what_the_store_says_the_jobs_took(tmp_path):
     assert bert == pytest.approx(5 * H)
     fresh = sorted(v for (n, _), v in got.items() if n == "fresh")
     assert fresh == [pytest.approx(1 * H), pytest.approx(3 * H)]  # bob as asked, alice × 3
+    # what a hold must leave room for: the worst her estimates came to (3 ×) — bob's, as asked
+    uppers = sorted(p.expected_upper_s for p in sn.pending if p.name == "fresh")
+    assert uppers == [pytest.approx(1 * H), pytest.approx(3 * H)]

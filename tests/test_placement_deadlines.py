@@ -56,6 +56,16 @@ def test_hold_only_while_the_deadline_can_still_be_met():
     assert "would miss its deadline" in tight.starts[0].note
 
 
+def test_a_hold_leaves_room_for_what_such_estimates_came_to():
+    """The same 2 h job due in 20 h waits for 23:00 on its estimate; when its estimates have run
+    to 9 h at worst (expected_upper_s, from the store's history), 23:00 + 9 h + the slack misses
+    08:00, and it starts now instead."""
+    assert place(snap([cs_job(deadline=NOON + 20 * H)])).holds
+    risky = place(snap([cs_job(deadline=NOON + 20 * H, expected_upper_s=9 * 3600)]))
+    assert [s.job_id for s in risky.starts] == [1]
+    assert place(snap([cs_job(deadline=NOON + 20 * H, expected_upper_s=3 * 3600)])).holds
+
+
 def test_hold_slack_is_kept():
     """The cheap period must open `hold_slack_s` before the latest start that keeps the deadline."""
     deadline = NOON + 13 * H  # 01:00: 23:00 + 2 h leaves no slack

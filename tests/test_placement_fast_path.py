@@ -61,6 +61,7 @@ def _pending(rnd: random.Random, jid: int, now: datetime, wide: int) -> PendingJ
         deadline=rnd.choice([None, None, submitted + timedelta(hours=rnd.choice([2, 8, 30, 90]))]),
         attained_gpu_s=rnd.choice([0.0, 0.0, 1800.0, 20_000.0, 100_000.0]),
         span_hosts=rnd.random() < 0.2,
+        expected_upper_s=rnd.choice([None, None, 1800.0, 6 * 3600, 30 * 3600]),
     )
 
 

@@ -114,6 +114,12 @@ class PendingJob(BaseModel):
     attained_gpu_s: float = Field(
         0.0, ge=0, description="GPU-seconds run in earlier attempts: what `order: las` ranks by"
     )
+    expected_upper_s: float | None = Field(
+        None,
+        description="What it may take at worst by the history of such estimates (their error's "
+        "90th percentile): a tariff hold leaves its deadline reachable at this, not only at "
+        "the estimate",
+    )
     span_hosts: bool = Field(
         False,
         description="May run as a gang across hosts when no one host has its GPUs free (a job "
@@ -782,11 +788,12 @@ class _TariffGate:
         self.since_open = (snap.now - self.current.start).total_seconds() if self.current else 0.0
         self._memo: dict[float, str | None] = {}
 
-    def hold(self, dur: float, deadline: datetime | None) -> str | None:
+    def hold(self, dur: float, deadline: datetime | None, upper: float | None = None) -> str | None:
         """None when the job may start now; else why it waits. With a deadline it waits only
-        for a cheap period that opens in time to finish by the deadline on its estimate: the
-        first that fits it whole, else (when no cheap period is under way) the next to open,
-        which it runs past, pausing at its end only if it can resume and still make it."""
+        for a cheap period that opens in time to finish by the deadline on its estimate — or on
+        `upper`, what such estimates have come to at worst, when that is longer: the first that
+        fits it whole, else (when no cheap period is under way) the next to open, which it runs
+        past, pausing at its end only if it can resume and still make it."""
         if self.current is not None and dur <= self.left:
             return None
         if dur in self._memo:
@@ -795,14 +802,15 @@ class _TariffGate:
             why = self._memo[dur] = self._why(dur)
         if why is None or deadline is None:
             return why
+        need = max(dur, upper or 0.0)
         fits = next((p for p in self.future if p.seconds >= dur), None)
-        if fits is not None and self._in_time(fits.start, dur, deadline):
+        if fits is not None and self._in_time(fits.start, need, deadline):
             return (
                 f"held for off-peak until {self.clock(fits.start)}, when a cheap period long "
                 f"enough for its {_hours(dur)} opens; deadline {self.clock(deadline)} still met"
             )
         nxt = self.future[0] if self.future and self.current is None else None
-        if nxt is not None and self._in_time(nxt.start, dur, deadline):
+        if nxt is not None and self._in_time(nxt.start, need, deadline):
             return (
                 f"held for off-peak until {self.clock(nxt.start)}, when a cheap period opens "
                 f"(its {_hours(dur)} outlasts it; deadline {self.clock(deadline)} still met)"
@@ -1175,7 +1183,7 @@ class _Placer:
             ):
                 if gate is None:
                     gate = self.gate = _TariffGate(self.snap, tariff, clock)
-                why = gate.hold(dur, f["deadline"])
+                why = gate.hold(dur, f["deadline"], f["expected_upper_s"])
                 if why is not None:
                     holds[jid] = why
                     continue
@@ -1194,13 +1202,14 @@ class _Placer:
             ):
                 eff = PROMOTED + wait  # oldest first among the promoted
             dl = f["deadline"]
+            need = max(dur, f["expected_upper_s"] or 0.0)  # at worst, by its estimates' history
             if (
                 dl is not None
                 and tariff is not None
                 and f["cost_class"] == "cost_sensitive"
-                and (dl - now).total_seconds() - dur
+                and (dl - now).total_seconds() - need
                 <= slack
-                < (dl - f["submitted_at"]).total_seconds() - dur
+                < (dl - f["submitted_at"]).total_seconds() - need
             ):
                 # a job a hold could have delayed (it had more than the slack to spare) and that
                 # has no more now: first, so that a hold never costs a deadline
@@ -1327,7 +1336,8 @@ class _Placer:
                         holds.update(zip(jid[sel].tolist(), repeat(held)))
                         eligible[sel] = False
                 for n in at[with_dl].tolist():
-                    held = gate.hold(float(dur[n]), cols.dl_obj[int(rows[n])])
+                    r = int(rows[n])
+                    held = gate.hold(float(dur[n]), cols.dl_obj[r], cols.job[r].expected_upper_s)
                     if held is not None:
                         holds[int(jid[n])] = held
                         eligible[n] = False
@@ -1336,6 +1346,9 @@ class _Placer:
             late = np.flatnonzero(eligible & cs & (cols.dl[rows] != NONE_US))
             if len(late):
                 dl_l, sub_l, dur_l = cols.dl[rows[late]], cols.sub[rows[late]], dur[late]
+                # what each may take at worst, by its estimates' history (few jobs: from objects)
+                upper = [cols.job[int(r)].expected_upper_s or 0.0 for r in rows[late]]
+                dur_l = np.maximum(dur_l, np.array(upper, dtype=float))
                 slack = snap.hold_slack_s
                 boost = ((dl_l - now_us) / 1e6 - dur_l <= slack) & (
                     slack < (dl_l - sub_l) / 1e6 - dur_l

@@ -425,6 +425,7 @@ def load_snapshot(
             j.owner, j.name, params_key(j.params), minutes * 60.0 if minutes else None
         )
         expected = learned.expected_s if learned is not None else None
+        upper = learned.upper_s if learned is not None else None
         deadline = _deadline(deadline_text, j.created_at, tz)
         att = last.get(j.id)
         common = {
@@ -441,6 +442,7 @@ def load_snapshot(
                 continue
             if expected is not None and j.resume_from:
                 expected = max(60.0, expected - ran_s.get(j.id, 0.0))
+                upper = max(expected, (upper or expected) - ran_s.get(j.id, 0.0))
             not_before = None
             if att is not None and att.outcome in FAILED_OUTCOMES and att.ended_at:
                 not_before = backoff.not_before(att.ended_at, att.number, j.id, retry_wait_s)
@@ -466,6 +468,7 @@ def load_snapshot(
                     blocked_by=[d for d in depends_on or () if d not in succeeded],
                     submitted_at=j.created_at,
                     expected_duration_s=expected,
+                    expected_upper_s=upper,
                     attempt=att.number if att is not None else 0,
                     not_before=not_before,
                     deadline=deadline,
