@@ -1390,7 +1390,8 @@ def _classify(
                 )
             return _result(mcat, mconf, shown, why, inp, sig, notes)
         if confidence == "low":  # nothing decides (log, machine): what the log's words point to
-            learned = _learned(cat, lines, raw_lines, failed_exit)
+            exited = inp.exit_code is not None and sig is None  # it ended on its own
+            learned = _learned(cat, lines, raw_lines, failed_exit, exited)
             if learned is not None:
                 (cat, reading), override = learned, None
                 evidence = ev([(None, i) for i in sorted(reading.lines)])
@@ -1712,11 +1713,12 @@ def _reported_exit_code(lines: list[str]) -> int | None:
 
 
 def _learned(
-    cat: str, lines: list[str], raw_lines: list[str], failed_exit: bool
+    cat: str, lines: list[str], raw_lines: list[str], failed_exit: bool, exited: bool = False
 ) -> tuple[str, log_classifier.Reading] | None:
     """The log model's category where it differs from a low-confidence verdict and leads clearly,
     read from enough words (LEARNED_MIN_WORDS); never `succeeded` for a run that exited failing or
-    whose log ends in an error, never `unknown` over a guess."""
+    whose log ends in an error, never `hang_or_timeout` for one that exited on its own (with a
+    status, no signal: a hung process is stopped from outside), never `unknown` over a guess."""
     model = LOG_MODEL_LOADER()
     reading = log_classifier.read(model_lines(raw_lines, lines), model) if model else None
     if reading is None or reading.category in (cat, "unknown") or reading.words < LEARNED_MIN_WORDS:
@@ -1724,6 +1726,8 @@ def _learned(
     if reading.margin < LEARNED_MIN_MARGIN:
         return None
     if reading.category == "succeeded" and (failed_exit or _ends_in_error(lines)):
+        return None
+    if reading.category == "hang_or_timeout" and exited:
         return None
     return reading.category, reading
 

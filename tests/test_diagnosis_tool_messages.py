@@ -377,3 +377,14 @@ def test_a_bare_bus_error_is_shared_memory(ctx):
     log = "2019-04-16 11:58:14  Creating workers...\nBus error (core dumped)\n"
     r = run_skill(diagnose_failure, ctx, {"log_tail": log})
     assert r.category == "host_oom" and "/dev/shm" in r.reasoning
+
+
+def test_a_run_that_exited_on_its_own_is_no_hang_by_its_words_either(ctx):
+    """The log model may read an odd log's words as a hang's; with an exit status and no signal
+    the process ended by itself, and no hang is said."""
+    log = (
+        "step 1 loss 2.30\nstep 2 loss 2.10\nfrobnicator: lost sync with the widget bus\n"
+        "shutting down\n"
+    )
+    r = run_skill(diagnose_failure, ctx, {"log_tail": log, "exit_code": 1})
+    assert r.category != "hang_or_timeout", r.reasoning
