@@ -161,6 +161,7 @@ class Table:
     goals: list[dict[str, object]]
     wall_s: float
     workers: int
+    started: datetime
 
 
 def _run(unit: tuple[S.Setup, str]) -> S.RunResult:
@@ -170,7 +171,7 @@ def _run(unit: tuple[S.Setup, str]) -> S.RunResult:
 def run(windows: tuple[Window, ...], policies: tuple[str, ...], seed: int, workers: int) -> Table:
     """Every policy on every window (in `workers` processes, the slowest units first), the
     saving shares and misses by cause, and the goals rows of each judged policy that ran."""
-    t0 = time.perf_counter()
+    t0, started = time.perf_counter(), datetime.now(UTC)
     opts = S.Options(seed=seed)
     setups = [
         s
@@ -187,7 +188,8 @@ def run(windows: tuple[Window, ...], policies: tuple[str, ...], seed: int, worke
     else:
         results = [_run(u) for u in units]
     S.add_shares(results)
-    return Table(setups, results, goal_rows(results), time.perf_counter() - t0, workers)
+    wall = time.perf_counter() - t0
+    return Table(setups, results, goal_rows(results), wall, workers, started)
 
 
 def goal_rows(results: list[S.RunResult]) -> list[dict[str, object]]:
@@ -241,7 +243,7 @@ def markdown(table: Table, command: str) -> str:
     cpu = _cpu_name()
     out = [
         f"Command: `{command}`  ",
-        f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {platform.node() or 'this machine'} "
+        f"Started {table.started:%Y-%m-%d %H:%M} UTC on {platform.node() or 'this machine'} "
         f"({os.cpu_count()} CPUs{', ' + cpu if cpu else ''}; Python "
         f"{platform.python_version()}), {table.workers} worker process(es): "
         f"**{table.wall_s / 60:.1f} min wall** "
