@@ -6,6 +6,7 @@ of issues 14 and 31 (judged against the strongest baseline on each trace).
     python -m nightshift.evals.simulate --quick          # small windows: a smoke test (seconds)
     python -m nightshift.evals.simulate --full           # the whole traces (tens of minutes)
     nightshift eval simulate --load 0.6,0.8,1.0          # the same through the CLI, with a sweep
+    python -m nightshift.evals.scheduler_table --jobs 2  # issue 31's whole table and goals
 
 Traces (copied into evals/data/traces/ with their SOURCES.md): Microsoft Philly (ATC'19), one row
 per job; Alibaba GPU v2023 (ATC'23), one row per pod, and its node list; Tiresias' 60-job trace
