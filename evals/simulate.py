@@ -6,6 +6,7 @@ of issues 14 and 31 (judged against the strongest baseline on each trace).
     python -m nightshift.evals.simulate --quick          # small windows: a smoke test (seconds)
     python -m nightshift.evals.simulate --full           # the whole traces (tens of minutes)
     nightshift eval simulate --load 0.6,0.8,1.0          # the same through the CLI, with a sweep
+    python -m nightshift.evals.scheduler_table --jobs 2  # issue 31's whole table and goals
 
 Traces (copied into evals/data/traces/ with their SOURCES.md): Microsoft Philly (ATC'19), one row
 per job; Alibaba GPU v2023 (ATC'23), one row per pod, and its node list; Tiresias' 60-job trace
@@ -514,7 +515,13 @@ class SizeDistribution:
     """The window's own job sizes in GPU-seconds (GPUs held x true run time; a GPU-sharing pod
     holds one GPU), from which Tiresias' policies take their parameters: 2D-LAS's queue
     thresholds (the `QUANTILES` of the sizes: K = 3 queues) and 2D-Gittins' index. Tiresias
-    assumes the size distribution is known from history; here it is the window's, exactly."""
+    assumes the size distribution is known from history; here it is the window's, exactly.
+
+    The index is asked for every running job at every decision (millions of times on Philly's
+    week), so its constants are tabled once: between two consecutive breakpoints (a size or a
+    threshold) the sizes still possible and those that end within the quantum do not change, so
+    each piece keeps them and one bisection finds the piece (`gittins_scan` is the definition
+    computed from scratch; the two agree to the last bit, a test checks)."""
 
     QUANTILES = (0.5, 0.9)
 
@@ -523,6 +530,20 @@ class SizeDistribution:
         self.prefix = [0.0, *itertools.accumulate(self.sizes)]
         cuts = [float(np.quantile(self.sizes, q)) for q in self.QUANTILES] if sizes else []
         self.thresholds = sorted({c for c in cuts if c > 0})
+        # piece 0: attained below every breakpoint; piece m: in [breaks[m - 1], breaks[m])
+        self._breaks = sorted({*self.sizes, *self.thresholds})
+        self._pieces = [self._piece(0, 0)] + [
+            self._piece(bisect.bisect_right(self.sizes, b), bisect.bisect_right(self.thresholds, b))
+            for b in self._breaks
+        ]
+
+    def _piece(self, i: int, k: int) -> tuple[int, int, float, float]:
+        """(i, j, the quantum's end, Σ s[i:j]) for attained service with s[i:] still possible
+        and threshold k next: s[i:j] end within the quantum."""
+        n = len(self.sizes)
+        hi = self.thresholds[k] if k < len(self.thresholds) else math.inf
+        j = bisect.bisect_right(self.sizes, hi) if hi < math.inf else n
+        return i, j, hi, self.prefix[j] - self.prefix[i]
 
     def next_threshold(self, attained: float) -> float:
         """The first threshold above `attained` (where a job drops a queue); inf past the last."""
@@ -532,7 +553,19 @@ class SizeDistribution:
     def gittins(self, attained: float) -> float:
         """Tiresias' Gittins index of a job that has run `attained` GPU-seconds, for a quantum Δ
         up to its next threshold: P(S - a <= Δ | S > a) / E[min(S - a, Δ) | S > a] over the
-        sizes S; 0 for a job that outlived every size (it ranks last)."""
+        sizes S; 0 for a job that outlived every size (it ranks last). From the piece's table,
+        with the same arithmetic as `gittins_scan`."""
+        i, j, hi, part = self._pieces[bisect.bisect_right(self._breaks, attained)]
+        n = len(self.sizes)
+        if i == n:
+            return 0.0
+        served = part - (j - i) * attained
+        if j < n:  # sizes past the quantum are served Δ each
+            served += (n - j) * (hi - attained)
+        return (j - i) / served if served > 0 else 0.0
+
+    def gittins_scan(self, attained: float) -> float:
+        """The same index from the definition, searching the sizes at every call."""
         s, n = self.sizes, len(self.sizes)
         i = bisect.bisect_right(s, attained)  # s[i:] are the sizes still possible
         if i == n:
@@ -863,6 +896,8 @@ class _Run:
             pausable=True,
             deadline=self._dt(sj.deadline_s) if pol.deadlines else None,
             attained_gpu_s=attained,
+            blocked_by=[],  # given, not defaulted: pydantic's default_factory path inspects a
+            # signature at every construction (a tenth of a Tiresias policy's run time)
         )
 
     def _key(self, sj: SimJob, m: PendingJob) -> tuple:
@@ -1064,6 +1099,7 @@ class _Run:
             pending=[self.jobs[k[2]].model for k in keys],
             running=list(self.running.values()),
             gpus=self.slots,
+            recovering=[],  # given, not defaulted (see _pending_model)
             **self._knobs(),
         )
 

@@ -139,3 +139,35 @@ def test_the_sweep_judges_the_first_policy_against_the_strongest_of_the_others()
         assert means[best] == 0 or r["ratio"] == pytest.approx(means[pols[0]] / means[best])
         assert all(r[f"{p}_max_h"] >= means[p] for p in pols)
     assert "÷ strongest" in simulate_sweep.markdown(rows, pols)
+
+
+def test_the_gittins_table_is_the_definition_to_the_last_bit():
+    """The tabled index (one bisection into per-piece constants) against the definition
+    searched from scratch, on the Philly week's own sizes: at every size and threshold, a
+    float either side of each, and halfway between neighbours, the two are equal, not close."""
+    import math
+
+    setup = S.make_setups(["philly"], [0.8], {"philly": 7.0}, None, S.Options())[0]
+    d = S.SizeDistribution([j.gpus * j.duration_s for j in setup.jobs])
+    points = sorted({0.0, *d.sizes, *d.thresholds})
+    probes = [*points, *(math.nextafter(p, math.inf) for p in points)]
+    probes += [math.nextafter(p, -math.inf) for p in points if p > 0]
+    probes += [(a + b) / 2 for a, b in zip(points, points[1:], strict=False)]
+    probes += [points[-1] * 2, 1e15]
+    for a in probes:
+        assert d.gittins(a) == d.gittins_scan(a), a
+    assert d.gittins(points[-1] * 2) == 0.0  # outlived every size: last
+
+
+def test_2d_gittins_schedules_alike_with_the_table_and_with_the_definition(monkeypatch):
+    """Half a day of Philly at load 3 (it queues and preempts): 2D-Gittins with the tabled
+    index makes the same schedule — every start, the queue at every change, every metric — as
+    with the index computed from its definition at every call (the code before the table)."""
+    setup = S.make_setups(["philly"], [3.0], {"philly": 0.5}, None, S.Options())[0]
+    fast = S.simulate(setup, "2d-gittins")
+    monkeypatch.setattr(S.SizeDistribution, "gittins", S.SizeDistribution.gittins_scan)
+    slow = S.simulate(setup, "2d-gittins")
+    fast.metrics.pop("wall_s"), slow.metrics.pop("wall_s")
+    assert fast.metrics["preemptions"] > 0 and fast.metrics["delay_mean_h"] > 0
+    assert fast.first_start == slow.first_start and fast.queue == slow.queue
+    assert fast.metrics == slow.metrics and fast.delays == slow.delays

@@ -11,6 +11,10 @@ SUITES = {
     "trajectories": ("nightshift.evals.trajectories", "goal → calls and outcome, per planner"),
     "recovery": ("nightshift.evals.recovery", "fault-injection recovery vs naive retry"),
     "simulate": ("nightshift.evals.simulate", "trace-driven scheduler simulation"),
+    "scheduler-table": (
+        "nightshift.evals.scheduler_table",
+        "issue 31's table: every trace, baseline and nightshift, goals PASS/FAIL (one command)",
+    ),
     "scale": ("nightshift.evals.bench_scale", "store submissions/s, placement time, daemon memory"),
     "perf": ("nightshift.evals.perf", "agent step overhead, audit append/verify throughput"),
     "provenance": (

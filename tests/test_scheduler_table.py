@@ -1,0 +1,128 @@
+"""Issue 31's one command for the scheduler table: every window and policy from one invocation,
+and a goals table computed from the rows it printed."""
+
+from __future__ import annotations
+
+import csv
+import math
+
+import pytest
+
+from nightshift.evals import scheduler_table as T
+from nightshift.evals import simulate as S
+
+
+def _metrics(delay: float, top: float, util: float, **kw: float) -> dict[str, float]:
+    return {"delay_mean_h": delay, "delay_max_h": top, "util": util, **kw}
+
+
+def test_goals_are_judged_from_the_rows_with_a_known_pass_and_fail():
+    """Hand-made rows: the strongest baseline is 2D-LAS (1.0 h), EASY+SJF 2.0 h, EASY 4.0 h
+    with a 20 h longest wait. nightshift-notariff at 0.85 h passes both delay goals (0.425 and
+    0.85), fails the longest wait (25 h: 1.25 × EASY's), passes utilisation (+0.01) and holds,
+    and fails the energy goal (0.2 of the deadline-feasible saving). nightshift, at 0.95 h,
+    fails the strongest-baseline goal (0.95) and the one miss its holds caused."""
+    rows = {
+        "fifo": _metrics(10.0, 40.0, 0.60),
+        "easy": _metrics(4.0, 20.0, 0.70),
+        "easy-sjf": _metrics(2.0, 60.0, 0.69),
+        "easy-sjf-aging": _metrics(3.0, 30.0, 0.70),
+        "2d-las": _metrics(1.0, 50.0, 0.65),
+        "2d-gittins": _metrics(1.5, 45.0, 0.66),
+        S.NOTARIFF: _metrics(0.85, 25.0, 0.71, hold_misses_caused=0, saving_share_deadline=0.2),
+        S.NIGHTSHIFT: _metrics(0.95, 18.0, 0.70, hold_misses_caused=1, saving_share_deadline=0.95),
+    }
+    results = [S.RunResult("philly", 0.8, p, m, [], [], {}) for p, m in rows.items()]
+    notariff, nightshift = T.goal_rows(results)
+    assert notariff["policy"] == S.NOTARIFF and notariff["strongest"] == "2d-las"
+    assert notariff["delay_vs_easy_sjf"] == pytest.approx(0.425)
+    assert notariff["delay_vs_strongest"] == pytest.approx(0.85)
+    assert notariff["max_vs_easy"] == pytest.approx(1.25)
+    assert notariff["util_vs_easy"] == pytest.approx(0.01)
+    verdicts = {g.column: notariff[f"{g.column}_pass"] for g in T.GOALS}
+    assert verdicts == {
+        "delay_vs_easy_sjf": True,
+        "delay_vs_strongest": True,
+        "max_vs_easy": False,
+        "util_vs_easy": True,
+        "hold_misses_caused": True,
+        "saving_share_deadline": False,
+    }
+    assert nightshift["delay_vs_strongest"] == pytest.approx(0.95)
+    assert not nightshift["delay_vs_strongest_pass"] and nightshift["max_vs_easy_pass"]
+    assert not nightshift["hold_misses_caused_pass"] and nightshift["saving_share_deadline_pass"]
+    # a window where nothing queues meets "≤ 0.9 ×" (0 ≤ 0) with no ratio; queueing where
+    # the reference does not fails
+    quiet = {p: _metrics(0.0, 0.0, 0.5) for p in rows}
+    quiet[S.NIGHTSHIFT] = _metrics(0.2, 3.0, 0.5)
+    got = T.goal_rows([S.RunResult("quiet", 0.8, p, m, [], [], {}) for p, m in quiet.items()])
+    assert got[0]["delay_vs_easy_sjf_pass"] and math.isnan(got[0]["delay_vs_easy_sjf"])  # type: ignore[arg-type]
+    assert not got[1]["delay_vs_easy_sjf_pass"] and got[1]["delay_vs_easy_sjf"] == math.inf
+    # without EASY's row, the goals that need it fail with no value rather than pass
+    (alone,) = T.goal_rows([r for r in results if r.policy not in ("easy", S.NIGHTSHIFT)])
+    assert math.isnan(alone["max_vs_easy"]) and not alone["max_vs_easy_pass"]  # type: ignore[arg-type]
+
+
+def test_one_command_writes_every_window_and_policy_and_goals_from_its_rows(tmp_path, capsys):
+    """The command on minutes-long windows of every trace: a row per window and policy in the
+    CSV, a goals row per window and judged policy whose ratios are the CSV's own numbers, and
+    the markdown with PASS/FAIL and the count of failed goals."""
+    assert T.main(["--tiny", "--out", str(tmp_path)]) == 0
+    with (tmp_path / "scheduler_table.csv").open() as fh:
+        table = list(csv.DictReader(fh))
+    with (tmp_path / "scheduler_goals.csv").open() as fh:
+        goals = list(csv.DictReader(fh))
+    windows = [(w.trace, str(w.load)) for w in T.TINY]
+    assert [(r["trace"], r["load"], r["policy"]) for r in table] == [
+        (t, load, p) for t, load in windows for p in T.POLICIES
+    ]
+    assert all(r["unfinished"] == "0" for r in table)
+    assert [(g["trace"], g["load"], g["policy"]) for g in goals] == [
+        (t, load, p) for t, load in windows for p in T.JUDGED
+    ]
+    by = {(r["trace"], r["load"], r["policy"]): r for r in table}
+    for g in goals:
+        mine, sjf = (
+            by[(g["trace"], g["load"], g["policy"])],
+            by[(g["trace"], g["load"], "easy-sjf")],
+        )
+        easy = by[(g["trace"], g["load"], "easy")]
+        d, s = float(mine["delay_mean_h"]), float(sjf["delay_mean_h"])
+        if s:
+            assert float(g["delay_vs_easy_sjf"]) == pytest.approx(d / s, rel=1e-5)
+            assert (g["delay_vs_easy_sjf_pass"] == "True") == (d / s <= 0.9 + 1e-9)
+        util = float(mine["util"]) - float(easy["util"])
+        assert float(g["util_vs_easy"]) == pytest.approx(util, abs=1e-5)
+    text = (tmp_path / "scheduler_table.md").read_text()
+    assert text in capsys.readouterr().out  # printed as written
+    assert "Command: `python -m nightshift.evals.scheduler_table --tiny --out" in text
+    assert "| philly | 0.8 | `nightshift-notariff` |" in text
+    assert "PASS" in text or "FAIL" in text
+    assert f"of {len(goals) * len(T.GOALS)}." in text
+
+
+def test_bad_policy_is_named_without_a_traceback(capsys):
+    with pytest.raises(SystemExit) as e:
+        T.main(["--tiny", "--policies", "easy,nope"])
+    assert e.value.code == 2
+    assert "--policies: unknown nope" in capsys.readouterr().err
+
+
+def test_parallel_workers_give_the_rows_of_one_process_in_the_same_order():
+    """--jobs 2 hands the biggest windows out first; the rows come back in window and policy
+    order with the numbers one process computes (wall seconds aside)."""
+    windows = (T.TINY[0], T.TINY[3])  # Philly's and Tiresias' tiny windows
+    pols = ("easy", "2d-gittins", S.NOTARIFF, S.NIGHTSHIFT)
+    one, two = T.run(windows, pols, 0, 1), T.run(windows, pols, 0, 2)
+
+    def rows(t: T.Table) -> list[tuple]:
+        return [
+            (r.trace, r.load, r.policy, {k: v for k, v in r.metrics.items() if k != "wall_s"})
+            for r in t.results
+        ]
+
+    assert rows(one) == rows(two)
+    assert [(r.trace, r.policy) for r in two.results] == [
+        (w.trace, p) for w in windows for p in pols
+    ]
+    assert one.goals == two.goals
