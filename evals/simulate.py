@@ -117,7 +117,7 @@ from nightshift.runtime.scheduling.placement import (
     Start,
     penalty_of,
 )
-from nightshift.runtime.scheduling.power_model import GpuPowerModel, PowerModelError, power_model
+from nightshift.runtime.scheduling.power_model import PowerModelError, power_model
 from nightshift.runtime.scheduling.tariff import Period, PriceWindow, Tariff
 
 DATA = Path(__file__).resolve().parent / "data" / "traces"
@@ -388,12 +388,6 @@ def uncapped_watts(opts: Options) -> float:
     return model.busy_watts(model.default_w)
 
 
-def least_energy_limit(model: GpuPowerModel) -> float:
-    """The measured limit with the least energy per unit of work (watts / throughput): where a
-    cap trades the most energy for the time it costs."""
-    return min(model.points, key=lambda p: p[2] / p[1])[0]
-
-
 def seeded_jobs(trace: Trace, opts: Options) -> list[SimJob]:
     """Every trace job with its estimate factor (log-uniform in [1, max]), cost-sensitive mark
     (probability `cost_fraction`) and deadline (submit + 30 min + U(1.5, 4) x run time), drawn in
@@ -635,7 +629,7 @@ _ORDER = {
     "host_fit": "best",
 }
 _NS = {**_ORDER, "tariff": True, "deadlines": True}
-CAP_W = least_energy_limit(power_model(Options.gpu_type))  # 150 W on the V100
+CAP_W = power_model(Options.gpu_type).least_energy_limit()  # 150 W on the V100
 POLICIES = {
     p.name: p
     for p in (
