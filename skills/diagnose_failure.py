@@ -1135,21 +1135,29 @@ _LAUNCHER = re.compile(
     r"|multiprocessing\.api: \[ERROR\] failed \(exitcode: -?\d+\)"
 )
 
+
 # Lines that inform rather than fail: NCCL's INFO chatter (it reports, e.g., an optional plugin
 # that "cannot open shared object file"), Python warnings, and the INFO / WARNING levels of the
 # C++ loggers and launchers (TensorFlow reports a missing optional CUDA library, or an allocation
 # that "is not a failure", at W). They are never strong evidence; the error they foreshadow, if
 # any, is raised again on a line of its own.
+def _logger_levels(letters: str, names: str) -> str:
+    """A line at one of these levels as the loggers print it (`letters` their one-letter levels,
+    `names` the spelled-out ones)."""
+    return (
+        # absl / TensorFlow / XLA: `2024-02-25 18:52:47.991396: W tensorflow/...] ...`
+        rf"^\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [{letters}] "
+        # glog (torch.distributed.elastic, XLA): `W0302 19:39:39.186000 22436 file.py:27] ...`
+        rf"|^(?:\[[^\]\n]*\]:?\s*)*[{letters}]\d{{4}} \d\d:\d\d:\d\d\.\d+\s+\d+ "
+        # c10 logging: `[W socket.cpp:558] ...`, `[W926 21:34:49.000000000 socket.cpp:697] ...`
+        rf"|^(?:\[[^\]\n]*\]:?\s*)*\[[{letters}](?:\d{{3,4}} [\d:.]+)? [^\]\s]+:\d+\]"
+        # DeepSpeed and the Hugging Face trainers: `[INFO] [launch.py:315:...]`, `[WARNING|...]`
+        rf"|\[(?:{names})[\]|]"
+    )
+
+
 _INFORMATIONAL = re.compile(
-    r"\bNCCL INFO\b|\b[A-Z]\w*Warning: "
-    # absl / TensorFlow / XLA: `2024-02-25 18:52:47.991396: W tensorflow/...] ...` (I and W only)
-    r"|^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IW] "
-    # glog (torch.distributed.elastic, XLA): `W0302 19:39:39.186000 22436 file.py:27] ...`
-    r"|^(?:\[[^\]\n]*\]:?\s*)*[IW]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ "
-    # c10 logging: `[W socket.cpp:558] ...`, `[W926 21:34:49.000000000 socket.cpp:697] ...`
-    r"|^(?:\[[^\]\n]*\]:?\s*)*\[[IW](?:\d{3,4} [\d:.]+)? [^\]\s]+:\d+\]"
-    # DeepSpeed and the Hugging Face trainers: `[INFO] [launch.py:315:...]`, `[WARNING|trainer.py:...]`
-    r"|\[(?:INFO|WARNING|WARN|DEBUG)[\]|]"
+    r"\bNCCL INFO\b|\b[A-Z]\w*Warning: |" + _logger_levels("IW", "INFO|WARNING|WARN|DEBUG")
 )
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
@@ -1599,9 +1607,11 @@ def _classify(
 
     # A pasted traceback often starts at a frame (its header cut off with the lines above it).
     tb_lines = tb_lines or [i for i, line in enumerate(lines) if _FRAME.match(line)][:1]
-    if inp.exit_code is None and sig is None and tb_lines and exc_lines:
+    unstated = inp.exit_code is None and sig is None  # no exit status: the log must say it
+    nonblank = [i for i, line in enumerate(lines) if line.strip()]
+    if unstated and tb_lines and exc_lines:
         # No exit status, but the log ends in an uncaught exception: that says it crashed.
-        tail = [i for i, line in enumerate(lines) if line.strip()][-TAIL_LINES:]
+        tail = nonblank[-TAIL_LINES:]
         if tail and exc_lines[-1] >= tail[0] and exc_lines[-1] > tb_lines[0]:
             return result(
                 "crashed",
@@ -1610,12 +1620,10 @@ def _classify(
                 "no exit status was given, but the log ends in an uncaught exception "
                 f"that matches no known signature: {_clean(lines[exc_lines[-1]])}",
             )
-    ends = [i for i, line in enumerate(lines) if line.strip()][-_BARE_ERROR_END:]
     if (
-        inp.exit_code is None
-        and sig is None
+        unstated
         and exc_lines
-        and exc_lines[-1] in ends
+        and exc_lines[-1] in nonblank[-_BARE_ERROR_END:]
         and not lines[exc_lines[-1]].strip().startswith("KeyboardInterrupt")
     ):
         # No exit status and no traceback pasted, but the log ends in an error of the program's
@@ -1626,7 +1634,7 @@ def _classify(
             "no exit status was given, but the log ends in an error that matches no known "
             f"signature: {_clean(lines[exc_lines[-1]])}",
         )
-    if inp.exit_code is None and sig is None and fatal:
+    if unstated and fatal:
         # No exit status, but the shell or the interpreter reported a native crash.
         return result(
             "crashed",
@@ -1636,12 +1644,7 @@ def _classify(
             f"extension, or a broken installation): {_clean(lines[fatal[-1]])}",
         )
     done = [i for i, line in enumerate(lines) if _COMPLETED.search(line)]
-    if (
-        inp.exit_code is None
-        and sig is None
-        and done
-        and not [i for i in exc_lines if i > done[-1]]
-    ):
+    if unstated and done and not [i for i in exc_lines if i > done[-1]]:
         return result(
             "succeeded",
             "low",
@@ -1649,7 +1652,7 @@ def _classify(
             "no exit status was given, and the training framework reported the run complete "
             f"with no error after it: {_clean(lines[done[-1]])}",
         )
-    quiet = _only_warnings(raw_lines, lines) if inp.exit_code is None and sig is None else []
+    quiet = _only_warnings(raw_lines, lines) if unstated else []
     if quiet and not exc_lines:
         return result(
             "succeeded",
@@ -1658,16 +1661,14 @@ def _classify(
             "no exit status was given, and the log holds only warnings (no error, no traceback, "
             "no sign the run stopped): a warning is not a failure",
         )
-    written = [i for i, line in enumerate(lines) if line.strip() and not _FENCE.match(line)]
-    error_lines = exc_lines or tb_lines or fatal or launcher
-    if inp.exit_code is None and sig is None and not error_lines and written:
-        ended = [
-            i
-            for i in written
-            if _PROCESS_ENDED.search(lines[i]) or _ERROR_LEVEL.search(raw_lines[i])
-        ]
+    # No exit status and no error: what the log's written lines say of how it ended
+    no_error = unstated and not (exc_lines or tb_lines or fatal or launcher)
+    written = [i for i in nonblank if not _FENCE.match(lines[i])] if no_error else []
+    if written and not any(
+        _PROCESS_ENDED.search(lines[i]) or _ERROR_LEVEL.search(raw_lines[i]) for i in written
+    ):
         finished = _last_epoch_done(lines, written)
-        if not ended and finished is not None:
+        if finished is not None:
             return result(
                 "succeeded",
                 "low",
@@ -1675,20 +1676,19 @@ def _classify(
                 "no exit status was given, and the log ends with its last epoch complete "
                 f"({_clean(lines[finished])}) and no error after it",
             )
-        if not ended:
-            return result(
-                "hang_or_timeout",
-                "low",
-                ev([(None, written[-1])]),
-                "no exit status was given, and the log just stops, with no error and nothing "
-                "that says the process ended: in reports like this most often a run that stopped "
-                "making progress (a hang), else one that died silently. If it is still running, "
-                "dump its stacks (py-spy dump --pid PID); if it is gone, look for the OOM killer "
-                "(dmesg)",
-            )
+        return result(
+            "hang_or_timeout",
+            "low",
+            ev([(None, written[-1])]),
+            "no exit status was given, and the log just stops, with no error and nothing "
+            "that says the process ended: in reports like this most often a run that stopped "
+            "making progress (a hang), else one that died silently. If it is still running, "
+            "dump its stacks (py-spy dump --pid PID); if it is gone, look for the OOM killer "
+            "(dmesg)",
+        )
     if failed_exit:
         reasoning = f"{status}, and nothing in the log explains it"
-    elif inp.exit_code is None and sig is None:
+    elif unstated:
         reasoning = "no exit status was given and the log shows no recognised failure" + (
             "; it has an error line that matches no signature" if exc_lines else ""
         )
@@ -1757,11 +1757,10 @@ _LEARNED_FROM = "a linear model over words, learned from public training logs"
 # INFO lines: a log of INFO lines that just ends is a run that stopped or hangs, not one that
 # finished).
 _WARNING_LINE = re.compile(
-    r"\b[A-Z]\w*Warning: |^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: W |^(?:\[[^\]\n]*\]:?\s*)*W\d{4} "
-    r"\d\d:\d\d:\d\d\.\d+\s+\d+ |^(?:\[[^\]\n]*\]:?\s*)*\[W(?:\d{3,4} [\d:.]+)? [^\]\s]+:\d+\]"
-    r"|\[(?:WARNING|WARN)[\]|]|^WARNING:"
+    r"\b[A-Z]\w*Warning: |^WARNING:|"
+    + _logger_levels("W", "WARNING|WARN")
     # glog's W level without its date, as old TensorFlow printed it (`W tensorflow/…/x.cc:302] …`)
-    r"|(?:^|:\s)W [\w.-]+(?:/[\w.-]+)*\.(?:cc|cpp|h|py):\d+\]"
+    + r"|(?:^|:\s)W [\w.-]+(?:/[\w.-]+)*\.(?:cc|cpp|h|py):\d+\]"
 )
 # What follows a Python warning's line: the source line it quotes, `warnings.warn(`, torch's
 # "(Triggered internally at …)", and the wrapped rest of its message.

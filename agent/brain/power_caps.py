@@ -147,15 +147,23 @@ class PeakPowerCaps:
         self._refused: dict[int, str] = {}  # GPU index -> why no cap, until the peak ends
         self._unrestored: dict[int, str] = {}  # GPU index -> why no restore, while we run
         self._skipped: set[tuple[int, int]] = set()  # (GPU, job) left uncapped for a deadline
+        # Off peak, once our caps are put back (or their restore refused, not retried while we
+        # run): only our own caps, at peak, change that, so the loop's ticks read no records
+        # until the price is at its peak again. False at start: a daemon restarted with caps
+        # left from before puts them back first.
+        self._settled = False
 
     def step(self, now: datetime) -> None:
-        with self.store.session() as s:
-            records = power_record.all_records(s)
-        mine = {r.uuid: r for r in records if r.by == SCHEDULER}
         peak = self.settings.power.cap_at_peak and at_peak(self.settings.tariff, now)
         if not peak:
             self._refused.clear()
             self._skipped.clear()
+            if self._settled:
+                return
+        with self.store.session() as s:
+            records = power_record.all_records(s)
+        mine = {r.uuid: r for r in records if r.by == SCHEDULER}
+        self._settled = not peak  # its restores are made below, or refused for this run
         wanted = cost_sensitive_gpus(self.store, self.settings.node) if peak else {}
         if not wanted and not mine:
             return  # the common case: nothing wanted, nothing of ours to put back

@@ -763,6 +763,24 @@ class _Cluster:
         return max(at, self.now), ids
 
 
+def _no_slack_left(
+    deadline: datetime,
+    now: datetime,
+    submitted: datetime,
+    dur: float,
+    upper: float | None,
+    slack: float,
+) -> bool:
+    """A job a hold could have delayed (it had more than the slack to spare at submission) and
+    that has no more now, reckoned on what it may take at worst (its estimates' history)."""
+    need = max(dur, upper or 0.0)
+    return (
+        (deadline - now).total_seconds() - need
+        <= slack
+        < (deadline - submitted).total_seconds() - need
+    )
+
+
 # ---------------------------------------------------------------------------------- tariff gate
 class _TariffGate:
     """Whether a cost_sensitive job may start now, and which running ones must pause. A job with
@@ -1202,14 +1220,11 @@ class _Placer:
             ):
                 eff = PROMOTED + wait  # oldest first among the promoted
             dl = f["deadline"]
-            need = max(dur, f["expected_upper_s"] or 0.0)  # at worst, by its estimates' history
             if (
                 dl is not None
                 and tariff is not None
                 and f["cost_class"] == "cost_sensitive"
-                and (dl - now).total_seconds() - need
-                <= slack
-                < (dl - f["submitted_at"]).total_seconds() - need
+                and _no_slack_left(dl, now, f["submitted_at"], dur, f["expected_upper_s"], slack)
             ):
                 # a job a hold could have delayed (it had more than the slack to spare) and that
                 # has no more now: first, so that a hold never costs a deadline
