@@ -627,6 +627,28 @@ SIGNATURES: tuple[Signature, ...] = (
         r"Failed to import [\w.]+ because of the following error",
         "an import failed",
     ),
+    # A build that cannot find its toolkit: gcc on a missing header, nvcc older than the GPU's
+    # architecture, ld on a library that is not installed
+    _sig(
+        "import_or_env",
+        r"fatal error: [\w./+-]+\.(?:h|hh|hpp|cuh|hxx): No such file or directory"
+        r"|^nvcc fatal\s*: Unsupported gpu architecture|\bld(?:\.\w+)?: cannot find -l\w",
+        "a C++/CUDA extension could not be compiled: a header, a library or the CUDA toolkit "
+        "it needs is missing or too old",
+    ),
+    # Package metadata lookups (setuptools' pkg_resources, importlib.metadata) for a package
+    # that is not installed; protobuf 4 on code generated for protobuf 3; torchvision's ops
+    # built for another torch; torch built against another NumPy
+    _sig(
+        "import_or_env",
+        r"\bDistributionNotFound: The '[^'\n]+' distribution was not found"
+        r"|\bPackageNotFoundError: No package metadata was found for"
+        r"|Descriptors cannot not? be created directly"
+        r"|operator torchvision::\w+ does not exist|^(?:\[[^\]\n]*\]:?\s*)*RuntimeError: Numpy is "
+        r"not available|\[WinError 12[67]\] The specified (?:module|procedure) could not be found",
+        "the installed packages do not fit together (one missing, or built for another version "
+        "of its dependency)",
+    ),
     # argparse's parser.error; nanoGPT's configurator; yacs; Hydra / OmegaConf; transformers.
     _sig(
         "config_error",
@@ -688,6 +710,16 @@ SIGNATURES: tuple[Signature, ...] = (
         "config_error",
         r"Some specified arguments are not used by the HfArgumentParser",
         "the command line has arguments the training script does not define",
+    ),
+    # DeepSpeed's check of its batch sizes against the world size; gin-config on a binding no
+    # configurable matches
+    _sig(
+        "config_error",
+        r"train_batch_size is not equal to micro_batch_per_gpu \* gradient_acc_step \* world_size"
+        r"|\bNo configurable matching '[^'\n]+'|\bMisconfigurationException\b",
+        "the config's values do not fit together (DeepSpeed's batch sizes and the number of "
+        "GPUs; Lightning's checks of its Trainer's arguments), or it binds a name nothing "
+        "defines (gin)",
     ),
     # the CUDA runtime's error strings, as PyTorch, Caffe, thrust, Kaldi raise them; kernel asserts;
     # the NVIDIA kernel module (dmesg).
@@ -902,7 +934,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(
         "file_missing",
         r"can't open/read file: check file path/integrity|\(-215(?::Assertion failed)?\) "
-        r"!_?src\.empty\(\)|\bpython[\d.]*: can't open file",
+        r"!_?(?:src|ssize|img)\.empty\(\)|\bpython[\d.]*: can't open file",
         "an input file (an image, the script) cannot be opened: the path is wrong or the data "
         "is not there",
         on_info=True,
@@ -912,6 +944,21 @@ SIGNATURES: tuple[Signature, ...] = (
         r"NotFoundError: [^\n]*; No such file or directory"
         r"|Expected a string path to an existing deepspeed config|^OSError: file \S+ not found",
         "a file or folder the run needs does not exist",
+    ),
+    # An empty dataset (the data path holds none of what the loader looks for: torch's
+    # RandomSampler); an input it cannot open (PIL, libsndfile, a folder where a file was meant);
+    # a model folder without its files (transformers); a script the shell cannot find
+    _sig(
+        "file_missing",
+        r"num_samples should be a positive integer value, but got num_samples=0"
+        r"|\bUnidentifiedImageError: cannot identify image file|\bError opening '[^'\n]+': "
+        r"(?:System error|Format not recognised)|\bIsADirectoryError: \[Errno 21\]"
+        r"|\bNotADirectoryError: \[Errno 20\]|\bdoes not appear to have a file named [\w.-]+"
+        r"|^(?:ba|z|da)?sh: (?:line \d+: )?[^:\n]+: No such file or directory$"
+        # torchvision's ImageFolder before 0.9; TensorFlow's checkpoint reader on a prefix
+        r"|\bFound 0 files in subfolders of:|Failed to find any matching files for \S",
+        "the data or a file the run reads is not there (an empty or wrong data path, a file "
+        "that is not what it should be)",
     ),
     _sig(
         "file_missing",
@@ -1125,7 +1172,12 @@ _COMPLETED = re.compile(
     r"`Trainer\.fit` stopped: `max_(?:epochs|steps)=\d+` reached|Training completed\. Do not forget"
     r"|'train_runtime':|\bepochs? completed in [\d.]+ hours|EarlyStopping: Training stopped early"
     r"|Total training time:|\btraining (?:is )?(?:finished|completed?|done)\b|\bfinished training\b"
-    r"|\bdone training\b",
+    r"|\bdone training\b"
+    # DeepSpeed's launcher and torchrun's agent when the workers returned 0; TensorFlow's
+    # tutorials' last line
+    r"|\bProcess \d+ exits successfully\b|worker group successfully finished"
+    r"|\bWorkerState\.SUCCEEDED\b|\bOptimization Finished!"
+    r"|W&B process to finish\.{3} \(success\)",
     re.IGNORECASE,
 )
 # torchrun's report that a worker failed, which says nothing of why (the rank's own log does).
@@ -1718,7 +1770,8 @@ def _learned(
     """The log model's category where it differs from a low-confidence verdict and leads clearly,
     read from enough words (LEARNED_MIN_WORDS); never `succeeded` for a run that exited failing or
     whose log ends in an error, never `hang_or_timeout` for one that exited on its own (with a
-    status, no signal: a hung process is stopped from outside), never `unknown` over a guess."""
+    status, no signal: a hung process is stopped from outside), never over a run the framework
+    reported complete, never `unknown` over a guess."""
     model = LOG_MODEL_LOADER()
     reading = log_classifier.read(model_lines(raw_lines, lines), model) if model else None
     if reading is None or reading.category in (cat, "unknown") or reading.words < LEARNED_MIN_WORDS:
@@ -1729,6 +1782,8 @@ def _learned(
         return None
     if reading.category == "hang_or_timeout" and exited:
         return None
+    if cat == "succeeded" and any(_COMPLETED.search(line) for line in lines):
+        return None  # the framework's own word that the run completed, no error after it
     return reading.category, reading
 
 

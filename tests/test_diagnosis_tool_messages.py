@@ -266,6 +266,134 @@ CASES: list[tuple[str, str, str]] = [
 ]
 
 
+# Read by a signature of the tool's own words, not by the log model's guess (a verdict above low
+# confidence; a finished run, without an exit status, is never more than low, and is asserted by
+# its reasoning): each was read as something else, or only by the model at low confidence, before
+# these signatures (2026-12-06).
+SIGNED: list[tuple[str, str, str]] = [
+    (
+        "torch RandomSampler on an empty dataset",
+        'Traceback (most recent call last):\n  File "train.py", line 40, in <module>\n    loader = DataLoader(ds, batch_size=8, shuffle=True)\n  File "/usr/lib/python3/site-packages/torch/utils/data/sampler.py", line 107, in __init__\n    raise ValueError("num_samples should be a positive integer "\nValueError: num_samples should be a positive integer value, but got num_samples=0\n',
+        "file_missing",
+    ),
+    (
+        "old torchvision ImageFolder on a folder with no images",
+        "RuntimeError: Found 0 files in subfolders of: data/train\nSupported extensions are: .jpg,.jpeg,.png,.ppm,.bmp,.pgm,.tif\n",
+        "file_missing",
+    ),
+    (
+        "OpenCV resize on an image that was not read",
+        "cv2.error: OpenCV(4.5.1) /tmp/pip-req-build-7m_g9lbm/opencv/modules/imgproc/src/resize.cpp:3929: error: (-215:Assertion failed) !ssize.empty() in function 'resize'\n",
+        "file_missing",
+    ),
+    (
+        "PIL on a file that is not an image",
+        "PIL.UnidentifiedImageError: cannot identify image file 'data/train/0001.jpg'\n",
+        "file_missing",
+    ),
+    (
+        "open() on a directory",
+        "IsADirectoryError: [Errno 21] Is a directory: 'data/'\n",
+        "file_missing",
+    ),
+    (
+        "transformers on a model folder without its config",
+        "OSError: ./checkpoints/bert does not appear to have a file named config.json. Checkout 'https://huggingface.co/./checkpoints/bert/None' for available files.\n",
+        "file_missing",
+    ),
+    (
+        "TensorFlow's checkpoint reader on a prefix with no files",
+        "tensorflow.python.framework.errors_impl.NotFoundError: Unsuccessful TensorSliceReader constructor: Failed to find any matching files for ckpt/model.ckpt-1000\n",
+        "file_missing",
+    ),
+    (
+        "libsndfile on an audio file it cannot open",
+        "soundfile.LibsndfileError: Error opening 'data/wavs/LJ001-0001.wav': System error.\n",
+        "file_missing",
+    ),
+    (
+        "bash on a script that is not there",
+        "bash: scripts/train.sh: No such file or directory\n",
+        "file_missing",
+    ),
+    (
+        "gcc on a header the CUDA toolkit should provide",
+        "csrc/nms.cpp:2:10: fatal error: cuda_runtime.h: No such file or directory\n    2 | #include <cuda_runtime.h>\n      |          ^~~~~~~~~~~~~~~~\ncompilation terminated.\n",
+        "import_or_env",
+    ),
+    (
+        "nvcc older than the GPU's architecture",
+        "nvcc fatal   : Unsupported gpu architecture 'compute_86'\n",
+        "import_or_env",
+    ),
+    (
+        "ld on a library that is not installed",
+        "/usr/bin/ld: cannot find -lcudart: No such file or directory\ncollect2: error: ld returned 1 exit status\n",
+        "import_or_env",
+    ),
+    (
+        "pkg_resources on a missing requirement",
+        "pkg_resources.DistributionNotFound: The 'tqdm>=4.27' distribution was not found and is required by this application\n",
+        "import_or_env",
+    ),
+    (
+        "importlib.metadata on a package that is not installed",
+        "importlib.metadata.PackageNotFoundError: No package metadata was found for bitsandbytes\n",
+        "import_or_env",
+    ),
+    (
+        "protobuf 4 on code generated for protobuf 3",
+        "TypeError: Descriptors cannot not be created directly.\nIf this call came from a _pb2.py file, your generated code is out of date and must be regenerated with protoc >= 3.19.0.\n",
+        "import_or_env",
+    ),
+    (
+        "torchvision built for another torch",
+        "RuntimeError: operator torchvision::nms does not exist\n",
+        "import_or_env",
+    ),
+    (
+        "torch built against another NumPy",
+        "RuntimeError: Numpy is not available\n",
+        "import_or_env",
+    ),
+    (
+        "Windows loading torch's DLLs",
+        'OSError: [WinError 126] The specified module could not be found. Error loading "C:\\Users\\me\\anaconda3\\lib\\site-packages\\torch\\lib\\c10.dll" or one of its dependencies.\n',
+        "import_or_env",
+    ),
+    (
+        "Lightning's MisconfigurationException",
+        "lightning_fabric.utilities.exceptions.MisconfigurationException: You requested gpu: [0, 1]\n But your machine only has: [0]\n",
+        "config_error",
+    ),
+    (
+        "DeepSpeed's batch-size check",
+        "AssertionError: Check batch related parameters. train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size 16 != 2 * 1 * 4\n",
+        "config_error",
+    ),
+    (
+        "gin-config on a binding nothing registered",
+        "ValueError: No configurable matching 'train.learning_rate'.\n  In bindings string line 3\n",
+        "config_error",
+    ),
+    (
+        "DeepSpeed's launcher on a rank that finished",
+        "[2024-01-01 10:00:00,000] [INFO] [launch.py:347:main] Process 12345 exits successfully.\n[2024-01-01 10:00:01,000] [INFO] [launch.py:347:main] Process 12346 exits successfully.\n",
+        "succeeded",
+    ),
+    (
+        "torchrun's agent when every worker finished",
+        "INFO:torch.distributed.elastic.agent.server.api:[default] worker group successfully finished. Waiting 300 seconds for other agents to finish.\nINFO:torch.distributed.elastic.agent.server.api:Local worker group finished (WorkerState.SUCCEEDED). Waiting 300 seconds for other agents to finish\n",
+        "succeeded",
+    ),
+    (
+        "wandb at the end of a run that returned",
+        "wandb: Waiting for W&B process to finish... (success).\nwandb: \nwandb: Run history:\nwandb: train/loss █▆▄▃▂▁\n",
+        "succeeded",
+    ),
+]
+
+
 @pytest.fixture
 def ctx(tmp_path) -> SkillContext:
     return SkillContext(
@@ -279,6 +407,17 @@ def ctx(tmp_path) -> SkillContext:
 def test_a_tools_own_message_is_read_as_its_cause(ctx, tool, log, category):
     r = run_skill(diagnose_failure, ctx, {"log_tail": log})
     assert r.category == category, (tool, r.category, r.reasoning)
+
+
+@pytest.mark.parametrize(("tool", "log", "category"), SIGNED, ids=[c[0][:48] for c in SIGNED])
+def test_a_tools_own_message_is_read_by_a_signature(ctx, tool, log, category):
+    r = run_skill(diagnose_failure, ctx, {"log_tail": log})
+    by_signature = (
+        "reported the run complete" in r.reasoning and "no signature decides" not in r.reasoning
+        if category == "succeeded"
+        else r.confidence != "low"
+    )
+    assert (r.category, by_signature) == (category, True), (tool, r.reasoning)
 
 
 def test_info_lines_that_just_end_are_not_a_finished_run(ctx):
