@@ -716,9 +716,14 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(
         "config_error",
         r"train_batch_size is not equal to micro_batch_per_gpu \* gradient_acc_step \* world_size"
-        r"|\bNo configurable matching '[^'\n]+'|\bMisconfigurationException\b",
-        "the config's values do not fit together (DeepSpeed's batch sizes and the number of "
-        "GPUs; Lightning's checks of its Trainer's arguments), or it binds a name nothing "
+        r"|\bNo configurable matching '[^'\n]+'|\bMisconfigurationException\b"
+        # a GPU index this machine does not have; BatchNorm given a batch of one (a batch size,
+        # or a last batch of one: drop_last); a batch size of 0 (torch's BatchSampler)
+        r"|\binvalid device ordinal\b|Expected more than 1 value per channel when training"
+        r"|\bbut got batch_size=0\b",
+        "the config's values do not fit this machine or each other (a GPU index it does not have, "
+        "a batch size of 0 or of 1 with BatchNorm, DeepSpeed's batch sizes and the number of "
+        "GPUs, Lightning's checks of its Trainer's arguments), or it binds a name nothing "
         "defines (gin)",
     ),
     # the CUDA runtime's error strings, as PyTorch, Caffe, thrust, Kaldi raise them; kernel asserts;
@@ -951,7 +956,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(
         "file_missing",
         r"num_samples should be a positive integer value, but got num_samples=0"
-        r"|\bUnidentifiedImageError: cannot identify image file|\bError opening '[^'\n]+': "
+        r"|\b(?:UnidentifiedImageError|IOError|OSError): cannot identify image file|\bError opening '[^'\n]+': "
         r"(?:System error|Format not recognised)|\bIsADirectoryError: \[Errno 21\]"
         r"|\bNotADirectoryError: \[Errno 20\]|\bdoes not appear to have a file named [\w.-]+"
         r"|^(?:ba|z|da)?sh: (?:line \d+: )?[^:\n]+: No such file or directory$"
@@ -1039,26 +1044,28 @@ SIGNATURES: tuple[Signature, ...] = (
         strong=False,
         on_info=True,
     ),
-    # Progress lines (a metrics table) with NaN columns on several iterations, no traceback.
-    _sig(
-        "nan_loss",
-        # (a line may begin with its NaN once its iteration counter is read as a prefix:
-        # darknet's ` 182: -nan, -nan avg loss, …`)
-        r"^\W{0,40}(?=\d|nan\b)[^\n]{0,200}?(?<![\w.])\[?nan\]?(?![\w.])[^\n]{0,200}?(?<![\w.])"
-        r"\[?nan\]?(?![\w.])",
-        "progress lines show NaN values on several iterations",
-        strong=False,
-        on_info=True,
-        min_lines=2,
-    ),
     # Progress with several named values NaN on one line (a tqdm postfix `D=nan, G=nan`, a
-    # trainer's `D_loss: nan ... G_loss: nan`).
+    # trainer's `D_loss: nan ... G_loss: nan`); before the columns below, so that such a line
+    # counts here when it is the only one.
     _sig(
         "nan_loss",
         r"\b[A-Za-z]\w{0,30}\s*[=:]\s*nan\b[^\n]{0,300}?\b[A-Za-z]\w{0,30}\s*[=:]\s*nan\b",
         "progress lines show several values NaN",
         strong=False,
         on_info=True,
+    ),
+    # Progress lines (a metrics table) with NaN columns on several iterations, no traceback.
+    _sig(
+        "nan_loss",
+        # (a line may begin with its NaN once its iteration counter is read as a prefix:
+        # darknet's ` 182: -nan, -nan avg loss, …`; or with a logger's own words before its
+        # first number: `INFO:name, 2022-03-11 14:18:54,833, epoch, 0198, nan, nan`)
+        r"^(?:[^\n]{0,120}?(?<![\w.]))?(?=\d|nan\b)[^\n]{0,200}?(?<![\w.])\[?nan\]?(?![\w.])"
+        r"[^\n]{0,200}?(?<![\w.])\[?nan\]?(?![\w.])",
+        "progress lines show NaN values on several iterations",
+        strong=False,
+        on_info=True,
+        min_lines=2,
     ),
     # fp16 loss scaling that cannot find a scale at which the loss is finite (fairseq, DeepSpeed).
     _sig(
@@ -1177,7 +1184,7 @@ _COMPLETED = re.compile(
     # tutorials' last line
     r"|\bProcess \d+ exits successfully\b|worker group successfully finished"
     r"|\bWorkerState\.SUCCEEDED\b|\bOptimization Finished!"
-    r"|W&B process to finish\.{3} \(success\)",
+    r"|W&B process to finish\.{3} \(success\)|(?:\] |^\s*)Optimization Done\.\s*$",
     re.IGNORECASE,
 )
 # torchrun's report that a worker failed, which says nothing of why (the rank's own log does).
@@ -1720,6 +1727,15 @@ def _classify(
         _PROCESS_ENDED.search(lines[i]) or _ERROR_LEVEL.search(raw_lines[i]) for i in written
     ):
         finished = _last_epoch_done(lines, written)
+        results = None if finished is not None else _final_results(lines, written)
+        if results is not None:
+            return result(
+                "succeeded",
+                "low",
+                ev([(None, results)]),
+                "no exit status was given, and the log ends with the run's test or final "
+                f"results ({_clean(lines[results])}): the program reached its end",
+            )
         if finished is not None:
             return result(
                 "succeeded",
@@ -1856,6 +1872,30 @@ def _last_epoch_done(lines: Sequence[str], written: Sequence[int]) -> int | None
     if steps and steps[-1][0] != steps[-1][1]:
         return None
     return epochs[-1]
+
+
+# A test or final result as programs print it at their end (`Test set results: loss 0.903, acc
+# 0.765`, `testing accuracy = 0.7773`, `Final test mAP: 41.2`), not a validation line an epoch
+# prints on the way (a log that stops after one may stop in the next epoch).
+_RESULT_METRIC = (
+    r"acc(?:uracy)?|loss|f1|m?iou|m?ap|auc|bleu|rouge\w*|score|err(?:or)?|precision|recall"
+    r"|psnr|ssim|perplexity|ppl"
+)
+_FINAL_RESULT = re.compile(
+    rf"\b(?:test(?:ing)?|final|overall)\b[^\n]{{0,40}}?\b(?:{_RESULT_METRIC})\b[^\n]{{0,20}}?"
+    r"[=:]?\s*-?\d",
+    re.IGNORECASE,
+)
+_RESULT_LINES = 3  # the result is among the log's last this many written lines
+
+
+def _final_results(lines: Sequence[str], written: Sequence[int]) -> int | None:
+    """The line of a test or final result among the log's last written lines, with no line of
+    training progress after it: the program ran through its training to its evaluation."""
+    for i in reversed(written[-_RESULT_LINES:]):
+        if _FINAL_RESULT.search(lines[i]):
+            return i
+    return None
 
 
 def _only_warnings(raw_lines: Sequence[str], lines: Sequence[str]) -> list[int]:

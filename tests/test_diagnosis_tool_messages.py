@@ -257,6 +257,19 @@ CASES: list[tuple[str, str, str]] = [
         "disk_full",
     ),
     (
+        "Python's logging with a format of its own: NaN columns after the logger's words",
+        "INFO:model, 2022-03-11 14:18:54,833, epoch, 0198, nan, nan, nan, nan\n"
+        "INFO:model, 2022-03-11 14:21:24,647, epoch, 0199, nan, nan, nan, nan\n"
+        "DEBUG:model, 2022-03-11 14:23:56,727, Training completed!\n",
+        "nan_loss",
+    ),
+    (
+        "tqdm's postfix with two losses NaN, on the epoch's one line",
+        "Epoch 41/250: 100%|████| 9375/9375 [07:11<00:00, 21.73it/s, DR=713, DF=nan, G=nan, "
+        "LR=0.0001]\n",
+        "nan_loss",
+    ),
+    (
         "Python warnings only (torch's meshgrid deprecation): nothing failed",
         " UserWarning: torch.meshgrid: in an upcoming release, it will be required to pass the "
         "indexing argument.\n(Triggered internally at ..\\aten\\src\\ATen\\native\\TensorShape.cpp"
@@ -377,6 +390,34 @@ SIGNED: list[tuple[str, str, str]] = [
         "config_error",
     ),
     (
+        "the CUDA runtime asked for a GPU index the machine does not have",
+        "    model = Net().to('cuda:1')\nRuntimeError: CUDA error: invalid device ordinal\n",
+        "config_error",
+    ),
+    (
+        "BatchNorm given a batch of one in training",
+        "ValueError: Expected more than 1 value per channel when training, got input size "
+        "torch.Size([1, 256, 1, 1])\n",
+        "config_error",
+    ),
+    (
+        "torch's BatchSampler given a batch size of 0",
+        "ValueError: batch_size should be a positive integer value, but got batch_size=0\n",
+        "config_error",
+    ),
+    (
+        "PIL before UnidentifiedImageError (Python 2's IOError)",
+        "IOError: cannot identify image file u'/data/train/n01688243/n01688243_9115.JPEG'\n",
+        "file_missing",
+    ),
+    (
+        "Caffe's solver at the end of its iterations",
+        "I0728 00:22:59.593720 24418 solver.cpp:481]     Test net output #1: loss = 1.06661\n"
+        "I0728 00:22:59.593730 24418 solver.cpp:411] Optimization Done.\n"
+        "I0728 00:22:59.593740 24418 caffe.cpp:187] Optimization Done.\n",
+        "succeeded",
+    ),
+    (
         "DeepSpeed's launcher on a rank that finished",
         "[2024-01-01 10:00:00,000] [INFO] [launch.py:347:main] Process 12345 exits successfully.\n[2024-01-01 10:00:01,000] [INFO] [launch.py:347:main] Process 12346 exits successfully.\n",
         "succeeded",
@@ -418,6 +459,26 @@ def test_a_tools_own_message_is_read_by_a_signature(ctx, tool, log, category):
         else r.confidence != "low"
     )
     assert (r.category, by_signature) == (category, True), (tool, r.reasoning)
+
+
+@pytest.mark.parametrize(
+    "end",
+    [
+        "Test set results: loss 0.903, acc 0.765.\n",
+        "testing accuracy = 0.7773, 0.6055\ntesting time = 0.04 min\n",
+        "Final test mAP: 41.2\n",
+    ],
+)
+def test_a_log_that_ends_in_its_test_results_reached_its_end(ctx, end):
+    log = "Epoch 1498: train loss 0.167 train acc: 0.950\nEpoch 1499: train loss 0.219\n" + end
+    r = run_skill(diagnose_failure, ctx, {"log_tail": log})
+    assert (r.category, r.confidence) == ("succeeded", "low"), r.reasoning
+    # a validation line an epoch prints on its way is no end: the log may stop in the next epoch
+    r = run_skill(diagnose_failure, ctx, {"log_tail": log.replace(end, "val loss 1.03 acc 0.72\n")})
+    assert r.category != "succeeded"
+    # and the results with an exit status that failed do not make it a success
+    r = run_skill(diagnose_failure, ctx, {"log_tail": log, "exit_code": 1})
+    assert r.category != "succeeded"
 
 
 def test_info_lines_that_just_end_are_not_a_finished_run(ctx):
