@@ -649,6 +649,21 @@ SIGNATURES: tuple[Signature, ...] = (
         "the installed packages do not fit together (one missing, or built for another version "
         "of its dependency)",
     ),
+    # transformers older than the model it loads; torch's cuDNN check; a DLL whose start-up
+    # failed; a spaCy language model not installed; pip, conda and setuptools failing to set
+    # the environment up; bitsandbytes without its CUDA library; apex built with another toolkit
+    _sig(
+        "import_or_env",
+        r"Tokenizer class \w+ does not exist or is not currently imported|Transformers does not "
+        r"recognize this architecture|\bcuDNN version incompatibility: PyTorch was compiled"
+        r"|\[WinError 1114\]|\[E050\] Can't find model '|\berror: subprocess-exited-with-error"
+        r"|\bPackagesNotFoundError: The following packages are not available|\bUnsatisfiableError: "
+        r"|\bResolvePackageNotFound:|invalid command 'bdist_wheel'"
+        r"|\bCUDA Setup failed despite GPU being available|Cuda extensions are being compiled with a"
+        r" version of Cuda that does not match",
+        "the environment is not what the code needs: a package too old for the model, a "
+        "library or a toolkit of another version, or one that did not install",
+    ),
     # argparse's parser.error; nanoGPT's configurator; yacs; Hydra / OmegaConf; transformers.
     _sig(
         "config_error",
@@ -720,11 +735,15 @@ SIGNATURES: tuple[Signature, ...] = (
         # a GPU index this machine does not have; BatchNorm given a batch of one (a batch size,
         # or a last batch of one: drop_last); a batch size of 0 (torch's BatchSampler)
         r"|\binvalid device ordinal\b|Expected more than 1 value per channel when training"
-        r"|\bbut got batch_size=0\b",
+        r"|\bbut got batch_size=0\b"
+        # a path the command line or the config left unset, handed to open() or os.path; bf16
+        # asked of a GPU (or a torch) that has none
+        r"|expected str, bytes or os\.PathLike object, not NoneType|Your setup doesn't support "
+        r"bf16",
         "the config's values do not fit this machine or each other (a GPU index it does not have, "
         "a batch size of 0 or of 1 with BatchNorm, DeepSpeed's batch sizes and the number of "
-        "GPUs, Lightning's checks of its Trainer's arguments), or it binds a name nothing "
-        "defines (gin)",
+        "GPUs, bf16 where there is none, Lightning's checks of its Trainer's arguments), a "
+        "path it leaves unset, or it binds a name nothing defines (gin)",
     ),
     # the CUDA runtime's error strings, as PyTorch, Caffe, thrust, Kaldi raise them; kernel asserts;
     # the NVIDIA kernel module (dmesg).
@@ -814,7 +833,9 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     _sig(
         "killed",
-        r"\*\*\* (?:JOB|STEP) [\w.]+ ON \S+ CANCELLED AT [\w:.+-]+ \*\*\*",
+        r"\*\*\* (?:JOB|STEP) [\w.]+ ON \S+ CANCELLED AT [\w:.+-]+ \*\*\*"
+        r"|^srun: forcing job termination|exited on signal (?:1|2|15) \((?:Hangup|Interrupt"
+        r"|Terminated)\)",
         "the batch system cancelled the job (scancel, or the session that started it ended)",
     ),
     # A run that hung, or that a time limit stopped: Slurm, PBS/Torque, LSF, Kubernetes; torch's
@@ -961,7 +982,14 @@ SIGNATURES: tuple[Signature, ...] = (
         r"|\bNotADirectoryError: \[Errno 20\]|\bdoes not appear to have a file named [\w.-]+"
         r"|^(?:ba|z|da)?sh: (?:line \d+: )?[^:\n]+: No such file or directory$"
         # torchvision's ImageFolder before 0.9; TensorFlow's checkpoint reader on a prefix
-        r"|\bFound 0 files in subfolders of:|Failed to find any matching files for \S",
+        r"|\bFound 0 files in subfolders of:|Failed to find any matching files for \S"
+        # huggingface_hub taking a path that does not exist for a Hub id; h5py's errno 2; the
+        # program's own assertion that its input exists; a download whose address is gone
+        r"|\bHFValidationError: Repo id must be in the form|\bIncorrect path_or_model_id: "
+        r"|errno = 2, error message = 'No such file or directory'"
+        r"|^\s*assert (?:not )?(?:os\.path|osp|path)\.(?:exists|isfile|isdir)\("
+        r"|\bHTTP Error 404: Not Found|\bERROR 404: Not Found|You are trying to access a gated "
+        r"repo\b|\bGatedRepoError\b",
         "the data or a file the run reads is not there (an empty or wrong data path, a file "
         "that is not what it should be)",
     ),
@@ -1184,7 +1212,10 @@ _COMPLETED = re.compile(
     # tutorials' last line
     r"|\bProcess \d+ exits successfully\b|worker group successfully finished"
     r"|\bWorkerState\.SUCCEEDED\b|\bOptimization Finished!"
-    r"|W&B process to finish\.{3} \(success\)|(?:\] |^\s*)Optimization Done\.\s*$",
+    r"|W&B process to finish\.{3} \(success\)|(?:\] |^\s*)Optimization Done\.\s*$"
+    # the HF Trainer's summary, detectron2's last hook, TensorFlow Estimator's train() return
+    r"|\*{5} train metrics \*{5}|Overall training speed: \d+ iterations in"
+    r"|\bLoss for final step: ",
     re.IGNORECASE,
 )
 # torchrun's report that a worker failed, which says nothing of why (the rank's own log does).

@@ -432,6 +432,131 @@ SIGNED: list[tuple[str, str, str]] = [
         "wandb: Waiting for W&B process to finish... (success).\nwandb: \nwandb: Run history:\nwandb: train/loss █▆▄▃▂▁\n",
         "succeeded",
     ),
+    (
+        "transformers on a local path that does not exist (taken for a Hub id)",
+        "huggingface_hub.errors.HFValidationError: Repo id must be in the form 'repo_name' or 'namespace/repo_name': '/data/models/llama-7b'. Use `repo_type` argument if needed.\n",
+        "file_missing",
+    ),
+    (
+        "huggingface_hub on a path that is neither a folder nor a repo id",
+        "OSError: Incorrect path_or_model_id: './output/checkpoint-500'. Please provide either the path to a local folder or the repo_id of a model on the Hub.\n",
+        "file_missing",
+    ),
+    (
+        "datasets on a dataset name the Hub does not have",
+        "datasets.exceptions.DatasetNotFoundError: Dataset 'my-org/my-data' doesn't exist on the Hub or cannot be accessed.\n",
+        "file_missing",
+    ),
+    (
+        "h5py on a weights file that is not there",
+        "OSError: Unable to open file (unable to open file: name = 'weights/model.h5', errno = 2, error message = 'No such file or directory', flags = 0, o_flags = 0)\n",
+        "file_missing",
+    ),
+    (
+        "a program's own check that its input exists",
+        'Traceback (most recent call last):\n  File "train.py", line 12, in <module>\n    assert os.path.exists(args.data_root), args.data_root\nAssertionError: ./data/coco\n',
+        "file_missing",
+    ),
+    (
+        "urllib on pretrained weights whose address is gone",
+        "urllib.error.HTTPError: HTTP Error 404: Not Found\n",
+        "file_missing",
+    ),
+    (
+        "the Hub on a gated model without access",
+        "OSError: You are trying to access a gated repo.\nMake sure to have access to it at https://huggingface.co/meta-llama/Llama-2-7b-hf.\n401 Client Error.\n",
+        "file_missing",
+    ),
+    (
+        "transformers too old for a tokenizer class",
+        "ValueError: Tokenizer class LlamaTokenizer does not exist or is not currently imported.\n",
+        "import_or_env",
+    ),
+    (
+        "transformers too old for a model type",
+        "ValueError: The checkpoint you are trying to load has model type `qwen2` but Transformers does not recognize this architecture. This could be because of an issue with the checkpoint, or because your version of Transformers is out of date.\n",
+        "import_or_env",
+    ),
+    (
+        "torch's cuDNN check",
+        "RuntimeError: cuDNN version incompatibility: PyTorch was compiled  against (8, 9, 2) but found runtime version (8, 5, 0).\n",
+        "import_or_env",
+    ),
+    (
+        "Windows failing a DLL's initialisation",
+        'OSError: [WinError 1114] A dynamic link library (DLL) initialization routine failed. Error loading "C:\\Python310\\lib\\site-packages\\torch\\lib\\c10.dll" or one of its dependencies.\n',
+        "import_or_env",
+    ),
+    (
+        "spaCy on a language model that is not installed",
+        "OSError: [E050] Can't find model 'en_core_web_sm'. It doesn't seem to be a Python package or a valid path to a data directory.\n",
+        "import_or_env",
+    ),
+    (
+        "pip building a package from source",
+        "  error: subprocess-exited-with-error\n  \n  × Getting requirements to build wheel did not run successfully.\n  │ exit code: 1\n",
+        "import_or_env",
+    ),
+    (
+        "conda on packages its channels do not have",
+        "PackagesNotFoundError: The following packages are not available from current channels:\n\n  - cudatoolkit=11.8\n",
+        "import_or_env",
+    ),
+    (
+        "bitsandbytes without its CUDA library",
+        "RuntimeError: CUDA Setup failed despite GPU being available. Please run the following command to get more information:\n\n        python -m bitsandbytes\n",
+        "import_or_env",
+    ),
+    (
+        "apex's setup.py on a toolkit that differs from torch's",
+        "RuntimeError: Cuda extensions are being compiled with a version of Cuda that does not match the version used to compile Pytorch binaries.  Pytorch binaries were compiled with Cuda 11.8.\n",
+        "import_or_env",
+    ),
+    (
+        "setuptools without the wheel package",
+        "error: invalid command 'bdist_wheel'\n",
+        "import_or_env",
+    ),
+    (
+        "a path argument left unset (os.path / open given None)",
+        'Traceback (most recent call last):\n  File "train.py", line 30, in <module>\n    with open(args.config) as f:\nTypeError: expected str, bytes or os.PathLike object, not NoneType\n',
+        "config_error",
+    ),
+    (
+        "transformers asked for bf16 on a GPU without it",
+        "ValueError: Your setup doesn't support bf16/gpu. You need torch>=1.10, using Amp or Apex and CUDA devices\n",
+        "config_error",
+    ),
+    (
+        "srun when its job is cancelled",
+        "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.\nslurmstepd: error: *** STEP 4242.0 ON gpu03 CANCELLED AT 2024-05-01T10:00:00 ***\n",
+        "killed",
+    ),
+    (
+        "srun forwarding a termination",
+        "srun: forcing job termination\nsrun: got SIGCONT\n",
+        "killed",
+    ),
+    (
+        "mpirun on a rank ended by SIGTERM",
+        "mpirun noticed that process rank 0 with PID 4242 on node gpu01 exited on signal 15 (Terminated).\n",
+        "killed",
+    ),
+    (
+        "the HF Trainer's metrics at the end of training",
+        "***** train metrics *****\n  epoch                    =        3.0\n  train_loss               =     0.4123\n  train_runtime            = 0:12:03.11\n",
+        "succeeded",
+    ),
+    (
+        "detectron2's last line of training",
+        "[05/01 10:00:00 d2.engine.hooks]: Overall training speed: 89997 iterations in 9:21:10 (0.3742 s / it)\n",
+        "succeeded",
+    ),
+    (
+        "TensorFlow Estimator at the end of train()",
+        "INFO:tensorflow:Saving checkpoints for 10000 into /tmp/model/model.ckpt.\nINFO:tensorflow:Loss for final step: 0.2345.\n",
+        "succeeded",
+    ),
 ]
 
 
