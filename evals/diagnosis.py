@@ -62,6 +62,10 @@ def held_out_repositories(path: Path = HELD_OUT_FILE) -> frozenset[str]:
     return frozenset(line.lower() for line in lines if line)
 
 
+class CorpusError(ValueError):
+    """A corpus folder this eval cannot read (its message says which, and how to fix it)."""
+
+
 @dataclass(frozen=True)
 class Case:
     category: str  # expected: the folder
@@ -89,6 +93,13 @@ def load_corpus(root: Path = CORPUS, held_out: frozenset[str] | None = None) -> 
     held = held_out_repositories() if held_out is None else held_out
     cases = []
     for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        if not (folder / "sources.yaml").is_file():
+            if any(folder.glob("*.log")):
+                raise CorpusError(
+                    f"{folder} holds logs but no sources.yaml: add one, a row per log (file, "
+                    "url, exit_code, signal, monitor_says, note)"
+                )
+            continue  # a category with no logs yet
         rows = yaml.safe_load((folder / "sources.yaml").read_text()) or []
         for row in rows:
             cases.append(
@@ -508,7 +519,11 @@ def main(argv: list[str] | None = None, *, client: Any = None) -> int:
             print(f"error: no corpus folder at {args.corpus}", file=sys.stderr)
             return 2
         split = args.split
-        cases = load_corpus(args.corpus)
+        try:
+            cases = load_corpus(args.corpus)
+        except CorpusError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         chosen = select(cases, split)
         rows = run(chosen)
         windows = [(lambda c=c: _file_window(c.path)) for c in chosen]

@@ -318,6 +318,8 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("cuda_oom", r"torch\.(?:cuda\.)?OutOfMemoryError", "PyTorch ran out of GPU memory"),
     _sig("cuda_oom", r"CUDA out of memory", "the GPU ran out of memory"),
     _sig("cuda_oom", r"CUDA error: out of memory", "the GPU ran out of memory"),
+    # Lua Torch / old PyTorch's THC: `cuda runtime error (2) : out of memory at …THCStorage.cu`
+    _sig("cuda_oom", r"cuda runtime error \(2\) : out of memory", "the GPU ran out of memory"),
     _sig(
         "cuda_oom",
         r"RESOURCE_EXHAUSTED: Out of memory while trying to allocate",
@@ -533,6 +535,13 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     _sig("nan_loss", r"Tensor had (?:NaN|Inf) values", "TensorFlow's check_numerics found NaN/inf"),
     _sig("nan_loss", r"^FloatingPointError\b", "a floating-point check failed"),
+    # torch.distributions sampling a policy whose parameters went NaN (PPO and other RL losses)
+    _sig(
+        "nan_loss",
+        r"normal expects all elements of std >= 0\.0|to satisfy the constraint \w+\([^)]*\), but "
+        r"found invalid values",
+        "a distribution's parameters became NaN (or invalid): the loss diverged",
+    ),
     # TensorFlow's NanTensorHook; JAX's debug_nans.
     _sig(
         "nan_loss",
@@ -791,6 +800,11 @@ SIGNATURES: tuple[Signature, ...] = (
         "a CUDA call failed",
     ),
     _sig("cuda_runtime_error", r"error == cudaSuccess \(\d+ vs\. 0\)", "a CUDA call failed"),
+    _sig(
+        "cuda_runtime_error",
+        r"\bcuda runtime error \((?!2\))\d+\) : ",
+        "a CUDA call failed (THC, in Lua Torch and old PyTorch)",
+    ),
     # The driver API's CUresult names (cuda.h), as XLA, CuPy, Triton and numba print them; those
     # that mean a driver too old or absent are driver_mismatch's, out of memory cuda_oom's.
     _sig(
@@ -988,6 +1002,7 @@ SIGNATURES: tuple[Signature, ...] = (
         r"|\bHFValidationError: Repo id must be in the form|\bIncorrect path_or_model_id: "
         r"|errno = 2, error message = 'No such file or directory'"
         r"|^\s*assert (?:not )?(?:os\.path|osp|path)\.(?:exists|isfile|isdir)\("
+        r"|(?:^|[\s:'\"])\.{0,2}/?[\w.~-]+(?:/[\w.~-]+)+: No such file or directory\b"
         r"|\bHTTP Error 404: Not Found|\bERROR 404: Not Found|You are trying to access a gated "
         r"repo\b|\bGatedRepoError\b",
         "the data or a file the run reads is not there (an empty or wrong data path, a file "
@@ -1050,6 +1065,16 @@ SIGNATURES: tuple[Signature, ...] = (
         r"^Bus error\b|\bBus error \(core dumped\)",
         "a bus error: most often shared memory (/dev/shm) too small for the DataLoader's workers "
         "(give the container more with --shm-size, or use fewer workers)",
+        strong=False,
+    ),
+    # SIGILL as the shells report it: a binary built for instructions this CPU lacks (most often
+    # TensorFlow's prebuilt wheels, which need AVX)
+    _sig(
+        "import_or_env",
+        r"^(?:.*\bline \d+: +\d+ |\[\d+\] +\d+ )?(?:Illegal instruction\b|illegal hardware "
+        r"instruction\b)",
+        "an illegal instruction: a package built for instructions this CPU lacks (TensorFlow's "
+        "prebuilt wheels need AVX): install a build for this CPU",
         strong=False,
     ),
     # Intel's Fortran runtime (NumPy/SciPy's MKL on Windows) on Ctrl-C
@@ -1166,6 +1191,7 @@ WEAK_PRIORITY = (
     "nan_loss",
     "nccl_or_distributed",
     "killed",
+    "import_or_env",
     "hang_or_timeout",
     "file_missing",
 )
@@ -1215,7 +1241,7 @@ _COMPLETED = re.compile(
     r"|W&B process to finish\.{3} \(success\)|(?:\] |^\s*)Optimization Done\.\s*$"
     # the HF Trainer's summary, detectron2's last hook, TensorFlow Estimator's train() return
     r"|\*{5} train metrics \*{5}|Overall training speed: \d+ iterations in"
-    r"|\bLoss for final step: ",
+    r"|\bLoss for final step: |^\s*Early stopping\.?\s*$",
     re.IGNORECASE,
 )
 # torchrun's report that a worker failed, which says nothing of why (the rank's own log does).
@@ -1986,9 +2012,10 @@ def _own_error(lines: list[str]) -> bool:
 
 
 # A config object read by key (`cfg["training"]["n_workers"]`, `self.params.pop(key)`,
-# `conf.load(path)["Experiment"]`, `hparams.get(...)`) on the line a KeyError was raised from.
+# `conf.load(path)["Experiment"]`, `hparams.get(...)`, a registry's `_HPARAMS[name]`) on the line a
+# KeyError was raised from.
 _CONFIG_READ = re.compile(
-    r"\b(?:cfg|conf|config|configs|opts?|args|h?params|hparams|hyper_?params|hyp|hps|settings)"
+    r"\b_*(?:cfg|conf|config|configs|opts?|args|h?params|hparams|hyper_?params|hyp|hps|settings)"
     r"\w*\s*(?:\[|\.(?:get|pop)\()|\b(?:conf|config|cfg)\w*\.load\([^\n]*\)\s*\[",
     re.IGNORECASE,
 )

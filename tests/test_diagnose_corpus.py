@@ -145,11 +145,13 @@ def test_held_out_accuracy(rows):
     41 (352 logs, 333 repositories): 265 (75.3 %) at its start, 299 (84.9 %) after the tools'
     own messages and a pasted log that just stops read as a hang; with two more fresh batches'
     held-out repositories (409 logs, 389 repositories): 312 (76.3 %) by the code at the stop's
-    start, 349 (85.3 %) by its end. This guards the measured
+    start, 349 (85.3 %) by its end. Stop 42 added four fresh batches' held-out repositories
+    (480 logs), whose batches scored 50-90 % before anyone read them: 392 (81.7 %) by the code at
+    that stop's start, 395 (82.3 %) after its first signatures. This guards the measured
     figure against regressions; the held-out misses are not listed by the eval (they are not
     for tuning)."""
     held = [r for r in rows if r["held_out"]]
-    assert accuracy(held) >= 0.84, f"{sum(r['ok'] for r in held)} of {len(held)}"
+    assert accuracy(held) >= 0.82, f"{sum(r['ok'] for r in held)} of {len(held)}"
     table = {c["category"]: c for c in per_category(held)}
     assert table.keys() <= CATEGORIES
 
@@ -165,6 +167,25 @@ def test_the_held_out_misses_are_not_listed(tmp_path):
     assert "Confusion matrix" in text and ".log`" not in text
     assert eval_main(["--split", "held-out", "--markdown", str(out), "--show-misses"]) == 0
     assert ".log`" in out.read_text()
+
+
+def test_a_corpus_folder_without_its_sources_is_named_not_a_traceback(tmp_path, capsys):
+    """`--corpus DIR` of a person's own logs: a category folder with logs but no sources.yaml is
+    an error that names the folder and the fix; an empty category folder is skipped."""
+    from nightshift.evals.diagnosis import main as eval_main
+
+    (tmp_path / "killed").mkdir()
+    (tmp_path / "cuda_oom").mkdir()
+    (tmp_path / "cuda_oom" / "a.log").write_text("torch.OutOfMemoryError: CUDA out of memory\n")
+    assert eval_main(["--split", "all", "--corpus", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'cuda_oom'} holds logs but no sources.yaml" in err
+    assert "Traceback" not in err
+    (tmp_path / "cuda_oom" / "sources.yaml").write_text(
+        "- file: a.log\n  url: https://github.com/o/r/issues/1\n"
+    )
+    assert eval_main(["--split", "all", "--corpus", str(tmp_path)]) == 0
+    assert "overall accuracy" in capsys.readouterr().out
 
 
 def test_the_remediation_follows_the_category(rows):

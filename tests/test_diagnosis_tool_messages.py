@@ -270,6 +270,21 @@ CASES: list[tuple[str, str, str]] = [
         "nan_loss",
     ),
     (
+        "a registry of hyper-parameter sets read by a name it lacks",
+        "  File \"hparams/registry.py\", line 20, in get_hparams\n    curr = _HPARAMS[name]\nKeyError: 'data/tmp/vocab_200'\n",
+        "config_error",
+    ),
+    (
+        "zsh on a binary built for instructions this CPU lacks (TensorFlow without AVX)",
+        "[1]    4567 illegal hardware instruction  python train.py\n",
+        "import_or_env",
+    ),
+    (
+        "bash on the same",
+        "train.sh: line 3:  4567 Illegal instruction     (core dumped) python train.py\n",
+        "import_or_env",
+    ),
+    (
         "Python warnings only (torch's meshgrid deprecation): nothing failed",
         " UserWarning: torch.meshgrid: in an upcoming release, it will be required to pass the "
         "indexing argument.\n(Triggered internally at ..\\aten\\src\\ATen\\native\\TensorShape.cpp"
@@ -555,6 +570,36 @@ SIGNED: list[tuple[str, str, str]] = [
     (
         "TensorFlow Estimator at the end of train()",
         "INFO:tensorflow:Saving checkpoints for 10000 into /tmp/model/model.ckpt.\nINFO:tensorflow:Loss for final step: 0.2345.\n",
+        "succeeded",
+    ),
+    (
+        "Lua Torch's THC on a CUDA call that failed",
+        "luajit: cuda runtime error (30) : unknown error at /tmp/luarocks_cutorch-scm-1/cutorch/lib/THC/THCStorage.c:113\n",
+        "cuda_runtime_error",
+    ),
+    (
+        "old PyTorch's THC out of GPU memory",
+        "RuntimeError: cuda runtime error (2) : out of memory at /pytorch/aten/src/THC/THCCachingAllocator.cpp:510\n",
+        "cuda_oom",
+    ),
+    (
+        "a library's own error naming a path that is not there",
+        "lmdb.Error: OCRDataset: AnnFileLoader: data/mixture/Syn90k/label.lmdb: No such file or directory.\n",
+        "file_missing",
+    ),
+    (
+        "torch.distributions sampling a policy whose std went bad",
+        '  File "/usr/lib/python3/site-packages/torch/distributions/normal.py", line 73, in sample\n    return torch.normal(self.loc.expand(shape), self.scale.expand(shape))\nRuntimeError: normal expects all elements of std >= 0.0\n',
+        "nan_loss",
+    ),
+    (
+        "torch.distributions' argument validation on NaN parameters",
+        "ValueError: Expected parameter loc (Tensor of shape (64, 12)) of distribution Normal(loc: torch.Size([64, 12]), scale: torch.Size([64, 12])) to satisfy the constraint Real(), but found invalid values:\ntensor([[nan, nan, nan]], device='cuda:0')\n",
+        "nan_loss",
+    ),
+    (
+        "a training loop's early stopping, then its test",
+        "EarlyStopping counter: 3 out of 3\nEarly stopping\n>>>>>>>testing : exp_4<<<<<<<\nmse:0.1023908406496048, mae:0.2515934407711029\n",
         "succeeded",
     ),
 ]
