@@ -686,6 +686,7 @@ class _Job:
         "rate",
         "watts",
         "capped",
+        "redo",
     )
 
     def __init__(self, sj: SimJob, key: tuple, model: PendingJob):
@@ -704,6 +705,7 @@ class _Job:
         self.rate = 1.0  # work per second while running (below 1 under a power cap)
         self.watts = 0.0  # board power per GPU while running
         self.capped = False  # ran under the peak cap at least once
+        self.redo = 0.0  # work (full-power seconds) its pauses will make it redo, not yet redone
 
 
 class _Boundaries:
@@ -788,6 +790,7 @@ class _Run:
         self.left = len(setup.jobs)
         # (start, end, GPUs x share, watts per GPU)
         self.segments: list[tuple[float, float, float, float]] = []
+        self.redone: list[tuple[float, float, float]] = []  # (start, end, GPUs) of redone work
         self.queue_series: list[tuple[float, int]] = []
         self.health_rnd = [
             random.Random(f"{setup.opts.seed}:{setup.trace}:{setup.load}:gpu{i}") for i in range(n)
@@ -972,11 +975,21 @@ class _Run:
         for i in j.gpus:
             self._gpu(i, 1, j.sj.share, not j.shared)
 
+    def _segment(self, j: _Job, t: float) -> None:
+        """Record the job's run from its segment's start to t; its first part redoes the work
+        its last pause lost (since the checkpoint), kept apart so utilisation can leave it out."""
+        g = j.sj.gpus * j.sj.share
+        self.segments.append((j.seg_start, t, g, j.watts))
+        if j.redo > 0.0 and t > j.seg_start:
+            span = min(t - j.seg_start, j.redo / j.rate)
+            self.redone.append((j.seg_start, j.seg_start + span, g))
+            j.redo = max(0.0, j.redo - span * j.rate)
+
     def _stop(self, j: _Job, t: float) -> None:
         m = self.running.pop(j.sj.id)
         if m.cost_class == "cost_sensitive":
             self.cs_running -= 1
-        self.segments.append((j.seg_start, t, j.sj.gpus * j.sj.share, j.watts))
+        self._segment(j, t)
         j.ran += t - j.seg_start
         for i in j.gpus:
             self._gpu(i, -1, -j.sj.share, None)
@@ -1000,6 +1013,7 @@ class _Run:
         self._stop(j, t)
         j.epoch += 1
         j.rem = j.rem - (t - j.seg_start) * j.rate + self.opts.pause_overhead_s
+        j.redo += self.opts.pause_overhead_s
         attained = j.ran * j.sj.gpus  # GPUs held x time, as place() counts a running job
         j.model = self._pending_model(j.sj, j.rem * j.sj.overestimate, attained)
         j.key = self._key(j.sj, j.model)
@@ -1050,7 +1064,7 @@ class _Run:
             rate = self.cap_rate if capped else 1.0
             if rate == j.rate:
                 continue
-            self.segments.append((j.seg_start, t, j.sj.gpus * j.sj.share, j.watts))
+            self._segment(j, t)
             j.ran += t - j.seg_start
             j.rem = max(0.0, j.rem - (t - j.seg_start) * j.rate)
             if r.expected_end is not None:
@@ -1236,6 +1250,7 @@ class _Run:
         busy = sum(
             g * (min(b, w1) - max(a, w0)) for a, b, g, _ in self.segments if b > w0 and a < w1
         )
+        redone = sum(g * (min(b, w1) - max(a, w0)) for a, b, g in self.redone if b > w0 and a < w1)
         kwh, cost = _energy(self.segments, self.origin)
         valley = tariff().cheapest_price()
         misses = sum(1 for j, d in finished if d > j.sj.deadline_s)
@@ -1260,6 +1275,9 @@ class _Run:
             "gangs": setup.counts["gangs"],
             "censored": setup.counts["censored"],
             "util": busy / (setup.gpus * (w1 - w0)),
+            # without the work pauses made it redo: a preempting policy's busy GPUs that did
+            # nothing new
+            "util_useful": (busy - redone) / (setup.gpus * (w1 - w0)),
             "jct_mean_h": float(jct.mean()) if jct.size else math.nan,
             "jct_p50_h": pct(jct, 50),
             "jct_p95_h": pct(jct, 95),

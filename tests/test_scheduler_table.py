@@ -13,7 +13,7 @@ from nightshift.evals import simulate as S
 
 
 def _metrics(delay: float, top: float, util: float, **kw: float) -> dict[str, float]:
-    return {"delay_mean_h": delay, "delay_max_h": top, "util": util, **kw}
+    return {"delay_mean_h": delay, "delay_max_h": top, "util": util, "util_useful": util, **kw}
 
 
 def test_goals_are_judged_from_the_rows_with_a_known_pass_and_fail():
@@ -91,7 +91,7 @@ def test_one_command_writes_every_window_and_policy_and_goals_from_its_rows(tmp_
         if s:
             assert float(g["delay_vs_easy_sjf"]) == pytest.approx(d / s, rel=1e-5)
             assert (g["delay_vs_easy_sjf_pass"] == "True") == (d / s <= 0.9 + 1e-9)
-        util = float(mine["util"]) - float(easy["util"])
+        util = float(mine["util_useful"]) - float(easy["util_useful"])
         assert float(g["util_vs_easy"]) == pytest.approx(util, abs=1e-5)
     text = (tmp_path / "scheduler_table.md").read_text()
     assert text in capsys.readouterr().out  # printed as written

@@ -171,3 +171,25 @@ def test_2d_gittins_schedules_alike_with_the_table_and_with_the_definition(monke
     assert fast.metrics["preemptions"] > 0 and fast.metrics["delay_mean_h"] > 0
     assert fast.first_start == slow.first_start and fast.queue == slow.queue
     assert fast.metrics == slow.metrics and fast.delays == slow.delays
+
+
+def test_useful_utilisation_leaves_out_the_work_pauses_make_a_job_redo():
+    """A pause loses the work since the checkpoint (pause_overhead_s) and the job redoes it when it
+    resumes: its GPUs are busy, nothing new is done. Each pause's redone work is recorded as the
+    first 5 min of the victim's next run on its GPUs, and `util_useful` leaves out what of it
+    falls in the window: equal to `util` for a policy that never pauses, below it for one that
+    does (a queueing, preempting half-day of Philly)."""
+    setup = S.make_setups(["philly"], [3.0], {"philly": 0.5}, None, S.Options())[0]
+    easy = S.simulate(setup, S.POLICIES["easy"]).metrics
+    assert easy["preemptions"] == 0 and easy["util_useful"] == easy["util"]
+    run = S._Run(setup, S.POLICIES["2d-las"])
+    m = run.run().metrics
+    assert m["preemptions"] > 0 and m["pauses"] == 0
+    resumed = [j for j in run.jobs.values() if j.epoch > 1]
+    assert len(run.redone) <= m["preemptions"]  # one per pause whose job ran again
+    assert all(b - a == pytest.approx(300.0) for a, b, _ in run.redone if b < setup.window[1])
+    assert all(j.redo == 0.0 for j in resumed if j.done is not None)
+    w0, w1 = setup.window
+    inside = sum(g * (min(b, w1) - max(a, w0)) for a, b, g in run.redone if b > w0 and a < w1)
+    assert inside > 0
+    assert m["util"] - m["util_useful"] == pytest.approx(inside / (setup.gpus * (w1 - w0)))
