@@ -1932,15 +1932,19 @@ def _last_epoch_done(lines: Sequence[str], written: Sequence[int]) -> int | None
 
 
 # A test or final result as programs print it at their end (`Test set results: loss 0.903, acc
-# 0.765`, `testing accuracy = 0.7773`, `Final test mAP: 41.2`), not a validation line an epoch
-# prints on the way (a log that stops after one may stop in the next epoch).
+# 0.765`, `testing accuracy = 0.7773`, `Final test mAP: 41.2`, a last `Done.`, `Total time:
+# 3:02:11`), not a validation line an epoch prints on the way (a log that stops after one may
+# stop in the next epoch).
 _RESULT_METRIC = (
     r"acc(?:uracy)?|loss|f1|m?iou|m?ap|auc|bleu|rouge\w*|score|err(?:or)?|precision|recall"
     r"|psnr|ssim|perplexity|ppl"
 )
 _FINAL_RESULT = re.compile(
     rf"\b(?:test(?:ing)?|final|overall)\b[^\n]{{0,40}}?\b(?:{_RESULT_METRIC})\b[^\n]{{0,20}}?"
-    r"[=:]?\s*-?\d",
+    r"[=:]?\s*-?\d"
+    # a program's last word on its own line, and the total time it reports at its end
+    r"|^\W{0,3}(?:all )?(?:done|finished|completed?)\W{0,3}$|\btotal (?:training |run |elapsed )?"
+    r"time\b[^\n]{0,20}?[=:]?\s*\d",
     re.IGNORECASE,
 )
 _RESULT_LINES = 3  # the result is among the log's last this many written lines

@@ -637,6 +637,8 @@ def test_a_tools_own_message_is_read_by_a_signature(ctx, tool, log, category):
         "Test set results: loss 0.903, acc 0.765.\n",
         "testing accuracy = 0.7773, 0.6055\ntesting time = 0.04 min\n",
         "Final test mAP: 41.2\n",
+        "Saving the model to out/model.pt\nDone.\n",
+        "Total training time: 3:02:11\n",
     ],
 )
 def test_a_log_that_ends_in_its_test_results_reached_its_end(ctx, end):
