@@ -4,6 +4,7 @@ numbers in the docs come from one invocation anyone can repeat on a clean clone.
 
     python -m nightshift.evals.scheduler_table --out evals/out/table --jobs 2
     python -m nightshift.evals.scheduler_table --tiny      # small windows: seconds, a smoke test
+    python -m nightshift.evals.scheduler_table --seeds 0,1,2 --jobs 2   # every window per seed
 
 The runs are evals/simulate.py's (`make_setups`, `simulate`, `add_shares`, `strongest`): this
 module only chooses the setups and policies and judges the rows. Per trace and window it prints
@@ -337,7 +338,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", default="evals/out/scheduler_table", help="folder for CSV + md")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--seeds",
+        default="0",
+        help="comma list of seeds (default 0): each runs every window anew (its jobs' estimates, "
+        "deadlines and health events drawn again), and the goals are counted over all",
+    )
     parser.add_argument("--tiny", action="store_true", help="windows of minutes: a smoke test")
     parser.add_argument(
         "--policies",
@@ -347,23 +353,37 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error("--jobs: 1 or more worker processes")
+    try:
+        seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+    except ValueError:
+        parser.error(f"--seeds: whole numbers separated by commas, not {args.seeds!r}")
+    if not seeds:
+        parser.error("--seeds: at least one seed")
     pols = tuple(p.strip() for p in args.policies.split(",") if p.strip())
     bad = [p for p in pols if p not in S.POLICIES]
     if bad or not pols:
         parser.error(
             f"--policies: unknown {', '.join(bad) or '(none given)'}; known: {', '.join(S.POLICIES)}"
         )
-    table = run(TINY if args.tiny else WINDOWS, pols, args.seed, args.jobs)
+    tables = [run(TINY if args.tiny else WINDOWS, pols, seed, args.jobs) for seed in seeds]
     command = "python -m nightshift.evals.scheduler_table " + shlex.join(
         sys.argv[1:] if argv is None else argv
     )
-    text = markdown(table, command.strip())
+    text = "\n".join(
+        (f"#### Seed {seed}\n\n" if len(seeds) > 1 else "") + markdown(t, command.strip())
+        for seed, t in zip(seeds, tables, strict=True)
+    )
+    if len(seeds) > 1:
+        goals = [g for t in tables for g in t.goals]
+        failed = sum(not g[f"{c.column}_pass"] for g in goals for c in GOALS)
+        text += f"\nOver seeds {args.seeds}: goals failed {failed} of {len(goals) * len(GOALS)}.\n"
     print(text)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    write_csv(out / "scheduler_table.csv", csv_rows(table))
-    if table.goals:
-        write_csv(out / "scheduler_goals.csv", table.goals)
+    write_csv(out / "scheduler_table.csv", [row for t in tables for row in csv_rows(t)])
+    goal_csv = [{"seed": seed, **g} for seed, t in zip(seeds, tables, strict=True) for g in t.goals]
+    if goal_csv:
+        write_csv(out / "scheduler_goals.csv", goal_csv)
     (out / "scheduler_table.md").write_text(text)
     print(f"wrote {out}/scheduler_table.{{csv,md}} and scheduler_goals.csv")
     return 0

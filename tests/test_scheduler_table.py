@@ -126,3 +126,22 @@ def test_parallel_workers_give_the_rows_of_one_process_in_the_same_order():
         (w.trace, p) for w in windows for p in pols
     ]
     assert one.goals == two.goals
+
+
+def test_seeds_run_every_window_anew_and_count_the_goals_over_all(tmp_path, capsys):
+    """`--seeds 0,1`: each seed's windows and goals, the goals CSV with its seed, and the failed
+    goals counted over both; a seed that is not a number is a clear error, not a traceback."""
+    pols = "easy,easy-sjf,2d-las,nightshift-notariff"
+    assert T.main(["--tiny", "--seeds", "0,1", "--policies", pols, "--out", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert (
+        "#### Seed 0" in text and "#### Seed 1" in text and "Over seeds 0,1: goals failed" in text
+    )
+    with (tmp_path / "scheduler_goals.csv").open() as fh:
+        goals = list(csv.DictReader(fh))
+    assert [g["seed"] for g in goals] == ["0"] * len(T.TINY) + ["1"] * len(T.TINY)
+    with (tmp_path / "scheduler_table.csv").open() as fh:
+        assert {r["seed"] for r in csv.DictReader(fh)} == {"0", "1"}
+    with pytest.raises(SystemExit) as exc:
+        T.main(["--tiny", "--seeds", "one"])
+    assert exc.value.code == 2 and "--seeds: whole numbers" in capsys.readouterr().err
