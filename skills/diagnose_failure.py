@@ -1905,7 +1905,10 @@ _STOPPED_WORDS = re.compile(
 _PROCESS_ENDED = re.compile(
     r"^(?:\([\w.-]+\) )?[\w.-]+@[\w.-]+(?::| )[^\n]*[#$%]\s*$|^PS [A-Za-z]:\\[^\n]*>\s*$"
     r"|^In \[ ?\]:|kernel (?:appears to have )?died|\bkernel [\w-]+ restarted\b|Restarting kernel"
-    r"|\bsession crashed\b",
+    r"|\bsession crashed\b"
+    # a process that is gone, as torch's CUDA IPC and psutil (wandb's sampler) notice it
+    r"|Producer process has been terminated before all shared CUDA tensors released"
+    r"|\bNoSuchProcess\b[^\n]*\bprocess no longer exists",
     re.IGNORECASE,
 )
 

@@ -718,6 +718,11 @@ def test_a_pasted_log_that_just_stops_reads_as_a_hang(ctx):
         "(base) user@gpu01:~/proj$ \n",
         "The kernel appears to have died. It will restart automatically.\n",
         "[2025-10-31 05:07:11,062][__main__][ERROR] - Error executing job with overrides: []\n",
+        # torch's CUDA IPC and psutil noticing a process that is gone
+        "[W CudaIPCTypes.cpp:16] Producer process has been terminated before all shared CUDA "
+        "tensors released. See Note [Sharing CUDA tensors]\n",
+        "wandb: ERROR Failed to sample metric: psutil.NoSuchProcess process no longer exists "
+        "(pid=48)\n",
     ],
 )
 def test_a_log_that_says_the_process_ended_is_no_hang(ctx, after):
