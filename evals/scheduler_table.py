@@ -252,7 +252,8 @@ def markdown(table: Table, command: str) -> str:
         f"**{table.wall_s / 60:.1f} min wall** "
         f"(Σ per-run wall {sum(r.metrics['wall_s'] for r in table.results) / 60:.1f} min).",
         "",
-        "Delays in hours over every completed job; utilisation inside the window; misses: every "
+        "Delays in hours over every completed job; utilisation inside the window (useful: without "
+        "the GPU time jobs spent redoing what a pause lost); misses: every "
         "missed deadline, those after a tariff hold met by the no-tariff twin, those after a "
         "cap met by the uncapped twin, and every miss the uncapped twin meets; saving share: "
         "(FIFO's cost − cost) ÷ (FIFO's cost − floor), valley and deadline-feasible floors.",
