@@ -1785,21 +1785,19 @@ def _classify(
     ):
         finished = _last_epoch_done(lines, written)
         results = None if finished is not None else _final_results(lines, written)
-        if results is not None:
-            return result(
-                "succeeded",
-                "low",
-                ev([(None, results)]),
-                "no exit status was given, and the log ends with the run's test or final "
-                f"results ({_clean(lines[results])}): the program reached its end",
+        end = finished if finished is not None else results
+        if end is not None:
+            said = (
+                f"its last epoch complete ({_clean(lines[end])}) and no error after it"
+                if finished is not None
+                else f"the run's test or final results ({_clean(lines[end])}): the program "
+                "reached its end"
             )
-        if finished is not None:
             return result(
                 "succeeded",
                 "low",
-                ev([(None, finished)]),
-                "no exit status was given, and the log ends with its last epoch complete "
-                f"({_clean(lines[finished])}) and no error after it",
+                ev([(None, end)]),
+                f"no exit status was given, and the log ends with {said}",
             )
         return result(
             "hang_or_timeout",
