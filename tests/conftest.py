@@ -111,6 +111,13 @@ def home(tmp_path, monkeypatch) -> Path:
     """A fresh NIGHTSHIFT_HOME for this test, also seen by subprocesses."""
     h = tmp_path / "home"
     h.mkdir()
+    use_home(monkeypatch, h)
+    return h
+
+
+def use_home(monkeypatch: pytest.MonkeyPatch, h: Path) -> None:
+    """The environment of `home`, on `h`: a module-scoped fixture that fills a home once for
+    its tests sets it up under `pytest.MonkeyPatch.context()`."""
     monkeypatch.setenv("NIGHTSHIFT_HOME", str(h))
     for key in list(os.environ):
         if key.startswith("NIGHTSHIFT_") and "__" in key:
@@ -122,7 +129,6 @@ def home(tmp_path, monkeypatch) -> Path:
     # The wait before a retry is 30 s by default (doubling); the waits are tested on their own
     # (test_backoff, test_placement), and a second here keeps every recovery test short.
     monkeypatch.setenv("NIGHTSHIFT_RETRY__BASE_S", "1")
-    return h
 
 
 class Clock:
