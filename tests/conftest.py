@@ -163,6 +163,29 @@ def nightshift(
     )
 
 
+_MIGRATED: list[Path] = []
+
+
+def empty_store(path: Path):
+    """A fresh SQLite store at `path`, at the newest schema, for a unit test that needs an empty
+    store and not its making: a copy of one this process migrated once. Migrating a new file
+    takes a fifth of a second, a copy a hundredth; the migrations are tested on their own
+    (test_store_migrations), and a store opened at HEAD is what every later open sees."""
+    from nightshift.runtime.store.db import Store
+
+    if not _MIGRATED:
+        folder = Path(tempfile.mkdtemp(prefix="nightshift-empty-store-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        made = Store(f"sqlite:///{folder / 'empty.db'}")
+        with made.engine.connect() as conn:
+            conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+        made.engine.dispose()
+        _MIGRATED.append(folder / "empty.db")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(_MIGRATED[0], path)
+    return Store(f"sqlite:///{path}")
+
+
 def need(module: str, why: str):
     """Import an optional dependency of a service-backed test: skip with the reason when it is
     missing, except in CI (CI=true), where .ci/run installs it and its absence is a failure."""
