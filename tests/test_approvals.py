@@ -12,7 +12,8 @@ from nightshift.policies.audit import AuditLog
 from nightshift.policies.engine import PolicyEngine
 from nightshift.policies.model import load_policy
 from nightshift.runtime.errors import PolicyDenied
-from nightshift.runtime.store.db import Store
+
+from conftest import empty_store
 
 T0 = datetime(2026, 12, 2, 3, 0)
 LATER = T0 + timedelta(minutes=5)
@@ -20,9 +21,7 @@ LATER = T0 + timedelta(minutes=5)
 
 @pytest.fixture
 def audit(tmp_path: Path) -> AuditLog:
-    return AuditLog(
-        Store(f"sqlite:///{tmp_path / 'ns.db'}"), tmp_path / "audit.anchor", clock=lambda: T0
-    )
+    return AuditLog(empty_store(tmp_path / "ns.db"), tmp_path / "audit.anchor", clock=lambda: T0)
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from nightshift.policies.audit import GENESIS, AuditLog, event_hash, stored_hash_matches
 from nightshift.runtime.store.db import Store, dumps
 
-from conftest import Clock
+from conftest import Clock, empty_store
 
 
 @pytest.fixture
@@ -29,7 +29,7 @@ def db(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def log(db: Path, tmp_path: Path) -> AuditLog:
-    return AuditLog(Store(f"sqlite:///{db}"), tmp_path / "audit.anchor", clock=Clock())
+    return AuditLog(empty_store(db), tmp_path / "audit.anchor", clock=Clock())
 
 
 def fill(log: AuditLog, n: int) -> None:

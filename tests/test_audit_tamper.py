@@ -27,7 +27,7 @@ from nightshift.runtime.errors import ApprovalRequired, PolicyDenied, StoreError
 from nightshift.runtime.store.db import Job, Store
 from nightshift.skills.base import Claims, SkillContext, SkillInput, skill
 
-from conftest import Clock
+from conftest import Clock, empty_store
 
 FIXTURE = Path(__file__).parent / "fixtures/stores/release-0.1.0-schema2.db"
 
@@ -448,6 +448,7 @@ def gated(tmp_path: Path) -> Gated:
     RAN.clear()
     home = tmp_path / "home"
     home.mkdir()
+    empty_store(home / "ns.db")  # Gated opens it, already at HEAD
     return Gated(home)
 
 

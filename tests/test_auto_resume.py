@@ -19,11 +19,10 @@ import numpy as np
 import pytest
 
 from nightshift.runtime.config import Settings
-from nightshift.runtime.store.db import Store
 from nightshift.skills.auto_resume import auto_resume, inject_resume_args
 from nightshift.skills.base import SkillContext
 
-from conftest import run_skill
+from conftest import empty_store, run_skill
 
 TRAIN = Path(__file__).resolve().parents[1] / "examples" / "train_numpy.py"
 PAYLOAD = bytes(range(256)) * 16  # stands in for a tensor storage
@@ -32,7 +31,7 @@ PAYLOAD = bytes(range(256)) * 16  # stands in for a tensor storage
 @pytest.fixture
 def ctx(tmp_path) -> SkillContext:
     return SkillContext(
-        store=Store(f"sqlite:///{tmp_path}/s.db"),
+        store=empty_store(tmp_path / "s.db"),
         settings=Settings(home=str(tmp_path)),
         now=datetime(2026, 12, 2, 3, 0),
     )

@@ -3,23 +3,37 @@ stored is lost or half-written."""
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
+from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import REPO, nightshift
+from conftest import REPO, nightshift, use_home
+
+
+@pytest.fixture(scope="module")
+def stored_home(tmp_path_factory) -> Path:
+    """A home with one job and some audit events in it, made once for the module by the real CLI
+    (`skill submit_job`) in the environment `home` sets up; nothing in it names the folder it
+    was made in, so each test's copy is that store."""
+    made = tmp_path_factory.mktemp("stored") / "home"
+    made.mkdir()
+    with pytest.MonkeyPatch.context() as mp:
+        use_home(mp, made)
+        res = nightshift(
+            "skill", "submit_job", "--arg", f"spec_path={REPO / 'examples/specs/quickstart.yaml'}"
+        )
+    assert res.returncode == 0, res.stdout + res.stderr
+    return made
 
 
 @pytest.fixture
-def stored(home):
-    """A store with one job and some audit events already in it."""
-    assert (
-        nightshift(
-            "skill", "submit_job", "--arg", f"spec_path={REPO / 'examples/specs/quickstart.yaml'}"
-        ).returncode
-        == 0
-    )
+def stored(home, stored_home):
+    """A store with one job and some audit events already in it: each test's own copy of the
+    module's (its key and audit anchor too), so what one test does never reaches another."""
+    shutil.copytree(stored_home, home, dirs_exist_ok=True)
     return home / "nightshift.db"
 
 

@@ -22,7 +22,7 @@ from nightshift.agent.doors.chat import NO_ENDPOINT, Answer, ChatSession, Progre
 from nightshift.runtime.errors import ApprovalRequired
 from nightshift.runtime.store.db import Attempt, AuditEvent, Job
 
-from conftest import write_spec
+from conftest import empty_store, write_spec
 
 INVENTED = 1234567890123456
 # The words that may change something, in both languages: an acting intent needs one of them.
@@ -37,6 +37,7 @@ ACTING_WORDS = (
 
 @pytest.fixture
 def w(home) -> Wiring:
+    empty_store(home / "nightshift.db")  # Wiring opens it, already at HEAD
     return Wiring.load()
 
 

@@ -32,7 +32,7 @@ from nightshift.agent.doors.chat import (
 from nightshift.policies import killswitch
 from nightshift.runtime.store.db import Attempt, AuditEvent, Job
 
-from conftest import nightshift, write_spec
+from conftest import empty_store, nightshift, write_spec
 
 INVENTORY = """\
 gpus:
@@ -45,6 +45,7 @@ gpus:
 
 @pytest.fixture
 def w(home, monkeypatch) -> Wiring:
+    empty_store(home / "nightshift.db")  # Wiring opens it, already at HEAD
     return Wiring.load()
 
 

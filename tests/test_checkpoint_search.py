@@ -15,18 +15,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nightshift.runtime.config import Settings
-from nightshift.runtime.store.db import Store
 from nightshift.runtime.training import checkpoints
 from nightshift.skills.auto_resume import auto_resume
 from nightshift.skills.base import SkillContext
 
-from conftest import need, run_skill
+from conftest import empty_store, need, run_skill
 
 
 @pytest.fixture
 def ctx(tmp_path) -> SkillContext:
     return SkillContext(
-        store=Store(f"sqlite:///{tmp_path}/s.db"),
+        store=empty_store(tmp_path / "s.db"),
         settings=Settings(home=str(tmp_path)),
         now=datetime(2026, 12, 2, 3, 0),
     )

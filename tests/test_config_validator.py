@@ -12,12 +12,12 @@ import pytest
 from nightshift.runtime.config import Settings
 from nightshift.runtime.errors import BadArguments
 from nightshift.runtime.spec import ExperimentSpec
-from nightshift.runtime.store.db import GpuSample, Store
+from nightshift.runtime.store.db import GpuSample
 from nightshift.runtime.training.training_configs import TrainingView
 from nightshift.skills.base import SkillContext
 from nightshift.skills.config_validator import SCHEMA_FIRST, config_validator, estimate_memory
 
-from conftest import nightshift, run_skill
+from conftest import empty_store, nightshift, run_skill
 
 NOW = datetime(2026, 12, 2, 3, 0)
 
@@ -25,7 +25,7 @@ NOW = datetime(2026, 12, 2, 3, 0)
 @pytest.fixture
 def ctx(tmp_path: Path) -> SkillContext:
     return SkillContext(
-        store=Store(f"sqlite:///{tmp_path}/s.db"), settings=Settings(home=str(tmp_path)), now=NOW
+        store=empty_store(tmp_path / "s.db"), settings=Settings(home=str(tmp_path)), now=NOW
     )
 
 
@@ -303,7 +303,7 @@ def test_memory_without_target_is_only_an_estimate(ctx):
 def test_paths_outside_allowed_mounts_are_advice(tmp_path):
     """With the policy's mount roots, outside paths warn (the policy, not the skill, blocks)."""
     ctx = SkillContext(
-        store=Store(f"sqlite:///{tmp_path}/s.db"),
+        store=empty_store(tmp_path / "s.db"),
         settings=Settings(home=str(tmp_path)),
         now=NOW,
         policy_limits={"allowed_mount_roots": ["/data"]},
@@ -582,7 +582,7 @@ def test_auto_values_skip_checks_that_need_them(ctx):
 def test_config_seed_placeholders_and_mounts(tmp_path):
     """On a config, no fixed seed, an unexpanded ${…} and a path outside the mounts are warnings."""
     ctx = SkillContext(
-        store=Store(f"sqlite:///{tmp_path}/s.db"),
+        store=empty_store(tmp_path / "s.db"),
         settings=Settings(home=str(tmp_path)),
         now=NOW,
         policy_limits={"allowed_mount_roots": ["/data"]},

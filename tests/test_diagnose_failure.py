@@ -20,7 +20,7 @@ from nightshift.runtime.training import pasted_log
 from nightshift.skills.base import SkillContext
 from nightshift.skills.diagnose_failure import DiagnoseFailureResult, diagnose_failure
 
-from conftest import nightshift, run_skill
+from conftest import empty_store, nightshift, run_skill
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 TRAIN = Path(__file__).resolve().parents[1] / "examples" / "train_numpy.py"
@@ -31,7 +31,7 @@ PARAMS = {"lr": 0.01, "micro_batch": 32, "grad_accum": 1, "steps": 300}
 @pytest.fixture
 def ctx(tmp_path) -> SkillContext:
     return SkillContext(
-        store=Store(f"sqlite:///{tmp_path}/s.db"),
+        store=empty_store(tmp_path / "s.db"),
         settings=Settings(home=str(tmp_path)),
         now=datetime(2026, 12, 2, 3, 0),
     )

@@ -22,6 +22,8 @@ from nightshift.runtime.errors import CallInProgress
 from nightshift.runtime.store.db import Store
 from nightshift.skills.base import Claims, SkillContext, SkillInput, skill
 
+from conftest import empty_store
+
 T0 = datetime(2026, 12, 2, 3, 0)
 RAN: list[str] = []
 HERE_ALIVE = claimer_id().split("#")[0] + "#1"  # another thread of this (live) process
@@ -108,6 +110,7 @@ def _registered(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def w(home: Path) -> World:
+    empty_store(home / "ns.db")  # the World opens it, already at HEAD
     return World(home, deadline_s=0.3)
 
 

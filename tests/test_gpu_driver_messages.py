@@ -16,11 +16,11 @@ from nightshift.runtime.gpu.driver_messages import find_driver_messages
 from nightshift.runtime.gpu.gpu import NvidiaSmiProbe
 from nightshift.runtime.gpu.nvidia_smi_text import TextProbe
 from nightshift.runtime.gpu.ray_census import MARK, RayGpuCensus
-from nightshift.runtime.store.db import GpuSample, Store
+from nightshift.runtime.store.db import GpuSample
 from nightshift.skills.base import SkillContext
 from nightshift.skills.gpu_health import gpu_health_check
 
-from conftest import nightshift, run_skill
+from conftest import empty_store, nightshift, run_skill
 
 DRIVER = Path(__file__).parent / "fixtures" / "nvidia_smi" / "driver"
 NOW = datetime(2026, 12, 2, 3, 0)
@@ -32,7 +32,7 @@ LOST = (
 
 def make_ctx(tmp_path: Path, probe=None) -> SkillContext:
     return SkillContext(
-        store=Store(f"sqlite:///{tmp_path}/s.db"),
+        store=empty_store(tmp_path / "s.db"),
         settings=Settings(home=str(tmp_path)),
         now=NOW,
         probe=probe,

@@ -28,11 +28,11 @@ from nightshift.runtime.gpu.gpu import (
     parse_query_compute_apps_csv,
     parse_query_gpu_csv,
 )
-from nightshift.runtime.store.db import GpuSample, Store
+from nightshift.runtime.store.db import GpuSample
 from nightshift.skills.base import SkillContext
 from nightshift.skills.gpu_health import gpu_health_check, judge_reading
 
-from conftest import nightshift, run_skill
+from conftest import empty_store, nightshift, run_skill
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nvidia_smi"
 H100_QUERY = (FIXTURES / "h100_80gb_load_query_gpu.csv").read_text()
@@ -45,7 +45,7 @@ MIB = 1 << 20
 
 def make_ctx(tmp_path: Path, probe: Any = None, settings: Settings | None = None) -> SkillContext:
     return SkillContext(
-        store=Store(f"sqlite:///{tmp_path}/s.db"),
+        store=empty_store(tmp_path / "s.db"),
         settings=settings or Settings(home=str(tmp_path)),
         now=NOW,
         probe=probe,

@@ -11,11 +11,10 @@ from typing import Any
 from nightshift.runtime.config import Settings
 from nightshift.runtime.gpu.gpu import GpuReading, ProbeResult
 from nightshift.runtime.scheduling.snapshot import load_snapshot
-from nightshift.runtime.store.db import Store
 from nightshift.skills.base import SkillContext
 from nightshift.skills.gpu_health import gpu_health_check
 
-from conftest import run_skill
+from conftest import empty_store, run_skill
 
 NOW = datetime(2026, 12, 2, 3, 0)
 
@@ -41,7 +40,7 @@ class Probe:
 
 def make_ctx(tmp_path: Path, **health: Any) -> SkillContext:
     return SkillContext(
-        store=Store(f"sqlite:///{tmp_path}/s.db"),
+        store=empty_store(tmp_path / "s.db"),
         settings=Settings(home=str(tmp_path), health=health),
         now=NOW,
         probe=Probe(),

@@ -25,7 +25,7 @@ from nightshift.agent.brain.wiring import Wiring, local_now
 from nightshift.policies import killswitch
 from nightshift.runtime.store.db import AuditEvent, Job, PlannedCall
 
-from conftest import REPO
+from conftest import REPO, empty_store
 
 
 def spec_file(tmp_path: Path, steps: int = 60, env: dict | None = None) -> Path:
@@ -64,6 +64,7 @@ def tool(name: str, **args) -> dict:
 
 @pytest.fixture
 def w(home) -> Wiring:
+    empty_store(home / "nightshift.db")  # Wiring opens it, already at HEAD
     return Wiring.load()
 
 

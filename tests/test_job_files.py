@@ -15,14 +15,14 @@ from nightshift.runtime.config import Settings
 from nightshift.runtime.engine import job_workspace
 from nightshift.runtime.errors import SkillFailed
 from nightshift.runtime.spec import MetricSpec
-from nightshift.runtime.store.db import Attempt, Job, Store
+from nightshift.runtime.store.db import Attempt, Job
 from nightshift.runtime.training import job_files, keeper
 from nightshift.runtime.training import metric_sources as ms
 from nightshift.skills.base import SkillContext
 from nightshift.skills.diagnose_failure import diagnose_failure
 from nightshift.skills.job_logs import job_logs
 
-from conftest import need, run_skill
+from conftest import empty_store, need, run_skill
 
 SECRET = "SECRET-KEY-3f9a"
 
@@ -38,7 +38,7 @@ def secret(tmp_path) -> Path:
 @pytest.fixture
 def ctx(tmp_path) -> SkillContext:
     return SkillContext(
-        store=Store(f"sqlite:///{tmp_path}/s.db"),
+        store=empty_store(tmp_path / "s.db"),
         settings=Settings(home=str(tmp_path / "home")),
         now=datetime(2026, 12, 2, 3, 0),
     )

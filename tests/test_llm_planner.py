@@ -38,13 +38,14 @@ from nightshift.runtime.config import LlmSettings, load_settings, load_settings_
 from nightshift.runtime.errors import ConfigError
 from nightshift.skills.registry import registry
 
-from conftest import nightshift, write_spec
+from conftest import empty_store, nightshift, write_spec
 
 KEY = "sk-test-7b1f0c2e9d"  # must never show up in the audit or any output
 
 
 @pytest.fixture
 def w(home) -> Wiring:
+    empty_store(home / "nightshift.db")  # Wiring opens it, already at HEAD
     return Wiring.load()
 
 

@@ -36,7 +36,7 @@ from nightshift.runtime.training import machine_evidence
 from nightshift.runtime.training.attempt_diagnosis import Diagnosis
 from nightshift.skills.attempt_diagnosis import diagnose_attempt
 
-from conftest import REPO, nightshift
+from conftest import REPO, empty_store, nightshift
 
 GREEDY = "b = bytearray(512 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nprint('survived')"
 WAITS = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(120)"
@@ -137,7 +137,7 @@ KERNEL = """\
 
 
 def _loop(tmp_path: Path, status: RunStatus, before_end=None) -> Diagnosis:
-    store = Store(f"sqlite:///{tmp_path / 'n.db'}")
+    store = empty_store(tmp_path / "n.db")
     engine = Engine(
         store,
         EndsAs(RunStatus(state="running")),  # type: ignore[arg-type]

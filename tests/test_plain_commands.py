@@ -71,10 +71,14 @@ def test_the_program_is_the_one_the_users_shell_finds(daemon: Daemon, tmp_path: 
 
 def test_after_waits_for_the_other_job(daemon: Daemon, tmp_path: Path) -> None:
     """`--after A`: B waits while A runs (the hold says on what), then starts and sees what A
-    wrote."""
+    wrote. A runs until the test has seen B held (it writes `go`; A gives up waiting after 60 s
+    and writes anyway), not for a fixed 8 s: B is held for as long as A runs either way."""
     first = daemon.run(
         "submit", "--json", "--name", "writer", "--", sys.executable, "-c",
-        "import time, pathlib; time.sleep(8); pathlib.Path('made-by-a').write_text('a')",
+        "import time, pathlib\n"
+        "end = time.monotonic() + 60\n"
+        "while not pathlib.Path('go').exists() and time.monotonic() < end: time.sleep(0.05)\n"
+        "pathlib.Path('made-by-a').write_text('a')",
         cwd=tmp_path,
     )  # fmt: skip
     assert first.returncode == 0, first.stderr
@@ -88,11 +92,13 @@ def test_after_waits_for_the_other_job(daemon: Daemon, tmp_path: Path) -> None:
     (b,) = json.loads(second.stdout)["job_ids"]
     end = time.monotonic() + 60
     reasons = set()
-    while (job := _show(daemon, b))["state"] == "queued" and not job["attempts"]:
+    while "waiting on writer" not in reasons:
+        job = _show(daemon, b)
+        assert job["state"] == "queued" and not job["attempts"], job  # A has not ended
         reasons.add(job["reason"])
-        assert time.monotonic() < end
+        assert time.monotonic() < end, reasons
         time.sleep(0.3)
-    assert "waiting on writer" in reasons, reasons
+    (tmp_path / "go").write_text("")  # now A writes and ends
     follow = daemon.run("logs", str(b), "-f", timeout=120)
     assert follow.returncode == 0, follow.stdout + follow.stderr
     assert _show(daemon, a)["state"] == "succeeded"

@@ -34,7 +34,7 @@ from nightshift.runtime.errors import (
 from nightshift.runtime.store.db import Approval
 from nightshift.skills.apply_policy import ACTIVE_SHA256, ACTIVE_YAML
 
-from conftest import nightshift
+from conftest import empty_store, nightshift
 
 # A job that waits for a GPU: it stays queued (no loop runs here).
 SPEC = {"name": "waits-for-gpu", "command": ["python", "-c", "pass"], "resources": {"gpus": 1}}
@@ -97,6 +97,7 @@ class History:
 
 @pytest.fixture
 def w(home: Path) -> Wiring:
+    empty_store(home / "nightshift.db")  # Wiring opens it, already at HEAD
     return Wiring.load()
 
 

@@ -33,7 +33,7 @@ from nightshift.runtime.errors import (
 from nightshift.runtime.store.db import Approval, Job, Store
 from nightshift.skills.base import Claims, Launch, Skill, SkillContext, SkillInput, skill
 
-from conftest import made_by_hand
+from conftest import empty_store, made_by_hand
 
 T0 = datetime(2026, 12, 2, 3, 0)
 RAN: list[str] = []
@@ -117,6 +117,7 @@ class World:
 def w(home: Path) -> World:
     """A world whose store holds jobs 1-9, for the calls that name one."""
     RAN.clear()
+    empty_store(home / "ns.db")  # the World opens it, already at HEAD
     world = World(home)
     with world.store.session() as s:
         for i in range(1, 10):

@@ -25,7 +25,7 @@ from nightshift.runtime.store.db import AuditEvent, KeyValue, Store
 from nightshift.skills.base import SkillContext
 from nightshift.skills.registry import get_skill
 
-from conftest import nightshift, run_skill
+from conftest import empty_store, nightshift, run_skill
 
 FAKE_NVML = Path(__file__).parent / "fake_nvml"
 
@@ -134,7 +134,7 @@ def test_restore_without_a_record_says_so(gpus):
 @pytest.fixture
 def ctx(tmp_path, home, now) -> SkillContext:
     return SkillContext(
-        store=Store(f"sqlite:///{tmp_path / 'ns.db'}"),
+        store=empty_store(tmp_path / "ns.db"),
         settings=Settings(),
         now=now,
         principal="alice",

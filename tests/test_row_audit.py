@@ -14,7 +14,7 @@ import pytest
 
 from nightshift.agent.brain.wiring import Wiring
 
-from conftest import nightshift, write_spec
+from conftest import empty_store, nightshift, write_spec
 
 
 def submit(w: Wiring, spec: Path, call_id: str) -> int:
@@ -24,6 +24,7 @@ def submit(w: Wiring, spec: Path, call_id: str) -> int:
 
 @pytest.fixture
 def w(home) -> Wiring:
+    empty_store(home / "nightshift.db")  # Wiring opens it, already at HEAD
     return Wiring.load()
 
 

@@ -35,11 +35,12 @@ from nightshift.evals.openai_stub import StubServer, http_error, reply_text, rep
 from nightshift.runtime.config import LlmSettings
 from nightshift.skills.registry import registry
 
-from conftest import nightshift, write_spec
+from conftest import empty_store, nightshift, write_spec
 
 
 @pytest.fixture
 def w(home) -> Wiring:
+    empty_store(home / "nightshift.db")  # Wiring opens it, already at HEAD
     return Wiring.load()
 
 

@@ -31,7 +31,7 @@ from nightshift.skills.base import SkillContext
 from nightshift.skills.registry import get_skill
 from nightshift.skills.tune_lr import TuneLrResult, read_metrics_jsonl, tune_lr
 
-from conftest import REPO, nightshift, run_skill
+from conftest import REPO, empty_store, nightshift, run_skill
 
 CURVES = REPO / "tests" / "fixtures" / "curves"
 TRAIN = REPO / "examples" / "train_numpy.py"
@@ -41,7 +41,7 @@ EVERY_25 = list(range(25, 301, 25))
 @pytest.fixture
 def ctx(tmp_path) -> SkillContext:
     return SkillContext(
-        store=Store(f"sqlite:///{tmp_path}/s.db"),
+        store=empty_store(tmp_path / "s.db"),
         settings=Settings(home=str(tmp_path)),
         now=datetime(2026, 12, 2, 3, 0),
     )

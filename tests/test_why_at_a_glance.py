@@ -10,6 +10,8 @@ import sqlite3
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import yaml
@@ -20,7 +22,7 @@ from nightshift.runtime.config import Settings
 from nightshift.runtime.store.db import Attempt, Job, Store
 from nightshift.runtime.store.migrations import SCRIPT_LOCATION
 
-from conftest import REPO, nightshift, store_row
+from conftest import REPO, nightshift, store_row, use_home
 
 # `-S`: no site-packages, so `import torch` fails for real, wherever torch is installed.
 NEEDS_TORCH = ["{python}", "-S", "-c", "print('loading the model'); import torch"]
@@ -49,11 +51,54 @@ def jobs_json() -> dict[int, dict]:
     return {row["id"]: row for row in json.loads(r.stdout)}
 
 
-def test_a_missing_package_is_named_by_jobs_show_why_and_diagnose(home, tmp_path):
+# The job a program that swaps its log for a link to `secret` (a file it may not read) runs.
+SWAPS_ITS_LOG = [
+    "{python}",
+    "-c",
+    "import os, sys; log = os.path.join(sys.argv[1], 'attempt-1.log'); os.remove(log); "
+    "os.symlink(sys.argv[2], log); sys.exit(1)",
+    "{run_dir}",
+]
+
+
+@dataclass
+class Failed:
+    """A home where one `nightshift run` watched four failing jobs end: 1 needs torch, 2 raises,
+    3 exits 3 saying nothing, 4 swapped its log for a link to a secret; `ran` is what it
+    printed."""
+
+    home: Path
+    ran: str
+    secret: Path
+
+
+@pytest.fixture(scope="module")
+def failed_home(tmp_path_factory) -> Failed:
+    """The four failures run once for the module (each test read them from a run of its own,
+    the same program in the same loop): the tests only read the store and the logs."""
+    tmp = tmp_path_factory.mktemp("why")
+    home = tmp / "home"
+    home.mkdir()
+    secret = tmp / "secret.txt"
+    secret.write_text("ModuleNotFoundError: No module named 'root_only_secret'\n")
+    with pytest.MonkeyPatch.context() as mp:
+        use_home(mp, home)
+        ran = run_jobs(tmp, NEEDS_TORCH, RAISES, EXITS_3, [*SWAPS_ITS_LOG, str(secret)])
+    return Failed(home, ran, secret)
+
+
+@pytest.fixture
+def failed(home, monkeypatch, failed_home) -> Failed:
+    """This test's commands read the module's home of four failed jobs."""
+    monkeypatch.setenv("NIGHTSHIFT_HOME", str(failed_home.home))
+    return failed_home
+
+
+def test_a_missing_package_is_named_by_jobs_show_why_and_diagnose(failed):
     """The newcomer's first failure: `import torch` in an environment without it."""
-    ran = run_jobs(tmp_path, NEEDS_TORCH)
+    ran, home = failed.ran, failed.home
     # No step was recorded: the run's lines say nothing of one rather than "step None".
-    assert "failed after attempt 1 (exit 1)" in ran and "None" not in ran, ran
+    assert "job 1 failed after attempt 1 (exit 1)" in ran and "None" not in ran, ran
     row = jobs_json()[1]
     assert row["state"] == "failed"
     assert row["why"] == f"import_or_env: {MODULE_LINE}"
@@ -98,24 +143,23 @@ def test_a_missing_package_is_named_by_jobs_show_why_and_diagnose(home, tmp_path
     assert "Traceback" not in missing.stderr + missing.stdout
 
 
-def test_an_exception_and_a_bare_exit_code_read_sensibly(home, tmp_path):
+def test_an_exception_and_a_bare_exit_code_read_sensibly(failed):
     """A crash names its exception line; an exit code with nothing in the log says just that,
-    never a guess."""
-    run_jobs(tmp_path, RAISES, EXITS_3)
+    never a guess (jobs 2 and 3 of the module's run)."""
     rows = jobs_json()
-    assert rows[1]["why"] == "crashed: ValueError: bad shape (3, 4)"
-    assert rows[2]["why"].startswith("unknown: the process exited with status 3")
-    assert rows[2]["diagnosis"]["evidence"] is None
+    assert rows[2]["why"] == "crashed: ValueError: bad shape (3, 4)"
+    assert rows[3]["why"].startswith("unknown: the process exited with status 3")
+    assert rows[3]["diagnosis"]["evidence"] is None
 
-    crashed = nightshift("why", "1").stdout
+    crashed = nightshift("why", "2").stdout
     assert "crashed" in crashed and "line 4" in crashed and "ValueError: bad shape" in crashed
     assert "a retry can help" in crashed and "resume once from the last checkpoint" in crashed
-    bare = nightshift("why", "2").stdout
+    bare = nightshift("why", "3").stdout
     assert "unknown" in bare and "exited with status 3, and nothing in the log" in bare
     assert "read the full log" in bare  # the fix
     assert "None" not in bare
 
-    show = nightshift("show", "2").stdout
+    show = nightshift("show", "3").stdout
     assert "summary: the process exited with status 3" in show
     assert "next attempt resumes" not in show and "None" not in show
 
@@ -221,17 +265,12 @@ def test_show_and_status_print_no_none_and_no_resume_for_a_finished_job(home, tm
     assert "fresh" in status and "None" not in status  # the running job, no step yet
 
 
-def test_a_log_the_job_replaced_with_a_link_is_not_read_into_the_diagnosis(home, tmp_path):
+def test_a_log_the_job_replaced_with_a_link_is_not_read_into_the_diagnosis(failed):
     """The job's folder is its submitter's: a program that swaps its log for a link to a file it
-    may not read must not get that file's lines back as the daemon's evidence."""
-    secret = tmp_path / "secret.txt"
-    secret.write_text("ModuleNotFoundError: No module named 'root_only_secret'\n")
-    swap = (
-        "import os, sys; log = os.path.join(sys.argv[1], 'attempt-1.log'); os.remove(log); "
-        "os.symlink(sys.argv[2], log); sys.exit(1)"
-    )
-    run_jobs(tmp_path, ["{python}", "-c", swap, "{run_dir}", str(secret)])
-    row = jobs_json()[1]
+    may not read must not get that file's lines back as the daemon's evidence (job 4 of the
+    module's run)."""
+    assert (failed.home / "runs/job-4/attempt-1.log").resolve() == failed.secret  # it swapped
+    row = jobs_json()[4]
     assert row["state"] == "failed"
     assert "root_only_secret" not in json.dumps(row)
     assert row["diagnosis"]["category"] == "unknown"
@@ -279,13 +318,15 @@ def test_a_diagnosis_that_fails_never_keeps_the_loop_from_recording_the_end(tmp_
     ]
 
 
-def test_the_tui_jobs_table_shows_the_same_why(home, tmp_path):
+def test_the_tui_jobs_table_shows_the_same_why(failed):
     """The TUI's jobs table (agent/doors/tui/data.py) read only the job's reason ("exited with
     code 1"): it shows the diagnosis first, as `nightshift jobs` does."""
     from nightshift.agent.brain.wiring import Wiring
     from nightshift.agent.doors.tui.data import job_rows
 
-    run_jobs(tmp_path, NEEDS_TORCH)
-    rows = job_rows(Wiring.load())
-    assert [(r.id, r.state, r.attempts) for r in rows] == [(1, "failed", 1)]
-    assert rows[0].why == f"import_or_env: {MODULE_LINE}"
+    rows = {r.id: r for r in job_rows(Wiring.load())}
+    assert sorted((r.id, r.state, r.attempts) for r in rows.values()) == [
+        (i, "failed", 1) for i in (1, 2, 3, 4)
+    ]
+    assert rows[1].why == f"import_or_env: {MODULE_LINE}"
+    assert {i: r.why for i, r in rows.items()} == {i: j["why"] for i, j in jobs_json().items()}
