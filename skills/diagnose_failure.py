@@ -274,6 +274,12 @@ SIGNATURES: tuple[Signature, ...] = (
         "PyTorch needs a newer NVIDIA driver",
     ),
     _sig("driver_mismatch", r"Found no NVIDIA driver on your system", "no NVIDIA driver loaded"),
+    # Docker asked for GPUs without the NVIDIA container toolkit
+    _sig(
+        "driver_mismatch",
+        r"could not select device driver \"[^\"\n]*\" with capabilities: \[\[gpu\]\]",
+        "Docker has no GPU runtime: install the NVIDIA container toolkit and restart dockerd",
+    ),
     _sig(
         "driver_mismatch",
         r"Driver/library version mismatch",
@@ -318,8 +324,13 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("cuda_oom", r"torch\.(?:cuda\.)?OutOfMemoryError", "PyTorch ran out of GPU memory"),
     _sig("cuda_oom", r"CUDA out of memory", "the GPU ran out of memory"),
     _sig("cuda_oom", r"CUDA error: out of memory", "the GPU ran out of memory"),
-    # Lua Torch / old PyTorch's THC: `cuda runtime error (2) : out of memory at …THCStorage.cu`
-    _sig("cuda_oom", r"cuda runtime error \(2\) : out of memory", "the GPU ran out of memory"),
+    # Lua Torch / old PyTorch's THC: `cuda runtime error (2) : out of memory at …THCStorage.cu`;
+    # Apple's MPS backend (the GPU's share of unified memory)
+    _sig(
+        "cuda_oom",
+        r"cuda runtime error \(2\) : out of memory|\bMPS backend out of memory\b",
+        "the GPU ran out of memory",
+    ),
     _sig(
         "cuda_oom",
         r"RESOURCE_EXHAUSTED: Out of memory while trying to allocate",
@@ -933,6 +944,14 @@ SIGNATURES: tuple[Signature, ...] = (
         r"^(?:\[[^\]\n]*\]:?\s*)*RuntimeError: (?:Connection reset by peer|Address already in use)"
         r"|errno: 98 - Address already in use|The server socket has failed to (?:listen|bind)",
         "a peer rank's connection dropped",
+    ),
+    # c10d's TCPStore client that never reached the master (MASTER_ADDR/PORT, a firewall, a
+    # master that never started)
+    _sig(
+        "nccl_or_distributed",
+        r"The client socket has timed out after \d+m?s while trying to connect to",
+        "a rank could not reach the rendezvous store (MASTER_ADDR / MASTER_PORT, a firewall, or "
+        "a master that never started)",
     ),
     _sig(
         "nccl_or_distributed",

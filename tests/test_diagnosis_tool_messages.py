@@ -602,6 +602,21 @@ SIGNED: list[tuple[str, str, str]] = [
         "EarlyStopping counter: 3 out of 3\nEarly stopping\n>>>>>>>testing : exp_4<<<<<<<\nmse:0.1023908406496048, mae:0.2515934407711029\n",
         "succeeded",
     ),
+    (
+        "Apple's MPS backend",
+        "RuntimeError: MPS backend out of memory (MPS allocated: 17.50 GB, other allocations: 1.20 GB, max allowed: 18.13 GB). Tried to allocate 256.00 MB on private pool.\n",
+        "cuda_oom",
+    ),
+    (
+        "c10d's TCPStore client timing out",
+        "RuntimeError: The client socket has timed out after 1800000ms while trying to connect to (10.0.0.1, 29500).\n",
+        "nccl_or_distributed",
+    ),
+    (
+        "docker without the NVIDIA runtime",
+        'docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]].\n',
+        "driver_mismatch",
+    ),
 ]
 
 
