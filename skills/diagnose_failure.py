@@ -1010,8 +1010,9 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(
         "file_missing",
         r"num_samples should be a positive integer value, but got num_samples=0"
-        r"|\b(?:UnidentifiedImageError|IOError|OSError): cannot identify image file|\bError opening '[^'\n]+': "
-        r"(?:System error|Format not recognised)|\bIsADirectoryError: \[Errno 21\]"
+        r"|\b(?:UnidentifiedImageError|IOError|OSError): cannot identify image file"
+        r"|\bError opening '[^'\n]+': (?:System error|Format not recognised)"
+        r"|\bIsADirectoryError: \[Errno 21\]"
         r"|\bNotADirectoryError: \[Errno 20\]|\bdoes not appear to have a file named [\w.-]+"
         r"|^(?:ba|z|da)?sh: (?:line \d+: )?[^:\n]+: No such file or directory$"
         # torchvision's ImageFolder before 0.9; TensorFlow's checkpoint reader on a prefix
