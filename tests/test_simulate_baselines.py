@@ -193,3 +193,19 @@ def test_useful_utilisation_leaves_out_the_work_pauses_make_a_job_redo():
     inside = sum(g * (min(b, w1) - max(a, w0)) for a, b, g in run.redone if b > w0 and a < w1)
     assert inside > 0
     assert m["util"] - m["util_useful"] == pytest.approx(inside / (setup.gpus * (w1 - w0)))
+
+
+def test_estimates_may_fall_short_and_the_default_draws_as_before():
+    """`min_overestimate` below 1 draws estimate factors from [min, max] (issue 31 tries holds
+    with errors of 0.25-4x); at its default of 1 every draw is the one made before it existed
+    (log-uniform in [1, max], the same generator calls)."""
+    trace = S.load_trace("tiresias")
+    base = S.seeded_jobs(trace, S.Options())
+    assert all(1.0 <= j.overestimate <= 4.0 for j in base)
+    short = S.seeded_jobs(trace, S.Options(min_overestimate=0.25))
+    assert all(0.25 <= j.overestimate <= 4.0 for j in short)
+    assert sum(j.overestimate < 1.0 for j in short) >= len(short) // 4  # half the log-range
+    # the other draws (cost class, deadline) are untouched by the estimate's range
+    assert [(j.cost_sensitive, j.deadline_s) for j in short] == [
+        (j.cost_sensitive, j.deadline_s) for j in base
+    ]
