@@ -15,7 +15,8 @@ miss the uncapped twin meets), energy and the share of the achievable saving, an
 
 Goals (issue 31, "What to build"), per trace and judged policy: mean delay ≤ 0.9 × EASY+SJF's and
 ≤ 0.9 × the strongest baseline's (lowest mean among simulate.BASELINES), longest wait ≤ EASY's,
-useful utilisation (without redone work) ≥ EASY's, no deadline miss caused by holds against the no-tariff twin, and energy:
+useful utilisation (without redone work) ≥ EASY's, no deadline miss that the no-tariff twin meets
+(held or not), and energy:
 the saving share ≥ 0.9 of the deadline-feasible floor.
 """
 
@@ -115,7 +116,8 @@ GOALS = (
     Goal("longest wait ÷ EASY's ≤ 1", "max_vs_easy", 1.0, True, "delay_max_h", "easy"),
     # on the work done, not on GPUs busy redoing what a pause lost (that would flatter preemption)
     Goal("useful utilisation − EASY's ≥ 0", "util_vs_easy", 0.0, False),
-    Goal("deadline misses caused by holds = 0", "hold_misses_caused", 0.0, True),
+    # any miss the no-tariff twin meets, held or not (issue 31: "counted for any cause")
+    Goal("deadline misses the no-tariff twin meets = 0", "misses_vs_twin", 0.0, True),
     Goal("saving share of deadline-feasible ≥ 0.9", "saving_share_deadline", 0.9, False),
 )
 
@@ -143,7 +145,7 @@ def judge(by: dict[str, dict[str, float]], judged: str) -> dict[str, object]:
         row[g.column] = mine / ref if ref else (nan if mine == 0 else math.inf)
         verdict[g.column] = mine <= g.limit * ref + 1e-12
     row["util_vs_easy"] = m["util_useful"] - easy["util_useful"] if easy is not None else nan
-    row["hold_misses_caused"] = float(m.get("hold_misses_caused", nan))
+    row["misses_vs_twin"] = float(m.get("misses_vs_twin", nan))
     row["saving_share_deadline"] = float(m.get("saving_share_deadline", nan))
     for g in GOALS:
         row[f"{g.column}_pass"] = verdict.get(g.column, g.passes(_num(row[g.column])))
@@ -222,6 +224,7 @@ COLUMNS = (
     ("util_useful", "useful util", "{:.3f}"),
     ("deadline_misses", "missed", "{:.0f}"),
     ("hold_misses_caused", "caused by holds", "{:.0f}"),
+    ("misses_vs_twin", "met without the tariff", "{:.0f}"),
     ("cap_misses_caused", "caused by the cap", "{:.0f}"),
     ("misses_vs_cap_twin", "met uncapped", "{:.0f}"),
     ("energy_kwh", "MWh", "{:.3f}"),

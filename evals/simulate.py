@@ -1544,6 +1544,14 @@ def add_shares(results: list[RunResult]) -> None:
         m["hold_misses_caused"] = (
             len(r.held_missed - twin.missed) if twin is not None else float(len(r.held_missed))
         )
+        # every miss the twin without the tariff meets, held or not (a held job's GPUs, or the
+        # order holds leave, can make another job late): issue 31 counts misses for any cause
+        pol = POLICIES.get(r.policy)
+        m["misses_vs_twin"] = (
+            float(len(r.missed - twin.missed))
+            if twin is not None
+            else (0.0 if pol is not None and not pol.tariff else math.nan)
+        )
         # missed after a cap, and met by the same policy without it
         cap_twin = runs.get(
             (r.trace, r.load, POLICIES[r.policy].cap_twin if r.policy in POLICIES else "")

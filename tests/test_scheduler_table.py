@@ -29,8 +29,11 @@ def test_goals_are_judged_from_the_rows_with_a_known_pass_and_fail():
         "easy-sjf-aging": _metrics(3.0, 30.0, 0.70),
         "2d-las": _metrics(1.0, 50.0, 0.65),
         "2d-gittins": _metrics(1.5, 45.0, 0.66),
-        S.NOTARIFF: _metrics(0.85, 25.0, 0.71, hold_misses_caused=0, saving_share_deadline=0.2),
-        S.NIGHTSHIFT: _metrics(0.95, 18.0, 0.70, hold_misses_caused=1, saving_share_deadline=0.95),
+        S.NOTARIFF: _metrics(0.85, 25.0, 0.71, misses_vs_twin=0, saving_share_deadline=0.2),
+        # no miss after a hold, but one its twin meets (a held job's GPUs made another late)
+        S.NIGHTSHIFT: _metrics(
+            0.95, 18.0, 0.70, hold_misses_caused=0, misses_vs_twin=1, saving_share_deadline=0.95
+        ),
     }
     results = [S.RunResult("philly", 0.8, p, m, [], [], {}) for p, m in rows.items()]
     notariff, nightshift = T.goal_rows(results)
@@ -45,12 +48,12 @@ def test_goals_are_judged_from_the_rows_with_a_known_pass_and_fail():
         "delay_vs_strongest": True,
         "max_vs_easy": False,
         "util_vs_easy": True,
-        "hold_misses_caused": True,
+        "misses_vs_twin": True,
         "saving_share_deadline": False,
     }
     assert nightshift["delay_vs_strongest"] == pytest.approx(0.95)
     assert not nightshift["delay_vs_strongest_pass"] and nightshift["max_vs_easy_pass"]
-    assert not nightshift["hold_misses_caused_pass"] and nightshift["saving_share_deadline_pass"]
+    assert not nightshift["misses_vs_twin_pass"] and nightshift["saving_share_deadline_pass"]
     # a window where nothing queues meets "≤ 0.9 ×" (0 ≤ 0) with no ratio; queueing where
     # the reference does not fails
     quiet = {p: _metrics(0.0, 0.0, 0.5) for p in rows}
@@ -93,6 +96,15 @@ def test_one_command_writes_every_window_and_policy_and_goals_from_its_rows(tmp_
             assert (g["delay_vs_easy_sjf_pass"] == "True") == (d / s <= 0.9 + 1e-9)
         util = float(mine["util_useful"]) - float(easy["util_useful"])
         assert float(g["util_vs_easy"]) == pytest.approx(util, abs=1e-5)
+        # the holds goal counts every miss the no-tariff twin meets, held or not
+        twin = by[(g["trace"], g["load"], S.NOTARIFF)]
+        if g["policy"] == S.NOTARIFF:
+            assert float(g["misses_vs_twin"]) == 0.0
+        else:
+            assert float(g["misses_vs_twin"]) >= float(mine["hold_misses_caused"])
+            assert float(g["misses_vs_twin"]) >= float(mine["deadline_misses"]) - float(
+                twin["deadline_misses"]
+            )
     text = (tmp_path / "scheduler_table.md").read_text()
     assert text in capsys.readouterr().out  # printed as written
     assert "Command: `python -m nightshift.evals.scheduler_table --tiny --out" in text
