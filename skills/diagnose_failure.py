@@ -1972,8 +1972,9 @@ _RESULT_LINES = 3  # the result is among the log's last this many written lines
 
 
 def _final_results(lines: Sequence[str], written: Sequence[int]) -> int | None:
-    """The line of a test or final result among the log's last written lines, with no line of
-    training progress after it: the program ran through its training to its evaluation."""
+    """The line of a test or final result among the log's last _RESULT_LINES written lines (at
+    most two lines after it, none an error: the caller has found none), the latest first: the
+    program ran through its training to its evaluation."""
     for i in reversed(written[-_RESULT_LINES:]):
         if _FINAL_RESULT.search(lines[i]):
             return i
