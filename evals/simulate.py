@@ -106,6 +106,7 @@ from rich.table import Table
 
 from nightshift.evals.output import write_csv
 from nightshift.runtime.scheduling import placement  # place() is looked up here at every call
+from nightshift.runtime.scheduling.estimates import upper_ratio
 from nightshift.runtime.scheduling.placement import (
     CostBand,
     GpuSlot,
@@ -805,6 +806,11 @@ class _Run:
         self.queue_cap_hits = 0
         self.cs_pending: set[int] = set()  # cost-sensitive jobs waiting (tariff policies only)
         self.promoted: set[int] = set()
+        # took ÷ asked of every finished job, sorted: what a hold's or a cap's margin is learned
+        # from (the daemon's Estimator does the same per owner; a trace job has no owner here)
+        self.ratios: list[float] = []
+        self.learns = policy.tariff or policy.cap_at_peak_w is not None
+        self._worst: tuple[int, float | None] = (0, None)
         # power: every busy GPU draws the model's watts at its limit and works at its throughput
         model = power_model(self.opts.gpu_type)
         self.full_w = model.busy_watts(model.default_w)
@@ -876,6 +882,18 @@ class _Run:
     def _dt(self, t: float) -> datetime:
         return self.origin + timedelta(seconds=t)
 
+    def _worst_ratio(self) -> float | None:
+        """upper_ratio over the finished jobs so far (recomputed only after a completion)."""
+        if self._worst[0] != len(self.ratios):
+            self._worst = (len(self.ratios), upper_ratio(self.ratios))
+        return self._worst[1]
+
+    def _upper(self, expected_s: float) -> float | None:
+        """What an estimate of expected_s may come to at worst, by how the finished jobs'
+        estimates turned out; None for a policy that neither holds nor caps, or no history yet."""
+        worst = self._worst_ratio() if self.learns else None
+        return expected_s * worst if worst is not None else None
+
     def _pending_model(self, sj: SimJob, expected_s: float, attained: float) -> PendingJob:
         pol = self.policy
         cs = pol.tariff and sj.cost_sensitive
@@ -897,6 +915,7 @@ class _Run:
             pausable=True,
             deadline=self._dt(sj.deadline_s) if pol.deadlines else None,
             attained_gpu_s=attained,
+            expected_upper_s=self._upper(expected_s) if cs else None,
             blocked_by=[],  # given, not defaulted: pydantic's default_factory path inspects a
             # signature at every construction (a tenth of a Tiresias policy's run time)
         )
@@ -958,6 +977,10 @@ class _Run:
         end = s.expected_end
         if capped and end is not None:  # the estimate, stretched over the peak
             end = self._dt(self._capped_end(t, (end - self._dt(t)).total_seconds()))
+        worst = None
+        if m.expected_upper_s is not None:
+            w = m.expected_upper_s
+            worst = self._dt(self._capped_end(t, w) if capped else t + w)
         self.running[j.sj.id] = RunningJob.model_construct(
             id=m.id,
             gpus=j.gpus,
@@ -967,6 +990,7 @@ class _Run:
             submitted_at=m.submitted_at,
             started_at=self._dt(t),
             expected_end=end,
+            upper_end=worst,
             pausable=m.pausable,
             cost_class=m.cost_class,
             gpu_memory_gb=None,
@@ -1006,6 +1030,9 @@ class _Run:
         self._stop(j, t)
         j.done = t
         self.left -= 1
+        asked = j.sj.duration_s * j.sj.overestimate
+        if self.learns and asked > 0:  # all its run seconds (redone and capped ones too) ÷ ask
+            bisect.insort(self.ratios, j.ran / asked)
 
     def _pause(self, jid: int, t: float, tariff: bool = True) -> None:
         """A pause at a checkpoint (the tariff's, or a preemption): back to the queue with what
@@ -1051,11 +1078,12 @@ class _Run:
 
     def _may_cap(self, j: _Job, t: float, rem: float) -> bool:
         """Cap a cost-sensitive job at peak, unless the slower run would end after its deadline
-        on the user's estimate of what is left (`rem`: full-power seconds of true work left);
-        an urgent job never."""
+        on the user's estimate of what is left (`rem`: full-power seconds of true work left) or
+        on what such estimates have come to at worst (`_upper`); an urgent job never."""
         if self.policy.cap_at_peak_w is None or not self.peak or not j.sj.cost_sensitive:
             return False
-        return self._capped_end(t, rem * j.sj.overestimate) <= j.sj.deadline_s
+        est = rem * j.sj.overestimate
+        return self._capped_end(t, max(est, self._upper(est) or 0.0)) <= j.sj.deadline_s
 
     def _recap(self, t: float) -> None:
         """At a tariff boundary: cap the running jobs that may be capped now and lift the cap
@@ -1071,10 +1099,12 @@ class _Run:
             self._segment(j, t)
             j.ran += t - j.seg_start
             j.rem = max(0.0, j.rem - (t - j.seg_start) * j.rate)
-            if r.expected_end is not None:
-                left = max(0.0, (r.expected_end - self._dt(t)).total_seconds()) * j.rate
-                end = self._capped_end(t, left) if capped else t + left
-                r.expected_end = self._dt(end)
+            for field_name in ("expected_end", "upper_end"):
+                then = getattr(r, field_name)
+                if then is not None:
+                    left = max(0.0, (then - self._dt(t)).total_seconds()) * j.rate
+                    end = self._capped_end(t, left) if capped else t + left
+                    setattr(r, field_name, self._dt(end))
             j.seg_start, j.rate = t, rate
             j.watts = self.cap_w if capped else self.full_w
             j.capped = j.capped or capped

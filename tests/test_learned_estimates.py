@@ -8,7 +8,13 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from nightshift.runtime.scheduling.estimates import MIN_RATIOS, Estimator, PastRun, params_key
+from nightshift.runtime.scheduling.estimates import (
+    MIN_RATIOS,
+    Estimator,
+    PastRun,
+    params_key,
+    upper_ratio,
+)
 from nightshift.runtime.scheduling.snapshot import load_snapshot
 from nightshift.runtime.store.db import Attempt, Job, Store
 
@@ -108,3 +114,38 @@ def test_the_snapshot_expects_what_the_store_says_the_jobs_took(tmp_path):
     # what a hold must leave room for: the worst her estimates came to (3 ×) — bob's, as asked
     uppers = sorted(p.expected_upper_s for p in sn.pending if p.name == "fresh")
     assert uppers == [pytest.approx(1 * H), pytest.approx(3 * H)]
+
+
+def test_a_running_job_carries_the_worst_its_owners_estimates_came_to(tmp_path):
+    """Alice's last three 1 h estimates took 1, 1 and 4 h: her running 1 h job is expected at
+    start + 1 h, and may end at worst at start + 1 h × upper_ratio of those (what a tariff pause
+    must leave room for: placement's `upper_end`)."""
+    store = Store(f"sqlite:///{tmp_path}/s.db")
+    with store.session() as s:
+        for i, took in enumerate((1, 1, 4)):
+            _job(s, f"old{i}", "alice", state="succeeded", asked_min=60, attempts=[(took, "ok")])
+        live = Job(
+            name="live",
+            owner="alice",
+            state="running",
+            params={},
+            spec={"name": "live", "command": ["true"], "resources": {"expected_duration_min": 60}},
+            created_at=NOON - timedelta(hours=1),
+            updated_at=NOON,
+        )
+        s.add(live)
+        s.flush()
+        started = NOON - timedelta(minutes=30)
+        s.add(Attempt(job_id=live.id, number=1, state="running", gpus=[0], started_at=started))
+        s.commit()
+    (r,) = [r for r in load_snapshot(store, NOON).running if r.name == "live"]
+    worst = upper_ratio([1.0, 1.0, 4.0])
+    assert worst is not None and worst > 1
+    assert r.expected_end == started + timedelta(hours=1)
+    assert r.upper_end == started + timedelta(hours=worst)
+
+
+def test_no_worst_case_until_enough_estimates_were_checked():
+    assert upper_ratio([2.0] * (MIN_RATIOS - 1)) is None
+    assert upper_ratio([2.0] * MIN_RATIOS) == 2.0
+    assert upper_ratio([1.0] * 9 + [10.0]) > 1.0  # one bad miss in ten moves the worst case

@@ -298,3 +298,26 @@ def test_a_deadline_that_is_not_a_time_is_refused_naming_the_field():
         validate(ExperimentSpec, spec, path="spec.yaml")
     for ok in ("07:00", "2026-12-05T07:00", "2026-12-05T07:00+01:00"):
         assert validate(ExperimentSpec, {**spec, "deadline": ok}, path="spec.yaml").deadline == ok
+
+
+def test_a_pause_leaves_room_for_what_such_estimates_came_to():
+    """The same 07:30 job, 4 h left by its estimate and due in 30 h, pauses until 23:00; when its
+    owner's estimates have run to 15 h left at worst (`upper_end`), 23:00 + 15 h misses the
+    deadline (13:30), and it runs through."""
+    now = datetime(2026, 12, 3, 7, 30)
+
+    def running(upper_end: datetime | None) -> RunningJob:
+        return RunningJob(
+            id=5,
+            gpus=[0],
+            pausable=True,
+            cost_class="cost_sensitive",
+            started_at=now - 3 * H,
+            expected_end=now + 4 * H,
+            upper_end=upper_end,
+            deadline=now + 30 * H,
+        )
+
+    assert [p.job_id for p in place(snap([], now=now, running=[running(None)])).pauses] == [5]
+    assert place(snap([], now=now, running=[running(now + 15 * H)])).pauses == []
+    assert place(snap([], now=now, running=[running(now + 5 * H)])).pauses

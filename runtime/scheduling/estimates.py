@@ -60,6 +60,13 @@ def _upper(values: Sequence[float]) -> float:
     return max(cuts[round(UPPER_QUANTILE * 10) - 1], statistics.median(values))
 
 
+def upper_ratio(ratios: Sequence[float]) -> float | None:
+    """What took ÷ asked may come to at worst by these past ratios (their UPPER_QUANTILE), once
+    there are MIN_RATIOS of them; None before: a hold's margin comes from how such estimates
+    turned out, not from the estimate alone."""
+    return _upper(ratios) if len(ratios) >= MIN_RATIOS else None
+
+
 class Estimator:
     """Expected durations from a store's finished jobs (see the module's docstring)."""
 
@@ -85,10 +92,11 @@ class Estimator:
             return Estimate(statistics.median(exact), _upper(exact), "this job's earlier runs")
         if asked_s:
             ratios = self._ratios.get(owner, [])
-            if len(ratios) >= MIN_RATIOS:
+            worst = upper_ratio(ratios)
+            if worst is not None:
                 return Estimate(
                     asked_s * statistics.median(ratios),
-                    asked_s * _upper(ratios),
+                    asked_s * worst,
                     f"the owner's estimate × how their estimates turned out ({len(ratios)} jobs)",
                 )
             return Estimate(asked_s, asked_s, "the owner's estimate")

@@ -146,6 +146,11 @@ class RunningJob(BaseModel):
     expected_end: datetime | None = Field(
         None, description="Else started_at + the snapshot's default duration"
     )
+    upper_end: datetime | None = Field(
+        None,
+        description="When it may end at worst by the history of such estimates: a tariff pause "
+        "is proposed only if it can resume and still make its deadline reckoned on this too",
+    )
     pausable: bool = False
     cost_class: CostClass = "urgent"
     gpu_memory_gb: float | None = None
@@ -888,7 +893,8 @@ class _TariffGate:
         if job.deadline is not None:
             if job.started_at is not None and self.tariff.price_at(job.started_at) > self.threshold:
                 return None  # started off-peak on purpose: its deadline could not wait
-            left = (job.expected_end - self.now).total_seconds() if job.expected_end else 0.0
+            ends = [e for e in (job.expected_end, job.upper_end) if e is not None]
+            left = (max(ends) - self.now).total_seconds() if ends else 0.0
             if resume is None or not self._in_time(resume, max(0.0, left), job.deadline):
                 return None  # a pause now would miss the deadline: run through
         then = f"resume at {self.clock(resume)}" if resume else "resume in the next cheap period"

@@ -479,13 +479,16 @@ def load_snapshot(
             if node is not None and att is not None and att.node not in (node, ""):
                 continue  # another node's run: its GPUs and slots are not ours
             started = att.started_at if att is not None and att.ended_at is None else None
-            end = None
+            end = worst = None
             if started is not None:
                 if expected is not None:
                     end = started + timedelta(seconds=expected)
+                if upper is not None:
+                    worst = started + timedelta(seconds=upper)
                 if timeout_min:
                     limit = started + timedelta(minutes=timeout_min)
                     end = min(end, limit) if end is not None else limit
+                    worst = min(worst, limit) if worst is not None else None
             running.append(
                 RunningJob(
                     **common,
@@ -494,6 +497,7 @@ def load_snapshot(
                     submitted_at=j.created_at,
                     started_at=started,
                     expected_end=end,
+                    upper_end=worst,
                     deadline=deadline,
                 )
             )
