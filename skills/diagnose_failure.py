@@ -274,6 +274,12 @@ SIGNATURES: tuple[Signature, ...] = (
         "PyTorch needs a newer NVIDIA driver",
     ),
     _sig("driver_mismatch", r"Found no NVIDIA driver on your system", "no NVIDIA driver loaded"),
+    # torch's lazy CUDA init when the driver reports no device (cudaErrorNoDevice)
+    _sig(
+        "driver_mismatch",
+        r"\bNo CUDA GPUs are available\b",
+        "CUDA sees no GPU: no NVIDIA driver or GPU here, or CUDA_VISIBLE_DEVICES hides them all",
+    ),
     # Docker asked for GPUs without the NVIDIA container toolkit
     _sig(
         "driver_mismatch",
@@ -451,7 +457,12 @@ SIGNATURES: tuple[Signature, ...] = (
         "a write failed: the disk is full (ENOSPC)",
         on_info=True,
     ),
-    _sig("disk_full", r"Disk quota exceeded", "a write failed: the disk quota is used up"),
+    # (EDQUOT's text; a batch system or a grid refusing a job its disk quota cannot hold)
+    _sig(
+        "disk_full",
+        r"Disk quota exceeded|\bthan (?:the )?(?:user |your )?disk quota left\b",
+        "a write failed (or would): the disk quota is used up",
+    ),
     # Windows' ERROR_DISK_FULL (112), SQLite's SQLITE_FULL, HF datasets' check before a download,
     # tempfile finding no directory it can write in
     _sig(
@@ -519,7 +530,11 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     # our examples/train_numpy.py and many loops; autograd anomaly mode; fairseq; Lightning;
     # torchvision's detection references; TensorFlow's check_numerics.
-    _sig("nan_loss", r"\bloss (?:is|was|became|=) ?(?:nan|inf|-inf)\b", "the loss diverged"),
+    _sig(
+        "nan_loss",
+        r"\bloss (?:is|was|became|=) ?(?:nan|inf|-inf)\b|\bloss (?:has|had|contains) (?:nan|inf)\b",
+        "the loss diverged",
+    ),
     _sig("nan_loss", r"\bnon-finite loss\b", "the loss diverged"),
     _sig(
         "nan_loss",
@@ -752,6 +767,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "config_error",
         r"train_batch_size is not equal to micro_batch_per_gpu \* gradient_acc_step \* world_size"
         r"|\bNo configurable matching '[^'\n]+'|\bMisconfigurationException\b"
+        r"|\bConfigurable '[^'\n]+' doesn't have a parameter named\b"
         # a GPU index this machine does not have; BatchNorm given a batch of one (a batch size,
         # or a last batch of one: drop_last); a batch size of 0 (torch's BatchSampler)
         r"|\binvalid device ordinal\b|Expected more than 1 value per channel when training"
@@ -764,6 +780,14 @@ SIGNATURES: tuple[Signature, ...] = (
         "a batch size of 0 or of 1 with BatchNorm, DeepSpeed's batch sizes and the number of "
         "GPUs, bf16 where there is none, Lightning's checks of its Trainer's arguments), a "
         "path it leaves unset, or it binds a name nothing defines (gin)",
+    ),
+    # the HF / PaddleNLP Trainer: metric_for_best_model names a metric evaluation never returns
+    # (the KeyError's traceback line in older versions, the Trainer's own message in newer ones)
+    _sig(
+        "config_error",
+        r"^\s*[\w. =(]*\bmetrics\[metric_to_check\]\)?$|The `metric_for_best_model` training "
+        r"argument is set to",
+        "metric_for_best_model names a metric the evaluation does not return",
     ),
     # the CUDA runtime's error strings, as PyTorch, Caffe, thrust, Kaldi raise them; kernel asserts;
     # the NVIDIA kernel module (dmesg).
@@ -1020,6 +1044,9 @@ SIGNATURES: tuple[Signature, ...] = (
         # huggingface_hub taking a path that does not exist for a Hub id; h5py's errno 2; the
         # program's own assertion that its input exists; a download whose address is gone
         r"|\bHFValidationError: Repo id must be in the form|\bIncorrect path_or_model_id: "
+        # diffusers' loaders; a program's own check of a folder argument
+        r"|\bis neither a valid local path nor a valid repo id\b"
+        r"|\bInvalid (?:folder|directory|dir|file) path\b"
         r"|errno = 2, error message = 'No such file or directory'"
         r"|^\s*assert (?:not )?(?:os\.path|osp|path)\.(?:exists|isfile|isdir)\("
         r"|(?:^|[\s:'\"])\.{0,2}/?[\w.~-]+(?:/[\w.~-]+)+: No such file or directory\b"
@@ -1065,7 +1092,9 @@ SIGNATURES: tuple[Signature, ...] = (
         "host_oom",
         r"^(?:.*\bline \d+: +\d+ )?(?:Killed\b(?!\s+process)|Getötet|已杀死|已殺死|Processus arrêté"
         r"|zsh: killed\b|\[\d+\] +\d+ killed +\S"
-        r"|Terminado \(killed\)|強制終了)",
+        r"|Terminado \(killed\)|強制終了)"
+        # the same word glued to the progress line it cut short (Keras' bar, tqdm's)
+        r"|(?<=[\d\]])Killed\s*$",
         "the shell reports the process SIGKILLed with no other error: on a training run most "
         "often the kernel OOM killer (host memory)",
         strong=False,
@@ -1267,6 +1296,8 @@ _COMPLETED = re.compile(
 # torchrun's report that a worker failed, which says nothing of why (the rank's own log does).
 _LAUNCHER = re.compile(
     r"\bChildFailedError\b|Root Cause \(first observed failure\)"
+    # (its summary before torch 1.10: `Root Cause:`, each rank's `msg: "Process failed with …"`)
+    r"|^\s*msg: \"Process failed with exitcode -?\d+\""
     r"|elastic\.multiprocessing\.api:\s*failed \(exitcode: -?\d+\)"
     r"|multiprocessing\.api: \[ERROR\] failed \(exitcode: -?\d+\)"
 )
@@ -1831,13 +1862,19 @@ def _classify(
         )
     if failed_exit:
         reasoning = f"{status}, and nothing in the log explains it"
+    elif unstated and launcher and not exc_lines:
+        reasoning = (
+            "no exit status was given; the distributed launcher reports that a worker failed, "
+            "without its error (read each rank's own log)"
+        )
     elif unstated:
         reasoning = "no exit status was given and the log shows no recognised failure" + (
             "; it has an error line that matches no signature" if exc_lines else ""
         )
     else:
         reasoning = status
-    return result("unknown", "low", ev([(None, i) for i in exc_lines[-2:]]), reasoning)
+    shown = exc_lines[-2:] or (launcher[-2:] if unstated else [])
+    return result("unknown", "low", ev([(None, i) for i in shown]), reasoning)
 
 
 # How PyCharm and other IDEs' run consoles end a run: `Process finished with exit code 137

@@ -744,6 +744,12 @@ def test_pasted_colour_codes_and_their_remnants_are_dropped():
     assert pasted_log.normalise("\x1b[31mMemoryError\x1b[0m") == "MemoryError"
     assert pasted_log.normalise("[1;31mMemoryError[0m") == "MemoryError"
     assert pasted_log.normalise("^[[D^[[DKilled") == "Killed"
+    assert pasted_log.normalise("[1mEpoch 3[m done") == "Epoch 3 done"
+    # code that indexes with an `m...` name is not a colour code's remnant
+    assert pasted_log.normalise("metric_value = metrics[metric_to_check]") == (
+        "metric_value = metrics[metric_to_check]"
+    )
+    assert pasted_log.normalise("x = rows[m]") == "x = rows[m]"
 
 
 def test_pasted_timestamps_levels_and_rank_labels_are_taken_off():

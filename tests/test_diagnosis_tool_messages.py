@@ -300,6 +300,58 @@ CASES: list[tuple[str, str, str]] = [
 # these signatures (2026-12-06).
 SIGNED: list[tuple[str, str, str]] = [
     (
+        "gin-config on a binding of a parameter the configurable does not take",
+        "ValueError: Configurable 'train_fn' doesn't have a parameter named 'hidden_dim'.\n"
+        '  In file "configs/base.gin", line 14\n    train_fn.hidden_dim = 0\n',
+        "config_error",
+    ),
+    (
+        "the HF Trainer (before 4.40) when metric_for_best_model names a metric evaluation lacks",
+        'Traceback (most recent call last):\n  File "run.py", line 9, in <module>\n'
+        "    trainer.train()\n"
+        '  File "/opt/venv/lib/python3.10/site-packages/transformers/trainer.py", line 2356, in '
+        "_save_checkpoint\n    metric_value = metrics[metric_to_check]\nKeyError: 'eval_f1'\n",
+        "config_error",
+    ),
+    (
+        "the HF Trainer's own message for the same (4.40 on)",
+        "KeyError: \"The `metric_for_best_model` training argument is set to 'eval_f1', which is "
+        "not found in the evaluation metrics. The available evaluation metrics are: "
+        "['eval_loss']. Consider changing the `metric_for_best_model` via the "
+        'TrainingArguments."\n',
+        "config_error",
+    ),
+    (
+        "diffusers' from_pretrained on a path that is not there",
+        'ValueError: The provided pretrained_model_name_or_path "./weights/unet" is neither a '
+        "valid local path nor a valid repo id. Please check the parameter.\n",
+        "file_missing",
+    ),
+    (
+        "a training script's own check of its model folder argument",
+        "ValueError: Invalid folder path. Please set `args.model_dir` to a valid folder path.\n",
+        "file_missing",
+    ),
+    (
+        "torch's lazy CUDA initialisation on a machine where CUDA finds no device",
+        "  File \"/usr/lib/python3/site-packages/torch/cuda/__init__.py\", line 298, in "
+        "_lazy_init\n    torch._C._cuda_init()\nRuntimeError: No CUDA GPUs are available\n",
+        "driver_mismatch",
+    ),
+    (
+        "CodaLab Worksheets refusing a run its user's disk quota cannot hold",
+        "failure_message\tRequested more disk (20g) than user disk quota left (3.1g)\n",
+        "disk_full",
+    ),
+    (
+        "glog's fatal check in a C++ trainer (flashlight / wav2letter) on a NaN loss",
+        "I1102 10:00:01.000000  911 Train.cpp:571] Epoch 1 started!\n"
+        "F1102 10:00:02.493821  911 Train.cpp:616] Loss has NaN values. Samples - utt-0018\n"
+        "*** Check failure stack trace: ***\n    @     0x7efd5faca0cd  google::LogMessage::Fail()\n"
+        "Aborted (core dumped)\n",
+        "nan_loss",
+    ),
+    (
         "torch RandomSampler on an empty dataset",
         'Traceback (most recent call last):\n  File "train.py", line 40, in <module>\n    loader = DataLoader(ds, batch_size=8, shuffle=True)\n  File "/usr/lib/python3/site-packages/torch/utils/data/sampler.py", line 107, in __init__\n    raise ValueError("num_samples should be a positive integer "\nValueError: num_samples should be a positive integer value, but got num_samples=0\n',
         "file_missing",
@@ -780,3 +832,32 @@ def test_a_run_that_exited_on_its_own_is_no_hang_by_its_words_either(ctx):
     )
     r = run_skill(diagnose_failure, ctx, {"log_tail": log, "exit_code": 1})
     assert r.category != "hang_or_timeout", r.reasoning
+
+
+def test_the_shells_killed_glued_to_the_progress_line_it_cut_short(ctx):
+    """Keras' bar has no newline when the shell prints `Killed`: the word ends the bar's line."""
+    log = (
+        " 18/500 [>.........] - ETA: 30:36 - loss: 20.9180 - rpn_class_loss: 0.0069Killed\n"
+    )
+    r = run_skill(diagnose_failure, ctx, {"log_tail": log})
+    assert (r.category, r.confidence) == ("host_oom", "medium"), r.reasoning
+    tqdm = "train:  41%|████      | 410/1000 [03:12<04:37,  2.13it/s]Killed\n"
+    assert run_skill(diagnose_failure, ctx, {"log_tail": tqdm}).category == "host_oom"
+    # a word that merely ends in it is not the shell's
+    assert run_skill(diagnose_failure, ctx, {"log_tail": "step 3 loss 0.2\nUnKilled\n"}).category != (
+        "host_oom"
+    )
+
+
+def test_torchruns_older_summary_is_a_worker_that_failed_not_a_log_that_stops(ctx):
+    """torch < 1.10's elastic summary (`Root Cause:`, `msg: "Process failed with exitcode 1"`)
+    without the rank's own error: unknown, and the launcher's line shown, never a hang."""
+    log = (
+        "tools/train.py FAILED\n=======================================\nRoot Cause:\n[0]:\n"
+        "  time: 2025-02-20_22:01:20\n  rank: 0 (local_rank: 0)\n  exitcode: 1 (pid: 866229)\n"
+        '  error_file: <N/A>\n  msg: "Process failed with exitcode 1"\n'
+        "=======================================\n"
+    )
+    r = run_skill(diagnose_failure, ctx, {"log_tail": log})
+    assert r.category == "unknown" and "launcher reports that a worker failed" in r.reasoning
+    assert r.evidence and "Process failed with exitcode 1" in r.evidence[-1].text

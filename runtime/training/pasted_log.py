@@ -25,10 +25,12 @@ MAX_PREFIXES = 6  # decoration taken off one line at most this many times
 WRAP_MIN_CHARS = 60  # a line shorter than this is not read as wrapped onto the next one
 
 # Colour and cursor codes, whole (ESC [ ... letter, OSC ... BEL) or as remnants a paste leaves
-# when the escape byte is dropped or shown as `^[`: `[31m`, `[0m`, `[1;32m`, `^[[D`.
+# when the escape byte is dropped or shown as `^[`: `[31m`, `[0m`, `[1;32m`, `[m`, `^[[D`.
 _ANSI = re.compile(
     r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\n]{0,200}\x07|\^\[\[[0-9;]*[A-Za-z]"
-    r"|(?<!\[)\[(?:\d{1,3}(?:;\d{1,3}){0,4})?m(?!\])"
+    r"|(?<!\[)\[\d{1,3}(?:;\d{1,3}){0,4}m(?!\])"
+    # the bare reset `[m`, but not code's `metrics[metric_to_check]` or `x[m]`
+    r"|(?<!\[)\[m(?![\w\]])"
 )
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 # Markdown quote marks (nested too), and a code fence's opening a paste may leave on a line.
