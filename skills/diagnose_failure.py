@@ -1873,8 +1873,8 @@ def _classify(
         )
     else:
         reasoning = status
-    shown = exc_lines[-2:] or (launcher[-2:] if unstated else [])
-    return result("unknown", "low", ev([(None, i) for i in shown]), reasoning)
+    lines_shown = exc_lines[-2:] or (launcher[-2:] if unstated else [])
+    return result("unknown", "low", ev([(None, i) for i in lines_shown]), reasoning)
 
 
 # How PyCharm and other IDEs' run consoles end a run: `Process finished with exit code 137

@@ -334,7 +334,7 @@ SIGNED: list[tuple[str, str, str]] = [
     ),
     (
         "torch's lazy CUDA initialisation on a machine where CUDA finds no device",
-        "  File \"/usr/lib/python3/site-packages/torch/cuda/__init__.py\", line 298, in "
+        '  File "/usr/lib/python3/site-packages/torch/cuda/__init__.py", line 298, in '
         "_lazy_init\n    torch._C._cuda_init()\nRuntimeError: No CUDA GPUs are available\n",
         "driver_mismatch",
     ),
@@ -836,17 +836,15 @@ def test_a_run_that_exited_on_its_own_is_no_hang_by_its_words_either(ctx):
 
 def test_the_shells_killed_glued_to_the_progress_line_it_cut_short(ctx):
     """Keras' bar has no newline when the shell prints `Killed`: the word ends the bar's line."""
-    log = (
-        " 18/500 [>.........] - ETA: 30:36 - loss: 20.9180 - rpn_class_loss: 0.0069Killed\n"
-    )
+    log = " 18/500 [>.........] - ETA: 30:36 - loss: 20.9180 - rpn_class_loss: 0.0069Killed\n"
     r = run_skill(diagnose_failure, ctx, {"log_tail": log})
     assert (r.category, r.confidence) == ("host_oom", "medium"), r.reasoning
     tqdm = "train:  41%|████      | 410/1000 [03:12<04:37,  2.13it/s]Killed\n"
     assert run_skill(diagnose_failure, ctx, {"log_tail": tqdm}).category == "host_oom"
     # a word that merely ends in it is not the shell's
-    assert run_skill(diagnose_failure, ctx, {"log_tail": "step 3 loss 0.2\nUnKilled\n"}).category != (
-        "host_oom"
-    )
+    assert run_skill(
+        diagnose_failure, ctx, {"log_tail": "step 3 loss 0.2\nUnKilled\n"}
+    ).category != ("host_oom")
 
 
 def test_torchruns_older_summary_is_a_worker_that_failed_not_a_log_that_stops(ctx):
