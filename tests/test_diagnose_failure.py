@@ -930,9 +930,11 @@ def test_scancel_and_death_signals_are_killed(ctx):
     assert r.category == "killed" and "SIGHUP" in r.reasoning
 
 
-def test_a_paste_cut_at_a_frame_or_a_shells_native_crash_reads_as_crashed(ctx, tmp_path):
+def test_a_paste_cut_at_a_frame_or_a_native_crash_that_says_where_reads_as_crashed(ctx, tmp_path):
     """No exit status: a traceback pasted from its first frame (header cut off) ending in an
-    uncaught exception, or the shell's "Segmentation fault (core dumped)", says it crashed (low)."""
+    uncaught exception, or a native crash that says where (Python's fault handler), says it
+    crashed (low); the shell's bare "Segmentation fault (core dumped)" says nothing of where or
+    why: unknown, with how to find out."""
     frame = tmp_path / "frame.log"
     frame.write_text(
         '  File "/home/u/det/datasets/augmentation.py", line 113, in __call__\n'
@@ -944,8 +946,16 @@ def test_a_paste_cut_at_a_frame_or_a_shells_native_crash_reads_as_crashed(ctx, t
     native = tmp_path / "native.log"
     native.write_text("$ ./train --steps 100\nstep 1 loss 2.3\nSegmentation fault (core dumped)\n")
     r = diagnose(ctx, str(native))
+    assert (r.category, r.confidence) == ("unknown", "low")
+    assert "Segmentation fault" in r.evidence[0].text and "faulthandler" in r.reasoning
+    native.write_text(
+        "step 1 loss 2.3\nFatal Python error: Segmentation fault\n\nCurrent thread 0x7f (most "
+        'recent call first):\n  File "/opt/lib/python3.10/site-packages/ext/ops.py", line 8 in '
+        "knn\nSegmentation fault (core dumped)\n"
+    )
+    r = diagnose(ctx, str(native))
     assert (r.category, r.confidence) == ("crashed", "low")
-    assert "Segmentation fault" in r.evidence[0].text
+    assert "Fatal Python error" in r.evidence[0].text
 
 
 @pytest.mark.parametrize(

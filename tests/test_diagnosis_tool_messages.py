@@ -178,10 +178,10 @@ CASES: list[tuple[str, str, str]] = [
         "Process finished with exit code 139 (interrupted by signal 11: SIGSEGV)\n",
         "crashed",
     ),
-    (
+    (  # an access violation says nothing of where: unknown, with how to find out
         "PyCharm on Windows: an access violation (0xC0000005)",
         "Process finished with exit code -1073741819 (0xC0000005)\n",
-        "crashed",
+        "unknown",
     ),
     (
         "PyCharm's run console: SIGKILL, nothing else",
