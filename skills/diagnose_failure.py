@@ -404,6 +404,10 @@ SIGNATURES: tuple[Signature, ...] = (
         r"killed by the cgroup out-of-memory handler",
         "the batch system's memory limit was hit",
     ),
+    # DyNet's allocator on host memory
+    _sig(
+        "host_oom", r"\bCPU memory allocation failed\b", "host memory ran out (DyNet's allocator)"
+    ),
     _sig("host_oom", r"\bOOMKilled\b", "the container was OOM-killed (its memory limit was hit)"),
     _sig(
         "host_oom",
@@ -585,6 +589,14 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("import_or_env", r"^(?:\[[^\]\n]*\]:?\s*)*ImportError\b", "an import failed"),
     _sig("import_or_env", r"cannot open shared object file", "a shared library is missing"),
     _sig("import_or_env", r"undefined symbol: ", "a shared library does not match its caller"),
+    # JAX's and TensorFlow's check of the cuDNN they load against the one they were built with
+    _sig(
+        "import_or_env",
+        r"\bFound cuDNN version \d+, but JAX was built against version \d+"
+        r"|Loaded runtime CuDNN library: [\d.]+ but source was compiled with: [\d.]+",
+        "the installed cuDNN is not the version the framework was built against: install the "
+        "matching cuDNN (or the framework build for this one)",
+    ),
     _sig(
         "import_or_env",
         r"version `GLIBC(?:XX)?_[\d.]+' not found",

@@ -750,6 +750,9 @@ def test_pasted_colour_codes_and_their_remnants_are_dropped():
         "metric_value = metrics[metric_to_check]"
     )
     assert pasted_log.normalise("x = rows[m]") == "x = rows[m]"
+    # a line pasted in Markdown bold reads as its words; bold inside a line stays
+    assert pasted_log.normalise("**RuntimeError: out of memory**") == "RuntimeError: out of memory"
+    assert pasted_log.normalise("x = a**2 + b**2") == "x = a**2 + b**2"
 
 
 def test_pasted_timestamps_levels_and_rank_labels_are_taken_off():

@@ -300,6 +300,26 @@ CASES: list[tuple[str, str, str]] = [
 # these signatures (2026-12-06).
 SIGNED: list[tuple[str, str, str]] = [
     (
+        "DyNet's host-memory allocator, the error pasted in Markdown bold",
+        '  File "_dynet.pyx", line 5235, in _dynet.Trainer.update\n'
+        "**RuntimeError: CPU memory allocation failed**\n",
+        "host_oom",
+    ),
+    (
+        "JAX's backend initialisation with an older cuDNN than its build's",
+        "CUDA backend failed to initialize: Found cuDNN version 8600, but JAX was built against "
+        "version 8906, which is newer. The copy of cuDNN that is installed must be at least as "
+        "new as the version against which JAX was built.\n",
+        "import_or_env",
+    ),
+    (
+        "TensorFlow's cuda_dnn.cc on a cuDNN other than its build's",
+        "E tensorflow/stream_executor/cuda/cuda_dnn.cc:343] Loaded runtime CuDNN library: 7.1.4 "
+        "but source was compiled with: 7.4.1.  CuDNN library major and minor version needs to "
+        "match or have higher minor version\n",
+        "import_or_env",
+    ),
+    (
         "gin-config on a binding of a parameter the configurable does not take",
         "ValueError: Configurable 'train_fn' doesn't have a parameter named 'hidden_dim'.\n"
         '  In file "configs/base.gin", line 14\n    train_fn.hidden_dim = 0\n',

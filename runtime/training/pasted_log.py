@@ -35,6 +35,8 @@ _ANSI = re.compile(
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 # Markdown quote marks (nested too), and a code fence's opening a paste may leave on a line.
 _QUOTE = re.compile(r"^\s{0,3}(?:>\s?){1,8}|^\s*```\w*\s*")
+# A line set in Markdown bold as a whole (`**RuntimeError: …**`): the emphasis off.
+_BOLD = re.compile(r"^(\s*)\*\*(?=[^\s*])(.+?)(?<=[^\s*])\*\*\s*$")  # not `***** x *****`
 # One piece of decoration at the start of a line; taken off repeatedly (MAX_PREFIXES).
 _PREFIX = re.compile(
     r"^(?:"
@@ -102,8 +104,8 @@ def decolour(text: str) -> str:
 
 
 def unquote(text: str) -> str:
-    """Markdown quote marks and a code fence's opening off the start."""
-    return _QUOTE.sub("", text, count=1)
+    """Markdown quote marks and a code fence's opening off the start, and bold around a line."""
+    return _BOLD.sub(r"\1\2", _QUOTE.sub("", text, count=1))
 
 
 def strip_prefixes(text: str) -> str:
