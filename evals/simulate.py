@@ -46,8 +46,9 @@ Policies, all on the same trace window, health events and seeded job attributes:
 * nightshift — the daemon's default: `order: srpt` (fewest estimated GPU-seconds left first, by
   doublings, running jobs too), a pending job preempting at a checkpoint one whose remainder is
   at least one doubling longer, the 24-hour starvation guard (`promote_after_h`), no aging, best
-  fit, tariff holds and pauses that keep every deadline on its estimate; nightshift-notariff, the
-  same with the tariff off (its `twin`: the no-tariff run that a hold's misses are judged
+  fit, tariff holds and pauses that keep every deadline on its estimate and on what the finished
+  jobs' estimates came to at worst (took ÷ asked, the daemon's `upper_ratio`);
+  nightshift-notariff, the same with the tariff off (its `twin`: the no-tariff run that a hold's misses are judged
   against; the ordering's own result, against baselines that have no tariff either);
   nightshift-notpeak the same with `cost_threshold: not_peak`; nightshift-first with first fit
   (twin srpt-first); nightshift-narrow, nightshift-notariff never pausing a job on more GPUs
@@ -56,7 +57,7 @@ Policies, all on the same trace window, health events and seeded job attributes:
 * nightshift-cap — nightshift that also caps the power of running cost-sensitive jobs while the
   price is in its peak band (`cap_at_peak_w`: the limit with the least energy per unit of work
   in the power model, 150 W on a V100), unless the slower run would miss the deadline on the
-  job's estimate; urgent jobs are never capped. nightshift-caponly: the same cap with the
+  job's estimate or that worst case; urgent jobs are never capped. nightshift-caponly: the same cap with the
   tariff's holds off (the ordering of nightshift-notariff).
 
 Metrics: waits of all, urgent and cost-sensitive jobs; deadline misses, those after a tariff hold
@@ -73,7 +74,8 @@ one GPU type per trace (Options.gpu_type, default V100: the traces record no pow
 is declared), a busy GPU drawing the power model's watts at its limit
 (runtime/scheduling/power_model.py, Zeus' V100 measurements: 220 W uncapped) and training at
 its relative throughput; a three-band time-of-use tariff in the trace's own clock (Tiresias' second
-0 at a Monday 09:00); user runtime estimates = truth x a seeded log-uniform factor in [1, 4];
+0 at a Monday 09:00); user runtime estimates = truth x a seeded log-uniform factor in [1, 4]
+(`--underestimate F`: in [F, 4]);
 25 % of jobs cost-sensitive; deadline = submit + 30 min + U(1.5, 4) x runtime; 1 % of GPU time
 quarantined by seeded health events (6 h mean); a pause costs 5 min of redone work.
 """
