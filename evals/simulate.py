@@ -48,8 +48,9 @@ Policies, all on the same trace window, health events and seeded job attributes:
   at least one doubling longer, the 24-hour starvation guard (`promote_after_h`), no aging, best
   fit, tariff holds and pauses that keep every deadline on its estimate and on what the finished
   jobs' estimates came to at worst (took ÷ asked, the daemon's `upper_ratio`);
-  nightshift-notariff, the same with the tariff off (its `twin`: the no-tariff run that a hold's misses are judged
-  against; the ordering's own result, against baselines that have no tariff either);
+  nightshift-notariff, the same with the tariff off (its `twin`: the no-tariff run that a
+  hold's misses are judged against; the ordering's own result, against baselines that have no
+  tariff either);
   nightshift-notpeak the same with `cost_threshold: not_peak`; nightshift-first with first fit
   (twin srpt-first); nightshift-narrow, nightshift-notariff never pausing a job on more GPUs
   than the waiting one asks for (`preempt_wider: false`: less redone work);
