@@ -404,9 +404,11 @@ SIGNATURES: tuple[Signature, ...] = (
         r"killed by the cgroup out-of-memory handler",
         "the batch system's memory limit was hit",
     ),
-    # DyNet's allocator on host memory
+    # DyNet's allocator and C trainers' malloc checks (GloVe) on host memory
     _sig(
-        "host_oom", r"\bCPU memory allocation failed\b", "host memory ran out (DyNet's allocator)"
+        "host_oom",
+        r"\bCPU memory allocation failed\b|^Error allocating memory for \w+",
+        "host memory ran out (DyNet's allocator; GloVe's and other C trainers' malloc checks)",
     ),
     _sig("host_oom", r"\bOOMKilled\b", "the container was OOM-killed (its memory limit was hit)"),
     _sig(
@@ -780,6 +782,8 @@ SIGNATURES: tuple[Signature, ...] = (
         r"train_batch_size is not equal to micro_batch_per_gpu \* gradient_acc_step \* world_size"
         r"|\bNo configurable matching '[^'\n]+'|\bMisconfigurationException\b"
         r"|\bConfigurable '[^'\n]+' doesn't have a parameter named\b"
+        # spaCy's (thinc's) config checks
+        r"|\bInvalid config override '|^\W{0,3}Config validation error\b"
         # a GPU index this machine does not have; BatchNorm given a batch of one (a batch size,
         # or a last batch of one: drop_last); a batch size of 0 (torch's BatchSampler)
         r"|\binvalid device ordinal\b|Expected more than 1 value per channel when training"
@@ -1058,6 +1062,9 @@ SIGNATURES: tuple[Signature, ...] = (
         r"|\bHFValidationError: Repo id must be in the form|\bIncorrect path_or_model_id: "
         # diffusers' loaders; a program's own check of a folder argument
         r"|\bis neither a valid local path nor a valid repo id\b"
+        # KenLM's util/file.cc; a Perl training script's (Moses) check of a file it needs
+        r"|\bNo such file or directory while opening\b"
+        r"|^(?:ERROR: )?Cannot find [\w.~-]*/[\w./~-]+ at [\w./-]+ line \d+"
         r"|\bInvalid (?:folder|directory|dir|file) path\b"
         r"|errno = 2, error message = 'No such file or directory'"
         r"|^\s*assert (?:not )?(?:os\.path|osp|path)\.(?:exists|isfile|isdir)\("
@@ -1287,10 +1294,13 @@ _FATAL_C = re.compile(
     r"|\*\*\* Check failure stack trace|^\*\*\* (?:Aborted at|SIG[A-Z]+ )"
     # Windows' NTSTATUS for an access violation, a stack overflow, a stack buffer overrun
     r"|exit code -?(?:1073741819|1073741571|1073740791)\b|0xC0000005|0xC00000FD|0xC0000409"
+    # glibc's assert(): the program aborts
+    r"|\bAssertion `[^`'\n]*' failed\.?"
 )
 # Of those, the lines that say where the native code failed.
 _NATIVE_WHERE = re.compile(
     r"Fatal Python error|terminate called after throwing an instance of|^\s*what\(\):"
+    r"|\bAssertion `[^`'\n]*' failed"
     r"|\bCheck failed: |\*\*\* Check failure stack trace|^\*\*\* Aborted at"
 )
 # What training frameworks print when a run is over (Lightning, the HF Trainer, Ultralytics,
@@ -1307,7 +1317,9 @@ _COMPLETED = re.compile(
     r"|W&B process to finish\.{3} \(success\)|(?:\] |^\s*)Optimization Done\.\s*$"
     # the HF Trainer's summary, detectron2's last hook, TensorFlow Estimator's train() return
     r"|\*{5} train metrics \*{5}|Overall training speed: \d+ iterations in"
-    r"|\bLoss for final step: |^\s*Early stopping\.?\s*$",
+    r"|\bLoss for final step: |^\s*Early stopping\.?\s*$"
+    # Vowpal Wabbit's summary after its last pass
+    r"|^total feature number = \d+\s*$",
     re.IGNORECASE,
 )
 # torchrun's report that a worker failed, which says nothing of why (the rank's own log does).

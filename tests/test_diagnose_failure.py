@@ -959,6 +959,13 @@ def test_a_paste_cut_at_a_frame_or_a_native_crash_that_says_where_reads_as_crash
     r = diagnose(ctx, str(native))
     assert (r.category, r.confidence) == ("crashed", "low")
     assert "Fatal Python error" in r.evidence[0].text
+    # glibc's assert() names the file, line and function: a crash that says where
+    native.write_text(
+        "0.170   Loading corpus corpus.txt...\nestimate-ngram: src/vector/DenseVector.tcc:406: "
+        "void DenseVector<T>::_allocate() [with T = int]: Assertion `_data' failed.\n"
+    )
+    r = diagnose(ctx, str(native))
+    assert (r.category, r.confidence) == ("crashed", "low")
 
 
 @pytest.mark.parametrize(

@@ -300,6 +300,40 @@ CASES: list[tuple[str, str, str]] = [
 # these signatures (2026-12-06).
 SIGNED: list[tuple[str, str, str]] = [
     (
+        "KenLM's util/file.cc opening a model that is not there",
+        "OSError: Cannot read model 'lm/5gram.bin' (util/file.cc:76 in int util::OpenReadOrThrow("
+        "const char*) threw ErrnoException because `-1 == (ret = open(name, 00))'. No such file "
+        "or directory while opening /data/lm/5gram.bin)\n",
+        "file_missing",
+    ),
+    (
+        "Moses' train-model.perl when a tool it calls is missing",
+        "Using SCRIPTS_ROOTDIR: /opt/moses/scripts\nERROR: Cannot find /opt/moses/tools/"
+        "merge_alignment.py at train-model.perl line 285.\n",
+        "file_missing",
+    ),
+    (
+        "GloVe's malloc check",
+        "TRAINING MODEL\nRead 128517745 lines.\nError allocating memory for W\n",
+        "host_oom",
+    ),
+    (
+        "spaCy's CLI on a config override it cannot parse",
+        "✘ Invalid config override '—': name should start with --\n",
+        "config_error",
+    ),
+    (
+        "spaCy's (thinc's) config validation",
+        "✘ Config validation error\ntraining -> max_epochs   value is not a valid integer\n",
+        "config_error",
+    ),
+    (
+        "Vowpal Wabbit's summary after its last pass",
+        "finished run\nnumber of examples = 521326\nweighted example sum = 521326.000000\n"
+        "average loss = 0.166395\ntotal feature number = 11469172\n",
+        "succeeded",
+    ),
+    (
         "DyNet's host-memory allocator, the error pasted in Markdown bold",
         '  File "_dynet.pyx", line 5235, in _dynet.Trainer.update\n'
         "**RuntimeError: CPU memory allocation failed**\n",
