@@ -152,16 +152,17 @@ GPU_MIB = 32768.0  # every simulated GPU: 32 GiB; a sharing pod's cap is its fra
 DAY = 86400.0
 HORIZON_S = 400 * DAY  # a run stops this long after its window ends; what is left is "unfinished"
 
-DONE, HEALTH, TICK, LEVEL, PROMOTE = (
+DONE, HEALTH, TICK, LEVEL, PROMOTE, RECOVER = (
     0,
     1,
     2,
     3,
     4,
+    5,
 )  # event kinds, in the order they apply at one instant
 # An event's payload: (job id, epoch) for DONE and LEVEL (a running job crosses a queue
 # threshold: a decision, so that 2D-LAS and 2D-Gittins preempt it then), the GPU index for
-# HEALTH, None for TICK.
+# HEALTH and RECOVER, None for TICK.
 _Payload = tuple[int, int] | int | None
 
 
@@ -364,6 +365,9 @@ class Options:
     min_overestimate: float = 1.0
     health_fraction: float = 0.01  # share of GPU time quarantined
     health_mean_h: float = 6.0  # mean length of one quarantine
+    # the last part of a quarantine, when the GPU passes its healthy checks and the daemon knows
+    # when it is back (GpuSlot.back_by): 3 checks at its default 10-minute health interval
+    recovery_s: float = 1800.0
     # the GPU every trace runs on, for its power model (the traces record no power: declared)
     gpu_type: str = "V100"
     pause_overhead_s: float = 300.0  # work redone after a tariff pause (since the last checkpoint)
@@ -800,6 +804,7 @@ class _Run:
         self.segments: list[tuple[float, float, float, float]] = []
         self.redone: list[tuple[float, float, float]] = []  # (start, end, GPUs) of redone work
         self.queue_series: list[tuple[float, int]] = []
+        self.back: list[float | None] = [None] * n  # a quarantined GPU's end, once known
         self.health_rnd = [
             random.Random(f"{setup.opts.seed}:{setup.trace}:{setup.load}:gpu{i}") for i in range(n)
         ]
@@ -1121,15 +1126,30 @@ class _Run:
         self.room[self._room(i)] -= 1
         self.healthy[i] = up
         self.room[self._room(i)] += 1
+        self.back[i] = None
+        self._set_slot(i, "OK" if up else "CRITICAL", None)
+        gap = self._health_gap(i, up)
+        self._push(t + gap, HEALTH, i)
+        if not up and self.opts.recovery_s > 0:  # its last checks, from where they begin
+            self.back[i] = t + gap
+            self._push(max(t, t + gap - self.opts.recovery_s), RECOVER, i)
+
+    def _recover(self, i: int, t: float) -> None:
+        """GPU i passes its healthy checks: still out of placement (UNKNOWN), back at its end."""
+        back = self.back[i]
+        if back is not None and not self.healthy[i]:
+            self._set_slot(i, "UNKNOWN", self._dt(back))
+
+    def _set_slot(self, i: int, verdict: str, back_by: datetime | None) -> None:
         old = self.slots[i]
         self.slots[i] = GpuSlot.model_construct(
             index=old.index,
             host=old.host,
             memory_total_mib=GPU_MIB,
             memory_used_mib=0.0,
-            verdict="OK" if up else "CRITICAL",
+            verdict=verdict,
+            back_by=back_by,
         )
-        self._push(t + self._health_gap(i, up), HEALTH, i)
 
     def _health_gap(self, i: int, up: bool) -> float:
         frac = self.opts.health_fraction
@@ -1256,6 +1276,9 @@ class _Run:
                 elif kind == HEALTH:
                     assert isinstance(payload, int)
                     self._health(payload, t)
+                elif kind == RECOVER:
+                    assert isinstance(payload, int)
+                    self._recover(payload, t)
                 elif kind == LEVEL:
                     pass  # a decision at this instant is all it asks for
                 elif kind == PROMOTE:

@@ -274,6 +274,7 @@ class Engine:
             tz=local_zone(sched.display_tz),
             mono=(self.mono(), self.boot_id),
             health_sources=health_sources(self.settings),
+            recovery_interval_s=self.settings.loop.health_interval_min * 60,
         )
         snap = snap.model_copy(
             update={

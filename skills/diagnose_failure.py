@@ -1835,14 +1835,14 @@ def _classify(
         # the log says where (a C++ exception's what(), a failed CHECK, Python's fault handler
         # with its stack); else only a signal or an access violation, which says nothing of why
         # (the corpus's threads mostly never found out: 10 of 16 such tuning logs are unknown).
-        said = [i for i in fatal if _NATIVE_WHERE.search(lines[i])]
-        if said:
+        where = [i for i in fatal if _NATIVE_WHERE.search(lines[i])]
+        if where:
             return result(
                 "crashed",
                 "low",
-                ev([(None, i) for i in said[-2:]]),
+                ev([(None, i) for i in where[-2:]]),
                 "no exit status was given, but the log reports a native crash (a bug in an "
-                f"extension, or a broken installation): {_clean(lines[said[-1]])}",
+                f"extension, or a broken installation): {_clean(lines[where[-1]])}",
             )
         return result(
             "unknown",

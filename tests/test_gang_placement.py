@@ -106,6 +106,26 @@ def test_a_gang_is_all_or_nothing_and_on_healthy_gpus_only():
     assert started(d) == {1: [0, 1, 2, 3, 8, 9, 10, 11]}
 
 
+def test_a_gang_keeps_a_reservation_through_a_quarantine_expected_to_end():
+    """The same 8-GPU gang on 4 + 4 GPUs, GPU 5 quarantined but passing its healthy checks
+    (back by 04:00): it reserves all 8 from then; a 10-h job may not take the healthy GPUs
+    (it would delay the gang), a half-hour one may; GPU 5 itself is never placed on. A GPU
+    not expected back leaves the gang impossible and the 10-h job runs, as before."""
+    back = NOW + timedelta(hours=1)
+    gpus = [g.model_copy(update={"back_by": back}) if g.index == 5 else g for g in hosts(4, 4)]
+    gpus[5] = gpus[5].model_copy(update={"verdict": "UNKNOWN"})
+    d = place(snap([job(1, 8), job(2, 1, hours=10), job(3, 1, hours=0.5)], gpus))
+    assert d.reservation is not None and d.reservation.job_id == 1
+    assert d.reservation.gpus == list(range(8)) and d.reservation.at == back
+    assert 2 in d.holds and "reserved for job 1" in d.holds[2]
+    assert 5 not in started(d).get(3, [])
+    assert len(started(d)[3]) == 1
+    failing = [g.model_copy(update={"back_by": None}) for g in gpus]
+    d = place(snap([job(1, 8), job(2, 1, hours=10)], failing))
+    assert d.holds[1] == "needs 8 GPU(s); 7 healthy across 2 hosts (1 quarantined)"
+    assert 2 in started(d)
+
+
 def test_a_blocked_gang_head_gets_a_reservation_that_backfill_never_delays():
     """The gang head cannot start (7 GPUs free); it reserves the GPUs it will take when enough
     are free (h0 whole and h2, at 04:00). A long job backfills only outside them; a short one

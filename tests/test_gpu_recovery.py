@@ -94,6 +94,31 @@ def test_a_bad_check_starts_the_count_again(tmp_path):
     assert slot(ctx) == "UNKNOWN"
 
 
+def test_placement_expects_a_gpu_passing_its_checks_back_after_the_rest_of_them(tmp_path):
+    """A failing GPU has no expected return; one that passed 1 of its 3 healthy checks is back
+    after 2 more at the health interval (placement counts it busy until then: `back_by`); a
+    bad check takes the expectation away again; once released it is simply healthy."""
+
+    def back_by():
+        [g] = load_snapshot(ctx.store, ctx.now, recovery_interval_s=3600).gpus
+        return g.back_by
+
+    ctx = make_ctx(tmp_path)
+    check(ctx, 95.0, 0)
+    assert back_by() is None
+    check(ctx, 50.0, 1)
+    assert back_by() == NOW + timedelta(hours=1 + 2)
+    check(ctx, 50.0, 2)
+    assert back_by() == NOW + timedelta(hours=2 + 1)
+    assert load_snapshot(ctx.store, ctx.now).gpus[0].back_by is None  # no interval: no guess
+    check(ctx, 95.0, 3)
+    assert back_by() is None
+    for h in (4, 5, 6):
+        check(ctx, 50.0, h)
+    [g] = load_snapshot(ctx.store, ctx.now, recovery_interval_s=3600).gpus
+    assert g.verdict == "OK" and g.back_by is None
+
+
 def test_one_check_setting_restores_the_old_behaviour(tmp_path):
     ctx = make_ctx(tmp_path, recover_after_checks=1)
     check(ctx, 95.0, 0)

@@ -74,6 +74,10 @@ def _world(rnd: random.Random) -> Snapshot:
             memory_total_mib=rnd.choice([16384.0, 40960.0, 81920.0, 81920.0]),
             memory_used_mib=rnd.choice([0.0, 0.0, 0.0, 4096.0, None]),
             verdict=rnd.choice(["OK"] * 12 + ["CRITICAL", "UNKNOWN", "WARN"]),
+            # a quarantined GPU expected back (passing its checks), overdue, or not expected
+            back_by=rnd.choice(
+                [None, None, NOW + timedelta(minutes=rnd.randint(1, 600)), NOW - timedelta(hours=1)]
+            ),
         )
         for i in range(per_host * rnd.randint(1, 5))
     ]
@@ -89,6 +93,7 @@ def _world(rnd: random.Random) -> Snapshot:
             "submitted_at": NOW - timedelta(hours=rnd.randint(1, 30)),
             "started_at": NOW - timedelta(minutes=rnd.randint(1, 600)),
             "expected_end": rnd.choice([end, end, None]),
+            "upper_end": rnd.choice([None, None, end + timedelta(hours=rnd.randint(1, 20))]),
             "pausable": rnd.random() < 0.6,
             "cost_class": rnd.choice(["urgent", "cost_sensitive"]),
             "deadline": rnd.choice([None, NOW + timedelta(hours=rnd.randint(1, 40))]),

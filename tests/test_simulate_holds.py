@@ -48,3 +48,21 @@ def test_learned_margins_keep_the_deadlines_holds_broke(short_estimates, monkeyp
     assert trusting["hold_misses_caused"] >= 1
     assert learned["hold_misses_caused"] == 0
     assert learned["misses_vs_twin"] < trusting["misses_vs_twin"]
+
+
+def test_a_quarantined_gpu_is_expected_back_only_during_its_last_checks(short_estimates):
+    """As the daemon sees it (gpu_health's `held` count, snapshot's `back_by`): while a GPU
+    fails its checks nobody knows when it is back; during its last `recovery_s` (its healthy
+    checks) placement is told when, and counts it busy until then."""
+    run = S._Run(short_estimates, S.POLICIES["easy"])
+    run._health(0, 100.0)  # down
+    assert run.slots[0].verdict == "CRITICAL" and run.slots[0].back_by is None
+    back = run.back[0]
+    assert back is not None and back > 100.0
+    t, kind, _, gpu = next(e for e in run.heap if e[1] == S.RECOVER)
+    assert gpu == 0 and t == max(100.0, back - short_estimates.opts.recovery_s)
+    run._recover(0, t)
+    assert run.slots[0].verdict == "UNKNOWN" and run.slots[0].back_by == run._dt(back)
+    run._health(0, back)  # up again: an expectation left over is never applied
+    run._recover(0, back)
+    assert run.slots[0].verdict == "OK" and run.slots[0].back_by is None

@@ -81,6 +81,10 @@ class GpuSlot(BaseModel):
     memory_used_mib: float | None = None
     verdict: str = "OK"  # latest recorded verdict; CRITICAL or UNKNOWN means quarantined
     host: str = "localhost"  # a multi-GPU job gets all its GPUs on one host, unless a gang
+    # A quarantined GPU's expected return (its remaining healthy checks): placement counts it as
+    # busy until then, so a job that needs it keeps a reservation instead of the cluster filling
+    # up around it; None: not expected back (placement leaves it out)
+    back_by: datetime | None = None
 
 
 class PendingJob(BaseModel):
@@ -421,12 +425,15 @@ class _Cluster:
         self.fast = fast  # skip full hosts, keep holders per GPU class (`place`'s `_fast`)
         self.best_fit = snap.host_fit == "best"
         self.gpus: dict[int, _Gpu] = {}
-        self.quarantined = 0
+        self.quarantined = 0  # quarantined and not expected back: left out
         for slot in snap.gpus:
-            if slot.verdict in QUARANTINED:
-                self.quarantined += 1
-            else:
+            if slot.verdict not in QUARANTINED:
                 self.gpus[slot.index] = _Gpu(slot)
+            elif slot.back_by is None:
+                self.quarantined += 1
+            else:  # expected back: a GPU nobody may take, busy until then
+                back = self.gpus[slot.index] = _Gpu(slot)
+                self._occupy(back, False, 0.0, max(slot.back_by, self.now))
         gpus = self.gpus
         for r in snap.running:
             f = r.__dict__  # the field values: thousands of running jobs at every call

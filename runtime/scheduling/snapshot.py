@@ -208,17 +208,40 @@ def _across_hosts(slots: list[GpuSlot]) -> tuple[list[GpuSlot], dict[str, int]]:
     choice, and it may be the bad one."""
     hosts = {h: rank for rank, h in enumerate(sorted({g.host for g in slots}))}
     bad = {g.host for g in slots if g.verdict in QUARANTINED}
+    # the host is back when its last quarantined GPU is (never, if one of them is not expected)
+    back: dict[str, datetime | None] = {}
+    for g in slots:
+        if g.verdict in QUARANTINED:
+            was = back.get(g.host, g.back_by)
+            back[g.host] = None if was is None or g.back_by is None else max(was, g.back_by)
     out = [
         g.model_copy(
             update={
                 "index": cluster_gpu_id(hosts[g.host], g.index),
                 "verdict": "CRITICAL" if g.host in bad else g.verdict,
+                "back_by": back.get(g.host),
             }
         )
         for g in slots
         if 0 <= g.index < HOST_STRIDE
     ]
     return out, hosts
+
+
+def _back_by(
+    verdict: str, data: dict[str, Any] | None, taken_at: datetime, interval_s: float | None
+) -> datetime | None:
+    """When a quarantined GPU that is passing its healthy checks (gpu_health's `held` record:
+    n of the needed checks in a row) is back in placement if the rest pass at the health
+    check's interval; None for a GPU that is not passing them (nobody knows when it is back)."""
+    held = (data or {}).get("held") if verdict in QUARANTINED else None
+    if not held or interval_s is None or held.get("released"):
+        return None
+    try:
+        left = int(held["needed"]) - int(held["healthy_checks"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return taken_at + timedelta(seconds=max(0, left) * interval_s)
 
 
 def load_snapshot(
@@ -238,6 +261,7 @@ def load_snapshot(
     tz: tzinfo = UTC,
     mono: tuple[float, str] | None = None,
     health_sources: tuple[str, ...] | None = None,
+    recovery_interval_s: float | None = None,
 ) -> Snapshot:
     """The placement snapshot from the store in five queries.
 
@@ -348,7 +372,13 @@ def load_snapshot(
         ).all()
         latest = latest_gpu_sample_ids(node=node, cluster=cluster, sources=health_sources)
         samples = conn.execute(
-            select(GpuSample.gpu_index, GpuSample.host, GpuSample.verdict, GpuSample.data)
+            select(
+                GpuSample.gpu_index,
+                GpuSample.host,
+                GpuSample.verdict,
+                GpuSample.data,
+                GpuSample.taken_at,
+            )
             .where(GpuSample.id.in_(latest))
             .order_by(GpuSample.host, GpuSample.gpu_index)
         ).all()
@@ -371,6 +401,7 @@ def load_snapshot(
             verdict=r.verdict,
             memory_total_mib=(r.data or {}).get("memory_total_mib"),
             memory_used_mib=(r.data or {}).get("memory_used_mib"),
+            back_by=_back_by(r.verdict, r.data, r.taken_at, recovery_interval_s),
         )
         for r in samples
     ]
