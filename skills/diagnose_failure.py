@@ -891,7 +891,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(
         "killed",
         r"Received \d+ death signal, shutting down workers|\bSignalException: Process \d+ got "
-        r"signal: \d+",
+        r"signal: \d+|\bmultiprocessing\.api\.SignalException\s*$",
         "the launcher received a signal (a hangup, a terminate or an interrupt) and stopped the "
         "workers: a person, a closed terminal (nohup/tmux next time) or the platform",
         on_info=True,
@@ -1062,6 +1062,8 @@ SIGNATURES: tuple[Signature, ...] = (
         r"|\bHFValidationError: Repo id must be in the form|\bIncorrect path_or_model_id: "
         # diffusers' loaders; a program's own check of a folder argument
         r"|\bis neither a valid local path nor a valid repo id\b"
+        # a trainer that found no input images (instant-ngp, nerfstudio and others)
+        r"|\bNo (?:training |input )?images (?:were )?found\b"
         # KenLM's util/file.cc; a Perl training script's (Moses) check of a file it needs
         r"|\bNo such file or directory while opening\b"
         r"|^(?:ERROR: )?Cannot find [\w.~-]*/[\w./~-]+ at [\w./-]+ line \d+"

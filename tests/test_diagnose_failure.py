@@ -17,6 +17,7 @@ from nightshift.runtime.config import Settings
 from nightshift.runtime.errors import BadArguments
 from nightshift.runtime.store.db import AuditEvent, Store
 from nightshift.runtime.training import pasted_log
+from nightshift.skills import diagnose_failure as skill_module
 from nightshift.skills.base import SkillContext
 from nightshift.skills.diagnose_failure import DiagnoseFailureResult, diagnose_failure
 
@@ -933,7 +934,9 @@ def test_scancel_and_death_signals_are_killed(ctx):
     assert r.category == "killed" and "SIGHUP" in r.reasoning
 
 
-def test_a_paste_cut_at_a_frame_or_a_native_crash_that_says_where_reads_as_crashed(ctx, tmp_path):
+def test_a_paste_cut_at_a_frame_or_a_native_crash_that_says_where_reads_as_crashed(
+    ctx, tmp_path, monkeypatch
+):
     """No exit status: a traceback pasted from its first frame (header cut off) ending in an
     uncaught exception, or a native crash that says where (Python's fault handler), says it
     crashed (low); the shell's bare "Segmentation fault (core dumped)" says nothing of where or
@@ -948,6 +951,9 @@ def test_a_paste_cut_at_a_frame_or_a_native_crash_that_says_where_reads_as_crash
     assert (r.category, r.confidence) == ("crashed", "low")
     native = tmp_path / "native.log"
     native.write_text("$ ./train --steps 100\nstep 1 loss 2.3\nSegmentation fault (core dumped)\n")
+    # the rules' verdict (the log model may read such a log as a broken install: its reasoning
+    # then quotes this one as "the signatures alone")
+    monkeypatch.setattr(skill_module, "LOG_MODEL_LOADER", lambda: None)
     r = diagnose(ctx, str(native))
     assert (r.category, r.confidence) == ("unknown", "low")
     assert "Segmentation fault" in r.evidence[0].text and "faulthandler" in r.reasoning

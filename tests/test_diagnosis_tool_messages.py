@@ -300,6 +300,16 @@ CASES: list[tuple[str, str, str]] = [
 # these signatures (2026-12-06).
 SIGNED: list[tuple[str, str, str]] = [
     (
+        "instant-ngp's check of its training images",
+        "20:03:30 ERROR    Uncaught exception: No training images were found for NeRF training!\n",
+        "file_missing",
+    ),
+    (
+        "torch elastic's SignalException, its name alone as a person pastes it",
+        "torch.distributed.elastic.multiprocessing.api.SignalException\n",
+        "killed",
+    ),
+    (
         "KenLM's util/file.cc opening a model that is not there",
         "OSError: Cannot read model 'lm/5gram.bin' (util/file.cc:76 in int util::OpenReadOrThrow("
         "const char*) threw ErrnoException because `-1 == (ret = open(name, 00))'. No such file "
