@@ -900,7 +900,9 @@ SIGNATURES: tuple[Signature, ...] = (
         "killed",
         r"\*\*\* (?:JOB|STEP) [\w.]+ ON \S+ CANCELLED AT [\w:.+-]+ \*\*\*"
         r"|^srun: forcing job termination|exited on signal (?:1|2|15) \((?:Hangup|Interrupt"
-        r"|Terminated)\)",
+        r"|Terminated)\)"
+        # srun when Slurm takes the allocation back (a failed prolog, an administrator)
+        r"|^srun: Force Terminated job \d+|\bJob allocation \d+ has been revoked\b",
         "the batch system cancelled the job (scancel, or the session that started it ended)",
     ),
     # A run that hung, or that a time limit stopped: Slurm, PBS/Torque, LSF, Kubernetes; torch's

@@ -300,6 +300,12 @@ CASES: list[tuple[str, str, str]] = [
 # these signatures (2026-12-06).
 SIGNED: list[tuple[str, str, str]] = [
     (
+        "srun when Slurm takes the job's allocation back",
+        "srun: Force Terminated job 16127178\nsrun: error: Job allocation 16127178 has been "
+        "revoked\n",
+        "killed",
+    ),
+    (
         "instant-ngp's check of its training images",
         "20:03:30 ERROR    Uncaught exception: No training images were found for NeRF training!\n",
         "file_missing",
