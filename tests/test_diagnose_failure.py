@@ -957,21 +957,21 @@ def test_a_paste_cut_at_a_frame_or_a_native_crash_that_says_where_reads_as_crash
     r = diagnose(ctx, str(native))
     assert (r.category, r.confidence) == ("unknown", "low")
     assert "Segmentation fault" in r.evidence[0].text and "faulthandler" in r.reasoning
-    native.write_text(
-        "step 1 loss 2.3\nFatal Python error: Segmentation fault\n\nCurrent thread 0x7f (most "
-        'recent call first):\n  File "/opt/lib/python3.10/site-packages/ext/ops.py", line 8 in '
-        "knn\nSegmentation fault (core dumped)\n"
-    )
-    r = diagnose(ctx, str(native))
-    assert (r.category, r.confidence) == ("crashed", "low")
-    assert "Fatal Python error" in r.evidence[0].text
-    # glibc's assert() names the file, line and function: a crash that says where
-    native.write_text(
-        "0.170   Loading corpus corpus.txt...\nestimate-ngram: src/vector/DenseVector.tcc:406: "
-        "void DenseVector<T>::_allocate() [with T = int]: Assertion `_data' failed.\n"
-    )
-    r = diagnose(ctx, str(native))
-    assert (r.category, r.confidence) == ("crashed", "low")
+    says_where = {
+        # Python's fault handler, with the stack
+        "Fatal Python error": "step 1 loss 2.3\nFatal Python error: Segmentation fault\n\n"
+        'Current thread 0x7f (most recent call first):\n  File "/opt/lib/python3.10/site-'
+        'packages/ext/ops.py", line 8 in knn\nSegmentation fault (core dumped)\n',
+        # glibc's assert(): the file, the line and the function
+        "Assertion `_data' failed": "0.170   Loading corpus corpus.txt...\nestimate-ngram: "
+        "src/vector/DenseVector.tcc:406: void DenseVector<T>::_allocate() [with T = int]: "
+        "Assertion `_data' failed.\n",
+    }
+    for where, text in says_where.items():
+        native.write_text(text)
+        r = diagnose(ctx, str(native))
+        assert (r.category, r.confidence) == ("crashed", "low"), where
+        assert where in r.evidence[0].text
 
 
 @pytest.mark.parametrize(

@@ -82,21 +82,28 @@ def test_long_job_waits_for_the_next_cheap_period_only_when_the_deadline_allows(
     assert place(snap([cs_job(hours=12, deadline=NOON + 20 * H)])).starts
 
 
+AFTER_VALLEY = datetime(2026, 12, 3, 7, 30)  # the valley closed at 07:00
+
+
+def valley_job(deadline: datetime, upper_end: datetime | None = None) -> RunningJob:
+    """A cost-sensitive job started in the valley, 4 h left by its estimate at 07:30."""
+    return RunningJob(
+        id=5,
+        gpus=[0],
+        pausable=True,
+        cost_class="cost_sensitive",
+        started_at=AFTER_VALLEY - 3 * H,
+        expected_end=AFTER_VALLEY + 4 * H,
+        upper_end=upper_end,
+        deadline=deadline,
+    )
+
+
 def test_pause_only_when_it_can_resume_and_still_meet_the_deadline():
     """At 07:30 a job started in the valley with 4 h left pauses when 23:00 + 4 h meets its
     deadline, and runs through when it does not."""
-    now = datetime(2026, 12, 3, 7, 30)
-
-    def running(deadline: datetime) -> RunningJob:
-        return RunningJob(
-            id=5,
-            gpus=[0],
-            pausable=True,
-            cost_class="cost_sensitive",
-            started_at=now - 3 * H,
-            expected_end=now + 4 * H,
-            deadline=deadline,
-        )
+    now = AFTER_VALLEY
+    running = valley_job
 
     paused = place(snap([], now=now, running=[running(now + 30 * H)]))
     assert [p.job_id for p in paused.pauses] == [5]
@@ -304,19 +311,10 @@ def test_a_pause_leaves_room_for_what_such_estimates_came_to():
     """The same 07:30 job, 4 h left by its estimate and due in 30 h, pauses until 23:00; when its
     owner's estimates have run to 15 h left at worst (`upper_end`), 23:00 + 15 h misses the
     deadline (13:30), and it runs through."""
-    now = datetime(2026, 12, 3, 7, 30)
+    now = AFTER_VALLEY
 
     def running(upper_end: datetime | None) -> RunningJob:
-        return RunningJob(
-            id=5,
-            gpus=[0],
-            pausable=True,
-            cost_class="cost_sensitive",
-            started_at=now - 3 * H,
-            expected_end=now + 4 * H,
-            upper_end=upper_end,
-            deadline=now + 30 * H,
-        )
+        return valley_job(now + 30 * H, upper_end)
 
     assert [p.job_id for p in place(snap([], now=now, running=[running(None)])).pauses] == [5]
     assert place(snap([], now=now, running=[running(now + 15 * H)])).pauses == []
