@@ -8,9 +8,11 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from nightshift.runtime.config import Settings
 from nightshift.runtime.gpu.gpu import GpuReading, ProbeResult
-from nightshift.runtime.scheduling.snapshot import load_snapshot
+from nightshift.runtime.scheduling.snapshot import _back_by, load_snapshot
 from nightshift.skills.base import SkillContext
 from nightshift.skills.gpu_health import gpu_health_check
 
@@ -117,6 +119,15 @@ def test_placement_expects_a_gpu_passing_its_checks_back_after_the_rest_of_them(
         check(ctx, 50.0, h)
     [g] = load_snapshot(ctx.store, ctx.now, recovery_interval_s=3600).gpus
     assert g.verdict == "OK" and g.back_by is None
+
+
+@pytest.mark.parametrize(
+    "data",
+    [None, [], {"held": "3 of 3"}, {"held": {"needed": "x", "healthy_checks": 1}}, {"held": {}}],
+)
+def test_a_held_record_that_is_not_ours_means_no_expected_return(data):
+    """A row another version (or a hand) wrote: no guess, and no error for the daemon's loop."""
+    assert _back_by("UNKNOWN", data, NOW, 600.0) is None
 
 
 def test_one_check_setting_restores_the_old_behaviour(tmp_path):

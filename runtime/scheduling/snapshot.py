@@ -234,9 +234,9 @@ def _back_by(
     """When a quarantined GPU that is passing its healthy checks (gpu_health's `held` record:
     n of the needed checks in a row) is back in placement if the rest pass at the health
     check's interval; None for a GPU that is not passing them (nobody knows when it is back)."""
-    held = (data or {}).get("held") if verdict in QUARANTINED else None
-    if not held or interval_s is None or held.get("released"):
-        return None
+    held = data.get("held") if isinstance(data, dict) and verdict in QUARANTINED else None
+    if not isinstance(held, dict) or interval_s is None or held.get("released"):
+        return None  # (a row some other version wrote is read as "not known", never a crash)
     try:
         left = int(held["needed"]) - int(held["healthy_checks"])
     except (KeyError, TypeError, ValueError):
