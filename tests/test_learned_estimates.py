@@ -42,9 +42,24 @@ def test_an_owners_estimate_is_scaled_by_how_their_estimates_turned_out():
     assert e is not None and e.expected_s == pytest.approx(4 * H)
     assert "turned out" in e.source
     bob = est.estimate("bob", "new", params_key(None), asked_s=2 * H)
-    assert bob is not None and bob.expected_s == 2 * H and bob.source == "the owner's estimate"
+    assert bob is not None and bob.expected_s == 2 * H
+    assert bob.source.startswith("the owner's estimate")
     few = Estimator(past[: MIN_RATIOS - 1]).estimate("alice", "new", params_key(None), 2 * H)
     assert few is not None and few.expected_s == 2 * H  # too few to judge her by
+    assert few.upper_s == 2 * H  # and too few of anyone's for a worst case
+
+
+def test_a_newcomers_worst_case_comes_from_everyones_estimates():
+    """Bob has no finished job: his 2 h is expected as asked (nobody's bias is his), but what
+    a hold must leave room for is what everyone's estimates came to (Alice's ran to double);
+    where everyone's ran under their estimates, his worst case is his estimate."""
+    late = Estimator([run(name=f"j{i}", asked_h=1, took_h=2) for i in range(MIN_RATIOS)])
+    bob = late.estimate("bob", "new", params_key(None), asked_s=2 * H)
+    assert bob is not None and (bob.expected_s, bob.upper_s) == (2 * H, 4 * H)
+    assert "everyone's" in bob.source
+    early = Estimator([run(name=f"j{i}", asked_h=2, took_h=1) for i in range(MIN_RATIOS)])
+    bob = early.estimate("bob", "new", params_key(None), asked_s=2 * H)
+    assert bob is not None and (bob.expected_s, bob.upper_s) == (2 * H, 2 * H)
 
 
 def test_other_parameters_then_other_owners_when_nothing_was_asked():
@@ -111,9 +126,10 @@ def test_the_snapshot_expects_what_the_store_says_the_jobs_took(tmp_path):
     assert bert == pytest.approx(5 * H)
     fresh = sorted(v for (n, _), v in got.items() if n == "fresh")
     assert fresh == [pytest.approx(1 * H), pytest.approx(3 * H)]  # bob as asked, alice × 3
-    # what a hold must leave room for: the worst her estimates came to (3 ×) — bob's, as asked
+    # what a hold must leave room for: the worst her estimates came to (3 ×); bob has none of
+    # his own, so everyone's (hers: 3 ×) sets his
     uppers = sorted(p.expected_upper_s for p in sn.pending if p.name == "fresh")
-    assert uppers == [pytest.approx(1 * H), pytest.approx(3 * H)]
+    assert uppers == [pytest.approx(3 * H), pytest.approx(3 * H)]
 
 
 def test_a_running_job_carries_the_worst_its_owners_estimates_came_to(tmp_path):

@@ -7,7 +7,8 @@ errors, far better guides. So, in this order:
 1. the owner's earlier runs of the same job (same name, same parameters): their median;
 2. the owner's own estimate (`expected_duration_min`), scaled by how their estimates turned out
    (the median of took ÷ asked over their finished jobs that gave one, once there are
-   MIN_RATIOS of them); as written where there are fewer;
+   MIN_RATIOS of them); as written where there are fewer (its worst case then from everyone's
+   took ÷ asked, where that runs over the estimate);
 3. the owner's earlier runs of that name with other parameters, then anyone's: their median;
 4. nothing (the snapshot's default applies).
 
@@ -75,6 +76,7 @@ class Estimator:
         self._owner_name: dict[tuple[str, str], list[float]] = defaultdict(list)
         self._name: dict[str, list[float]] = defaultdict(list)
         self._ratios: dict[str, list[float]] = defaultdict(list)
+        self._everyone: list[float] = []  # every owner's took ÷ asked
         for r in runs:
             if r.took_s <= 0:
                 continue
@@ -83,6 +85,7 @@ class Estimator:
             self._name[r.name].append(r.took_s)
             if r.asked_s:
                 self._ratios[r.owner].append(r.took_s / r.asked_s)
+                self._everyone.append(r.took_s / r.asked_s)
 
     def estimate(
         self, owner: str, name: str, params: str, asked_s: float | None
@@ -98,6 +101,16 @@ class Estimator:
                     asked_s * statistics.median(ratios),
                     asked_s * worst,
                     f"the owner's estimate × how their estimates turned out ({len(ratios)} jobs)",
+                )
+            # too few of their own: expected as asked, but what must not be late leaves room for
+            # how everyone's estimates turned out (a newcomer's holds keep a margin too)
+            everyone = upper_ratio(self._everyone)
+            if everyone is not None and everyone > 1.0:
+                return Estimate(
+                    asked_s,
+                    asked_s * everyone,
+                    f"the owner's estimate; its worst case from everyone's "
+                    f"({len(self._everyone)} jobs)",
                 )
             return Estimate(asked_s, asked_s, "the owner's estimate")
         for took, source in (
