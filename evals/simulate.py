@@ -58,8 +58,8 @@ Policies, all on the same trace window, health events and seeded job attributes:
 * nightshift-cap — nightshift that also caps the power of running cost-sensitive jobs while the
   price is in its peak band (`cap_at_peak_w`: the limit with the least energy per unit of work
   in the power model, 150 W on a V100), unless the slower run would miss the deadline on the
-  job's estimate or that worst case; urgent jobs are never capped. nightshift-caponly: the same cap with the
-  tariff's holds off (the ordering of nightshift-notariff).
+  job's estimate or that worst case; urgent jobs are never capped. nightshift-caponly: the same
+  cap with the tariff's holds off (the ordering of nightshift-notariff).
 
 Metrics: waits of all, urgent and cost-sensitive jobs; deadline misses, those after a tariff hold
 or pause and those caused by it (met by the twin without the tariff), and those after a cap

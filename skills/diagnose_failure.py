@@ -1291,21 +1291,19 @@ _EXCEPTION_LINE = re.compile(
     r"Interrupt|Exit)(?::.*)?$"
 )
 _TRACEBACK = re.compile(r"^(?:\[[^\]\n]*\]:?\s*)*Traceback \(most recent call last\):")
-_FATAL_C = re.compile(
-    r"Segmentation fault|core dumped|Fatal Python error|^Aborted\b|Bus error"
-    # libstdc++'s uncaught C++ exception; glog's fatal CHECK; a fatal signal handler's banner
-    r"|terminate called after throwing an instance of|^\s*what\(\):|\bCheck failed: "
-    r"|\*\*\* Check failure stack trace|^\*\*\* (?:Aborted at|SIG[A-Z]+ )"
-    # Windows' NTSTATUS for an access violation, a stack overflow, a stack buffer overrun
-    r"|exit code -?(?:1073741819|1073741571|1073740791)\b|0xC0000005|0xC00000FD|0xC0000409"
-    # glibc's assert(): the program aborts
-    r"|\bAssertion `[^`'\n]*' failed\.?"
-)
-# Of those, the lines that say where the native code failed.
+# A native crash that says where it failed: Python's fault handler (with the stack); libstdc++'s
+# uncaught C++ exception; glog's fatal CHECK; a fatal signal handler's banner; glibc's assert().
 _NATIVE_WHERE = re.compile(
     r"Fatal Python error|terminate called after throwing an instance of|^\s*what\(\):"
-    r"|\bAssertion `[^`'\n]*' failed"
     r"|\bCheck failed: |\*\*\* Check failure stack trace|^\*\*\* Aborted at"
+    r"|\bAssertion `[^`'\n]*' failed"
+)
+# Every native crash: those, and the bare signals and access violations that say nothing of where.
+_FATAL_C = re.compile(
+    r"Segmentation fault|core dumped|^Aborted\b|Bus error|^\*\*\* SIG[A-Z]+ "
+    # Windows' NTSTATUS for an access violation, a stack overflow, a stack buffer overrun
+    r"|exit code -?(?:1073741819|1073741571|1073740791)\b|0xC0000005|0xC00000FD|0xC0000409"
+    rf"|{_NATIVE_WHERE.pattern}"
 )
 # What training frameworks print when a run is over (Lightning, the HF Trainer, Ultralytics,
 # maskrcnn-benchmark/detectron2's hooks) and the plain words scripts use for it.

@@ -76,7 +76,7 @@ class Estimator:
         self._owner_name: dict[tuple[str, str], list[float]] = defaultdict(list)
         self._name: dict[str, list[float]] = defaultdict(list)
         self._ratios: dict[str, list[float]] = defaultdict(list)
-        self._everyone: list[float] = []  # every owner's took ÷ asked
+        everyone: list[float] = []  # every owner's took ÷ asked
         for r in runs:
             if r.took_s <= 0:
                 continue
@@ -85,7 +85,18 @@ class Estimator:
             self._name[r.name].append(r.took_s)
             if r.asked_s:
                 self._ratios[r.owner].append(r.took_s / r.asked_s)
-                self._everyone.append(r.took_s / r.asked_s)
+                everyone.append(r.took_s / r.asked_s)
+        # computed once: a snapshot asks for every queued job, most of them by few owners
+        self._everyone = (len(everyone), upper_ratio(everyone))
+        self._scale: dict[str, tuple[float, float] | None] = {}
+
+    def _owner_scale(self, owner: str) -> tuple[float, float] | None:
+        """The median and the worst of the owner's took ÷ asked, once they have MIN_RATIOS."""
+        if owner not in self._scale:
+            ratios = self._ratios.get(owner, [])
+            worst = upper_ratio(ratios)
+            self._scale[owner] = None if worst is None else (statistics.median(ratios), worst)
+        return self._scale[owner]
 
     def estimate(
         self, owner: str, name: str, params: str, asked_s: float | None
@@ -94,23 +105,22 @@ class Estimator:
         if exact:
             return Estimate(statistics.median(exact), _upper(exact), "this job's earlier runs")
         if asked_s:
-            ratios = self._ratios.get(owner, [])
-            worst = upper_ratio(ratios)
-            if worst is not None:
+            scale = self._owner_scale(owner)
+            if scale is not None:
                 return Estimate(
-                    asked_s * statistics.median(ratios),
-                    asked_s * worst,
-                    f"the owner's estimate × how their estimates turned out ({len(ratios)} jobs)",
+                    asked_s * scale[0],
+                    asked_s * scale[1],
+                    f"the owner's estimate × how their estimates turned out "
+                    f"({len(self._ratios[owner])} jobs)",
                 )
             # too few of their own: expected as asked, but what must not be late leaves room for
             # how everyone's estimates turned out (a newcomer's holds keep a margin too)
-            everyone = upper_ratio(self._everyone)
+            n, everyone = self._everyone
             if everyone is not None and everyone > 1.0:
                 return Estimate(
                     asked_s,
                     asked_s * everyone,
-                    f"the owner's estimate; its worst case from everyone's "
-                    f"({len(self._everyone)} jobs)",
+                    f"the owner's estimate; its worst case from everyone's ({n} jobs)",
                 )
             return Estimate(asked_s, asked_s, "the owner's estimate")
         for took, source in (
