@@ -15,7 +15,9 @@
     size called again on the same snapshot, on a queue that changes between calls
     (`tick_snapshots`), on the same queue rebuilt as new objects (`fresh_snapshots`, as a
     daemon reloading the store passes it) and under the daemon's scheduler defaults
-    (`daemon_order`), median and p95 of wall and CPU time;
+    (`daemon_order`), median and p95 of wall and CPU time; and the daemon's own step, a SQLite
+    store changed between ticks, loaded (`load_snapshot`, keeping the last tick's jobs as the
+    engine does, and without) and placed (`bench_daemon_ticks`);
 (c) the time to load that snapshot from the store (`load_snapshot` below);
 (d) resident memory of a daemon-like process: a Store and an Engine over a store with 10,000
     queued jobs, after one tick; and of the same process loading the snapshot and placing.
@@ -45,7 +47,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import insert, select
+from sqlalchemy import func, insert, select
 
 from nightshift.runtime.scheduling.placement import (
     GpuSlot,
@@ -57,6 +59,7 @@ from nightshift.runtime.scheduling.placement import (
 from nightshift.runtime.scheduling.snapshot import load_snapshot
 from nightshift.runtime.scheduling.tariff import PriceWindow, Tariff
 from nightshift.runtime.spec import ExperimentSpec
+from nightshift.runtime.store import lifecycle
 from nightshift.runtime.store.db import Attempt, GpuSample, Job, Store
 
 NOW = datetime(2026, 12, 2, 3, 0)  # naive UTC, like the store
@@ -528,6 +531,84 @@ def bench_place_many(
     return rows
 
 
+def store_ticks(store: Store, seed: int = 1) -> Iterator[datetime]:
+    """Change `store` between a daemon's ticks as `tick_snapshots` changes a snapshot: a minute
+    later each time, 0.5 % of the queued jobs gone (failed) and as many submitted (copies of
+    queued ones under new ids), three priorities raised; yields the tick's time."""
+    rnd = random.Random(seed)
+    table = Job.__table__
+    with store.session() as s:
+        queued = list(s.execute(select(Job.id).where(Job.state == "queued")).scalars())
+        next_id = int(s.execute(select(func.max(Job.id))).scalar_one()) + 1
+    churn, now = max(1, len(queued) // 200), NOW
+    while True:
+        now += timedelta(minutes=1)
+        gone = [queued.pop(rnd.randrange(len(queued))) for _ in range(churn)]
+        with store.session() as s:
+            for job_id in gone:
+                lifecycle.fail_queued(s, job_id, "gone from the queue (bench)", now)
+            rows = [
+                dict(r)
+                for r in s.execute(
+                    select(table).where(Job.id.in_(rnd.sample(queued, churn)))
+                ).mappings()
+            ]
+            for r in rows:
+                r.update(id=next_id, submitted_by_call=f"bench-{next_id}", created_at=now)
+                queued.append(next_id)
+                next_id += 1
+            s.execute(insert(Job), rows)
+            for job_id in rnd.sample(queued, 3):
+                s.get_one(Job, job_id).priority += 1
+        yield now
+
+
+def bench_daemon_ticks(n_pending: int, n_gpus: int, repeats: int) -> list[Row]:
+    """The daemon's placement step from a SQLite store (`load_snapshot` + `place()`, under the
+    daemon's scheduler defaults) over ticks that change the queue (`store_ticks`): loading with
+    the previous tick's jobs kept (`previous=`, as the engine does), then without, each over its
+    own store that the same seed changes alike (placement's caches are per process: interleaved,
+    one mode's new objects would push the other's out); their decisions must be the same."""
+    rows, decisions = [], []
+    for name, previous in (("jobs kept between ticks", {}), ("all new", None)):
+        load_ms: list[float] = []
+        place_ms: list[float] = []
+        made: list[Any] = []
+        with tempfile.TemporaryDirectory(prefix="ns-ticks-") as tmp:
+            store = Store(f"sqlite:///{tmp}/nightshift.db")
+            populate(store, n_pending, n_gpus)
+            ticks = store_ticks(store)
+            for i in range(repeats + 2):  # two warm-up ticks: imports, caches, first columns
+                now = next(ticks)
+                t0 = time.perf_counter()
+                snap = load_snapshot(
+                    store, now, cpu_slots=4, tariff=night_tariff(), previous=previous
+                ).model_copy(update=daemon_order())
+                t1 = time.perf_counter()
+                made.append(place(snap).model_dump())
+                t2 = time.perf_counter()
+                if i >= 2:
+                    load_ms.append((t1 - t0) * 1000)
+                    place_ms.append((t2 - t1) * 1000)
+            store.engine.dispose()
+        decisions.append(made)
+        rows.append(
+            Row(
+                f"place() in the daemon's tick, {name}: {n_pending:,} pending, {n_gpus:,} GPUs "
+                "from SQLite, a changing queue",
+                statistics.median(place_ms),
+                "ms (median)",
+                "<= 50 ms" if n_pending >= 100_000 else "<= 20 ms",
+                f"p95 {_pct(place_ms, 95):.1f} ms; load_snapshot() median "
+                f"{statistics.median(load_ms):,.0f} ms (p95 {_pct(load_ms, 95):,.0f}); "
+                f"{repeats} ticks",
+            )
+        )
+    if decisions[0] != decisions[1]:
+        raise RuntimeError("the daemon's ticks decided differently with jobs kept")
+    return rows
+
+
 def load_placement(path: str) -> Any:
     """Another version of placement.py (say `git show REV:runtime/scheduling/placement.py`),
     loaded as a module of its own beside today's."""
@@ -567,6 +648,7 @@ def run_place_only(
             itertools.repeat(daemon),
             repeats,
         )
+        rows += bench_daemon_ticks(n_pending, n_gpus, 3 if quick else 11)
     _print(rows, f"place() ({'quick' if quick else 'full'})", csv_path, console)
     return rows
 

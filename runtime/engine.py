@@ -35,7 +35,7 @@ from nightshift.runtime.executors.submitter import RunAs, account_of, submitter_
 from nightshift.runtime.gpu.gpu import health_sources
 from nightshift.runtime.gpu.ray_census import HOST_PREFIX
 from nightshift.runtime.scheduling.local_time import local_zone
-from nightshift.runtime.scheduling.placement import Decision, RunningJob, place
+from nightshift.runtime.scheduling.placement import Decision, PendingJob, RunningJob, place
 from nightshift.runtime.scheduling.snapshot import by_host, load_snapshot
 from nightshift.runtime.spec import ExperimentSpec
 from nightshift.runtime.store import lifecycle, transition_events
@@ -140,6 +140,9 @@ class Engine:
         # The running jobs as the last placement saw them (expected ends, deadlines): the
         # daemon's peak power cap reads them (agent/brain/power_caps.py).
         self.last_running: list[RunningJob] = []
+        # The waiting jobs of the last snapshot: a job unchanged since is the same object at the
+        # next tick, and placement finds its fields by identity instead of reading them again.
+        self.waiting: dict[int, PendingJob] = {}
         # What a background or waiting tick runs: this engine's tick, or the whole loop's step
         # (agent/brain/loop.py: health checks, preemption, recovery around the tick).
         self.step: Callable[[], object] = self.tick
@@ -275,6 +278,7 @@ class Engine:
             mono=(self.mono(), self.boot_id),
             health_sources=health_sources(self.settings),
             recovery_interval_s=self.settings.loop.health_interval_min * 60,
+            previous=self.waiting,
         )
         snap = snap.model_copy(
             update={

@@ -313,7 +313,9 @@ def test_bench_place_only_times_both_placements(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = list(csv.DictReader(out.open()))
-    # 2 sizes x (the same, a changing, a rebuilt queue, the daemon's order) x 2 modules
-    assert len(rows) == 16
+    # 2 sizes x (the same, a changing, a rebuilt queue, the daemon's order) x 2 modules, and
+    # 2 sizes x the daemon's ticks from a store (jobs kept between ticks, all new) for this tree
+    assert len(rows) == 20
     assert sum("compared" in r["measure"] for r in rows) == 8
+    assert sum("daemon's tick" in r["measure"] for r in rows) == 4
     assert all(float(r["value"]) > 0 and "p95" in r["detail"] for r in rows)

@@ -5,11 +5,12 @@ The daemon, `nightshift run` and the scale benchmark all load it through `load_s
 from __future__ import annotations
 
 import json
+import operator
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from sqlalchemy import String, and_, func, or_, select, true
+from sqlalchemy import String, and_, func, or_, select, true, type_coerce
 from sqlalchemy.orm import aliased
 
 from nightshift.runtime.executors.executor import HostGpus, gang_ranks
@@ -65,9 +66,36 @@ class _Placed(BaseModel):
     retry_wait_s: float | None = Field(None, ge=0, le=MAX_MINUTES * 60)
 
 
-# Fields already found valid (the raw plucked text or its repr), so each is checked once.
-_VALID: set[str] = set()
+# Fields already found valid (the raw plucked text or its repr), so each is checked once; on
+# SQLite also decoded once: the text -> its values.
+_VALID: dict[str, list[Any]] = {}
 _VALID_MAX = 100_000
+# A job's parameters as stored (SQLite's text) -> params_key(): decoded and re-encoded once.
+_PARAMS_KEYS: dict[str, str] = {}
+
+# PendingJob's fields in the order a snapshot lists them (a test holds it to the model's): a job of
+# the previous load is kept when these are all as loaded now
+PENDING_ORDER = (
+    "id",
+    "name",
+    "priority",
+    "gpus",
+    "gpu_memory_gb",
+    "share_gpu",
+    "gpu_memory_cap_gb",
+    "blocked_by",
+    "submitted_at",
+    "not_before",
+    "attempt",
+    "cost_class",
+    "expected_duration_s",
+    "pausable",
+    "deadline",
+    "attained_gpu_s",
+    "expected_upper_s",
+    "span_hosts",
+)
+_pending_values = operator.attrgetter(*PENDING_ORDER)
 
 
 def stored_fields_problem(values: list[Any]) -> str | None:
@@ -117,8 +145,43 @@ def _check_fields(key: str, values: Any) -> str | None:
     if problem is None:
         if len(_VALID) >= _VALID_MAX:
             _VALID.clear()
-        _VALID.add(key)
+        _VALID[key] = values
     return problem
+
+
+def _fields(raw: Any, sqlite: bool) -> tuple[Any, str | None]:
+    """A stored spec's plucked fields (SPEC_FIELDS order) and why they are unusable (None: they
+    are fine). On SQLite `raw` is json_extract's text: each distinct text is decoded once."""
+    if not sqlite:
+        values = _pluck(raw or {})
+        return values, _check_fields(repr(values), values)
+    known = _VALID.get(raw)
+    if known is not None:
+        return known, None
+    values = json.loads(raw)
+    return values, _check_fields(raw, values)
+
+
+def _params_key(raw: Any, sqlite: bool) -> str:
+    """params_key() of a job's stored parameters; SQLite's text is decoded once per text."""
+    if not sqlite or raw is None:
+        return params_key(raw)
+    key = _PARAMS_KEYS.get(raw)
+    if key is None:
+        if len(_PARAMS_KEYS) >= _VALID_MAX:
+            _PARAMS_KEYS.clear()
+        key = _PARAMS_KEYS[raw] = params_key(json.loads(raw))
+    return key
+
+
+def _kept_or_new(previous: dict[int, PendingJob] | None, values: tuple[Any, ...]) -> PendingJob:
+    """The previous load's object for this job when all its fields are as loaded now, else a new
+    one: placement keeps a waiting job's fields as columns found by the object's identity, so a
+    job that did not change between ticks costs it nothing (a new object costs a row)."""
+    old = previous.get(values[0]) if previous is not None else None
+    if old is not None and _pending_values(old) == values:
+        return old
+    return PendingJob(**dict(zip(PENDING_ORDER, values, strict=True)))
 
 
 def _fail_unloadable(store: Store, reasons: dict[int, str], now: datetime) -> None:
@@ -262,6 +325,7 @@ def load_snapshot(
     mono: tuple[float, str] | None = None,
     health_sources: tuple[str, ...] | None = None,
     recovery_interval_s: float | None = None,
+    previous: dict[int, PendingJob] | None = None,
 ) -> Snapshot:
     """The placement snapshot from the store in five queries.
 
@@ -285,7 +349,9 @@ def load_snapshot(
         census recorded them, numbered across hosts (`cluster_gpu_id`), and a host with any
         quarantined GPU is quarantined whole: the cluster, not nightshift, picks the GPUs on a host.
         With `health_sources` (runtime/gpu/gpu.py `health_sources`), only the verdicts of those
-        probe sources: another process's GPU settings never quarantine this one's GPUs."""
+        probe sources: another process's GPU settings never quarantine this one's GPUs. With
+        `previous` (the caller's, empty at first), a waiting job whose fields are all as at the
+        last load is the same object (`_kept_or_new`); the dict is left holding this load's."""
     backoff = backoff or Backoff()
     active = ("queued", "running")
     # Failed jobs whose backoff may still run (recovery may queue them again): they keep their
@@ -305,7 +371,7 @@ def load_snapshot(
                 Job.id,
                 Job.name,
                 Job.owner,
-                Job.params,
+                (type_coerce(Job.params, String) if sqlite else Job.params).label("params"),
                 Job.priority,
                 Job.state,
                 Job.created_at,
@@ -425,9 +491,10 @@ def load_snapshot(
     pending: list[PendingJob] = []
     running: list[RunningJob] = []
     recovering: list[PendingJob] = []
+    kept: dict[int, PendingJob] = {}
+    estimates: dict[tuple[Any, ...], Any] = {}  # most jobs share an owner, a name and a request
     for j in jobs:
-        values = json.loads(j.fields) if sqlite else _pluck(j.fields or {})
-        problem = _check_fields(j.fields if sqlite else repr(values), values)
+        values, problem = _fields(j.fields, sqlite)
         if problem is not None:
             if j.state == "failed":
                 continue
@@ -452,9 +519,15 @@ def load_snapshot(
             begin_text,
             span_hosts,
         ) = values
-        learned = estimator.estimate(
-            j.owner, j.name, params_key(j.params), minutes * 60.0 if minutes else None
+        asked = (
+            j.owner,
+            j.name,
+            _params_key(j.params, sqlite),
+            minutes * 60.0 if minutes else None,
         )
+        if asked not in estimates:
+            estimates[asked] = estimator.estimate(*asked)
+        learned = estimates[asked]
         expected = learned.expected_s if learned is not None else None
         upper = learned.upper_s if learned is not None else None
         deadline = _deadline(deadline_text, j.created_at, tz)
@@ -491,21 +564,31 @@ def load_snapshot(
             begin = _deadline(begin_text, j.created_at, tz)  # spec.begin: not before then
             if begin is not None and (not_before is None or begin > not_before):
                 not_before = begin
-            (pending if j.state == "queued" else recovering).append(
-                PendingJob(
-                    **common,
-                    gpus=gpus or 0,
-                    gpu_memory_gb=mem,
-                    blocked_by=[d for d in depends_on or () if d not in succeeded],
-                    submitted_at=j.created_at,
-                    expected_duration_s=expected,
-                    expected_upper_s=upper,
-                    attempt=att.number if att is not None else 0,
-                    not_before=not_before,
-                    deadline=deadline,
-                    span_hosts=bool(span_hosts),
-                )
+            job = _kept_or_new(
+                previous,
+                (
+                    j.id,
+                    j.name,
+                    j.priority,
+                    gpus or 0,
+                    mem,
+                    bool(share),
+                    cap,
+                    [d for d in depends_on or () if d not in succeeded],
+                    j.created_at,
+                    not_before,
+                    att.number if att is not None else 0,
+                    common["cost_class"],
+                    expected,
+                    common["pausable"],
+                    deadline,
+                    0.0,
+                    upper,
+                    bool(span_hosts),
+                ),
             )
+            kept[j.id] = job
+            (pending if j.state == "queued" else recovering).append(job)
         else:
             if node is not None and att is not None and att.node not in (node, ""):
                 continue  # another node's run: its GPUs and slots are not ours
@@ -534,6 +617,9 @@ def load_snapshot(
             )
     if unloadable:
         _fail_unloadable(store, unloadable, now)
+    if previous is not None:
+        previous.clear()
+        previous.update(kept)
     return Snapshot(
         now=now,
         pending=pending,

@@ -1,0 +1,77 @@
+"""The daemon keeps its waiting jobs from one tick's snapshot to the next
+(`load_snapshot(previous=...)`): a job whose fields are all as stored is the same object, so
+placement finds its columns by identity (evals/bench_scale.py `bench_daemon_ticks`); anything
+changed, in the store or in place by a caller, gives a new object with the stored values."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlalchemy import update
+from sqlmodel import select
+
+from nightshift.evals.bench_scale import NOW, NullExecutor, populate
+from nightshift.runtime.config import Settings
+from nightshift.runtime.engine import Engine
+from nightshift.runtime.scheduling.placement import PendingJob, place
+from nightshift.runtime.scheduling.snapshot import PENDING_ORDER, load_snapshot
+from nightshift.runtime.store.db import Job, Store
+
+
+def test_the_order_compared_is_the_models_own():
+    """A field added to PendingJob must be compared too, or a changed one would be kept."""
+    assert PENDING_ORDER == tuple(PendingJob.model_fields)
+
+
+def test_unchanged_jobs_are_kept_and_changed_ones_are_loaded_anew(tmp_path):
+    store = Store(f"sqlite:///{tmp_path}/s.db")
+    populate(store, 300, 16)
+    previous: dict[int, PendingJob] = {}
+    first = load_snapshot(store, NOW, previous=previous)
+    waiting = {p.id: p for p in first.pending + first.recovering}
+    assert previous == waiting and len(waiting) >= 300
+    raised, cancelled, edited, *_ = sorted(waiting)
+    with store.session() as s:
+        s.execute(update(Job).where(Job.id == raised).values(priority=Job.priority + 5))
+        s.execute(update(Job).where(Job.id == cancelled).values(state="cancelled"))
+        s.commit()
+    waiting[edited].gpus = 99  # a caller's edit in place is not what the store says
+    later = NOW + timedelta(minutes=1)
+    second = load_snapshot(store, later, previous=previous)
+    assert cancelled not in previous and set(previous) == {p.id for p in second.pending}
+    for job in second.pending:
+        if job.id in (raised, edited):
+            assert job is not waiting[job.id]
+        else:
+            assert job is waiting[job.id], job.id
+    assert previous[raised].priority == waiting[raised].priority + 5
+    assert previous[edited].gpus != 99
+    # field for field what a load without the previous jobs gives, and the same decision
+    fresh = load_snapshot(store, later)
+    assert second.model_dump() == fresh.model_dump()
+    assert place(second).model_dump() == place(fresh).model_dump()
+
+
+def test_a_dependency_list_changed_in_place_is_not_kept(tmp_path):
+    store = Store(f"sqlite:///{tmp_path}/s.db")
+    populate(store, 50, 8)
+    previous: dict[int, PendingJob] = {}
+    job = load_snapshot(store, NOW, previous=previous).pending[0]
+    job.blocked_by.append("nothing-by-this-name")  # no __setattr__: only the comparison sees it
+    again = next(p for p in load_snapshot(store, NOW, previous=previous).pending if p.id == job.id)
+    assert again is not job and "nothing-by-this-name" not in again.blocked_by
+
+
+def test_the_engine_keeps_its_waiting_jobs_from_tick_to_tick(tmp_path):
+    """The daemon's own placement step passes its last tick's jobs: the jobs still queued at the
+    next tick are the same objects; the ones it started are gone from what it keeps."""
+    store = Store(f"sqlite:///{tmp_path}/s.db")
+    populate(store, 200, 32)
+    engine = Engine(store, NullExecutor(), Settings(home=str(tmp_path)), clock=lambda: NOW)
+    engine.place_queued(NOW)
+    first = dict(engine.waiting)
+    engine.place_queued(NOW + timedelta(minutes=1))
+    with store.session() as s:
+        queued = set(s.exec(select(Job.id).where(Job.state == "queued")).all())
+    assert set(engine.waiting) == queued and len(queued) >= 150
+    assert all(engine.waiting[i] is first[i] for i in queued)
