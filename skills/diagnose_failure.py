@@ -273,6 +273,13 @@ SIGNATURES: tuple[Signature, ...] = (
         r"The NVIDIA driver on your system is too old",
         "PyTorch needs a newer NVIDIA driver",
     ),
+    # Isaac Gym's (PhysX's) check of the driver's CUDA version, printed as a warning
+    _sig(
+        "driver_mismatch",
+        r"\bCUDA driver version is \d+, expected at least \d+",
+        "the NVIDIA driver is older than the CUDA version the program needs",
+        on_info=True,
+    ),
     _sig("driver_mismatch", r"Found no NVIDIA driver on your system", "no NVIDIA driver loaded"),
     # torch's lazy CUDA init when the driver reports no device (cudaErrorNoDevice)
     _sig(
@@ -387,6 +394,14 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     _sig("host_oom", r"oom_reaper: reaped process \d+", "the kernel reaped an OOM-killed process"),
     _sig("host_oom", r"oom[-_]kill event", "the batch system saw an OOM kill"),
+    # Slurm's slurmstepd polling the step's memory (no cgroup OOM), LSF's memory and swap limits
+    _sig(
+        "host_oom",
+        r"\bexceeded memory limit \(\d+ > \d+\), being killed|\bExceeded job memory limit\b"
+        r"|\bTERM_(?:MEMLIMIT|SWAP): job killed after reaching LSF (?:memory|swap)",
+        "the batch system killed the job at its memory limit (host memory): ask for more, or "
+        "use less",
+    ),
     _sig(
         "host_oom",
         r"Your session crashed after using all available RAM",
@@ -667,7 +682,8 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     _sig(
         "import_or_env",
-        r"AttributeError: (?:partially initialized )?module '[\w.]+' has no attribute",
+        r"AttributeError: (?:(?:partially initialized )?module '[\w.]+'|'module' object) has no "
+        r"attribute",
         "a package lacks a name the code uses: the installed version is not the one the code "
         "was written for (or a circular import)",
     ),
@@ -675,6 +691,12 @@ SIGNATURES: tuple[Signature, ...] = (
         "import_or_env",
         r"Failed to import [\w.]+ because of the following error",
         "an import failed",
+    ),
+    # DGL's CPU-only build asked for a GPU
+    _sig(
+        "import_or_env",
+        r"\bDevice API (?:gpu|cuda) is not enabled\. Please install the cuda version of dgl",
+        "the installed package is its CPU-only build: install the CUDA build",
     ),
     # A build that cannot find its toolkit: gcc on a missing header, nvcc older than the GPU's
     # architecture, ld on a library that is not installed
@@ -898,12 +920,20 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     _sig(
         "killed",
-        r"\*\*\* (?:JOB|STEP) [\w.]+ ON \S+ CANCELLED AT [\w:.+-]+ \*\*\*"
+        r"\*\*\* (?:JOB|STEP) [\w.]+ ON \S+ CANCELLED AT [\w:.+-]+"
+        r"(?: DUE TO (?!TIME LIMIT)[A-Z][A-Z ,]*)? \*\*\*"
+        # LSF's termination reasons for a job killed by a person, a preemption or a limit other
+        # than memory and time (bacct's TERM_* keywords, printed in the job's report)
+        r"|\bTERM_(?:ADMIN|BUCKET_KILL|EXTERNAL_SIGNAL|FORCE_ADMIN|FORCE_OWNER|LOAD|PREEMPT"
+        r"|PROCESSLIMIT|REQUEUE_ADMIN|REQUEUE_OWNER|THREADLIMIT|WINDOW): job killed\b"
+        # Snakemake on Ctrl-C
+        r"|^\^?C?Terminating processes on user request\b"
         r"|^srun: forcing job termination|exited on signal (?:1|2|15) \((?:Hangup|Interrupt"
         r"|Terminated)\)"
         # srun when Slurm takes the allocation back (a failed prolog, an administrator)
         r"|^srun: Force Terminated job \d+|\bJob allocation \d+ has been revoked\b",
-        "the batch system cancelled the job (scancel, or the session that started it ended)",
+        "the batch system cancelled the job (scancel, a preemption, a limit, or the session that "
+        "started it ended)",
     ),
     # A run that hung, or that a time limit stopped: Slurm, PBS/Torque, LSF, Kubernetes; torch's
     # and MXNet's DataLoader timeouts; faulthandler's dump_traceback_later and py-spy's dump of a
@@ -916,6 +946,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(
         "hang_or_timeout",
         r"\bwalltime \d+ exceeded limit \d+|TERM_RUNLIMIT: job killed after reaching LSF run time"
+        r"|\bTERM_(?:CPULIMIT|DEADLINE): job killed after"
         r"|Terminated due to wall ?(?:clock |time )?limit"
         r"|exceeded (?:hard|soft) wallclock time|Job was active longer than specified deadline"
         r"|\bJob exceeded its walltime limit\b"
@@ -1043,7 +1074,12 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(
         "file_missing",
         r"NotFoundError: [^\n]*; No such file or directory"
-        r"|Expected a string path to an existing deepspeed config|^OSError: file \S+ not found",
+        r"|Expected a string path to an existing deepspeed config|^OSError: file \S+ not found"
+        # mmcv's load_checkpoint on a path that is no file; a checkpoint search that found none
+        r"|\bis not a checkpoint file\b"
+        r"|^(?:Exception|RuntimeError|OSError): No (?:matching )?checkpoint(?: file)? found\b"
+        # a program's own check of a path it was given, raised as an OSError
+        r"|^(?:OSError|IOError): ['\"]?\S*[\\/]\S+?['\"]? (?:is )?not found\.?\s*$",
         "a file or folder the run needs does not exist",
     ),
     # An empty dataset (the data path holds none of what the loader looks for: torch's
@@ -1320,8 +1356,8 @@ _COMPLETED = re.compile(
     # the HF Trainer's summary, detectron2's last hook, TensorFlow Estimator's train() return
     r"|\*{5} train metrics \*{5}|Overall training speed: \d+ iterations in"
     r"|\bLoss for final step: |^\s*Early stopping\.?\s*$"
-    # Vowpal Wabbit's summary after its last pass
-    r"|^total feature number = \d+\s*$",
+    # Vowpal Wabbit's summary after its last pass; LSF's job report when the job exited 0
+    r"|^total feature number = \d+\s*$|^Successfully completed\.\s*$",
     re.IGNORECASE,
 )
 # torchrun's report that a worker failed, which says nothing of why (the rank's own log does).

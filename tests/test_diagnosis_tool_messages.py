@@ -300,6 +300,86 @@ CASES: list[tuple[str, str, str]] = [
 # these signatures (2026-12-06).
 SIGNED: list[tuple[str, str, str]] = [
     (
+        "Isaac Gym's check of the driver's CUDA version",
+        "[Warning] [carb.gym.plugin] useGpu is set, forcing single scene\nwarning : CUDA driver "
+        "version is 11000, expected at least 11040.\n",
+        "driver_mismatch",
+    ),
+    (
+        "DGL's CPU-only build asked for a GPU",
+        "dgl._ffi.base.DGLError: [10:02:11] /opt/dgl/src/runtime/c_runtime_api.cc:88: Check "
+        "failed: allow_missing: Device API cuda is not enabled. Please install the cuda version "
+        "of dgl.\n",
+        "import_or_env",
+    ),
+    (
+        "mmcv's load_checkpoint on a path that is no file",
+        'Traceback (most recent call last):\n  File "tools/train.py", line 12, in <module>\n'
+        "OSError: pretrained/resnet50_v1c.pth is not a checkpoint file\n",
+        "file_missing",
+    ),
+    (
+        "a tracker's search for its network's checkpoint",
+        'Traceback (most recent call last):\n  File "run.py", line 7, in <module>\n    raise '
+        "Exception('No matching checkpoint file found')\nException: No matching checkpoint file "
+        "found\n",
+        "file_missing",
+    ),
+    (
+        "slurmstepd when a step passes its memory limit (no cgroup OOM)",
+        "slurmstepd: error: Step 881203.0 exceeded memory limit (16831488 > 16777216), being "
+        "killed\nsrun: error: node12: task 0: Killed\n",
+        "host_oom",
+    ),
+    (
+        "LSF's job report at its memory limit",
+        "TERM_MEMLIMIT: job killed after reaching LSF memory usage limit.\nExited with exit code "
+        "137.\n\nResource usage summary:\n\n    CPU time :   3600.10 sec.\n",
+        "host_oom",
+    ),
+    (
+        "LSF's job report, killed by an administrator",
+        "TERM_ADMIN: job killed by root or LSF administrator.\nExited with exit code 130.\n",
+        "killed",
+    ),
+    (
+        "LSF's job report at its CPU time limit",
+        "TERM_CPULIMIT: job killed after reaching LSF CPU usage limit.\nExited with signal "
+        "termination: 24.\n",
+        "hang_or_timeout",
+    ),
+    (
+        "Slurm cancelling a job for a preemption",
+        "slurmstepd: error: *** JOB 77120 ON gpu-a07 CANCELLED AT 2024-03-01T02:11:09 DUE TO "
+        "PREEMPTION ***\n",
+        "killed",
+    ),
+    (
+        "Snakemake on Ctrl-C",
+        "[Fri Mar  1 10:02:11 2024]\nrule train:\n    jobid: 3\n^CTerminating processes on "
+        "user request, this might take some time.\n",
+        "killed",
+    ),
+    (
+        "LSF's job report when the job exited 0",
+        "epoch 30: val_acc 0.912\n\nSuccessfully completed.\n\nResource usage summary:\n\n"
+        "    CPU time :                                   7211.52 sec.\n    Max Memory :      "
+        "                           2310 MB\n\nThe output (if any) is above this job summary.\n",
+        "succeeded",
+    ),
+    (
+        "Python 2's AttributeError on a module (a binding built without a part)",
+        'Traceback (most recent call last):\n  File "train.py", line 88, in <module>\n    '
+        "loss = ext.gpu_loss(x)\nAttributeError: 'module' object has no attribute 'gpu_loss'\n",
+        "import_or_env",
+    ),
+    (
+        "a data loader's own check of a path, as an OSError",
+        'Traceback (most recent call last):\n  File "train.py", line 40, in <module>\n'
+        "OSError: data/labels_with_ids/000123.txt not found.\n",
+        "file_missing",
+    ),
+    (
         "srun when Slurm takes the job's allocation back",
         "srun: Force Terminated job 16127178\nsrun: error: Job allocation 16127178 has been "
         "revoked\n",
