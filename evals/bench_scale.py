@@ -48,7 +48,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 from sqlalchemy import func, insert, select
+from sqlmodel import select as sqlmodel_select
 
+from nightshift.runtime.executors.executor import gang_host
+from nightshift.runtime.gpu.ray_census import HOST_PREFIX
 from nightshift.runtime.scheduling.placement import (
     GpuSlot,
     PendingJob,
@@ -56,11 +59,12 @@ from nightshift.runtime.scheduling.placement import (
     Snapshot,
     place,
 )
-from nightshift.runtime.scheduling.snapshot import load_snapshot
+from nightshift.runtime.scheduling.snapshot import by_host, load_snapshot
 from nightshift.runtime.scheduling.tariff import PriceWindow, Tariff
 from nightshift.runtime.spec import ExperimentSpec
 from nightshift.runtime.store import lifecycle
 from nightshift.runtime.store.db import Attempt, GpuSample, Job, Store
+from nightshift.runtime.store.lifecycle import AttemptState, Ended
 
 NOW = datetime(2026, 12, 2, 3, 0)  # naive UTC, like the store
 GPUS_PER_HOST = 8
@@ -212,10 +216,24 @@ def bench_spec(i: int, rnd: random.Random) -> dict[str, Any]:
     return spec.model_dump(mode="json")
 
 
-def populate(store: Store, n_queued: int, n_gpus: int, seed: int = 0, now: datetime = NOW) -> None:
+def populate(
+    store: Store,
+    n_queued: int,
+    n_gpus: int,
+    seed: int = 0,
+    now: datetime = NOW,
+    cluster: str | None = None,
+) -> None:
     """Fill a store the way a long night leaves it: `n_queued` queued jobs (5 % retrying after a
     failed attempt), one running job per busy GPU group, a history of succeeded jobs, and the
-    latest health sample of every GPU (recorded twice: the table keeps history)."""
+    latest health sample of every GPU (recorded twice: the table keeps history). The GPUs are
+    this node's; with `cluster` (a host prefix, "ray:"), the census's of GPUS_PER_HOST-GPU hosts,
+    each running job on one host."""
+    per_host = GPUS_PER_HOST if cluster is not None else n_gpus
+
+    def host_of(g: int) -> str:
+        return f"{cluster}10.0.{g // per_host // 250}.{g // per_host % 250}" if cluster else ""
+
     rnd = random.Random(seed)
     jobs, attempts = [], []
     job_id = 0
@@ -265,7 +283,10 @@ def populate(store: Store, n_queued: int, n_gpus: int, seed: int = 0, now: datet
     gpu = 0
     while gpu < n_gpus - 16:
         spec = bench_spec(rnd.randrange(10_000), rnd)
-        spec["resources"]["gpus"] = k = min(rnd.choice([1, 1, 2, 4, 8]), n_gpus - 16 - gpu)
+        host_end = (gpu // per_host + 1) * per_host
+        spec["resources"]["gpus"] = k = min(
+            rnd.choice([1, 1, 2, 4, 8]), n_gpus - 16 - gpu, host_end - gpu
+        )
         spec["depends_on"] = []
         jid = job("running", spec, now - timedelta(hours=10))
         attempts.append(
@@ -276,7 +297,8 @@ def populate(store: Store, n_queued: int, n_gpus: int, seed: int = 0, now: datet
                 "outcome": None,
                 "started_at": now - timedelta(hours=rnd.random() * 5),
                 "ended_at": None,
-                "gpus": list(range(gpu, gpu + k)),
+                "gpus": [i % per_host for i in range(gpu, gpu + k)],
+                "host": host_of(gpu),
                 "handle": {"pid": 0},
                 "argv": ["python"],
                 "params": {},
@@ -303,15 +325,16 @@ def populate(store: Store, n_queued: int, n_gpus: int, seed: int = 0, now: datet
             )
     samples = [
         {
-            "gpu_index": g,
-            "host": "localhost",
+            "gpu_index": g % per_host,
+            "host": host_of(g) or "localhost",
             "verdict": v,
             "taken_at": now - timedelta(minutes=m),
             "data": {"memory_total_mib": GPU_MIB, "memory_used_mib": 0.0},
         }
         for m in (10, 1)
         for g in range(n_gpus)
-        for v in [("CRITICAL" if g % 50 == 7 else "OK")]
+        # 2 % quarantined: in a cluster, whole hosts (one bad GPU quarantines its host)
+        for v in [("CRITICAL" if (g // per_host if cluster else g) % 50 == 7 else "OK")]
     ]
     with store.session() as s:
         s.execute(insert(Job), jobs)
@@ -534,7 +557,8 @@ def bench_place_many(
 def store_ticks(store: Store, seed: int = 1) -> Iterator[datetime]:
     """Change `store` between a daemon's ticks as `tick_snapshots` changes a snapshot: a minute
     later each time, 0.5 % of the queued jobs gone (failed) and as many submitted (copies of
-    queued ones under new ids), three priorities raised; yields the tick's time."""
+    queued ones under new ids), three priorities raised, 1 % of the running jobs finished;
+    yields the tick's time. (The ticks' starts are recorded by `start_in_store`.)"""
     rnd = random.Random(seed)
     table = Job.__table__
     with store.session() as s:
@@ -560,12 +584,44 @@ def store_ticks(store: Store, seed: int = 1) -> Iterator[datetime]:
             s.execute(insert(Job), rows)
             for job_id in rnd.sample(queued, 3):
                 s.get_one(Job, job_id).priority += 1
+            live = list(
+                s.exec(
+                    sqlmodel_select(Attempt).where(Attempt.state == "running").order_by(Attempt.id)
+                ).all()
+            )
+            for att in rnd.sample(live, min(len(live), max(1, len(live) // 100))):
+                lifecycle.end_attempt(s, att, Ended(AttemptState.EXITED, exit_code=0), now)
         yield now
 
 
+def start_in_store(store: Store, snap: Snapshot, starts: list[Any], now: datetime) -> None:
+    """Record placement's starts as the engine does before it launches (the job claimed, a
+    running attempt on the GPUs given, a gang's on each host), launching nothing."""
+    with store.session() as s:
+        for start in starts:
+            if lifecycle.claim(s, start.job_id, now) is None:
+                continue
+            ranks = by_host(snap, start.gpus)
+            number = len(
+                s.exec(sqlmodel_select(Attempt.id).where(Attempt.job_id == start.job_id)).all()
+            )
+            s.add(
+                Attempt(
+                    job_id=start.job_id,
+                    number=number + 1,
+                    state="running",
+                    gpus=[i for r in ranks for i in r.gpus],
+                    host=gang_host(ranks),
+                    started_at=now,
+                    executor="ray",
+                )
+            )
+
+
 def bench_daemon_ticks(n_pending: int, n_gpus: int, repeats: int) -> list[Row]:
-    """The daemon's placement step from a SQLite store (`load_snapshot` + `place()`, under the
-    daemon's scheduler defaults) over ticks that change the queue (`store_ticks`): loading with
+    """The daemon's placement step from a SQLite store (`load_snapshot` + `place()` on a Ray
+    cluster of GPUS_PER_HOST-GPU hosts, under the daemon's scheduler defaults, its starts then
+    recorded) over ticks that change the queue (`store_ticks`): loading with
     the previous tick's jobs kept (`previous=`, as the engine does), then without, each over its
     own store that the same seed changes alike (placement's caches are per process: interleaved,
     one mode's new objects would push the other's out); their decisions must be the same."""
@@ -576,17 +632,24 @@ def bench_daemon_ticks(n_pending: int, n_gpus: int, repeats: int) -> list[Row]:
         made: list[Any] = []
         with tempfile.TemporaryDirectory(prefix="ns-ticks-") as tmp:
             store = Store(f"sqlite:///{tmp}/nightshift.db")
-            populate(store, n_pending, n_gpus)
+            populate(store, n_pending, n_gpus, cluster=HOST_PREFIX)
             ticks = store_ticks(store)
             for i in range(repeats + 2):  # two warm-up ticks: imports, caches, first columns
                 now = next(ticks)
                 t0 = time.perf_counter()
                 snap = load_snapshot(
-                    store, now, cpu_slots=4, tariff=night_tariff(), previous=previous
+                    store,
+                    now,
+                    cpu_slots=4,
+                    tariff=night_tariff(),
+                    cluster=HOST_PREFIX,
+                    previous=previous,
                 ).model_copy(update=daemon_order())
                 t1 = time.perf_counter()
-                made.append(place(snap).model_dump())
+                decision = place(snap)
                 t2 = time.perf_counter()
+                made.append(decision.model_dump())
+                start_in_store(store, snap, decision.starts, now)
                 if i >= 2:
                     load_ms.append((t1 - t0) * 1000)
                     place_ms.append((t2 - t1) * 1000)
