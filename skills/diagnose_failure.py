@@ -478,6 +478,14 @@ SIGNATURES: tuple[Signature, ...] = (
         "a write failed: the disk is full (ENOSPC)",
         on_info=True,
     ),
+    # torch's shared-memory allocator writing a tensor for the DataLoader into /dev/shm (a
+    # container's 64 MB default fills at once), its errno sometimes left off
+    _sig(
+        "disk_full",
+        r"\bunable to write to file </torch_\d+_\d+(?:_\d+)?>",
+        "the DataLoader's shared memory (/dev/shm) is full: give the container more "
+        "(--shm-size, a larger /dev/shm) or use fewer workers",
+    ),
     # (EDQUOT's text; a batch system or a grid refusing a job its disk quota cannot hold)
     _sig(
         "disk_full",
@@ -557,6 +565,13 @@ SIGNATURES: tuple[Signature, ...] = (
         "the loss diverged",
     ),
     _sig("nan_loss", r"\bnon-finite loss\b", "the loss diverged"),
+    # a loop's own check (`if not math.isfinite(loss)`, as MAE / DeiT-style loops and verl's
+    # grad-norm guard print it, typos and all)
+    _sig(
+        "nan_loss",
+        r"\b(?:loss|grad(?:ient)?[_ ]norm)(?: value)? (?:is|in|was) not finite\b",
+        "the loss (or the gradient norm) is no longer finite: the run diverged",
+    ),
     _sig(
         "nan_loss",
         r"returned nan values in its \d+(?:st|nd|rd|th) output",
@@ -691,6 +706,14 @@ SIGNATURES: tuple[Signature, ...] = (
         "import_or_env",
         r"Failed to import [\w.]+ because of the following error",
         "an import failed",
+    ),
+    # transformers' TrainingArguments given a keyword its version no longer (or not yet) has
+    # (`evaluation_strategy`, removed in 4.46): code written for another version
+    _sig(
+        "import_or_env",
+        r"TrainingArguments\.(?:__)?init(?:__)?\(\) got an unexpected keyword argument",
+        "the installed transformers does not take an argument the code passes: it was written "
+        "for another version (pin the one it names, or rename the argument)",
     ),
     # DGL's CPU-only build asked for a GPU
     _sig(
@@ -1228,6 +1251,15 @@ SIGNATURES: tuple[Signature, ...] = (
         on_info=True,
         min_lines=2,
     ),
+    # A loop that prints its step and its one loss, bare (`76980 nan`), NaN on several lines
+    _sig(
+        "nan_loss",
+        r"^\s*\[?\d+\]?[\s,:|]+-?nan\s*$",
+        "progress lines show the loss NaN on several iterations",
+        strong=False,
+        on_info=True,
+        min_lines=3,
+    ),
     # fp16 loss scaling that cannot find a scale at which the loss is finite (fairseq, DeepSpeed).
     _sig(
         "nan_loss",
@@ -1236,6 +1268,12 @@ SIGNATURES: tuple[Signature, ...] = (
         "fp16 loss scaling has collapsed (every step overflows): the loss diverged",
         strong=False,
         on_info=True,
+    ),
+    # NCCL's init finding two ranks on one GPU (a launcher without --nproc / CUDA_VISIBLE_DEVICES)
+    _sig(
+        "nccl_or_distributed",
+        r"\bDuplicate GPU detected : rank \d+ and rank \d+ both on CUDA device",
+        "two ranks were given the same GPU: each process must select its own (LOCAL_RANK)",
     ),
     # torch.distributed used before init_process_group; DDP's unused-parameter reduction error
     _sig(
@@ -1356,6 +1394,8 @@ _COMPLETED = re.compile(
     # the HF Trainer's summary, detectron2's last hook, TensorFlow Estimator's train() return
     r"|\*{5} train metrics \*{5}|Overall training speed: \d+ iterations in"
     r"|\bLoss for final step: |^\s*Early stopping\.?\s*$"
+    # BERT's run_classifier and the HF example scripts, their evaluation after training ends
+    r"|\*{5} Eval results \*{5}|\*{5} eval metrics \*{5}"
     # Vowpal Wabbit's summary after its last pass; LSF's job report when the job exited 0
     r"|^total feature number = \d+\s*$|^Successfully completed\.\s*$",
     re.IGNORECASE,

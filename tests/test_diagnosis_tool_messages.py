@@ -300,6 +300,47 @@ CASES: list[tuple[str, str, str]] = [
 # these signatures (2026-12-06).
 SIGNED: list[tuple[str, str, str]] = [
     (
+        "torch's shared-memory allocator for the DataLoader, without its errno",
+        '  File "/opt/conda/lib/python3.8/site-packages/torch/storage.py", line 122, in '
+        "_new_shared\n    return cls._new_using_fd(size)\nRuntimeError: unable to write to file "
+        "</torch_2211_3300718815>\n",
+        "disk_full",
+    ),
+    (
+        "a loop's own finiteness check of its loss (MAE / DeiT-style)",
+        "Epoch [3/90]; Iter [120/5004]; Loss 6.91\nLoss is not finite. Terminate training.\n",
+        "nan_loss",
+    ),
+    (
+        "verl's guard on the gradient norm",
+        "[Global Step: 41] Update Actor Starts ...\nWARN: rank 0 grad_norm is not finite: nan\n",
+        "nan_loss",
+    ),
+    (
+        "a loop printing its step and loss, bare",
+        "1200 2.4117\n1210 2.3954\n1220 nan\n1230 nan\n1240 nan\n",
+        "nan_loss",
+    ),
+    (
+        "NCCL's init finding two ranks on one GPU, its last error as a person pastes it",
+        "Last error:\nDuplicate GPU detected : rank 1 and rank 0 both on CUDA device 1000\n",
+        "nccl_or_distributed",
+    ),
+    (
+        "transformers' TrainingArguments without a keyword its version removed",
+        'Traceback (most recent call last):\n  File "finetune.py", line 61, in <module>\n'
+        "TypeError: TrainingArguments.__init__() got an unexpected keyword argument "
+        "'evaluation_strategy'\n",
+        "import_or_env",
+    ),
+    (
+        "BERT's run_classifier, its evaluation after training",
+        "INFO:tensorflow:Finished evaluation at 2019-03-02-10:11:12\nINFO:tensorflow:***** Eval "
+        "results *****\nINFO:tensorflow:  eval_accuracy = 0.8431\nINFO:tensorflow:  eval_loss = "
+        "0.5012\nINFO:tensorflow:  global_step = 343\nINFO:tensorflow:  loss = 0.5012\n",
+        "succeeded",
+    ),
+    (
         "Isaac Gym's check of the driver's CUDA version",
         "[Warning] [carb.gym.plugin] useGpu is set, forcing single scene\nwarning : CUDA driver "
         "version is 11000, expected at least 11040.\n",
