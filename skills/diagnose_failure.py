@@ -715,6 +715,15 @@ SIGNATURES: tuple[Signature, ...] = (
         "the installed transformers does not take an argument the code passes: it was written "
         "for another version (pin the one it names, or rename the argument)",
     ),
+    # stable-baselines3 refusing a space of the very class it supports: the environment's space
+    # comes from the other package (gym against gymnasium), not a setting
+    _sig(
+        "import_or_env",
+        r"only supports \([^)\n]*?<class '(?:gym|gymnasium)\.spaces\.\w+\.(\w+)'>[^)\n]*\) as "
+        r"(?:action|observation) spaces? but \1\(",
+        "the environment's spaces come from the other gym package than the library's (gym "
+        "against gymnasium): install the versions that go together",
+    ),
     # DGL's CPU-only build asked for a GPU
     _sig(
         "import_or_env",

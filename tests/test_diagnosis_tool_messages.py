@@ -300,6 +300,14 @@ CASES: list[tuple[str, str, str]] = [
 # these signatures (2026-12-06).
 SIGNED: list[tuple[str, str, str]] = [
     (
+        "stable-baselines3 given a gymnasium space where it expects gym's",
+        '  File "site-packages/stable_baselines3/common/base_class.py", line 180, in __init__\n'
+        "    assert isinstance(self.action_space, supported_action_spaces), (\nAssertionError: "
+        "The algorithm only supports (<class 'gym.spaces.box.Box'>,) as action spaces but "
+        "Box(-2.0, 2.0, (1,), float32) was provided\n",
+        "import_or_env",
+    ),
+    (
         "torch's shared-memory allocator for the DataLoader, without its errno",
         '  File "/opt/conda/lib/python3.8/site-packages/torch/storage.py", line 122, in '
         "_new_shared\n    return cls._new_using_fd(size)\nRuntimeError: unable to write to file "
