@@ -334,9 +334,10 @@ def diagnose_local(case: dict[str, Any], ctx: Any = None) -> dict[str, Any]:
     """One row for a correction: what the rules say now on its excerpt and status."""
     from nightshift.skills.diagnose_failure import diagnose_failure
 
-    args = {
+    args: dict[str, Any] = {
         k: case[k] for k in ("log_tail", "exit_code", "signal", "monitor_says", "monitor_detail")
     }
+    args["remember"] = False  # the rules alone: a correction would otherwise read itself
     if args["signal"] is not None and not 0 <= args["signal"] <= 64:
         args["signal"] = None
     t0 = time.perf_counter()

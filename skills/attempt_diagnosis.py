@@ -28,8 +28,10 @@ MAX_LINE = 300
 _NOT_A_CAUSE = ("Traceback (most recent call last)",)
 
 
-def diagnose_attempt(run: FailedRun) -> Diagnosis:
-    """Classify a failed attempt from its log tail, exit status and the loop's own verdict."""
+def diagnose_attempt(run: FailedRun, store: Store | None = None) -> Diagnosis:
+    """Classify a failed attempt from its log tail, exit status and the loop's own verdict; with
+    `store`, a person's correction of a log that ended the same way is used (the loop's
+    diagnoser: skills/remembered_corrections.py)."""
     sig = run.signal if run.signal is not None and 0 <= run.signal <= MAX_SIGNAL else None
     result = diagnose_failure.fn(
         None,
@@ -44,6 +46,17 @@ def diagnose_attempt(run: FailedRun) -> Diagnosis:
             machine=run.machine,
         ),
     )
+    if store is not None:
+        from nightshift.skills.remembered_corrections import remember
+
+        result = remember(
+            store,
+            result,
+            lambda: run.log_tail,
+            params=run.params or None,
+            knobs=run.knobs or None,
+            attempt_id=run.attempt_id,
+        )
     shown = from_result(result, first_line_no=run.first_line_no)
     if shown.evidence is None and run.monitor_detail and not run.monitor_says:
         # Nothing in the log says it, but the loop said why it failed ("could not start: ...").
@@ -74,6 +87,7 @@ def from_result(result: DiagnoseFailureResult, *, first_line_no: int = 1) -> Dia
         fix=result.remediation.message,
         changes=dict(result.remediation.changes),
         machine=[m.model_dump() for m in result.machine],
+        remembered=result.remembered,
     )
 
 

@@ -78,6 +78,7 @@ except ImportError:  # pragma: no cover - Python < 3.11
 from nightshift.runtime.gpu import xid as xid_module
 from nightshift.runtime.gpu.bus import normalize_bus_id
 from nightshift.runtime.training import job_files, log_classifier, pasted_log
+from nightshift.runtime.training.attempt_diagnosis import Remembered
 from nightshift.runtime.training.machine_evidence import MachineEvidence
 from nightshift.runtime.user_files import read_as_reader
 from nightshift.skills.base import SkillContext, skill
@@ -187,6 +188,11 @@ class DiagnoseFailureInput(BaseModel):
         None,
         description="The spec's knobs: learning_rate / micro_batch / grad_accum → parameter name",
     )
+    remember: bool = Field(
+        True,
+        description="Use the operator's corrections (`diagnose JOB --correct`) of logs that ended "
+        "the same way; false: the rules' reading alone (what `eval diagnosis --local` measures)",
+    )
     machine: MachineEvidence | None = Field(
         None,
         description="What the machine said as the attempt ended (the daemon reads it): the run's "
@@ -236,6 +242,12 @@ class DiagnoseFailureResult(BaseModel):
         default_factory=list,
         description="What the machine said (given `machine`): each piece with its source — "
         "exit_status, cgroup, kernel_log, disk, gpu_xid, metrics",
+    )
+    remembered: Remembered | None = Field(
+        None,
+        description="Where the category is a person's: their correction of an earlier attempt "
+        "whose log ended the same way, which the rules had read as they read this one (the "
+        "rules' own category is kept in it)",
     )
 
 
@@ -1624,6 +1636,17 @@ def diagnose_failure(ctx: SkillContext, inp: DiagnoseFailureInput) -> DiagnoseFa
     found = _classify(ctx, inp, sig, facts)
     if inp.machine is not None:
         found.machine = facts.lines
+    if ctx is not None and ctx.store is not None and inp.remember:
+        from nightshift.skills.remembered_corrections import remember
+
+        found = remember(
+            ctx.store,
+            found,
+            lambda: "\n".join(_read_log(inp, ctx.settings.runs_dir)[0]),
+            params=inp.params,
+            knobs=inp.knobs,
+            log_path=inp.log_path,
+        )
     return found
 
 
@@ -2726,6 +2749,21 @@ def _result(
         remediation=remediation,
         signal=sig,
     )
+
+
+def remediation_for(
+    category: str, params: dict[str, Any] | None, knobs: dict[str, str] | None
+) -> tuple[bool, Remediation]:
+    """Whether a retry can help and what to do, for a failure of `category` (its default
+    action, made concrete with the attempt's parameters and knobs): for a category a person gave
+    where the rules read another (skills/remembered_corrections.py)."""
+    retryable, action, message = DEFAULTS[category]
+    remediation = _remediation(
+        category, action, message, DiagnoseFailureInput(params=params, knobs=knobs)
+    )
+    if remediation.action == "stop" and category == "cuda_oom":
+        retryable = False
+    return retryable, remediation
 
 
 def _remediation(

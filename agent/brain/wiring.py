@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -234,9 +234,14 @@ class Wiring:
         def opinion_asked(step: dict[str, Any]) -> None:
             self.audit.append("system", "llm.second_opinion", payload=step)
 
-        # The loop never waits for the model: the opinion is attached when it comes.
+        # A person's correction of a log that ended the same way comes first (their category, the
+        # rules' kept beside it); the loop never waits for the model: the opinion is attached
+        # when it comes.
         diagnose = with_second_opinion(
-            diagnose_attempt, self.settings, on_call=opinion_asked, attach=self.attach_opinion
+            partial(diagnose_attempt, store=self.store),
+            self.settings,
+            on_call=opinion_asked,
+            attach=self.attach_opinion,
         )
         self.opinions = diagnose if isinstance(diagnose, LaterOpinions) else None
         engine = Engine(

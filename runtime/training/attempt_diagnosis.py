@@ -43,6 +43,18 @@ class SecondOpinion(BaseModel):
     note: str = Field("", description="The model's one-line reason, or why it was dropped")
 
 
+class Remembered(BaseModel):
+    """A person's correction of an earlier attempt whose log ended the same way (its last error
+    line, numbers and paths aside) and which the rules had read as they read this one: the
+    category is theirs, and the rules' reading is kept beside it."""
+
+    rules_category: str = Field(description="What the rules said of this attempt")
+    job_id: int = Field(description="The corrected attempt's job")
+    attempt: int = Field(description="The corrected attempt's number")
+    corrected_by: str
+    ending: str = Field(description="The line both logs end with, as compared")
+
+
 class Diagnosis(BaseModel):
     """Why an attempt failed, in the words a person reads first: what kind of failure, the one
     log line that shows it (and where), and what to do about it."""
@@ -70,6 +82,11 @@ class Diagnosis(BaseModel):
         default_factory=list,
         description="What the machine said as the attempt ended, each {source, text, line_no}: "
         "source exit_status | cgroup | kernel_log | disk | gpu_xid | metrics",
+    )
+    remembered: Remembered | None = Field(
+        None,
+        description="Where the category is a person's: their correction of an earlier attempt "
+        "whose log ended the same way (the rules' own reading is kept in it)",
     )
     second_opinion: SecondOpinion | None = Field(
         None,
