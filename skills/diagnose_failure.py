@@ -1646,6 +1646,7 @@ def diagnose_failure(ctx: SkillContext, inp: DiagnoseFailureInput) -> DiagnoseFa
             params=inp.params,
             knobs=inp.knobs,
             log_path=inp.log_path,
+            asker=ctx.principal,
         )
     return found
 

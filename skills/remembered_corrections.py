@@ -6,20 +6,28 @@ its last error line, numbers, paths and quoted values aside — and the rules re
 the corrected one, the diagnosis the loop keeps is the person's category, saying whose and which
 attempt, with the rules' reading beside it (`remembered`): diagnose_failure's own answer (what the
 recover playbook acts on) and the loop's diagnoser alike. `eval diagnosis --local` measures the
-rules alone (`remember=False`). Only a specific ending carries a judgement from one
-run to another (a bare `Killed` says too little: ENDING_MIN_WORDS), a correction that agreed with
-the rules teaches nothing, and the newest correction of an ending wins.
+rules alone (`remember=False`).
+
+Whose word counts: the job's owner's for their own jobs (for a log that is no job's, the
+asker's), and the operator's — the account that runs the loop — for every job; so nobody else can
+change how another user's job is recovered by correcting a failure of their own. Only a specific ending
+carries a judgement from one run to another (a bare `Killed` says too little: ENDING_MIN_WORDS),
+a correction that agreed with the rules teaches nothing, and the newest correction wins.
 """
 
 from __future__ import annotations
 
+import os
+import pwd
 import re
 from collections.abc import Callable
 from typing import Any
 
+from sqlalchemy import func
+from sqlalchemy import select as select_columns
 from sqlmodel import col, select
 
-from nightshift.runtime.store.db import DiagnosisCorrection, Store
+from nightshift.runtime.store.db import Attempt, DiagnosisCorrection, Job, Store
 from nightshift.runtime.training import pasted_log
 from nightshift.runtime.training.attempt_diagnosis import Remembered
 from nightshift.skills.diagnose_failure import DiagnoseFailureResult, remediation_for
@@ -28,6 +36,8 @@ ENDING_MIN_WORDS = 3
 SCAN_LINES = 40  # the ending is looked for among the log's last this many written lines
 RECENT = 500  # the corrections compared, newest first
 MAX_ENDING = 300
+MAX_LINE = 2000  # of a line, what is read
+TAIL_CHARS = 16_000  # of a log, what is read for its ending
 
 # A line that says something went wrong, in the words tools use (not a traceback's frame)
 _ERRORISH = re.compile(
@@ -48,7 +58,10 @@ def ending(text: str) -> str | None:
     """The log's last line that says something went wrong, as compared: lower case, hex values,
     paths, quoted values and numbers replaced, spaces collapsed; None when there is none, or it
     is too short to say which failure it is."""
-    written = [s for s in (pasted_log.primary(line).strip() for line in text.splitlines()) if s]
+    # (the end alone, each line cut short: an excerpt may hold 4,000 lines, and a line a megabyte;
+    # a correction's is cut to the same TAIL_CHARS in the database)
+    tail = text[-TAIL_CHARS:].splitlines()[-SCAN_LINES * 4 :]
+    written = [s for s in (pasted_log.primary(line[:MAX_LINE]).strip() for line in tail) if s]
     for line in reversed(written[-SCAN_LINES:]):
         if _FRAME.match(line) or not _ERRORISH.search(line):
             continue
@@ -60,34 +73,88 @@ def ending(text: str) -> str | None:
     return None
 
 
+def owner_of(
+    store: Store, *, attempt_id: int | None = None, log_path: str | None = None
+) -> str | None:
+    """Whose job the attempt (by its row id, or its log's path) is; None when it is no job's."""
+    if attempt_id is None and log_path is None:
+        return None
+    where = Attempt.id == attempt_id if attempt_id is not None else Attempt.log_path == log_path
+    with store.session() as s:
+        return s.exec(
+            select(Job.owner).join(Attempt, Attempt.job_id == Job.id).where(where)
+        ).first()
+
+
+def operator() -> str:
+    """The account this process runs as (the daemon's, or a person's running their own loop):
+    the user database's name, not the environment's."""
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return f"uid-{os.getuid()}"
+
+
+def _tail_of_excerpt(dialect: str) -> Any:
+    """The excerpt's last TAIL_CHARS characters, cut in the database: a correction keeps up to
+    256 KiB of log, and only its end is compared."""
+    excerpt = col(DiagnosisCorrection.log_excerpt)
+    if dialect == "postgresql":
+        return func.right(excerpt, TAIL_CHARS)
+    return func.substr(excerpt, -TAIL_CHARS)  # SQLite: a negative start counts from the end
+
+
 def recall(
     store: Store,
     said: str,
     rules_category: str,
+    trusted: tuple[str, ...],
     *,
     attempt_id: int | None = None,
     log_path: str | None = None,
-) -> DiagnosisCorrection | None:
-    """The newest correction of a log that ended as `said`, where the rules had said
-    `rules_category` and the person another category; never the attempt's own (by its row id or
-    its log's path)."""
+) -> Any:
+    """The newest correction one of `trusted` gave of a log that ended as `said`, where the rules
+    had said `rules_category` and the person another category (its row: category, job_id,
+    attempt_number, corrected_by); never the attempt's own (by its row id or its log's path)."""
     with store.session() as s:
-        rows = s.exec(
-            select(DiagnosisCorrection)
+        c = DiagnosisCorrection
+        rows = s.execute(
+            select_columns(
+                c.category,
+                c.job_id,
+                c.attempt_id,
+                c.attempt_number,
+                c.corrected_by,
+                c.log_path,
+                _tail_of_excerpt(s.connection().dialect.name).label("tail"),
+            )
             .where(
-                DiagnosisCorrection.rules_category == rules_category,
-                DiagnosisCorrection.category != rules_category,
+                col(c.corrected_by).in_(trusted),
+                c.rules_category == rules_category,
+                c.category != rules_category,
             )
-            .order_by(
-                col(DiagnosisCorrection.corrected_at).desc(), col(DiagnosisCorrection.id).desc()
-            )
+            .order_by(col(c.corrected_at).desc(), col(c.id).desc())
             .limit(RECENT)
         ).all()
     for row in rows:
         own = row.attempt_id == attempt_id or (log_path is not None and row.log_path == log_path)
-        if not own and ending(row.log_excerpt) == said:
+        if not own and _ending_of(row.tail or "") == said:
             return row
     return None
+
+
+# A correction's ending, by its tail's length and (per-process, randomised) hash: each is read
+# once per process, and none is held.
+_ENDINGS: dict[tuple[int, int], str | None] = {}
+
+
+def _ending_of(tail: str) -> str | None:
+    key = (len(tail), hash(tail))
+    if key not in _ENDINGS:
+        if len(_ENDINGS) >= RECENT * 4:
+            _ENDINGS.clear()
+        _ENDINGS[key] = ending(tail)
+    return _ENDINGS[key]
 
 
 def remember(
@@ -99,14 +166,19 @@ def remember(
     knobs: dict[str, str] | None = None,
     attempt_id: int | None = None,
     log_path: str | None = None,
+    asker: str | None = None,
 ) -> DiagnoseFailureResult:
-    """`result`, or the person's category where they corrected a log that ended as this one
-    (`text`, read only when some correction could apply) and the rules had read it as they read
-    this one: its remediation made concrete, the rules' reading kept in `remembered`."""
+    """`result`, or the person's category where the job's owner (for a log that is no job's,
+    `asker`) or the operator corrected a log that ended as this one (`text`, read only when a
+    correction could apply) and the rules had read it as they read this one: its remediation made
+    concrete, the rules' reading kept in `remembered`."""
+    whose = owner_of(store, attempt_id=attempt_id, log_path=log_path) or asker
+    trusted = tuple(dict.fromkeys(w for w in (whose, operator()) if w))
     with store.session() as s:
         any_row = s.exec(
             select(DiagnosisCorrection.id)
             .where(
+                col(DiagnosisCorrection.corrected_by).in_(trusted),
                 DiagnosisCorrection.rules_category == result.category,
                 DiagnosisCorrection.category != result.category,
             )
@@ -114,7 +186,7 @@ def remember(
         ).first()
     said = ending(text()) if any_row is not None else None
     row = (
-        recall(store, said, result.category, attempt_id=attempt_id, log_path=log_path)
+        recall(store, said, result.category, trusted, attempt_id=attempt_id, log_path=log_path)
         if said is not None
         else None
     )

@@ -21,6 +21,8 @@ from nightshift.skills.remembered_corrections import ending
 
 from conftest import nightshift
 
+pytest_plugins = ["postgres_service"]
+
 ME = pwd.getpwuid(os.getuid()).pw_name
 
 
@@ -101,45 +103,83 @@ def test_the_loop_keeps_the_operators_category_for_a_log_that_ends_the_same_way(
     assert att["diagnosis"].get("remembered") is None
 
 
-def correction(store: Store, text: str, category: str, rules: str) -> int:
-    """A corrected attempt of a log `text`, as correct_diagnosis records it; its attempt id."""
+def attempt(store: Store, owner: str) -> int:
+    """A failed attempt of a job of `owner`'s; its row id."""
     with store.session() as s:
-        job = Job(name="j", spec={"name": "j", "command": ["true"]}, state="failed")
+        job = Job(name="j", spec={"name": "j", "command": ["true"]}, state="failed", owner=owner)
         s.add(job)
         s.flush()
         att = Attempt(job_id=job.id, number=1, state="exited", outcome="failed", exit_code=1)
         s.add(att)
         s.flush()
-        assert job.id is not None and att.id is not None
-        s.add(
-            DiagnosisCorrection(
-                job_id=job.id,
-                attempt_id=att.id,
-                attempt_number=1,
-                category=category,
-                rules_category=rules,
-                corrected_by="ops",
-                log_excerpt=text,
-            )
-        )
+        assert att.id is not None
         return att.id
 
 
+def correction(store: Store, text: str, category: str, rules: str, by: str = "ops") -> int:
+    """`by`'s correction of a failed attempt of theirs whose log was `text`; its attempt id."""
+    att_id = attempt(store, by)
+    with store.session() as s:
+        att = s.get(Attempt, att_id)
+        assert att is not None
+        s.add(
+            DiagnosisCorrection(
+                job_id=att.job_id,
+                attempt_id=att_id,
+                attempt_number=1,
+                category=category,
+                rules_category=rules,
+                corrected_by=by,
+                log_excerpt=text,
+            )
+        )
+    return att_id
+
+
 def test_what_is_not_remembered(tmp_path):
+    """ops is a user (not the account the loop runs as): their corrections are for their jobs."""
     store = Store(f"sqlite:///{tmp_path}/s.db")
     diagnose = partial(diagnose_attempt, store=store)
     log = "step 1\nRuntimeError: widget bus 3 lost sync on /dev/wb0\n"
     rules = diagnose_attempt(FailedRun(log_tail=log, exit_code=1)).category
+    mine = attempt(store, "ops")
+
+    def ops_job() -> FailedRun:
+        return FailedRun(log_tail=log, exit_code=1, attempt_id=mine)
+
     # a correction that agreed with the rules teaches nothing
     correction(store, log, rules, rules)
-    assert diagnose(FailedRun(log_tail=log, exit_code=1)).remembered is None
+    assert diagnose(ops_job()).remembered is None
     # an attempt's own correction is not its evidence
     own = correction(store, log, "host_oom", rules)
     assert diagnose(FailedRun(log_tail=log, exit_code=1, attempt_id=own)).remembered is None
     # where the rules read the log otherwise now, the person corrected another reading
     correction(store, "step 1\nValueError: widget bus 3 lost sync\n", "disk_full", "unknown")
-    got = diagnose(FailedRun(log_tail=log, exit_code=1))
+    got = diagnose(ops_job())
     assert got.category == "host_oom" and got.remembered is not None
+    # another user's word never changes how this job is read, nor a job-less failure
+    correction(store, log, "config_error", rules, by="eve")
+    assert diagnose(ops_job()).category == "host_oom"
+    bobs = FailedRun(log_tail=log, exit_code=1, attempt_id=attempt(store, "bob"))
+    assert diagnose(bobs).remembered is None
+    assert diagnose(FailedRun(log_tail=log, exit_code=1)).remembered is None
     # the newest correction of an ending wins
     correction(store, log, "killed", rules)
-    assert diagnose(FailedRun(log_tail=log, exit_code=1)).category == "killed"
+    assert diagnose(ops_job()).category == "killed"
+    # the operator's (the account the loop runs as) counts for every job
+    correction(store, log, "nan_loss", rules, by=ME)
+    assert diagnose(bobs).category == "nan_loss" and diagnose(ops_job()).category == "nan_loss"
+
+
+def test_a_correction_is_recalled_from_a_postgresql_store(postgres_url):
+    """The excerpt's end is cut in the database (PostgreSQL's right(), SQLite's substr()); a
+    correction's long excerpt is compared by its last lines alike."""
+    store = Store(postgres_url)
+    log = "step 1\nRuntimeError: widget bus 3 lost sync on /dev/wb0\n"
+    rules = diagnose_attempt(FailedRun(log_tail=log, exit_code=1)).category
+    long_excerpt = "".join(f"step {i} loss 1.{i}\n" for i in range(5000)) + log
+    correction(store, long_excerpt, "host_oom", rules)
+    run = FailedRun(log_tail=log, exit_code=1, attempt_id=attempt(store, "ops"))
+    got = diagnose_attempt(run, store=store)
+    assert got.category == "host_oom" and got.remembered is not None
+    store.engine.dispose()
