@@ -28,7 +28,9 @@ FIELDS: tuple[tuple[str, tuple[type, ...], bool, Any], ...] = (
     ("fix", (str,), True, None),
     ("changes", (dict,), False, {}),
     ("machine", (list,), False, []),
-    # A model's second opinion (a nested model): only its absence is plain.
+    # A person's remembered correction and a model's second opinion (nested models): only their
+    # absence is plain.
+    ("remembered", (type(None),), False, None),
     ("second_opinion", (type(None),), False, None),
 )
 # Where a piece of the machine's evidence is from, as `why` and `show` say it.
@@ -80,6 +82,7 @@ class DiagnosisView:
     fix: str
     changes: dict[str, Any]
     machine: list[dict[str, Any]]
+    remembered: None
     second_opinion: None
 
     def __init__(self, values: dict[str, Any]):
