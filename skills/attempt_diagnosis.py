@@ -18,6 +18,7 @@ from nightshift.skills.diagnose_failure import (
     DiagnoseFailureResult,
     EvidenceLine,
     diagnose_failure,
+    remember,
 )
 
 MAX_DETAIL = 2000  # DiagnoseFailureInput.monitor_detail's limit
@@ -47,8 +48,6 @@ def diagnose_attempt(run: FailedRun, store: Store | None = None) -> Diagnosis:
         ),
     )
     if store is not None:
-        from nightshift.skills.remembered_corrections import remember
-
         result = remember(
             store,
             result,

@@ -77,10 +77,12 @@ except ImportError:  # pragma: no cover - Python < 3.11
 
 from nightshift.runtime.gpu import xid as xid_module
 from nightshift.runtime.gpu.bus import normalize_bus_id
+from nightshift.runtime.store.db import Store
 from nightshift.runtime.training import job_files, log_classifier, pasted_log
 from nightshift.runtime.training.attempt_diagnosis import Remembered
 from nightshift.runtime.training.machine_evidence import MachineEvidence
 from nightshift.runtime.user_files import read_as_reader
+from nightshift.skills import remembered_corrections
 from nightshift.skills.base import SkillContext, skill
 
 Category = Literal[
@@ -1637,8 +1639,6 @@ def diagnose_failure(ctx: SkillContext, inp: DiagnoseFailureInput) -> DiagnoseFa
     if inp.machine is not None:
         found.machine = facts.lines
     if ctx is not None and ctx.store is not None and inp.remember:
-        from nightshift.skills.remembered_corrections import remember
-
         found = remember(
             ctx.store,
             found,
@@ -2752,19 +2752,58 @@ def _result(
     )
 
 
-def remediation_for(
-    category: str, params: dict[str, Any] | None, knobs: dict[str, str] | None
-) -> tuple[bool, Remediation]:
-    """Whether a retry can help and what to do, for a failure of `category` (its default
-    action, made concrete with the attempt's parameters and knobs): for a category a person gave
-    where the rules read another (skills/remembered_corrections.py)."""
-    retryable, action, message = DEFAULTS[category]
-    remediation = _remediation(
-        category, action, message, DiagnoseFailureInput(params=params, knobs=knobs)
+def remember(
+    store: Store,
+    result: DiagnoseFailureResult,
+    text: Callable[[], str],
+    *,
+    params: dict[str, Any] | None = None,
+    knobs: dict[str, str] | None = None,
+    attempt_id: int | None = None,
+    log_path: str | None = None,
+    asker: str | None = None,
+) -> DiagnoseFailureResult:
+    """`result`, or the person's category where they corrected a log that ended as this one
+    (skills/remembered_corrections.py `find`: whose word counts, which endings): its
+    remediation made concrete with the attempt's parameters, the rules' reading kept in
+    `remembered`."""
+    got = remembered_corrections.find(
+        store,
+        result.category,
+        text,
+        attempt_id=attempt_id,
+        log_path=log_path,
+        asker=asker,
     )
-    if remediation.action == "stop" and category == "cuda_oom":
+    if got is None:
+        return result
+    row, said = got
+    retryable, action, message = DEFAULTS[row.category]
+    fix = _remediation(
+        row.category, action, message, DiagnoseFailureInput(params=params, knobs=knobs)
+    )
+    if fix.action == "stop" and row.category == "cuda_oom":
         retryable = False
-    return retryable, remediation
+    return result.model_copy(
+        update={
+            "category": row.category,
+            "confidence": "medium",
+            "retryable": retryable,
+            "remediation": fix,
+            "reasoning": (
+                f"{row.corrected_by} corrected job {row.job_id} attempt {row.attempt_number}, "
+                f"whose log ended the same way, to {row.category}; the rules read "
+                f"{result.category}: {result.reasoning}"
+            ),
+            "remembered": Remembered(
+                rules_category=result.category,
+                job_id=row.job_id,
+                attempt=row.attempt_number,
+                corrected_by=row.corrected_by,
+                ending=said,
+            ),
+        }
+    )
 
 
 def _remediation(

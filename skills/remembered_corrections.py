@@ -5,7 +5,7 @@ log (skills/correct_diagnosis.py). When a later attempt fails with a log that en
 its last error line, numbers, paths and quoted values aside — and the rules read it as they read
 the corrected one, the diagnosis the loop keeps is the person's category, saying whose and which
 attempt, with the rules' reading beside it (`remembered`): diagnose_failure's own answer (what the
-recover playbook acts on) and the loop's diagnoser alike. `eval diagnosis --local` measures the
+recover playbook acts on) and the loop's diagnoser alike (diagnose_failure.py `remember`). `eval diagnosis --local` measures the
 rules alone (`remember=False`).
 
 Whose word counts: the job's owner's for their own jobs (for a log that is no job's, the
@@ -29,8 +29,6 @@ from sqlmodel import col, select
 
 from nightshift.runtime.store.db import Attempt, DiagnosisCorrection, Job, Store
 from nightshift.runtime.training import pasted_log
-from nightshift.runtime.training.attempt_diagnosis import Remembered
-from nightshift.skills.diagnose_failure import DiagnoseFailureResult, remediation_for
 
 ENDING_MIN_WORDS = 3
 SCAN_LINES = 40  # the ending is looked for among the log's last this many written lines
@@ -157,21 +155,19 @@ def _ending_of(tail: str) -> str | None:
     return _ENDINGS[key]
 
 
-def remember(
+def find(
     store: Store,
-    result: DiagnoseFailureResult,
+    category: str,
     text: Callable[[], str],
     *,
-    params: dict[str, Any] | None = None,
-    knobs: dict[str, str] | None = None,
     attempt_id: int | None = None,
     log_path: str | None = None,
     asker: str | None = None,
-) -> DiagnoseFailureResult:
-    """`result`, or the person's category where the job's owner (for a log that is no job's,
-    `asker`) or the operator corrected a log that ended as this one (`text`, read only when a
-    correction could apply) and the rules had read it as they read this one: its remediation made
-    concrete, the rules' reading kept in `remembered`."""
+) -> tuple[Any, str] | None:
+    """The correction that applies to a failure the rules read as `category` (its row: category,
+    job_id, attempt_number, corrected_by) and the ending both logs share, or None: one the job's
+    owner (for a log that is no job's, `asker`) or the operator gave of a log that ended as this
+    one (`text`, read only when a correction could apply), where the rules had read `category`."""
     whose = owner_of(store, attempt_id=attempt_id, log_path=log_path) or asker
     trusted = tuple(dict.fromkeys(w for w in (whose, operator()) if w))
     with store.session() as s:
@@ -179,37 +175,13 @@ def remember(
             select(DiagnosisCorrection.id)
             .where(
                 col(DiagnosisCorrection.corrected_by).in_(trusted),
-                DiagnosisCorrection.rules_category == result.category,
-                DiagnosisCorrection.category != result.category,
+                DiagnosisCorrection.rules_category == category,
+                DiagnosisCorrection.category != category,
             )
             .limit(1)
         ).first()
     said = ending(text()) if any_row is not None else None
-    row = (
-        recall(store, said, result.category, trusted, attempt_id=attempt_id, log_path=log_path)
-        if said is not None
-        else None
-    )
-    if row is None:
-        return result
-    retryable, fix = remediation_for(row.category, params, knobs)
-    return result.model_copy(
-        update={
-            "category": row.category,
-            "confidence": "medium",
-            "retryable": retryable,
-            "remediation": fix,
-            "reasoning": (
-                f"{row.corrected_by} corrected job {row.job_id} attempt {row.attempt_number}, "
-                f"whose log ended the same way, to {row.category}; the rules read "
-                f"{result.category}: {result.reasoning}"
-            ),
-            "remembered": Remembered(
-                rules_category=result.category,
-                job_id=row.job_id,
-                attempt=row.attempt_number,
-                corrected_by=row.corrected_by,
-                ending=said,
-            ),
-        }
-    )
+    if said is None:
+        return None
+    row = recall(store, said, category, trusted, attempt_id=attempt_id, log_path=log_path)
+    return None if row is None else (row, said)
