@@ -2736,9 +2736,7 @@ def _result(
     if override is not None:
         retryable, action = bool(override.retryable), str(override.action)
         message = f"do not retry unchanged: {override.meaning}; fix it, then resubmit"
-    remediation = _remediation(category, action, message, inp)
-    if remediation.action == "stop" and category == "cuda_oom":
-        retryable = False
+    retryable, remediation = _remedy(category, retryable, action, message, inp)
     if notes:
         reasoning += "; " + "; ".join(notes)
     return DiagnoseFailureResult(
@@ -2750,6 +2748,15 @@ def _result(
         remediation=remediation,
         signal=sig,
     )
+
+
+def _remedy(
+    category: str, retryable: bool, action: str, message: str, inp: DiagnoseFailureInput
+) -> tuple[bool, Remediation]:
+    """The action made concrete with the attempt's parameters, and whether a retry can still
+    help (not when a CUDA OOM's micro-batch cannot shrink any further)."""
+    remediation = _remediation(category, action, message, inp)
+    return retryable and not (remediation.action == "stop" and category == "cuda_oom"), remediation
 
 
 def remember(
@@ -2779,11 +2786,9 @@ def remember(
         return result
     row, said = got
     retryable, action, message = DEFAULTS[row.category]
-    fix = _remediation(
-        row.category, action, message, DiagnoseFailureInput(params=params, knobs=knobs)
+    retryable, fix = _remedy(
+        row.category, retryable, action, message, DiagnoseFailureInput(params=params, knobs=knobs)
     )
-    if fix.action == "stop" and row.category == "cuda_oom":
-        retryable = False
     return result.model_copy(
         update={
             "category": row.category,

@@ -102,43 +102,32 @@ def _tail_of_excerpt(dialect: str) -> Any:
     return func.substr(excerpt, -TAIL_CHARS)  # SQLite: a negative start counts from the end
 
 
-def recall(
-    store: Store,
-    said: str,
-    rules_category: str,
-    trusted: tuple[str, ...],
-    *,
-    attempt_id: int | None = None,
-    log_path: str | None = None,
-) -> Any:
-    """The newest correction one of `trusted` gave of a log that ended as `said`, where the rules
-    had said `rules_category` and the person another category (its row: category, job_id,
-    attempt_number, corrected_by); never the attempt's own (by its row id or its log's path)."""
+def _candidates(store: Store, category: str, trusted: tuple[str, ...]) -> list[Any]:
+    """The newest corrections one of `trusted` gave where the rules had said `category` and the
+    person another (each row: category, job_id, attempt_id, attempt_number, corrected_by,
+    log_path, and the excerpt's tail)."""
     with store.session() as s:
         c = DiagnosisCorrection
-        rows = s.execute(
-            select_columns(
-                c.category,
-                c.job_id,
-                c.attempt_id,
-                c.attempt_number,
-                c.corrected_by,
-                c.log_path,
-                _tail_of_excerpt(s.connection().dialect.name).label("tail"),
-            )
-            .where(
-                col(c.corrected_by).in_(trusted),
-                c.rules_category == rules_category,
-                c.category != rules_category,
-            )
-            .order_by(col(c.corrected_at).desc(), col(c.id).desc())
-            .limit(RECENT)
-        ).all()
-    for row in rows:
-        own = row.attempt_id == attempt_id or (log_path is not None and row.log_path == log_path)
-        if not own and _ending_of(row.tail or "") == said:
-            return row
-    return None
+        return list(
+            s.execute(
+                select_columns(
+                    c.category,
+                    c.job_id,
+                    c.attempt_id,
+                    c.attempt_number,
+                    c.corrected_by,
+                    c.log_path,
+                    _tail_of_excerpt(s.connection().dialect.name).label("tail"),
+                )
+                .where(
+                    col(c.corrected_by).in_(trusted),
+                    c.rules_category == category,
+                    c.category != category,
+                )
+                .order_by(col(c.corrected_at).desc(), col(c.id).desc())
+                .limit(RECENT)
+            ).all()
+        )
 
 
 # A correction's ending, by its tail's length and (per-process, randomised) hash: each is read
@@ -165,23 +154,18 @@ def find(
     asker: str | None = None,
 ) -> tuple[Any, str] | None:
     """The correction that applies to a failure the rules read as `category` (its row: category,
-    job_id, attempt_number, corrected_by) and the ending both logs share, or None: one the job's
-    owner (for a log that is no job's, `asker`) or the operator gave of a log that ended as this
-    one (`text`, read only when a correction could apply), where the rules had read `category`."""
+    job_id, attempt_number, corrected_by) and the ending both logs share, or None: the newest one
+    the job's owner (for a log that is no job's, `asker`) or the operator gave of a log that
+    ended as this one (`text`, read only when a correction could apply), where the rules had read
+    `category`; never the attempt's own (by its row id or its log's path)."""
     whose = owner_of(store, attempt_id=attempt_id, log_path=log_path) or asker
     trusted = tuple(dict.fromkeys(w for w in (whose, operator()) if w))
-    with store.session() as s:
-        any_row = s.exec(
-            select(DiagnosisCorrection.id)
-            .where(
-                col(DiagnosisCorrection.corrected_by).in_(trusted),
-                DiagnosisCorrection.rules_category == category,
-                DiagnosisCorrection.category != category,
-            )
-            .limit(1)
-        ).first()
-    said = ending(text()) if any_row is not None else None
+    rows = _candidates(store, category, trusted)
+    said = ending(text()) if rows else None
     if said is None:
         return None
-    row = recall(store, said, category, trusted, attempt_id=attempt_id, log_path=log_path)
-    return None if row is None else (row, said)
+    for row in rows:
+        own = row.attempt_id == attempt_id or (log_path is not None and row.log_path == log_path)
+        if not own and _ending_of(row.tail or "") == said:
+            return row, said
+    return None

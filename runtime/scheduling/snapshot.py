@@ -4,6 +4,7 @@ The daemon, `nightshift run` and the scale benchmark all load it through `load_s
 
 from __future__ import annotations
 
+import functools
 import json
 import operator
 from datetime import UTC, datetime, timedelta, tzinfo
@@ -70,31 +71,10 @@ class _Placed(BaseModel):
 # SQLite also decoded once: the text -> its values.
 _VALID: dict[str, list[Any]] = {}
 _VALID_MAX = 100_000
-# A job's parameters as stored (SQLite's text) -> params_key(): decoded and re-encoded once.
-_PARAMS_KEYS: dict[str, str] = {}
 
-# PendingJob's fields in the order a snapshot lists them (a test holds it to the model's): a job of
-# the previous load is kept when these are all as loaded now
-PENDING_ORDER = (
-    "id",
-    "name",
-    "priority",
-    "gpus",
-    "gpu_memory_gb",
-    "share_gpu",
-    "gpu_memory_cap_gb",
-    "blocked_by",
-    "submitted_at",
-    "not_before",
-    "attempt",
-    "cost_class",
-    "expected_duration_s",
-    "pausable",
-    "deadline",
-    "attained_gpu_s",
-    "expected_upper_s",
-    "span_hosts",
-)
+# PendingJob's fields, in the order load_snapshot lists a waiting job's values: a job of the
+# previous load is kept when these are all as loaded now
+PENDING_ORDER = tuple(PendingJob.model_fields)
 _pending_values = operator.attrgetter(*PENDING_ORDER)
 
 
@@ -166,12 +146,12 @@ def _params_key(raw: Any, sqlite: bool) -> str:
     """params_key() of a job's stored parameters; SQLite's text is decoded once per text."""
     if not sqlite or raw is None:
         return params_key(raw)
-    key = _PARAMS_KEYS.get(raw)
-    if key is None:
-        if len(_PARAMS_KEYS) >= _VALID_MAX:
-            _PARAMS_KEYS.clear()
-        key = _PARAMS_KEYS[raw] = params_key(json.loads(raw))
-    return key
+    return _params_key_of_text(raw)
+
+
+@functools.lru_cache(maxsize=_VALID_MAX)
+def _params_key_of_text(raw: str) -> str:
+    return params_key(json.loads(raw))
 
 
 def _kept_or_new(previous: dict[int, PendingJob] | None, values: tuple[Any, ...]) -> PendingJob:
@@ -491,7 +471,6 @@ def load_snapshot(
     pending: list[PendingJob] = []
     running: list[RunningJob] = []
     recovering: list[PendingJob] = []
-    kept: dict[int, PendingJob] = {}
     estimates: dict[tuple[Any, ...], Any] = {}  # most jobs share an owner, a name and a request
     for j in jobs:
         values, problem = _fields(j.fields, sqlite)
@@ -587,7 +566,6 @@ def load_snapshot(
                     bool(span_hosts),
                 ),
             )
-            kept[j.id] = job
             (pending if j.state == "queued" else recovering).append(job)
         else:
             if node is not None and att is not None and att.node not in (node, ""):
@@ -619,7 +597,7 @@ def load_snapshot(
         _fail_unloadable(store, unloadable, now)
     if previous is not None:
         previous.clear()
-        previous.update(kept)
+        previous.update((p.id, p) for p in (*pending, *recovering))
     return Snapshot(
         now=now,
         pending=pending,
