@@ -363,6 +363,12 @@ SIGNATURES: tuple[Signature, ...] = (
         r"RESOURCE_EXHAUSTED: Out of memory while trying to allocate",
         "XLA ran out of device memory",
     ),
+    # PaddlePaddle's allocator (paddle/fluid/memory): `Out of memory error on GPU 0. Cannot allocate`
+    _sig(
+        "cuda_oom",
+        r"\bOut of memory error on GPU \d+\.\s*Cannot allocate",
+        "PaddlePaddle ran out of GPU memory",
+    ),
     _sig("cuda_oom", r"CUBLAS_STATUS_ALLOC_FAILED", "cuBLAS could not allocate GPU memory"),
     _sig("cuda_oom", r"CUDNN_STATUS_ALLOC_FAILED", "cuDNN could not allocate GPU memory"),
     _sig(
@@ -447,6 +453,13 @@ SIGNATURES: tuple[Signature, ...] = (
         "Python (or NumPy) could not allocate host memory",
     ),
     _sig("host_oom", r"std::bad_alloc", "a C++ allocation of host memory failed"),
+    # a GPU program's own words for its host-side allocations (ThunderSVM's and other CUDA
+    # programs' fatal log; OpenCL's and Vulkan's status codes)
+    _sig(
+        "host_oom",
+        r"\bout of host memory\b|\b(?:CL|VK_ERROR)_OUT_OF_HOST_MEMORY\b",
+        "the program could not allocate host memory (RAM, not the GPU's)",
+    ),
     _sig(
         "host_oom",
         r"\[Errno 12\] Cannot allocate memory|DefaultCPUAllocator: (?:can't allocate "
@@ -635,6 +648,17 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("import_or_env", r"^(?:\[[^\]\n]*\]:?\s*)*ImportError\b", "an import failed"),
     _sig("import_or_env", r"cannot open shared object file", "a shared library is missing"),
     _sig("import_or_env", r"undefined symbol: ", "a shared library does not match its caller"),
+    # PaddlePaddle's dynamic loader (platform/dynload); jax's check of the installed jaxlib
+    _sig(
+        "import_or_env",
+        r"\bCannot load \w+ shared library\b",
+        "a shared library the framework loads at run time (cuDNN, cuBLAS, NCCL...) is missing",
+    ),
+    _sig(
+        "import_or_env",
+        r"\bjaxlib is version [\w.]+, but this version of jax requires version",
+        "the installed jaxlib is older than this jax needs",
+    ),
     # JAX's and TensorFlow's check of the cuDNN they load against the one they were built with
     _sig(
         "import_or_env",
@@ -728,6 +752,22 @@ SIGNATURES: tuple[Signature, ...] = (
         r"TrainingArguments\.(?:__)?init(?:__)?\(\) got an unexpected keyword argument",
         "the installed transformers does not take an argument the code passes: it was written "
         "for another version (pin the one it names, or rename the argument)",
+    ),
+    # A name the code binds only when an optional import succeeds (`try: import selective_scan_cuda
+    # except ImportError: pass`; apex's amp): the compiled extension or package is not there
+    _sig(
+        "import_or_env",
+        r"NameError: name '(?:amp|apex|\w+_(?:cuda|cpp|ext|C))' is not defined",
+        "the code uses a package or compiled extension whose import failed quietly earlier (an "
+        "optional import): install the package, or build the extension",
+    ),
+    # ChatGLM's remote tokenizer code under transformers >= 4.34, which calls `_add_tokens` from
+    # the base class's __init__ before the subclass has set its own sentencepiece model
+    _sig(
+        "import_or_env",
+        r"'ChatGLM\d*Tokenizer' object has no attribute '(?:sp_)?tokenizer'",
+        "ChatGLM's tokenizer code does not run on this transformers (4.34 and later changed the "
+        "order it initialises in): pin the transformers version the model names",
     ),
     # stable-baselines3 refusing a space of the very class it supports: the environment's space
     # comes from the other package (gym against gymnasium), not a setting
@@ -1011,6 +1051,12 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     # torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp and NCCL's ncclGetErrorString; gloo; store.
     _sig("nccl_or_distributed", r"NCCL error", "a NCCL collective failed"),
+    # JAX's coordination service (XLA's distributed runtime): a host that never arrived
+    _sig(
+        "nccl_or_distributed",
+        r"\bBarrier timed out\. Barrier_id:",
+        "JAX's coordination service timed out waiting for every host (one never started or died)",
+    ),
     _sig(
         "nccl_or_distributed",
         r"\bnccl(?:System|Internal|UnhandledCuda|Remote)Error\b",
@@ -1417,10 +1463,18 @@ _COMPLETED = re.compile(
     # the HF Trainer's summary, detectron2's last hook, TensorFlow Estimator's train() return
     r"|\*{5} train metrics \*{5}|Overall training speed: \d+ iterations in"
     r"|\bLoss for final step: |^\s*Early stopping\.?\s*$"
+    r"|\bEarly stopping (?:reached|triggered)(?: at epoch \d+)?\b"
     # BERT's run_classifier and the HF example scripts, their evaluation after training ends
     r"|\*{5} Eval results \*{5}|\*{5} eval metrics \*{5}"
     # Vowpal Wabbit's summary after its last pass; LSF's job report when the job exited 0
-    r"|^total feature number = \d+\s*$|^Successfully completed\.\s*$",
+    r"|^total feature number = \d+\s*$|^Successfully completed\.\s*$"
+    # MCMC samplers once their chains are drawn: PyMC's summary and its checks of the draws,
+    # rstan's and CmdStan's of the fit they return
+    r"|^Sampling \d+ chains? for [\d_,]+ tune and [\d_,]+ draw iterations .* took "
+    r"|\bThere (?:were \d+ divergences|was 1 divergence) after tuning\b"
+    r"|\bThe estimated number of effective samples is smaller than \d+"
+    r"|\bThere were \d+ divergent transitions after warmup\b"
+    r"|\btransitions ended with a divergence\b",
     re.IGNORECASE,
 )
 # torchrun's report that a worker failed, which says nothing of why (the rank's own log does).

@@ -864,6 +864,76 @@ SIGNED: list[tuple[str, str, str]] = [
         "nccl_or_distributed",
     ),
     (
+        "PaddlePaddle's allocator failing on the GPU (paddle::memory BadAlloc)",
+        "W0301 10:02:11.120 operator.cc:179] conv2d raises an exception "
+        "paddle::memory::allocation::BadAlloc\n\nOut of memory error on GPU 1. Cannot allocate "
+        "1.250000GB memory on GPU 1, available memory is only 312.500000MB.\n",
+        "cuda_oom",
+    ),
+    (
+        "PaddlePaddle's dynamic loader without cuDNN",
+        "Error: Cannot load cudnn shared library. Cannot invoke method cudnnGetVersion at "
+        "(/paddle/paddle/fluid/platform/dynload/cudnn.cc:63)\n",
+        "import_or_env",
+    ),
+    (
+        "jax checking the installed jaxlib",
+        "RuntimeError: jaxlib is version 0.3.2, but this version of jax requires version >= "
+        "0.4.1.\n",
+        "import_or_env",
+    ),
+    (
+        "JAX's coordination service when a host never reaches a barrier",
+        "jaxlib.xla_extension.XlaRuntimeError: DEADLINE_EXCEEDED: Barrier timed out. Barrier_id: "
+        "PjRT_Client_Connect. Timed out task names:\n/job:jax_worker/replica:0/task:1\n",
+        "nccl_or_distributed",
+    ),
+    (
+        "PyMC's report once its chains are drawn",
+        "Multiprocess sampling (4 chains in 4 jobs)\nNUTS: [mu, sigma]\nSampling 4 chains for "
+        "1_000 tune and 2_000 draw iterations (4_000 + 8_000 draws total) took 41 seconds.\n",
+        "succeeded",
+    ),
+    (
+        "PyMC's divergence check after sampling",
+        "NUTS: [alpha, beta]\n100%|##########| 6000/6000 [00:31<00:00, 190.2draws/s]\nThere "
+        "were 14 divergences after tuning. Increase `target_accept` or reparameterize.\n",
+        "succeeded",
+    ),
+    (
+        "rstan's warnings on the fit it returned",
+        "Chain 4:  Elapsed Time: 2.1 seconds (Warm-up)\nChain 4:                3.3 seconds "
+        "(Total)\nWarning messages:\n1: There were 31 divergent transitions after warmup. See "
+        "https://mc-stan.org/misc/warnings.html\n",
+        "succeeded",
+    ),
+    (
+        "a training script's own early stopping, as it leaves the loop",
+        "Epoch 14: val_loss 0.3121\nEpoch 15: val_loss 0.3170\nEarly stopping triggered at "
+        "epoch 15. Best val_loss: 0.3098\n",
+        "succeeded",
+    ),
+    (
+        "ChatGLM's tokenizer code loaded by a newer transformers",
+        '  File "/root/.cache/huggingface/modules/transformers_modules/chatglm-6b/tokenization_'
+        'chatglm.py", line 244, in vocab_size\n    return self.sp_tokenizer.num_tokens\n'
+        "AttributeError: 'ChatGLMTokenizer' object has no attribute 'sp_tokenizer'\n",
+        "import_or_env",
+    ),
+    (
+        "a CUDA program's fatal log when its host allocation fails (OpenCL's status alike)",
+        "2024-03-02 10:11:07,004 INFO [default] #sv = 2048\n2024-03-02 10:11:19,311 FATAL "
+        "[default] out of host memory\nAborted (core dumped)\n",
+        "host_oom",
+    ),
+    (
+        "Python's NameError for a compiled extension the code imports optionally (Mamba's kernels)",
+        '  File "/work/models/ss2d.py", line 88, in forward\n    out, x, *rest = '
+        "selective_scan_cuda.fwd(u, delta, A, B, C, D, None, True)\nNameError: name "
+        "'selective_scan_cuda' is not defined\n",
+        "import_or_env",
+    ),
+    (
         "docker without the NVIDIA runtime",
         'docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]].\n',
         "driver_mismatch",
