@@ -1498,6 +1498,8 @@ def _logger_levels(letters: str, names: str) -> str:
     return (
         # absl / TensorFlow / XLA: `2024-02-25 18:52:47.991396: W tensorflow/...] ...`
         rf"^\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [{letters}] "
+        # the same with its date taken off (pasted_log.as_logged)
+        rf"|^[{letters}] [\w./-]{{1,200}}:\d+\] "
         # glog (torch.distributed.elastic, XLA): `W0302 19:39:39.186000 22436 file.py:27] ...`
         rf"|^(?:\[[^\]\n]*\]:?\s*)*[{letters}]\d{{4}} \d\d:\d\d:\d\d\.\d+\s+\d+ "
         # c10 logging: `[W socket.cpp:558] ...`, `[W926 21:34:49.000000000 socket.cpp:697] ...`
@@ -2039,7 +2041,10 @@ def _classify(
     no_error = unstated and not (exc_lines or tb_lines or fatal or launcher)
     written = [i for i in nonblank if not _FENCE.match(lines[i])] if no_error else []
     if written and not any(
-        _PROCESS_ENDED.search(lines[i]) or _ERROR_LEVEL.search(raw_lines[i]) for i in written
+        _PROCESS_ENDED.search(lines[i])
+        or _ERROR_LEVEL.search(pasted_log.as_logged(pasted_log.surface(raw_lines[i])))
+        or _ERROR_LEVEL.match(lines[i])  # behind a rank label or another prefix
+        for i in written
     ):
         finished = _last_epoch_done(lines, written)
         results = None if finished is not None else _final_results(lines, written)
@@ -2135,7 +2140,8 @@ def model_lines(raw_lines: Sequence[str], lines: Sequence[str]) -> list[str]:
     TF's, glog's and c10's loggers) blank: a log of start-up warnings is not a failure's words."""
     return [
         ""
-        if _INFORMATIONAL.search(_cap(pasted_log.surface(raw))) or _INFORMATIONAL.search(text)
+        if _INFORMATIONAL.search(_cap(pasted_log.as_logged(pasted_log.surface(raw))))
+        or _INFORMATIONAL.search(text)
         else text
         for raw, text in zip(raw_lines, lines, strict=True)
     ]
@@ -2236,7 +2242,9 @@ def _only_warnings(raw_lines: Sequence[str], lines: Sequence[str]) -> list[int]:
             continue
         if _STOPPED_WORDS.search(text):
             return []
-        if _WARNING_LINE.search(_cap(pasted_log.surface(raw))) or _WARNING_LINE.search(text):
+        if _WARNING_LINE.search(_cap(pasted_log.as_logged(pasted_log.surface(raw)))) or (
+            _WARNING_LINE.search(text)
+        ):
             warned.append(i)
             after = 0
         elif _FENCE.match(text):
@@ -2651,8 +2659,11 @@ def _match_naive(lines: list[str]) -> dict[str, list[tuple[Signature, int]]]:
 
 def _informational(view: pasted_log.View, text: str) -> bool:
     """Whether a reading is an informational line: judged on it with its prefixes (levels, glog
-    headers) still on, and on what it says once they are off."""
-    return bool(_INFORMATIONAL.search(_cap(view.surface)) or _INFORMATIONAL.search(text))
+    headers) still on but the times before them off, and on what it says once they are off."""
+    return bool(
+        _INFORMATIONAL.search(_cap(pasted_log.as_logged(view.surface)))
+        or _INFORMATIONAL.search(text)
+    )
 
 
 def _cap(line: str) -> str:

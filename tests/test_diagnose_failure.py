@@ -771,6 +771,45 @@ def test_pasted_timestamps_levels_and_rank_labels_are_taken_off():
         assert pasted_log.normalise(line) == "MemoryError", line
 
 
+def test_a_timestamp_takes_off_only_a_named_zone_after_it():
+    """A platform's timestamp before a line (`docker logs -t`, `kubectl logs --timestamps`) comes
+    off with a time zone's name after it, but never with the start of what follows: an
+    exception (`OSError`), a level (`ERROR`) or a library's tag (`NCCL`)."""
+    assert pasted_log.normalise("2024-05-01T12:00:00.123456789Z OSError: x not found.") == (
+        "OSError: x not found."
+    )
+    assert pasted_log.normalise("2024-05-01 12:00:00,123 EOFError: Ran out of input") == (
+        "EOFError: Ran out of input"
+    )
+    assert pasted_log.normalise("2024-05-01 12:00:00 NCCL WARN Call to connect failed") == (
+        "NCCL WARN Call to connect failed"
+    )
+    assert pasted_log.normalise("[2024-05-01 12:00:00,123 CEST] NCCL WARN x") == "NCCL WARN x"
+    assert pasted_log.normalise("2024-05-01 12:00:00 UTC+8 Killed") == "Killed"
+    assert pasted_log.normalise("2024-05-01 12:00:00 ERROR:torch.x:failed") == "failed"
+    # a glog line behind a timestamp or an indent is still at its level (informational)
+    assert pasted_log.as_logged("  2024-05-01T12:00:00Z I0627 03:28:14.7 1 a.cpp:3] x") == (
+        "I0627 03:28:14.7 1 a.cpp:3] x"
+    )
+
+
+def test_odd_blanks_entities_and_folds_read_as_the_plain_log(ctx):
+    """What a web page, a chat or a forum leaves in a paste: no-break and ideographic spaces,
+    tabs, HTML entities, a `<details>` fold around the log."""
+    plain = "Epoch 3/50\n./train.sh: line 12: 40213 Killed                  python train.py\n"
+    for pasted in (
+        plain.replace("  ", "\u00a0 "),
+        plain.replace(" Killed", "\tKilled"),
+        plain.replace(" ", "\u3000", 1),
+        "<details><summary>log</summary>\n\n```\n" + plain + "```\n</details>\n",
+    ):
+        assert diagnose(ctx, log_tail=pasted).category == "host_oom", repr(pasted)
+    assert pasted_log.normalise("TypeError: &lt;class &#39;int&#39;&gt; is not iterable") == (
+        "TypeError: <class 'int'> is not iterable"
+    )
+    assert pasted_log.normalise("</details>") == ""
+
+
 def test_pasted_timestamped_error_line_is_diagnosed(ctx):
     """An exception behind a logging prefix is still the exception (here: host memory)."""
     r = diagnose(ctx, log_tail="2024-01-02 03:04:05,678 - ERROR - MemoryError\n", exit_code=1)

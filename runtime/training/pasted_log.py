@@ -17,6 +17,7 @@ its original line, so evidence is quoted from the original text with its own lin
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,20 +34,53 @@ _ANSI = re.compile(
     r"|(?<!\[)\[m(?![\w\]])"
 )
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_ENTITY = re.compile(r"&(?:lt|gt|amp|quot|apos|#\d{1,6}|#x[0-9a-fA-F]{1,5});")
+# Blanks a copy from a web page, a chat or a CJK editor leaves (a no-break space, an ideographic
+# space) and tabs: read as one space each, so `line 3: 1234<tab>Killed` reads as the shell prints
+# it; zero-width characters and a byte-order mark: dropped.
+_SPACES = str.maketrans(
+    dict.fromkeys([0x09, 0xA0, 0x1680, *range(0x2000, 0x200B), 0x202F, 0x205F, 0x3000], " ")
+    | dict.fromkeys([0x200B, 0x200C, 0x200D, 0x2060, 0xFEFF], None)
+)
 # Markdown quote marks (nested too), and a code fence's opening a paste may leave on a line.
 _QUOTE = re.compile(r"^\s{0,3}(?:>\s?){1,8}|^\s*```\w*\s*")
+# A line that is only the HTML a forum folds a pasted log in (`<details><summary>log</summary>`,
+# `</details>`, `<pre>`): nothing the program wrote.
+_FOLD = re.compile(
+    r"^\s*(?:<(?:/?(?:details|summary|pre|code|p|div)|br)\s*/?>\s*|<details\s[^>\n]{0,80}>\s*"
+    r"|<summary>[^<\n]{0,200}</summary>\s*)+$",
+    re.IGNORECASE,
+)
 # A line set in Markdown bold as a whole (`**RuntimeError: …**`): the emphasis off.
 _BOLD = re.compile(r"^(\s*)\*\*(?=[^\s*])(.+?)(?<=[^\s*])\*\*\s*$")  # not `***** x *****`
+# A time zone's abbreviation after a timestamp (`UTC`, `CEST`, `UTC+8`): named ones only, so that
+# a level (`ERROR`), a library (`NCCL`) or an exception (`OSError`) after the time is left alone.
+_ZONE = (
+    r"(?:UTC|GMT)(?:[+-]\d{1,2}(?::?\d\d)?)?\b|(?:[ECMPAH][SD]T|CES?T|EES?T|WES?T|BST|IST|JST|KST"
+    r"|HKT|SGT|MSK|AES?T|AEDT|NZ[SD]T)\b"
+)
+# A time at the start of a line, with its separator: an ISO-like timestamp, bare or bracketed
+# (`2024-01-02 03:04:05,678 - `, `2024-01-02T03:04:05.123456789Z `), or a time of day alone
+# (`12:01:02 `, `[12:01:02.123]`)
+_TIME = (
+    r"\[?\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?"
+    rf"(?: ?(?:{_ZONE}))?\]?\s*(?:[-|:]\s*)?"
+    r"|\[?\d\d:\d\d:\d\d(?:[.,]\d{1,9})?\]?\s*(?:[-|:]\s+)?"
+)
+# A launcher's rank or process label: `[rank0]: `, `[default0]:`, `[1,0]<stderr>:`, `(pid=12) `, `0: `
+_LABEL = (
+    r"\[(?:rank|default|local_rank|RANK)\s?\d{1,5}\]:?\s*"
+    r"|\[\d{1,5},\d{1,5}\]<std(?:out|err)>:\s*"
+    r"|\((?:[\w.]{1,60} )?pid=\d+(?:, ip=[\d.]+)?\)\s*"
+    r"|\d{1,4}: (?=\S)"
+)
+_ADDED = re.compile(rf"^\s*(?:(?:{_TIME}|{_LABEL})\s*){{1,{MAX_PREFIXES}}}(?=\S)")
 # One piece of decoration at the start of a line; taken off repeatedly (MAX_PREFIXES).
 _PREFIX = re.compile(
     r"^(?:"
-    # ISO-like timestamps, bare or bracketed, with their separator: `2024-01-02 03:04:05,678 - `
-    r"\[?\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?"
-    r"(?: ?[A-Z]{2,5}\d{0,2})?\]?\s*(?:[-|:]\s*)?"
-    # a time of day alone: `12:01:02 `, `[12:01:02.123]`
-    r"|\[?\d\d:\d\d:\d\d(?:[.,]\d{1,9})?\]?\s*(?:[-|:]\s+)?"
+    + _TIME
     # log levels: `INFO - `, `INFO     | `, `[ERROR] `, `ERROR:root:`, `[WARNING|trainer.py:12] `
-    r"|\[?(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL|NOTICE)\]?\s*(?:[-|]\s*|:\s+)"
+    + r"|\[?(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL|NOTICE)\]?\s*(?:[-|]\s*|:\s+)"
     r"|\[(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL)\|[^\]\n]{1,80}\]\s*"
     r"|(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL):[\w.<>-]{1,80}:"
     # glog and c10 (`W0302 19:39:39.186000 1 f.py:2] `, `[W926 21:34:49.0 socket.cpp:697] `) and
@@ -56,12 +90,8 @@ _PREFIX = re.compile(
     r"|[IWEF] [\w./-]{1,200}:\d+\]\s*"
     # a logger's `module:function:line - ` after a loguru / yolox level column
     r"|[\w.]{1,120}:[\w<>]{1,80}:\d+ - "
-    # rank and process labels: `[rank0]: `, `[default0]:`, `[1,0]<stderr>:`, `(pid=12) `, `0: `
-    r"|\[(?:rank|default|local_rank|RANK)\s?\d{1,5}\]:?\s*"
-    r"|\[\d{1,5},\d{1,5}\]<std(?:out|err)>:\s*"
-    r"|\((?:[\w.]{1,60} )?pid=\d+(?:, ip=[\d.]+)?\)\s*"
-    r"|\d{1,4}: (?=\S)"
-    r")"
+    # rank and process labels
+    r"|" + _LABEL + r")"
 )
 # A progress bar's rate bracket followed by text with no newline in between (the bar was not
 # ended: the process was killed, or printed over it): `0/2 [00:00<?, ?it/s]Killed`.
@@ -99,13 +129,15 @@ def split_lines(text: str) -> list[str]:
 
 
 def decolour(text: str) -> str:
-    """Colour and cursor codes (and their remnants) and control bytes off."""
-    return _CONTROL.sub("", _ANSI.sub("", text))
+    """Colour and cursor codes (and their remnants) and control bytes off, odd blanks plain."""
+    return _CONTROL.sub("", _ANSI.sub("", text)).translate(_SPACES)
 
 
 def unquote(text: str) -> str:
-    """Markdown quote marks and a code fence's opening off the start, and bold around a line."""
-    return _BOLD.sub(r"\1\2", _QUOTE.sub("", text, count=1))
+    """Markdown quote marks and a code fence's opening off the start, bold around a line, and a
+    line of folding HTML as a whole."""
+    text = _QUOTE.sub("", text, count=1)
+    return "" if _FOLD.match(text) else _BOLD.sub(r"\1\2", text)
 
 
 def strip_prefixes(text: str) -> str:
@@ -123,6 +155,14 @@ def strip_prefixes(text: str) -> str:
     return text
 
 
+def as_logged(text: str) -> str:
+    """The line as its logger wrote it: the times and rank labels that a platform (`docker logs
+    -t`, `kubectl logs --timestamps`, CloudWatch), a launcher (torchrun's `--tee`) or an indenting
+    paste put in front of it off, its own level and header kept (whether it is informational is
+    read from them)."""
+    return _ADDED.sub("", text, count=1).lstrip()
+
+
 def windows_paths(text: str) -> str:
     """Backslashes in Windows paths as forward slashes (only on a line that has such a path)."""
     return _WIN_PATH.sub("/", text) if _HAS_WIN_PATH.search(text) else text
@@ -138,8 +178,10 @@ def segments(line: str) -> list[str]:
 
 
 def surface(segment: str) -> str:
-    """A segment with colour codes, control bytes and quote marks off (prefixes kept)."""
-    return unquote(decolour(segment)).rstrip()
+    """A segment with colour codes, control bytes and quote marks off (prefixes kept), and the
+    HTML entities a page's source or a scraper leaves (`&lt;class 'x'&gt;`) read as characters."""
+    text = unquote(decolour(segment)).rstrip()
+    return html.unescape(text) if _ENTITY.search(text) else text
 
 
 def normalise(segment: str) -> str:
