@@ -5,9 +5,11 @@ row that was edited, inserted or deleted behind nightshift's back."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import JSON, Connection, String, select, type_coerce
 
 from nightshift.runtime.store import row_digest
 from nightshift.runtime.store.db import Attempt, Job, KeyValue
@@ -51,10 +53,13 @@ class RowBindings:
             found.setdefault(kind, []).append(text)
 
         seen_jobs: set[int] = set()
-        for job in conn.execute(select(Job.__table__)).mappings():  # type: ignore[attr-defined]
+        for job, unreadable in _rows(conn, Job.__table__):  # type: ignore[attr-defined]
             job_id = job["id"]
             seen_jobs.add(job_id)
             bound = self.jobs.get(job_id)
+            if unreadable:
+                add("edited", f"job {job_id}: its stored {unreadable} is not valid JSON")
+                continue
             if bound is None:
                 if job_id > after_job:
                     add("inserted", f"job {job_id} (no event submitted it)")
@@ -83,11 +88,14 @@ class RowBindings:
                 add("deleted", f"job {job_id} (last bound by event {event_id})")
         seen_attempts: set[int] = set()
         table = Attempt.__table__  # type: ignore[attr-defined]
-        for att in conn.execute(select(table)).mappings():
+        for att, unreadable in _rows(conn, table):
             att_id = att["id"]
             seen_attempts.add(att_id)
             bound_att = self.attempts.get(att_id)
             where = f"attempt {att_id} (job {att['job_id']} #{att['number']})"
+            if unreadable:
+                add("edited", f"{where}: its stored {unreadable} is not valid JSON")
+                continue
             if bound_att is None:
                 if att_id > after_attempt:
                     add("inserted", f"{where} (no event recorded it)")
@@ -108,6 +116,35 @@ class RowBindings:
                 more = f" and {len(items) - SHOWN} more" if len(items) > SHOWN else ""
                 out.append(f"{kind}: " + "; ".join(items[:SHOWN]) + more)
         return out
+
+
+def _rows(conn: Connection, table: Any) -> Iterator[tuple[dict[str, Any], str | None]]:
+    """Each row of `table` as a mapping, with the name of a JSON column whose stored text is not
+    JSON (None: all read). SQLite keeps JSON as text that a raw edit can break, and decoding it
+    in the driver would stop the whole walk at that row: its JSON columns are read as text and
+    decoded here, row by row (PostgreSQL refuses such text, and its driver decodes)."""
+    json_cols = [
+        c.name
+        for c in table.columns
+        if isinstance(c.type, JSON) or isinstance(getattr(c.type, "impl", None), JSON)
+    ]
+    raw = conn.dialect.name == "sqlite"
+    cols = [
+        type_coerce(c, String).label(c.name) if raw and c.name in json_cols else c
+        for c in table.columns
+    ]
+    for row in conn.execute(select(*cols)).mappings():
+        out = dict(row)
+        bad = None
+        if raw:
+            for name in json_cols:
+                text = out[name]
+                if isinstance(text, str):
+                    try:
+                        out[name] = json.loads(text)
+                    except ValueError:
+                        bad = bad or name
+        yield out, bad
 
 
 def _boundaries(conn: Connection) -> tuple[int, int]:

@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from sqlmodel import Session, col, func, select
 
 from nightshift.runtime.config import Settings
@@ -37,7 +38,7 @@ from nightshift.runtime.gpu.ray_census import HOST_PREFIX
 from nightshift.runtime.scheduling.local_time import local_zone
 from nightshift.runtime.scheduling.placement import Decision, PendingJob, RunningJob, place
 from nightshift.runtime.scheduling.snapshot import by_host, load_snapshot
-from nightshift.runtime.spec import ExperimentSpec
+from nightshift.runtime.spec import ExperimentSpec, MetricSpec
 from nightshift.runtime.store import lifecycle, transition_events
 from nightshift.runtime.store.db import (
     Attempt,
@@ -83,7 +84,13 @@ def job_workspace(settings: Settings, job_id: int) -> Path:
 
 
 def job_paths(settings: Settings, job: Job) -> dict[str, Path]:
-    spec = ExperimentSpec.model_validate(job.spec)
+    """The job's folder, checkpoint folder and metrics file; for a stored spec edited into one
+    that no longer validates, the folder's defaults (what reads them shows the job all the same;
+    the loop fails it and `audit verify` names the row)."""
+    try:
+        spec = ExperimentSpec.model_validate(job.spec)
+    except ValidationError:
+        return job_history.paths(settings.runs_dir, job.id, None, MetricSpec().file)
     return job_history.paths(
         settings.runs_dir,
         job.id,

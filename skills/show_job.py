@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from nightshift.runtime.errors import UnknownJob
 from nightshift.runtime.training import job_history, keeper
@@ -129,12 +129,15 @@ def show_job(ctx: SkillContext, inp: ShowJobInput) -> ShowJobResult:
     job = ctx.store.job(inp.job_id)
     if job is None:
         raise UnknownJob(f"no job {inp.job_id}; list_jobs shows the jobs")
-    spec = ExperimentSpec.model_validate(job.spec)
+    try:
+        spec: ExperimentSpec | None = ExperimentSpec.model_validate(job.spec)
+    except ValidationError:  # a stored spec edited into one that no longer validates: the job
+        spec = None  # is shown all the same (the loop fails it, `audit verify` names the row)
     found = job_history.detail(
         job,
         ctx.store.attempts(job.id),
         where=job_paths(ctx.settings, job),
-        resume_template=spec.checkpoint.resume_arg if spec.checkpoint else [],
+        resume_template=spec.checkpoint.resume_arg if spec is not None and spec.checkpoint else [],
         now=ctx.now,
     )
     for a in found["attempts"]:

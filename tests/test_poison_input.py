@@ -221,6 +221,34 @@ def test_poisoned_stored_job_fails_alone(home):
     assert stored_spec(good, {"lr": 0.1}).name == "p"
 
 
+def test_a_stored_spec_that_is_not_json_fails_its_job_alone(home):
+    """A spec text a hand edit broke (not JSON at all): the queued job fails with the reason, a
+    running one is left out of the snapshot (its fields cannot be read), and the good job is
+    placed; one scan of the table tells them apart."""
+    store = Store(f"sqlite:///{home}/nightshift.db")
+    good = ExperimentSpec.model_validate(GOOD).model_dump(mode="json")
+    now = datetime(2026, 1, 1)
+    with store.session() as s:
+        for name, state in (
+            ("good", "queued"),
+            ("edited", "queued"),
+            ("edited-running", "running"),
+        ):
+            s.add(Job(name=name, spec=good, params={}, state=state, created_at=now, updated_at=now))
+    db = sqlite3.connect(f"{home}/nightshift.db")
+    with db:
+        db.execute("UPDATE job SET spec = '{\"resources\": ' WHERE name LIKE 'edited%'")
+    db.close()
+    snap = load_snapshot(store, now)
+    assert [p.name for p in snap.pending] == ["good"]
+    assert snap.running == []
+    with store.session() as s:
+        states = {n: (st, why) for n, st, why in s.exec(select(Job.name, Job.state, Job.reason))}
+    assert states["edited"][0] == "failed"
+    assert "stored spec is not valid JSON" in (states["edited"][1] or "")
+    assert states["edited-running"][0] == "running"
+
+
 # Fuzzing --------------------------------------------------------------------------------------
 
 

@@ -20,7 +20,11 @@ from nightshift.runtime.training.diagnosis_view import DiagnosisView, NotPlain
 
 
 def _columns(model: Any, kind: type) -> tuple[str, ...]:
-    return tuple(c.name for c in model.__table__.columns if isinstance(c.type, kind))
+    return tuple(
+        c.name
+        for c in model.__table__.columns
+        if isinstance(c.type, kind) or isinstance(getattr(c.type, "impl", None), kind)
+    )
 
 
 def test_the_decoded_columns_are_the_models():

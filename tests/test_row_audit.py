@@ -74,6 +74,27 @@ def test_an_inserted_job_borrowing_a_call_id_is_named_and_not_launched(w, tmp_pa
     assert "written into the store directly" in fresh.store.job(new_id).reason
 
 
+def test_a_spec_edited_into_something_not_json_fails_its_job_and_is_named(w, tmp_path):
+    """Found by a test of the snapshot's one scan: a queued job whose spec text was edited into
+    something that is not JSON made every tick raise (failing the job loaded its row, and its
+    spec could not be decoded), so no job ran for anyone. Now the job fails with the reason, the
+    tick goes on, and `audit verify` names the edited row."""
+    job_id = submit(w, write_spec(tmp_path, steps=5), "call-edit")
+    sql(db_of(w), "update job set spec=? where id=?", '{"command": ["python", ', job_id)
+    fresh = Wiring.load()
+    fresh.engine.tick()
+    with sqlite3.connect(db_of(w)) as conn:
+        state, reason = conn.execute(
+            "select state, reason from job where id=?", (job_id,)
+        ).fetchone()
+    assert state == "failed" and "stored spec is not valid JSON" in reason
+    res = Wiring.load().audit.verify()
+    assert not res.ok and f"job {job_id}: its stored spec is not valid JSON" in res.reason, res
+    for command in (("show", str(job_id)), ("status",), ("jobs",)):  # shown, not a traceback
+        out = nightshift(*command)
+        assert out.returncode == 0 and "Traceback" not in out.stderr, (command, out.stderr)
+
+
 @pytest.mark.slow
 def test_flipped_and_deleted_rows_of_a_finished_job_are_named(w, tmp_path):
     """Finding: a finished attempt flipped to failed, and deleted job and attempt rows, verified

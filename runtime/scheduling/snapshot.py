@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from sqlalchemy import String, and_, func, or_, select, true, type_coerce
+from sqlalchemy import String, and_, case, func, or_, select, true, type_coerce
 from sqlalchemy.orm import aliased
 
 from nightshift.runtime.executors.executor import HostGpus, gang_ranks
@@ -341,8 +341,19 @@ def load_snapshot(
     with store.session() as s:
         conn = s.connection()
         sqlite = conn.dialect.name == "sqlite"
+        # SQLite: a spec that is not valid JSON (a hand edit) gives no fields (json_extract would
+        # raise on it) and is told by `valid`, in the same scan of the table
+        valid = func.json_valid(Job.spec) if sqlite else true()
         fields = (
-            func.json_extract(Job.spec, *("$." + ".".join(p) for p in SPEC_FIELDS), type_=String)
+            case(
+                (
+                    valid,
+                    func.json_extract(
+                        Job.spec, *("$." + ".".join(p) for p in SPEC_FIELDS), type_=String
+                    ),
+                ),
+                else_=None,
+            )
             if sqlite
             else Job.spec
         )
@@ -359,16 +370,14 @@ def load_snapshot(
                 Job.max_attempts,
                 Job.reason,
                 fields.label("fields"),
-            ).where(seen, func.json_valid(Job.spec) if sqlite else true())
+                valid.label("valid"),
+            ).where(seen)
         ).all()
-        broken = (
-            conn.execute(
-                select(Job.id).where(Job.state == "queued", ~func.json_valid(Job.spec))
-            ).scalars()
-            if sqlite
-            else []
-        )
-        unloadable = {job_id: "stored spec is not valid JSON" for job_id in broken}
+        unloadable = {
+            j.id: "stored spec is not valid JSON"
+            for j in jobs
+            if not j.valid and j.state == "queued"
+        }
         succeeded = set(
             conn.execute(select(Job.name).where(Job.state == "succeeded").distinct()).scalars()
         )
@@ -473,12 +482,28 @@ def load_snapshot(
     recovering: list[PendingJob] = []
     estimates: dict[tuple[Any, ...], Any] = {}  # most jobs share an owner, a name and a request
     for j in jobs:
-        values, problem = _fields(j.fields, sqlite)
+        (
+            job_id,
+            name,
+            owner,
+            params,
+            priority,
+            state,
+            created_at,
+            resume_from,
+            max_attempts,
+            reason,
+            raw_fields,
+            is_valid,
+        ) = j  # each field read once: attribute access on 100,000 rows is what costs
+        if not is_valid:
+            continue  # queued: failed below (unloadable); running: not seen, as before
+        values, problem = _fields(raw_fields, sqlite)
         if problem is not None:
-            if j.state == "failed":
+            if state == "failed":
                 continue
-            if j.state == "queued":
-                unloadable[j.id] = problem
+            if state == "queued":
+                unloadable[job_id] = problem
                 continue
             values = [None] * len(SPEC_FIELDS)  # running: seen as asking for nothing special
             values[6] = False  # and not pausable: its checkpoint folder is unknown
@@ -499,9 +524,9 @@ def load_snapshot(
             span_hosts,
         ) = values
         asked = (
-            j.owner,
-            j.name,
-            _params_key(j.params, sqlite),
+            owner,
+            name,
+            _params_key(params, sqlite),
             minutes * 60.0 if minutes else None,
         )
         if asked not in estimates:
@@ -509,64 +534,57 @@ def load_snapshot(
         learned = estimates[asked]
         expected = learned.expected_s if learned is not None else None
         upper = learned.upper_s if learned is not None else None
-        deadline = _deadline(deadline_text, j.created_at, tz)
-        att = last.get(j.id)
-        common = {
-            "id": j.id,
-            "name": j.name,
-            "priority": j.priority,
-            "share_gpu": bool(share),
-            "gpu_memory_cap_gb": cap,
-            "cost_class": cost_class or "urgent",
-            "pausable": pausable is not False and ckpt is not None,
-        }
-        if j.state in ("queued", "failed"):
-            if scope is not None and j.id not in scope:
+        deadline = _deadline(deadline_text, created_at, tz)
+        att = last.get(job_id)
+        cost_class = cost_class or "urgent"
+        pausable = pausable is not False and ckpt is not None
+        if state in ("queued", "failed"):
+            if scope is not None and job_id not in scope:
                 continue
-            if expected is not None and j.resume_from:
-                expected = max(60.0, expected - ran_s.get(j.id, 0.0))
-                upper = max(expected, (upper or expected) - ran_s.get(j.id, 0.0))
+            if expected is not None and resume_from:
+                expected = max(60.0, expected - ran_s.get(job_id, 0.0))
+                upper = max(expected, (upper or expected) - ran_s.get(job_id, 0.0))
             not_before = None
             if att is not None and att.outcome in FAILED_OUTCOMES and att.ended_at:
-                not_before = backoff.not_before(att.ended_at, att.number, j.id, retry_wait_s)
+                not_before = backoff.not_before(att.ended_at, att.number, job_id, retry_wait_s)
                 if mono is not None and att.ended_mono is not None and att.boot_id == mono[1]:
                     ended = now - timedelta(seconds=max(0.0, mono[0] - att.ended_mono))
-                    not_before = backoff.not_before(ended, att.number, j.id, retry_wait_s)
-            if j.state == "failed" and (
+                    not_before = backoff.not_before(ended, att.number, job_id, retry_wait_s)
+            if state == "failed" and (
                 not_before is None
                 or not_before <= now
-                or failures.get(j.id, 0) >= (j.max_attempts or 0)
+                or failures.get(job_id, 0) >= (max_attempts or 0)
             ):
                 continue  # recovery will not queue it again, or its backoff is over
-            if j.state == "queued" and lifecycle.retry_was_asked(j.reason):
+            if state == "queued" and lifecycle.retry_was_asked(reason):
                 not_before = None  # a person's retry starts now: backoff is for the loop's own
-            begin = _deadline(begin_text, j.created_at, tz)  # spec.begin: not before then
+            begin = _deadline(begin_text, created_at, tz)  # spec.begin: not before then
             if begin is not None and (not_before is None or begin > not_before):
                 not_before = begin
             job = _kept_or_new(
                 previous,
                 (
-                    j.id,
-                    j.name,
-                    j.priority,
+                    job_id,
+                    name,
+                    priority,
                     gpus or 0,
                     mem,
                     bool(share),
                     cap,
                     [d for d in depends_on or () if d not in succeeded],
-                    j.created_at,
+                    created_at,
                     not_before,
                     att.number if att is not None else 0,
-                    common["cost_class"],
+                    cost_class,
                     expected,
-                    common["pausable"],
+                    pausable,
                     deadline,
                     0.0,
                     upper,
                     bool(span_hosts),
                 ),
             )
-            (pending if j.state == "queued" else recovering).append(job)
+            (pending if state == "queued" else recovering).append(job)
         else:
             if node is not None and att is not None and att.node not in (node, ""):
                 continue  # another node's run: its GPUs and slots are not ours
@@ -583,10 +601,16 @@ def load_snapshot(
                     worst = min(worst, limit) if worst is not None else None
             running.append(
                 RunningJob(
-                    **common,
+                    id=job_id,
+                    name=name,
+                    priority=priority,
+                    share_gpu=bool(share),
+                    gpu_memory_cap_gb=cap,
+                    cost_class=cost_class,
+                    pausable=pausable,
                     gpus=held(att) if att is not None and started is not None else [],
                     gpu_memory_gb=mem,
-                    submitted_at=j.created_at,
+                    submitted_at=created_at,
                     started_at=started,
                     expected_end=end,
                     upper_end=worst,

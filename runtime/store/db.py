@@ -48,6 +48,7 @@ from nightshift.runtime.store.migrations import BASELINE, HEAD, SCRIPT_LOCATION
 
 # Defined beside the light reader, which needs no ORM; the job states are one tuple.
 from nightshift.runtime.store.quick_read import JOB_STATES as JOB_STATES
+from nightshift.runtime.store.quick_read import UNREADABLE as UNREADABLE
 from nightshift.runtime.store.quick_read import sqlite_file as sqlite_file
 from nightshift.runtime.store.unreachable import is_unreachable, store_unavailable
 
@@ -76,14 +77,38 @@ def utcnow() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
+class StoredJSON(TypeDecorator[Any]):
+    """A JSON column that a raw edit may have broken (SQLite keeps JSON as text): a value that
+    does not decode is read as `{UNREADABLE: <the start of its text>}` instead of raising, so
+    one tampered row cannot make every listing, tick or report that reads the table fail. What
+    reads it sees a value that does not validate (a spec with no fields), and the row's digest
+    differs from its events'. The column's SQL type is unchanged."""
+
+    impl = JSON
+    cache_ok = True
+
+    def result_processor(self, dialect: Any, coltype: Any) -> Any:
+        inner = super().result_processor(dialect, coltype)
+        if inner is None:
+            return None
+
+        def process(value: Any) -> Any:
+            try:
+                return inner(value)
+            except ValueError:
+                return {UNREADABLE: str(value)[:200]}
+
+        return process
+
+
 class Job(SQLModel, table=True):
     """One experiment to run to completion, across as many attempts as recovery needs."""
 
     id: int | None = Field(default=None, primary_key=True)
     name: str = Field(index=True)
-    spec: dict = Field(sa_column=Column(JSON, nullable=False))
+    spec: dict = Field(sa_column=Column(StoredJSON, nullable=False))
     spec_path: str | None = None
-    params: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    params: dict = Field(default_factory=dict, sa_column=Column(StoredJSON, nullable=False))
     # queued → running → succeeded | failed (attempt failed, recovery may requeue) | cancelled;
     # running → paused (stopped at a checkpoint by the loop: tariff window closed, preempted)
     state: str = Field(default="queued", index=True)

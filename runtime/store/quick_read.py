@@ -141,6 +141,7 @@ def status_rows(
 
 # The columns the ORM reads as JSON and as datetimes (runtime/store/db.py; a test holds these to
 # its models): decoded here as SQLAlchemy decodes them.
+UNREADABLE = "_unreadable_json"  # the key of what a JSON column reads as when its text is not JSON
 JSON_COLUMNS = {
     "job": ("spec", "params"),
     "attempt": (
@@ -165,11 +166,20 @@ class Row(SimpleNamespace):
     parsed."""
 
 
+def stored_json(text: str) -> Any:
+    """A JSON column's stored text decoded; text a raw edit broke as `{UNREADABLE: <its start>}`
+    (db.StoredJSON reads it the same way), so one tampered row does not stop a listing."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return {UNREADABLE: text[:200]}
+
+
 def _row(table: str, cursor: sqlite3.Cursor, values: tuple[Any, ...]) -> Row:
     row = dict(zip((d[0] for d in cursor.description), values, strict=True))
     for name in JSON_COLUMNS[table]:
         if isinstance(row.get(name), str):
-            row[name] = json.loads(row[name])
+            row[name] = stored_json(row[name])
     for name in TIME_COLUMNS[table]:
         if isinstance(row.get(name), str):
             row[name] = datetime.fromisoformat(row[name])
