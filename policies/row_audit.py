@@ -5,7 +5,6 @@ row that was edited, inserted or deleted behind nightshift's back."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +12,7 @@ from sqlalchemy import JSON, Connection, String, select, type_coerce
 
 from nightshift.runtime.store import row_digest
 from nightshift.runtime.store.db import Attempt, Job, KeyValue
+from nightshift.runtime.store.quick_read import UNREADABLE, stored_json
 from nightshift.runtime.store.transition_events import (
     JOB_BINDING,
     ROWS_AFTER_ATTEMPT,
@@ -135,16 +135,12 @@ def _rows(conn: Connection, table: Any) -> Iterator[tuple[dict[str, Any], str | 
     ]
     for row in conn.execute(select(*cols)).mappings():
         out = dict(row)
-        bad = None
         if raw:
             for name in json_cols:
-                text = out[name]
-                if isinstance(text, str):
-                    try:
-                        out[name] = json.loads(text)
-                    except ValueError:
-                        bad = bad or name
-        yield out, bad
+                if isinstance(out[name], str):
+                    out[name] = stored_json(out[name])
+        bad = [n for n in json_cols if isinstance(out[n], dict) and UNREADABLE in out[n]]
+        yield out, bad[0] if bad else None
 
 
 def _boundaries(conn: Connection) -> tuple[int, int]:
