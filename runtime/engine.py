@@ -41,6 +41,7 @@ from nightshift.runtime.scheduling.snapshot import by_host, load_snapshot
 from nightshift.runtime.spec import ExperimentSpec, MetricSpec
 from nightshift.runtime.store import lifecycle, transition_events
 from nightshift.runtime.store.db import (
+    UNREADABLE,
     Attempt,
     CheckpointRecord,
     GpuSample,
@@ -97,6 +98,23 @@ def job_paths(settings: Settings, job: Job) -> dict[str, Path]:
         spec.checkpoint.dir if spec.checkpoint else None,
         spec.metrics.file,
     )
+
+
+def unreadable(att: Attempt) -> list[str]:
+    """The attempt's JSON columns whose stored text is not JSON (read as `UNREADABLE`)."""
+    return [
+        name
+        for name in ("handle", "argv", "params", "gpus", "metrics_cursor")
+        if isinstance(getattr(att, name), dict) and UNREADABLE in getattr(att, name)
+    ]
+
+
+def first_error(exc: ValidationError) -> str:
+    """`spec.<field>: <message>` of a spec's first validation error."""
+    errors = exc.errors()
+    if not errors:
+        return str(exc)
+    return f"spec.{'.'.join(str(p) for p in errors[0]['loc'])}: {errors[0]['msg']}"
 
 
 def metric_roots(paths: dict[str, Path]) -> list[Path]:
@@ -743,8 +761,18 @@ class Engine:
         with self.store.session() as s:
             running = list(s.exec(select(Attempt).where(Attempt.state == "running", self.mine())))
         for att in running:
+            broken = unreadable(att)
+            if broken:  # its handle may be unreadable: the run is found by its key, as at restart
+                why = f"its attempt row's stored {', '.join(broken)} is not JSON"
+                self._stop_unwatchable(att, now, why, self.executor.find(att.key))
+                continue
             job = self.store.job(att.job_id)
-            spec = ExperimentSpec.model_validate(job.spec)
+            try:
+                spec = ExperimentSpec.model_validate(job.spec)
+            except ValidationError as exc:
+                why = f"its stored spec no longer validates ({first_error(exc)})"
+                self._stop_unwatchable(att, now, why, att.handle)
+                continue
             status = self.executor.poll(att.handle)
             mono = self.mono()
             ran_s = durations.elapsed_s(
@@ -970,6 +998,22 @@ class Engine:
         return median_rule(
             best(finite), [best(v) for v in per.values()], mode=mode, min_siblings=min_siblings
         )
+
+    def _stop_unwatchable(
+        self, att: Attempt, now: datetime, why: str, handle: dict[str, Any] | None
+    ) -> None:
+        """Stop a run the loop can no longer watch because its rows were edited in the store
+        (its job's spec no longer validates, or its attempt row cannot be read): the attempt
+        ends failed saying why, audited (`run.unwatchable`); one such row no longer stops every
+        other job's tick. The loop fails the job rather than queue its spec again."""
+        why += "; changed in the store behind nightshift's back? `nightshift audit verify` names it"
+        self.on_event("run.unwatchable", {"job_id": att.job_id, "attempt": att.number, "why": why})
+        status = (
+            self.executor.stop(handle, grace_s=self.settings.executor.stop_grace_s)
+            if handle
+            else RunStatus(state="lost")
+        )
+        self._finish(att.id, status, now, outcome=Outcome.FAILED, reason=why)
 
     def _stop_for(self, att: Attempt, now: datetime, outcome: Outcome, why: str) -> None:
         """Enforce a limit the user declared in the spec; audited as a system action."""

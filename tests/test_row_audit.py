@@ -10,6 +10,7 @@ import json
 import sqlite3
 from pathlib import Path
 
+import psutil
 import pytest
 
 from nightshift.agent.brain.wiring import Wiring
@@ -93,6 +94,55 @@ def test_a_spec_edited_into_something_not_json_fails_its_job_and_is_named(w, tmp
     for command in (("show", str(job_id)), ("status",), ("jobs",)):  # shown, not a traceback
         out = nightshift(*command)
         assert out.returncode == 0 and "Traceback" not in out.stderr, (command, out.stderr)
+
+
+def test_a_running_jobs_spec_edited_so_it_no_longer_validates_stops_that_run_alone(w, tmp_path):
+    """Found while reading the watch step: a running job's spec edited in the database into one
+    that does not validate made every tick raise (watching a run reads its spec), so no other
+    job was watched or placed. Now that run is stopped, its job fails saying why (an audited
+    `run.unwatchable` event), and the tick goes on. A real local run, slowed so it is running."""
+    slow = {"NIGHTSHIFT_EXAMPLE_STEP_SLEEP_S": "0.5"}
+    job_id = submit(w, write_spec(tmp_path, steps=1000, env=slow), "call-run")
+    w.engine.tick()
+    assert w.store.job(job_id).state == "running"
+    row = sqlite3.connect(db_of(w)).execute("select spec from job where id=?", (job_id,)).fetchone()
+    spec = json.loads(row[0])
+    del spec["command"]
+    sql(db_of(w), "update job set spec=? where id=?", json.dumps(spec), job_id)
+    fresh = Wiring.load()
+    fresh.engine.tick()  # no exception: every other job would be watched and placed as before
+    job = fresh.store.job(job_id)
+    assert job.state == "failed" and "spec.command: Field required" in job.reason, job.reason
+    (att,) = fresh.store.attempts(job_id)
+    assert att.state == "exited" and att.outcome == "failed"
+    pid = att.handle["pid"]  # the run itself was stopped, not left running unwatched
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    with sqlite3.connect(db_of(w)) as conn:  # the audit says why the run was stopped
+        (payload,) = conn.execute(
+            "select payload from auditevent where action='run.unwatchable'"
+        ).fetchone()
+    assert json.loads(payload)["job_id"] == job_id and "no longer validates" in payload
+
+
+def test_a_running_attempts_row_edited_into_something_not_json_stops_that_run_alone(w, tmp_path):
+    """Found with the test above: an attempt row whose handle and GPU list were edited into text
+    that is not JSON made every tick raise (loading the attempts could not decode them). Now the
+    run is found again by its attempt key and stopped, the attempt ends failed saying why, the
+    tick goes on, and `audit verify` names the attempt row."""
+    slow = {"NIGHTSHIFT_EXAMPLE_STEP_SLEEP_S": "0.5"}
+    job_id = submit(w, write_spec(tmp_path, steps=1000, env=slow), "call-run")
+    w.engine.tick()
+    (att,) = w.store.attempts(job_id)
+    assert att.state == "running"
+    pid = att.handle["pid"]
+    sql(db_of(w), "update attempt set handle='{\"pid\": ', gpus='[0,' where id=?", att.id)
+    fresh = Wiring.load()
+    fresh.engine.tick()
+    (att,) = fresh.store.attempts(job_id)
+    assert att.state == "exited" and att.outcome == "failed"
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    res = fresh.audit.verify()
+    assert not res.ok and f"attempt {att.id} (job {job_id} #1)" in res.reason, res
 
 
 @pytest.mark.slow

@@ -466,6 +466,8 @@ def load_snapshot(
 
     def held(att: Any) -> list[int]:
         """The attempt's GPUs as placement numbers them: a gang's on each of its hosts."""
+        if not isinstance(att.gpus, list):
+            return []  # a row edited in the store: the watch step stops that run (engine.py)
         if cluster is None:
             return list(att.gpus)
         out: list[int] = []

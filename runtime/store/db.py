@@ -148,10 +148,10 @@ class Attempt(SQLModel, table=True):
     # The cluster host whose GPUs it runs on ("ray:10.0.0.5"), when the executor is a cluster's
     # and placement chose the node; "" for a run on the daemon's own node.
     host: str = Field(default="", sa_column_kwargs={"server_default": text("''")})
-    handle: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
-    argv: list = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
-    params: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
-    gpus: list = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    handle: dict = Field(default_factory=dict, sa_column=Column(StoredJSON, nullable=False))
+    argv: list = Field(default_factory=list, sa_column=Column(StoredJSON, nullable=False))
+    params: dict = Field(default_factory=dict, sa_column=Column(StoredJSON, nullable=False))
+    gpus: list = Field(default_factory=list, sa_column=Column(StoredJSON, nullable=False))
     log_path: str | None = None
     exit_code: int | None = None
     signal: int | None = None
@@ -161,7 +161,7 @@ class Attempt(SQLModel, table=True):
     metrics_offset: int = 0  # where this attempt's lines start in the job's metrics file
     # Where each metric source was last read (runtime.metric_sources), so tailing is incremental
     # and survives a restart; also what the good-checkpoint keeper last copied.
-    metrics_cursor: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    metrics_cursor: dict = Field(default_factory=dict, sa_column=Column(StoredJSON, nullable=False))
     evidence: str | None = None  # what the monitor saw: the first bad metric, the leftovers stopped
     first_bad_step: int | None = None  # the first step whose metrics diverged
     last_progress_at: NaiveDatetime | None = None
@@ -180,14 +180,14 @@ class Attempt(SQLModel, table=True):
     # Why a failed attempt ended, diagnosed by the loop as it ended: category, the evidence line
     # and its number, a summary, the recommended action (runtime/training/attempt_diagnosis.py).
     # None for an attempt that did not fail, and for those from before 0012.
-    diagnosis: dict | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    diagnosis: dict | None = Field(default=None, sa_column=Column(StoredJSON, nullable=True))
     # What the machine said as a failed attempt ended (runtime/training/machine_evidence.py
     # `MachineEvidence`), read once by the loop: a later diagnosis of the attempt reads it here.
-    machine: dict | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    machine: dict | None = Field(default=None, sa_column=Column(StoredJSON, nullable=True))
     # What makes it reproducible, read as it started (runtime/training/provenance.py): commit and
     # dirty diff, packages, image digest, seed, argv, env, data fingerprints, GPUs, host. None
     # for attempts from before 0016.
-    provenance: dict | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    provenance: dict | None = Field(default=None, sa_column=Column(StoredJSON, nullable=True))
     energy_kwh: float | None = None
     energy_source: str | None = None  # nvml | declared_power | none
     started_at: NaiveDatetime = Field(default_factory=utcnow)
