@@ -808,6 +808,10 @@ def test_odd_blanks_entities_and_folds_read_as_the_plain_log(ctx):
         "TypeError: <class 'int'> is not iterable"
     )
     assert pasted_log.normalise("</details>") == ""
+    # an escaped quote mark is a quote mark; a coloured bar's closing reset is no reading of its own
+    assert pasted_log.normalise("&gt; &gt; MemoryError") == "MemoryError"
+    bar = "\x1b[32m 50%|#####     | 5/10 [00:01<00:01, 4.20it/s]\x1b[0m"
+    assert pasted_log.primary(bar) == "50%|#####     | 5/10 [00:01<00:01, 4.20it/s]"
 
 
 def test_pasted_timestamped_error_line_is_diagnosed(ctx):

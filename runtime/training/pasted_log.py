@@ -170,18 +170,21 @@ def windows_paths(text: str) -> str:
 
 def segments(line: str) -> list[str]:
     """A line's carriage-return segments (a progress bar redrawn in place), and the text a bar
-    runs into when it was not ended, as separate pieces; blank ones dropped, in order."""
+    runs into when it was not ended, as separate pieces; blank ones dropped, in order (a piece
+    that is only colour codes, as a coloured bar's closing reset, is blank)."""
     out: list[str] = []
     for part in line.split("\r"):
-        out.extend(p for p in _BAR_END.split(part) if p.strip())
+        out.extend(p for p in _BAR_END.split(part) if p.strip() and decolour(p).strip())
     return out or [line]
 
 
 def surface(segment: str) -> str:
     """A segment with colour codes, control bytes and quote marks off (prefixes kept), and the
     HTML entities a page's source or a scraper leaves (`&lt;class 'x'&gt;`) read as characters."""
-    text = unquote(decolour(segment)).rstrip()
-    return html.unescape(text) if _ENTITY.search(text) else text
+    text = decolour(segment)
+    if _ENTITY.search(text):  # before the quote marks: an escaped `&gt; ` is one
+        text = html.unescape(text)
+    return unquote(text).rstrip()
 
 
 def normalise(segment: str) -> str:
