@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from sqlalchemy import JSON, Connection, String, select, type_coerce
+from sqlalchemy import Connection, String, select, type_coerce
 
 from nightshift.runtime.store import row_digest
 from nightshift.runtime.store.db import Attempt, Job, KeyValue
-from nightshift.runtime.store.quick_read import UNREADABLE, stored_json
+from nightshift.runtime.store.quick_read import JSON_COLUMNS, UNREADABLE, stored_json
 from nightshift.runtime.store.transition_events import (
     JOB_BINDING,
     ROWS_AFTER_ATTEMPT,
@@ -123,11 +123,7 @@ def _rows(conn: Connection, table: Any) -> Iterator[tuple[dict[str, Any], str | 
     JSON (None: all read). SQLite keeps JSON as text that a raw edit can break, and decoding it
     in the driver would stop the whole walk at that row: its JSON columns are read as text and
     decoded here, row by row (PostgreSQL refuses such text, and its driver decodes)."""
-    json_cols = [
-        c.name
-        for c in table.columns
-        if isinstance(c.type, JSON) or isinstance(getattr(c.type, "impl", None), JSON)
-    ]
+    json_cols = JSON_COLUMNS[table.name]
     raw = conn.dialect.name == "sqlite"
     cols = [
         type_coerce(c, String).label(c.name) if raw and c.name in json_cols else c

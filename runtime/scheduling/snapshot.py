@@ -373,11 +373,6 @@ def load_snapshot(
                 valid.label("valid"),
             ).where(seen)
         ).all()
-        unloadable = {
-            j.id: "stored spec is not valid JSON"
-            for j in jobs
-            if not j.valid and j.state == "queued"
-        }
         succeeded = set(
             conn.execute(select(Job.name).where(Job.state == "succeeded").distinct()).scalars()
         )
@@ -483,6 +478,7 @@ def load_snapshot(
     running: list[RunningJob] = []
     recovering: list[PendingJob] = []
     estimates: dict[tuple[Any, ...], Any] = {}  # most jobs share an owner, a name and a request
+    unloadable: dict[int, str] = {}  # queued jobs whose stored spec cannot be used: why
     for j in jobs:
         (
             job_id,
@@ -498,8 +494,10 @@ def load_snapshot(
             raw_fields,
             is_valid,
         ) = j  # each field read once: attribute access on 100,000 rows is what costs
-        if not is_valid:
-            continue  # queued: failed below (unloadable); running: not seen, as before
+        if not is_valid:  # queued: failed below; running: not seen, as before
+            if state == "queued":
+                unloadable[job_id] = "stored spec is not valid JSON"
+            continue
         values, problem = _fields(raw_fields, sqlite)
         if problem is not None:
             if state == "failed":
