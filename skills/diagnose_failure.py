@@ -358,6 +358,23 @@ SIGNATURES: tuple[Signature, ...] = (
         r"cuda runtime error \(2\) : out of memory|\bMPS backend out of memory\b",
         "the GPU ran out of memory",
     ),
+    # Apple silicon's Metal as MLX reports it; a ROCm build of PyTorch (`HIP out of memory`) and
+    # the HIP runtime's own code
+    _sig(
+        "cuda_oom",
+        r"\[METAL\] Command buffer execution failed: Insufficient Memory"
+        r"|\bkIOGPUCommandBufferCallbackErrorOutOfMemory\b|\bHIP out of memory\b"
+        r"|\bhipErrorOutOfMemory\b",
+        "the GPU ran out of memory",
+    ),
+    # Habana Gaudi's runtime (its device memory and its graph compiler's workspace); XLA on a TPU
+    # as torch_xla reports it
+    _sig(
+        "cuda_oom",
+        r"\bMODULE:(?:DEVMEM|SYNHELPER)\b[^\n]*\bAllocation\b|\bAttempting to allocate [\d.]+\s?"
+        r"[KMGT]?i?B?\. That was not possible\. There are [\d.]+\s?[KMGT]?i?B? free\b",
+        "the accelerator ran out of device memory",
+    ),
     _sig(
         "cuda_oom",
         r"RESOURCE_EXHAUSTED: Out of memory while trying to allocate",
@@ -404,6 +421,13 @@ SIGNATURES: tuple[Signature, ...] = (
         "host_oom",
         r"Memory cgroup out of memory: Kill(?:ed)? process",
         "the container's memory limit was hit and the OOM killer killed a process",
+    ),
+    # a platform relaying Kubernetes' OOMKilled in its own words (VESSL)
+    _sig(
+        "host_oom",
+        r"\bcontainer [\w.-]+ is oom-killed\b",
+        "the container's memory limit was hit and the OOM killer killed it",
+        on_info=True,
     ),
     _sig("host_oom", r"invoked oom-killer", "the kernel OOM killer ran"),
     _sig("host_oom", r"\boom-kill:constraint=", "the kernel OOM killer chose a process to kill"),
@@ -524,7 +548,8 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(
         "disk_full",
         r"\[WinError 112\]|There is not enough space on the disk|database or disk is full"
-        r"|No usable temporary directory found in|\bNot enough (?:free )?disk space\b",
+        r"|No usable temporary directory found in|\b(?:Not enough|Insufficient) (?:free )?disk "
+        r"space\b",
         "a write failed (or would): the disk is full",
     ),
     # TensorFlow's file writers (checkpoint .tempstate, TFRecordWriter) report ENOSPC as
@@ -647,6 +672,14 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("import_or_env", r"ModuleNotFoundError: No module named", "a Python package is missing"),
     _sig("import_or_env", r"^(?:\[[^\]\n]*\]:?\s*)*ImportError\b", "an import failed"),
     _sig("import_or_env", r"cannot open shared object file", "a shared library is missing"),
+    # glibc's loader when a library with initial-exec TLS is loaded late (libgomp on aarch64 /
+    # Jetson): preloading it (LD_PRELOAD) or importing it first is the known fix
+    _sig(
+        "import_or_env",
+        r"cannot allocate memory in static TLS block",
+        "a shared library could not be loaded this late in the process (static TLS): preload it "
+        "(LD_PRELOAD) or import it first",
+    ),
     _sig("import_or_env", r"undefined symbol: ", "a shared library does not match its caller"),
     # PaddlePaddle's dynamic loader (platform/dynload); jax's check of the installed jaxlib
     _sig(
@@ -860,6 +893,15 @@ SIGNATURES: tuple[Signature, ...] = (
         "nanoGPT's configurator rejected an override (a value of the wrong type, or a malformed "
         "--key=value)",
     ),
+    # torch.nn.MultiheadAttention's check of its sizes: a model config's width and heads
+    _sig(
+        "config_error",
+        r"\bembed_dim must be divisible by num_heads\b",
+        "the model's width is not a multiple of its number of attention heads: change one of "
+        "them in the config",
+        retryable=False,
+        action="stop",
+    ),
     _sig(
         "config_error",
         r"AssertionError: Invalid type .* for key|Non-existent config key",
@@ -947,7 +989,19 @@ SIGNATURES: tuple[Signature, ...] = (
         retryable=False,
         action="stop",
     ),
+    # ROCm's counterparts: the HIP runtime finds no code object for this GPU's architecture
+    # (gfx…), or rocBLAS has no kernels for it
+    _sig(
+        "cuda_runtime_error",
+        r"\bhipErrorNoBinaryForGpu\b|rocBLAS error: Cannot read [^\n]*TensileLibrary[^\n]*\bfor "
+        r"GPU arch\b",
+        "the installed ROCm build has no kernels for this GPU's architecture (gfx…): install a "
+        "build for it, or run on a supported GPU",
+        retryable=False,
+        action="stop",
+    ),
     _sig("cuda_runtime_error", r"CUDA error: (?!out of memory)[a-z]", "a CUDA call failed"),
+    _sig("cuda_runtime_error", r"\bHIP error: (?!out of memory)[a-z]", "a HIP (ROCm) call failed"),
     _sig(
         "cuda_runtime_error",
         r"unspecified launch failure|\bmisaligned address\b",
@@ -1110,6 +1164,14 @@ SIGNATURES: tuple[Signature, ...] = (
         r"|errno: 98 - Address already in use|The server socket has failed to (?:listen|bind)",
         "a peer rank's connection dropped",
     ),
+    # DGL's distributed RPC (src/rpc/network): its server's socket on an address or port it
+    # cannot have
+    _sig(
+        "nccl_or_distributed",
+        r"\bsocket_communicator\.cc:\d+: Cannot bind to\b|\btcp_socket\.cc:\d+: Failed bind on\b",
+        "DGL's distributed RPC could not bind its socket (an address that is not this machine's "
+        "in the ip config, or a port in use)",
+    ),
     # c10d's TCPStore client that never reached the master (MASTER_ADDR/PORT, a firewall, a
     # master that never started)
     _sig(
@@ -1175,11 +1237,14 @@ SIGNATURES: tuple[Signature, ...] = (
         "a file or folder the run needs does not exist",
     ),
     # An empty dataset (the data path holds none of what the loader looks for: torch's
-    # RandomSampler); an input it cannot open (PIL, libsndfile, a folder where a file was meant);
+    # RandomSampler, or its ConcatDataset of no datasets); an input it cannot open (PIL, libsndfile, a folder where a file was meant);
     # a model folder without its files (transformers); a script the shell cannot find
     _sig(
         "file_missing",
         r"num_samples should be a positive integer value, but got num_samples=0"
+        # darknet's image loader
+        r"|^Cannot load image \S"
+        r"|\bdatasets should not be an empty iterable\b"
         r"|\b(?:UnidentifiedImageError|IOError|OSError): cannot identify image file"
         r"|\bError opening '[^'\n]+': (?:System error|Format not recognised)"
         r"|\bIsADirectoryError: \[Errno 21\]"
@@ -1241,7 +1306,7 @@ SIGNATURES: tuple[Signature, ...] = (
     # (German, Chinese, French, Spanish, Japanese): on a training run most often the OOM killer.
     _sig(
         "host_oom",
-        r"^(?:.*\bline \d+: +\d+ )?(?:Killed\b(?!\s+process)|Getötet|已杀死|已殺死|Processus arrêté"
+        r"^(?:.*\bline \d+ ?: +\d+ )?(?:Killed\b(?!\s+process)|Getötet|已杀死|已殺死|Processus arrêté"
         r"|zsh: killed\b|\[\d+\] +\d+ killed +\S"
         r"|Terminado \(killed\)|強制終了)"
         # the same word glued to the progress line it cut short (Keras' bar, tqdm's)
@@ -1294,6 +1359,15 @@ SIGNATURES: tuple[Signature, ...] = (
         "nan_loss",
         r"[\"']?\b(?:[A-Za-z]\w*_)?loss(?!_?scale)(?:_\w+)?[\"'\]]?\s*[:=]?\s*\[?-?(?:nan|inf)\b",
         "a logged loss is NaN/inf",
+        strong=False,
+        on_info=True,
+    ),
+    # A loop's own words for it: `Finding Nan in gaussian loss`, `NaN detected in the total loss`
+    _sig(
+        "nan_loss",
+        r"\b(?:nan|inf)s? (?:values? )?(?:(?:found|detected) )?in (?:the |your )?(?:\w+ ){0,2}"
+        r"loss(?:es)?\b",
+        "the program reports NaN/inf in its loss",
         strong=False,
         on_info=True,
     ),

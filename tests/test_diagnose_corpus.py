@@ -154,12 +154,14 @@ def test_held_out_accuracy(rows):
     by the code at that stop's start, 569 (78.5 %) by its end. Stop 45 added fourteen more
     (819 logs; the batches scored 24-100 %, 70 % in all, before anyone read them): 633 (77.3 %)
     by the code at that stop's start, 637 (77.8 %) by its end (3 of the 4 by a signature written
-    after a grep over the whole corpus had shown held-out error lines: 634 without them). This
-    guards the measured
+    after a grep over the whole corpus had shown held-out error lines: 634 without them). Stop 46
+    added fourteen more (936 logs; the batches scored 28-89 %, 62 % in all, before anyone read
+    them, hardest on accelerators other than NVIDIA's): 715 (76.4 %) by the code at that stop's
+    start, 719 (76.8 %) by its end. This guards the measured
     figure against regressions; the held-out misses are not listed by the eval (they are not
     for tuning)."""
     held = [r for r in rows if r["held_out"]]
-    assert accuracy(held) >= 0.775, f"{sum(r['ok'] for r in held)} of {len(held)}"
+    assert accuracy(held) >= 0.765, f"{sum(r['ok'] for r in held)} of {len(held)}"
     table = {c["category"]: c for c in per_category(held)}
     assert table.keys() <= CATEGORIES
 

@@ -20,9 +20,10 @@ import pytest
 from nightshift.evals.diagnosis import Case, _context, load_corpus, select
 from nightshift.skills.diagnose_failure import diagnose_failure
 
-# What a person adds around a line when pasting (quote marks, bold, a fence): a platform's
-# decoration goes under it, as the platform wrote it before the person copied it.
-_MARKUP = re.compile(r"^(\s{0,3}(?:>\s?)*(?:\*\*)?)")
+# What a person adds around a line when pasting (quote marks, bold, inline code's backtick, a
+# fence): a platform's decoration goes under it, as the platform wrote it before the person
+# copied it.
+_MARKUP = re.compile(r"^(\s{0,3}(?:>\s?)*(?:\*\*)?`?)")
 _FENCE = re.compile(r"^\s*(?:>\s?)*```")
 
 
@@ -49,6 +50,7 @@ PASTES: dict[str, Callable[[str], str]] = {
     "a markdown quote": lambda t: "".join("> " + line for line in t.splitlines(True)),
     "Windows line ends": lambda t: t.replace("\r\n", "\n").replace("\n", "\r\n"),
     "a code block": lambda t: "```text\n" + t.rstrip("\n") + "\n```\n",
+    "inline code": lambda t: "`" + t.strip("\n") + "`\n",
     "a folded <details> block": lambda t: (
         "<details>\n<summary>Full log</summary>\n\n```\n" + t.rstrip("\n") + "\n```\n\n</details>\n"
     ),

@@ -938,6 +938,115 @@ SIGNED: list[tuple[str, str, str]] = [
         'docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]].\n',
         "driver_mismatch",
     ),
+    (
+        "MLX on Apple silicon: Metal out of memory",
+        "Iter 40: Train loss 1.723, Learning Rate 1.000e-05, It/sec 0.739, Peak mem 32.138 GB\n"
+        "libc++abi: terminating due to uncaught exception of type std::runtime_error: [METAL] "
+        "Command buffer execution failed: Insufficient Memory "
+        "(00000008:kIOGPUCommandBufferCallbackErrorOutOfMemory)\n"
+        "zsh: abort      python -m mlx_lm.lora --train --model ./model\n",
+        "cuda_oom",
+    ),
+    (
+        "a ROCm build of PyTorch out of GPU memory",
+        '  File "train.py", line 88, in <module>\n    out = model(x)\nRuntimeError: HIP out of '
+        "memory. Tried to allocate 20.00 MiB (GPU 0; 7.98 GiB total capacity; 7.70 GiB already "
+        "allocated; 0 bytes free)\n",
+        "cuda_oom",
+    ),
+    (
+        "the HIP runtime without a code object for this GPU",
+        "2021-05-27 12:35:24.177308: I tensorflow/stream_executor/platform/default/dso_loader.cc:53]"
+        " Successfully opened dynamic library libamdhip64.so\n"
+        '/src/rocclr/hip_code_object.cpp:486: "hipErrorNoBinaryForGpu: Unable to find code object '
+        'for all current devices!"\nAborted (core dumped)\n',
+        "cuda_runtime_error",
+    ),
+    (
+        "rocBLAS without kernels for this GPU's architecture",
+        "Epoch 1/10\nrocBLAS error: Cannot read /opt/rocm/lib/rocblas/library/TensileLibrary.dat: "
+        "No such file or directory for GPU arch : gfx1032\nAborted (core dumped)\n",
+        "cuda_runtime_error",
+    ),
+    (
+        "a HIP call that failed in a ROCm build of PyTorch",
+        '  File "train.py", line 40, in <module>\n    loss.backward()\nRuntimeError: HIP error: '
+        "invalid device function\nHIP kernel errors might be asynchronously reported at some "
+        "other API call, so the stacktrace below might be incorrect.\n",
+        "cuda_runtime_error",
+    ),
+    (
+        "DGL's distributed RPC server that cannot bind",
+        "Start server 0\n[12:01:07] /opt/dgl/src/rpc/network/tcp_socket.cc:69: Failed bind on "
+        "10.0.3.4:30050 ,errno=99\ndgl._ffi.base.DGLError: [12:01:07] "
+        "/opt/dgl/src/rpc/network/socket_communicator.cc:197: Cannot bind to 10.0.3.4:30050\n",
+        "nccl_or_distributed",
+    ),
+    (
+        "torch's MultiheadAttention given a width its heads do not divide",
+        '  File "/usr/lib/python3/site-packages/torch/nn/modules/activation.py", line 1009, in '
+        '__init__\n    assert self.head_dim * num_heads == self.embed_dim, "embed_dim must be '
+        'divisible by num_heads"\nAssertionError: embed_dim must be divisible by num_heads\n',
+        "config_error",
+    ),
+    (
+        "a loop's own words for a NaN loss",
+        "epoch 3 step 120 loss 0.512\nFinding NaN in diffusion loss\n"
+        "Finding NaN in diffusion loss\n",
+        "nan_loss",
+    ),
+    (
+        "torch's ConcatDataset given no datasets (a data root with none of what it looks for)",
+        '  File "/opt/conda/lib/python3.8/site-packages/torch/utils/data/dataset.py", line 223, '
+        "in __init__\n    assert len(self.datasets) > 0, 'datasets should not be an empty "
+        "iterable'  # type: ignore[arg-type]\nAssertionError: datasets should not be an empty "
+        "iterable\n",
+        "file_missing",
+    ),
+    (
+        "a training platform relaying Kubernetes' OOM kill in its own words",
+        "Jul 09, 16:45:16 | [INFO] | container workspace is oom-killed.\n"
+        "Jul 09, 16:45:16 | [INFO] | Workload status changed to stopping\n"
+        "Jul 09, 16:45:51 | [INFO] | Pod deleted.\n",
+        "host_oom",
+    ),
+    (
+        "Habana Gaudi out of device memory",
+        '  File "train.py", line 70, in _train_epoch\n    loss.backward()\nRuntimeError: FATAL ERROR '
+        ":: MODULE:DEVMEM Allocation failed for size::1646821376\n",
+        "cuda_oom",
+    ),
+    (
+        "Habana Gaudi's graph compiler out of workspace memory",
+        "RuntimeError: FATAL ERROR :: MODULE:SYNHELPER workspace Allocation of size ::14493510400 "
+        "failed!\n",
+        "cuda_oom",
+    ),
+    (
+        "XLA on a TPU out of HBM (torch_xla)",
+        "| epoch 001 | loss 9.812 | ups 1.2\n2020-10-22 02:48:58 10.128.0.33 [3]   (1) Resource "
+        "exhausted: Attempting to allocate 180.59M. That was not possible. There are 142.58M "
+        "free.; (0x3x0_HBM1)\n",
+        "cuda_oom",
+    ),
+    (
+        "a setup script's own disk check",
+        "L4T VERSION 32.6.1 is in the allowed: OK!\nInsufficient disk space. Required: 16G, "
+        "Available: 3G.\nAn error occurred. Exiting...\n",
+        "disk_full",
+    ),
+    (
+        "darknet's image loader",
+        " 2: 648.2, 648.3 avg loss, 0.000000 rate, 3.1 seconds, 128 images\n"
+        "Cannot load image /content/darknet/data/obj/img(107).jpg\n",
+        "file_missing",
+    ),
+    (
+        "glibc's loader: libgomp loaded too late on aarch64",
+        "OSError: /usr/lib/aarch64-linux-gnu/libgomp.so.1: cannot allocate memory in static TLS "
+        "block\n",
+        "import_or_env",
+    ),
 ]
 
 

@@ -51,6 +51,9 @@ _FOLD = re.compile(
     r"|<summary>[^<\n]{0,200}</summary>\s*)+$",
     re.IGNORECASE,
 )
+# Inline code's delimiters at a line's ends (a fence, three or more, is a _QUOTE)
+_SPAN_OPEN = re.compile(r"^(\s*)`{1,2}(?!`)")
+_SPAN_CLOSE = re.compile(r"(?<!`)`{1,2}\s*$")
 # A line set in Markdown bold as a whole (`**RuntimeError: …**`): the emphasis off.
 _BOLD = re.compile(r"^(\s*)\*\*(?=[^\s*])(.+?)(?<=[^\s*])\*\*\s*$")  # not `***** x *****`
 # A time zone's abbreviation after a timestamp (`UTC`, `CEST`, `UTC+8`): named ones only, so that
@@ -134,10 +137,27 @@ def decolour(text: str) -> str:
 
 
 def unquote(text: str) -> str:
-    """Markdown quote marks and a code fence's opening off the start, bold around a line, and a
-    line of folding HTML as a whole."""
-    text = _QUOTE.sub("", text, count=1)
+    """Markdown quote marks and a code fence's opening off the start, bold around a line, the
+    backticks of inline code, and a line of folding HTML as a whole."""
+    text = _code_span(_QUOTE.sub("", text, count=1))
     return "" if _FOLD.match(text) else _BOLD.sub(r"\1\2", text)
+
+
+def _code_span(text: str) -> str:
+    """A log pasted as Markdown inline code has a run of one or two backticks before its first
+    line and after its last (or both around a one-line paste): those off. Backticks the program
+    printed come in pairs (`` `forward` ``) and stay."""
+    if "`" not in text:
+        return text
+    opener, closer = _SPAN_OPEN.match(text), _SPAN_CLOSE.search(text)
+    if opener and closer and opener.end() <= closer.start():
+        inner = text[opener.end() : closer.start()]
+        return opener.group(1) + inner if "`" not in inner else text
+    if opener and text.count("`", opener.end()) % 2 == 0:
+        return opener.group(1) + text[opener.end() :]
+    if closer and text.count("`", 0, closer.start()) % 2 == 0:
+        return text[: closer.start()]
+    return text
 
 
 def strip_prefixes(text: str) -> str:
