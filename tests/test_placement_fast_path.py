@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 from datetime import datetime, timedelta
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -166,6 +167,8 @@ def _tick(rnd: random.Random, s: Snapshot, started: set[int]) -> Snapshot:
             j.priority += 3  # mutated in place between calls
         elif roll < 0.08 and j.blocked_by:
             j.blocked_by.clear()  # a list field changed in place: the dependency succeeded
+        elif roll < 0.12:  # a learned estimate moved, as the daemon's load renews it
+            j.renew_estimate(rnd.choice([None, 60.0, 7200.0]), rnd.choice([None, 9000.0]))
     replaced = [
         j.model_copy(update={"expected_duration_s": 7200.0}) if rnd.random() < 0.05 else j
         for j in kept
@@ -252,6 +255,21 @@ def test_a_job_changed_in_place_between_calls_is_seen():
     assert again.model_dump() == place(s, _fast=False).model_dump()
     assert again.holds[started.id] == "waiting on prep"
     assert held[0].id not in again.holds or "waiting on" not in again.holds[held[0].id]
+    assert again.model_dump() != first.model_dump()
+
+
+@pytest.mark.parametrize("order", ["srpt", "sjf_aging"])
+def test_an_estimate_renewed_in_place_between_calls_is_seen(order):
+    """Why: the daemon keeps a job whose learned estimate alone moved as the same object
+    (`renew_estimate`); its row must take the new estimate and its rank the new penalty."""
+    s = _long_world(7).model_copy(update={"order": order})
+    place(s)
+    first = place(s)  # in columns now, penalties computed
+    held = [j for j in s.pending if j.id in first.holds and not j.blocked_by]
+    for j in held[:200]:
+        j.renew_estimate(60.0, 90.0)
+    again = place(s)
+    assert again.model_dump() == place(s, _fast=False).model_dump()
     assert again.model_dump() != first.model_dump()
 
 

@@ -1,7 +1,8 @@
 """The daemon keeps its waiting jobs from one tick's snapshot to the next
 (`load_snapshot(previous=...)`): a job whose fields are all as stored is the same object, so
-placement finds its columns by identity (evals/bench_scale.py `bench_daemon_ticks`); anything
-changed, in the store or in place by a caller, gives a new object with the stored values."""
+placement finds its columns by identity (evals/bench_scale.py `bench_daemon_ticks`); a job whose
+learned estimate alone moved is the same object with the new estimate; anything else changed, in
+the store or in place by a caller, gives a new object with the stored values."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from datetime import timedelta
 from sqlalchemy import update
 from sqlmodel import select
 
-from nightshift.evals.bench_scale import NOW, NullExecutor, populate
+from nightshift.evals.bench_scale import NOW, NullExecutor, populate, store_ticks
 from nightshift.runtime.config import Settings
 from nightshift.runtime.engine import Engine
+from nightshift.runtime.scheduling import placement
 from nightshift.runtime.scheduling.placement import PendingJob, place
 from nightshift.runtime.scheduling.snapshot import PENDING_ORDER, load_snapshot
 from nightshift.runtime.store.db import Job, Store
@@ -50,6 +52,40 @@ def test_unchanged_jobs_are_kept_and_changed_ones_are_loaded_anew(tmp_path):
     fresh = load_snapshot(store, later)
     assert second.model_dump() == fresh.model_dump()
     assert place(second).model_dump() == place(fresh).model_dump()
+
+
+def test_a_job_whose_estimate_alone_moved_is_kept_with_the_new_estimate(tmp_path):
+    """Why: a finished run moves the learned estimate of every queued job of its name, a tenth
+    of a deep queue a tick; each as a new object cost placement a whole row. Kept in place, the
+    job's row takes the new value, and every decision is as a fresh load's."""
+    store = Store(f"sqlite:///{tmp_path}/s.db")
+    populate(store, placement.COLUMNS_FROM + 500, 64)
+    previous: dict[int, PendingJob] = {}
+    ticks = store_ticks(store)  # each tick: runs finish, jobs leave and arrive, priorities move
+    now = next(ticks)
+    snap = load_snapshot(store, now, previous=previous)
+    for _ in range(3):
+        # the jobs' rows made and ranked, under the daemon's order, as its ticks leave them (all
+        # GPUs free: which jobs start is the order's choice)
+        place(snap.model_copy(update={"order": "srpt", "running": []}))
+        before = {j.id: (j, j.expected_duration_s, j.expected_upper_s) for j in snap.pending}
+        now = next(ticks)
+        snap = load_snapshot(store, now, previous=previous)
+        moved = [
+            j
+            for j in snap.pending
+            if j.id in before
+            and j is before[j.id][0]
+            and (j.expected_duration_s, j.expected_upper_s) != before[j.id][1:]
+        ]
+        assert len(moved) > 10
+        fresh = load_snapshot(store, now)
+        assert snap.model_dump() == fresh.model_dump()
+        for order in ("srpt", "sjf_aging", "priority"):
+            got, want = (
+                s.model_copy(update={"order": order, "running": []}) for s in (snap, fresh)
+            )
+            assert place(got).model_dump() == place(want, _fast=False).model_dump(), order
 
 
 def test_a_dependency_list_changed_in_place_is_not_kept(tmp_path):

@@ -7,9 +7,11 @@ into columns, and a later call finds each job's row by the object's identity and
 depends on the clock (waits, aged priorities, backoffs, deadlines) for all rows at once.
 
 Safe as a cache: a row is a pure function of its job's field values; assigning any field of a
-`PendingJob` drops its row (`PendingColumns.forget`, called from the model's `__setattr__`), and
-the one list field (`blocked_by`) is read through the job's own list object at every call, so a
-dependency removed in place is seen. A copy (`model_copy`) is a new object and gets a new row.
+`PendingJob` drops its row (`PendingColumns.forget`, called from the model's `__setattr__`); a
+new learned estimate set in place (`PendingJob.renew_estimate`, as the daemon's load sets it) is
+written into the row (`renew`) and its penalty computed again; and the one list field
+(`blocked_by`) is read through the job's own list object at every call, so a dependency removed
+in place is seen. A copy (`model_copy`) is a new object and gets a new row.
 The cache holds the objects it has rows for; it is compacted to the latest call's jobs when it
 grows past twice their number.
 """
@@ -85,6 +87,7 @@ class PendingColumns:
         # `pen_n`, under the order settings `pen_key` (a row's fields never change)
         self.pen_key: tuple | None = None
         self.pen_n = 0
+        self.repen: list[int] = []  # rows below `pen_n` whose estimate moved since
         self.seen: list[Any] = []  # the jobs of the last call, columns or not
         # the last call's (jobs, their ids, rows, `forgotten`); the jobs are held so that no new
         # object can take one of their ids
@@ -112,6 +115,19 @@ class PendingColumns:
     def forget(self, job: object) -> None:
         self.forgotten += 1
         self.rows.pop(id(job), None)
+
+    def renew(self, job: Any) -> None:
+        """The job's learned estimate moved, nothing else: its row takes the new value (its
+        penalty is computed again at the next call)."""
+        row = self.rows.get(id(job))
+        if row is None:
+            return
+        self.forgotten += 1
+        self.exp[row] = job.__dict__["expected_duration_s"] or np.nan
+        if row < self.pen_n:
+            self.repen.append(row)
+            if len(self.repen) > self.n:  # never consumed (an order without penalties)
+                self.pen_n, self.repen = 0, []
 
     def _code(self, raw: tuple) -> int:
         got = self.codes.get(raw)
@@ -205,7 +221,7 @@ class PendingColumns:
 
     def _compact(self, rows: np.ndarray) -> np.ndarray:
         """Keep only `rows` (this call's jobs): the objects of jobs gone are let go."""
-        self.pen_n = 0
+        self.pen_n, self.repen = 0, []
         keep, new = np.unique(rows, return_inverse=True)
         for name in (*_FLOATS, *_INTS, *_OBJECTS, "cs"):
             arr = getattr(self, name)
@@ -226,6 +242,12 @@ def forget(job: object) -> None:
     """A job's fields changed: its row (if any) no longer describes it."""
     for cols in list(_SHARED.values()):
         cols.forget(job)
+
+
+def renewed(job: object) -> None:
+    """A job's learned estimate (alone) changed in place: rows keep the job, with the new value."""
+    for cols in list(_SHARED.values()):
+        cols.renew(job)
 
 
 @contextmanager

@@ -134,6 +134,14 @@ class PendingJob(BaseModel):
         super().__setattr__(name, value)
         pending_columns.forget(self)  # placement's copy of its fields is stale now
 
+    def renew_estimate(self, expected_s: float | None, upper_s: float | None) -> None:
+        """A new learned estimate for a job otherwise unchanged, set in place: placement keeps the
+        job's row and takes the one value (a daemon's estimates move with every finished run of
+        the name, and a new object would cost a whole row each time)."""
+        BaseModel.__setattr__(self, "expected_duration_s", expected_s)
+        BaseModel.__setattr__(self, "expected_upper_s", upper_s)
+        pending_columns.renewed(self)
+
 
 class RunningJob(BaseModel):
     """A running job; the defaults describe a job that is neither preempted nor paused."""
@@ -1284,7 +1292,17 @@ class _Placer:
                 default_s,
             )
             if cols.pen_key != key:
-                cols.pen_key, cols.pen_n = key, 0
+                cols.pen_key, cols.pen_n, cols.repen = key, 0, []
+            if cols.repen:  # rows whose estimate moved in place
+                moved = np.unique(np.array(cols.repen, dtype=np.int64))
+                cols.repen = []
+                exp_moved = cols.exp[moved]
+                cols.pen[moved] = self._penalties(
+                    penalty,
+                    np.where(np.isnan(exp_moved), default_s, exp_moved),
+                    cols.att[moved],
+                    cols.gpus[moved],
+                )
             if cols.pen_n < cols.n:
                 new = slice(cols.pen_n, cols.n)
                 exp_new = cols.exp[new]

@@ -76,6 +76,10 @@ _VALID_MAX = 100_000
 # previous load is kept when these are all as loaded now
 PENDING_ORDER = tuple(PendingJob.model_fields)
 _pending_values = operator.attrgetter(*PENDING_ORDER)
+# where the learned estimate's two values sit in them (a job whose estimate alone moved is kept)
+_EXPECTED, _UPPER = sorted(
+    PENDING_ORDER.index(f) for f in ("expected_duration_s", "expected_upper_s")
+)
 
 
 def stored_fields_problem(values: list[Any]) -> str | None:
@@ -155,11 +159,24 @@ def _params_key_of_text(raw: str) -> str:
 
 
 def _kept_or_new(previous: dict[int, PendingJob] | None, values: tuple[Any, ...]) -> PendingJob:
-    """The previous load's object for this job when all its fields are as loaded now, else a new
-    one: placement keeps a waiting job's fields as columns found by the object's identity, so a
-    job that did not change between ticks costs it nothing (a new object costs a row)."""
+    """The previous load's object for this job when all its fields are as loaded now, or when
+    only its learned estimate moved (set in place), else a new one: placement keeps a waiting
+    job's fields as columns found by the object's identity, so a job that did not change between
+    ticks costs it nothing (a new object costs a row), and a moved estimate one value."""
     old = previous.get(values[0]) if previous is not None else None
-    if old is not None and _pending_values(old) == values:
+    if old is None:
+        return PendingJob(**dict(zip(PENDING_ORDER, values, strict=True)))
+    was = _pending_values(old)
+    if was == values:
+        return old
+    e, u = _EXPECTED, _UPPER
+    if (
+        was[:e] == values[:e]
+        and was[e + 1 : u] == values[e + 1 : u]
+        and was[u + 1 :] == values[u + 1 :]
+    ):
+        # only the learned estimate moved (another run of its name finished)
+        old.renew_estimate(values[e], values[u])
         return old
     return PendingJob(**dict(zip(PENDING_ORDER, values, strict=True)))
 
@@ -331,7 +348,8 @@ def load_snapshot(
         With `health_sources` (runtime/gpu/gpu.py `health_sources`), only the verdicts of those
         probe sources: another process's GPU settings never quarantine this one's GPUs. With
         `previous` (the caller's, empty at first), a waiting job whose fields are all as at the
-        last load is the same object (`_kept_or_new`); the dict is left holding this load's."""
+        last load, or whose learned estimate alone moved (updated in place), is the same object
+        (`_kept_or_new`); the dict is left holding this load's."""
     backoff = backoff or Backoff()
     active = ("queued", "running")
     # Failed jobs whose backoff may still run (recovery may queue them again): they keep their
