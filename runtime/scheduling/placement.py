@@ -1293,26 +1293,21 @@ class _Placer:
             )
             if cols.pen_key != key:
                 cols.pen_key, cols.pen_n, cols.repen = key, 0, []
+            stale: list[np.ndarray | slice] = []
             if cols.repen:  # rows whose estimate moved in place
-                moved = np.unique(np.array(cols.repen, dtype=np.int64))
+                stale.append(np.unique(np.array(cols.repen, dtype=np.int64)))
                 cols.repen = []
-                exp_moved = cols.exp[moved]
-                cols.pen[moved] = self._penalties(
-                    penalty,
-                    np.where(np.isnan(exp_moved), default_s, exp_moved),
-                    cols.att[moved],
-                    cols.gpus[moved],
-                )
-            if cols.pen_n < cols.n:
-                new = slice(cols.pen_n, cols.n)
-                exp_new = cols.exp[new]
-                cols.pen[new] = self._penalties(
-                    penalty,
-                    np.where(np.isnan(exp_new), default_s, exp_new),
-                    cols.att[new],
-                    cols.gpus[new],
-                )
+            if cols.pen_n < cols.n:  # rows added since
+                stale.append(slice(cols.pen_n, cols.n))
                 cols.pen_n = cols.n
+            for at in stale:
+                exp_at = cols.exp[at]
+                cols.pen[at] = self._penalties(
+                    penalty,
+                    np.where(np.isnan(exp_at), default_s, exp_at),
+                    cols.att[at],
+                    cols.gpus[at],
+                )
             eff = eff - cols.pen[rows]
         at = np.flatnonzero(blocked)
         holds.update(
