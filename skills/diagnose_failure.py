@@ -368,10 +368,11 @@ SIGNATURES: tuple[Signature, ...] = (
         "the GPU ran out of memory",
     ),
     # Habana Gaudi's runtime (its device memory and its graph compiler's workspace); XLA on a TPU
-    # as torch_xla reports it
+    # as torch_xla reports it; Ascend's torch_npu in the words of torch's allocator
     _sig(
         "cuda_oom",
-        r"\bMODULE:(?:DEVMEM|SYNHELPER)\b[^\n]*\bAllocation\b|\bAttempting to allocate [\d.]+\s?"
+        r"\bNPU out of memory\b"
+        r"|\bMODULE:(?:DEVMEM|SYNHELPER)\b[^\n]*\bAllocation\b|\bAttempting to allocate [\d.]+\s?"
         r"[KMGT]?i?B?\. That was not possible\. There are [\d.]+\s?[KMGT]?i?B? free\b",
         "the accelerator ran out of device memory",
     ),
@@ -1011,6 +1012,14 @@ SIGNATURES: tuple[Signature, ...] = (
         "cuda_runtime_error",
         r"\bcudaError(?!MemoryAllocation)[A-Z]\w+|\bCUDA error \d+ \[",
         "a CUDA call failed",
+    ),
+    # ROCm's names for the same failures: the HIP runtime's error codes and MIOpen (cuDNN's
+    # counterpart)
+    _sig(
+        "cuda_runtime_error",
+        r"\bhipError(?!OutOfMemory\b|Success\b)[A-Z]\w+|\bMIOpen Error:"
+        r"|\bmiopenStatus(?!Success\b)[A-Z]\w+",
+        "a ROCm call failed (the HIP runtime or MIOpen)",
     ),
     _sig("cuda_runtime_error", r"error == cudaSuccess \(\d+ vs\. 0\)", "a CUDA call failed"),
     _sig(

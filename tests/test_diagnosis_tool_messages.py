@@ -1047,6 +1047,26 @@ SIGNED: list[tuple[str, str, str]] = [
         "block\n",
         "import_or_env",
     ),
+    (
+        "the HIP runtime's own error code",
+        '  File "train.py", line 52, in <module>\n    x = x.to(device)\nRuntimeError: '
+        "hipErrorInvalidDeviceFunction: invalid device function\n",
+        "cuda_runtime_error",
+    ),
+    (
+        "MIOpen failing (ROCm's cuDNN)",
+        "MIOpen Error: /long_pathname_so_that_rpms_can_package_the_debug_info/src/MIOpen/src/"
+        "ocl/convolutionocl.cpp:1083: No suitable algorithm was found to execute the required "
+        "convolution\nRuntimeError: miopenStatusUnknownError\n",
+        "cuda_runtime_error",
+    ),
+    (
+        "Ascend's torch_npu out of device memory",
+        '  File "train.py", line 77, in train_step\n    loss.backward()\nRuntimeError: NPU out '
+        "of memory. Tried to allocate 2.00 GiB (NPU 0; 60.97 GiB total capacity; 58.11 GiB "
+        "already allocated; 58.11 GiB current active; 1.02 GiB free)\n",
+        "cuda_oom",
+    ),
 ]
 
 
