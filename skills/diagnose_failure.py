@@ -1246,14 +1246,13 @@ SIGNATURES: tuple[Signature, ...] = (
         "a file or folder the run needs does not exist",
     ),
     # An empty dataset (the data path holds none of what the loader looks for: torch's
-    # RandomSampler, or its ConcatDataset of no datasets); an input it cannot open (PIL, libsndfile, a folder where a file was meant);
-    # a model folder without its files (transformers); a script the shell cannot find
+    # RandomSampler, or its ConcatDataset of no datasets); an input it cannot open (PIL,
+    # libsndfile, darknet, a folder where a file was meant); a model folder without its files
+    # (transformers); a script the shell cannot find
     _sig(
         "file_missing",
         r"num_samples should be a positive integer value, but got num_samples=0"
-        # darknet's image loader
-        r"|^Cannot load image \S"
-        r"|\bdatasets should not be an empty iterable\b"
+        r"|\bdatasets should not be an empty iterable\b|^Cannot load image \S"
         r"|\b(?:UnidentifiedImageError|IOError|OSError): cannot identify image file"
         r"|\bError opening '[^'\n]+': (?:System error|Format not recognised)"
         r"|\bIsADirectoryError: \[Errno 21\]"
