@@ -1295,8 +1295,8 @@ class _Placer:
                 cols.pen_key, cols.pen_n, cols.repen = key, 0, []
             stale: list[np.ndarray | slice] = []
             if cols.repen:  # rows whose estimate moved in place
-                stale.append(np.unique(np.array(cols.repen, dtype=np.int64)))
-                cols.repen = []
+                moved, cols.repen = cols.repen, []
+                stale.append(np.unique(np.array(moved, dtype=np.int64)))
             if cols.pen_n < cols.n:  # rows added since
                 stale.append(slice(cols.pen_n, cols.n))
                 cols.pen_n = cols.n
