@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from sqlalchemy import Connection, String, select, type_coerce
+from sqlalchemy import Connection, select
 
 from nightshift.runtime.store import row_digest
 from nightshift.runtime.store.db import Attempt, Job, KeyValue
-from nightshift.runtime.store.quick_read import JSON_COLUMNS, UNREADABLE, stored_json
+from nightshift.runtime.store.quick_read import JSON_COLUMNS, is_unreadable
 from nightshift.runtime.store.transition_events import (
     JOB_BINDING,
     ROWS_AFTER_ATTEMPT,
@@ -120,23 +120,12 @@ class RowBindings:
 
 def _rows(conn: Connection, table: Any) -> Iterator[tuple[dict[str, Any], str | None]]:
     """Each row of `table` as a mapping, with the name of a JSON column whose stored text is not
-    JSON (None: all read). SQLite keeps JSON as text that a raw edit can break, and decoding it
-    in the driver would stop the whole walk at that row: its JSON columns are read as text and
-    decoded here, row by row (PostgreSQL refuses such text, and its driver decodes)."""
+    JSON (None: all read). The columns' type (db.StoredJSON) reads such text as an unreadable
+    value instead of raising, so the walk goes past a row a raw edit broke."""
     json_cols = JSON_COLUMNS[table.name]
-    raw = conn.dialect.name == "sqlite"
-    cols = [
-        type_coerce(c, String).label(c.name) if raw and c.name in json_cols else c
-        for c in table.columns
-    ]
-    for row in conn.execute(select(*cols)).mappings():
-        out = dict(row)
-        if raw:
-            for name in json_cols:
-                if isinstance(out[name], str):
-                    out[name] = stored_json(out[name])
-        bad = [n for n in json_cols if isinstance(out[n], dict) and UNREADABLE in out[n]]
-        yield out, bad[0] if bad else None
+    for row in conn.execute(select(table)).mappings():
+        bad = [n for n in json_cols if is_unreadable(row[n])]
+        yield dict(row), bad[0] if bad else None
 
 
 def _boundaries(conn: Connection) -> tuple[int, int]:

@@ -41,13 +41,13 @@ from nightshift.runtime.scheduling.snapshot import by_host, load_snapshot
 from nightshift.runtime.spec import ExperimentSpec, MetricSpec
 from nightshift.runtime.store import lifecycle, transition_events
 from nightshift.runtime.store.db import (
-    UNREADABLE,
     Attempt,
     CheckpointRecord,
     GpuSample,
     Job,
     MetricPoint,
     Store,
+    is_unreadable,
     utcnow,
 )
 from nightshift.runtime.store.lifecycle import ACTIVE, Ended, JobState, Outcome
@@ -101,11 +101,11 @@ def job_paths(settings: Settings, job: Job) -> dict[str, Path]:
 
 
 def unreadable(att: Attempt) -> list[str]:
-    """The attempt's JSON columns whose stored text is not JSON (read as `UNREADABLE`)."""
+    """The attempt's JSON columns the watch step reads whose stored text is not JSON."""
     return [
         name
         for name in ("handle", "argv", "params", "gpus", "metrics_cursor")
-        if isinstance(getattr(att, name), dict) and UNREADABLE in getattr(att, name)
+        if is_unreadable(getattr(att, name))
     ]
 
 

@@ -2124,7 +2124,7 @@ def _classify(
     written = [i for i in nonblank if not _FENCE.match(lines[i])] if no_error else []
     if written and not any(
         _PROCESS_ENDED.search(lines[i])
-        or _ERROR_LEVEL.search(pasted_log.as_logged(pasted_log.surface(raw_lines[i])))
+        or _ERROR_LEVEL.search(_as_logged(raw_lines[i]))
         or _ERROR_LEVEL.match(lines[i])  # behind a rank label or another prefix
         for i in written
     ):
@@ -2221,10 +2221,7 @@ def model_lines(raw_lines: Sequence[str], lines: Sequence[str]) -> list[str]:
     pasted_log reads it, an informational line (Python warnings, NCCL INFO, the I / W levels of
     TF's, glog's and c10's loggers) blank: a log of start-up warnings is not a failure's words."""
     return [
-        ""
-        if _INFORMATIONAL.search(_cap(pasted_log.as_logged(pasted_log.surface(raw))))
-        or _INFORMATIONAL.search(text)
-        else text
+        "" if _INFORMATIONAL.search(_cap(_as_logged(raw))) or _INFORMATIONAL.search(text) else text
         for raw, text in zip(raw_lines, lines, strict=True)
     ]
 
@@ -2324,9 +2321,7 @@ def _only_warnings(raw_lines: Sequence[str], lines: Sequence[str]) -> list[int]:
             continue
         if _STOPPED_WORDS.search(text):
             return []
-        if _WARNING_LINE.search(_cap(pasted_log.as_logged(pasted_log.surface(raw)))) or (
-            _WARNING_LINE.search(text)
-        ):
+        if _WARNING_LINE.search(_cap(_as_logged(raw))) or _WARNING_LINE.search(text):
             warned.append(i)
             after = 0
         elif _FENCE.match(text):
@@ -2746,6 +2741,12 @@ def _informational(view: pasted_log.View, text: str) -> bool:
         _INFORMATIONAL.search(_cap(pasted_log.as_logged(view.surface)))
         or _INFORMATIONAL.search(text)
     )
+
+
+def _as_logged(raw: str) -> str:
+    """A raw line as its logger wrote it (pasted_log.as_logged of its surface): where its level
+    and header say whether it is informational, a warning or an error."""
+    return pasted_log.as_logged(pasted_log.surface(raw))
 
 
 def _cap(line: str) -> str:

@@ -48,8 +48,9 @@ from nightshift.runtime.store.migrations import BASELINE, HEAD, SCRIPT_LOCATION
 
 # Defined beside the light reader, which needs no ORM; the job states are one tuple.
 from nightshift.runtime.store.quick_read import JOB_STATES as JOB_STATES
-from nightshift.runtime.store.quick_read import UNREADABLE as UNREADABLE
+from nightshift.runtime.store.quick_read import is_unreadable as is_unreadable
 from nightshift.runtime.store.quick_read import sqlite_file as sqlite_file
+from nightshift.runtime.store.quick_read import unreadable_value
 from nightshift.runtime.store.unreachable import is_unreachable, store_unavailable
 
 # Stores from before Alembic say which create_all made them in keyvalue `schema_version`: "2" is
@@ -79,7 +80,7 @@ def utcnow() -> datetime:
 
 class StoredJSON(TypeDecorator[Any]):
     """A JSON column that a raw edit may have broken (SQLite keeps JSON as text): a value that
-    does not decode is read as `{UNREADABLE: <the start of its text>}` instead of raising, so
+    does not decode is read as `unreadable_value` (`{UNREADABLE: <its start>}`) instead of raising, so
     one tampered row cannot make every listing, tick or report that reads the table fail. What
     reads it sees a value that does not validate (a spec with no fields), and the row's digest
     differs from its events'. The column's SQL type is unchanged."""
@@ -96,7 +97,7 @@ class StoredJSON(TypeDecorator[Any]):
             try:
                 return inner(value)
             except ValueError:
-                return {UNREADABLE: str(value)[:200]}
+                return unreadable_value(value)
 
         return process
 

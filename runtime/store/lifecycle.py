@@ -31,7 +31,7 @@ from typing import Any
 from sqlmodel import Session, col, select, update
 
 from nightshift.runtime.errors import SkillFailed
-from nightshift.runtime.store.db import UNREADABLE, Attempt, Job
+from nightshift.runtime.store.db import Attempt, Job, is_unreadable
 from nightshift.runtime.store.transition_events import note
 
 
@@ -238,7 +238,7 @@ def fail_queued(s: Session, job_id: int, reason: str, now: datetime) -> bool:
     assert job is not None
     # a stored spec or parameters that are not JSON (a hand edit) cannot be read: the event binds
     # no digest of the row, and `audit verify` names it
-    readable = UNREADABLE not in job.spec and UNREADABLE not in job.params
+    readable = not (is_unreadable(job.spec) or is_unreadable(job.params))
     event = Transition(job_id, JobState.QUEUED.value, JobState.FAILED.value, reason).event()
     note(s, "job.state", event, job_id=job_id, jobs=(job,) if readable else ())
     return True

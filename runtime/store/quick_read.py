@@ -166,13 +166,23 @@ class Row(SimpleNamespace):
     parsed."""
 
 
+def unreadable_value(text: Any) -> dict[str, str]:
+    """What a JSON column whose stored text is not JSON reads as: `{UNREADABLE: <its start>}`."""
+    return {UNREADABLE: str(text)[:200]}
+
+
+def is_unreadable(value: Any) -> bool:
+    """Whether a JSON column's value is what broken stored text reads as."""
+    return isinstance(value, dict) and UNREADABLE in value
+
+
 def stored_json(text: str) -> Any:
-    """A JSON column's stored text decoded; text a raw edit broke as `{UNREADABLE: <its start>}`
-    (db.StoredJSON reads it the same way), so one tampered row does not stop a listing."""
+    """A JSON column's stored text decoded; text a raw edit broke as `unreadable_value` (db.StoredJSON
+    reads it the same way), so one tampered row does not stop a listing."""
     try:
         return json.loads(text)
     except ValueError:
-        return {UNREADABLE: text[:200]}
+        return unreadable_value(text)
 
 
 def _row(table: str, cursor: sqlite3.Cursor, values: tuple[Any, ...]) -> Row:
