@@ -373,7 +373,10 @@ SIGNATURES: tuple[Signature, ...] = (
         "cuda_oom",
         r"\bNPU out of memory\b"
         r"|\bMODULE:(?:DEVMEM|SYNHELPER)\b[^\n]*\bAllocation\b|\bAttempting to allocate [\d.]+\s?"
-        r"[KMGT]?i?B?\. That was not possible\. There are [\d.]+\s?[KMGT]?i?B? free\b",
+        r"[KMGT]?i?B?\. That was not possible\. There are [\d.]+\s?[KMGT]?i?B? free\b"
+        # Intel GPUs: the Unified Runtime / Level Zero codes that intel-extension-for-pytorch
+        # passes on as "Native API returns: 39 (…)"
+        r"|\b(?:UR_RESULT|ZE_RESULT)_ERROR_OUT_OF_DEVICE_MEMORY\b",
         "the accelerator ran out of device memory",
     ),
     _sig(
@@ -715,7 +718,8 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     _sig(
         "import_or_env",
-        r"Error building extension '[\w.]+'",
+        r"Error building extension '[\w.]+'|\bcould not compile (?:the )?[\w ]{0,40}"
+        r"\bextensions?\b",
         "a C++/CUDA extension could not "
         "be compiled (a compiler, the CUDA toolkit or headers are missing or do not match)",
     ),
@@ -918,8 +922,10 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     _sig(
         "config_error",
-        r"^(?:\[[^\]\n]*\]:?\s*)*ValueError: --\w[\w-]* ",
-        "an argument's value is invalid (the program names the flag)",
+        r"^(?:\[[^\]\n]*\]:?\s*)*ValueError: --\w[\w-]* "
+        # a config's own check naming the argument it needs (LeRobot's draccus configs)
+        r"|^(?:\[[^\]\n]*\]:?\s*)*ValueError: '[\w.-]+' argument (?:is )?missing\b",
+        "an argument's value is invalid or missing (the program names it)",
     ),
     _sig(
         "config_error",
@@ -998,6 +1004,16 @@ SIGNATURES: tuple[Signature, ...] = (
         r"GPU arch\b",
         "the installed ROCm build has no kernels for this GPU's architecture (gfx…): install a "
         "build for it, or run on a supported GPU",
+        retryable=False,
+        action="stop",
+    ),
+    # Intel's Arc GPUs have no 64-bit floating point: a kernel that uses it cannot run there
+    _sig(
+        "cuda_runtime_error",
+        r"\binvalid_kernel\(\"uses-fp64-math\"\)|\bRequired aspect fp64 is not supported on the "
+        r"device\b",
+        "the GPU has no 64-bit floating point and a kernel uses it: compute in float32 (the "
+        "model's or the loss's dtype), or run on a GPU that has it",
         retryable=False,
         action="stop",
     ),
@@ -1550,6 +1566,8 @@ _COMPLETED = re.compile(
     r"|\*{5} Eval results \*{5}|\*{5} eval metrics \*{5}"
     # Vowpal Wabbit's summary after its last pass; LSF's job report when the job exited 0
     r"|^total feature number = \d+\s*$|^Successfully completed\.\s*$"
+    # tf_cnn_benchmarks' summary after its last step
+    r"|^total images/sec: [\d.]+\s*$"
     # MCMC samplers once their chains are drawn: PyMC's summary and its checks of the draws,
     # rstan's and CmdStan's of the fit they return
     r"|^Sampling \d+ chains? for [\d_,]+ tune and [\d_,]+ draw iterations .* took "

@@ -1067,6 +1067,44 @@ SIGNED: list[tuple[str, str, str]] = [
         "already allocated; 58.11 GiB current active; 1.02 GiB free)\n",
         "cuda_oom",
     ),
+    (
+        "intel-extension-for-pytorch on an Arc GPU out of device memory",
+        "2026-01-12 09:14:02 | INFO | epoch 1 step 40 loss 1.92\n2026-01-12 09:14:05 | ERROR | "
+        "train_loop:88 - Training failed: Native API failed. Native API returns: 39 "
+        "(UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY)\n",
+        "cuda_oom",
+    ),
+    (
+        "an Intel Arc GPU given a kernel that uses 64-bit floats",
+        '  File "train.py", line 40, in <module>\n    loss = criterion(pred.double(), y)\n'
+        "RuntimeError: Native API failed. Native API returns: -996 (Function exists but address "
+        'is not available)\ninvalid_kernel("uses-fp64-math")\n',
+        "cuda_runtime_error",
+    ),
+    (
+        "NNCF that cannot build its CUDA quantization kernels",
+        '  File "site-packages/nncf/torch/quantization/extensions.py", line 92, in load\n'
+        "    raise RuntimeError(\nRuntimeError: CUDA is available for PyTorch, but NNCF could "
+        "not compile GPU quantization extensions. Make sure that 'nvcc' is on your PATH.\n",
+        "import_or_env",
+    ),
+    (
+        "a draccus config (LeRobot) that needs an argument the command line left out",
+        "$ python train.py --policy.type=act --env.type=aloha\nTraceback (most recent call "
+        'last):\n  File "configs/train.py", line 120, in validate\n    raise ValueError(\n'
+        "ValueError: 'policy.repo_id' argument missing. Please specify it to push the model "
+        "to the hub.\n",
+        "config_error",
+    ),
+    (
+        "tf_cnn_benchmarks' summary after its last step",
+        "Step\tImg/sec\ttotal_loss\n90\timages/sec: 412.0 +/- 0.3 (jitter = 2.1)\t7.905\n"
+        "100\timages/sec: 412.2 +/- 0.3 (jitter = 2.0)\t7.871\n"
+        "----------------------------------------------------------------\n"
+        "total images/sec: 411.96\n"
+        "----------------------------------------------------------------\n",
+        "succeeded",
+    ),
 ]
 
 
