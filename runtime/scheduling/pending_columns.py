@@ -4,7 +4,10 @@ At 100,000 waiting jobs, reading each job's fields off its pydantic model costs 
 placement's decisions (about 1 µs a job), and almost nothing about a waiting job changes between
 two calls: only the clock moves. So the fields placement reads are copied once per job object
 into columns, and a later call finds each job's row by the object's identity and computes what
-depends on the clock (waits, aged priorities, backoffs, deadlines) for all rows at once.
+depends on the clock (waits, aged priorities, backoffs, deadlines) for all rows at once. The
+daemon's load says where each job it kept sat in its last list (`Snapshot._kept_from`): a row
+is taken from there, as arrays, wherever the object there is the same one (its id, while the last
+call's list holds every object it had), and only the rest are looked up one by one.
 
 Safe as a cache: a row is a pure function of its job's field values; assigning any field of a
 `PendingJob` drops its row (`PendingColumns.forget`, called from the model's `__setattr__`); a
@@ -91,7 +94,7 @@ class PendingColumns:
         self.seen: list[Any] = []  # the jobs of the last call, columns or not
         # the last call's (jobs, their ids, rows, `forgotten`); the jobs are held so that no new
         # object can take one of their ids
-        self.last: tuple[list[Any], np.ndarray, int] | None = None
+        self.last: tuple[list[Any], np.ndarray, int, np.ndarray] | None = None
         self._alloc(1024)
 
     def n_codes(self) -> int:
@@ -122,7 +125,7 @@ class PendingColumns:
         row = self.rows.get(id(job))
         if row is None:
             return
-        self.forgotten += 1
+        # the row stays the job's (the last call's rows hold): only its value moves
         self.exp[row] = job.__dict__["expected_duration_s"] or np.nan
         if row < self.pen_n:
             self.repen.append(row)
@@ -180,11 +183,14 @@ class PendingColumns:
         self.rows.update(zip(map(id, jobs), rows, strict=True))
         return rows
 
-    def rows_of(self, pending: Sequence[Any]) -> np.ndarray | None:
+    def rows_of(
+        self, pending: Sequence[Any], kept_from: np.ndarray | None = None
+    ) -> np.ndarray | None:
         """Each job's row, in order; None when most jobs are objects this process has not
         seen before (a caller that rebuilds its queue at every call: copying them into columns
         would cost more than the loop it saves); raises Unsupported (adding nothing more) on a
-        job it cannot hold exactly."""
+        job it cannot hold exactly. `kept_from` (Snapshot's, optional): where each job sat in
+        the last call's list, -1 for the others; used where it holds, checked job by job."""
         last = self.last
         if (
             last is not None
@@ -193,17 +199,30 @@ class PendingColumns:
             and all(map(operator.is_, pending, last[0]))
         ):
             return last[1]  # the very same job objects as last time, none changed since
-        head = list(map(id, pending[:64]))
-        if head and not any(map(self.rows.__contains__, head)):
-            # a queue rebuilt as new objects at every call, told from its head: not looked up
-            # job by job (objects it held last time are copied in at the next call)
-            before = set(map(id, self.seen))
-            if not any(map(before.__contains__, head)):
-                self.seen = list(pending)
-                return None
-        rows = np.fromiter(
-            map(self.rows.get, map(id, pending), repeat(-1)), dtype=np.int64, count=len(pending)
-        )
+        if kept_from is not None and last is not None and last[2] == self.forgotten:
+            ids = np.fromiter(map(id, pending), dtype=np.int64, count=len(pending))
+            rows = _by_position(ids, kept_from, last[3], last[1])
+            # jobs the hint calls new, or places wrongly: looked up (the columns may hold them)
+            miss = np.flatnonzero(rows < 0)
+            if 2 * len(miss) < len(rows):
+                rows[miss] = [self.rows.get(i, -1) for i in ids[miss].tolist()]
+            else:  # the hint is not this list's: every job looked up
+                rows = np.fromiter(
+                    map(self.rows.get, ids.tolist(), repeat(-1)), dtype=np.int64, count=len(ids)
+                )
+        else:
+            head = list(map(id, pending[:64]))
+            if head and not any(map(self.rows.__contains__, head)):
+                # a queue rebuilt as new objects at every call, told from its head: not looked
+                # up job by job (objects it held last time are copied in at the next call)
+                before = set(map(id, self.seen))
+                if not any(map(before.__contains__, head)):
+                    self.seen = list(pending)
+                    return None
+            ids = np.fromiter(map(id, pending), dtype=np.int64, count=len(pending))
+            rows = np.fromiter(
+                map(self.rows.get, ids.tolist(), repeat(-1)), dtype=np.int64, count=len(ids)
+            )
         seen, self.seen = self.seen, list(pending)
         new = np.flatnonzero(rows < 0)
         if len(new):
@@ -216,7 +235,7 @@ class PendingColumns:
             rows[new] = self._add([pending[i] for i in new.tolist()])
         if self.n > 2 * len(rows) + 1024:
             rows = self._compact(rows)
-        self.last = (self.seen, rows, self.forgotten)
+        self.last = (self.seen, rows, self.forgotten, ids)
         return rows
 
     def _compact(self, rows: np.ndarray) -> np.ndarray:
@@ -230,6 +249,22 @@ class PendingColumns:
         self.n = len(keep)
         self.rows = {id(j): i for i, j in enumerate(self.job[: self.n])}
         return new.astype(np.int64)
+
+
+def _by_position(
+    ids: np.ndarray, kept_from: np.ndarray, ids_then: np.ndarray, rows_then: np.ndarray
+) -> np.ndarray:
+    """Rows from where each job sat in the last call's list, wherever the object there was this
+    very one (the same id: the last call's list holds its objects, so no other can have taken
+    an id); -1 for the rest."""
+    rows = np.full(len(ids), -1, dtype=np.int64)
+    if len(kept_from) != len(ids):
+        return rows
+    at = np.flatnonzero((kept_from >= 0) & (kept_from < len(ids_then)))
+    was = kept_from[at]
+    same = ids_then[was] == ids[at]
+    rows[at[same]] = rows_then[was[same]]
+    return rows
 
 
 # The process's columns, one set per placement module (keyed by the identity of its `cpu` key:

@@ -54,7 +54,7 @@ from typing import Literal, TypeAlias
 from zoneinfo import ZoneInfo
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 
 from nightshift.runtime.scheduling import pending_columns
 from nightshift.runtime.scheduling.pending_columns import (
@@ -283,6 +283,10 @@ class Snapshot(BaseModel):
         description="Why no run can span hosts here ('executor local cannot span hosts'): a job "
         "wider than every host then waits with this reason; None: it runs as a gang",
     )
+    # From load_snapshot: where each waiting job that is the very object of the last load sat
+    # in that load's list, -1 for the others. A hint that spares placement's columns looking up
+    # 100,000 objects one by one (`PendingColumns.rows_of`, which checks it job by job).
+    _kept_from: np.ndarray | None = PrivateAttr(None)
 
 
 class Start(BaseModel):
@@ -1168,7 +1172,7 @@ class _Placer:
         if self.fast and len(self.snap.pending) >= COLUMNS_FROM and self.now.tzinfo is None:
             with columns(_CPU, _BACKOFF) as cols:
                 try:
-                    rows = cols.rows_of(self.snap.pending)
+                    rows = cols.rows_of(self.snap.pending, self.snap._kept_from)
                 except Unsupported:
                     rows = None
                 if rows is not None:

@@ -10,6 +10,7 @@ import operator
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import String, and_, case, func, or_, select, true, type_coerce
 from sqlalchemy.orm import aliased
@@ -158,12 +159,11 @@ def _params_key_of_text(raw: str) -> str:
     return params_key(json.loads(raw))
 
 
-def _kept_or_new(previous: dict[int, PendingJob] | None, values: tuple[Any, ...]) -> PendingJob:
-    """The previous load's object for this job when all its fields are as loaded now, or when
-    only its learned estimate moved (set in place), else a new one: placement keeps a waiting
-    job's fields as columns found by the object's identity, so a job that did not change between
-    ticks costs it nothing (a new object costs a row), and a moved estimate one value."""
-    old = previous.get(values[0]) if previous is not None else None
+def _kept_or_new(old: PendingJob | None, values: tuple[Any, ...]) -> PendingJob:
+    """The previous load's object for this job (`old`) when all its fields are as loaded now, or
+    when only its learned estimate moved (set in place), else a new one: placement keeps a
+    waiting job's fields as columns found by the object's identity, so a job that did not change
+    between ticks costs it nothing (a new object costs a row), and a moved estimate one value."""
     if old is None:
         return PendingJob(**dict(zip(PENDING_ORDER, values, strict=True)))
     was = _pending_values(old)
@@ -493,6 +493,10 @@ def load_snapshot(
         return out
 
     pending: list[PendingJob] = []
+    # where each kept waiting job sat in the last load (`previous` keeps its order, the waiting
+    # jobs first), -1 for the others: placement finds their rows by it (Snapshot._kept_from)
+    was_at = {job_id: i for i, job_id in enumerate(previous)} if previous else {}
+    kept_from: list[int] = []
     running: list[RunningJob] = []
     recovering: list[PendingJob] = []
     estimates: dict[tuple[Any, ...], Any] = {}  # most jobs share an owner, a name and a request
@@ -579,8 +583,9 @@ def load_snapshot(
             begin = _deadline(begin_text, created_at, tz)  # spec.begin: not before then
             if begin is not None and (not_before is None or begin > not_before):
                 not_before = begin
+            old = previous.get(job_id) if previous is not None else None
             job = _kept_or_new(
-                previous,
+                old,
                 (
                     job_id,
                     name,
@@ -602,7 +607,11 @@ def load_snapshot(
                     bool(span_hosts),
                 ),
             )
-            (pending if state == "queued" else recovering).append(job)
+            if state == "queued":
+                pending.append(job)
+                kept_from.append(was_at[job_id] if job is old else -1)
+            else:
+                recovering.append(job)
         else:
             if node is not None and att is not None and att.node not in (node, ""):
                 continue  # another node's run: its GPUs and slots are not ours
@@ -640,7 +649,7 @@ def load_snapshot(
     if previous is not None:
         previous.clear()
         previous.update((p.id, p) for p in (*pending, *recovering))
-    return Snapshot(
+    snap = Snapshot(
         now=now,
         pending=pending,
         running=running,
@@ -653,3 +662,6 @@ def load_snapshot(
         preempt_margin=preempt_margin,
         default_duration_s=default_duration_s,
     )
+    if previous is not None:
+        snap._kept_from = np.array(kept_from, dtype=np.int64)
+    return snap
