@@ -13,8 +13,9 @@ Safe as a cache: a row is a pure function of its job's field values; assigning a
 `PendingJob` drops its row (`PendingColumns.forget`, called from the model's `__setattr__`); a
 new learned estimate set in place (`PendingJob.renew_estimate`, as the daemon's load sets it) is
 written into the row (`renew`) and its penalty computed again; and the one list field
-(`blocked_by`) is read through the job's own list object at every call, so a dependency removed
-in place is seen. A copy (`model_copy`) is a new object and gets a new row.
+(`blocked_by`), when it named a dependency as its job was added, is read through the job's own
+list object at every call, so a dependency removed in place is seen (one added is added by
+assigning the field, as the store's load does with a new object). A copy (`model_copy`) is a new object and gets a new row.
 The cache holds the objects it has rows for; it is compacted to the latest call's jobs when it
 grows past twice their number.
 """
@@ -50,6 +51,7 @@ def micros(t: datetime) -> int:
 _FLOATS = ("prio", "exp", "gpus", "att", "pen")
 _INTS = ("jid", "sub", "dl", "nb", "attempt", "code")
 _OBJECTS = ("job", "blocked", "dl_obj", "nb_obj")
+_BOOLS = ("cs", "deps")
 
 
 class PendingColumns:
@@ -71,6 +73,7 @@ class PendingColumns:
     nb: np.ndarray
     attempt: np.ndarray
     cs: np.ndarray
+    deps: np.ndarray
     code: np.ndarray
     job: np.ndarray
     blocked: np.ndarray
@@ -102,14 +105,15 @@ class PendingColumns:
         return len(self.raws)
 
     def _alloc(self, cap: int) -> None:
-        old = {name: getattr(self, name, None) for name in (*_FLOATS, *_INTS, *_OBJECTS, "cs")}
+        old = {name: getattr(self, name, None) for name in (*_FLOATS, *_INTS, *_OBJECTS, *_BOOLS)}
         for name in _FLOATS:
             setattr(self, name, np.empty(cap, dtype=np.float64))
         for name in _INTS:
             setattr(self, name, np.empty(cap, dtype=np.int64))
         for name in _OBJECTS:
             setattr(self, name, np.empty(cap, dtype=object))
-        self.cs = np.empty(cap, dtype=bool)
+        for name in _BOOLS:
+            setattr(self, name, np.empty(cap, dtype=bool))
         for name, arr in old.items():
             if arr is not None:
                 getattr(self, name)[: self.n] = arr[: self.n]
@@ -177,6 +181,7 @@ class PendingColumns:
         self.code[sl] = codes
         self.job[sl] = np.fromiter(jobs, dtype=object, count=n)
         self.blocked[sl] = np.fromiter((f["blocked_by"] for f in fs), dtype=object, count=n)
+        self.deps[sl] = [bool(f["blocked_by"]) for f in fs]
         self.dl_obj[sl] = np.fromiter(dls, dtype=object, count=n)
         self.nb_obj[sl] = np.fromiter(nbs, dtype=object, count=n)
         rows = list(range(r0, r1))
@@ -242,7 +247,7 @@ class PendingColumns:
         """Keep only `rows` (this call's jobs): the objects of jobs gone are let go."""
         self.pen_n, self.repen = 0, []
         keep, new = np.unique(rows, return_inverse=True)
-        for name in (*_FLOATS, *_INTS, *_OBJECTS, "cs"):
+        for name in (*_FLOATS, *_INTS, *_OBJECTS, *_BOOLS):
             arr = getattr(self, name)
             arr[: len(keep)] = arr[keep]
             arr[len(keep) : self.n] = None if arr.dtype == object else 0

@@ -1274,9 +1274,11 @@ class _Placer:
             self._keep_place(j, penalty, lists)
         now_us = micros(now)
         jid, jobs = cols.jid[rows], cols.job
-        # each list's truth, read now (it may have changed in place), in row order: reading
-        # 100,000 lists is what costs, not copying their truth
-        blocked = cols.blocked[: cols.n].astype(bool)[rows]
+        # the lists that had a dependency when their jobs were added, read now (one may have
+        # been emptied in place): reading 100,000 lists is what would cost
+        blocked = cols.deps[rows]
+        had = np.flatnonzero(blocked)
+        blocked[had] = cols.blocked[rows[had]].astype(bool)
         nb = cols.nb[rows]
         backoff = ~blocked & (nb > now_us)
         exp = cols.exp[rows]
