@@ -1295,3 +1295,12 @@ def test_torchruns_older_summary_is_a_worker_that_failed_not_a_log_that_stops(ct
     r = run_skill(diagnose_failure, ctx, {"log_tail": log})
     assert r.category == "unknown" and "launcher reports that a worker failed" in r.reasoning
     assert r.evidence and "Process failed with exitcode 1" in r.evidence[-1].text
+
+
+def test_a_progress_bar_pasted_as_inline_code_is_still_a_bar(ctx):
+    """The closing backtick after a bar's `it/s]` read as text the bar ran into: the line's main
+    reading became that backtick, and a run stuck at 0 % read as a log with nothing in it."""
+    bar = "  0%|          | 0/500000 [00:00<?, ?it/s]"
+    plain = run_skill(diagnose_failure, ctx, {"log_tail": bar + "\n"})
+    pasted = run_skill(diagnose_failure, ctx, {"log_tail": "`" + bar + "`\n"})
+    assert plain.category == pasted.category == "hang_or_timeout", pasted.reasoning

@@ -191,10 +191,11 @@ def windows_paths(text: str) -> str:
 def segments(line: str) -> list[str]:
     """A line's carriage-return segments (a progress bar redrawn in place), and the text a bar
     runs into when it was not ended, as separate pieces; blank ones dropped, in order (a piece
-    that is only colour codes, as a coloured bar's closing reset, is blank)."""
+    that is only colour codes, as a coloured bar's closing reset, is blank, and so is one that is
+    only the backtick closing a bar pasted as inline code)."""
     out: list[str] = []
     for part in line.split("\r"):
-        out.extend(p for p in _BAR_END.split(part) if p.strip() and decolour(p).strip())
+        out.extend(p for p in _BAR_END.split(part) if decolour(p).strip().strip("`"))
     return out or [line]
 
 
