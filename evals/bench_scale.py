@@ -4,6 +4,8 @@
     python -m nightshift.evals.bench_scale --quick    # small sizes: a smoke test (seconds)
     python -m nightshift.evals.bench_scale --place-only [--compare-with OLD_placement.py]
         # (b) alone at 10,000 x 512 and 100,000 x 4,096, beside an older placement module
+    python -m nightshift.evals.bench_scale --engine-ticks
+        # (e) alone: the daemon's whole tick at 10,000 x 512 and 100,000 x 4,096
     nightshift eval scale [--quick]                   # the same, through the CLI
 
 (a) submissions per second into one SQLite store from 4 processes through the library API
@@ -20,7 +22,10 @@
     engine does, and without) and placed (`bench_daemon_ticks`);
 (c) the time to load that snapshot from the store (`load_snapshot` below);
 (d) resident memory of a daemon-like process: a Store and an Engine over a store with 10,000
-    queued jobs, after one tick; and of the same process loading the snapshot and placing.
+    queued jobs, after one tick; and of the same process loading the snapshot and placing;
+(e) with `--engine-ticks`, the daemon's whole tick (`Engine.place_queued`: the snapshot loaded,
+    placed, every waiting job's hold reason written into its row, the starts launched through
+    an executor that starts nothing) over a SQLite store that `store_ticks` changes between ticks.
 
 Prints a table and writes the figures as CSV (`--csv`).
 """
@@ -672,6 +677,42 @@ def bench_daemon_ticks(n_pending: int, n_gpus: int, repeats: int) -> list[Row]:
     return rows
 
 
+def bench_engine_ticks(n_pending: int, n_gpus: int, repeats: int) -> Row:
+    """The daemon's whole tick (`Engine.place_queued`) over a store changed between ticks, the
+    engine's own scheduler settings; median and p95 after two warm-up ticks."""
+    from nightshift.runtime.config import Settings
+    from nightshift.runtime.engine import Engine
+
+    tick_s: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="ns-engine-") as tmp:
+        store = Store(f"sqlite:///{tmp}/nightshift.db")
+        populate(store, n_pending, n_gpus)
+        ticks = store_ticks(store)
+        engine = Engine(store, NullExecutor(), Settings(home=tmp), clock=lambda: NOW)
+        for i in range(repeats + 2):
+            now = next(ticks)
+            t0 = time.perf_counter()
+            engine.place_queued(now)
+            if i >= 2:
+                tick_s.append(time.perf_counter() - t0)
+        store.engine.dispose()
+    return Row(
+        f"the daemon's whole tick (Engine.place_queued: load, place, hold reasons written, "
+        f"starts): {n_pending:,} queued, {n_gpus:,} GPUs in SQLite, a changing queue",
+        statistics.median(tick_s),
+        "s (median)",
+        "",
+        f"p95 {_pct(tick_s, 95):.2f} s; {repeats} ticks",
+    )
+
+
+def run_engine_ticks(quick: bool, csv_path: str | None, console: Console) -> list[Row]:
+    sizes = [(1_000, 64)] if quick else [(10_000, 512), (100_000, 4_096)]
+    rows = [bench_engine_ticks(n, g, 3 if quick else 7) for n, g in sizes]
+    _print(rows, f"the daemon's tick ({'quick' if quick else 'full'})", csv_path, console)
+    return rows
+
+
 def load_placement(path: str) -> Any:
     """Another version of placement.py (say `git show REV:runtime/scheduling/placement.py`),
     loaded as a module of its own beside today's."""
@@ -894,6 +935,11 @@ def main(argv: list[str] | None = None) -> int:
         help="only (b), at 10,000 x 512 and 100,000 x 4,096, same snapshot and a changing queue",
     )
     parser.add_argument(
+        "--engine-ticks",
+        action="store_true",
+        help="only (e): the daemon's whole tick at 10,000 x 512 and 100,000 x 4,096",
+    )
+    parser.add_argument(
         "--compare-with",
         metavar="PLACEMENT_PY",
         help="with --place-only: also time this placement.py, interleaved call by call",
@@ -915,6 +961,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.place_only:
         run_place_only(args.quick, args.compare_with, args.csv or None, Console())
+        return 0
+    if args.engine_ticks:
+        run_engine_ticks(args.quick, args.csv or None, Console())
         return 0
     if args.compare_with:
         parser.error("--compare-with needs --place-only")

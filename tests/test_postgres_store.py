@@ -6,14 +6,19 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from datetime import timedelta
 
 import pytest
 from sqlalchemy import text
+from sqlmodel import select
 
 from nightshift.agent.brain.wiring import Wiring
 from nightshift.agent.doors.api import Client
 from nightshift.evals import team_load
-from nightshift.runtime.store.db import Store
+from nightshift.evals.bench_scale import NOW, NullExecutor, populate
+from nightshift.runtime.config import Settings
+from nightshift.runtime.engine import Engine
+from nightshift.runtime.store.db import Job, Store
 from nightshift.runtime.store.migrations import HEAD
 
 from conftest import REPO, write_spec
@@ -154,3 +159,18 @@ def test_a_sweeps_study_lives_in_its_own_schema_of_the_store(postgres_url, tmp_p
         assert c.execute(text("select version_num from alembic_version")).scalar_one() == HEAD
         optuna_rev = c.execute(text("select version_num from nightshift_optuna.alembic_version"))
         assert optuna_rev.scalar_one() != HEAD
+
+
+def test_hold_reasons_are_written_as_on_sqlite(postgres_url, tmp_path):
+    """The daemon's hold reasons go in as one statement over the changed rows (an executemany):
+    on PostgreSQL too every queued job ends the tick with the reason placement gave it."""
+    store = Store(postgres_url)
+    populate(store, 120, 4)
+    engine = Engine(store, NullExecutor(), Settings(home=str(tmp_path)), clock=lambda: NOW)
+    for minute in (0, 5):
+        holds = engine.place_queued(NOW + timedelta(minutes=minute))
+        with store.session() as s:
+            stored = dict(
+                s.exec(select(Job.id, Job.hold_reason).where(Job.state == "queued")).all()
+            )
+        assert len(stored) >= 100 and stored == {jid: holds.get(jid) for jid in stored}
