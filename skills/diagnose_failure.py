@@ -954,6 +954,16 @@ SIGNATURES: tuple[Signature, ...] = (
         "GPUs, bf16 where there is none, Lightning's checks of its Trainer's arguments), a "
         "path it leaves unset, or it binds a name nothing defines (gin)",
     ),
+    # torch's NLLLoss / CrossEntropyLoss given class weights of another length than the classes;
+    # guided-diffusion's UNet (and its many forks) asked for an image size it has no layout for
+    _sig(
+        "config_error",
+        r"\bweight tensor should be defined either for all or no classes\b"
+        r"|^(?:\[[^\]\n]*\]:?\s*)*ValueError: unsupported image size: \d+\s*$",
+        "the config's values do not fit the model: class weights of another length than the "
+        "number of classes, or an image size the model has no layout for (guided-diffusion's "
+        "channel_mult)",
+    ),
     # the HF / PaddleNLP Trainer: metric_for_best_model names a metric evaluation never returns
     # (the KeyError's traceback line in older versions, the Trainer's own message in newer ones)
     _sig(

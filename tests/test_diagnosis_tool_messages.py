@@ -1105,6 +1105,19 @@ SIGNED: list[tuple[str, str, str]] = [
         "----------------------------------------------------------------\n",
         "succeeded",
     ),
+    (
+        "torch's cross-entropy given a class weight list of another length than the classes",
+        '  File "train.py", line 142, in train_epoch\n    loss = criterion(out, target)\n'
+        "RuntimeError: weight tensor should be defined either for all or no classes\n",
+        "config_error",
+    ),
+    (
+        "guided-diffusion's UNet asked for an image size it has no channel layout for",
+        '  File "guided_diffusion/script_util.py", line 148, in create_model\n    raise '
+        'ValueError(f"unsupported image size: {image_size}")\nValueError: unsupported image '
+        "size: 48\n",
+        "config_error",
+    ),
 ]
 
 
