@@ -14,10 +14,10 @@ Safe as a cache: a row is a pure function of its job's field values; assigning a
 new learned estimate set in place (`PendingJob.renew_estimate`, as the daemon's load sets it) is
 written into the row (`renew`) and its penalty computed again; and the one list field
 (`blocked_by`), when it named a dependency as its job was added, is read through the job's own
-list object at every call, so a dependency removed in place is seen (one added is added by
-assigning the field, as the store's load does with a new object). A copy (`model_copy`) is a new object and gets a new row.
-The cache holds the objects it has rows for; it is compacted to the latest call's jobs when it
-grows past twice their number.
+list object at every call, so a dependency removed in place is seen (one is added by assigning
+the field, as the store's load does with a new object). A copy (`model_copy`) is a new object
+and gets a new row. The cache holds the objects it has rows for; it is compacted to the latest
+call's jobs when it grows past twice their number.
 """
 
 from __future__ import annotations
@@ -95,8 +95,8 @@ class PendingColumns:
         self.pen_n = 0
         self.repen: list[int] = []  # rows below `pen_n` whose estimate moved since
         self.seen: list[Any] = []  # the jobs of the last call, columns or not
-        # the last call's (jobs, their ids, rows, `forgotten`); the jobs are held so that no new
-        # object can take one of their ids
+        # the last call's (jobs, rows, `forgotten`, the jobs' ids); the jobs are held so that no
+        # new object can take one of their ids
         self.last: tuple[list[Any], np.ndarray, int, np.ndarray] | None = None
         self._alloc(1024)
 
