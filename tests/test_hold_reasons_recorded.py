@@ -5,6 +5,7 @@ as row objects, a queue of 100,000 took 8-12 s a tick, docs/benchmarks.md)."""
 
 from __future__ import annotations
 
+import csv
 from datetime import timedelta
 
 from sqlmodel import select
@@ -48,3 +49,14 @@ def test_a_job_that_left_the_queue_gets_no_reason(tmp_path):
     with store.session() as s:
         assert s.get(Job, gone).hold_reason is None  # type: ignore[union-attr]
         assert s.get(Job, kept).hold_reason == "held: now"  # type: ignore[union-attr]
+
+
+def test_the_bench_of_the_whole_tick_runs(tmp_path):
+    """`python -m nightshift.evals.bench_scale --engine-ticks` (the figures in docs/benchmarks.md),
+    at its smoke-test size: one row, a positive time."""
+    from nightshift.evals.bench_scale import main
+
+    out = tmp_path / "ticks.csv"
+    assert main(["--engine-ticks", "--quick", "--csv", str(out)]) == 0
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == 1 and "whole tick" in rows[0]["measure"] and float(rows[0]["value"]) > 0
