@@ -716,6 +716,14 @@ SIGNATURES: tuple[Signature, ...] = (
         r"^(?:[\w./-]+: )?\d+: [^:\n]{1,200}: not found$",
         "the program to run is not installed (as /bin/sh reports it)",
     ),
+    # torch_scatter / torch_sparse built for another torch: their scripted ops' signatures differ
+    _sig(
+        "import_or_env",
+        r"\b(?:scatter|segment|spspmm|spmm)_?\w*\(\) expected at most \d+ argument\(s\) but "
+        r"received \d+ argument",
+        "torch_scatter / torch_sparse were built for another PyTorch: install the wheels made for "
+        "this torch and CUDA",
+    ),
     _sig(
         "import_or_env",
         r"Error building extension '[\w.]+'|\bcould not compile (?:the )?[\w ]{0,40}"
@@ -953,6 +961,13 @@ SIGNATURES: tuple[Signature, ...] = (
         "a batch size of 0 or of 1 with BatchNorm, DeepSpeed's batch sizes and the number of "
         "GPUs, bf16 where there is none, Lightning's checks of its Trainer's arguments), a "
         "path it leaves unset, or it binds a name nothing defines (gin)",
+    ),
+    # PEFT's LoRA config naming modules the model does not have (another architecture's names)
+    _sig(
+        "config_error",
+        r"\bTarget modules? \{?[^\n]{0,200}\}? not found in the base model\b",
+        "the LoRA config's target_modules are not in this model (names from another "
+        "architecture): list this model's module names",
     ),
     # torch's NLLLoss / CrossEntropyLoss given class weights of another length than the classes;
     # guided-diffusion's UNet (and its many forks) asked for an image size it has no layout for
@@ -1552,6 +1567,9 @@ _NATIVE_WHERE = re.compile(
 # Every native crash: those, and the bare signals and access violations that say nothing of where.
 _FATAL_C = re.compile(
     r"Segmentation fault|core dumped|^Aborted\b|Bus error|^\*\*\* SIG[A-Z]+ "
+    # the shell's words for them in other languages (zh_CN, de, fr, ru, ja)
+    r"|段错误|核心已转储|总线错误|Speicherzugriffsfehler|Erreur de segmentation"
+    r"|Ошибка сегментирования|セグメンテーション違反"
     # Windows' NTSTATUS for an access violation, a stack overflow, a stack buffer overrun
     r"|exit code -?(?:1073741819|1073741571|1073740791)\b|0xC0000005|0xC00000FD|0xC0000409"
     rf"|{_NATIVE_WHERE.pattern}"

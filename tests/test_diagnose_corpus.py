@@ -157,16 +157,15 @@ def test_held_out_accuracy(rows):
     after a grep over the whole corpus had shown held-out error lines: 634 without them). Stop 46
     added fourteen more (936 logs; the batches scored 28-83 %, 62 % in all, before anyone read
     them, hardest on accelerators other than NVIDIA's): 715 (76.4 %) by the code at that stop's
-    start, 719 (76.8 %) by its end. Stop 47 added twenty-one more (1,075 logs; the batches scored
-    13-100 %, 72 % in all, before anyone read them, lowest on Apple's and Intel's GPUs): 816
-    (75.9 %) by the code at that stop's start, 820 (76.3 %) by its end (no new signature matched a
-    held-out log; the 14 verdicts that changed, +9 -5, were all low-confidence: the log model
-    refitted on the larger tuning split, and a progress bar pasted as inline code read as a bar
-    again). This guards the measured
+    start, 719 (76.8 %) by its end. Stop 47 added twenty-eight more (1,119 logs; the batches
+    scored 13-100 %, 70 % in all, before anyone read them, lowest on Apple's and Intel's GPUs and
+    on offline and multi-agent RL): 843 (75.3 %) by the code at that stop's start, 849 (75.9 %) by
+    its end (2 by signatures written from tuning logs; the other changes, +13 -9, low-confidence
+    verdicts of the log model refitted on the larger tuning split). This guards the measured
     figure against regressions; the held-out misses are not listed by the eval (they are not
     for tuning)."""
     held = [r for r in rows if r["held_out"]]
-    assert accuracy(held) >= 0.76, f"{sum(r['ok'] for r in held)} of {len(held)}"
+    assert accuracy(held) >= 0.755, f"{sum(r['ok'] for r in held)} of {len(held)}"
     table = {c["category"]: c for c in per_category(held)}
     assert table.keys() <= CATEGORIES
 

@@ -1118,6 +1118,19 @@ SIGNED: list[tuple[str, str, str]] = [
         "size: 48\n",
         "config_error",
     ),
+    (
+        "torch_scatter built for another PyTorch",
+        '  File "models/layers.py", line 88, in forward\n    out = scatter_add(src, index, dim=0)\n'
+        "RuntimeError: scatter_add() expected at most 5 argument(s) but received 6 argument(s)\n",
+        "import_or_env",
+    ),
+    (
+        "PEFT's LoRA config naming modules the model does not have",
+        '  File "site-packages/peft/tuners/tuners_utils.py", line 421, in inject_adapter\n'
+        "    raise ValueError(\nValueError: Target modules {'q_proj', 'v_proj'} not found in the "
+        "base model. Please check the target modules and try again.\n",
+        "config_error",
+    ),
 ]
 
 
@@ -1317,3 +1330,16 @@ def test_a_progress_bar_pasted_as_inline_code_is_still_a_bar(ctx):
     plain = run_skill(diagnose_failure, ctx, {"log_tail": bar + "\n"})
     pasted = run_skill(diagnose_failure, ctx, {"log_tail": "`" + bar + "`\n"})
     assert plain.category == pasted.category == "hang_or_timeout", pasted.reasoning
+
+
+def test_a_segfault_in_the_shells_other_languages_reads_as_one(ctx):
+    """bash under zh_CN says `段错误 (核心已转储)` for `Segmentation fault (core dumped)`: it read
+    as a log that just stops (a hang)."""
+    head = "2025-02-18 19:13:50 INFO trainer:train:544 - 训练数据：102394\n"
+    english = run_skill(
+        diagnose_failure, ctx, {"log_tail": head + "Segmentation fault (core dumped)\n"}
+    )
+    for words in ("段错误 (核心已转储)", "Speicherzugriffsfehler (Speicherabzug geschrieben)"):
+        r = run_skill(diagnose_failure, ctx, {"log_tail": head + words + "\n"})
+        assert (r.category, r.confidence) == (english.category, english.confidence), r.reasoning
+        assert r.category != "hang_or_timeout"
