@@ -204,18 +204,8 @@ class PendingColumns:
             and all(map(operator.is_, pending, last[0]))
         ):
             return last[1]  # the very same job objects as last time, none changed since
-        if kept_from is not None and last is not None and last[2] == self.forgotten:
-            ids = np.fromiter(map(id, pending), dtype=np.int64, count=len(pending))
-            rows = _by_position(ids, kept_from, last[3], last[1])
-            # jobs the hint calls new, or places wrongly: looked up (the columns may hold them)
-            miss = np.flatnonzero(rows < 0)
-            if 2 * len(miss) < len(rows):
-                rows[miss] = [self.rows.get(i, -1) for i in ids[miss].tolist()]
-            else:  # the hint is not this list's: every job looked up
-                rows = np.fromiter(
-                    map(self.rows.get, ids.tolist(), repeat(-1)), dtype=np.int64, count=len(ids)
-                )
-        else:
+        hinted = kept_from is not None and last is not None and last[2] == self.forgotten
+        if not hinted:
             head = list(map(id, pending[:64]))
             if head and not any(map(self.rows.__contains__, head)):
                 # a queue rebuilt as new objects at every call, told from its head: not looked
@@ -224,7 +214,18 @@ class PendingColumns:
                 if not any(map(before.__contains__, head)):
                     self.seen = list(pending)
                     return None
-            ids = np.fromiter(map(id, pending), dtype=np.int64, count=len(pending))
+        ids = np.fromiter(map(id, pending), dtype=np.int64, count=len(pending))
+        rows = None
+        if hinted:
+            assert kept_from is not None and last is not None
+            rows = _by_position(ids, kept_from, last[3], last[1])
+            miss = np.flatnonzero(rows < 0)
+            if 2 * len(miss) < len(rows):
+                # jobs the hint calls new, or places wrongly: looked up (the columns may hold them)
+                rows[miss] = [self.rows.get(i, -1) for i in ids[miss].tolist()]
+            else:
+                rows = None  # the hint is not this list's
+        if rows is None:
             rows = np.fromiter(
                 map(self.rows.get, ids.tolist(), repeat(-1)), dtype=np.int64, count=len(ids)
             )

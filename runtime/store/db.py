@@ -80,10 +80,10 @@ def utcnow() -> datetime:
 
 class StoredJSON(TypeDecorator[Any]):
     """A JSON column that a raw edit may have broken (SQLite keeps JSON as text): a value that
-    does not decode is read as `unreadable_value` (`{UNREADABLE: <its start>}`) instead of raising, so
-    one tampered row cannot make every listing, tick or report that reads the table fail. What
-    reads it sees a value that does not validate (a spec with no fields), and the row's digest
-    differs from its events'. The column's SQL type is unchanged."""
+    does not decode is read as `unreadable_value` (`{UNREADABLE: <its start>}`) instead of
+    raising, so one tampered row cannot make every listing, tick or report that reads the table
+    fail. What reads it sees a value that does not validate (a spec with no fields), and the row's
+    digest differs from its events'. The column's SQL type is unchanged."""
 
     impl = JSON
     cache_ok = True

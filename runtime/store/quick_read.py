@@ -177,8 +177,8 @@ def is_unreadable(value: Any) -> bool:
 
 
 def stored_json(text: str) -> Any:
-    """A JSON column's stored text decoded; text a raw edit broke as `unreadable_value` (db.StoredJSON
-    reads it the same way), so one tampered row does not stop a listing."""
+    """A JSON column's stored text decoded; text a raw edit broke as `unreadable_value`
+    (db.StoredJSON reads it the same way), so one tampered row does not stop a listing."""
     try:
         return json.loads(text)
     except ValueError:
