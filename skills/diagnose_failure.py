@@ -710,6 +710,15 @@ SIGNATURES: tuple[Signature, ...] = (
         "the C / C++ runtime library is too old",
     ),
     _sig("import_or_env", r": command not found", "the program to run is not installed"),
+    # TensorFlow's load_op_library on a package's compiled ops built for another platform or
+    # TF; a Caffe (fork) build without the layer a prototxt names
+    _sig(
+        "import_or_env",
+        r"\bNotFoundError: (?:NotFoundError: )?[^\n]*\.(?:so|dll|dylib)(?:\.[\d.]+)? not found\b"
+        r"|Check failed: registry\.count\(type?\) == 1 \(0 vs\. 1\) Unknown layer type: \w",
+        "a compiled part of the framework is missing: a package's op library built for another "
+        "platform or version, or a Caffe build without this layer (build the fork's own Caffe)",
+    ),
     # dash (/bin/sh on Debian and Ubuntu) says it as `script.sh: 1: srun: not found`
     _sig(
         "import_or_env",
@@ -961,6 +970,12 @@ SIGNATURES: tuple[Signature, ...] = (
         "a batch size of 0 or of 1 with BatchNorm, DeepSpeed's batch sizes and the number of "
         "GPUs, bf16 where there is none, Lightning's checks of its Trainer's arguments), a "
         "path it leaves unset, or it binds a name nothing defines (gin)",
+    ),
+    # a jsonnet config (AllenNLP, jsonnet-driven trainers) that does not parse or evaluate
+    _sig(
+        "config_error",
+        r"\b(?:STATIC|RUNTIME) ERROR: [^\n]*\.(?:jsonnet|libsonnet|json):\d+:\d+",
+        "the jsonnet config does not parse or evaluate: fix it at the line and column named",
     ),
     # PEFT's LoRA config naming modules the model does not have (another architecture's names)
     _sig(

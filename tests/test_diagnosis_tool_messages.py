@@ -1131,6 +1131,29 @@ SIGNED: list[tuple[str, str, str]] = [
         "base model. Please check the target modules and try again.\n",
         "config_error",
     ),
+    (
+        "TensorFlow Quantum's compiled ops missing from a Windows install",
+        '  File "site-packages/tensorflow/python/framework/load_library.py", line 54, in '
+        "load_op_library\n    lib_handle = py_tf.TF_LoadLibrary(library_filename)\n"
+        "tensorflow.python.framework.errors_impl.NotFoundError: C:\\env\\Lib\\site-packages\\"
+        "tensorflow_quantum\\core\\ops\\_tfq_utility_ops.so not found\n",
+        "import_or_env",
+    ),
+    (
+        "a Caffe build without the layer a fork's prototxt names",
+        "I0302 10:11:09.112233  811 layer_factory.hpp:77] Creating layer data\n"
+        "F0302 10:11:09.112301  811 layer_factory.hpp:81] Check failed: registry.count(type) == "
+        "1 (0 vs. 1) Unknown layer type: PairedImageData (known types: AbsVal, Accuracy)\n"
+        "*** Check failure stack trace: ***\nAborted (core dumped)\n",
+        "import_or_env",
+    ),
+    (
+        "an AllenNLP jsonnet config that does not parse",
+        '  File "allennlp/common/params.py", line 455, in from_file\n    file_dict = '
+        "json.loads(evaluate_file(params_file, ext_vars=ext_vars))\nRuntimeError: STATIC "
+        "ERROR: configs/ner.jsonnet:12:5-9: expected a comma before next field.\n",
+        "config_error",
+    ),
 ]
 
 
