@@ -607,6 +607,13 @@ SIGNATURES: tuple[Signature, ...] = (
         "an HDF5 weights file is truncated or not HDF5 (an incomplete download)",
     ),
     _sig("checkpoint_corrupt", r"BadZipFile", "a zip-based checkpoint is truncated or corrupt"),
+    # torch.hub's download check (`check_hash`): the weights file is not the one published
+    _sig(
+        "checkpoint_corrupt",
+        r"\binvalid hash value \(expected \"[0-9a-f]+\", got \"[0-9a-f]+\"\)",
+        "the downloaded weights are not the published file (a truncated or changed download): "
+        "delete it from the hub cache and download it again",
+    ),
     # transformers / diffusers `load_state_dict`, wrapping torch.load's failure.
     _sig(
         "checkpoint_corrupt",
@@ -710,6 +717,18 @@ SIGNATURES: tuple[Signature, ...] = (
         "the C / C++ runtime library is too old",
     ),
     _sig("import_or_env", r": command not found", "the program to run is not installed"),
+    # torchaudio with no audio backend (soundfile, sox or ffmpeg) installed; code that patches
+    # transformers' model internals, run with a release whose internals moved
+    _sig(
+        "import_or_env",
+        r"Couldn't find appropriate backend to handle uri\b|AttributeError: ?'(?:Llama|Mistral|"
+        r"Mixtral|Qwen\d*|Gemma\d*|Phi\d*|Falcon|GPTNeoX|OPT|Bloom|GPT2|T5|Bert|Roberta|Whisper)"
+        r"\w*(?:Attention|RotaryEmbedding|DecoderLayer|MLP|SdpaAttention|FlashAttention2)' object "
+        r"has no attribute",
+        "the environment is not what the code needs: no audio backend for torchaudio, or a "
+        "transformers release whose model internals are not the ones this code patches (install "
+        "the version it pins)",
+    ),
     # TensorFlow's load_op_library on a package's compiled ops built for another platform or
     # TF; a Caffe (fork) build without the layer a prototxt names
     _sig(
@@ -880,7 +899,8 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(
         "config_error",
         r"(?:^|: )error: (?:unrecognized arguments|the following arguments are "
-        r"required|argument [^:\n]+: (?:invalid|expected|ambiguous|not allowed)|invalid choice)",
+        r"required|argument [^:\n]+: (?:invalid|expected|ambiguous|not allowed)|invalid choice"
+        r"|argument [^:\n]+ is required$)|^(?:\S+: )?error: \w+ [^:\n]+: invalid choice: '",
         "the command line is wrong: argparse rejected it",
     ),
     # PyYAML's parse errors (a config file that is not valid YAML)
@@ -1252,6 +1272,15 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     # FileNotFoundError / errno 2 (not a debugger's missing source file); transformers' hub lookup.
     _sig("file_missing", r"FileNotFoundError", "a file or folder the run needs does not exist"),
+    # a dataset folder checked before the run (torchreid / fast-reid's `'x' is not available`),
+    # a path printed as NOT EXIST, a dataset the loader says to download by hand
+    _sig(
+        "file_missing",
+        r"^(?:\W{0,3}RuntimeError: )'[^'\n]*[/\\][^'\n]*' is not available\b"
+        r"|^\S*[/\\]\S* NOT EXISTS?\s*$|\bPlease download the dataset manually\b",
+        "the dataset (or a folder of its files) is not where the config points: download it or "
+        "fix the path",
+    ),
     # glog / Caffe's CHECK on a file it opens (`Check failed: fd != -1 … File not found: x`)
     _sig(
         "file_missing",

@@ -1154,6 +1154,52 @@ SIGNED: list[tuple[str, str, str]] = [
         "ERROR: configs/ner.jsonnet:12:5-9: expected a comma before next field.\n",
         "config_error",
     ),
+    (
+        "argparse under Python 2 refusing a command line that lacks a required argument",
+        "usage: train.py [-h] --data DATA [--epochs EPOCHS]\n"
+        "train.py: error: argument --data is required\n",
+        "config_error",
+    ),
+    (
+        "torchreid's check that the dataset folder is there",
+        '  File "torchreid/data/datasets/dataset.py", line 241, in check_before_run\n'
+        "    raise RuntimeError('\"{}\" is not found'.format(f))\n"
+        "RuntimeError: '/data/market1501/bounding_box_train' is not available\n",
+        "file_missing",
+    ),
+    (
+        "a data path the script checked and printed as missing",
+        "loading features ...\n./data/coco/feats/val2017 NOT EXIST\n",
+        "file_missing",
+    ),
+    (
+        "a dataset loader that asks for a manual download",
+        '  File "datasets/duke.py", line 40, in __init__\n    raise RuntimeError(\n'
+        "RuntimeError: Please download the dataset manually from the authors' page into "
+        "data/duke\n",
+        "file_missing",
+    ),
+    (
+        "torch.hub's check of a downloaded weights file",
+        '  File "torch/hub.py", line 639, in download_url_to_file\n    raise RuntimeError(\n'
+        'RuntimeError: invalid hash value (expected "3c1a2b7f", got '
+        '"9f0e11aa52c7d93fb0c3f1d2a4e8b6c07d5e9a1b2c3d4e5f60718293a4b5c6d7")\n',
+        "checkpoint_corrupt",
+    ),
+    (
+        "torchaudio saving a file with no audio backend installed",
+        '  File "torchaudio/_backend/utils.py", line 221, in get_save_func\n    raise '
+        "RuntimeError(\nRuntimeError: Couldn't find appropriate backend to handle uri "
+        "samples/epoch_3.flac and format None.\n",
+        "import_or_env",
+    ),
+    (
+        "a patch of LLaMA's attention written for an older transformers",
+        '  File "llama_attn_replace.py", line 58, in forward\n    cos, sin = '
+        "self.rotary_emb(value_states, seq_len=kv_seq_len)\nAttributeError: 'LlamaSdpaAttention'"
+        " object has no attribute 'rotary_emb'\n",
+        "import_or_env",
+    ),
 ]
 
 

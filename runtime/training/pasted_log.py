@@ -42,8 +42,9 @@ _SPACES = str.maketrans(
     dict.fromkeys([0x09, 0xA0, 0x1680, *range(0x2000, 0x200B), 0x202F, 0x205F, 0x3000], " ")
     | dict.fromkeys([0x200B, 0x200C, 0x200D, 0x2060, 0xFEFF], None)
 )
-# Markdown quote marks (nested too), and a code fence's opening a paste may leave on a line.
-_QUOTE = re.compile(r"^\s{0,3}(?:>\s?){1,8}|^\s*```\w*\s*")
+# Markdown quote marks (nested too; indented too, as a paste into an indented block leaves
+# them), and a code fence's opening a paste may leave on a line.
+_QUOTE = re.compile(r"^[ \t]*(?:>\s?){1,8}|^\s*```\w*\s*")
 # A line that is only the HTML a forum folds a pasted log in (`<details><summary>log</summary>`,
 # `</details>`, `<pre>`): nothing the program wrote.
 _FOLD = re.compile(
