@@ -394,7 +394,7 @@ class _Gpu:
 
 
 _BY_INDEX = operator.attrgetter("idx")
-_BY_HOST = operator.attrgetter("host", "idx")
+_HOST = operator.attrgetter("host")
 
 
 class _Request:
@@ -454,28 +454,35 @@ class _Cluster:
                 cap_gb = f["gpu_memory_gb"]
             shared = f["share_gpu"] and cap_gb is not None
             cap, end, holder = (cap_gb or 0.0) * 1024, ends_of[f["id"]], (f["id"], f["name"])
+            job = (end, cap if shared else 0.0)  # as `_occupy` puts it, done here inline
             for i in f["gpus"]:
                 g = gpus.get(i)
                 if g is None:
                     continue
-                self._occupy(g, shared, cap, end)
+                if shared:
+                    g.caps += cap
+                else:
+                    g.excl = True
+                g.jobs.append(job)
                 g.holders.append(holder)
         self.free_excl: dict[str, list[int]] = {}  # per host, GPUs nobody uses, by index
         self.sharing: dict[str, list[int]] = {}  # per host, GPUs only sharing jobs use
-        for g in sorted(self.gpus.values(), key=_BY_INDEX):
-            if not g.jobs:
-                self.free_excl.setdefault(g.host, []).append(g.idx)
-            elif not g.excl:
-                self.sharing.setdefault(g.host, []).append(g.idx)
         per_host: dict[str, int] = {}
-        for g in self.gpus.values():
-            per_host[g.host] = per_host.get(g.host, 0) + 1
+        by_index = sorted(gpus.values(), key=_BY_INDEX)
+        for g in by_index:
+            host = g.host
+            if not g.jobs:
+                self.free_excl.setdefault(host, []).append(g.idx)
+            elif not g.excl:
+                self.sharing.setdefault(host, []).append(g.idx)
+            per_host[host] = per_host.get(host, 0) + 1
         self.hosts = sorted(per_host)  # a fixed order: set order would vary between processes
         self.most_per_host = max(per_host.values(), default=0)
         self.per_host = per_host  # healthy GPUs of each host
         self.rank = {h: r for r, h in enumerate(self.hosts)}
-        self.largest_mib = max((g.total for g in self.gpus.values()), default=0.0)
-        self.in_order = sorted(self.gpus.values(), key=_BY_HOST)
+        totals = {g.total for g in by_index}
+        self.largest_mib = max(totals, default=0.0)
+        self.in_order = sorted(by_index, key=_HOST)  # by host, then index (a stable sort)
         self.version = 0  # bumped by every take and claim: `holders` is computed once between
         self._holders: dict[float, tuple[int, list[tuple[int, str]]]] = {}
         # Hosts with a GPU some request could still take (free, or shared only), in host order.
@@ -484,7 +491,7 @@ class _Cluster:
         self.open_hosts = [h for h in self.hosts if h in self.free_excl or h in self.sharing]
         # The GPU sizes, largest first: the GPUs a request could hold once free are those of the
         # sizes at or above its need, so `holders` is computed once per such prefix, not per need.
-        self.sizes = sorted({g.total for g in self.gpus.values()}, reverse=True)
+        self.sizes = sorted(totals, reverse=True)
         self.pos = {g.idx: p for p, g in enumerate(self.in_order)}
         self.log: list[tuple[int, int, tuple[int, str]]] = []  # (GPU, index, job) put on since
         self._classes: dict[int, _HolderState] = {}
@@ -756,8 +763,9 @@ class _Cluster:
             if g.idx in claimed:
                 continue
             t = self.ready_at(g, req)
-            if t is not _INF:
-                by_host.setdefault(g.host, []).append((t, g.idx))
+            if t is _INF:
+                continue
+            by_host.setdefault(g.host, []).append((t, g.idx))
         for times in by_host.values():
             if len(times) < req.k:
                 continue
@@ -1468,28 +1476,38 @@ class _Placer:
             )
 
             promote_h = snap.promote_after_h
-
-            def eff(r: RunningJob) -> float:
-                """Aged like a waiting job, less what the ordering takes off for what remains
-                (srpt) or what it has run (las); a job the starvation guard promoted before it
-                started is not preempted."""
-                started = r.started_at or now
-                left = (ends_of[r.id] - now).total_seconds()
-                ran = len(r.gpus) * (now - started).total_seconds()
-                if promote_h is not None and r.submitted_at is not None:
-                    waited = waited_s(started, r.submitted_at, r.attained_gpu_s, len(r.gpus))
-                    if waited >= promote_h * 3600.0:
-                        return 2 * PROMOTED
-                return _effective(
-                    r.priority, r.submitted_at or r.started_at, now, self.rate_s
-                ) - penalty(left, r.attained_gpu_s + ran, len(r.gpus))
-
+            promote_s = promote_h * 3600.0 if promote_h is not None else None
+            rate_s = self.rate_s
+            # Each pausable job's priority as a waiting job's is aged, less what the ordering
+            # takes off for what remains (srpt) or what it has run (las); a job the starvation
+            # guard promoted before it started is not preempted. Sorted lowest first, by id on a
+            # tie (then by place: what a key of the two would keep), as tuples: no key calls.
+            keyed: list[tuple[float, int, int, RunningJob]] = []
+            for k, r in enumerate(snap.running):
+                f = r.__dict__  # the field values: thousands of running jobs at every call
+                held = f["gpus"]
+                if not (f["pausable"] and held):
+                    continue
+                started = f["started_at"] or now
+                n = len(held)
+                submitted = f["submitted_at"]
+                if (
+                    promote_s is not None
+                    and submitted is not None
+                    and waited_s(started, submitted, f["attained_gpu_s"], n) >= promote_s
+                ):
+                    e = 2 * PROMOTED
+                else:
+                    left = (ends_of[f["id"]] - now).total_seconds()
+                    ran = n * (now - started).total_seconds()
+                    e = _effective(
+                        f["priority"], submitted or f["started_at"], now, rate_s
+                    ) - penalty(left, f["attained_gpu_s"] + ran, n)
+                keyed.append((e, f["id"], k, r))
+            keyed.sort()
             victims = _Victims(
                 self.cluster,
-                sorted(
-                    ((eff(r), r) for r in snap.running if r.pausable and r.gpus),
-                    key=lambda v: (v[0], v[1].id),
-                ),
+                [(e, r) for e, _, _, r in keyed],
                 narrow=not snap.preempt_wider,
                 fast=self.fast,
             )
@@ -1896,8 +1914,15 @@ class _Victims:
         self.narrow = narrow
         self.lowest = victims[0][0] if victims else float("inf")
         self.by_host: dict[str, list[tuple[float, RunningJob]]] = {}
+        gpus = cluster.gpus
         for v in victims:
-            hosts = {g.host for i in v[1].gpus if (g := cluster.gpus.get(i)) is not None}
+            held = v[1].gpus
+            if len(held) == 1:  # most jobs: their GPU's host, if it is in the cluster
+                one = gpus.get(held[0])
+                if one is not None:
+                    self.by_host.setdefault(one.host, []).append(v)
+                continue
+            hosts = {g.host for i in held if (g := gpus.get(i)) is not None}
             if len(hosts) == 1:  # a gang is not paused: every rank would redo its work, and it
                 # would start again on its reservation only to be paused again (measured: two
                 # 16-GPU gangs paused 7,300 times in one simulated Philly week)
