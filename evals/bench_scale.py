@@ -677,28 +677,37 @@ def bench_daemon_ticks(n_pending: int, n_gpus: int, repeats: int) -> list[Row]:
     return rows
 
 
-def bench_engine_ticks(n_pending: int, n_gpus: int, repeats: int) -> Row:
+def bench_engine_ticks(n_pending: int, n_gpus: int, repeats: int, heap: bool) -> Row:
     """The daemon's whole tick (`Engine.place_queued`) over a store changed between ticks, the
-    engine's own scheduler settings; median and p95 after two warm-up ticks."""
+    engine's own scheduler settings; median and p95 after two warm-up ticks. With `heap`, each
+    tick ends as the daemon's do (`TickHeap.after_tick`, counted in the tick)."""
     from nightshift.runtime.config import Settings
     from nightshift.runtime.engine import Engine
+    from nightshift.runtime.tick_heap import TickHeap
 
     tick_s: list[float] = []
+    kept = TickHeap() if heap else None
     with tempfile.TemporaryDirectory(prefix="ns-engine-") as tmp:
         store = Store(f"sqlite:///{tmp}/nightshift.db")
         populate(store, n_pending, n_gpus)
         ticks = store_ticks(store)
         engine = Engine(store, NullExecutor(), Settings(home=tmp), clock=lambda: NOW)
-        for i in range(repeats + 2):
-            now = next(ticks)
-            t0 = time.perf_counter()
-            engine.place_queued(now)
-            if i >= 2:
-                tick_s.append(time.perf_counter() - t0)
+        try:
+            for i in range(repeats + 2):
+                now = next(ticks)
+                t0 = time.perf_counter()
+                engine.place_queued(now)
+                if kept is not None:
+                    kept.after_tick()
+                if i >= 2:
+                    tick_s.append(time.perf_counter() - t0)
+        finally:
+            TickHeap.release()
         store.engine.dispose()
     return Row(
         f"the daemon's whole tick (Engine.place_queued: load, place, hold reasons written, "
-        f"starts): {n_pending:,} queued, {n_gpus:,} GPUs in SQLite, a changing queue",
+        f"starts){', the heap frozen after each (TickHeap)' if heap else ''}: {n_pending:,} "
+        f"queued, {n_gpus:,} GPUs in SQLite, a changing queue",
         statistics.median(tick_s),
         "s (median)",
         "",
@@ -708,7 +717,11 @@ def bench_engine_ticks(n_pending: int, n_gpus: int, repeats: int) -> Row:
 
 def run_engine_ticks(quick: bool, csv_path: str | None, console: Console) -> list[Row]:
     sizes = [(1_000, 64)] if quick else [(10_000, 512), (100_000, 4_096)]
-    rows = [bench_engine_ticks(n, g, 3 if quick else 7) for n, g in sizes]
+    rows = [
+        bench_engine_ticks(n, g, 3 if quick else 7, heap)
+        for n, g in sizes
+        for heap in (False, True)
+    ]
     _print(rows, f"the daemon's tick ({'quick' if quick else 'full'})", csv_path, console)
     return rows
 

@@ -37,6 +37,7 @@ from nightshift.runtime.errors import (
 from nightshift.runtime.scheduling.backoff import Backoff
 from nightshift.runtime.store.db import Attempt, Job, Sweep, utcnow
 from nightshift.runtime.store.lifecycle import JobState
+from nightshift.runtime.tick_heap import TickHeap
 
 if TYPE_CHECKING:
     from nightshift.agent.brain.power_caps import PeakPowerCaps
@@ -91,6 +92,8 @@ class Loop:
         self._scanned_at: datetime | None = None  # when the recovery scan last began
         # Set by the daemon's metrics: told each step's duration in seconds (faulted or not).
         self.on_tick: Callable[[float], None] | None = None
+        # Set by the daemon: freeze what outlives a step out of the collector's walks.
+        self.heap: TickHeap | None = None
 
     def step(self) -> None:
         """One step, unless a fault is being waited out; a fault ends the step (reported once
@@ -101,6 +104,8 @@ class Loop:
         try:
             self.w.store.check_file()  # a store nobody reads any more gets no new work
             self._step()
+            if self.heap is not None:
+                self.heap.after_tick()
         except Exception as exc:
             fault = self.w.store.fault_of(exc)
             if fault is None:

@@ -42,6 +42,7 @@ from nightshift.runtime.executors import run_cgroup
 from nightshift.runtime.store.db import utcnow
 from nightshift.runtime.store.runs_binding import bind_runs
 from nightshift.runtime.store.store_lease import DaemonLease
+from nightshift.runtime.tick_heap import TickHeap
 
 # Files in the home folder that only the daemon's user may write.
 STATE_FILES = (
@@ -226,6 +227,7 @@ class Daemon:
         w.loop.recover = self.recoveries.request
         w.loop.carry_out_approved = True
         w.loop.drive_sweeps = True
+        w.loop.heap = TickHeap()  # a long queue's objects out of the collector's walks
 
     def run(self, *, max_ticks: int | None = None) -> None:
         """Tick until stopped (SIGTERM/SIGINT set `stop_event`). Runs keep going when the daemon
@@ -265,6 +267,7 @@ class Daemon:
                     "warning: could not delete this daemon's lease on the store; it goes stale"
                 )
             self.lock.release()
+            TickHeap.release()  # the process may go on without this daemon (a test's does)
 
     def _web(self, channels: Any) -> Any:
         """The daemon's HTTP app (callbacks, /metrics, and the dashboard where `web.listen` is
