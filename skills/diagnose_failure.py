@@ -681,7 +681,11 @@ SIGNATURES: tuple[Signature, ...] = (
     # Python's import system; the dynamic loader; the shell; a PyTorch build without this GPU's arch;
     # torch.utils.cpp_extension's JIT build (DeepSpeed's op builder) and nvcc's host-compiler check.
     _sig("import_or_env", r"ModuleNotFoundError: No module named", "a Python package is missing"),
-    _sig("import_or_env", r"^(?:\[[^\]\n]*\]:?\s*)*ImportError\b", "an import failed"),
+    _sig(
+        "import_or_env",
+        r"^(?:\[[^\]\n]*\]:?\s*)*ImportError\b|^\W{0,3}cannot import name '[\w.]+' from '[\w.]+'",
+        "an import failed",
+    ),
     _sig("import_or_env", r"cannot open shared object file", "a shared library is missing"),
     # glibc's loader when a library with initial-exec TLS is loaded late (libgomp on aarch64 /
     # Jetson): preloading it (LD_PRELOAD) or importing it first is the known fix
@@ -1291,9 +1295,10 @@ SIGNATURES: tuple[Signature, ...] = (
     # that is not on the Hub (a typo in a model id, or a private one)
     _sig(
         "file_missing",
-        r"['\"]?(?:\.{0,2}/|~/|[A-Za-z]:[\\/])?[\w.~-]+(?:[\\/][\w.~-]+)+['\"]? (?:does not|doesn't"
-        r"|did not) exist\b|\b(?:Repository|Entry|Revision)NotFoundError\b|(?:does not|doesn't) "
-        r"exist: ['\"]?(?:\.{0,2}/|~/|/|[A-Za-z]:[\\/])|Error no file named [\w.]+(?:, [\w.]+)*"
+        r"['\"]?(?:\.{0,2}/|~/|[A-Za-z]:[\\/])?[\w.~-]+(?:[\\/][\w.~-]+)+(?:['\"] ?| ['\"]?)"
+        r"(?:does not|doesn't|did not) exist\b|\b(?:Repository|Entry|Revision)NotFoundError\b"
+        r"|(?:does not|doesn't) exist: ['\"]?(?:\.{0,2}/|~/|/|[A-Za-z]:[\\/])"
+        r"|Error no file named [\w.]+(?:, [\w.]+)*"
         r"(?: or [\w.]+)? found in directory",
         "a file, folder or model the run needs does not exist",
     ),
@@ -1340,7 +1345,7 @@ SIGNATURES: tuple[Signature, ...] = (
         r"|\bdatasets should not be an empty iterable\b|^Cannot load image \S"
         r"|\b(?:UnidentifiedImageError|IOError|OSError): cannot identify image file"
         r"|\bError opening '[^'\n]+': (?:System error|Format not recognised)"
-        r"|\bIsADirectoryError: \[Errno 21\]"
+        r"|\bIsADirectoryError: \[Errno 21\]|\berror reading the file: Is a directory$"
         r"|\bNotADirectoryError: \[Errno 20\]|\bdoes not appear to have a file named [\w.-]+"
         r"|^(?:ba|z|da)?sh: (?:line \d+: )?[^:\n]+: No such file or directory$"
         # torchvision's ImageFolder before 0.9; TensorFlow's checkpoint reader on a prefix
@@ -1375,7 +1380,8 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(
         "crashed",
         r"Error\(s\) in loading state_dict for|Missing key\(s\) in state_dict:"
-        r"|Unexpected key\(s\) in state_dict:|\bsize mismatch for [\w.]+: copying a param",
+        r"|Unexpected key\(s\) in state_dict:|\bsize mismatch for [\w.]+: copying a param"
+        r"|While copying the parameter named [\w.]+, whose dimensions in the model are",
         "the checkpoint does not fit the model (missing, unexpected or differently shaped "
         "weights): the code, its config or the checkpoint is not the one meant",
     ),
@@ -1611,6 +1617,8 @@ _NATIVE_WHERE = re.compile(
 # Every native crash: those, and the bare signals and access violations that say nothing of where.
 _FATAL_C = re.compile(
     r"Segmentation fault|core dumped|^Aborted\b|Bus error|^\*\*\* SIG[A-Z]+ "
+    # zsh: `zsh: segmentation fault  python x.py`, `[1]    4242 segmentation fault  python …`
+    r"|^(?:zsh: |\[\d+\] +\d+ )(?:segmentation fault|bus error|abort)\b"
     # the shell's words for them in other languages (zh_CN, de, fr, ru, ja)
     r"|段错误|核心已转储|总线错误|Speicherzugriffsfehler|Erreur de segmentation"
     r"|Ошибка сегментирования|セグメンテーション違反"

@@ -161,11 +161,11 @@ def test_held_out_accuracy(rows):
     scored 13-100 %, 70 % in all, before anyone read them, lowest on Apple's and Intel's GPUs and
     on offline and multi-agent RL): 843 (75.3 %) by the code at that stop's start, 849 (75.9 %) by
     its end (2 by signatures written from tuning logs; the other changes, +13 -9, low-confidence
-    verdicts of the log model refitted on the larger tuning split). Stop 48 added fourteen more
-    (1,248 logs; the batches scored 43-81 %, 66 % in all, before anyone read them, on older
-    frameworks, recommender and forecasting libraries and LLM pruning code lowest): 934 (74.8 %)
-    by the code at that stop's start, 934 by its end (+7 -7, all low-confidence verdicts of the
-    refitted log model). This guards the measured
+    verdicts of the log model refitted on the larger tuning split). Stop 48 added twenty-one more
+    (1,298 logs; the batches scored 43-85 %, 68 % in all, before anyone read them, on older
+    frameworks, recommender and forecasting libraries, LLM pruning code and world models
+    lowest): 971 (74.8 %) by the code at that stop's start, 971 by its end (+6 -6, all
+    low-confidence verdicts of the refitted log model). This guards the measured
     figure against regressions; the held-out misses are not listed by the eval (they are not
     for tuning)."""
     held = [r for r in rows if r["held_out"]]

@@ -1200,6 +1200,32 @@ SIGNED: list[tuple[str, str, str]] = [
         " object has no attribute 'rotary_emb'\n",
         "import_or_env",
     ),
+    (
+        "an import error pasted without its class name",
+        "$ python tools/train_net.py --config-file configs/glip_tiny.yaml\n"
+        "cannot import name '_C' from 'maskrcnn_benchmark'\n",
+        "import_or_env",
+    ),
+    (
+        "torch's older wording of a checkpoint whose shapes do not fit the model",
+        "loading checkpoint from work_dirs/coco/latest.pth\nWhile copying the parameter named "
+        "head.cls_conv.weight, whose dimensions in the model are torch.Size([2, 256, 3, 3]) and "
+        "whose dimensions in the checkpoint are torch.Size([80, 256, 3, 3])\n",
+        "crashed",
+    ),
+    (
+        "a C++ program given a folder where it reads a file",
+        "loading weights from rsc/\nterminate called after throwing an instance of "
+        "'std::__ios_failure'\n  what():  basic_filebuf::underflow error reading the file: Is a "
+        "directory\nAborted (core dumped)\n",
+        "file_missing",
+    ),
+    (
+        "a vocabulary path the script checked, quoted with the space inside",
+        "# Vocab file /data/vocab.en exists\nValueError:vocab_file '/data/vocab.de 'does not "
+        "exist.\n",
+        "file_missing",
+    ),
 ]
 
 
@@ -1402,13 +1428,22 @@ def test_a_progress_bar_pasted_as_inline_code_is_still_a_bar(ctx):
 
 
 def test_a_segfault_in_the_shells_other_languages_reads_as_one(ctx):
-    """bash under zh_CN says `段错误 (核心已转储)` for `Segmentation fault (core dumped)`: it read
-    as a log that just stops (a hang)."""
+    """bash under zh_CN says `段错误 (核心已转储)` for `Segmentation fault (core dumped)`, and zsh
+    `zsh: segmentation fault  cmd`: each read as a log that just stops (a hang)."""
     head = "2025-02-18 19:13:50 INFO trainer:train:544 - 训练数据：102394\n"
     english = run_skill(
         diagnose_failure, ctx, {"log_tail": head + "Segmentation fault (core dumped)\n"}
     )
-    for words in ("段错误 (核心已转储)", "Speicherzugriffsfehler (Speicherabzug geschrieben)"):
+    for words in (
+        "段错误 (核心已转储)",
+        "Speicherzugriffsfehler (Speicherabzug geschrieben)",
+    ):
         r = run_skill(diagnose_failure, ctx, {"log_tail": head + words + "\n"})
         assert (r.category, r.confidence) == (english.category, english.confidence), r.reasoning
         assert r.category != "hang_or_timeout"
+    # zsh names the command after its own words: the log model may weigh those, but the crash
+    # is read as one, never as a log that just stops
+    r = run_skill(
+        diagnose_failure, ctx, {"log_tail": head + "zsh: segmentation fault  python train.py\n"}
+    )
+    assert r.category != "hang_or_timeout" and "native crash" in r.reasoning, r.reasoning
