@@ -585,7 +585,9 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     _sig(
         "checkpoint_corrupt",
-        r"UnpicklingError: (?:invalid load key|pickle data was truncated)|\binvalid load key, '",
+        r"UnpicklingError: (?:invalid load key|pickle data was truncated)|\binvalid load key, '"
+        # a file of another format (a torch zip checkpoint) read by plain pickle
+        r"|UnpicklingError: A load persistent id instruction was encountered",
         "a pickled checkpoint is truncated or corrupt (or is not a checkpoint: an HTML page, a "
         "git-lfs pointer)",
     ),
@@ -1450,7 +1452,8 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     _sig(
         "killed",
-        r"^KeyboardInterrupt\b",
+        # or only the terminal's echo of the key, after the line it cut short
+        r"^KeyboardInterrupt\b|\^C\s*$",
         "the run was interrupted (Ctrl-C) by a person",
         strong=False,
     ),

@@ -161,10 +161,11 @@ def test_held_out_accuracy(rows):
     scored 13-100 %, 70 % in all, before anyone read them, lowest on Apple's and Intel's GPUs and
     on offline and multi-agent RL): 843 (75.3 %) by the code at that stop's start, 849 (75.9 %) by
     its end (2 by signatures written from tuning logs; the other changes, +13 -9, low-confidence
-    verdicts of the log model refitted on the larger tuning split). Stop 48 added twenty-one more
-    (1,298 logs; the batches scored 43-85 %, 68 % in all, before anyone read them, on older
-    frameworks, recommender and forecasting libraries, LLM pruning code and world models
-    lowest): 971 (74.8 %) by the code at that stop's start, 971 by its end (+6 -6, all
+    verdicts of the log model refitted on the larger tuning split). Stop 48 added twenty-five more
+    (1,328 logs; the batches scored 43-87 %, 69 % in all, before anyone read them, on runs ended
+    by a signal, recommender and forecasting libraries, diffusion research code and world models
+    lowest): 994 (74.8 %) by the code at that stop's start, 996 (75.0 %) by its end (1 by a
+    signature written from a tuning log, the terminal's echo of Ctrl-C; the other changes, +8 -7,
     low-confidence verdicts of the refitted log model). This guards the measured
     figure against regressions; the held-out misses are not listed by the eval (they are not
     for tuning)."""

@@ -1226,6 +1226,19 @@ SIGNED: list[tuple[str, str, str]] = [
         "exist.\n",
         "file_missing",
     ),
+    (
+        "a checkpoint of torch's zip format read with plain pickle",
+        '  File "tools/test.py", line 31, in load_model\n    state = pickle.load(f)\n'
+        "_pickle.UnpicklingError: A load persistent id instruction was encountered,\n"
+        "but no persistent_load function was specified.\n",
+        "checkpoint_corrupt",
+    ),
+    (
+        "a Keras run a person stopped: the terminal's echo of Ctrl-C after the progress bar",
+        "Epoch 3/50\n 812/2250 [=========>....................] - ETA: 9:12 - loss: 1.2711"
+        "\n 816/2250 [=========>....................] - ETA: 9:10 - loss: 1.2703^C\n",
+        "killed",
+    ),
 ]
 
 

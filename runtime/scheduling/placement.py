@@ -763,9 +763,8 @@ class _Cluster:
             if g.idx in claimed:
                 continue
             t = self.ready_at(g, req)
-            if t is _INF:
-                continue
-            by_host.setdefault(g.host, []).append((t, g.idx))
+            if t is not _INF:
+                by_host.setdefault(g.host, []).append((t, g.idx))
         for times in by_host.values():
             if len(times) < req.k:
                 continue
