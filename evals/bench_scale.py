@@ -681,9 +681,9 @@ def bench_engine_ticks(n_pending: int, n_gpus: int, repeats: int, heap: bool) ->
     """The daemon's whole tick (`Engine.place_queued`) over a store changed between ticks, the
     engine's own scheduler settings; median and p95 after two warm-up ticks. With `heap`, each
     tick ends as the daemon's do (`TickHeap.after_tick`, counted in the tick)."""
+    from nightshift.agent.brain.tick_heap import TickHeap
     from nightshift.runtime.config import Settings
     from nightshift.runtime.engine import Engine
-    from nightshift.runtime.tick_heap import TickHeap
 
     tick_s: list[float] = []
     kept = TickHeap() if heap else None

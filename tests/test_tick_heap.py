@@ -1,4 +1,4 @@
-"""The daemon's heap between ticks (runtime/tick_heap.py): what a tick leaves alive is frozen
+"""The daemon's heap between ticks (agent/brain/tick_heap.py): what a tick leaves alive is frozen
 out of the collector's walks, a cycle frozen with it is still reclaimed at the full collection,
 and a stopped daemon hands everything back to the collector."""
 
@@ -9,10 +9,10 @@ import weakref
 
 import pytest
 
+from nightshift.agent.brain.tick_heap import TickHeap
 from nightshift.agent.brain.wiring import Wiring
 from nightshift.agent.doors.daemon import Daemon
 from nightshift.runtime.config import Settings
-from nightshift.runtime.tick_heap import TickHeap
 
 
 class _Node:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlmodel import col, func, select
 
+from nightshift.agent.brain.tick_heap import TickHeap
 from nightshift.runtime.errors import (
     DiskFull,
     NightshiftError,
@@ -37,7 +38,6 @@ from nightshift.runtime.errors import (
 from nightshift.runtime.scheduling.backoff import Backoff
 from nightshift.runtime.store.db import Attempt, Job, Sweep, utcnow
 from nightshift.runtime.store.lifecycle import JobState
-from nightshift.runtime.tick_heap import TickHeap
 
 if TYPE_CHECKING:
     from nightshift.agent.brain.power_caps import PeakPowerCaps

@@ -33,6 +33,7 @@ from typing import Any
 from nightshift.agent.brain.graph import build_graph, sqlite_checkpointer
 from nightshift.agent.brain.planner import DeterministicPlanner, Planner
 from nightshift.agent.brain.recovery import Recoveries
+from nightshift.agent.brain.tick_heap import TickHeap
 from nightshift.agent.brain.wiring import Wiring, os_user_name
 from nightshift.agent.doors.daemon_log import AttemptLines, start_lines
 from nightshift.runtime import locks
@@ -42,7 +43,6 @@ from nightshift.runtime.executors import run_cgroup
 from nightshift.runtime.store.db import utcnow
 from nightshift.runtime.store.runs_binding import bind_runs
 from nightshift.runtime.store.store_lease import DaemonLease
-from nightshift.runtime.tick_heap import TickHeap
 
 # Files in the home folder that only the daemon's user may write.
 STATE_FILES = (
