@@ -372,9 +372,9 @@ class Engine:
                 select(Job.id, Job.hold_reason).where(Job.state == JobState.QUEUED.value)
             ).all()
             changed = [
-                {"job": jid, "why": holds.get(jid)}
+                {"job": jid, "why": why}
                 for jid, old in rows
-                if jid in wanted and old != holds.get(jid)
+                if jid in wanted and old != (why := holds.get(jid))
             ]
             if changed:
                 job = Job.__table__.c

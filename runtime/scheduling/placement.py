@@ -454,16 +454,11 @@ class _Cluster:
                 cap_gb = f["gpu_memory_gb"]
             shared = f["share_gpu"] and cap_gb is not None
             cap, end, holder = (cap_gb or 0.0) * 1024, ends_of[f["id"]], (f["id"], f["name"])
-            job = (end, cap if shared else 0.0)  # as `_occupy` puts it, done here inline
             for i in f["gpus"]:
                 g = gpus.get(i)
                 if g is None:
                     continue
-                if shared:
-                    g.caps += cap
-                else:
-                    g.excl = True
-                g.jobs.append(job)
+                self._occupy(g, shared, cap, end)
                 g.holders.append(holder)
         self.free_excl: dict[str, list[int]] = {}  # per host, GPUs nobody uses, by index
         self.sharing: dict[str, list[int]] = {}  # per host, GPUs only sharing jobs use
@@ -1913,15 +1908,8 @@ class _Victims:
         self.narrow = narrow
         self.lowest = victims[0][0] if victims else float("inf")
         self.by_host: dict[str, list[tuple[float, RunningJob]]] = {}
-        gpus = cluster.gpus
         for v in victims:
-            held = v[1].gpus
-            if len(held) == 1:  # most jobs: their GPU's host, if it is in the cluster
-                one = gpus.get(held[0])
-                if one is not None:
-                    self.by_host.setdefault(one.host, []).append(v)
-                continue
-            hosts = {g.host for i in held if (g := gpus.get(i)) is not None}
+            hosts = {g.host for i in v[1].gpus if (g := cluster.gpus.get(i)) is not None}
             if len(hosts) == 1:  # a gang is not paused: every rank would redo its work, and it
                 # would start again on its reservation only to be paused again (measured: two
                 # 16-GPU gangs paused 7,300 times in one simulated Philly week)
