@@ -704,6 +704,25 @@ SIGNATURES: tuple[Signature, ...] = (
         r"\bCannot load \w+ shared library\b",
         "a shared library the framework loads at run time (cuDNN, cuBLAS, NCCL...) is missing",
     ),
+    # No display or OpenGL where a simulator or renderer wants one: GLEW's and GLFW's init, X11
+    # clients (Qt's xcb plugin, pyglet, freeglut), a headless server without EGL or OSMesa set up
+    _sig(
+        "import_or_env",
+        r"\bGLEW initi?ali[sz]ation error\b|\bMissing GL version\b|\bcannot connect to X server\b"
+        r"|\bqt\.qpa\.xcb: could not connect to display\b|\bNoSuchDisplayException\b"
+        r"|\bfreeglut \([^)\n]*\): failed to open display\b",
+        "no display or OpenGL here for what the program renders: run it headless (xvfb-run, or "
+        "EGL / OSMesa) or on a machine with a display",
+    ),
+    # A function of an optional package whose import the code skipped quietly (try/except
+    # ImportError): the package is missing or failed to import
+    _sig(
+        "import_or_env",
+        r"\bNameError: name '(?:flash_attn\w*|xformers\w*|apex\w*|FusedLayerNorm|FusedAdam)' is "
+        r"not defined",
+        "a function of an optional package (flash-attn, xformers, apex) is missing: the package "
+        "is not installed or failed to import, and the code skipped its import quietly",
+    ),
     _sig(
         "import_or_env",
         r"\bjaxlib is version [\w.]+, but this version of jax requires version",
@@ -920,7 +939,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(
         "config_error",
         r"^Error: (?:Invalid value for|No such option|Missing option|Missing argument|Got "
-        r"unexpected extra argument)|\bCould not consume arg: |Flags parsing error: "
+        r"unexpected extra argument)|\bCould not consume arg: |Flags parsing error: (?!.*Unable to open flagfile)"
         r"|(?:^|: )error: Parser key \"",
         "the command line is wrong: its parser rejected it",
     ),
@@ -1128,6 +1147,9 @@ SIGNATURES: tuple[Signature, ...] = (
         on_info=True,
     ),
     _sig("cuda_runtime_error", r"CUBLAS_STATUS_EXECUTION_FAILED", "a cuBLAS kernel failed"),
+    # torch.fft's cuFFT plan or execution failing (most often a torch build without support for
+    # this GPU or CUDA, else a size cuFFT cannot plan)
+    _sig("cuda_runtime_error", r"\bcuFFT error: CUFFT_\w+", "a cuFFT call failed on the GPU"),
     _sig("cuda_runtime_error", r"NVRM: Xid \(", "the driver reported an Xid (GPU) error"),
     _sig("cuda_runtime_error", r"fallen off the bus", "the GPU dropped off the PCIe bus"),
     _sig("cuda_runtime_error", r"uncorrectable ECC error", "the GPU reported an ECC error"),
@@ -1345,6 +1367,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "file_missing",
         r"num_samples should be a positive integer value, but got num_samples=0"
         r"|\bdatasets should not be an empty iterable\b|^Cannot load image \S"
+        r"|\bError in load\(\): cannot load \S|\bUnable to open flagfile: \[Errno 2\]"
         r"|\b(?:UnidentifiedImageError|IOError|OSError): cannot identify image file"
         r"|\bError opening '[^'\n]+': (?:System error|Format not recognised)"
         r"|\bIsADirectoryError: \[Errno 21\]|\berror reading the file: Is a directory$"
@@ -1407,7 +1430,7 @@ SIGNATURES: tuple[Signature, ...] = (
     # (German, Chinese, French, Spanish, Japanese): on a training run most often the OOM killer.
     _sig(
         "host_oom",
-        r"^(?:.*\bline \d+ ?: +\d+ )?(?:Killed\b(?!\s+process)|Getötet|已杀死|已殺死|Processus arrêté"
+        r"^(?:.*(?:\bline|行|\bZeile|\bligne|\blínea) \d+ ?: +\d+ )?(?:Killed\b(?!\s+process)|Getötet|已杀死|已殺死|Processus arrêté"
         r"|zsh: killed\b|\[\d+\] +\d+ killed +\S"
         r"|Terminado \(killed\)|強制終了)"
         # the same word glued to the progress line it cut short (Keras' bar, tqdm's)
@@ -1418,7 +1441,7 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     _sig(
         "killed",
-        r"^(?:.*\bline \d+: +\d+ )?(?:Terminated|Beendet|已终止)(?:\s+\S.*)?$|\bTERM_OWNER: job "
+        r"^(?:.*(?:\bline|行|\bZeile|\bligne|\blínea) \d+ ?: +\d+ )?(?:Terminated|Beendet|已终止)(?:\s+\S.*)?$|\bTERM_OWNER: job "
         r"killed by owner|\bReceived SIGTERM: 15\b",
         "the shell reports the process ended by SIGTERM (the platform, the batch system or a "
         "person)",
@@ -2499,7 +2522,9 @@ _WAITING_FRAME = re.compile(
     r"|_get_data|_try_get_data|_get_batch|_try_get_batch)\s*$"
 )
 _WAITING_CODE = re.compile(
-    r"\.(?:get|wait|acquire|join|poll|_poll|select|recv|sleep)\(|^\s*with self\._[rw]?lock\b"
+    r"\.(?:wait|acquire|poll|_poll|select|recv|sleep)\(|^\s*with self\._[rw]?lock\b"
+    # a thread's or process's join and a queue's get, not os.path.join, str.join or dict.get
+    r"|(?<!path)(?<![\"'])\.join\((?!\s*\[)|\.get\((?:\s*\)|\s*(?:timeout|block)\b|\s*(?:True|False|\d))"
 )
 _FRAME = re.compile(r'^\s*File "[^"]*", line \d+, in \S+')
 

@@ -1239,6 +1239,57 @@ SIGNED: list[tuple[str, str, str]] = [
         "\n 816/2250 [=========>....................] - ETA: 9:10 - loss: 1.2703^C\n",
         "killed",
     ),
+    (
+        "bash under zh_CN reporting a SIGKILLed job (行 for line)",
+        "./scripts/demo.sh: 行 104: 30820 已杀死               /opt/conda/bin/python3 "
+        "train.py --dataroot data/AB --name fr\n",
+        "host_oom",
+    ),
+    (
+        "bash under de_DE reporting a SIGKILLed job (Zeile for line)",
+        "Epoch 3:  41%|####      | 820/2000\n./run.sh: Zeile 12:  4242 Getötet  python train.py\n",
+        "host_oom",
+    ),
+    (
+        "torch.fft failing in cuFFT",
+        '  File "src/arch/s4.py", line 967, in forward\n'
+        "    k = torch.fft.irfft(k_f, n=discrete_L)  # (B+1, C, H, L)\n"
+        "RuntimeError: cuFFT error: CUFFT_INTERNAL_ERROR\n",
+        "cuda_runtime_error",
+    ),
+    (
+        "GLEW with no OpenGL context (a simulator on a headless server)",
+        "Setting up environment\nERROR: GLEW initalization error: Missing GL version\n\n"
+        "Press Enter to exit ...\n",
+        "import_or_env",
+    ),
+    (
+        "an X11 client with no display",
+        "Loading scene...\nqt.qpa.xcb: could not connect to display \nqt.qpa.plugin: Could not "
+        'load the Qt platform plugin "xcb" in "" even though it was found.\n',
+        "import_or_env",
+    ),
+    (
+        "flash-attn's function called where its import was skipped",
+        '  File "ochat/models/unpadded_llama.py", line 184, in forward\n'
+        "    attn_output = flash_attn_varlen_func(\n"
+        "NameError: name 'flash_attn_varlen_func' is not defined\n",
+        "import_or_env",
+    ),
+    (
+        "absl given a --flagfile that does not exist",
+        "FATAL Flags parsing error: ERROR:: Unable to open flagfile: [Errno 2] No such file or "
+        "directory: 'logdir/cat/opts.log'\n",
+        "file_missing",
+    ),
+    (
+        "vedo unable to load a mesh file",
+        "> Error in load(): cannot load data/Sample_02_d.vtp\nTraceback (most recent call "
+        'last):\n  File "step1_augmentation.py", line 65, in <module>\n    '
+        "mesh.applyTransform(vtk_matrix)\nAttributeError: 'NoneType' object has no attribute "
+        "'applyTransform'\n",
+        "file_missing",
+    ),
 ]
 
 
@@ -1460,3 +1511,24 @@ def test_a_segfault_in_the_shells_other_languages_reads_as_one(ctx):
         diagnose_failure, ctx, {"log_tail": head + "zsh: segmentation fault  python train.py\n"}
     )
     assert r.category != "hang_or_timeout" and "native crash" in r.reasoning, r.reasoning
+
+
+def test_a_cut_off_traceback_opening_a_joined_path_is_not_a_wait(ctx):
+    """`os.path.join(` in the last frame's code read as a thread's join: a traceback pasted
+    without its error line, last in `with open(os.path.join(...))`, read as a hang. A thread's
+    join or a queue's get there still reads as one."""
+    head = (
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 65, in train\n'
+        "    train_dataset = ShapeNet('data', 'train', params.category)\n"
+        '  File "dataset/shapenet.py", line 76, in _load_data\n'
+    )
+    joined = run_skill(
+        diagnose_failure,
+        ctx,
+        {"log_tail": head + "    with open(os.path.join(self.dataroot, 'train.list')) as f:\n"},
+    )
+    assert joined.category != "hang_or_timeout", joined.reasoning
+    for code in ("    worker.join()\n", "    batch = self._data_queue.get(timeout=timeout)\n"):
+        r = run_skill(diagnose_failure, ctx, {"log_tail": head + code})
+        assert r.category == "hang_or_timeout", (code, r.reasoning)
