@@ -714,6 +714,23 @@ SIGNATURES: tuple[Signature, ...] = (
         "no display or OpenGL here for what the program renders: run it headless (xvfb-run, or "
         "EGL / OSMesa) or on a machine with a display",
     ),
+    # Code written for an older PyTorch run under a newer one: `loss.data[0]` (before 0.4, a loss
+    # was a 1-element tensor), torch.stft without return_complex (required from 2.0)
+    _sig(
+        "import_or_env",
+        r"\binvalid index of a 0-dim tensor\. Use `?tensor\.item\(\)|\bstft requires the "
+        r"return_complex parameter be given for real inputs",
+        "the code was written for an older PyTorch than the one installed (pin the version it "
+        "names, or port the call)",
+    ),
+    # PyTorch Geometric 2's convolutions keep their weights in `lin` and dropped `GCNConv.norm`:
+    # code written for PyG 1 (or a subclass of its layer) reaches for what is gone
+    _sig(
+        "import_or_env",
+        r"'(?:GCN|Cheb|GAT|SAGE|GIN|Graph)Conv\w*' (?:object )?has no attribute '(?:weight|norm)'",
+        "code written for PyTorch Geometric 1 run under version 2, whose layers moved their "
+        "weights (pin torch_geometric to the version the code names, or port it)",
+    ),
     # A function of an optional package whose import the code skipped quietly (try/except
     # ImportError): the package is missing or failed to import
     _sig(

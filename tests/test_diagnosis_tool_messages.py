@@ -1290,6 +1290,27 @@ SIGNED: list[tuple[str, str, str]] = [
         "'applyTransform'\n",
         "file_missing",
     ),
+    (
+        "a PyTorch 0.3 loop indexing its loss under 0.4 or later",
+        'Epoch: 0\nTraceback (most recent call last):\n  File "train.py", line 165, in train\n'
+        "    train_loss += loss.data[0]\nIndexError: invalid index of a 0-dim tensor. Use "
+        "tensor.item() to convert a 0-dim tensor to a Python number\n",
+        "import_or_env",
+    ),
+    (
+        "torch.stft called without return_complex under PyTorch 2",
+        '  File "mel_processing.py", line 66, in spectrogram_torch\n    spec = torch.stft(y, '
+        "n_fft, hop_length=hop_size)\nRuntimeError: stft requires the return_complex parameter "
+        "be given for real inputs, and will further require that return_complex=True in a "
+        "future PyTorch release.\n",
+        "import_or_env",
+    ),
+    (
+        "PyTorch Geometric 1's layer attributes under version 2",
+        "    init.xavier_normal_(self.gnn1.weight)\ntorch.nn.modules.module.ModuleAttributeError: "
+        "'GCNConv' object has no attribute 'weight'\n",
+        "import_or_env",
+    ),
 ]
 
 
