@@ -379,7 +379,7 @@ def free_mib(g: GpuSlot) -> float:
 
 # ---------------------------------------------------------------------------------- GPU state
 class _Gpu:
-    __slots__ = ("idx", "host", "total", "free", "excl", "caps", "jobs", "holders")
+    __slots__ = ("idx", "host", "total", "free", "excl", "caps", "jobs", "last", "holders")
 
     def __init__(self, g: GpuSlot):
         f = g.__dict__  # the field values: a 4,096-GPU cluster is built at every call
@@ -390,6 +390,8 @@ class _Gpu:
         self.excl = False  # an exclusive job holds it
         self.caps = 0.0  # memory caps (MiB) of the sharing jobs on it
         self.jobs: list[tuple[datetime, float]] = []  # (expected end, cap MiB) of jobs on it
+        # the latest of those ends, kept as they are added (a reservation asks it of every GPU)
+        self.last: datetime | None = None
         self.holders: list[tuple[int, str]] = []  # (id, name) of the jobs on it: hold reasons
 
 
@@ -498,6 +500,8 @@ class _Cluster:
         else:
             g.excl = True
         g.jobs.append((end, cap if shared else 0.0))
+        if g.last is None or end > g.last:
+            g.last = end
 
     def impossible(self, req: _Request) -> str | None:
         """Why the request can never be met on these healthy GPUs, or None."""
@@ -721,6 +725,7 @@ class _Cluster:
             g.excl = True
             if not g.jobs:
                 g.jobs.append((_INF, 0.0))
+                g.last = _INF
                 self.free_excl[g.host].remove(i)
                 self._maybe_close(g.host)
             elif i in self.sharing.get(g.host, ()):
@@ -736,7 +741,7 @@ class _Cluster:
         if not g.jobs:
             return self.now if g.free >= req.need else _INF
         if g.excl or not req.shared:
-            return max(e for e, _ in g.jobs) if g.total >= req.need else _INF
+            return (g.last or _INF) if g.total >= req.need else _INF
         avail = g.free - g.caps
         if avail >= req.need:
             return self.now
@@ -744,7 +749,7 @@ class _Cluster:
             avail += cap
             if avail >= req.need:
                 return end
-        return max(e for e, _ in g.jobs) if g.total >= req.need else _INF
+        return (g.last or _INF) if g.total >= req.need else _INF
 
     def reserve(self, req: _Request, claimed: set[int]) -> tuple[datetime, list[int]] | None:
         """The earliest time the request fits if jobs end when expected, and the GPUs it would
@@ -987,6 +992,20 @@ PROMOTED = 1e12  # the starvation guard's boost: above any priority, aging or de
 def waited_s(now: datetime, submitted_at: datetime, attained_gpu_s: float, gpus: int) -> float:
     """How long a job has waited in all since submission: queued, held or paused, not run."""
     return (now - submitted_at).total_seconds() - attained_gpu_s / max(1, gpus)
+
+
+def _waiting_on(blocked: list[list[str]]) -> list[str]:
+    """Each blocked job's reason, one string per distinct list of dependencies (a sweep's trials
+    wait on the same job): built once and shared."""
+    made: dict[tuple[str, ...], str] = {}
+    out = []
+    for names in blocked:
+        key = tuple(names)
+        why = made.get(key)
+        if why is None:
+            why = made[key] = "waiting on " + ", ".join(names)
+        out.append(why)
+    return out
 
 
 def place(snap: Snapshot, *, _fast: bool = True) -> Decision:
@@ -1319,11 +1338,7 @@ class _Placer:
             eff = eff - cols.pen[rows]
         at = np.flatnonzero(blocked)
         holds.update(
-            zip(
-                jid[at].tolist(),
-                ["waiting on " + ", ".join(names) for names in cols.blocked[rows[at]].tolist()],
-                strict=True,
-            )
+            zip(jid[at].tolist(), _waiting_on(cols.blocked[rows[at]].tolist()), strict=True)
         )
         at = np.flatnonzero(backoff)
         order: list[_Bucket] = []
