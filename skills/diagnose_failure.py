@@ -660,6 +660,13 @@ SIGNATURES: tuple[Signature, ...] = (
         r"The loss returned in `?training_step`? is (?:nan|inf)",
         "Lightning stopped on a non-finite loss",
     ),
+    # a loop's epoch summary with both losses gone (qlib's models: `train nan, valid nan`)
+    _sig(
+        "nan_loss",
+        r"\btrain(?:ing)?(?: loss)?[:=]? ?nan\b[,;]? +val(?:id(?:ation)?)?(?: loss)?[:=]? ?nan\b",
+        "the training and validation losses are NaN: the run diverged",
+        on_info=True,
+    ),
     _sig("nan_loss", r"Tensor had (?:NaN|Inf) values", "TensorFlow's check_numerics found NaN/inf"),
     _sig("nan_loss", r"^FloatingPointError\b", "a floating-point check failed"),
     # torch.distributions sampling a policy whose parameters went NaN (PPO and other RL losses)
@@ -960,6 +967,13 @@ SIGNATURES: tuple[Signature, ...] = (
         r"|(?:^|: )error: Parser key \"",
         "the command line is wrong: its parser rejected it",
     ),
+    # Weights & Biases asked to log with no key set up on a machine it cannot prompt on
+    _sig(
+        "config_error",
+        r"\bwandb: ERROR api_key not configured\b",
+        "Weights & Biases has no API key here: run `wandb login`, set WANDB_API_KEY, or turn it "
+        "off (WANDB_MODE=offline or disabled)",
+    ),
     # mmcv / mmengine: the config names a type no module registered
     _sig(
         "config_error",
@@ -1223,6 +1237,13 @@ SIGNATURES: tuple[Signature, ...] = (
         r"|\bDeadlineExceeded\b",
         "the batch system stopped the job at its time limit (walltime / run limit / deadline)",
     ),
+    # CARLA's Python client, when the simulator it drives never answers
+    _sig(
+        "hang_or_timeout",
+        r"\btime-out of \d+ ?ms while waiting for the simulator\b",
+        "the CARLA client timed out waiting for the simulator (not started, still loading, on "
+        "another port, or stuck)",
+    ),
     _sig(
         "hang_or_timeout",
         r"DataLoader timed out after \d+ seconds|\bWorker timed out after \d+ seconds",
@@ -1385,6 +1406,7 @@ SIGNATURES: tuple[Signature, ...] = (
         r"num_samples should be a positive integer value, but got num_samples=0"
         r"|\bdatasets should not be an empty iterable\b|^Cannot load image \S"
         r"|\bError in load\(\): cannot load \S|\bUnable to open flagfile: \[Errno 2\]"
+        r"|\bwandb: ERROR Couldn't open sweep file\b"
         r"|\b(?:UnidentifiedImageError|IOError|OSError): cannot identify image file"
         r"|\bError opening '[^'\n]+': (?:System error|Format not recognised)"
         r"|\bIsADirectoryError: \[Errno 21\]|\berror reading the file: Is a directory$"
@@ -1646,8 +1668,8 @@ _KERNEL_OOM = re.compile(
 
 # An exception line (optionally behind torchrun's "[rank0]:" prefixes) or a fatal C-level report.
 _EXCEPTION_LINE = re.compile(
-    r"^(?:\[[^\]\n]*\]:?\s*)*(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|"
-    r"Interrupt|Exit)(?::.*)?$"
+    r"^(?:\[[^\]\n]*\]:?\s*)*(?:[A-Za-z_][\w]*\.)*(?:[A-Z]\w*(?:Error|Exception|"
+    r"Interrupt|Exit)|Stop(?:Async)?Iteration)(?::.*)?$"
 )
 _TRACEBACK = re.compile(r"^(?:\[[^\]\n]*\]:?\s*)*Traceback \(most recent call last\):")
 # A native crash that says where it failed: Python's fault handler (with the stack); libstdc++'s

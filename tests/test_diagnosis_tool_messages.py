@@ -1311,6 +1311,30 @@ SIGNED: list[tuple[str, str, str]] = [
         "'GCNConv' object has no attribute 'weight'\n",
         "import_or_env",
     ),
+    (
+        "wandb given a sweep file that does not exist",
+        "$ python -m wandb sweep sweeps/sweep_db.yml\nwandb: Creating sweep from: "
+        "sweeps/sweep_db.yml\nwandb: ERROR Couldn't open sweep file: sweeps/sweep_db.yml\n",
+        "file_missing",
+    ),
+    (
+        "wandb with no API key where it cannot prompt for one",
+        "wandb: ERROR api_key not configured (no-tty). call wandb.login(key=[your_api_key])\n",
+        "config_error",
+    ),
+    (
+        "qlib's epoch summary with both losses NaN",
+        "[20964:MainThread](2024-07-26 23:06:46,892) INFO - qlib.ALSTM - [pytorch_alstm.py:245] - "
+        "train nan, valid nan\n",
+        "nan_loss",
+    ),
+    (
+        "the CARLA client timing out on its simulator",
+        "========= Preparing RouteScenario_3 (repetition 0) =========\nRuntimeError: time-out of "
+        "600000ms while waiting for the simulator, make sure the simulator is ready and "
+        "connected to localhost:30000\n",
+        "hang_or_timeout",
+    ),
 ]
 
 
@@ -1553,3 +1577,17 @@ def test_a_cut_off_traceback_opening_a_joined_path_is_not_a_wait(ctx):
     for code in ("    worker.join()\n", "    batch = self._data_queue.get(timeout=timeout)\n"):
         r = run_skill(diagnose_failure, ctx, {"log_tail": head + code})
         assert r.category == "hang_or_timeout", (code, r.reasoning)
+
+
+def test_an_exhausted_iterator_ends_a_traceback_as_an_error(ctx):
+    """`StopIteration` (no `Error` in its name, no message) closing a traceback was not read as
+    an exception: a crash pasted as inline code read as a log with no recognised failure."""
+    log = (
+        "`Traceback (most recent call last):\n"
+        'File "domainbed/scripts/train.py", line 211, in <module>\n'
+        "for x,_ in next(uda_minibatches_iterator)]\n"
+        "StopIteration`\n"
+    )
+    r = run_skill(diagnose_failure, ctx, {"log_tail": log})
+    assert "uncaught exception that matches no known signature: StopIteration" in r.reasoning
+    assert r.category not in ("unknown", "hang_or_timeout"), r.reasoning
