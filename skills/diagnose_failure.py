@@ -583,6 +583,13 @@ SIGNATURES: tuple[Signature, ...] = (
         r"|Unable to load weights from h5 file",
         "torch.load found a truncated or corrupt checkpoint",
     ),
+    # the same zip reader's message pasted without its class (a front end that prints only it)
+    _sig(
+        "checkpoint_corrupt",
+        r"^failed reading zip archive: failed finding central directory\b",
+        "a checkpoint (a zip archive) is truncated or corrupt: its central directory is missing",
+        on_info=True,
+    ),
     _sig(
         "checkpoint_corrupt",
         r"UnpicklingError: (?:invalid load key|pickle data was truncated)|\binvalid load key, '"
@@ -668,6 +675,14 @@ SIGNATURES: tuple[Signature, ...] = (
         on_info=True,
     ),
     _sig("nan_loss", r"Tensor had (?:NaN|Inf) values", "TensorFlow's check_numerics found NaN/inf"),
+    # TensorBoard writers given a tensor gone NaN: TensorFlow's histogram op, tensorboardX's
+    # check of what it logs
+    _sig(
+        "nan_loss",
+        r"\bNan in summary histogram for: |\btensorboardX\.x2num - NaN or Inf found in input tensor",
+        "a value the run logs to TensorBoard became NaN: the run diverged",
+        on_info=True,
+    ),
     _sig("nan_loss", r"^FloatingPointError\b", "a floating-point check failed"),
     # torch.distributions sampling a policy whose parameters went NaN (PPO and other RL losses)
     _sig(
@@ -747,6 +762,12 @@ SIGNATURES: tuple[Signature, ...] = (
         "a function of an optional package (flash-attn, xformers, apex) is missing: the package "
         "is not installed or failed to import, and the code skipped its import quietly",
     ),
+    # Hydra older than the code: `version_base` came with Hydra 1.2
+    _sig(
+        "import_or_env",
+        r"\bmain\(\) got an unexpected keyword argument 'version_base'",
+        "the installed Hydra is older than the code (version_base needs Hydra 1.2 or later)",
+    ),
     _sig(
         "import_or_env",
         r"\bjaxlib is version [\w.]+, but this version of jax requires version",
@@ -765,7 +786,21 @@ SIGNATURES: tuple[Signature, ...] = (
         r"version `GLIBC(?:XX)?_[\d.]+' not found",
         "the C / C++ runtime library is too old",
     ),
-    _sig("import_or_env", r": command not found", "the program to run is not installed"),
+    _sig(
+        "import_or_env",
+        r": command not found(?!: -)",
+        "the program to run is not installed",
+    ),
+    # options zsh ran as commands, one after another: the lines of the command ended without
+    # their `\` (bash's `-np: command not found` alone is more often an empty variable that
+    # should have named the program, read above)
+    _sig(
+        "config_error",
+        r"\bcommand not found: --?\w",
+        "the shell ran options as commands: lines of the command ended without their `\\`, so the "
+        "rest of the command line was never passed to the program",
+        min_lines=2,
+    ),
     # torchaudio with no audio backend (soundfile, sox or ffmpeg) installed; code that patches
     # transformers' model internals, run with a release whose internals moved
     _sig(
@@ -970,7 +1005,7 @@ SIGNATURES: tuple[Signature, ...] = (
     # Weights & Biases asked to log with no key set up on a machine it cannot prompt on
     _sig(
         "config_error",
-        r"\bwandb: ERROR api_key not configured\b",
+        r"\bwandb: ERROR api_key not configured\b|\bUsageError: api_key not configured \(no-tty\)",
         "Weights & Biases has no API key here: run `wandb login`, set WANDB_API_KEY, or turn it "
         "off (WANDB_MODE=offline or disabled)",
     ),

@@ -1335,6 +1335,44 @@ SIGNED: list[tuple[str, str, str]] = [
         "connected to localhost:30000\n",
         "hang_or_timeout",
     ),
+    (
+        "zsh running a command's options as commands (lines without their backslash)",
+        "usage: style.py [-h] --checkpoint-dir CHECKPOINT_DIR --style STYLE\nstyle.py: error: "
+        "unrecognized arguments:  \nzsh: command not found: --test\nzsh: command not found: "
+        "--test-dir\nzsh: command not found: --content-weight\n",
+        "config_error",
+    ),
+    (
+        "wandb's UsageError with no API key",
+        '  File "wandb/sdk/wandb_login.py", line 247, in prompt_api_key\n    raise UsageError('
+        '"api_key not configured (no-tty). call " + directive)\nwandb.errors.UsageError: '
+        "api_key not configured (no-tty). call wandb.login(key=[your_api_key])\n",
+        "config_error",
+    ),
+    (
+        "TensorFlow's histogram summary of a tensor gone NaN",
+        "InvalidArgumentError (see above for traceback): Nan in summary histogram for: D_X/fake\n"
+        "\t [[Node: D_X/fake = HistogramSummary[T=DT_FLOAT]]]\n",
+        "nan_loss",
+    ),
+    (
+        "tensorboardX warning of a NaN it was asked to log",
+        "Steps:  12%|#2        | 120/1000 [02:11<16:00, loss=nan]\n"
+        "WARNING - tensorboardX.x2num - NaN or Inf found in input tensor.\n",
+        "nan_loss",
+    ),
+    (
+        "torch's zip reader's message printed without its class",
+        "failed reading zip archive: failed finding central directory\n",
+        "checkpoint_corrupt",
+    ),
+    (
+        "Hydra older than the code's version_base",
+        '  File "splade/index.py", line 13, in <module>\n    @hydra.main(config_path=CONFIG_PATH, '
+        'config_name=CONFIG_NAME, version_base="1.2")\nTypeError: main() got an unexpected '
+        "keyword argument 'version_base'\n",
+        "import_or_env",
+    ),
 ]
 
 
