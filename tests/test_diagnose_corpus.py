@@ -166,18 +166,18 @@ def test_held_out_accuracy(rows):
     by a signal, recommender and forecasting libraries, diffusion research code and world models
     lowest): 994 (74.8 %) by the code at that stop's start, 996 (75.0 %) by its end (1 by a
     signature written from a tuning log, the terminal's echo of Ctrl-C; the other changes, +8 -7,
-    low-confidence verdicts of the refitted log model). Stop 49 added twenty-one more (1,475 logs; the
-    batches scored 32-100 %, 75 % in all, before anyone read them, lowest on driving simulators
-    and map models, edge devices and scientific machine learning): 1,107 (75.1 %) by the code at
-    that stop's start, 1,114 (75.5 %) by its end; of the 1,328 logs held out before that stop,
-    996 → 997 (+10 -9: 3 by signatures written from fresh batches' logs, one of them GLEW's
-    missing GL version, which a grep of the whole corpus had also shown on a held-out log; the
-    rest low-confidence verdicts of the refitted log model); the 147 added were read before the
-    split, and 6 of the gain are theirs. This guards the measured
+    low-confidence verdicts of the refitted log model). Stop 49 added twenty-eight more (1,523 logs;
+    the batches scored 25-100 %, 75 % in all, before anyone read them, lowest on dense retrieval,
+    driving simulators and map models, edge devices and experiment tooling): 1,145 (75.2 %) by the
+    code at that stop's start, 1,153 (75.7 %) by its end; of the 1,328 logs held out before that
+    stop, 996 → 999 (+13 -10: 3 by signatures written from fresh batches' logs, one of them
+    GLEW's missing GL version, which a grep of the whole corpus had also shown on a held-out log;
+    the rest low-confidence verdicts of the refitted log model); the 195 added were read before
+    the split, and 5 of the gain are theirs. This guards the measured
     figure against regressions; the held-out misses are not listed by the eval (they are not
     for tuning)."""
     held = [r for r in rows if r["held_out"]]
-    assert accuracy(held) >= 0.745, f"{sum(r['ok'] for r in held)} of {len(held)}"
+    assert accuracy(held) >= 0.750, f"{sum(r['ok'] for r in held)} of {len(held)}"
     table = {c["category"]: c for c in per_category(held)}
     assert table.keys() <= CATEGORIES
 
