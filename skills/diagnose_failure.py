@@ -998,7 +998,8 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(
         "config_error",
         r"^Error: (?:Invalid value for|No such option|Missing option|Missing argument|Got "
-        r"unexpected extra argument)|\bCould not consume arg: |Flags parsing error: (?!.*Unable to open flagfile)"
+        r"unexpected extra argument)|\bCould not consume arg: "
+        r"|Flags parsing error: (?!.*Unable to open flagfile)"
         r"|(?:^|: )error: Parser key \"",
         "the command line is wrong: its parser rejected it",
     ),
@@ -1504,7 +1505,8 @@ SIGNATURES: tuple[Signature, ...] = (
     # (German, Chinese, French, Spanish, Japanese): on a training run most often the OOM killer.
     _sig(
         "host_oom",
-        r"^(?:.*(?:\bline|行|\bZeile|\bligne|\blínea) \d+ ?: +\d+ )?(?:Killed\b(?!\s+process)|Getötet|已杀死|已殺死|Processus arrêté"
+        r"^(?:.*(?:\bline|行|\bZeile|\bligne|\blínea) \d+ ?: +\d+ )?"
+        r"(?:Killed\b(?!\s+process)|Getötet|已杀死|已殺死|Processus arrêté"
         r"|zsh: killed\b|\[\d+\] +\d+ killed +\S"
         r"|Terminado \(killed\)|強制終了)"
         # the same word glued to the progress line it cut short (Keras' bar, tqdm's)
@@ -1515,7 +1517,8 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     _sig(
         "killed",
-        r"^(?:.*(?:\bline|行|\bZeile|\bligne|\blínea) \d+ ?: +\d+ )?(?:Terminated|Beendet|已终止)(?:\s+\S.*)?$|\bTERM_OWNER: job "
+        r"^(?:.*(?:\bline|行|\bZeile|\bligne|\blínea) \d+ ?: +\d+ )?"
+        r"(?:Terminated|Beendet|已终止)(?:\s+\S.*)?$|\bTERM_OWNER: job "
         r"killed by owner|\bReceived SIGTERM: 15\b",
         "the shell reports the process ended by SIGTERM (the platform, the batch system or a "
         "person)",
@@ -2598,7 +2601,8 @@ _WAITING_FRAME = re.compile(
 _WAITING_CODE = re.compile(
     r"\.(?:wait|acquire|poll|_poll|select|recv|sleep)\(|^\s*with self\._[rw]?lock\b"
     # a thread's or process's join and a queue's get, not os.path.join, str.join or dict.get
-    r"|(?<!path)(?<![\"'])\.join\((?!\s*\[)|\.get\((?:\s*\)|\s*(?:timeout|block)\b|\s*(?:True|False|\d))"
+    r"|(?<!path)(?<![\"'])\.join\((?!\s*\[)"
+    r"|\.get\((?:\s*\)|\s*(?:timeout|block)\b|\s*(?:True|False|\d))"
 )
 _FRAME = re.compile(r'^\s*File "[^"]*", line \d+, in \S+')
 
