@@ -222,6 +222,7 @@ COLUMNS = (
     ("delay_max_h", "max h", "{:.3g}"),
     ("util", "util", "{:.3f}"),
     ("util_useful", "useful util", "{:.3f}"),
+    ("idle_waiting", "idle while jobs wait", "{:.3f}"),
     ("deadline_misses", "missed", "{:.0f}"),
     ("hold_misses_caused", "caused by holds", "{:.0f}"),
     ("misses_vs_twin", "met without the tariff", "{:.0f}"),

@@ -811,6 +811,9 @@ class _Run:
         self.calls = 0
         self.pauses = 0
         self.preemptions = 0
+        # GPU-seconds inside the window a whole healthy GPU stood idle while jobs waited (none
+        # fit it: fragmentation, a reservation backfill could not use, a held job's hours)
+        self.idle_waiting = 0.0
         self.queue_cap_hits = 0
         self.cs_pending: set[int] = set()  # cost-sensitive jobs waiting (tariff policies only)
         self.promoted: set[int] = set()
@@ -1259,10 +1262,13 @@ class _Run:
         ptr, total = 0, len(arrivals)
         last_q = -1
         t = w0
+        idle = 0  # healthy GPUs with nothing on them since the last decision, while jobs waited
         while self.left > 0:
             t_next = self.heap[0][0] if self.heap else math.inf
             if ptr < total:
                 t_next = min(t_next, arrivals[ptr].submit_s)
+            if idle and t_next > w0 and t < w1:
+                self.idle_waiting += idle * (min(t_next, w1) - max(t, w0))
             if t_next == math.inf or t_next > w1 + HORIZON_S:
                 break
             t = t_next
@@ -1293,6 +1299,7 @@ class _Run:
                 self._arrive(arrivals[ptr])
                 ptr += 1
             self._decide(t, tick)
+            idle = self.room[1] if self.queue else 0
             if len(self.queue) != last_q:
                 last_q = len(self.queue)
                 self.queue_series.append((t, last_q))
@@ -1338,6 +1345,8 @@ class _Run:
             # without the work pauses made it redo: a preempting policy's busy GPUs that did
             # nothing new
             "util_useful": (busy - redone) / (setup.gpus * (w1 - w0)),
+            # what utilisation lost to GPUs left idle while jobs waited
+            "idle_waiting": self.idle_waiting / (setup.gpus * (w1 - w0)),
             "jct_mean_h": float(jct.mean()) if jct.size else math.nan,
             "jct_p50_h": pct(jct, 50),
             "jct_p95_h": pct(jct, 95),

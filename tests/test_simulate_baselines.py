@@ -4,6 +4,8 @@ tariff; and the goals judged against the strongest baseline."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from sim_setups import hand_setup
 
@@ -38,6 +40,17 @@ def test_easy_sjf_backfills_without_delaying_the_heads_reservation():
     assert got[3] == 120  # backfilled at once
     assert got[2] == 10 * H  # the head at its reservation, not later
     assert got[4] == 12 * H  # after the head, though it arrived before the head could start
+
+
+def test_idle_while_jobs_wait_counts_whole_gpus_no_waiting_job_could_use():
+    """The same four jobs under EASY, the window stretched: GPU 2 stands idle from 60 s (the
+    2-GPU head arrives and reserves both from 10 h) to 120 s (the 5 h job backfills), then from
+    5 h 2 min (it ends; the 12 h job would run past the reservation) to 10 h; after 12 h the 12 h
+    job runs alone, nobody waiting: 5 h − 60 s in all, inside the window only."""
+    setup = hand_setup([(0, 10 * H, 1), (60, 2 * H, 2), (120, 5 * H, 1), (180, 12 * H, 1)], [2])
+    for window, idle_s in (((0.0, 181.0), 60.0), ((0.0, 30 * H), 5 * H - 60.0)):
+        m = S.simulate(dataclasses.replace(setup, window=window), "easy").metrics
+        assert m["idle_waiting"] * 2 * window[1] == pytest.approx(idle_s)
 
 
 def test_2d_las_demotes_a_job_the_moment_it_crosses_a_threshold():
