@@ -269,6 +269,10 @@ def _sig(category: str, pattern: str, meaning: str, **kw: Any) -> Signature:
     return Signature(category, re.compile(pattern, re.IGNORECASE | re.MULTILINE), meaning, **kw)
 
 
+# Where a shell's job report puts the script's line and the child's pid before what happened to
+# it (`./run.sh: line 12: 4242 Killed  python …`), in English and as localised shells word it
+_JOB_REPORT = r"^(?:.*(?:\bline|行|\bZeile|\bligne|\blínea) \d+ ?: +\d+ )?"
+
 # Each pattern is text the named tool really prints (tests/fixtures/logs/SOURCES.md and the corpus's
 # sources.yaml files cite where).
 SIGNATURES: tuple[Signature, ...] = (
@@ -1505,8 +1509,7 @@ SIGNATURES: tuple[Signature, ...] = (
     # (German, Chinese, French, Spanish, Japanese): on a training run most often the OOM killer.
     _sig(
         "host_oom",
-        r"^(?:.*(?:\bline|行|\bZeile|\bligne|\blínea) \d+ ?: +\d+ )?"
-        r"(?:Killed\b(?!\s+process)|Getötet|已杀死|已殺死|Processus arrêté"
+        _JOB_REPORT + r"(?:Killed\b(?!\s+process)|Getötet|已杀死|已殺死|Processus arrêté"
         r"|zsh: killed\b|\[\d+\] +\d+ killed +\S"
         r"|Terminado \(killed\)|強制終了)"
         # the same word glued to the progress line it cut short (Keras' bar, tqdm's)
@@ -1517,8 +1520,7 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     _sig(
         "killed",
-        r"^(?:.*(?:\bline|行|\bZeile|\bligne|\blínea) \d+ ?: +\d+ )?"
-        r"(?:Terminated|Beendet|已终止)(?:\s+\S.*)?$|\bTERM_OWNER: job "
+        _JOB_REPORT + r"(?:Terminated|Beendet|已终止)(?:\s+\S.*)?$|\bTERM_OWNER: job "
         r"killed by owner|\bReceived SIGTERM: 15\b",
         "the shell reports the process ended by SIGTERM (the platform, the batch system or a "
         "person)",
