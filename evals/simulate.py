@@ -46,14 +46,16 @@ Policies, all on the same trace window, health events and seeded job attributes:
 * nightshift — the daemon's default: `order: srpt` (fewest estimated GPU-seconds left first, by
   doublings, running jobs too), a pending job preempting at a checkpoint one whose remainder is
   at least one doubling longer, the 24-hour starvation guard (`promote_after_h`), no aging, best
-  fit, tariff holds and pauses that keep every deadline on its estimate and on what the finished
+  fit, a job that would wait 30 minutes or more while GPUs stand free on no one host moving
+  pausable jobs off one host to others (`migrate_after_s`), tariff holds and pauses that keep every deadline on its estimate and on what the finished
   jobs' estimates came to at worst (took ÷ asked, the daemon's `upper_ratio`);
   nightshift-notariff, the same with the tariff off (its `twin`: the no-tariff run that a
   hold's misses are judged against; the ordering's own result, against baselines that have no
   tariff either);
   nightshift-notpeak the same with `cost_threshold: not_peak`; nightshift-first with first fit
   (twin srpt-first); nightshift-narrow, nightshift-notariff never pausing a job on more GPUs
-  than the waiting one asks for (`preempt_wider: false`: less redone work);
+  than the waiting one asks for (`preempt_wider: false`: less redone work); nightshift-nomove,
+  nightshift-notariff never moving a job (`migrate_after_s` None);
   nightshift-big4 holding only jobs of 4 GPU-hours or more (`hold_min_gpu_h`);
 * nightshift-cap — nightshift that also caps the power of running cost-sensitive jobs while the
   price is in its peak band (`cap_at_peak_w`: the limit with the least energy per unit of work
@@ -618,6 +620,7 @@ class Policy:
     # their deadlines allow (on the estimate); None: never cap
     cap_at_peak_w: float | None = None
     cap_twin: str = ""  # the same policy without the cap: what a cap's misses are judged against
+    migrate_after_s: float | None = None  # place()'s: move pausable jobs off a host for a wider one
 
 
 _DEFAULT = Policy("", fifo=False, aging_per_hour=1.0, priorities=True, tariff=False)
@@ -632,13 +635,14 @@ NIGHTSHIFT = "nightshift"  # the policy the goals are measured on: place() as th
 NOTARIFF = "nightshift-notariff"
 _BASE = {"aging_per_hour": 0.0, "priorities": False}
 # the daemon's defaults (runtime/config.py SchedulerSettings): srpt, preemption one doubling
-# apart, the 24-hour starvation guard, no aging, best fit
+# apart, the 24-hour starvation guard, no aging, best fit, migration after 30 minutes
 _ORDER = {
     "order": "srpt",
     "aging_per_hour": 0.0,
     "preempt_margin": 1,
     "promote_after_h": 24.0,
     "host_fit": "best",
+    "migrate_after_s": 1800.0,
 }
 _NS = {**_ORDER, "tariff": True, "deadlines": True}
 CAP_W = power_model(Options.gpu_type).least_energy_limit()  # 150 W on the V100
@@ -664,6 +668,8 @@ POLICIES = {
         _policy(NOTARIFF, **_ORDER),
         # the same, never pausing a job wider than the one waiting: less redone work
         _policy("nightshift-narrow", preempt_wider=False, **_ORDER),
+        # the same, never moving a job off a host for a wider one (before migration)
+        _policy("nightshift-nomove", **(_ORDER | {"migrate_after_s": None})),
         _policy("nightshift-notpeak", cost_threshold="not_peak", twin=NOTARIFF, **_NS),
         _policy("srpt-first", **(_ORDER | {"host_fit": "first"})),
         _policy("nightshift-first", twin="srpt-first", **(_NS | {"host_fit": "first"})),
@@ -862,6 +868,7 @@ class _Run:
             "promote_after_h": pol.promote_after_h,
             "preempt_wider": pol.preempt_wider,
             "preempt_max_per_call": 4,
+            "migrate_after_s": pol.migrate_after_s,
             "default_duration_s": 3600.0,
             "display_tz": None,
         }

@@ -452,6 +452,14 @@ class SchedulerSettings(BaseModel):
         description="Host for a job: the first that fits, or the best fit (fewest GPUs left), "
         "keeping whole hosts for wide jobs",
     )
+    migrate_after_min: float | None = Field(
+        30.0,
+        ge=0,
+        description="With best fit: a job that would wait this long while enough GPUs stand "
+        "free, but on no one host, pauses pausable jobs on one host at a checkpoint so they "
+        "start again at once on other hosts (the redone work since their checkpoints against "
+        "the wait; measured in docs/benchmarks.md); None: never move a job",
+    )
     tariff_horizon_h: float = Field(168.0, gt=0)
     long_job_start_grace_min: float = Field(30.0, ge=0)
     display_tz: str | None = Field(

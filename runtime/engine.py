@@ -323,6 +323,9 @@ class Engine:
                 "promote_after_h": sched.promote_after_h,
                 "preempt_wider": sched.preempt_wider,
                 "host_fit": sched.host_fit,
+                "migrate_after_s": (
+                    sched.migrate_after_min * 60 if sched.migrate_after_min is not None else None
+                ),
                 # Only the Ray executor launches one run across hosts (a worker per host): with
                 # any other a gang waits, saying so, and never starts on part of its GPUs.
                 "cannot_span": None

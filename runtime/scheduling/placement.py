@@ -272,6 +272,14 @@ class Snapshot(BaseModel):
         "victim's work since its checkpoint on every GPU it held, so off saves that energy "
         "(measured in docs/benchmarks.md) at some delay",
     )
+    migrate_after_s: float | None = Field(
+        None,
+        ge=0,
+        description="A job that would wait at least this long while enough GPUs stand free, "
+        "but on no one host, pauses pausable jobs on one host at a checkpoint so that it can "
+        "start there, where they can start again at once on the free GPUs of other hosts "
+        "(Gandiva's migration); None: never",
+    )
     default_duration_s: float = Field(
         3600.0, gt=0, description="For jobs with no expected duration"
     )
@@ -1179,6 +1187,7 @@ class _Placer:
         self.fail_any: set[tuple] = set()  # fits nowhere at all
         self.fail_preempt: set[tuple] = set()
         self.fail_reserve: set[tuple] = set()
+        self.movers: _Movers | None = None  # pausable jobs migration may move (`migrate_after_s`)
         self.never: set[tuple] = set()  # requests no healthy GPU set can ever meet
         self.keep_failed: set[tuple] = set()  # stand-in requests that found no GPUs to keep
         self.held_by: dict[tuple, str] = {}  # ": held by job 3 (a), job 5": who is in the way
@@ -1523,6 +1532,14 @@ class _Placer:
             self.victims = victims or None
             if self.fast and self.preempt_budget <= 0:
                 self.victims = None  # none may preempt in this call
+            # best fit only: first fit would put a moved job back on the host it left
+            if (
+                snap.migrate_after_s is not None
+                and self.cluster.best_fit
+                and self.preempt_budget > 0
+            ):
+                movable = [r for e, _, _, r in keyed if e < PROMOTED and not r.share_gpu]
+                self.movers = _Movers(self.cluster, movable) or None
 
     def _allocate(self, order: list[_Bucket]) -> None:
         """Visit jobs best first; hold what is left of a bucket once its outcome is settled."""
@@ -1588,6 +1605,18 @@ class _Placer:
         self.holds.update(zip(long, repeat(why_long)))
         if why_short is not None:
             self.holds.update(zip(short, repeat(why_short)))
+
+    def _migrate(
+        self, req: _Request, got: tuple[datetime, list[int]] | None
+    ) -> tuple[list[tuple[float, RunningJob]], list[int]] | None:
+        """Jobs to move for `req` (`_Movers.plan`), when it would otherwise wait at least
+        `migrate_after_s` for its GPUs (until `got`, its reservation): None when it would not,
+        or nothing can move."""
+        assert self.movers is not None
+        after = self.snap.migrate_after_s or 0.0
+        if got is not None and (got[0] - self.now).total_seconds() < after:
+            return None  # its GPUs free up soon enough: no work redone for it
+        return self.movers.plan(req, self.reserved | self.claimed)
 
     def _why_held(self, key: tuple, dur: float) -> str:
         """Order-independent: a job that would run past the reservation is told so; one that
@@ -1715,11 +1744,18 @@ class _Placer:
             if plan is None:
                 self.fail_preempt.add(key)
             else:
-                self._preempt(j, eff, plan)
+                self._preempt(j, plan, eff)
                 return
 
         if res is None and key not in self.fail_reserve:
+            # the first job that must wait: it would take the reservation, unless it moves
+            # jobs off a host (once per call: the reservation then stands for the rest)
             got = cluster.reserve(req, self.claimed)
+            if self.movers is not None and not req.gang:
+                moved = self._migrate(req, got)
+                if moved is not None:
+                    self._preempt(j, moved, migrate=True)
+                    return
             if got is None:
                 self.fail_reserve.add(key)
             else:
@@ -1839,34 +1875,52 @@ class _Placer:
         return self.cpu_backoff[table[1][below]]
 
     def _preempt(
-        self, j: PendingJob, eff: float, plan: tuple[list[tuple[float, RunningJob]], list[int]]
+        self,
+        j: PendingJob,
+        plan: tuple[list[tuple[float, RunningJob]], list[int]],
+        eff: float = 0.0,
+        migrate: bool = False,
     ) -> None:
+        """Pause the chosen jobs for `j`: ones it outranks by the margin, or (`migrate`) ones
+        that can start again at once on other hosts, whatever their priority."""
         chosen, gpu_ids = plan
-        assert self.cluster is not None and self.victims is not None
-        self.preempt_budget -= 1
+        assert self.cluster is not None
         self.cluster.claim(gpu_ids)
         self.claimed.update(gpu_ids)
-        self.victims.drop(chosen)
-        if not self.victims or (self.fast and self.preempt_budget <= 0):
-            # no more preemption in this call: the buckets may settle now, where the plain path
-            # visits job after job to find out (34,000 of them at 100,000 under the daemon's
-            # defaults, whose starvation guard puts half the queue ahead of any preemptor)
-            self.victims = None
+        if self.movers is not None:
+            self.movers.drop(chosen)
+            self.movers = self.movers or None
+        self.preempt_budget -= 1
+        if self.preempt_budget <= 0:
+            self.movers = None
+        if self.victims is not None:
+            self.victims.drop(chosen)
+            if not self.victims or (self.fast and self.preempt_budget <= 0):
+                # no more preemption in this call: the buckets may settle now, where the plain
+                # path visits job after job to find out (34,000 of them at 100,000 under the
+                # daemon's defaults, whose starvation guard puts half the queue ahead of any
+                # preemptor)
+                self.victims = None
         for veff, v in chosen:
             self.preemptions.append(
                 Preempt(
                     victim_job_id=v.id,
                     for_job_id=j.id,
                     reason=(
-                        f"job {j.id}{_named(j.name)} at priority {eff:.1f} outranks job {v.id}"
-                        f"{_named(v.name)} at {veff:.1f} by {self.margin} or more: pause it at a "
-                        "checkpoint and resume it later"
+                        f"job {j.id}{_named(j.name)} finds enough GPUs free but on no one "
+                        f"host: pause job {v.id}{_named(v.name)} at a checkpoint, to start "
+                        "again at once on another host's free GPUs"
+                        if migrate
+                        else f"job {j.id}{_named(j.name)} at priority {eff:.1f} outranks job "
+                        f"{v.id}{_named(v.name)} at {veff:.1f} by {self.margin} or more: pause "
+                        "it at a checkpoint and resume it later"
                     ),
                 )
             )
         self.holds[j.id] = (
-            f"preempting job(s) {', '.join(str(v.id) for _, v in chosen)} for "
-            f"it: waiting for them to pause at a checkpoint ({_gpu_list(gpu_ids)})"
+            f"{'moving' if migrate else 'preempting'} job(s) "
+            f"{', '.join(str(v.id) for _, v in chosen)} for it: waiting for them to pause at a "
+            f"checkpoint ({_gpu_list(gpu_ids)})"
         )
         if self.reservation is None:
             self.reservation = Reservation(job_id=j.id, at=self.now, gpus=sorted(gpu_ids))
@@ -1905,6 +1959,99 @@ def _no_fit(req: _Request) -> str:
     if req.k == 1:
         return f"no healthy GPU{mem}{share}"
     return f"no {req.k} healthy GPUs{mem}{' each' if req.need else ''}{share} on one host"
+
+
+class _Movers:
+    """Pausable jobs that migration may move: those on one host. A host's GPUs held only by
+    such jobs can be freed for a waiting job where the jobs fit at once on the free GPUs of
+    other hosts (so nobody waits for it: only the work since their checkpoints is redone)."""
+
+    def __init__(self, cluster: _Cluster, movable: list[RunningJob]):
+        self.cluster = cluster
+        self.movable = movable
+
+    def __bool__(self) -> bool:
+        return bool(self.movable)
+
+    def drop(self, gone: list[tuple[float, RunningJob]]) -> None:
+        ids = {v[1].id for v in gone}
+        self.movable = [r for r in self.movable if r.id not in ids]
+
+    def plan(
+        self, req: _Request, forbidden: set[int]
+    ) -> tuple[list[tuple[float, RunningJob]], list[int]] | None:
+        """The host where moving the fewest GPUs' worth of jobs frees `req.k` GPUs, and those
+        jobs fit, each on one other host, in GPUs free now outside `forbidden`: one job of any
+        width, or one-GPU jobs. Best fit then puts them back on those hosts whatever order they
+        come back in (each has less room than `req.k`, the host they left at least that), so
+        the waiting job is not blocked again by the jobs it moved. Asked once per call."""
+        cluster = self.cluster
+        gpus = cluster.gpus
+        free: dict[str, int] = {}
+        for host, pool in cluster.free_excl.items():
+            n = sum(1 for i in pool if i not in forbidden)
+            if n:
+                free[host] = n
+        if sum(free.values()) < req.k:
+            return None  # the host it would start on and the others' room hold fewer than k
+        by_host: dict[str, list[RunningJob]] = {}
+        for r in self.movable:
+            hosts = {g.host for i in r.gpus if (g := gpus.get(i)) is not None}
+            if len(hosts) == 1:
+                by_host.setdefault(hosts.pop(), []).append(r)
+        best: tuple[tuple[int, int, int], list[RunningJob], list[int]] | None = None
+        for host, jobs in by_host.items():
+            have = [
+                i
+                for i in cluster.free_excl.get(host, ())
+                if i not in forbidden and gpus[i].free >= req.need
+            ]
+            if len(have) >= req.k:
+                continue  # it fits there without moving anyone (some other reason holds it)
+            chosen: list[RunningJob] = []
+            vacated: list[int] = []
+            for r in sorted(jobs, key=lambda r: (len(r.gpus), r.id)):  # fewest GPUs first
+                if forbidden.intersection(r.gpus):
+                    continue
+                ours = [
+                    i
+                    for i in r.gpus
+                    if (g := gpus.get(i)) is not None and len(g.jobs) == 1 and g.total >= req.need
+                ]
+                if not ours:
+                    continue
+                chosen.append(r)
+                vacated += ours
+                if len(have) + len(vacated) >= req.k:
+                    break
+            if len(have) + len(vacated) < req.k:
+                continue
+            if len(chosen) > 1 and any(len(r.gpus) > 1 for r in chosen):
+                continue  # jobs of several widths may not all fit in the order they come back
+            moved = sum(len(r.gpus) for r in chosen)
+            score = (moved, len(chosen), cluster.rank[host])
+            if best is not None and score >= best[0]:
+                continue
+            room = {h: n for h, n in free.items() if h != host}
+            if not _fits_elsewhere([len(r.gpus) for r in chosen], room):
+                continue
+            best = (score, chosen, (vacated + have)[: req.k])
+        if best is None:
+            return None
+        return [(0.0, r) for r in best[1]], best[2]
+
+
+def _fits_elsewhere(widths: list[int], room: dict[str, int]) -> bool:
+    """Whether jobs of these widths fit, each on one host, in `room` free GPUs per host
+    (largest first, each on the host it leaves the least room on)."""
+    room = dict(room)
+    for w in sorted(widths, reverse=True):
+        fits = [h for h, n in room.items() if n >= w]
+        if not fits:
+            return False
+        h = min(fits, key=lambda h: room[h])
+        room[h] -= w
+    return True
 
 
 class _Victims:
