@@ -143,6 +143,19 @@ def test_what_is_never_moved():
         assert 1 not in moved, run
 
 
+def test_a_job_whose_deadline_its_estimate_nearly_meets_is_not_moved():
+    """A move redoes the work since a checkpoint: the 1-GPU job due 30 minutes after its
+    estimated end (less than `hold_slack_s`, an hour) stays; the other host's is moved."""
+    gpus = hosts(3, 4)
+    due = running(1, [0], 10.0, deadline=NOW + timedelta(hours=10.5))
+    roomy = running(2, [4], 10.0, deadline=NOW + timedelta(hours=12))
+    run = [due, roomy, running(3, [8, 9], 10.0)]
+    d = place(snap([pending(10, 4, 8.0)], run, gpus))
+    assert [p.victim_job_id for p in d.preemptions] == [2]
+    d = place(snap([pending(10, 4, 8.0)], run, gpus, hold_slack_s=0.0))
+    assert [p.victim_job_id for p in d.preemptions] == [1]  # by host order, when both may move
+
+
 def test_several_jobs_of_more_than_one_gpu_are_not_moved_together():
     """Two 2-GPU jobs on a host would each need a host with room when they come back, in
     whatever order: such a move is not made (one job of any width, or one-GPU jobs)."""

@@ -204,7 +204,9 @@ class Snapshot(BaseModel):
         3600.0,
         ge=0,
         description="A cost_sensitive job is held only if the cheap period it waits for opens "
-        "at least this long before the latest start that meets its deadline",
+        "at least this long before the latest start that meets its deadline; a running job "
+        "with a deadline is moved (`migrate_after_s`) only if its estimate ends this long "
+        "before it",
     )
     hold_min_gpu_h: float = Field(
         0.0,
@@ -278,7 +280,7 @@ class Snapshot(BaseModel):
         description="A job that would wait at least this long while enough GPUs stand free, "
         "but on no one host, pauses pausable jobs on one host at a checkpoint so that it can "
         "start there, where they can start again at once on the free GPUs of other hosts "
-        "(Gandiva's migration); None: never",
+        "(Gandiva's migration; with best fit, which puts them there); None: never",
     )
     default_duration_s: float = Field(
         3600.0, gt=0, description="For jobs with no expected duration"
@@ -1538,7 +1540,15 @@ class _Placer:
                 and self.cluster.best_fit
                 and self.preempt_budget > 0
             ):
-                movable = [r for e, _, _, r in keyed if e < PROMOTED and not r.share_gpu]
+                slack = timedelta(seconds=snap.hold_slack_s)
+                movable = [
+                    r
+                    for e, _, _, r in keyed
+                    if e < PROMOTED
+                    and not r.share_gpu
+                    # a move redoes work: not for a job whose deadline its estimate nearly meets
+                    and (r.deadline is None or r.deadline - ends_of[r.id] >= slack)
+                ]
                 self.movers = _Movers(self.cluster, movable) or None
 
     def _allocate(self, order: list[_Bucket]) -> None:
