@@ -178,6 +178,7 @@ def run(
     seed: int,
     workers: int,
     underestimate: float = S.Options.min_overestimate,
+    judged: tuple[str, ...] = JUDGED,
 ) -> Table:
     """Every policy on every window (in `workers` processes, the slowest units first), the
     saving shares and misses by cause, and the goals rows of each judged policy that ran;
@@ -200,16 +201,18 @@ def run(
         results = [_run(u) for u in units]
     S.add_shares(results)
     wall = time.perf_counter() - t0
-    return Table(setups, results, goal_rows(results), wall, workers, started)
+    return Table(setups, results, goal_rows(results, judged), wall, workers, started)
 
 
-def goal_rows(results: list[S.RunResult]) -> list[dict[str, object]]:
+def goal_rows(
+    results: list[S.RunResult], judged: tuple[str, ...] = JUDGED
+) -> list[dict[str, object]]:
     """The goals table: for each trace window (in the order run) and each judged policy that
     ran on it, `judge` over that window's rows."""
     rows = []
     for trace, load in dict.fromkeys((r.trace, r.load) for r in results):
         by = {r.policy: r.metrics for r in results if r.trace == trace and r.load == load}
-        for p in JUDGED:
+        for p in judged:
             if p in by:
                 rows.append({"trace": trace, "load": load, **judge(by, p)})
     return rows
@@ -370,6 +373,13 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(POLICIES),
         help="comma list (default: the baselines, nightshift and its no-tariff and power twins)",
     )
+    parser.add_argument(
+        "--judge",
+        default=",".join(JUDGED),
+        help="comma list of the policies the goals judge (default: nightshift without the "
+        "tariff, with it, and with the power cap); an ablation such as nightshift-nomove is "
+        "judged beside them when named here and in --policies",
+    )
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error("--jobs: 1 or more worker processes")
@@ -387,8 +397,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             f"--policies: unknown {', '.join(bad) or '(none given)'}; known: {', '.join(S.POLICIES)}"
         )
+    judged = tuple(p.strip() for p in args.judge.split(",") if p.strip())
+    bad = [p for p in judged if p not in S.POLICIES]
+    if bad or not judged:
+        parser.error(
+            f"--judge: unknown {', '.join(bad) or '(none given)'}; known: {', '.join(S.POLICIES)}"
+        )
     windows = TINY if args.tiny else WINDOWS
-    tables = [run(windows, pols, seed, args.jobs, args.underestimate) for seed in seeds]
+    tables = [run(windows, pols, seed, args.jobs, args.underestimate, judged) for seed in seeds]
     command = "python -m nightshift.evals.scheduler_table " + shlex.join(
         sys.argv[1:] if argv is None else argv
     )

@@ -4,7 +4,7 @@ start again at once on other hosts; nothing else waits for it."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from hypothesis import given, settings
@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from sim_setups import hand_setup
 from sqlmodel import select
 from test_gang_placement import RecordingRay, _two_hosts
+from test_placement_srpt import NOW, pending, running
 
 from nightshift.evals import simulate as S
 from nightshift.runtime.config import Settings
@@ -26,9 +27,6 @@ from nightshift.runtime.scheduling.placement import (
 )
 from nightshift.runtime.store.db import Attempt, Job
 
-NOW = datetime(2026, 12, 2, 3, 0)  # as test_gang_placement's stores are written
-H = 3600.0
-
 
 def hosts(n: int, per: int) -> list[GpuSlot]:
     return [
@@ -36,25 +34,6 @@ def hosts(n: int, per: int) -> list[GpuSlot]:
         for h in range(n)
         for i in range(per)
     ]
-
-
-def pending(id: int, k: int, hours: float, waited_h: float = 0.0) -> PendingJob:
-    return PendingJob(
-        id=id,
-        name=f"j{id}",
-        gpus=k,
-        expected_duration_s=hours * H,
-        submitted_at=NOW - timedelta(hours=waited_h),
-    )
-
-
-def running(id: int, gpu_ids: list[int], left_h: float, **kw) -> RunningJob:
-    kw.setdefault("submitted_at", NOW - timedelta(hours=1))
-    kw.setdefault("started_at", NOW - timedelta(minutes=30))
-    kw.setdefault("pausable", True)
-    return RunningJob(
-        id=id, name=f"r{id}", gpus=gpu_ids, expected_end=NOW + timedelta(hours=left_h), **kw
-    )
 
 
 def snap(pend, run, gpus, **kw) -> Snapshot:

@@ -41,13 +41,9 @@ def pending(id: int, k: int, hours: float, waited_h: float = 0.0, **kw) -> Pendi
 def running(id: int, gpu_ids: list[int], left_h: float, **kw) -> RunningJob:
     kw.setdefault("submitted_at", NOW - timedelta(hours=1))
     kw.setdefault("started_at", NOW - timedelta(minutes=30))
+    kw.setdefault("pausable", True)
     return RunningJob(
-        id=id,
-        name=f"r{id}",
-        gpus=gpu_ids,
-        expected_end=NOW + timedelta(hours=left_h),
-        pausable=True,
-        **kw,
+        id=id, name=f"r{id}", gpus=gpu_ids, expected_end=NOW + timedelta(hours=left_h), **kw
     )
 
 

@@ -157,3 +157,20 @@ def test_seeds_run_every_window_anew_and_count_the_goals_over_all(tmp_path, caps
     with pytest.raises(SystemExit) as exc:
         T.main(["--tiny", "--seeds", "one"])
     assert exc.value.code == 2 and "--seeds: whole numbers" in capsys.readouterr().err
+
+
+def test_an_ablation_named_in_judge_is_judged_beside_the_default(tmp_path, capsys):
+    """`--judge nightshift-notariff,nightshift-nomove`: both get goals rows per window (the
+    migration's with-and-without comparison in docs/benchmarks.md comes from this); an unknown
+    name is a clear error."""
+    pols = "easy,easy-sjf,nightshift-notariff,nightshift-nomove"
+    judge = "nightshift-notariff,nightshift-nomove"
+    args = ["--tiny", "--policies", pols, "--judge", judge, "--out", str(tmp_path)]
+    assert T.main(args) == 0
+    with (tmp_path / "scheduler_goals.csv").open() as fh:
+        goals = list(csv.DictReader(fh))
+    assert [g["policy"] for g in goals] == judge.split(",") * len(T.TINY)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        T.main(["--tiny", "--judge", "nightshift-nope"])
+    assert exc.value.code == 2 and "--judge: unknown nightshift-nope" in capsys.readouterr().err
