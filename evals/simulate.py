@@ -769,8 +769,14 @@ class RunResult:
 class _Run:
     """One policy over one setup."""
 
-    def __init__(self, setup: Setup, policy: Policy):
+    def __init__(
+        self,
+        setup: Setup,
+        policy: Policy,
+        observe: Callable[[Snapshot, placement.Decision], None] | None = None,
+    ):
         self.setup, self.policy, self.opts = setup, policy, setup.opts
+        self.observe = observe
         self.origin = setup.origin
         self.tariff = tariff(_SimTariff) if policy.tariff else None
         self.rate = policy.aging_per_hour / 3600.0
@@ -1197,7 +1203,10 @@ class _Run:
                 self._rank_running(t)
 
             self.calls += 1
-            d = placement.place(self._snapshot(t, self.queue[:cap]))
+            snap = self._snapshot(t, self.queue[:cap])
+            d = placement.place(snap)
+            if self.observe is not None:
+                self.observe(snap, d)
             for p in d.pauses:
                 self._pause(p.job_id, t)
             for s in d.starts:
@@ -1490,10 +1499,15 @@ def _energy(
     return kwh, cost
 
 
-def simulate(setup: Setup, policy: Policy | str) -> RunResult:
-    """Run one policy over one setup."""
+def simulate(
+    setup: Setup,
+    policy: Policy | str,
+    observe: Callable[[Snapshot, placement.Decision], None] | None = None,
+) -> RunResult:
+    """Run one policy over one setup; `observe` sees every `place()` call's snapshot and
+    decision (evals/idle_while_waiting.py classes the idle GPUs from them)."""
     pol = POLICIES[policy] if isinstance(policy, str) else policy
-    return _Run(setup, pol).run()
+    return _Run(setup, pol, observe).run()
 
 
 def _unit(args: tuple[Setup, str]) -> RunResult:
