@@ -47,8 +47,9 @@ Policies, all on the same trace window, health events and seeded job attributes:
   doublings, running jobs too), a pending job preempting at a checkpoint one whose remainder is
   at least one doubling longer, the 24-hour starvation guard (`promote_after_h`), no aging, best
   fit, a job that would wait 30 minutes or more while GPUs stand free on no one host moving
-  pausable jobs off one host to others (`migrate_after_s`), tariff holds and pauses that keep every deadline on its estimate and on what the finished
-  jobs' estimates came to at worst (took ÷ asked, the daemon's `upper_ratio`);
+  pausable jobs off one host to others (`migrate_after_s`), tariff holds and pauses that keep
+  every deadline on its estimate and on what the finished jobs' estimates came to at worst
+  (took ÷ asked, the daemon's `upper_ratio`);
   nightshift-notariff, the same with the tariff off (its `twin`: the no-tariff run that a
   hold's misses are judged against; the ordering's own result, against baselines that have no
   tariff either);
