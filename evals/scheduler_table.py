@@ -346,6 +346,17 @@ def csv_rows(table: Table) -> list[dict[str, object]]:
     ]
 
 
+def _policy_names(parser: argparse.ArgumentParser, flag: str, text: str) -> tuple[str, ...]:
+    """A comma list of simulate.POLICIES names, or the parser's error naming the flag."""
+    names = tuple(p.strip() for p in text.split(",") if p.strip())
+    bad = [p for p in names if p not in S.POLICIES]
+    if bad or not names:
+        parser.error(
+            f"{flag}: unknown {', '.join(bad) or '(none given)'}; known: {', '.join(S.POLICIES)}"
+        )
+    return names
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="nightshift eval scheduler-table",
@@ -391,18 +402,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--seeds: at least one seed")
     if not 0 < args.underestimate <= 1:
         parser.error("--underestimate: a factor in (0, 1], e.g. 0.25")
-    pols = tuple(p.strip() for p in args.policies.split(",") if p.strip())
-    bad = [p for p in pols if p not in S.POLICIES]
-    if bad or not pols:
-        parser.error(
-            f"--policies: unknown {', '.join(bad) or '(none given)'}; known: {', '.join(S.POLICIES)}"
-        )
-    judged = tuple(p.strip() for p in args.judge.split(",") if p.strip())
-    bad = [p for p in judged if p not in S.POLICIES]
-    if bad or not judged:
-        parser.error(
-            f"--judge: unknown {', '.join(bad) or '(none given)'}; known: {', '.join(S.POLICIES)}"
-        )
+    pols = _policy_names(parser, "--policies", args.policies)
+    judged = _policy_names(parser, "--judge", args.judge)
     windows = TINY if args.tiny else WINDOWS
     tables = [run(windows, pols, seed, args.jobs, args.underestimate, judged) for seed in seeds]
     command = "python -m nightshift.evals.scheduler_table " + shlex.join(

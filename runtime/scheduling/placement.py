@@ -1189,7 +1189,8 @@ class _Placer:
         self.fail_any: set[tuple] = set()  # fits nowhere at all
         self.fail_preempt: set[tuple] = set()
         self.fail_reserve: set[tuple] = set()
-        self.movers: _Movers | None = None  # pausable jobs migration may move (`migrate_after_s`)
+        # pausable jobs migration may move (`migrate_after_s`); [] when none or it is off
+        self.movable: list[RunningJob] = []
         self.never: set[tuple] = set()  # requests no healthy GPU set can ever meet
         self.keep_failed: set[tuple] = set()  # stand-in requests that found no GPUs to keep
         self.held_by: dict[tuple, str] = {}  # ": held by job 3 (a), job 5": who is in the way
@@ -1549,7 +1550,7 @@ class _Placer:
                     # a move redoes work: not for a job whose deadline its estimate nearly meets
                     and (r.deadline is None or r.deadline - ends_of[r.id] >= slack)
                 ]
-                self.movers = _Movers(self.cluster, movable) or None
+                self.movable = movable
 
     def _allocate(self, order: list[_Bucket]) -> None:
         """Visit jobs best first; hold what is left of a bucket once its outcome is settled."""
@@ -1619,14 +1620,14 @@ class _Placer:
     def _migrate(
         self, req: _Request, got: tuple[datetime, list[int]] | None
     ) -> tuple[list[tuple[float, RunningJob]], list[int]] | None:
-        """Jobs to move for `req` (`_Movers.plan`), when it would otherwise wait at least
+        """Jobs to move for `req` (`_move_plan`), when it would otherwise wait at least
         `migrate_after_s` for its GPUs (until `got`, its reservation): None when it would not,
         or nothing can move."""
-        assert self.movers is not None
+        assert self.cluster is not None
         after = self.snap.migrate_after_s or 0.0
         if got is not None and (got[0] - self.now).total_seconds() < after:
             return None  # its GPUs free up soon enough: no work redone for it
-        return self.movers.plan(req, self.reserved | self.claimed)
+        return _move_plan(self.cluster, self.movable, req, self.reserved | self.claimed)
 
     def _why_held(self, key: tuple, dur: float) -> str:
         """Order-independent: a job that would run past the reservation is told so; one that
@@ -1761,7 +1762,7 @@ class _Placer:
             # the first job that must wait: it would take the reservation, unless it moves
             # jobs off a host (once per call: the reservation then stands for the rest)
             got = cluster.reserve(req, self.claimed)
-            if self.movers is not None and not req.gang:
+            if self.movable and not req.gang:
                 moved = self._migrate(req, got)
                 if moved is not None:
                     self._preempt(j, moved, migrate=True)
@@ -1897,12 +1898,7 @@ class _Placer:
         assert self.cluster is not None
         self.cluster.claim(gpu_ids)
         self.claimed.update(gpu_ids)
-        if self.movers is not None:
-            self.movers.drop(chosen)
-            self.movers = self.movers or None
         self.preempt_budget -= 1
-        if self.preempt_budget <= 0:
-            self.movers = None
         if self.victims is not None:
             self.victims.drop(chosen)
             if not self.victims or (self.fast and self.preempt_budget <= 0):
@@ -1971,84 +1967,69 @@ def _no_fit(req: _Request) -> str:
     return f"no {req.k} healthy GPUs{mem}{' each' if req.need else ''}{share} on one host"
 
 
-class _Movers:
-    """Pausable jobs that migration may move: those on one host. A host's GPUs held only by
-    such jobs can be freed for a waiting job where the jobs fit at once on the free GPUs of
-    other hosts (so nobody waits for it: only the work since their checkpoints is redone)."""
-
-    def __init__(self, cluster: _Cluster, movable: list[RunningJob]):
-        self.cluster = cluster
-        self.movable = movable
-
-    def __bool__(self) -> bool:
-        return bool(self.movable)
-
-    def drop(self, gone: list[tuple[float, RunningJob]]) -> None:
-        ids = {v[1].id for v in gone}
-        self.movable = [r for r in self.movable if r.id not in ids]
-
-    def plan(
-        self, req: _Request, forbidden: set[int]
-    ) -> tuple[list[tuple[float, RunningJob]], list[int]] | None:
-        """The host where moving the fewest GPUs' worth of jobs frees `req.k` GPUs, and those
-        jobs fit, each on one other host, in GPUs free now outside `forbidden`: one job of any
-        width, or one-GPU jobs. Best fit then puts them back on those hosts whatever order they
-        come back in (each has less room than `req.k`, the host they left at least that), so
-        the waiting job is not blocked again by the jobs it moved. Asked once per call."""
-        cluster = self.cluster
-        gpus = cluster.gpus
-        free: dict[str, int] = {}
-        for host, pool in cluster.free_excl.items():
-            n = sum(1 for i in pool if i not in forbidden)
-            if n:
-                free[host] = n
-        if sum(free.values()) < req.k:
-            return None  # the host it would start on and the others' room hold fewer than k
-        by_host: dict[str, list[RunningJob]] = {}
-        for r in self.movable:
-            hosts = {g.host for i in r.gpus if (g := gpus.get(i)) is not None}
-            if len(hosts) == 1:
-                by_host.setdefault(hosts.pop(), []).append(r)
-        best: tuple[tuple[int, int, int], list[RunningJob], list[int]] | None = None
-        for host, jobs in by_host.items():
-            have = [
+def _move_plan(
+    cluster: _Cluster, movable: list[RunningJob], req: _Request, forbidden: set[int]
+) -> tuple[list[tuple[float, RunningJob]], list[int]] | None:
+    """The host where moving the fewest GPUs' worth of jobs frees `req.k` GPUs, and those
+    jobs fit, each on one other host, in GPUs free now outside `forbidden`: one job of any
+    width, or one-GPU jobs. Best fit then puts them back on those hosts whatever order they
+    come back in (each has less room than `req.k`, the host they left at least that), so
+    the waiting job is not blocked again by the jobs it moved. Migration: pausable jobs on
+    one host, paused so that nobody waits for them (only the work since their checkpoints is
+    redone); asked once per call."""
+    gpus = cluster.gpus
+    free: dict[str, int] = {}
+    for host, pool in cluster.free_excl.items():
+        n = sum(1 for i in pool if i not in forbidden)
+        if n:
+            free[host] = n
+    if sum(free.values()) < req.k:
+        return None  # the host it would start on and the others' room hold fewer than k
+    by_host: dict[str, list[RunningJob]] = {}
+    for r in movable:
+        hosts = {g.host for i in r.gpus if (g := gpus.get(i)) is not None}
+        if len(hosts) == 1:
+            by_host.setdefault(hosts.pop(), []).append(r)
+    best: tuple[tuple[int, int, int], list[RunningJob], list[int]] | None = None
+    for host, jobs in by_host.items():
+        have = [
+            i
+            for i in cluster.free_excl.get(host, ())
+            if i not in forbidden and gpus[i].free >= req.need
+        ]
+        if len(have) >= req.k:
+            continue  # it fits there without moving anyone (some other reason holds it)
+        chosen: list[RunningJob] = []
+        vacated: list[int] = []
+        for r in sorted(jobs, key=lambda r: (len(r.gpus), r.id)):  # fewest GPUs first
+            if forbidden.intersection(r.gpus):
+                continue
+            ours = [
                 i
-                for i in cluster.free_excl.get(host, ())
-                if i not in forbidden and gpus[i].free >= req.need
+                for i in r.gpus
+                if (g := gpus.get(i)) is not None and len(g.jobs) == 1 and g.total >= req.need
             ]
-            if len(have) >= req.k:
-                continue  # it fits there without moving anyone (some other reason holds it)
-            chosen: list[RunningJob] = []
-            vacated: list[int] = []
-            for r in sorted(jobs, key=lambda r: (len(r.gpus), r.id)):  # fewest GPUs first
-                if forbidden.intersection(r.gpus):
-                    continue
-                ours = [
-                    i
-                    for i in r.gpus
-                    if (g := gpus.get(i)) is not None and len(g.jobs) == 1 and g.total >= req.need
-                ]
-                if not ours:
-                    continue
-                chosen.append(r)
-                vacated += ours
-                if len(have) + len(vacated) >= req.k:
-                    break
-            if len(have) + len(vacated) < req.k:
+            if not ours:
                 continue
-            if len(chosen) > 1 and any(len(r.gpus) > 1 for r in chosen):
-                continue  # jobs of several widths may not all fit in the order they come back
-            moved = sum(len(r.gpus) for r in chosen)
-            score = (moved, len(chosen), cluster.rank[host])
-            if best is not None and score >= best[0]:
-                continue
-            room = {h: n for h, n in free.items() if h != host}
-            if not _fits_elsewhere([len(r.gpus) for r in chosen], room):
-                continue
-            best = (score, chosen, (vacated + have)[: req.k])
-        if best is None:
-            return None
-        return [(0.0, r) for r in best[1]], best[2]
+            chosen.append(r)
+            vacated += ours
+            if len(have) + len(vacated) >= req.k:
+                break
+        if len(have) + len(vacated) < req.k:
+            continue
+        if len(chosen) > 1 and any(len(r.gpus) > 1 for r in chosen):
+            continue  # jobs of several widths may not all fit in the order they come back
+        moved = sum(len(r.gpus) for r in chosen)
+        score = (moved, len(chosen), cluster.rank[host])
+        if best is not None and score >= best[0]:
+            continue
+        room = {h: n for h, n in free.items() if h != host}
+        if not _fits_elsewhere([len(r.gpus) for r in chosen], room):
+            continue
+        best = (score, chosen, (vacated + have)[: req.k])
+    if best is None:
+        return None
+    return [(0.0, r) for r in best[1]], best[2]
 
 
 def _fits_elsewhere(widths: list[int], room: dict[str, int]) -> bool:
