@@ -445,7 +445,8 @@ class SchedulerSettings(BaseModel):
         gt=0,
         description="The starvation guard: a job that has waited this many hours in all goes "
         "ahead of every job that has not (oldest first) and, once running, is not preempted; "
-        "None: aging alone bounds the wait",
+        "one that needs a GPU now quarantined keeps the GPUs it needs, that GPU reckoned back "
+        "after `health.recover_after_checks` checks; None: aging alone bounds the wait",
     )
     host_fit: Literal["first", "best"] = Field(
         "best",
@@ -455,10 +456,12 @@ class SchedulerSettings(BaseModel):
     migrate_after_min: float | None = Field(
         30.0,
         ge=0,
-        description="With best fit: a job that would wait this long while enough GPUs stand "
-        "free, but on no one host, pauses pausable jobs on one host at a checkpoint so they "
-        "start again at once on other hosts (the redone work since their checkpoints against "
-        "the wait; measured in docs/benchmarks.md); None: never move a job",
+        description="With best fit and preemption on (`preempt_margin` set, as by default): a "
+        "job that would wait this long while enough GPUs stand free, but on no one host, pauses "
+        "pausable jobs on one host at a checkpoint so they start again at once on other hosts "
+        "(the redone work since their checkpoints against the wait; measured in "
+        "docs/benchmarks.md); a move is a preemption and counts against "
+        "`preempt_max_per_call`; None: never move a job",
     )
     tariff_horizon_h: float = Field(168.0, gt=0)
     long_job_start_grace_min: float = Field(30.0, ge=0)
