@@ -47,9 +47,7 @@ Policies, all on the same trace window, health events and seeded job attributes:
   doublings, running jobs too), a pending job preempting at a checkpoint one whose remainder is
   at least one doubling longer, the 24-hour starvation guard (`promote_after_h`), no aging, best
   fit, a job that would wait 30 minutes or more while GPUs stand free on no one host moving
-  pausable jobs off one host to others (`migrate_after_s`), a promoted job that needs a
-  quarantined GPU keeping its reservation as if that GPU were back at the soonest its healthy
-  checks allow (`quarantine_back_s`, 30 minutes), tariff holds and pauses that keep
+  pausable jobs off one host to others (`migrate_after_s`), tariff holds and pauses that keep
   every deadline on its estimate and on what the finished jobs' estimates came to at worst
   (took ÷ asked, the daemon's `upper_ratio`);
   nightshift-notariff, the same with the tariff off (its `twin`: the no-tariff run that a
@@ -58,9 +56,7 @@ Policies, all on the same trace window, health events and seeded job attributes:
   nightshift-notpeak the same with `cost_threshold: not_peak`; nightshift-first with first fit
   (twin srpt-first); nightshift-narrow, nightshift-notariff never pausing a job on more GPUs
   than the waiting one asks for (`preempt_wider: false`: less redone work); nightshift-nomove,
-  nightshift-notariff never moving a job (`migrate_after_s` None); nightshift-qdrop, the same
-  whose promoted jobs lose their reservation while a GPU they need is quarantined
-  (`quarantine_back_s` None, as before stop 51);
+  nightshift-notariff never moving a job (`migrate_after_s` None);
   nightshift-big4 holding only jobs of 4 GPU-hours or more (`hold_min_gpu_h`);
 * nightshift-cap — nightshift that also caps the power of running cost-sensitive jobs while the
   price is in its peak band (`cap_at_peak_w`: the limit with the least energy per unit of work
@@ -626,8 +622,6 @@ class Policy:
     cap_at_peak_w: float | None = None
     cap_twin: str = ""  # the same policy without the cap: what a cap's misses are judged against
     migrate_after_s: float | None = None  # place()'s: move pausable jobs off a host for a wider one
-    # place()'s: a job the starvation guard promoted keeps its GPUs through a quarantine
-    quarantine_back_s: float | None = None
 
 
 _DEFAULT = Policy("", fifo=False, aging_per_hour=1.0, priorities=True, tariff=False)
@@ -650,8 +644,6 @@ _ORDER = {
     "promote_after_h": 24.0,
     "host_fit": "best",
     "migrate_after_s": 1800.0,
-    # the soonest a failing GPU is back (recovery_s: 3 checks at 10 minutes), as the daemon reckons
-    "quarantine_back_s": 1800.0,
 }
 _NS = {**_ORDER, "tariff": True, "deadlines": True}
 CAP_W = power_model(Options.gpu_type).least_energy_limit()  # 150 W on the V100
@@ -679,8 +671,6 @@ POLICIES = {
         _policy("nightshift-narrow", preempt_wider=False, **_ORDER),
         # the same, never moving a job off a host for a wider one (before migration)
         _policy("nightshift-nomove", **(_ORDER | {"migrate_after_s": None})),
-        # the same, a promoted job's reservation dropped while a GPU it needs is quarantined
-        _policy("nightshift-qdrop", **(_ORDER | {"quarantine_back_s": None})),
         _policy("nightshift-notpeak", cost_threshold="not_peak", twin=NOTARIFF, **_NS),
         _policy("srpt-first", **(_ORDER | {"host_fit": "first"})),
         _policy("nightshift-first", twin="srpt-first", **(_NS | {"host_fit": "first"})),
@@ -886,7 +876,6 @@ class _Run:
             "preempt_wider": pol.preempt_wider,
             "preempt_max_per_call": 4,
             "migrate_after_s": pol.migrate_after_s,
-            "quarantine_back_s": pol.quarantine_back_s,
             "default_duration_s": 3600.0,
             "display_tz": None,
         }

@@ -445,8 +445,7 @@ class SchedulerSettings(BaseModel):
         gt=0,
         description="The starvation guard: a job that has waited this many hours in all goes "
         "ahead of every job that has not (oldest first) and, once running, is not preempted; "
-        "one that needs a GPU now quarantined keeps the GPUs it needs, that GPU reckoned back "
-        "after `health.recover_after_checks` checks; None: aging alone bounds the wait",
+        "None: aging alone bounds the wait",
     )
     host_fit: Literal["first", "best"] = Field(
         "best",

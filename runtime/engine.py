@@ -326,11 +326,6 @@ class Engine:
                 "migrate_after_s": (
                     sched.migrate_after_min * 60 if sched.migrate_after_min is not None else None
                 ),
-                # a GPU failing its checks now is back after this many healthy ones at the
-                # soonest: a job the starvation guard promoted keeps its GPUs meanwhile
-                "quarantine_back_s": self.settings.health.recover_after_checks
-                * self.settings.loop.health_interval_min
-                * 60,
                 # Only the Ray executor launches one run across hosts (a worker per host): with
                 # any other a gang waits, saying so, and never starts on part of its GPUs.
                 "cannot_span": None

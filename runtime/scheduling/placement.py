@@ -49,7 +49,7 @@ import math
 import operator
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from itertools import chain, repeat
+from itertools import repeat
 from typing import Literal, TypeAlias
 from zoneinfo import ZoneInfo
 
@@ -283,14 +283,6 @@ class Snapshot(BaseModel):
         "(Gandiva's migration; with best fit, which puts them there, and only where "
         "`preempt_margin` is set: it leaves alone the jobs preemption would); None: never",
     )
-    quarantine_back_s: float | None = Field(
-        None,
-        ge=0,
-        description="For a job the starvation guard promoted that needs more GPUs than are "
-        "healthy (a quarantined GPU not known to be coming back, no `back_by`): reckon each such "
-        "GPU back this long from now, so the job takes the reservation and longer jobs stop "
-        "filling the GPUs it waits for; None: it waits as impossible and others take every GPU",
-    )
     default_duration_s: float = Field(
         3600.0, gt=0, description="For jobs with no expected duration"
     )
@@ -459,19 +451,11 @@ class _Cluster:
         self.best_fit = snap.host_fit == "best"
         self.gpus: dict[int, _Gpu] = {}
         self.quarantined = 0  # quarantined and not expected back: left out
-        # those GPUs, reckoned back `quarantine_back_s` from now: only a promoted job that
-        # cannot run without them reserves them (`reserve(..., away=True)`)
-        self.away: list[_Gpu] = []
-        back_s = snap.quarantine_back_s
         for slot in snap.gpus:
             if slot.verdict not in QUARANTINED:
                 self.gpus[slot.index] = _Gpu(slot)
             elif slot.back_by is None:
                 self.quarantined += 1
-                if back_s is not None:
-                    away = _Gpu(slot)
-                    self._occupy(away, False, 0.0, self.now + timedelta(seconds=back_s))
-                    self.away.append(away)
             else:  # expected back: a GPU nobody may take, busy until then
                 back = self.gpus[slot.index] = _Gpu(slot)
                 self._occupy(back, False, 0.0, max(slot.back_by, self.now))
@@ -550,20 +534,6 @@ class _Cluster:
                 f"{_gb(self.largest_mib / 1024)} GiB"
             )
         return None
-
-    def possible_with_away(self, req: _Request) -> bool:
-        """Whether the request, impossible on the healthy GPUs, fits once the quarantined GPUs
-        not known to be coming back (`away`) are back."""
-        if not self.away:
-            return False
-        gpus = [*self.gpus.values(), *self.away]
-        if req.gang:
-            return req.k <= len(gpus) and any(g.total >= req.need for g in gpus)
-        per_host: dict[str, int] = {}
-        for g in gpus:
-            if g.total >= req.need:
-                per_host[g.host] = per_host.get(g.host, 0) + 1
-        return req.k <= max(per_host.values(), default=0)
 
     def pick(self, req: _Request, avoid: set[int], allow_avoid: bool) -> list[int] | None:
         """k GPUs on one host that fit now: those not in `avoid` first, then (if allowed) those in
@@ -792,18 +762,15 @@ class _Cluster:
                 return end
         return (g.last or _INF) if g.total >= req.need else _INF
 
-    def reserve(
-        self, req: _Request, claimed: set[int], away: bool = False
-    ) -> tuple[datetime, list[int]] | None:
+    def reserve(self, req: _Request, claimed: set[int]) -> tuple[datetime, list[int]] | None:
         """The earliest time the request fits if jobs end when expected, and the GPUs it would
         take then: on one host, or, for a gang, the GPUs free by then across hosts chosen as
-        `gang_choice` chooses (so backfill may use every other GPU). `away`: counting the
-        quarantined GPUs not known to be coming back, as back `quarantine_back_s` from now."""
+        `gang_choice` chooses (so backfill may use every other GPU)."""
         if req.gang:
-            return self._reserve_gang(req, claimed, away)
+            return self._reserve_gang(req, claimed)
         best: tuple[datetime, list[int]] | None = None
         by_host: dict[str, list[tuple[datetime, int]]] = {}
-        for g in chain(self.gpus.values(), self.away if away else ()):
+        for g in self.gpus.values():
             if g.idx in claimed:
                 continue
             t = self.ready_at(g, req)
@@ -818,14 +785,9 @@ class _Cluster:
                 best = (max(at, self.now), [i for _, i in times[: req.k]])
         return best
 
-    def _reserve_gang(
-        self, req: _Request, claimed: set[int], away: bool = False
-    ) -> tuple[datetime, list[int]] | None:
+    def _reserve_gang(self, req: _Request, claimed: set[int]) -> tuple[datetime, list[int]] | None:
         times = []
-        in_order = self.in_order
-        if away and self.away:
-            in_order = sorted([*in_order, *self.away], key=lambda g: (g.host, g.idx))
-        for g in in_order:
+        for g in self.in_order:
             if g.idx in claimed:
                 continue
             t = self.ready_at(g, req)
@@ -1231,8 +1193,6 @@ class _Placer:
         # pausable jobs migration may move (`migrate_after_s`); [] when none or it is off
         self.movable: list[RunningJob] = []
         self.never: set[tuple] = set()  # requests no healthy GPU set can ever meet
-        # of those, the ones a quarantined GPU's return would let run (`quarantine_back_s`)
-        self.away_keys: set[tuple] = set()
         self.keep_failed: set[tuple] = set()  # stand-in requests that found no GPUs to keep
         self.held_by: dict[tuple, str] = {}  # ": held by job 3 (a), job 5": who is in the way
 
@@ -1723,8 +1683,6 @@ class _Placer:
                 self.reasons[req.key] = never or _no_fit(req)
                 if never:
                     self.never.add(req.key)
-                    if not self._cannot_span(req) and cluster.possible_with_away(req):
-                        self.away_keys.add(req.key)
                     for failed in (
                         self.fail_clear,
                         self.fail_any,
@@ -1801,12 +1759,6 @@ class _Placer:
                 self._preempt(j, plan, eff)
                 return
 
-        if res is None and key in self.away_keys and neg_eff <= -PROMOTED:
-            # promoted, and waiting for a quarantined GPU: the GPUs it needs are kept for it
-            got = cluster.reserve(req, self.claimed, away=True)
-            if got is not None:
-                self._take_reservation(j, key, got, " if the quarantined GPUs are back by then")
-                return
         if res is None and key not in self.fail_reserve:
             # the first job that must wait: it would take the reservation, unless it moves
             # jobs off a host (once per call: the reservation then stands for the rest)
@@ -1819,19 +1771,14 @@ class _Placer:
             if got is None:
                 self.fail_reserve.add(key)
             else:
-                self._take_reservation(j, key, got)
+                at, gids = got
+                self.reservation = Reservation(job_id=j.id, at=at, gpus=sorted(gids))
+                self.reserved, self.res_left = set(gids), (at - now).total_seconds()
+                holds[j.id] = (
+                    f"{self._reason(key)}; {_gpu_list(gids)} reserved for it from {self.clock(at)}"
+                )
                 return
         holds[j.id] = self._why_held(key, dur)
-
-    def _take_reservation(
-        self, j: PendingJob, key: tuple, got: tuple[datetime, list[int]], cond: str = ""
-    ) -> None:
-        at, gids = got
-        self.reservation = Reservation(job_id=j.id, at=at, gpus=sorted(gids))
-        self.reserved, self.res_left = set(gids), (at - self.now).total_seconds()
-        self.holds[j.id] = (
-            f"{self._reason(key)}; {_gpu_list(gids)} reserved for it from {self.clock(at)}{cond}"
-        )
 
     def _name_holders(self, req: _Request) -> None:
         """At a request's first failure, before any job is told its reason: by whom it is held
