@@ -45,7 +45,8 @@ Policies, all on the same trace window, health events and seeded job attributes:
   deadlines;
 * nightshift — the daemon's default: `order: srpt` (fewest estimated GPU-seconds left first, by
   doublings, running jobs too), a pending job preempting at a checkpoint one whose remainder is
-  at least one doubling longer, the 24-hour starvation guard (`promote_after_h`), no aging, best
+  at least one doubling longer, unless that one is expected to end within 30 minutes
+  (`preempt_min_left_s`), the 24-hour starvation guard (`promote_after_h`), no aging, best
   fit, a job that would wait 30 minutes or more while GPUs stand free on no one host moving
   pausable jobs off one host to others (`migrate_after_s`), tariff holds and pauses that keep
   every deadline on its estimate and on what the finished jobs' estimates came to at worst
@@ -56,7 +57,8 @@ Policies, all on the same trace window, health events and seeded job attributes:
   nightshift-notpeak the same with `cost_threshold: not_peak`; nightshift-first with first fit
   (twin srpt-first); nightshift-narrow, nightshift-notariff never pausing a job on more GPUs
   than the waiting one asks for (`preempt_wider: false`: less redone work); nightshift-nomove,
-  nightshift-notariff never moving a job (`migrate_after_s` None);
+  nightshift-notariff never moving a job (`migrate_after_s` None); nightshift-anyleft, the same
+  pausing jobs however soon they end (`preempt_min_left_s` 0, as before stop 51);
   nightshift-big4 holding only jobs of 4 GPU-hours or more (`hold_min_gpu_h`);
 * nightshift-cap — nightshift that also caps the power of running cost-sensitive jobs while the
   price is in its peak band (`cap_at_peak_w`: the limit with the least energy per unit of work
@@ -622,6 +624,7 @@ class Policy:
     cap_at_peak_w: float | None = None
     cap_twin: str = ""  # the same policy without the cap: what a cap's misses are judged against
     migrate_after_s: float | None = None  # place()'s: move pausable jobs off a host for a wider one
+    preempt_min_left_s: float = 0.0  # place()'s: a job ending sooner than this is never paused
 
 
 _DEFAULT = Policy("", fifo=False, aging_per_hour=1.0, priorities=True, tariff=False)
@@ -636,7 +639,8 @@ NIGHTSHIFT = "nightshift"  # the policy the goals are measured on: place() as th
 NOTARIFF = "nightshift-notariff"
 _BASE = {"aging_per_hour": 0.0, "priorities": False}
 # the daemon's defaults (runtime/config.py SchedulerSettings): srpt, preemption one doubling
-# apart, the 24-hour starvation guard, no aging, best fit, migration after 30 minutes
+# apart but never of a job expected to end within 30 minutes, the 24-hour starvation guard, no
+# aging, best fit, migration after 30 minutes
 _ORDER = {
     "order": "srpt",
     "aging_per_hour": 0.0,
@@ -644,6 +648,7 @@ _ORDER = {
     "promote_after_h": 24.0,
     "host_fit": "best",
     "migrate_after_s": 1800.0,
+    "preempt_min_left_s": 1800.0,
 }
 _NS = {**_ORDER, "tariff": True, "deadlines": True}
 CAP_W = power_model(Options.gpu_type).least_energy_limit()  # 150 W on the V100
@@ -671,6 +676,8 @@ POLICIES = {
         _policy("nightshift-narrow", preempt_wider=False, **_ORDER),
         # the same, never moving a job off a host for a wider one (before migration)
         _policy("nightshift-nomove", **(_ORDER | {"migrate_after_s": None})),
+        # the same, pausing a job however soon it is expected to end
+        _policy("nightshift-anyleft", **(_ORDER | {"preempt_min_left_s": 0.0})),
         _policy("nightshift-notpeak", cost_threshold="not_peak", twin=NOTARIFF, **_NS),
         _policy("srpt-first", **(_ORDER | {"host_fit": "first"})),
         _policy("nightshift-first", twin="srpt-first", **(_NS | {"host_fit": "first"})),
@@ -876,6 +883,7 @@ class _Run:
             "preempt_wider": pol.preempt_wider,
             "preempt_max_per_call": 4,
             "migrate_after_s": pol.migrate_after_s,
+            "preempt_min_left_s": pol.preempt_min_left_s,
             "default_duration_s": 3600.0,
             "display_tz": None,
         }

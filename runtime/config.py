@@ -403,6 +403,13 @@ class SchedulerSettings(BaseModel):
         "pauses a job for one needing at most half its remaining GPU time; None: never preempt",
     )
     preempt_max_per_call: int = Field(4, ge=1)
+    preempt_min_left_min: float = Field(
+        30.0,
+        ge=0,
+        description="Never pause (preempt or move) a running job expected to end within this "
+        "many minutes: its GPUs free up soon anyway, and a pause redoes its work since its "
+        "checkpoint (measured in docs/benchmarks.md); 0: any job may be paused",
+    )
     preempt_wider: bool = Field(
         True,
         description="A waiting job may pause a running one on more GPUs than it asks for; off: "

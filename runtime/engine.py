@@ -322,6 +322,7 @@ class Engine:
                 "order": sched.order,
                 "promote_after_h": sched.promote_after_h,
                 "preempt_wider": sched.preempt_wider,
+                "preempt_min_left_s": sched.preempt_min_left_min * 60,
                 "host_fit": sched.host_fit,
                 "migrate_after_s": (
                     sched.migrate_after_min * 60 if sched.migrate_after_min is not None else None

@@ -151,6 +151,7 @@ def _world(rnd: random.Random) -> Snapshot:
         preempt_max_per_call=rnd.choice([0, 1, 4]),
         preempt_wider=rnd.random() < 0.7,
         migrate_after_s=rnd.choice([None, None, 0.0, 1800.0]),
+        preempt_min_left_s=rnd.choice([0.0, 0.0, 1800.0]),
         display_tz=rnd.choice([None, "America/New_York"]),
         cannot_span=rnd.choice([None, None, "executor local cannot span hosts"]),
     )

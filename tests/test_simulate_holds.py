@@ -17,6 +17,15 @@ def short_estimates() -> S.Setup:
     return S.make_setups(["alibaba"], [0.8], {"alibaba": 1.0}, None, opts)[0]
 
 
+@pytest.fixture(scope="module")
+def broken_hold() -> S.Setup:
+    """Alibaba's first day at load 0.8 and estimates 0.25–4×, seed 4: a day on which a hold
+    that trusts a short estimate breaks a deadline (seed 0's did until stop 51, when the
+    policy stopped pausing jobs about to end and that day's miss went away)."""
+    opts = S.Options(seed=4, min_overestimate=0.25)
+    return S.make_setups(["alibaba"], [0.8], {"alibaba": 1.0}, None, opts)[0]
+
+
 def misses(setup: S.Setup) -> dict[str, float]:
     runs = [S.simulate(setup, p) for p in ("fifo", S.NOTARIFF, S.NIGHTSHIFT)]
     S.add_shares(runs)
@@ -39,12 +48,12 @@ def test_a_held_jobs_upper_bound_is_learned_from_finished_jobs(short_estimates):
     assert easy._pending_model(job, 3600.0, 0.0).expected_upper_s is None  # it never holds
 
 
-def test_learned_margins_keep_the_deadlines_holds_broke(short_estimates, monkeypatch):
+def test_learned_margins_keep_the_deadlines_holds_broke(broken_hold, monkeypatch):
     """On this day the hold that trusted a short estimate made one job miss a deadline the
     no-tariff twin met; with the learned margin it meets it."""
-    learned = misses(short_estimates)
+    learned = misses(broken_hold)
     monkeypatch.setattr(S, "upper_ratio", lambda ratios: None)  # holds trust the estimate
-    trusting = misses(short_estimates)
+    trusting = misses(broken_hold)
     assert trusting["hold_misses_caused"] >= 1
     assert learned["hold_misses_caused"] == 0
     assert learned["misses_vs_twin"] < trusting["misses_vs_twin"]

@@ -268,6 +268,13 @@ class Snapshot(BaseModel):
     preempt_max_per_call: int = Field(
         4, ge=0, description="Pending jobs that may preempt per call (no preemption storms)"
     )
+    preempt_min_left_s: float = Field(
+        0.0,
+        ge=0,
+        description="A running job expected to end within this long is never paused for "
+        "another (preemption or migration): its GPUs free up soon anyway, and a pause would "
+        "redo its work since its checkpoint for little gain",
+    )
     preempt_wider: bool = Field(
         True,
         description="A job may pause one on more GPUs than it asks for. A pause redoes the "
@@ -1521,6 +1528,8 @@ class _Placer:
                     e = 2 * PROMOTED
                 else:
                     left = (ends_of[f["id"]] - now).total_seconds()
+                    if left < snap.preempt_min_left_s:
+                        continue  # nearly done: not worth its redone work
                     ran = n * (now - started).total_seconds()
                     e = _effective(
                         f["priority"], submitted or f["started_at"], now, rate_s
