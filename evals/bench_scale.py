@@ -161,19 +161,13 @@ def synthetic_snapshot(
 
 
 def daemon_order() -> dict[str, Any]:
-    """The scheduler settings a daemon runs with by default (`SchedulerSettings`, those that
-    are Snapshot fields of the same name: order srpt, the starvation guard, best fit, no aging,
-    preemption at a margin of 1; migration after 30 minutes, no pause of a job ending within
-    30), where the synthetic snapshot keeps the Snapshot's own."""
+    """The Snapshot fields a daemon's default scheduler settings set, as its engine applies them
+    (`SchedulerSettings.snapshot_fields`: order srpt, the starvation guard, best fit, no aging,
+    preemption at a margin of 1, migration after 30 minutes, no pause of a job ending within
+    30); the synthetic snapshot keeps its own for the rest."""
     from nightshift.runtime.config import SchedulerSettings
 
-    d = SchedulerSettings()
-    same = {k: getattr(d, k) for k in type(d).model_fields if k in Snapshot.model_fields}
-    minutes = d.migrate_after_min  # the engine passes both in seconds
-    return same | {
-        "migrate_after_s": minutes * 60 if minutes is not None else None,
-        "preempt_min_left_s": d.preempt_min_left_min * 60,
-    }
+    return SchedulerSettings().snapshot_fields()
 
 
 def tick_snapshots(snap: Snapshot, seed: int = 1) -> Iterator[Snapshot]:

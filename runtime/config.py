@@ -482,6 +482,34 @@ class SchedulerSettings(BaseModel):
         "one sweep's trials may hold at once (`nightshift sweep`); at least one trial",
     )
 
+    def snapshot_fields(self) -> dict[str, Any]:
+        """The placement Snapshot's fields these settings set, in its units (seconds where a
+        setting says minutes): the engine applies them, and the benchmarks of the daemon's
+        defaults take them from here, so that a new setting is not mirrored by hand."""
+        minutes = self.migrate_after_min
+        return {
+            "aging_per_hour": self.aging_per_hour,
+            "preempt_margin": self.preempt_margin,
+            "default_duration_s": self.default_duration_min * 60,
+            "tariff_horizon_h": self.tariff_horizon_h,
+            "preempt_max_per_call": self.preempt_max_per_call,
+            "long_job_start_grace_s": self.long_job_start_grace_min * 60,
+            "display_tz": self.display_tz,
+            "cost_threshold": (
+                self.cost_threshold_per_kwh
+                if self.cost_threshold_per_kwh is not None
+                else self.cost_band
+            ),
+            "hold_slack_s": self.hold_slack_min * 60,
+            "hold_min_gpu_h": self.hold_min_gpu_h,
+            "order": self.order,
+            "promote_after_h": self.promote_after_h,
+            "preempt_wider": self.preempt_wider,
+            "preempt_min_left_s": self.preempt_min_left_min * 60,
+            "host_fit": self.host_fit,
+            "migrate_after_s": minutes * 60 if minutes is not None else None,
+        }
+
 
 class LlmSettings(BaseModel):
     """The model endpoint that `planner: llm` goals and `nightshift chat` plan with: any

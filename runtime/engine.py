@@ -308,25 +308,7 @@ class Engine:
         )
         snap = snap.model_copy(
             update={
-                "tariff_horizon_h": sched.tariff_horizon_h,
-                "preempt_max_per_call": sched.preempt_max_per_call,
-                "long_job_start_grace_s": sched.long_job_start_grace_min * 60,
-                "display_tz": sched.display_tz,
-                "cost_threshold": (
-                    sched.cost_threshold_per_kwh
-                    if sched.cost_threshold_per_kwh is not None
-                    else sched.cost_band
-                ),
-                "hold_slack_s": sched.hold_slack_min * 60,
-                "hold_min_gpu_h": sched.hold_min_gpu_h,
-                "order": sched.order,
-                "promote_after_h": sched.promote_after_h,
-                "preempt_wider": sched.preempt_wider,
-                "preempt_min_left_s": sched.preempt_min_left_min * 60,
-                "host_fit": sched.host_fit,
-                "migrate_after_s": (
-                    sched.migrate_after_min * 60 if sched.migrate_after_min is not None else None
-                ),
+                **sched.snapshot_fields(),
                 # Only the Ray executor launches one run across hosts (a worker per host): with
                 # any other a gang waits, saying so, and never starts on part of its GPUs.
                 "cannot_span": None

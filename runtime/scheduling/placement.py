@@ -1552,7 +1552,7 @@ class _Placer:
                 and self.preempt_budget > 0
             ):
                 slack = timedelta(seconds=snap.hold_slack_s)
-                movable = [
+                self.movable = [
                     r
                     for e, _, _, r in keyed
                     if e < PROMOTED
@@ -1560,7 +1560,6 @@ class _Placer:
                     # a move redoes work: not for a job whose deadline its estimate nearly meets
                     and (r.deadline is None or r.deadline - ends_of[r.id] >= slack)
                 ]
-                self.movable = movable
 
     def _allocate(self, order: list[_Bucket]) -> None:
         """Visit jobs best first; hold what is left of a bucket once its outcome is settled."""
