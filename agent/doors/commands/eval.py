@@ -41,13 +41,18 @@ SUITES = {
     ),
     "diagnosis": (
         "nightshift.evals.diagnosis",
-        "diagnose_failure on 836 real logs: held-out repositories' accuracy, per category "
+        "diagnose_failure on 4,005 real logs: held-out repositories' accuracy, per category "
         "(--local: on your corrections; --second-opinion: rules alone and rules + model)",
     ),
     "diagnosis-model": (
         "nightshift.evals.diagnosis_model",
         "fit the log model diagnose_failure consults on the tuning split (--write); --cv: "
         "its accuracy on repositories it was not fitted on",
+    ),
+    "diagnosis-readers": (
+        "nightshift.evals.diagnosis_readers",
+        "the rules beside two blind readings of 400 held-out logs: how much of the threads' "
+        "labels the log text shows at all",
     ),
     "latency": (
         "nightshift.evals.cli_latency",
