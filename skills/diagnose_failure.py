@@ -1100,6 +1100,14 @@ SIGNATURES: tuple[Signature, ...] = (
         "the LoRA config's target_modules are not in this model (names from another "
         "architecture): list this model's module names",
     ),
+    # mmdetection's check that a head's num_classes is the dataset's number of classes
+    _sig(
+        "config_error",
+        r"The `num_classes` \(\d+\) in \w+ of [\w<>'. ]{1,80} does not matches? the length of "
+        r"`CLASSES`",
+        "the model config's num_classes is not the dataset's number of classes: set it to "
+        "len(CLASSES), or give the dataset the classes the model was built for",
+    ),
     # torch's NLLLoss / CrossEntropyLoss given class weights of another length than the classes;
     # guided-diffusion's UNet (and its many forks) asked for an image size it has no layout for
     _sig(
@@ -2213,13 +2221,14 @@ def _classify(
     tb_lines = [i for i, line in enumerate(lines) if _TRACEBACK.match(line)]
     fatal = [i for i, line in enumerate(lines) if _FATAL_C.search(line)]
     launcher = [i for i, line in enumerate(lines) if _LAUNCHER.search(line)]
-    config_key = _config_key_error(lines, exc_lines)
+    config_key = _config_read_error(lines, exc_lines)
     if config_key is not None:
+        at, what = config_key
         return result(
             "config_error",
             "medium" if failed_exit else "low",
-            ev([(None, i) for i in config_key]),
-            f"the config lacks a key the code reads ({_clean(lines[config_key[-1]])}); {status}",
+            ev([(None, i) for i in sorted(at)]),
+            f"{what} ({_clean(lines[at[-1]])}); {status}",
         )
     if failed_exit and (exc_lines or fatal):
         picked = (exc_lines[-2:] if exc_lines else []) + fatal[-1:]
@@ -2497,7 +2506,12 @@ _FINAL_RESULT = re.compile(
     r"[=:]?\s*-?\d"
     # a program's last word on its own line, and the total time it reports at its end
     r"|^\W{0,3}(?:all )?(?:done|finished|completed?)\W{0,3}$|\btotal (?:training |run |elapsed )?"
-    r"time\b[^\n]{0,20}?[=:]?\s*\d",
+    r"time\b[^\n]{0,20}?[=:]?\s*\d"
+    # a test or eval metric by its logged name (`eval_accuracy = 0.05`, `Accuracy/Test: 49.6`);
+    # a workflow manager's last word (Nextflow's `Execution complete -- Goodbye`)
+    rf"|\b(?:eval|test)_(?:{_RESULT_METRIC})\b\s*[=:]\s*-?\d"
+    rf"|\b(?:{_RESULT_METRIC})[/_](?:test|eval)\b\s*[=:]?\s*-?\d"
+    r"|\bexecution complete\b[^\n]{0,10}\bgoodbye\b",
     re.IGNORECASE,
 )
 _RESULT_LINES = 3  # the result is among the log's last this many written lines
@@ -2572,24 +2586,50 @@ def _own_error(lines: list[str]) -> bool:
 # A config object read by key (`cfg["training"]["n_workers"]`, `self.params.pop(key)`,
 # `conf.load(path)["Experiment"]`, `hparams.get(...)`, a registry's `_HPARAMS[name]`) on the line a
 # KeyError was raised from.
+_CONFIG_NAME = (
+    r"(?:cfg|conf|config|configs|opts?|args|h?params|hparams|hyper_?params|hyp|hps|settings)"
+)
 _CONFIG_READ = re.compile(
-    r"\b_*(?:cfg|conf|config|configs|opts?|args|h?params|hparams|hyper_?params|hyp|hps|settings)"
+    # its name may say what it configures: `data_config['n_samples']`, `model_cfg["depth"]`
+    rf"\b(?:[a-z]\w*_)?_*{_CONFIG_NAME}"
     r"\w*\s*(?:\[|\.(?:get|pop)\()|\b(?:conf|config|cfg)\w*\.load\([^\n]*\)\s*\[",
     re.IGNORECASE,
 )
 _KEY_ERROR = re.compile(r"^(?:\[[^\]\n]*\]:?\s*)*KeyError: ['\"][^'\"]+['\"]\s*$")
+# An assert on the run's own settings (`assert args.batch_size % len(devices) == 0`,
+# `assert len(opt.select_data) == len(opt.batch_ratio)`): the settings do not fit each other
+_CONFIG_ASSERT = re.compile(rf"^\s*assert\b[^\n]*\b(?:self\.)?{_CONFIG_NAME}\.\w", re.IGNORECASE)
+_ASSERTION_ERROR = re.compile(r"^(?:\[[^\]\n]*\]:?\s*)*AssertionError\b")
+# A config object asked for a field it does not have (mmcv's ConfigDict, argparse's Namespace,
+# OmegaConf's DictConfig, yacs' CfgNode, EasyDict)
+_CONFIG_ATTRIBUTE = re.compile(
+    r"^(?:\[[^\]\n]*\]:?\s*)*AttributeError: '(?:ConfigDict|Namespace|DictConfig|EasyDict|"
+    r"AttrDict|CfgNode|edict)' object has no attribute '"
+)
 
 
-def _config_key_error(lines: list[str], exc_lines: list[int]) -> list[int] | None:
-    """The lines of a KeyError raised where the code reads a config by key (the code line the
-    traceback quotes above it): a config that lacks a key its code needs."""
-    if not exc_lines or not _KEY_ERROR.match(lines[exc_lines[-1]].strip()):
+def _config_read_error(lines: list[str], exc_lines: list[int]) -> tuple[list[int], str] | None:
+    """The lines of an error raised where the code reads its config (the line to quote last), and
+    what it says: a KeyError where the code reads a config by key, or an assert on the settings
+    (the code line the traceback quotes above it), or a config object without the field asked
+    of it."""
+    if not exc_lines:
         return None
     at = exc_lines[-1]
-    code = next((i for i in range(at - 1, max(at - 3, -1), -1) if lines[i].strip()), None)
-    if code is None or _FRAME.match(lines[code]) or not _CONFIG_READ.search(lines[code]):
+    last = lines[at].strip()
+    if _CONFIG_ATTRIBUTE.match(last):
+        return [at], "the config has no field the code reads"
+    key = _KEY_ERROR.match(last)
+    if not key and not _ASSERTION_ERROR.match(last):
         return None
-    return [code, at]
+    code = next((i for i in range(at - 1, max(at - 3, -1), -1) if lines[i].strip()), None)
+    if code is None or _FRAME.match(lines[code]):
+        return None
+    if key and _CONFIG_READ.search(lines[code]):
+        return [code, at], "the config lacks a key the code reads"
+    if not key and _CONFIG_ASSERT.search(lines[code]):
+        return [at, code], "the settings fail the code's own check of them"
+    return None
 
 
 # Where a stuck process waits: the innermost frame of a traceback printed when it was

@@ -295,6 +295,12 @@ CASES: list[tuple[str, str, str]] = [
 # these signatures (2026-12-06).
 SIGNED: list[tuple[str, str, str]] = [
     (
+        "mmdetection's check of a head's num_classes against the dataset's classes",
+        "AssertionError: The `num_classes` (20) in Shared2FCBBoxHead of MMDataParallel does not "
+        "matches the length of `CLASSES` 3) in VOCDataset\n",
+        "config_error",
+    ),
+    (
         "stable-baselines3 given a gymnasium space where it expects gym's",
         '  File "site-packages/stable_baselines3/common/base_class.py", line 180, in __init__\n'
         "    assert isinstance(self.action_space, supported_action_spaces), (\nAssertionError: "
@@ -1405,12 +1411,17 @@ def test_a_tools_own_message_is_read_by_a_signature(ctx, tool, log, category):
         "Final test mAP: 41.2\n",
         "Saving the model to out/model.pt\nDone.\n",
         "Total training time: 3:02:11\n",
+        # metrics by their logged names, and a workflow manager's last word (stop 52)
+        "eval_accuracy = 0.05\neval_loss = 0.1677554\n",
+        "Accuracy/Test: 49.61, Loss/Test: 0.868\n",
+        "DEBUG nextflow.script.ScriptRunner - > Execution complete -- Goodbye\n",
     ],
 )
 def test_a_log_that_ends_in_its_test_results_reached_its_end(ctx, end):
     log = "Epoch 1498: train loss 0.167 train acc: 0.950\nEpoch 1499: train loss 0.219\n" + end
     r = run_skill(diagnose_failure, ctx, {"log_tail": log})
     assert (r.category, r.confidence) == ("succeeded", "low"), r.reasoning
+    assert "no signature decides" not in r.reasoning  # the rules read it, not the log model
     # a validation line an epoch prints on its way is no end: the log may stop in the next epoch
     r = run_skill(diagnose_failure, ctx, {"log_tail": log.replace(end, "val loss 1.03 acc 0.72\n")})
     assert r.category != "succeeded"
@@ -1452,9 +1463,30 @@ def _traceback(code: str, error: str) -> str:
             "KeyError: 'Experiment'",
             "config_error",
         ),
+        # a config named for what it configures (stop 52)
+        ("num=data_config['n_samples'],", "KeyError: 'n_samples'", "config_error"),
+        # an assert on the settings, and a config object without the field asked (stop 52)
+        ("assert args.batch_size % len(devices) == 0", "AssertionError", "config_error"),
+        (
+            "assert len(opt.select_data) == len(opt.batch_ratio)",
+            "AssertionError: select_data and batch_ratio differ",
+            "config_error",
+        ),
+        (
+            "datasets = [build_dataset(cfg.data.train)]",
+            "AttributeError: 'ConfigDict' object has no attribute 'train'",
+            "config_error",
+        ),
         # a lookup in the program's own data is its own bug (or its data's), not the config's
         ("index = self._map[image_id]", "KeyError: '391090'", "crashed"),
         ("label = labels[name]", "KeyError: 'cat'", "crashed"),
+        ("assert abs(ll_0 - ll_1) < 1e-2", "AssertionError", "crashed"),
+        ("assert img is not None", "AssertionError", "crashed"),
+        (
+            "x = self.model.train",
+            "AttributeError: 'Net' object has no attribute 'train'",
+            "crashed",
+        ),
     ],
 )
 def test_a_key_error_reading_a_config_is_the_configs(ctx, code, error, category):
