@@ -83,6 +83,7 @@ for row in json.loads(listed.stdout or "[]"):
     r = subprocess.run(cli + ["approve", str(row["id"])], env=env, capture_output=True, text=True)
     report["votes"].append([row["id"], r.returncode, r.stderr.strip()[-200:]])
 json.dump(report, open(out, "w"))
+open(flag, "w").close()  # done: bob's run may finish
 """
 
 
