@@ -2221,9 +2221,9 @@ def _classify(
     tb_lines = [i for i, line in enumerate(lines) if _TRACEBACK.match(line)]
     fatal = [i for i, line in enumerate(lines) if _FATAL_C.search(line)]
     launcher = [i for i, line in enumerate(lines) if _LAUNCHER.search(line)]
-    config_key = _config_read_error(lines, exc_lines)
-    if config_key is not None:
-        at, what = config_key
+    config_read = _config_read_error(lines, exc_lines)
+    if config_read is not None:
+        at, what = config_read
         return result(
             "config_error",
             "medium" if failed_exit else "low",
@@ -2583,12 +2583,13 @@ def _own_error(lines: list[str]) -> bool:
     )
 
 
-# A config object read by key (`cfg["training"]["n_workers"]`, `self.params.pop(key)`,
-# `conf.load(path)["Experiment"]`, `hparams.get(...)`, a registry's `_HPARAMS[name]`) on the line a
-# KeyError was raised from.
+# The names code gives its settings
 _CONFIG_NAME = (
     r"(?:cfg|conf|config|configs|opts?|args|h?params|hparams|hyper_?params|hyp|hps|settings)"
 )
+# A config object read by key (`cfg["training"]["n_workers"]`, `self.params.pop(key)`,
+# `conf.load(path)["Experiment"]`, `hparams.get(...)`, a registry's `_HPARAMS[name]`) on the line a
+# KeyError was raised from
 _CONFIG_READ = re.compile(
     # its name may say what it configures: `data_config['n_samples']`, `model_cfg["depth"]`
     rf"\b(?:[a-z]\w*_)?_*{_CONFIG_NAME}"
@@ -2598,7 +2599,7 @@ _CONFIG_READ = re.compile(
 _KEY_ERROR = re.compile(r"^(?:\[[^\]\n]*\]:?\s*)*KeyError: ['\"][^'\"]+['\"]\s*$")
 # An assert on the run's own settings (`assert args.batch_size % len(devices) == 0`,
 # `assert len(opt.select_data) == len(opt.batch_ratio)`): the settings do not fit each other
-_CONFIG_ASSERT = re.compile(rf"^\s*assert\b[^\n]*\b(?:self\.)?{_CONFIG_NAME}\.\w", re.IGNORECASE)
+_CONFIG_ASSERT = re.compile(rf"^\s*assert\b[^\n]*\b{_CONFIG_NAME}\.\w", re.IGNORECASE)
 _ASSERTION_ERROR = re.compile(r"^(?:\[[^\]\n]*\]:?\s*)*AssertionError\b")
 # A config object asked for a field it does not have (mmcv's ConfigDict, argparse's Namespace,
 # OmegaConf's DictConfig, yacs' CfgNode, EasyDict)
