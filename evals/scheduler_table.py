@@ -94,6 +94,16 @@ class Goal:
     # strongest baseline on that window)
     metric: str = ""
     reference: str = ""
+    # a goal of the tariff's (or of any cost lever's): not applicable to a policy without it,
+    # where it would hold by construction (a policy is its own no-tariff twin) or judge a
+    # saving nothing in it tries to make
+    needs: str = ""  # "tariff", "lever" (a tariff or a power cap), or "" (every policy)
+
+    def applies(self, policy: str) -> bool:
+        pol = S.POLICIES.get(policy)
+        if not self.needs or pol is None:
+            return True
+        return pol.tariff or (self.needs == "lever" and pol.cap_at_peak_w is not None)
 
     def passes(self, value: float) -> bool:
         if math.isnan(value):
@@ -117,8 +127,16 @@ GOALS = (
     # on the work done, not on GPUs busy redoing what a pause lost (that would flatter preemption)
     Goal("useful utilisation − EASY's ≥ 0", "util_vs_easy", 0.0, False),
     # any miss the no-tariff twin meets, held or not (issue 31: "counted for any cause")
-    Goal("deadline misses the no-tariff twin meets = 0", "misses_vs_twin", 0.0, True),
-    Goal("saving share of deadline-feasible ≥ 0.9", "saving_share_deadline", 0.9, False),
+    Goal(
+        "deadline misses the no-tariff twin meets = 0", "misses_vs_twin", 0.0, True, needs="tariff"
+    ),
+    Goal(
+        "saving share of deadline-feasible ≥ 0.9",
+        "saving_share_deadline",
+        0.9,
+        False,
+        needs="lever",
+    ),
 )
 
 
@@ -148,6 +166,9 @@ def judge(by: dict[str, dict[str, float]], judged: str) -> dict[str, object]:
     row["misses_vs_twin"] = float(m.get("misses_vs_twin", nan))
     row["saving_share_deadline"] = float(m.get("saving_share_deadline", nan))
     for g in GOALS:
+        if not g.applies(judged):
+            row[g.column], row[f"{g.column}_pass"] = nan, None  # not applicable
+            continue
         row[f"{g.column}_pass"] = verdict.get(g.column, g.passes(_num(row[g.column])))
     return row
 
@@ -301,18 +322,24 @@ def markdown(table: Table, command: str) -> str:
             + " | ".join(cells)
             + " |"
         )
-    failed = [
-        f"{row['trace']} {row['load']:g} `{row['policy']}`: {g.name}"
-        for row in table.goals
-        for g in GOALS
-        if not row[f"{g.column}_pass"]
-    ]
-    out += ["", f"Goals failed: {len(failed)} of {len(table.goals) * len(GOALS)}.", ""]
+    failed, verdicts = count(table.goals)
+    out += ["", f"Goals failed: {failed} of {verdicts} ({NOT_APPLICABLE}).", ""]
     return "\n".join(out)
 
 
+NOT_APPLICABLE = "a tariff goal is not applicable to a policy without the lever it judges"
+
+
+def count(goals: list[dict[str, object]]) -> tuple[int, int]:
+    """(failed, given) verdicts over goals rows; a goal that does not apply is neither."""
+    verdicts = [row[f"{g.column}_pass"] for row in goals for g in GOALS]
+    return sum(v is False for v in verdicts), sum(v is not None for v in verdicts)
+
+
 def _verdict(row: dict[str, object], g: Goal) -> str:
-    """'PASS 0.42', 'FAIL 1.3'; a ratio goal where neither queued: 'PASS (both 0)'."""
+    """'PASS 0.42', 'FAIL 1.3'; a ratio goal where neither queued: 'PASS (both 0)'; 'n/a'."""
+    if row[f"{g.column}_pass"] is None:
+        return "n/a"
     ok, v = bool(row[f"{g.column}_pass"]), _num(row[g.column])
     if ok and math.isnan(v):
         return "PASS (both 0)"
@@ -414,9 +441,10 @@ def main(argv: list[str] | None = None) -> int:
         for seed, t in zip(seeds, tables, strict=True)
     )
     if len(seeds) > 1:
-        goals = [g for t in tables for g in t.goals]
-        failed = sum(not g[f"{c.column}_pass"] for g in goals for c in GOALS)
-        text += f"\nOver seeds {args.seeds}: goals failed {failed} of {len(goals) * len(GOALS)}.\n"
+        failed, verdicts = count([g for t in tables for g in t.goals])
+        text += (
+            f"\nOver seeds {args.seeds}: goals failed {failed} of {verdicts} ({NOT_APPLICABLE}).\n"
+        )
     print(text)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -19,8 +19,8 @@ def _metrics(delay: float, top: float, util: float, **kw: float) -> dict[str, fl
 def test_goals_are_judged_from_the_rows_with_a_known_pass_and_fail():
     """Hand-made rows: the strongest baseline is 2D-LAS (1.0 h), EASY+SJF 2.0 h, EASY 4.0 h
     with a 20 h longest wait. nightshift-notariff at 0.85 h passes both delay goals (0.425 and
-    0.85), fails the longest wait (25 h: 1.25 × EASY's), passes utilisation (+0.01) and holds,
-    and fails the energy goal (0.2 of the deadline-feasible saving). nightshift, at 0.95 h,
+    0.85), fails the longest wait (25 h: 1.25 × EASY's) and passes utilisation (+0.01); the
+    tariff's two goals do not apply to it (it has none). nightshift, at 0.95 h,
     fails the strongest-baseline goal (0.95) and the one miss its holds caused."""
     rows = {
         "fifo": _metrics(10.0, 40.0, 0.60),
@@ -48,9 +48,18 @@ def test_goals_are_judged_from_the_rows_with_a_known_pass_and_fail():
         "delay_vs_strongest": True,
         "max_vs_easy": False,
         "util_vs_easy": True,
-        "misses_vs_twin": True,
-        "saving_share_deadline": False,
+        # the tariff's goals are not applicable without one: it is its own no-tariff twin (the
+        # misses goal would pass by construction) and tries to save nothing
+        "misses_vs_twin": None,
+        "saving_share_deadline": None,
     }
+    assert math.isnan(notariff["misses_vs_twin"]) and math.isnan(notariff["saving_share_deadline"])  # type: ignore[arg-type]
+    # a power cap without a tariff is judged on the saving, not on the tariff's misses
+    caponly = _metrics(0.9, 20.0, 0.70, misses_vs_twin=0, saving_share_deadline=0.5)
+    capped = T.judge(rows | {"nightshift-caponly": caponly}, "nightshift-caponly")
+    assert (capped["misses_vs_twin_pass"], capped["saving_share_deadline_pass"]) == (None, False)
+    # n/a is neither a pass nor a failure in the count
+    assert T.count([notariff, nightshift]) == (1 + 2, 4 + 6)
     assert nightshift["delay_vs_strongest"] == pytest.approx(0.95)
     assert not nightshift["delay_vs_strongest_pass"] and nightshift["max_vs_easy_pass"]
     assert not nightshift["misses_vs_twin_pass"] and nightshift["saving_share_deadline_pass"]
@@ -99,7 +108,7 @@ def test_one_command_writes_every_window_and_policy_and_goals_from_its_rows(tmp_
         # the holds goal counts every miss the no-tariff twin meets, held or not
         twin = by[(g["trace"], g["load"], S.NOTARIFF)]
         if g["policy"] == S.NOTARIFF:
-            assert float(g["misses_vs_twin"]) == 0.0
+            assert g["misses_vs_twin_pass"] == g["saving_share_deadline_pass"] == ""  # n/a
         else:
             assert float(g["misses_vs_twin"]) >= float(mine["hold_misses_caused"])
             assert float(g["misses_vs_twin"]) >= float(mine["deadline_misses"]) - float(
@@ -110,7 +119,8 @@ def test_one_command_writes_every_window_and_policy_and_goals_from_its_rows(tmp_
     assert "Command: `python -m nightshift.evals.scheduler_table --tiny --out" in text
     assert "| philly | 0.8 | `nightshift-notariff` |" in text
     assert "PASS" in text or "FAIL" in text
-    assert f"of {len(goals) * len(T.GOALS)}." in text
+    given = len(goals) * len(T.GOALS) - 2 * len(T.TINY)  # the no-tariff policy's two n/a
+    assert f"of {given} (a tariff goal is not applicable" in text and "| n/a | n/a |" in text
 
 
 def test_bad_policy_is_named_without_a_traceback(capsys):
