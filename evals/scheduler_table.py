@@ -16,8 +16,9 @@ miss the uncapped twin meets), energy and the share of the achievable saving, an
 Goals (issue 31, "What to build"), per trace and judged policy: mean delay ≤ 0.9 × EASY+SJF's and
 ≤ 0.9 × the strongest baseline's (lowest mean among simulate.BASELINES), longest wait ≤ EASY's,
 useful utilisation (without redone work) ≥ EASY's, no deadline miss that the no-tariff twin meets
-(held or not), and energy:
-the saving share ≥ 0.9 of the deadline-feasible floor.
+(held or not), and energy: the saving share ≥ 0.9 of the deadline-feasible floor. The last two
+are n/a for a policy without the lever they judge (no tariff; for the saving, no tariff and no
+power cap), and the count of failed goals is over those that apply.
 """
 
 from __future__ import annotations
