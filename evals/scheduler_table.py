@@ -334,7 +334,8 @@ NOT_APPLICABLE = "a tariff goal is not applicable to a policy without the lever 
 def count(goals: list[dict[str, object]]) -> tuple[int, int]:
     """(failed, given) verdicts over goals rows; a goal that does not apply is neither."""
     verdicts = [row[f"{g.column}_pass"] for row in goals for g in GOALS]
-    return sum(v is False for v in verdicts), sum(v is not None for v in verdicts)
+    given = [bool(v) for v in verdicts if v is not None]
+    return given.count(False), len(given)
 
 
 def _verdict(row: dict[str, object], g: Goal) -> str:
