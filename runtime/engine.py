@@ -293,10 +293,6 @@ class Engine:
             cpu_slots=self.settings.loop.cpu_slots,
             backoff=self.settings.retry,
             tariff=self.settings.tariff,
-            cost_threshold=sched.cost_threshold_per_kwh,
-            aging_per_hour=sched.aging_per_hour,
-            preempt_margin=sched.preempt_margin,
-            default_duration_s=sched.default_duration_min * 60,
             scope=self.scope() if self.scope is not None else None,
             node=self.settings.node,
             cluster=self.cluster,
@@ -308,7 +304,7 @@ class Engine:
         )
         snap = snap.model_copy(
             update={
-                **sched.snapshot_fields(),
+                **sched.snapshot_fields(),  # the scheduler settings, all in one place
                 # Only the Ray executor launches one run across hosts (a worker per host): with
                 # any other a gang waits, saying so, and never starts on part of its GPUs.
                 "cannot_span": None
