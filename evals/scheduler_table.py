@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from nightshift.evals import saving_bound
 from nightshift.evals import simulate as S
 from nightshift.evals.output import write_csv
 
@@ -222,8 +223,10 @@ def run(
     else:
         results = [_run(u) for u in units]
     S.add_shares(results)
+    goals = goal_rows(results, judged)
+    saving_bound.annotate(goals, setups, results)
     wall = time.perf_counter() - t0
-    return Table(setups, results, goal_rows(results, judged), wall, workers, started)
+    return Table(setups, results, goals, wall, workers, started)
 
 
 def goal_rows(
@@ -325,6 +328,9 @@ def markdown(table: Table, command: str) -> str:
         )
     failed, verdicts = count(table.goals)
     out += ["", f"Goals failed: {failed} of {verdicts} ({NOT_APPLICABLE}).", ""]
+    capped = unreachable(table.goals)
+    if capped:
+        out += [f"{capped} {UNREACHABLE}.", ""]
     return "\n".join(out)
 
 
@@ -338,14 +344,28 @@ def count(goals: list[dict[str, object]]) -> tuple[int, int]:
     return given.count(False), len(given)
 
 
+UNREACHABLE = (
+    "saving verdict(s) where no schedule can reach 0.9 and also meet both delay goals "
+    "(the most it can save is in brackets: `evals/saving_bound.py`)"
+)
+
+
+def unreachable(goals: list[dict[str, object]]) -> int:
+    """How many goals rows have a saving goal that no schedule meets beside both delay goals."""
+    return sum(1 for row in goals if _num(row.get("saving_ceiling")) < 0.9)
+
+
 def _verdict(row: dict[str, object], g: Goal) -> str:
-    """'PASS 0.42', 'FAIL 1.3'; a ratio goal where neither queued: 'PASS (both 0)'; 'n/a'."""
+    """'PASS 0.42', 'FAIL 1.3'; a ratio goal where neither queued: 'PASS (both 0)'; 'n/a'; the
+    saving goal with the most any schedule meeting the delay goals could save, '(≤ 0.31)'."""
     if row[f"{g.column}_pass"] is None:
         return "n/a"
     ok, v = bool(row[f"{g.column}_pass"]), _num(row[g.column])
     if ok and math.isnan(v):
         return "PASS (both 0)"
-    return f"{'PASS' if ok else 'FAIL'} {v:.3g}"
+    cell = f"{'PASS' if ok else 'FAIL'} {v:.3g}"
+    most = _num(row.get("saving_ceiling")) if g.column == "saving_share_deadline" else math.nan
+    return cell if math.isnan(most) else f"{cell} (≤ {round(most, 2) + 0.0:.2f})"
 
 
 def _cpu_name() -> str:
@@ -445,7 +465,8 @@ def main(argv: list[str] | None = None) -> int:
     if len(seeds) > 1:
         failed, verdicts = count([g for t in tables for g in t.goals])
         text += (
-            f"\nOver seeds {args.seeds}: goals failed {failed} of {verdicts} ({NOT_APPLICABLE}).\n"
+            f"\nOver seeds {args.seeds}: goals failed {failed} of {verdicts} ({NOT_APPLICABLE}); "
+            f"{unreachable([g for t in tables for g in t.goals])} {UNREACHABLE}.\n"
         )
     print(text)
     out = Path(args.out)

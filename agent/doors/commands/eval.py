@@ -15,6 +15,11 @@ SUITES = {
         "nightshift.evals.scheduler_table",
         "issue 31's table: every trace, baseline and nightshift, goals PASS/FAIL (one command)",
     ),
+    "saving-bound": (
+        "nightshift.evals.saving_bound",
+        "the most any schedule can save beside the delay goals, per window (--from a "
+        "scheduler-table CSV)",
+    ),
     "scale": ("nightshift.evals.bench_scale", "store submissions/s, placement time, daemon memory"),
     "perf": ("nightshift.evals.perf", "agent step overhead, audit append/verify throughput"),
     "provenance": (
