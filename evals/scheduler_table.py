@@ -18,7 +18,9 @@ Goals (issue 31, "What to build"), per trace and judged policy: mean delay ≤ 0
 useful utilisation (without redone work) ≥ EASY's, no deadline miss that the no-tariff twin meets
 (held or not), and energy: the saving share ≥ 0.9 of the deadline-feasible floor. The last two
 are n/a for a policy without the lever they judge (no tariff; for the saving, no tariff and no
-power cap), and the count of failed goals is over those that apply.
+power cap), and the count of failed goals is over those that apply. Beside each saving verdict
+is the most any schedule could save on that window while meeting both delay goals
+(`saving_bound.annotate`): where it is under 0.9, no scheduler passes all three there.
 """
 
 from __future__ import annotations
