@@ -60,6 +60,8 @@ Policies, all on the same trace window, health events and seeded job attributes:
   nightshift-notariff never moving a job (`migrate_after_s` None); nightshift-anyleft, the same
   pausing jobs however soon they end (`preempt_min_left_s` 0, as before stop 51);
   nightshift-big4 holding only jobs of 4 GPU-hours or more (`hold_min_gpu_h`);
+  nightshift-wait8 and nightshift-wait24 holding or pausing a job only while its wait in all
+  stays within 8 or 24 hours (`hold_max_wait_s`; the daemon's `hold_max_wait_h`);
 * nightshift-cap — nightshift that also caps the power of running cost-sensitive jobs while the
   price is in its peak band (`cap_at_peak_w`: the limit with the least energy per unit of work
   in the power model, 150 W on a V100), unless the slower run would miss the deadline on the
@@ -612,6 +614,7 @@ class Policy:
     preempt_margin: int | None = None  # honour place()'s preemption proposals
     cost_threshold: float | CostBand | None = None
     hold_min_gpu_h: float = 0.0  # hold only cost-sensitive jobs at least this big
+    hold_max_wait_s: float | None = None  # place()'s: no hold or pause past this wait in all
     twin: str = ""  # the same policy without the tariff: what a hold's misses are judged against
     # priorities the simulator computes per event instead of the trace's: "sjf", minus the
     # estimate in seconds (shortest first, exactly); "gittins", minus the reverse Gittins index
@@ -682,6 +685,9 @@ POLICIES = {
         _policy("srpt-first", **(_ORDER | {"host_fit": "first"})),
         _policy("nightshift-first", twin="srpt-first", **(_NS | {"host_fit": "first"})),
         _policy("nightshift-big4", hold_min_gpu_h=4.0, twin=NOTARIFF, **_NS),
+        # holds and pauses that keep each job's wait in all within 8 and 24 hours
+        _policy("nightshift-wait8", hold_max_wait_s=8 * 3600.0, twin=NOTARIFF, **_NS),
+        _policy("nightshift-wait24", hold_max_wait_s=24 * 3600.0, twin=NOTARIFF, **_NS),
         _policy("nightshift-cap", cap_at_peak_w=CAP_W, cap_twin=NIGHTSHIFT, twin=NOTARIFF, **_NS),
         # no holds or pauses: only the cap at peak
         _policy("nightshift-caponly", cap_at_peak_w=CAP_W, cap_twin=NOTARIFF, **_ORDER),
@@ -870,6 +876,7 @@ class _Run:
             "hold_slack_s": 3600.0,
             "deadline_boost": 1000.0,
             "hold_min_gpu_h": pol.hold_min_gpu_h,
+            "hold_max_wait_s": pol.hold_max_wait_s,
             "tariff_horizon_h": 168.0,
             "long_job_start_grace_s": 1800.0,
             "aging_per_hour": pol.aging_per_hour,

@@ -440,6 +440,14 @@ class SchedulerSettings(BaseModel):
         description="Hold for cheap hours only cost_sensitive jobs expected to use at least "
         "this many GPU-hours; smaller ones start at once",
     )
+    hold_max_wait_h: float | None = Field(
+        None,
+        ge=0,
+        description="Hold or pause a cost_sensitive job for cheap hours only while its wait in "
+        "all (queued, held or paused since submission) stays within this many hours; unset: "
+        "its deadline alone bounds the wait (a long job with days of slack may run over "
+        "several nights)",
+    )
     order: Literal["priority", "sjf_aging", "las", "srpt"] = Field(
         "srpt",
         description="Queue order: priority (aged priority), sjf_aging (also shortest estimate "
@@ -502,6 +510,9 @@ class SchedulerSettings(BaseModel):
             ),
             "hold_slack_s": self.hold_slack_min * 60,
             "hold_min_gpu_h": self.hold_min_gpu_h,
+            "hold_max_wait_s": (
+                self.hold_max_wait_h * 3600 if self.hold_max_wait_h is not None else None
+            ),
             "order": self.order,
             "promote_after_h": self.promote_after_h,
             "preempt_wider": self.preempt_wider,

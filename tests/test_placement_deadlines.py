@@ -319,3 +319,52 @@ def test_a_pause_leaves_room_for_what_such_estimates_came_to():
     assert [p.job_id for p in place(snap([], now=now, running=[running(None)])).pauses] == [5]
     assert place(snap([], now=now, running=[running(now + 15 * H)])).pauses == []
     assert place(snap([], now=now, running=[running(now + 5 * H)])).pauses
+
+
+# ------------------------------------------------------------------------------ hold_max_wait_s
+def test_a_hold_is_kept_only_while_the_wait_in_all_stays_within_the_limit():
+    """At noon the valley opens at 23:00, 11 h away. A job submitted at noon is held under a
+    12 h limit, not under a 10 h one; one that has already waited 3 h (submitted at 09:00) is
+    not held under 12 h either (3 + 11 > 12) and starts now. With a deadline the same: the
+    limit binds where the deadline would allow the hold."""
+    roomy = NOON + 40 * H
+    for deadline in (None, roomy):
+        assert place(snap([cs_job(deadline=deadline)], hold_max_wait_s=12 * 3600)).holds
+        cut = place(snap([cs_job(deadline=deadline)], hold_max_wait_s=10 * 3600))
+        assert [s.job_id for s in cut.starts] == [1] and not cut.holds
+        late = cs_job(deadline=deadline, submitted_at=NOON - 3 * H)
+        assert [s.job_id for s in place(snap([late], hold_max_wait_s=12 * 3600)).starts] == [1]
+    # time run before counts as not waited: 2 GPU-hours run of 5 h since submission
+    ran = cs_job(submitted_at=NOON - 5 * H, attained_gpu_s=2 * 3600)
+    assert place(snap([ran], hold_max_wait_s=14 * 3600)).holds  # 3 + 11 <= 14
+    assert place(snap([ran], hold_max_wait_s=13.9 * 3600)).starts  # 3 + 11 > 13.9
+
+
+def test_no_limit_is_the_old_rule():
+    """Without hold_max_wait_s a job that has waited two days is still held for 23:00."""
+    old = cs_job(submitted_at=NOON - 48 * H)
+    assert place(snap([old])).holds and place(snap([old], hold_max_wait_s=None)).holds
+
+
+def test_a_pause_is_proposed_only_while_the_wait_in_all_stays_within_the_limit():
+    """At 07:30 the valley job (started 04:30, submitted then too) would pause until 23:00:
+    15.5 h of waiting. Under a 16 h limit it pauses; under 15 h it runs through; had it waited
+    1 h before it started (submitted 03:30), 16 h is too little as well."""
+    now = AFTER_VALLEY
+    job = valley_job(now + 40 * H)
+    job.submitted_at = job.started_at
+    assert [
+        p.job_id for p in place(snap([], now=now, running=[job], hold_max_wait_s=16 * 3600)).pauses
+    ] == [5]
+    assert place(snap([], now=now, running=[job], hold_max_wait_s=15 * 3600)).pauses == []
+    earlier = valley_job(now + 40 * H)
+    earlier.submitted_at = earlier.started_at - H
+    assert place(snap([], now=now, running=[earlier], hold_max_wait_s=16 * 3600)).pauses == []
+    assert place(snap([], now=now, running=[earlier], hold_max_wait_s=17 * 3600)).pauses
+
+
+def test_the_daemon_setting_reaches_placement_in_seconds():
+    from nightshift.runtime.config import SchedulerSettings
+
+    assert SchedulerSettings().snapshot_fields()["hold_max_wait_s"] is None
+    assert SchedulerSettings(hold_max_wait_h=8).snapshot_fields()["hold_max_wait_s"] == 8 * 3600

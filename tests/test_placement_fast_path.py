@@ -142,6 +142,7 @@ def _world(rnd: random.Random) -> Snapshot:
         cost_threshold=rnd.choice([None, "not_peak", 0.2]),
         hold_slack_s=rnd.choice([0.0, 3600.0]),
         hold_min_gpu_h=rnd.choice([0.0, 0.0, 2.0]),
+        hold_max_wait_s=rnd.choice([None, None, 3600.0, 12 * 3600.0, 30 * 3600.0]),
         aging_per_hour=rnd.choice([0.0, 1.0, 2.5]),
         order=rnd.choice(["priority", "sjf_aging", "las", "srpt"]),
         sjf_per_doubling=rnd.choice([1.0, 2.0]),

@@ -215,6 +215,14 @@ class Snapshot(BaseModel):
         "held for cheap hours (a CPU job counts as one GPU); smaller ones start at once: they "
         "are most of the jobs and little of the energy",
     )
+    hold_max_wait_s: float | None = Field(
+        None,
+        ge=0,
+        description="A cost_sensitive job is held or paused for a cheap period only if its "
+        "wait in all (time not running since submission) stays within this until the period "
+        "opens; None: no limit but its deadline. Bounds the tail in hours where estimates "
+        "leave a deadline days of slack",
+    )
     deadline_boost: float = Field(
         1000.0,
         ge=0,
@@ -853,7 +861,19 @@ class _TariffGate:
         self.longest = max((p.seconds for p in ps), default=0.0)
         self.left = (self.current.end - snap.now).total_seconds() if self.current else 0.0
         self.since_open = (snap.now - self.current.start).total_seconds() if self.current else 0.0
+        self.max_wait = snap.hold_max_wait_s
         self._memo: dict[float, str | None] = {}
+        # when the hold `hold` last gave ends (the cheap period it waits for; the horizon's end
+        # where none is known): what `hold_max_wait_s` is checked against
+        self.until = snap.now
+
+    def waits_too_long(self, waited: float) -> bool:
+        """Whether a hold (or pause) until `self.until` would take a job that has waited
+        `waited` seconds so far past `hold_max_wait_s`."""
+        return (
+            self.max_wait is not None
+            and waited + (self.until - self.now).total_seconds() > self.max_wait
+        )
 
     def hold(self, dur: float, deadline: datetime | None, upper: float | None = None) -> str | None:
         """None when the job may start now; else why it waits. With a deadline it waits only
@@ -868,21 +888,35 @@ class _TariffGate:
         else:
             why = self._memo[dur] = self._why(dur)
         if why is None or deadline is None:
+            if why is not None and self.max_wait is not None:
+                self.until = self._until(dur)
             return why
         need = max(dur, upper or 0.0)
         fits = next((p for p in self.future if p.seconds >= dur), None)
         if fits is not None and self._in_time(fits.start, need, deadline):
+            self.until = fits.start
             return (
                 f"held for off-peak until {self.clock(fits.start)}, when a cheap period long "
                 f"enough for its {_hours(dur)} opens; deadline {self.clock(deadline)} still met"
             )
         nxt = self.future[0] if self.future and self.current is None else None
         if nxt is not None and self._in_time(nxt.start, need, deadline):
+            self.until = nxt.start
             return (
                 f"held for off-peak until {self.clock(nxt.start)}, when a cheap period opens "
                 f"(its {_hours(dur)} outlasts it; deadline {self.clock(deadline)} still met)"
             )
         return None  # waiting would miss the deadline: start at today's price
+
+    def _until(self, dur: float) -> datetime:
+        """When the hold `_why(dur)` gives ends: the cheap period it waits for, the next to
+        open for a job longer than all of them, else (none known) the horizon's end."""
+        fits = next((p for p in self.future if p.seconds >= dur), None)
+        if fits is not None:
+            return fits.start
+        if dur > self.longest and self.future:
+            return self.future[0].start
+        return self.now + timedelta(hours=self.horizon_h)
 
     def _in_time(self, at: datetime, dur: float, deadline: datetime) -> bool:
         return (deadline - at).total_seconds() - dur >= self.slack
@@ -941,6 +975,13 @@ class _TariffGate:
             left = (max(ends) - self.now).total_seconds() if ends else 0.0
             if resume is None or not self._in_time(resume, max(0.0, left), job.deadline):
                 return None  # a pause now would miss the deadline: run through
+        if self.max_wait is not None:
+            if resume is None or job.started_at is None or job.submitted_at is None:
+                return None  # no end to the pause known: it could outlast the limit
+            self.until = resume
+            waited = waited_s(job.started_at, job.submitted_at, job.attained_gpu_s, len(job.gpus))
+            if self.waits_too_long(waited):
+                return None  # the pause would take its wait past hold_max_wait_s: run through
         then = f"resume at {self.clock(resume)}" if resume else "resume in the next cheap period"
         return Pause(
             job_id=job.id,
@@ -1268,7 +1309,12 @@ class _Placer:
                 if gate is None:
                     gate = self.gate = _TariffGate(self.snap, tariff, clock)
                 why = gate.hold(dur, f["deadline"], f["expected_upper_s"])
-                if why is not None:
+                if why is not None and (
+                    gate.max_wait is None
+                    or not gate.waits_too_long(
+                        waited_s(now, f["submitted_at"], f["attained_gpu_s"], f["gpus"])
+                    )
+                ):
                     holds[jid] = why
                     continue
             wait = (now - f["submitted_at"]).total_seconds()
@@ -1417,12 +1463,21 @@ class _Placer:
                     held = gate.hold(float(dur[plain[by[a]]]), None)
                     if held is not None:
                         sel = plain[by[a:b]]
+                        if gate.max_wait is not None:  # `waited_s`, row by row
+                            waited = wait[sel] - att[sel] / np.maximum(gpus[sel], 1)
+                            span = (gate.until - gate.now).total_seconds()
+                            sel = sel[~(waited + span > gate.max_wait)]
                         holds.update(zip(jid[sel].tolist(), repeat(held)))
                         eligible[sel] = False
                 for n in at[with_dl].tolist():
                     r = int(rows[n])
                     held = gate.hold(float(dur[n]), cols.dl_obj[r], cols.job[r].expected_upper_s)
-                    if held is not None:
+                    if held is not None and (
+                        gate.max_wait is None
+                        or not gate.waits_too_long(
+                            float(wait[n]) - float(att[n]) / max(1, int(gpus[n]))
+                        )
+                    ):
                         holds[int(jid[n])] = held
                         eligible[n] = False
             # a job a hold could have delayed (it had more than the slack to spare) and that
