@@ -368,3 +368,27 @@ def test_the_daemon_setting_reaches_placement_in_seconds():
 
     assert SchedulerSettings().snapshot_fields()["hold_max_wait_s"] is None
     assert SchedulerSettings(hold_max_wait_h=8).snapshot_fields()["hold_max_wait_s"] == 8 * 3600
+
+
+def test_a_job_the_limit_lets_through_says_why_and_is_not_paused_later():
+    """Released by the limit at noon, the job starts at the shoulder price and its start says
+    why. Four hours into its run (16:00, 4 h waited before it started, 7 h to 23:00: 11 h
+    within a 12 h limit) it is not paused: it started off-peak on purpose."""
+    job = cs_job(hours=30, submitted_at=NOON - 4 * H)
+    d = place(snap([job], hold_max_wait_s=12 * 3600))
+    assert [s.job_id for s in d.starts] == [1]
+    assert "would take its wait past 12 h" in d.starts[0].note
+    running = RunningJob(
+        id=1,
+        gpus=[0],
+        pausable=True,
+        cost_class="cost_sensitive",
+        submitted_at=NOON - 4 * H,
+        started_at=NOON,
+        expected_end=NOON + 30 * H,
+    )
+    later = place(snap([], now=NOON + 4 * H, running=[running], hold_max_wait_s=12 * 3600))
+    assert later.pauses == []
+    # a job too small for the tariff to gate says nothing of holds
+    small = place(snap([cs_job(hours=1)], hold_max_wait_s=3600, hold_min_gpu_h=4))
+    assert small.starts and small.starts[0].note == ""

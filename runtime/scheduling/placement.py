@@ -862,6 +862,7 @@ class _TariffGate:
         self.left = (self.current.end - snap.now).total_seconds() if self.current else 0.0
         self.since_open = (snap.now - self.current.start).total_seconds() if self.current else 0.0
         self.max_wait = snap.hold_max_wait_s
+        self.min_gpu_s = snap.hold_min_gpu_h * 3600.0
         self._memo: dict[float, str | None] = {}
         # when the hold `hold` last gave ends (the cheap period it waits for; the horizon's end
         # where none is known): what `hold_max_wait_s` is checked against
@@ -950,11 +951,18 @@ class _TariffGate:
             return f"held for off-peak: {longer}, and none opens in the next {self.horizon_h:g} h"
         return f"held for off-peak until {self.clock(self.future[0].start)} ({longer})"
 
-    def start_note(self, dur: float, pausable: bool, deadline: datetime | None) -> str:
+    def start_note(
+        self, dur: float, pausable: bool, deadline: datetime | None, upper: float | None = None
+    ) -> str:
         if deadline is not None and self.hold(dur, None) is not None:  # held but for its deadline
             return (
                 f"starts off-peak: waiting for a cheap period would miss its deadline "
                 f"{self.clock(deadline)} on its {_hours(dur)} estimate"
+            )
+        if self.max_wait is not None and self.hold(dur, deadline, upper) is not None:
+            return (
+                f"starts off-peak: waiting for a cheap period would take its wait past "
+                f"{_hours(self.max_wait)} (hold_max_wait)"
             )
         if self.current is None or dur <= self.left:
             return ""
@@ -978,6 +986,8 @@ class _TariffGate:
         if self.max_wait is not None:
             if resume is None or job.started_at is None or job.submitted_at is None:
                 return None  # no end to the pause known: it could outlast the limit
+            if self.tariff.price_at(job.started_at) > self.threshold:
+                return None  # started off-peak on purpose: its wait could not stretch that far
             self.until = resume
             waited = waited_s(job.started_at, job.submitted_at, job.attained_gpu_s, len(job.gpus))
             if self.waits_too_long(waited):
@@ -2016,9 +2026,9 @@ def _held_by(jobs: list[tuple[int, str]], total: int) -> str:
 
 
 def _note(gate: _TariffGate | None, j: PendingJob, dur: float) -> str:
-    if gate is None or j.cost_class != "cost_sensitive":
-        return ""
-    return gate.start_note(dur, j.pausable, j.deadline)
+    if gate is None or j.cost_class != "cost_sensitive" or max(1, j.gpus) * dur < gate.min_gpu_s:
+        return ""  # never held: too small for the tariff to gate (`hold_min_gpu_h`)
+    return gate.start_note(dur, j.pausable, j.deadline, j.expected_upper_s)
 
 
 def _no_fit(req: _Request) -> str:
