@@ -378,6 +378,10 @@ def test_a_job_the_limit_lets_through_says_why_and_is_not_paused_later():
     d = place(snap([job], hold_max_wait_s=12 * 3600))
     assert [s.job_id for s in d.starts] == [1]
     assert "would take its wait past 12 h" in d.starts[0].note
+    # with a deadline that allowed the hold, the note names the limit, not the deadline
+    due = cs_job(hours=30, submitted_at=NOON - 4 * H, deadline=NOON + 200 * H)
+    (start,) = place(snap([due], hold_max_wait_s=12 * 3600)).starts
+    assert "past 12 h" in start.note and "deadline" not in start.note
     running = RunningJob(
         id=1,
         gpus=[0],

@@ -954,15 +954,16 @@ class _TariffGate:
     def start_note(
         self, dur: float, pausable: bool, deadline: datetime | None, upper: float | None = None
     ) -> str:
+        if self.max_wait is not None and self.hold(dur, deadline, upper) is not None:
+            # a hold its deadline allowed: the limit let it through
+            return (
+                f"starts now: waiting for a cheap period would take its wait past "
+                f"{_hours(self.max_wait)} (hold_max_wait)"
+            )
         if deadline is not None and self.hold(dur, None) is not None:  # held but for its deadline
             return (
                 f"starts off-peak: waiting for a cheap period would miss its deadline "
                 f"{self.clock(deadline)} on its {_hours(dur)} estimate"
-            )
-        if self.max_wait is not None and self.hold(dur, deadline, upper) is not None:
-            return (
-                f"starts off-peak: waiting for a cheap period would take its wait past "
-                f"{_hours(self.max_wait)} (hold_max_wait)"
             )
         if self.current is None or dur <= self.left:
             return ""
