@@ -396,31 +396,3 @@ def test_a_job_the_limit_lets_through_says_why_and_is_not_paused_later():
     # a job too small for the tariff to gate says nothing of holds
     small = place(snap([cs_job(hours=1)], hold_max_wait_s=3600, hold_min_gpu_h=4))
     assert small.starts and small.starts[0].note == ""
-
-
-def test_a_job_the_limit_lets_through_waits_for_the_cheapest_start_within_it():
-    """At 14:00 the valley (23:00) is 9 h off, past an 8 h limit. A 6 h job would pay the
-    peak (17-21) if it started now; 21:00 is within the limit and runs it in the evening
-    and the valley, so it waits for 21:00. Under 6 h only 17:00 is in reach, dearer than now:
-    it starts. A 2 h job costs the same now as at 21:00: the earlier start wins. With a
-    deadline that allows the valley the same holds; one that does not (02:00) starts it now,
-    as before the limit."""
-    at14 = NOON + 2 * H
-
-    def go(job, limit_h):
-        return place(snap([job], now=at14, hold_max_wait_s=limit_h * 3600))
-
-    six = cs_job(hours=6, submitted_at=at14)
-    d = go(six, 8)
-    assert d.starts == [] and d.holds[1].startswith("held until 21:00: the cheapest start")
-    assert [s.job_id for s in go(six, 6).starts] == [1]
-    assert [s.job_id for s in go(cs_job(hours=2, submitted_at=at14), 8).starts] == [1]
-    tight = cs_job(hours=6, submitted_at=at14, deadline=at14 + 12 * H)  # 21 + 6 + 1 > 02:00
-    assert [s.job_id for s in go(tight, 8).starts] == [1]
-    roomy = cs_job(hours=6, submitted_at=at14, deadline=at14 + 18 * H)  # 23 + 6 + 1 <= 08:00
-    assert go(roomy, 8).holds[1].startswith("held until 21:00")
-    # at 21:00 it starts: now is the cheapest start left
-    later = cs_job(hours=6, submitted_at=at14)
-    assert [
-        s.job_id for s in place(snap([later], now=at14 + 7 * H, hold_max_wait_s=8 * 3600)).starts
-    ] == [1]

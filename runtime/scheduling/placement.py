@@ -867,9 +867,6 @@ class _TariffGate:
         # when the hold `hold` last gave ends (the cheap period it waits for; the horizon's end
         # where none is known): what `hold_max_wait_s` is checked against
         self.until = snap.now
-        # what `plan` reads: the price paid from now to each price change, and plans per dur
-        self._table: tuple[np.ndarray, np.ndarray] | None = None
-        self._plans: dict[float, tuple[np.ndarray, np.ndarray]] = {}
 
     def waits_too_long(self, waited: float) -> bool:
         """Whether a hold (or pause) until `self.until` would take a job that has waited
@@ -911,62 +908,6 @@ class _TariffGate:
                 f"(its {_hours(dur)} outlasts it; deadline {self.clock(deadline)} still met)"
             )
         return None  # waiting would miss the deadline: start at today's price
-
-    def plan(self, dur: float) -> tuple[np.ndarray, np.ndarray]:
-        """For a job of `dur` seconds that the wait limit keeps from its cheap period: the
-        starts it could wait for (now, and each later price change within `hold_max_wait_s`,
-        as seconds from now) and, for each, the best of them up to it (the index of the start
-        whose first `tariff_horizon_h` of running costs least, the earliest on a tie). A job
-        allowed `a` more seconds of waiting takes the best start up to `a`; memoised per `dur`."""
-        got = self._plans.get(dur)
-        if got is not None:
-            return got
-        limit = self.max_wait or 0.0
-        if self._table is None:
-            end = self.now + timedelta(seconds=limit, hours=self.horizon_h)
-            pieces = self.tariff.pieces(self.now, end)
-            bounds = np.array(
-                [(p.start - self.now).total_seconds() for p in pieces]
-                + [(end - self.now).total_seconds()]
-            )
-            prices = np.array([p.price for p in pieces])
-            self._table = (bounds, np.concatenate([[0.0], np.cumsum(prices * np.diff(bounds))]))
-        at, paid = self._table
-        starts = at[(at >= 0.0) & (at <= limit)]
-        run = min(dur, self.horizon_h * 3600.0)
-        cost = np.interp(starts + run, at, paid) - np.interp(starts, at, paid)
-        best = np.zeros(len(starts), dtype=np.int64)
-        for k in range(1, len(starts)):  # a handful of price changes
-            # strictly cheaper, beyond rounding: a start reached keeps being the best of the
-            # rest, priced again from a later now
-            cheaper = cost[k] < cost[best[k - 1]] * (1 - 1e-9) - 1e-12
-            best[k] = k if cheaper else best[k - 1]
-        got = self._plans[dur] = (starts, best)
-        return got
-
-    def cheaper_start(
-        self, dur: float, waited: float, deadline: datetime | None, upper: float | None
-    ) -> tuple[datetime, str] | None:
-        """Where the wait limit lets a job through: the later start within what is left of
-        its limit (and in time for its deadline) that costs less than starting now, with the
-        reason it waits for it; None when now is cheapest."""
-        assert self.max_wait is not None
-        allowed = self.max_wait - waited
-        if deadline is not None:
-            need = max(dur, upper or 0.0)
-            allowed = min(allowed, (deadline - self.now).total_seconds() - need - self.slack)
-        starts, best = self.plan(dur)
-        k = bisect.bisect_right(starts.tolist(), allowed) - 1
-        if k <= 0 or best[k] == 0:
-            return None
-        at = self.now + timedelta(seconds=float(starts[best[k]]))
-        return at, self.cheaper_note(at)
-
-    def cheaper_note(self, at: datetime) -> str:
-        return (
-            f"held until {self.clock(at)}: the cheapest start its wait limit "
-            f"({_hours(self.max_wait or 0.0)}, hold_max_wait) allows"
-        )
 
     def _until(self, dur: float) -> datetime:
         """When the hold `_why(dur)` gives ends: the cheap period it waits for, the next to
@@ -1379,14 +1320,12 @@ class _Placer:
                 if gate is None:
                     gate = self.gate = _TariffGate(self.snap, tariff, clock)
                 why = gate.hold(dur, f["deadline"], f["expected_upper_s"])
-                if why is not None and gate.max_wait is not None:
-                    waited = waited_s(now, f["submitted_at"], f["attained_gpu_s"], f["gpus"])
-                    if gate.waits_too_long(waited):  # the limit lets it through: when?
-                        later = gate.cheaper_start(
-                            dur, waited, f["deadline"], f["expected_upper_s"]
-                        )
-                        why = later[1] if later is not None else None
-                if why is not None:
+                if why is not None and (
+                    gate.max_wait is None
+                    or not gate.waits_too_long(
+                        waited_s(now, f["submitted_at"], f["attained_gpu_s"], f["gpus"])
+                    )
+                ):
                     holds[jid] = why
                     continue
             wait = (now - f["submitted_at"]).total_seconds()
@@ -1538,25 +1477,18 @@ class _Placer:
                         if gate.max_wait is not None:  # `waited_s`, row by row
                             waited = wait[sel] - att[sel] / np.maximum(gpus[sel], 1)
                             span = (gate.until - gate.now).total_seconds()
-                            over = waited + span > gate.max_wait
-                            self._cheaper_starts(
-                                float(dur[plain[by[a]]]), sel[over], waited[over], jid, eligible
-                            )
-                            sel = sel[~over]
+                            sel = sel[~(waited + span > gate.max_wait)]
                         holds.update(zip(jid[sel].tolist(), repeat(held)))
                         eligible[sel] = False
                 for n in at[with_dl].tolist():
                     r = int(rows[n])
-                    upper = cols.job[r].expected_upper_s
-                    held = gate.hold(float(dur[n]), cols.dl_obj[r], upper)
-                    if held is not None and gate.max_wait is not None:
-                        waited_n = float(wait[n]) - float(att[n]) / max(1, int(gpus[n]))
-                        if gate.waits_too_long(waited_n):  # as `_screen` does
-                            later = gate.cheaper_start(
-                                float(dur[n]), waited_n, cols.dl_obj[r], upper
-                            )
-                            held = later[1] if later is not None else None
-                    if held is not None:
+                    held = gate.hold(float(dur[n]), cols.dl_obj[r], cols.job[r].expected_upper_s)
+                    if held is not None and (
+                        gate.max_wait is None
+                        or not gate.waits_too_long(
+                            float(wait[n]) - float(att[n]) / max(1, int(gpus[n]))
+                        )
+                    ):
                         holds[int(jid[n])] = held
                         eligible[n] = False
             # a job a hold could have delayed (it had more than the slack to spare) and that
@@ -1576,30 +1508,6 @@ class _Placer:
         return order + _array_buckets(
             np.flatnonzero(eligible), cols, rows, eff, wait, jid, dur, lambda raw: raw
         )
-
-    def _cheaper_starts(
-        self,
-        dur: float,
-        at: np.ndarray,
-        waited: np.ndarray,
-        jid: np.ndarray,
-        eligible: np.ndarray,
-    ) -> None:
-        """`_TariffGate.cheaper_start` for jobs of one estimate and no deadline that the wait
-        limit lets through (rows `at`, having waited `waited`), all at once: each waits for
-        the best start within what is left of its limit, or (now cheapest) stays eligible."""
-        if not len(at):
-            return
-        gate = self.gate
-        assert gate is not None and gate.max_wait is not None
-        starts, best = gate.plan(dur)
-        k = np.searchsorted(starts, gate.max_wait - waited, side="right") - 1
-        pick = np.where(k > 0, best[np.maximum(k, 0)], 0)
-        for idx in np.unique(pick[pick > 0]).tolist():
-            chosen = at[pick == idx]
-            why = gate.cheaper_note(self.now + timedelta(seconds=float(starts[idx])))
-            self.holds.update(zip(jid[chosen].tolist(), repeat(why)))
-            eligible[chosen] = False
 
     def _penalties(
         self,
