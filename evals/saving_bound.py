@@ -49,6 +49,7 @@ from pathlib import Path
 
 import numpy as np
 
+from nightshift.evals import scheduler_table as T
 from nightshift.evals import simulate as S
 from nightshift.evals.output import write_csv
 from nightshift.runtime.scheduling.power_model import power_model
@@ -199,6 +200,8 @@ def limits(by: dict[str, dict[str, float]]) -> tuple[float, float]:
     return by["easy"]["delay_max_h"] * HOUR, 0.9 * by[best]["delay_mean_h"] * HOUR
 
 
+SAVING = next(g for g in T.GOALS if g.column == "saving_share_deadline")  # judged where it applies
+
 CASES = {  # the delay goals a ceiling is computed under
     "free": (False, False),
     "max": (True, False),
@@ -259,7 +262,7 @@ def table_rows(csv_rows: list[dict[str, str]]) -> list[dict[str, object]]:
         if setup is None or "fifo" not in by or "easy" not in by:
             continue
         max_s, mean_s = limits(by)
-        for policy in (p for p in by if p in S.POLICIES and _has_lever(p)):
+        for policy in (p for p in by if p in S.POLICIES and SAVING.applies(p)):
             out.append(
                 {
                     "seed": seed,
@@ -276,9 +279,7 @@ def table_rows(csv_rows: list[dict[str, str]]) -> list[dict[str, object]]:
 
 
 def _setup_of(seed: int, trace: str, load: float, row: dict[str, str]) -> S.Setup | None:
-    from nightshift.evals.scheduler_table import TINY, WINDOWS
-
-    for w in (*WINDOWS, *TINY):
+    for w in (*T.WINDOWS, *T.TINY):
         if (w.trace, w.load) != (trace, load):
             continue
         opts = S.Options(seed=seed)
@@ -290,11 +291,6 @@ def _setup_of(seed: int, trace: str, load: float, row: dict[str, str]) -> S.Setu
         ):
             return setup
     return None
-
-
-def _has_lever(policy: str) -> bool:
-    pol = S.POLICIES[policy]
-    return pol.tariff or pol.cap_at_peak_w is not None
 
 
 def _float(v: str) -> float:
@@ -325,20 +321,16 @@ def markdown(rows: list[dict[str, object]]) -> str:
     for r in rows:
         cells = [str(r["seed"]), str(r["trace"]), f"{r['load']:g}", f"`{r['policy']}`"]
         cells += [f"{r[k]:.3g}" for k in ("easy_max_h", "mean_limit_h")]
-        cells += [f"{round(_num(r[k]), 3) + 0.0:.3f}" for k in (*CASES, "reached")]
+        cells += [f"{round(T._num(r[k]), 3) + 0.0:.3f}" for k in (*CASES, "reached")]
         out.append("| " + " | ".join(cells) + " |")
-    judged = [r for r in rows if not math.isnan(_num(r["both"]))]
-    under = sum(1 for r in judged if _num(r["both"]) < 0.9)
+    judged = [r for r in rows if not math.isnan(T._num(r["both"]))]
+    under = sum(1 for r in judged if T._num(r["both"]) < 0.9)
     out += [
         "",
         f"No schedule can reach a saving share of 0.9 beside both delay goals on {under} of "
         f"the {len(judged)} policy windows with a saving to make.",
     ]
     return "\n".join(out)
-
-
-def _num(v: object) -> float:
-    return float(v) if isinstance(v, int | float) else math.nan
 
 
 def main(argv: list[str] | None = None) -> int:

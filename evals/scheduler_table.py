@@ -37,7 +37,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from nightshift.evals import saving_bound
 from nightshift.evals import simulate as S
 from nightshift.evals.output import write_csv
 
@@ -226,6 +225,8 @@ def run(
         results = [_run(u) for u in units]
     S.add_shares(results)
     goals = goal_rows(results, judged)
+    from nightshift.evals import saving_bound  # it builds on this module's windows and goals
+
     saving_bound.annotate(goals, setups, results)
     wall = time.perf_counter() - t0
     return Table(setups, results, goals, wall, workers, started)
