@@ -89,6 +89,7 @@ class PendingColumns:
         self.raws: list[tuple] = []
         self.n = 0
         self.forgotten = 0  # bumped by every `forget`: the last call's rows may be stale
+        self.dropped: set[int] = set()  # id() of the jobs forgotten since the last call
         # `pen`: what the queue order takes off each row's priority, for the rows below
         # `pen_n`, under the order settings `pen_key` (a row's fields never change)
         self.pen_key: tuple | None = None
@@ -122,6 +123,8 @@ class PendingColumns:
     def forget(self, job: object) -> None:
         self.forgotten += 1
         self.rows.pop(id(job), None)
+        if len(self.dropped) <= _MOST_DROPPED:
+            self.dropped.add(id(job))
 
     def renew(self, job: Any) -> None:
         """The job's learned estimate moved, nothing else: its row takes the new value (its
@@ -195,7 +198,8 @@ class PendingColumns:
         seen before (a caller that rebuilds its queue at every call: copying them into columns
         would cost more than the loop it saves); raises Unsupported (adding nothing more) on a
         job it cannot hold exactly. `kept_from` (Snapshot's, optional): where each job sat in
-        the last call's list, -1 for the others; used where it holds, checked job by job."""
+        the last call's list, -1 for the others; used where it holds, checked job by job.
+        Without it, where the two lists run alike (`_aligned`)."""
         last = self.last
         if (
             last is not None
@@ -204,8 +208,9 @@ class PendingColumns:
             and all(map(operator.is_, pending, last[0]))
         ):
             return last[1]  # the very same job objects as last time, none changed since
-        hinted = kept_from is not None and last is not None and last[2] == self.forgotten
-        if not hinted:
+        # the last call's list tells where a job's row is, but for the jobs changed since
+        hinted = last is not None and len(self.dropped) <= _MOST_DROPPED
+        if not hinted or kept_from is None:
             head = list(map(id, pending[:64]))
             if head and not any(map(self.rows.__contains__, head)):
                 # a queue rebuilt as new objects at every call, told from its head: not looked
@@ -217,14 +222,20 @@ class PendingColumns:
         ids = np.fromiter(map(id, pending), dtype=np.int64, count=len(pending))
         rows = None
         if hinted:
-            assert kept_from is not None and last is not None
-            rows = _by_position(ids, kept_from, last[3], last[1])
-            miss = np.flatnonzero(rows < 0)
-            if 2 * len(miss) < len(rows):
-                # jobs the hint calls new, or places wrongly: looked up (the columns may hold them)
-                rows[miss] = [self.rows.get(i, -1) for i in ids[miss].tolist()]
-            else:
-                rows = None  # the hint is not this list's
+            assert last is not None
+            if kept_from is None:
+                kept_from = _aligned(ids, last[3])
+            if kept_from is not None:
+                rows = _by_position(ids, kept_from, last[3], last[1])
+                if self.dropped:
+                    rows[np.isin(ids, np.fromiter(self.dropped, dtype=np.int64))] = -1
+                miss = np.flatnonzero(rows < 0)
+                if 2 * len(miss) < len(rows):
+                    # jobs the hint calls new, or places wrongly: looked up (the columns may
+                    # hold them)
+                    rows[miss] = [self.rows.get(i, -1) for i in ids[miss].tolist()]
+                else:
+                    rows = None  # the hint is not this list's
         if rows is None:
             rows = np.fromiter(
                 map(self.rows.get, ids.tolist(), repeat(-1)), dtype=np.int64, count=len(ids)
@@ -242,6 +253,7 @@ class PendingColumns:
         if self.n > 2 * len(rows) + 1024:
             rows = self._compact(rows)
         self.last = (self.seen, rows, self.forgotten, ids)
+        self.dropped = set()  # (kept until a call sets `last`: they may sit in the one before)
         return rows
 
     def _compact(self, rows: np.ndarray) -> np.ndarray:
@@ -255,6 +267,42 @@ class PendingColumns:
         self.n = len(keep)
         self.rows = {id(j): i for i, j in enumerate(self.job[: self.n])}
         return new.astype(np.int64)
+
+
+_MOST_DROPPED = 1024  # jobs changed between two calls past which the last call's list is not used
+_RUN = 2048  # ids compared at a time while the two lists run alike
+_AHEAD = 4096  # how far ahead in the last call's list a job is looked for where a run breaks
+
+
+def _aligned(ids: np.ndarray, ids_then: np.ndarray) -> np.ndarray | None:
+    """Where each job sat in the last call's list (-1: not found), from the ids of both lists
+    walked in step: a caller that drops the jobs that started and adds new ones (the simulator,
+    a loop over its own queue) keeps the rest in order, so the lists run alike between a few
+    breaks. None after one break per 100 jobs: the lists are not alike enough to be worth it
+    (a dict lookup per job is the fallback)."""
+    n, m = len(ids), len(ids_then)
+    out = np.full(n, -1, dtype=np.int64)
+    most = n // 100 + 16
+    i = j = 0
+    while i < n and j < m:
+        k = min(_RUN, n - i, m - j)
+        same = ids[i : i + k] == ids_then[j : j + k]
+        run = int(same.argmin())
+        if same[run]:
+            run = k
+        out[i : i + run] = np.arange(j, j + run)
+        i, j = i + run, j + run
+        if run == k:
+            continue
+        most -= 1
+        if most < 0:
+            return None
+        ahead = np.flatnonzero(ids_then[j : j + _AHEAD] == ids[i])
+        if len(ahead):
+            j += int(ahead[0])  # the jobs between left the list
+        else:
+            i += 1  # a job the last list did not have here (new, or moved)
+    return out
 
 
 def _by_position(
