@@ -117,7 +117,8 @@ def test_the_kept_cluster_is_a_fresh_build_after_every_change(seed: int, ticks: 
     """Why: the kept cluster skips rebuilding what did not change; a GPU left stale would place
     a job on a busy GPU or hold one for a job that ended."""
     rnd = random.Random(seed)
-    kept = placement._KeptCluster(most=rnd.choice([0.25, 1.0]))  # 1: never afresh for its size
+    # most=1: never afresh for its size; busy=1: never resting
+    kept = placement._KeptCluster(most=rnd.choice([0.25, 1.0]), busy=rnd.choice([0.05, 1.0]))
     s = _world(rnd)
     for _ in range(ticks):
         ends = _ends(s)
@@ -137,7 +138,7 @@ def test_place_with_the_kept_cluster_decides_as_the_plain_path(seed: int, ticks:
     rnd = random.Random(seed)
     s = _world(rnd)
     was = placement._KEPT
-    placement._KEPT = placement._KeptCluster(most=1.0)  # small worlds: kept, not built afresh
+    placement._KEPT = placement._KeptCluster(most=1.0, busy=1.0)  # small worlds: kept
     try:
         for _ in range(ticks):
             want = place(s, _fast=False).model_dump()
@@ -159,7 +160,7 @@ def test_a_tick_rebuilds_only_the_gpus_that_changed(monkeypatch) -> None:
         gone = next((r for r in s.running if r.gpus), None)
         if gone and len(s.gpus) >= 16 and 4 * len(gone.gpus) <= len(s.gpus):
             break
-    kept = placement._KeptCluster()
+    kept = placement._KeptCluster(busy=1.0)
     kept.get(s, _ends(s))
     built: list[int] = []
     real = placement._Gpu.__init__
@@ -227,3 +228,22 @@ def test_an_overdue_job_is_expected_to_end_now_however_overdue() -> None:
         for fast in (True, False):
             got = place(s, _fast=fast).reservation
             assert got is not None and (got.at, got.gpus) == (now, [0]), (running, gpus)
+
+
+def test_after_a_busy_tick_it_builds_afresh_for_a_while_then_keeps_again() -> None:
+    """Why: past a share of GPUs changed, a diff costs what it saves; the rest of a busy stretch
+    is built afresh without keeping anything (each cluster the call's alone), and the diff is
+    tried again after `rest` calls. Every cluster it hands out is still a fresh build's."""
+    rnd = random.Random(5)
+    s = _world(rnd)
+    while sum(1 for r in s.running if r.gpus) < 7:
+        s = _world(rnd)
+    kept = placement._KeptCluster(most=1.0, busy=0.0, rest=2)  # any change is busy
+    kinds = []
+    for _ in range(7):
+        got = kept.get(s, _ends(s))
+        assert _state(got) == _state(placement._Cluster(s, _ends(s)))
+        kinds.append("kept" if got.undo is not None else "alone")
+        gone = next(r for r in s.running if r.gpus)
+        s = s.model_copy(update={"running": [r for r in s.running if r is not gone]})
+    assert kinds == ["kept", "kept", "alone", "alone", "kept", "kept", "alone"]

@@ -893,8 +893,12 @@ class _KeptCluster:
     another order; more than `most` of the GPUs changed) builds it afresh. The result is the cluster a fresh build
     would give, field for field (tests/test_placement_kept_cluster.py)."""
 
-    def __init__(self, most: float = 0.25) -> None:
+    def __init__(self, most: float = 0.25, busy: float = 0.05, rest: int = 8) -> None:
         self.most = most  # the share of GPUs changed above which it is built afresh
+        # Past `busy` (a share of the GPUs changed or moved), a diff costs about what it saves
+        # (measured: 4,096 GPUs, 1,500 running jobs, 8 % of GPUs changed a tick: ≈ 7 ms either
+        # way): the next `rest` calls build afresh without keeping anything, then it tries again.
+        self.busy, self.rest, self.resting = busy, rest, 0
         self.cluster: _Cluster | None = None
         # each GpuSlot's (index, host, total, verdict, whether it is expected back; then what
         # may change without a build afresh: memory_used_mib, back_by)
@@ -912,6 +916,10 @@ class _KeptCluster:
                 g = cluster.gpus[i]
                 g.excl, g.caps, g.jobs, g.last, g.holders = excl, caps, on, last, holders
             cluster.undo = {}
+        if self.resting:
+            self.resting -= 1
+            self.cluster = None
+            return _Cluster(snap, ends_of)  # the call's alone
         slots = [
             (
                 f["index"],
@@ -939,6 +947,8 @@ class _KeptCluster:
             self.free_excl = {h: list(v) for h, v in cluster.free_excl.items()}
             self.sharing = {h: list(v) for h, v in cluster.sharing.items()}
         else:
+            if len(dirty) + len(moved) > self.busy * len(cluster.gpus):
+                self.resting = self.rest
             self._rebuild(cluster, snap, dirty, jobs, moved)
             cluster.begin(
                 snap,
