@@ -4,6 +4,7 @@
     python -m nightshift.evals.bench_scale --quick    # small sizes: a smoke test (seconds)
     python -m nightshift.evals.bench_scale --place-only [--compare-with OLD_placement.py]
         # (b) alone at 10,000 x 512 and 100,000 x 4,096, beside an older placement module
+        # (and its pending_columns.py, when one is beside it)
     python -m nightshift.evals.bench_scale --engine-ticks
         # (e) alone: the daemon's whole tick at 10,000 x 512 and 100,000 x 4,096
     nightshift eval scale [--quick]                   # the same, through the CLI
@@ -623,17 +624,21 @@ def start_in_store(store: Store, snap: Snapshot, starts: list[Any], now: datetim
             )
 
 
-def bench_daemon_ticks(n_pending: int, n_gpus: int, repeats: int) -> list[Row]:
+def bench_daemon_ticks(
+    n_pending: int, n_gpus: int, repeats: int, places: dict[str, Any] | None = None
+) -> list[Row]:
     """The daemon's placement step from a SQLite store (`load_snapshot` + `place()` on a Ray
     cluster of GPUS_PER_HOST-GPU hosts, under the daemon's scheduler defaults, its starts then
     recorded) over ticks that change the queue (`store_ticks`): loading with
     the previous tick's jobs kept (`previous=`, as the engine does), then without, each over its
     own store that the same seed changes alike (placement's caches are per process: interleaved,
-    one mode's new objects would push the other's out); their decisions must be the same."""
+    one mode's new objects would push the other's out); their decisions must be the same. Each
+    of `places` (default: this tree's) places every tick's snapshot, first in turn."""
+    places = places or {"this tree": place}
     rows, decisions = [], []
-    for name, previous in (("jobs kept between ticks", {}), ("all new", None)):
+    for mode, previous in (("jobs kept between ticks", {}), ("all new", None)):
         load_ms: list[float] = []
-        place_ms: list[float] = []
+        place_ms: dict[str, list[float]] = {name: [] for name in places}
         made: list[Any] = []
         with tempfile.TemporaryDirectory(prefix="ns-ticks-") as tmp:
             store = Store(f"sqlite:///{tmp}/nightshift.db")
@@ -651,27 +656,36 @@ def bench_daemon_ticks(n_pending: int, n_gpus: int, repeats: int) -> list[Row]:
                     previous=previous,
                 ).model_copy(update=daemon_order())
                 t1 = time.perf_counter()
-                decision = place(snap)
-                t2 = time.perf_counter()
-                made.append(decision.model_dump())
-                start_in_store(store, snap, decision.starts, now)
+                names = list(places)
+                got = {}
+                for name in names[i % len(names) :] + names[: i % len(names)]:
+                    t2 = time.perf_counter()
+                    got[name] = places[name](snap)
+                    if i >= 2:
+                        place_ms[name].append((time.perf_counter() - t2) * 1000)
+                dumps = [d.model_dump() for d in got.values()]
+                if any(x != dumps[0] for x in dumps[1:]):
+                    raise RuntimeError("the placements compared decided differently")
+                made.append(dumps[0])
+                start_in_store(store, snap, got[names[-1]].starts, now)
                 if i >= 2:
                     load_ms.append((t1 - t0) * 1000)
-                    place_ms.append((t2 - t1) * 1000)
             store.engine.dispose()
         decisions.append(made)
-        rows.append(
-            Row(
-                f"place() in the daemon's tick, {name}: {n_pending:,} pending, {n_gpus:,} GPUs "
-                "from SQLite, a changing queue",
-                statistics.median(place_ms),
-                "ms (median)",
-                "<= 50 ms" if n_pending >= 100_000 else "<= 20 ms",
-                f"p95 {_pct(place_ms, 95):.1f} ms; load_snapshot() median "
-                f"{statistics.median(load_ms):,.0f} ms (p95 {_pct(load_ms, 95):,.0f}); "
-                f"{repeats} ticks",
+        for name, ms in place_ms.items():
+            rows.append(
+                Row(
+                    f"place(){'' if len(places) == 1 else f', {name},'} in the daemon's tick, "
+                    f"{mode}: {n_pending:,} pending, {n_gpus:,} GPUs from SQLite, a changing "
+                    "queue",
+                    statistics.median(ms),
+                    "ms (median)",
+                    "<= 50 ms" if n_pending >= 100_000 else "<= 20 ms",
+                    f"p95 {_pct(ms, 95):.1f} ms; load_snapshot() median "
+                    f"{statistics.median(load_ms):,.0f} ms (p95 {_pct(load_ms, 95):,.0f}); "
+                    f"{repeats} ticks",
+                )
             )
-        )
     if decisions[0] != decisions[1]:
         raise RuntimeError("the daemon's ticks decided differently with jobs kept")
     return rows
@@ -728,14 +742,45 @@ def run_engine_ticks(quick: bool, csv_path: str | None, console: Console) -> lis
 
 def load_placement(path: str) -> Any:
     """Another version of placement.py (say `git show REV:runtime/scheduling/placement.py`),
-    loaded as a module of its own beside today's."""
+    loaded as a module of its own beside today's. With a pending_columns.py beside it (say
+    `git archive REV runtime/scheduling | tar -x -C DIR`, then DIR/runtime/scheduling/
+    placement.py), that version's columns come with it: the placement loaded reads its own,
+    and a job changed in place is forgotten by both."""
     import importlib.util
+    import types
 
-    spec = importlib.util.spec_from_file_location("placement_compared", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
+    from nightshift.runtime.scheduling import pending_columns
+
+    source = Path(path).read_text()
+    columns_py = Path(path).with_name("pending_columns.py")
+    if columns_py.is_file() and columns_py.resolve() != Path(pending_columns.__file__).resolve():
+        spec = importlib.util.spec_from_file_location("pending_columns_compared", columns_py)
+        assert spec is not None and spec.loader is not None
+        theirs = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = theirs
+        spec.loader.exec_module(theirs)
+        ours_forget, ours_renewed = pending_columns.forget, pending_columns.renewed
+
+        def forget(job: object) -> None:
+            ours_forget(job)
+            theirs.forget(job)
+
+        def renewed(job: object) -> None:
+            ours_renewed(job)
+            theirs.renewed(job)
+
+        pending_columns.forget, pending_columns.renewed = forget, renewed  # type: ignore[assignment]
+        source = source.replace(
+            "from nightshift.runtime.scheduling import pending_columns\n",
+            "import pending_columns_compared as pending_columns\n",
+        ).replace(
+            "from nightshift.runtime.scheduling.pending_columns import",
+            "from pending_columns_compared import",
+        )
+    mod = types.ModuleType("placement_compared")
+    mod.__file__ = path
+    sys.modules[mod.__name__] = mod
+    exec(compile(source, path, "exec"), mod.__dict__)
     return mod
 
 
@@ -765,7 +810,7 @@ def run_place_only(
             itertools.repeat(daemon),
             repeats,
         )
-        rows += bench_daemon_ticks(n_pending, n_gpus, 3 if quick else 11)
+        rows += bench_daemon_ticks(n_pending, n_gpus, 3 if quick else 11, places)
     _print(rows, f"place() ({'quick' if quick else 'full'})", csv_path, console)
     return rows
 
