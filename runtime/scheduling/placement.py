@@ -822,10 +822,17 @@ class _Cluster:
             return self._reserve_gang(req, claimed)
         best: tuple[datetime, list[int]] | None = None
         by_host: dict[str, list[tuple[datetime, int]]] = {}
+        now, need, whole = self.now, req.need, not req.shared
         for g in self.gpus.values():
             if g.idx in claimed:
                 continue
-            t = self.ready_at(g, req)
+            last = g.last
+            if last is not None and (whole or g.excl):  # `ready_at` for a busy GPU, inline:
+                if g.total < need:  # most GPUs are busy, and this runs over every GPU
+                    continue
+                t = last if last > now else now
+            else:
+                t = self.ready_at(g, req)
             if t is not _INF:
                 by_host.setdefault(g.host, []).append((t, g.idx))
         for times in by_host.values():
