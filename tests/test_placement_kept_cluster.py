@@ -8,6 +8,7 @@ Its decisions are the plain path's, call after call."""
 from __future__ import annotations
 
 import random
+import sys
 from datetime import datetime, timedelta
 
 from hypothesis import HealthCheck, given, settings
@@ -247,3 +248,24 @@ def test_after_a_busy_tick_it_builds_afresh_for_a_while_then_keeps_again() -> No
         gone = next(r for r in s.running if r.gpus)
         s = s.model_copy(update={"running": [r for r in s.running if r is not gone]})
     assert kinds == ["kept", "kept", "alone", "alone", "kept", "kept", "alone"]
+
+
+def test_calls_from_several_threads_decide_as_the_plain_path() -> None:
+    """Why: the kept cluster is one per process; a call made while another thread's call holds
+    it must build its own, and neither may see the other's takes."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rnd = random.Random(11)
+    worlds = [_world(rnd) for _ in range(8)]
+    want = [place(w, _fast=False).model_dump() for w in worlds]
+
+    def run(k: int) -> bool:
+        return all(place(worlds[(k + n) % 8]).model_dump() == want[(k + n) % 8] for n in range(40))
+
+    was = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # threads switch often: calls overlap
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            assert all(pool.map(run, range(8)))
+    finally:
+        sys.setswitchinterval(was)
