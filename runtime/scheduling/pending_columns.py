@@ -90,6 +90,9 @@ class PendingColumns:
         self.n = 0
         self.forgotten = 0  # bumped by every `forget`: the last call's rows may be stale
         self.dropped: set[int] = set()  # id() of the jobs forgotten since the last call
+        # A caller whose lists would not walk in step (`_aligned` gave up: ≈ 5 ms wasted at
+        # 100,000 jobs) is not walked for its next 1, 3, 7 ... 63 calls, then tried again.
+        self.unaligned = self.not_walking = 0
         # `pen`: what the queue order takes off each row's priority, for the rows below
         # `pen_n`, under the order settings `pen_key` (a row's fields never change)
         self.pen_key: tuple | None = None
@@ -223,8 +226,12 @@ class PendingColumns:
         rows = None
         if hinted:
             assert last is not None
-            if kept_from is None:
+            if kept_from is None and self.not_walking:
+                self.not_walking -= 1
+            elif kept_from is None:
                 kept_from = _aligned(ids, last[3])
+                self.unaligned = 0 if kept_from is not None else min(2 * self.unaligned + 1, 63)
+                self.not_walking = self.unaligned
             if kept_from is not None:
                 rows = _by_position(ids, kept_from, last[3], last[1])
                 if self.dropped:
