@@ -564,19 +564,22 @@ def bench_place_many(
     return rows
 
 
-def store_ticks(store: Store, seed: int = 1) -> Iterator[datetime]:
+def store_ticks(store: Store, seed: int = 1, tick_s: float = 60.0) -> Iterator[datetime]:
     """Change `store` between a daemon's ticks as `tick_snapshots` changes a snapshot: a minute
     later each time, 0.5 % of the queued jobs gone (failed) and as many submitted (copies of
     queued ones under new ids), three priorities raised, 1 % of the running jobs finished;
-    yields the tick's time. (The ticks' starts are recorded by `start_in_store`.)"""
+    yields the tick's time. (The ticks' starts are recorded by `start_in_store`.) `tick_s`:
+    another time between ticks, with as many jobs gone, submitted and finished per minute (at
+    least one of each a tick)."""
     rnd = random.Random(seed)
     table = Job.__table__
     with store.session() as s:
         queued = list(s.execute(select(Job.id).where(Job.state == "queued")).scalars())
         next_id = int(s.execute(select(func.max(Job.id))).scalar_one()) + 1
-    churn, now = max(1, len(queued) // 200), NOW
+    share = tick_s / 60.0
+    churn, now = max(1, int(len(queued) / 200 * share)), NOW
     while True:
-        now += timedelta(minutes=1)
+        now += timedelta(seconds=tick_s)
         gone = [queued.pop(rnd.randrange(len(queued))) for _ in range(churn)]
         with store.session() as s:
             for job_id in gone:
@@ -599,7 +602,7 @@ def store_ticks(store: Store, seed: int = 1) -> Iterator[datetime]:
                     sqlmodel_select(Attempt).where(Attempt.state == "running").order_by(Attempt.id)
                 ).all()
             )
-            for att in rnd.sample(live, min(len(live), max(1, len(live) // 100))):
+            for att in rnd.sample(live, min(len(live), max(1, int(len(live) / 100 * share)))):
                 lifecycle.end_attempt(s, att, Ended(AttemptState.EXITED, exit_code=0), now)
         yield now
 
@@ -629,7 +632,11 @@ def start_in_store(store: Store, snap: Snapshot, starts: list[Any], now: datetim
 
 
 def bench_daemon_ticks(
-    n_pending: int, n_gpus: int, repeats: int, places: dict[str, Any] | None = None
+    n_pending: int,
+    n_gpus: int,
+    repeats: int,
+    places: dict[str, Any] | None = None,
+    tick_s: float = 60.0,
 ) -> list[Row]:
     """The daemon's placement step from a SQLite store (`load_snapshot` + `place()` on a Ray
     cluster of GPUS_PER_HOST-GPU hosts, under the daemon's scheduler defaults, its starts then
@@ -637,7 +644,8 @@ def bench_daemon_ticks(
     the previous tick's jobs kept (`previous=`, as the engine does), then without, each over its
     own store that the same seed changes alike (placement's caches are per process: interleaved,
     one mode's new objects would push the other's out); their decisions must be the same. Each
-    of `places` (default: this tree's) places every tick's snapshot, first in turn."""
+    of `places` (default: this tree's) places every tick's snapshot, first in turn; `tick_s`
+    apart (`store_ticks`)."""
     places = places or {"this tree": place}
     rows, decisions = [], []
     for mode, previous in (("jobs kept between ticks", {}), ("all new", None)):
@@ -647,7 +655,7 @@ def bench_daemon_ticks(
         with tempfile.TemporaryDirectory(prefix="ns-ticks-") as tmp:
             store = Store(f"sqlite:///{tmp}/nightshift.db")
             populate(store, n_pending, n_gpus, cluster=HOST_PREFIX)
-            ticks = store_ticks(store)
+            ticks = store_ticks(store, tick_s=tick_s)
             for i in range(repeats + 2):  # two warm-up ticks: imports, caches, first columns
                 now = next(ticks)
                 t0 = time.perf_counter()
@@ -681,7 +689,7 @@ def bench_daemon_ticks(
                 Row(
                     f"place(){'' if len(places) == 1 else f', {name},'} in the daemon's tick, "
                     f"{mode}: {n_pending:,} pending, {n_gpus:,} GPUs from SQLite, a changing "
-                    "queue",
+                    f"queue{'' if tick_s == 60 else f', ticks {tick_s:g} s apart'}",
                     statistics.median(ms),
                     "ms (median)",
                     "<= 50 ms" if n_pending >= 100_000 else "<= 20 ms",
@@ -789,7 +797,11 @@ def load_placement(path: str) -> Any:
 
 
 def run_place_only(
-    quick: bool, compare_with: str | None, csv_path: str | None, console: Console
+    quick: bool,
+    compare_with: str | None,
+    csv_path: str | None,
+    console: Console,
+    tick_s: float = 60.0,
 ) -> list[Row]:
     places: dict[str, Any] = {"this tree": place}
     if compare_with:
@@ -814,7 +826,7 @@ def run_place_only(
             itertools.repeat(daemon),
             repeats,
         )
-        rows += bench_daemon_ticks(n_pending, n_gpus, 3 if quick else 11, places)
+        rows += bench_daemon_ticks(n_pending, n_gpus, 3 if quick else 11, places, tick_s)
     _print(rows, f"place() ({'quick' if quick else 'full'})", csv_path, console)
     return rows
 
@@ -1009,12 +1021,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--submit-worker", nargs=2, metavar=("PROC", "COUNT"), help=argparse.SUPPRESS
     )
+    parser.add_argument(
+        "--tick-s",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="with --place-only: the daemon's ticks S seconds apart, with as many jobs "
+        "submitted, gone and finished per minute (default 60)",
+    )
     parser.add_argument("--raw", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--batch", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
         "--rss-worker", nargs=3, metavar=("URL", "MODE", "HOME"), help=argparse.SUPPRESS
     )
     args = parser.parse_args(argv)
+    if args.tick_s <= 0:
+        parser.error("--tick-s must be above 0 (seconds between the daemon's ticks)")
     if args.submit_worker:
         submit_worker(int(args.submit_worker[0]), int(args.submit_worker[1]), args.raw, args.batch)
         return 0
@@ -1022,13 +1044,13 @@ def main(argv: list[str] | None = None) -> int:
         rss_worker(*args.rss_worker)
         return 0
     if args.place_only:
-        run_place_only(args.quick, args.compare_with, args.csv or None, Console())
+        run_place_only(args.quick, args.compare_with, args.csv or None, Console(), args.tick_s)
         return 0
     if args.engine_ticks:
         run_engine_ticks(args.quick, args.csv or None, Console())
         return 0
-    if args.compare_with:
-        parser.error("--compare-with needs --place-only")
+    if args.compare_with or args.tick_s != 60.0:
+        parser.error("--compare-with and --tick-s need --place-only")
     run(args.quick, args.csv or None, Console())
     return 0
 
