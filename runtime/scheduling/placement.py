@@ -467,7 +467,14 @@ class _Cluster:
     cluster kept between calls (`_KeptCluster`) need not change a GPU when only the clock
     moved."""
 
-    def __init__(self, snap: Snapshot, ends_of: dict[int, datetime], fast: bool = True):
+    def __init__(
+        self,
+        snap: Snapshot,
+        ends_of: dict[int, datetime],
+        fast: bool = True,
+        runs: list[tuple[int, _RunKey]] | None = None,
+    ):
+        """`runs`: `_run_keys(snap, ends_of)`, when the caller has it already."""
         self.gpus: dict[int, _Gpu] = {}
         self.quarantined = 0  # quarantined and not expected back: left out
         for slot in snap.gpus:
@@ -479,14 +486,9 @@ class _Cluster:
                 back = self.gpus[slot.index] = _Gpu(slot)
                 self._occupy(back, False, 0.0, slot.back_by)
         gpus = self.gpus
-        for r in snap.running:
-            f = r.__dict__  # the field values: thousands of running jobs at every call
-            cap_gb = f["gpu_memory_cap_gb"]
-            if cap_gb is None:
-                cap_gb = f["gpu_memory_gb"]
-            shared = f["share_gpu"] and cap_gb is not None
-            cap, end, holder = (cap_gb or 0.0) * 1024, ends_of[f["id"]], (f["id"], f["name"])
-            for i in f["gpus"]:
+        for jid, (ids, shared, cap, end, name) in runs or _run_keys(snap, ends_of):
+            holder = (jid, name)
+            for i in ids:
                 g = gpus.get(i)
                 if g is None:
                     continue
@@ -871,21 +873,22 @@ def _first_pooled(host_pool: tuple[str, list[int]]) -> int:
 _RunKey: TypeAlias = tuple[tuple[int, ...], bool, float, datetime, str]
 
 
-def _run_keys(snap: Snapshot, ends_of: dict[int, datetime]) -> dict[int, _RunKey]:
-    """What each running job puts on its GPUs, by id: its GPUs, sharing, cap, end, name."""
-    keys: dict[int, _RunKey] = {}
+def _run_keys(snap: Snapshot, ends_of: dict[int, datetime]) -> list[tuple[int, _RunKey]]:
+    """What each running job puts on its GPUs, in the snapshot's order: its id, and its GPUs,
+    sharing, cap (MiB), expected end and name. A cluster is built from these, and a kept one
+    compares them between calls."""
+    keys: list[tuple[int, _RunKey]] = []
     for r in snap.running:
-        f = r.__dict__
+        f = r.__dict__  # the field values: thousands of running jobs at every call
         cap_gb = f["gpu_memory_cap_gb"]
         if cap_gb is None:
             cap_gb = f["gpu_memory_gb"]
         shared = f["share_gpu"] and cap_gb is not None
-        keys[f["id"]] = (
-            tuple(f["gpus"]),
-            shared,
-            (cap_gb or 0.0) * 1024,
-            ends_of[f["id"]],
-            f["name"],
+        keys.append(
+            (
+                f["id"],
+                (tuple(f["gpus"]), shared, (cap_gb or 0.0) * 1024, ends_of[f["id"]], f["name"]),
+            )
         )
     return keys
 
@@ -939,16 +942,17 @@ class _KeptCluster:
             )
             for f in (s.__dict__ for s in snap.gpus)
         ]
-        jobs = _run_keys(snap, ends_of)
+        runs = _run_keys(snap, ends_of)
+        jobs = dict(runs)
         moved: list[tuple[int, _RunKey]] = []  # exclusive jobs whose expected end alone moved
         dirty = (
             None
-            if cluster is None or not self.where or len(jobs) != len(snap.running)
+            if cluster is None or not self.where or len(jobs) != len(runs)
             else self._dirty(slots, jobs, moved)
         )
         self.cluster = None  # until it is whole again: an error half way builds afresh next time
         if cluster is None or dirty is None or len(dirty) > self.most * len(cluster.gpus):
-            cluster = _Cluster(snap, ends_of)
+            cluster = _Cluster(snap, ends_of, runs=runs)
             where = {slot[0]: k for k, slot in enumerate(slots)}
             self.where = where if len(where) == len(slots) else {}  # {}: an index twice
             self.free_excl = {h: list(v) for h, v in cluster.free_excl.items()}
