@@ -179,9 +179,6 @@ class RunningJob(BaseModel):
 
 CostBand = Literal["cheapest", "not_peak"]
 Order = Literal["priority", "sjf_aging", "las", "srpt"]
-import os as _os  # noqa: E402  (PROBE, stop 55)
-
-_ALIGN = int(_os.environ.get("NS_FIT_ALIGN", "0"))  # PROBE: 1 tie-break, 2 first
 HostFit = Literal["first", "best"]
 
 
@@ -656,34 +653,14 @@ class _Cluster:
             if n < k:
                 continue
             mixed = 1 if len(first) < k else 0
-            if _ALIGN:
-                ext = self._extension(host)
-                score = (mixed, n, ext, rank) if _ALIGN == 1 else (mixed, ext, n, rank)
-            else:
-                score = (mixed, n, rank)
+            score = (mixed, n, rank)
             if best is None or score < best[0]:
                 first.sort()
                 later.sort()
                 best = (score, [i for _, i in (first + later)[:k]])
-                if not _ALIGN and score[:2] == (0, k):
+                if score[:2] == (0, k):
                     break  # an exact fit outside `avoid`: nothing beats it
         return None if best is None else best[1]
-
-    def _extension(self, host: str) -> float:
-        """PROBE (stop 55, reverted): how far past the host's latest expected end the job
-        being placed would run (0: it ends before the host's other jobs do)."""
-        hg = getattr(self, "_hg", None)
-        if hg is None:
-            hg = self._hg = {}
-            for g in self.gpus.values():
-                hg.setdefault(g.host, []).append(g)
-        end = getattr(self, "cur_end", None)
-        if end is None:
-            return 0.0
-        lasts = [g.last for g in hg[host] if g.jobs and g.last is not None]
-        latest = max(lasts) if lasts else self.now
-        latest = max(latest, self.now)
-        return max(0.0, (end - latest).total_seconds())
 
     def _pick_gang(self, req: _Request, avoid: set[int], allow_avoid: bool) -> list[int] | None:
         """k whole free GPUs across hosts, or None: never part of them. Outside `avoid` if that is
@@ -2069,7 +2046,6 @@ class _Placer:
         ids: list[int] | None = None
         note = ""
         res = self.reservation
-        cluster.cur_end = now + timedelta(seconds=dur)
         if res is None:
             if key not in fail_any:
                 ids = cluster.pick(req, self.reserved, True)
