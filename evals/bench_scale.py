@@ -75,6 +75,7 @@ from nightshift.runtime.store.lifecycle import AttemptState, Ended
 NOW = datetime(2026, 12, 2, 3, 0)  # naive UTC, like the store
 GPUS_PER_HOST = 8
 GPU_MIB = 81920.0
+DAEMON_TICK_S = 60.0  # the daemon's default time between ticks: what `store_ticks` models
 
 
 def night_tariff() -> Tariff:
@@ -520,6 +521,12 @@ def _pct(xs: list[float], q: float) -> float:
     return statistics.quantiles(xs, n=100, method="inclusive")[int(q) - 1] if len(xs) > 1 else xs[0]
 
 
+def _in_turn(names: list[str], n: int) -> list[str]:
+    """`names` from the n-th on, then the rest: each called first in turn, call by call."""
+    k = n % len(names)
+    return names[k:] + names[:k]
+
+
 def bench_place_many(
     label: str, places: dict[str, Any], snaps: Iterator[Snapshot], repeats: int
 ) -> list[Row]:
@@ -537,7 +544,7 @@ def bench_place_many(
         snap = next(snaps)
         # each first in turn: on a snapshot of new objects the copy called second was the
         # slower, whichever it was (stop 50: 183-187 ms first, 213-219 ms second)
-        for name in names[n % len(names) :] + names[: n % len(names)]:
+        for name in _in_turn(names, n):
             place_fn = places[name]
             c0, t0 = time.process_time(), time.perf_counter()
             got[name] = place_fn(snap)
@@ -564,7 +571,7 @@ def bench_place_many(
     return rows
 
 
-def store_ticks(store: Store, seed: int = 1, tick_s: float = 60.0) -> Iterator[datetime]:
+def store_ticks(store: Store, seed: int = 1, tick_s: float = DAEMON_TICK_S) -> Iterator[datetime]:
     """Change `store` between a daemon's ticks as `tick_snapshots` changes a snapshot: a minute
     later each time, 0.5 % of the queued jobs gone (failed) and as many submitted (copies of
     queued ones under new ids), three priorities raised, 1 % of the running jobs finished;
@@ -576,7 +583,7 @@ def store_ticks(store: Store, seed: int = 1, tick_s: float = 60.0) -> Iterator[d
     with store.session() as s:
         queued = list(s.execute(select(Job.id).where(Job.state == "queued")).scalars())
         next_id = int(s.execute(select(func.max(Job.id))).scalar_one()) + 1
-    share = tick_s / 60.0
+    share = tick_s / 60.0  # churn is per minute
     churn, now = max(1, int(len(queued) / 200 * share)), NOW
     while True:
         now += timedelta(seconds=tick_s)
@@ -636,7 +643,7 @@ def bench_daemon_ticks(
     n_gpus: int,
     repeats: int,
     places: dict[str, Any] | None = None,
-    tick_s: float = 60.0,
+    tick_s: float = DAEMON_TICK_S,
 ) -> list[Row]:
     """The daemon's placement step from a SQLite store (`load_snapshot` + `place()` on a Ray
     cluster of GPUS_PER_HOST-GPU hosts, under the daemon's scheduler defaults, its starts then
@@ -670,7 +677,7 @@ def bench_daemon_ticks(
                 t1 = time.perf_counter()
                 names = list(places)
                 got = {}
-                for name in names[i % len(names) :] + names[: i % len(names)]:
+                for name in _in_turn(names, i):
                     t2 = time.perf_counter()
                     got[name] = places[name](snap)
                     if i >= 2:
@@ -689,7 +696,7 @@ def bench_daemon_ticks(
                 Row(
                     f"place(){'' if len(places) == 1 else f', {name},'} in the daemon's tick, "
                     f"{mode}: {n_pending:,} pending, {n_gpus:,} GPUs from SQLite, a changing "
-                    f"queue{'' if tick_s == 60 else f', ticks {tick_s:g} s apart'}",
+                    f"queue{'' if tick_s == DAEMON_TICK_S else f', ticks {tick_s:g} s apart'}",
                     statistics.median(ms),
                     "ms (median)",
                     "<= 50 ms" if n_pending >= 100_000 else "<= 20 ms",
@@ -801,7 +808,7 @@ def run_place_only(
     compare_with: str | None,
     csv_path: str | None,
     console: Console,
-    tick_s: float = 60.0,
+    tick_s: float = DAEMON_TICK_S,
 ) -> list[Row]:
     places: dict[str, Any] = {"this tree": place}
     if compare_with:
@@ -1024,7 +1031,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--tick-s",
         type=float,
-        default=60.0,
+        default=DAEMON_TICK_S,
         metavar="S",
         help="with --place-only: the daemon's ticks S seconds apart, with as many jobs "
         "submitted, gone and finished per minute (default 60)",
@@ -1049,7 +1056,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.engine_ticks:
         run_engine_ticks(args.quick, args.csv or None, Console())
         return 0
-    if args.compare_with or args.tick_s != 60.0:
+    if args.compare_with or args.tick_s != DAEMON_TICK_S:
         parser.error("--compare-with and --tick-s need --place-only")
     run(args.quick, args.csv or None, Console())
     return 0
