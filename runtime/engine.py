@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import bindparam, update
 from sqlmodel import Session, col, func, select
 
 from nightshift.runtime.config import Settings
@@ -40,7 +39,7 @@ from nightshift.runtime.scheduling.local_time import local_zone
 from nightshift.runtime.scheduling.placement import Decision, PendingJob, RunningJob, place
 from nightshift.runtime.scheduling.snapshot import by_host, load_snapshot
 from nightshift.runtime.spec import ExperimentSpec, MetricSpec
-from nightshift.runtime.store import lifecycle, transition_events
+from nightshift.runtime.store import job_holds, lifecycle, transition_events
 from nightshift.runtime.store.db import (
     Attempt,
     CheckpointRecord,
@@ -341,31 +340,12 @@ class Engine:
         return True
 
     def _record_holds(self, pending: list[int], holds: dict[int, str]) -> None:
-        """Keep each waiting job's reason in the store for `nightshift jobs`; write only changes,
-        as one statement run over them (most reasons name a time, so most change from tick to
-        tick: loaded and flushed as row objects, a queue of 100,000 took 8-12 s a tick), and
-        only to jobs still queued."""
+        """Keep each waiting job's reason in the store for `nightshift jobs` (only the changes,
+        in a table of their own: most reasons name a time, so most change every tick)."""
         if not pending:
             return
-        wanted = set(pending)
         with self.store.session() as s:
-            # the queued rows by the state's index (a list of 100,000 ids to bind cost more)
-            rows = s.exec(
-                select(Job.id, Job.hold_reason).where(Job.state == JobState.QUEUED.value)
-            ).all()
-            changed = [
-                {"job": jid, "why": why}
-                for jid, old in rows
-                if jid in wanted and old != (why := holds.get(jid))
-            ]
-            if changed:
-                job = Job.__table__.c
-                s.connection().execute(
-                    update(Job.__table__)
-                    .where(job.id == bindparam("job"), job.state == JobState.QUEUED.value)
-                    .values(hold_reason=bindparam("why")),
-                    changed,
-                )
+            job_holds.record(s, pending, holds)
 
     # ------------------------------------------------------------------ starting
     @property

@@ -125,7 +125,9 @@ def job_logs(ctx: SkillContext, inp: JobLogsInput) -> JobLogsResult:
         end_offset=end,
         more=more,
         job_state=job.state,
-        reason=job.hold_reason if job.state == "queued" and job.hold_reason else job.reason,
+        reason=(ctx.store.hold_reason(job.id) or job.reason)
+        if job.state == "queued"
+        else job.reason,
         final=final,
         latest_attempt=every[-1].number if every else 0,
         attempt_ended=att is not None and att.ended_at is not None,

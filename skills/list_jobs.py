@@ -66,6 +66,7 @@ def list_jobs(ctx: SkillContext, inp: ListJobsInput) -> ListJobsResult:
     # Imported here: a client of the daemon parses this module's result models, without the ORM.
     from sqlmodel import select
 
+    from nightshift.runtime.store import job_holds
     from nightshift.runtime.store.db import Attempt, Job
 
     with ctx.store.session() as s:
@@ -74,6 +75,7 @@ def list_jobs(ctx: SkillContext, inp: ListJobsInput) -> ListJobsResult:
             q = q.where(Job.state.in_(inp.states))
         jobs = list(s.exec(q))
         ids = [j.id for j in jobs]
+        holds = job_holds.of(s, ids)
         attempts: dict[int, list[Attempt]] = {}
         for a in s.exec(select(Attempt).where(Attempt.job_id.in_(ids)).order_by(Attempt.number)):
             attempts.setdefault(a.job_id, []).append(a)
@@ -87,7 +89,7 @@ def list_jobs(ctx: SkillContext, inp: ListJobsInput) -> ListJobsResult:
                 owner=j.owner,
                 params=j.params,
                 reason=j.reason,
-                hold_reason=j.hold_reason,
+                hold_reason=holds.get(j.id),
                 cost_class=j.spec.get("cost_class"),
                 group=j.group,
                 attempts=[

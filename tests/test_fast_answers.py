@@ -72,9 +72,7 @@ def filled(tmp_path_factory) -> Path:
         running = _submit(_spec(tmp, "sleeper", ["{python}", "-c", "import time; time.sleep(60)"]))
         store_row(db, f"select 1 from job where id = {running} and state = 'running'", proc=daemon)
         held = _submit(_spec(tmp, "wants-gpu", ["{python}", "-c", "pass"], gpus=1))
-        store_row(
-            db, f"select 1 from job where id = {held} and hold_reason is not null", proc=daemon
-        )
+        store_row(db, f"select 1 from job_hold where job_id = {held}", proc=daemon)
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(timeout=60)

@@ -18,7 +18,7 @@ from nightshift.evals import team_load
 from nightshift.evals.bench_scale import NOW, NullExecutor, populate
 from nightshift.runtime.config import Settings
 from nightshift.runtime.engine import Engine
-from nightshift.runtime.store.db import Job, Store
+from nightshift.runtime.store.db import Job, JobHold, Store
 from nightshift.runtime.store.migrations import HEAD
 
 from conftest import REPO, write_spec
@@ -171,6 +171,10 @@ def test_hold_reasons_are_written_as_on_sqlite(postgres_url, tmp_path):
         holds = engine.place_queued(NOW + timedelta(minutes=minute))
         with store.session() as s:
             stored = dict(
-                s.exec(select(Job.id, Job.hold_reason).where(Job.state == "queued")).all()
+                s.exec(
+                    select(Job.id, JobHold.reason)
+                    .join(JobHold, JobHold.job_id == Job.id, isouter=True)
+                    .where(Job.state == "queued")
+                ).all()
             )
         assert len(stored) >= 100 and stored == {jid: holds.get(jid) for jid in stored}

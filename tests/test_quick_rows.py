@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from sqlalchemy import JSON, DateTime
 
 from nightshift.runtime.store import quick_read
-from nightshift.runtime.store.db import Attempt, Job, Store
+from nightshift.runtime.store.db import Attempt, Job, JobHold, Store
 from nightshift.runtime.training.attempt_diagnosis import Diagnosis
 from nightshift.runtime.training.diagnosis_view import DiagnosisView, NotPlain
 
@@ -41,6 +41,7 @@ def test_a_job_and_its_attempts_read_as_the_orm_reads_them(tmp_path):
         job = Job(name="j", spec=spec, params={"lr": 0.001, "nested": {"a": [1, 2]}}, priority=3)
         s.add(job)
         s.flush()
+        s.add(JobHold(job_id=job.id, reason="waiting for 2 GPUs"))
         for n in (1, 2):
             s.add(
                 Attempt(
@@ -59,7 +60,9 @@ def test_a_job_and_its_attempts_read_as_the_orm_reads_them(tmp_path):
     assert found is not None
     job_row, attempt_rows = found
     orm_job, orm_attempts = store.job(1), store.attempts(1)
-    assert vars(job_row) == orm_job.model_dump()
+    # the row and the reason the last tick gave the job, from its own table
+    assert vars(job_row) == {**orm_job.model_dump(), "hold_reason": "waiting for 2 GPUs"}
+    assert store.hold_reason(1) == "waiting for 2 GPUs"
     assert [vars(a) for a in attempt_rows] == [a.model_dump() for a in orm_attempts]
     assert quick_read.job_with_attempts(store.url, 2, 5.0) == (None, [])
 

@@ -32,7 +32,7 @@ from nightshift.agent.doors.tui.screens import (
 from nightshift.agent.doors.tui.widgets import ChatLog, GpuTable, JobsTable, ToolCardView
 from nightshift.runtime.errors import ApprovalRequired
 from nightshift.runtime.spec import load_spec
-from nightshift.runtime.store.db import Attempt, Job, MetricPoint
+from nightshift.runtime.store.db import Attempt, Job, JobHold, MetricPoint
 
 from conftest import REPO, write_spec
 
@@ -150,7 +150,6 @@ def seed(w: Wiring, tmp_path: Path) -> dict[str, int]:
                 state=state,
                 owner="alice",
                 reason=reason,
-                hold_reason=hold,
                 max_attempts=2,
                 created_at=t0,
                 updated_at=t0,
@@ -158,6 +157,8 @@ def seed(w: Wiring, tmp_path: Path) -> dict[str, int]:
             s.add(job)
             s.flush()
             ids[name] = job.id
+            if hold is not None:
+                s.add(JobHold(job_id=job.id, reason=hold))
         attempts = [
             ("resnet50-imagenet", 1, "exited", "failed", 0, 1400, 1, "cuda_oom", None),
             ("resnet50-imagenet", 2, "exited", "diverged", 1250, 1900, None, "nan_loss", str(log)),

@@ -95,6 +95,7 @@ def show(config: str | None, job_id: int) -> Any | None:
         where=job_history.paths(Path(s.runs_dir), job.id, ckpt_dir, metrics_file),
         resume_template=template,
         now=datetime.now(UTC).replace(tzinfo=None),
+        hold=job.hold_reason,
     )
     return _attributes(detail)
 
@@ -208,6 +209,7 @@ def _orm_rows(w: Any, state: list[str]) -> list[Any]:
 
     from sqlmodel import select
 
+    from nightshift.runtime.store import job_holds
     from nightshift.runtime.store.db import Attempt, Job
 
     with w.store.session() as s:
@@ -215,6 +217,7 @@ def _orm_rows(w: Any, state: list[str]) -> list[Any]:
         if state:
             q = q.where(Job.state.in_(state))
         rows = list(s.exec(q))
+        holds = job_holds.of(s)
         counts: dict[int, int] = {}
         newest: dict[int, Any] = {}  # each job's newest attempt's diagnosis, step and loss
         for job_id, *last in s.exec(
@@ -234,7 +237,7 @@ def _orm_rows(w: Any, state: list[str]) -> list[Any]:
             cost_class=j.spec.get("cost_class"),
             group=j.group,
             reason=j.reason,
-            hold_reason=j.hold_reason,
+            hold_reason=holds.get(j.id),  # type: ignore[arg-type]
             attempts=counts.get(j.id, 0),  # type: ignore[arg-type]
             diagnosis=newest.get(j.id, none)[0],
             last_step=newest.get(j.id, none)[1],

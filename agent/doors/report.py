@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 from sqlmodel import col, func, select
 
 from nightshift.runtime.spec import MetricSpec
+from nightshift.runtime.store import job_holds
 from nightshift.runtime.store.db import Attempt, AuditEvent, Job, MetricPoint, Store
 
 if TYPE_CHECKING:
@@ -86,6 +87,7 @@ def build_report(
             }
         )
         jobs = {j.id: j for j in s.exec(select(Job).where(Job.id.in_(job_ids)))}
+        holds = job_holds.of(s, job_ids)
         recoveries = len(
             list(
                 s.exec(
@@ -136,7 +138,7 @@ def build_report(
             name=j.name,
             state=j.state,
             attempts=per_job.get(j.id, 0),
-            reason=j.reason if j.state != "queued" else j.hold_reason,
+            reason=j.reason if j.state != "queued" else holds.get(j.id),
             final_metric=finals[j.id],
             metric=metric[j.id],
         )

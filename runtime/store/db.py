@@ -121,13 +121,23 @@ class Job(SQLModel, table=True):
     group: str | None = Field(
         default=None, index=True, description="trials of one sweep share a group"
     )
-    hold_reason: str | None = None  # why a queued job waits, as of the loop's last tick
     submitted_by_call: str | None = Field(default=None, unique=True)
     reason: str | None = None
     # The job a reproduce_job call queued this one from; None for any other job (and before 0019).
     reproduces: int | None = None
     created_at: NaiveDatetime = Field(default_factory=utcnow)
     updated_at: NaiveDatetime = Field(default_factory=utcnow)
+
+
+class JobHold(SQLModel, table=True):
+    """Why a queued job waits, as of the loop's last tick (runtime/store/job_holds.py): a narrow
+    row of its own, because most reasons name a time and change every tick, and on the job row
+    each change rewrote the whole row, spec included."""
+
+    __tablename__ = "job_hold"
+
+    job_id: int = Field(foreign_key="job.id", primary_key=True)
+    reason: str
 
 
 class Attempt(SQLModel, table=True):
@@ -861,6 +871,12 @@ class Store:
     def job(self, job_id: int) -> Job | None:
         with self.session() as s:
             return s.get(Job, job_id)
+
+    def hold_reason(self, job_id: int) -> str | None:
+        """Why the loop's last tick left this job waiting (None: it gave no reason)."""
+        with self.session() as s:
+            hold = s.get(JobHold, job_id)
+            return None if hold is None else hold.reason
 
     def attempts(self, job_id: int) -> list[Attempt]:
         with self.session() as s:

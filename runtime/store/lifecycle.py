@@ -31,6 +31,7 @@ from typing import Any
 from sqlmodel import Session, col, select, update
 
 from nightshift.runtime.errors import SkillFailed
+from nightshift.runtime.store import job_holds
 from nightshift.runtime.store.db import Attempt, Job, is_unreadable
 from nightshift.runtime.store.transition_events import note
 
@@ -178,10 +179,10 @@ def move_job(
         )
     job.state = after.value
     job.reason = reason
-    job.hold_reason = None
     job.updated_at = now
     s.add(job)
     assert job.id is not None
+    job_holds.clear(s, job.id)
     moved = Transition(job.id, before, after.value, reason, dict(extra))
     note(s, "job.state", moved.event(), by=by, job_id=job.id, jobs=(job,), attempts=attempts)
     return moved
@@ -202,10 +203,11 @@ def claim(s: Session, job_id: int, now: datetime) -> Job | None:
     claimed = s.exec(
         update(Job)
         .where(col(Job.id) == job_id, col(Job.state) == JobState.QUEUED.value)
-        .values(state=JobState.RUNNING.value, updated_at=now, reason=None, hold_reason=None)
+        .values(state=JobState.RUNNING.value, updated_at=now, reason=None)
     )
     if claimed.rowcount != 1:
         return None
+    job_holds.clear(s, job_id)
     return s.get(Job, job_id, populate_existing=True)  # as the update left it
 
 
@@ -230,10 +232,11 @@ def fail_queued(s: Session, job_id: int, reason: str, now: datetime) -> bool:
     moved = s.exec(
         update(Job)
         .where(col(Job.id) == job_id, col(Job.state) == JobState.QUEUED.value)
-        .values(state=JobState.FAILED.value, reason=reason, hold_reason=None, updated_at=now)
+        .values(state=JobState.FAILED.value, reason=reason, updated_at=now)
     )
     if moved.rowcount != 1:
         return False
+    job_holds.clear(s, job_id)
     job = s.get(Job, job_id, populate_existing=True)
     assert job is not None
     # a stored spec or parameters that are not JSON (a hand edit) cannot be read: the event binds

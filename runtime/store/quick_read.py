@@ -109,12 +109,14 @@ def status_rows(
             return None
         try:
             conn.execute("BEGIN")
-            where = f" WHERE state IN ({', '.join('?' * len(states))})" if states else ""
+            where = f" WHERE job.state IN ({', '.join('?' * len(states))})" if states else ""
             jobs = [
                 JobRow(r)
                 for r in conn.execute(
-                    "SELECT id, name, state, priority, json_extract(spec, '$.cost_class'), "
-                    f'"group", reason, hold_reason FROM job{where} ORDER BY id',
+                    "SELECT job.id, job.name, job.state, job.priority, "
+                    "json_extract(job.spec, '$.cost_class'), job.\"group\", job.reason, "
+                    "job_hold.reason FROM job LEFT JOIN job_hold ON job_hold.job_id = job.id"
+                    f"{where} ORDER BY job.id",
                     states,
                 )
             ]
@@ -199,14 +201,19 @@ def _row(table: str, cursor: sqlite3.Cursor, values: tuple[Any, ...]) -> Row:
 def job_with_attempts(
     url: str, job_id: int, busy_timeout_s: float
 ) -> tuple[Row | None, list[Row]] | None:
-    """One job's row (None: no such job) and its attempts' rows by number, read in one
-    transaction; None when this store is not one this reader may read."""
+    """One job's row, with the last tick's `hold_reason` (None: no such job), and its attempts'
+    rows by number, read in one transaction; None when this store is not one this reader may
+    read."""
     with _reading(url, busy_timeout_s) as conn:
         if conn is None:
             return None
         try:
             conn.execute("BEGIN")
-            cur = conn.execute("SELECT * FROM job WHERE id = ?", (job_id,))
+            cur = conn.execute(
+                "SELECT job.*, job_hold.reason AS hold_reason FROM job"
+                " LEFT JOIN job_hold ON job_hold.job_id = job.id WHERE job.id = ?",
+                (job_id,),
+            )
             found = cur.fetchone()
             job = None if found is None else _row("job", cur, found)
             cur = conn.execute("SELECT * FROM attempt WHERE job_id = ? ORDER BY number", (job_id,))

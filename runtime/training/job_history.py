@@ -50,9 +50,11 @@ def detail(
     where: dict[str, Path],
     resume_template: list[str],
     now: datetime,
+    hold: str | None,
 ) -> dict[str, Any]:
     """Everything `show` says of one job, as plain values: the show_job skill's result, field for
-    field (each attempt's `diagnosis` still the row's raw value)."""
+    field (each attempt's `diagnosis` still the row's raw value); `hold` is why the last tick
+    left it waiting."""
     details: list[dict[str, Any]] = []
     for i, a in enumerate(attempts):
         if i + 1 < len(attempts):
@@ -98,7 +100,7 @@ def detail(
         "job_id": job.id,
         "name": job.name,
         "state": job.state,
-        "reason": job.hold_reason if job.state == "queued" and job.hold_reason else job.reason,
+        "reason": hold if job.state == "queued" and hold else job.reason,
         "owner": job.owner,
         "priority": job.priority,
         "group": job.group,

@@ -109,11 +109,13 @@ def job_rows(w: Wiring, limit: int = 50, spark_width: int = 12) -> list[JobRow]:
     """The newest jobs with their attempts, why each waits or stopped (a failed one: its
     diagnosis first, as `nightshift jobs` shows it), the last value of the spec's metric and a
     sparkline of it."""
+    from nightshift.runtime.store import job_holds
     from nightshift.runtime.store.db import Attempt, Job, MetricPoint
 
     with w.store.session() as s:
         jobs = list(s.exec(select(Job).order_by(col(Job.id).desc()).limit(limit)))
         ids = [j.id for j in jobs]
+        holds = job_holds.of(s, ids)
         latest: dict[int, Attempt] = {}  # the newest attempt of each job: its diagnosis
         counts: dict[int, int] = {}
         for a in s.exec(
@@ -137,7 +139,7 @@ def job_rows(w: Wiring, limit: int = 50, spark_width: int = 12) -> list[JobRow]:
         last = values[-1] if values else None
         last_attempt = latest.get(j.id or 0)
         diagnosis = Diagnosis.stored(last_attempt.diagnosis) if last_attempt is not None else None
-        why = why_of(j.state, j.reason, j.hold_reason, diagnosis) or ""
+        why = why_of(j.state, j.reason, holds.get(j.id or 0), diagnosis) or ""
         rows.append(
             JobRow(
                 id=j.id or 0,

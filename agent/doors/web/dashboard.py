@@ -268,13 +268,18 @@ class Dashboard:
             return self._render(
                 request, "Jobs", user, secret, pages.result_page(None, str(exc)), code=403
             )
-        jobs, owners, more = await run_in_threadpool(self._jobs, filters, page)
-        body = pages.jobs_page(jobs, filters, owners, more, page)
+        jobs, holds, owners, more = await run_in_threadpool(self._jobs, filters, page)
+        body = pages.jobs_page(jobs, holds, filters, owners, more, page)
         return self._render(request, "Jobs", user, secret, body)
 
-    def _jobs(self, filters: dict[str, str], page: int) -> tuple[list[Any], list[str], bool]:
+    def _jobs(
+        self, filters: dict[str, str], page: int
+    ) -> tuple[list[Any], dict[int, str], list[str], bool]:
+        """One page of jobs, newest first, with their hold reasons, every owner, and whether
+        an older page follows."""
         from sqlmodel import col, select
 
+        from nightshift.runtime.store import job_holds
         from nightshift.runtime.store.db import Job
 
         q = select(Job)
@@ -287,8 +292,9 @@ class Dashboard:
         q = q.order_by(col(Job.id).desc()).offset(page * PAGE_SIZE).limit(PAGE_SIZE + 1)
         with self.w.store.session() as s:
             rows = list(s.exec(q))
+            holds = job_holds.of(s, [j.id for j in rows[:PAGE_SIZE]])
             owners = sorted(s.exec(select(Job.owner).distinct()).all())
-        return rows[:PAGE_SIZE], owners, len(rows) > PAGE_SIZE
+        return rows[:PAGE_SIZE], holds, owners, len(rows) > PAGE_SIZE
 
     async def job(self, request: Request, user: str, secret: str, form: dict[str, str]) -> Response:
         job_id = request.path_params["job_id"]
@@ -310,6 +316,7 @@ class Dashboard:
             )
         refused = await run_in_threadpool(self._may_read_logs, user, job_id, fresh=True)
         attempts = await run_in_threadpool(self.w.store.attempts, job_id)
+        hold = await run_in_threadpool(self.w.store.hold_reason, job_id)
         board = refused is None and await run_in_threadpool(self._boards.has_events, job)
         body = pages.job_page(
             job,
@@ -319,6 +326,7 @@ class Dashboard:
             logs_refused=refused,
             tensorboard=board,
             reproduces=job.reproduces,
+            hold=hold,
         )
         return self._render(request, f"Job {job_id}: {job.name}", user, secret, body)
 

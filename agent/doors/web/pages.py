@@ -79,7 +79,12 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[str]], *, cls: str = "
 
 
 def jobs_page(
-    jobs: Sequence[Job], filters: dict[str, str], owners: Sequence[str], more: bool, page: int
+    jobs: Sequence[Job],
+    holds: dict[int, str],
+    filters: dict[str, str],
+    owners: Sequence[str],
+    more: bool,
+    page: int,
 ) -> str:
     state_opts = "".join(
         f'<option value="{s}"{" selected" if filters.get("state") == s else ""}>{s}</option>'
@@ -103,7 +108,7 @@ def jobs_page(
             f'<span class="state {e(j.state)}">{e(j.state)}</span>',
             e(j.owner),
             e(j.priority),
-            e(j.hold_reason if j.state == "queued" and j.hold_reason else j.reason),
+            e(holds[j.id] if j.state == "queued" and j.id in holds else j.reason),
             e(when(j.updated_at)),
         )
         for j in jobs
@@ -159,6 +164,7 @@ def job_page(
     logs_refused: str | None,
     tensorboard: bool = False,
     reproduces: int | None = None,
+    hold: str | None = None,
 ) -> str:
     source = (
         f'<p class="related">Reproduces job <a href="/jobs/{reproduces}">{reproduces}</a>: '
@@ -170,7 +176,7 @@ def job_page(
         ["", ""],
         [
             ("state", f'<span class="state {e(job.state)}" id="job-state">{e(job.state)}</span>'),
-            ("reason", e(job.hold_reason if job.state == "queued" else job.reason)),
+            ("reason", e(hold if job.state == "queued" and hold else job.reason)),
             ("owner", e(job.owner)),
             ("priority", e(job.priority)),
             ("group", e(job.group)),

@@ -6,6 +6,6 @@ never loads Alembic; a test checks it against the revision files.
 
 from pathlib import Path
 
-HEAD = "0019_point_time_and_reproduces"
+HEAD = "0020_job_hold"
 BASELINE = "0001_baseline"  # the schema of release 0.1.0, the last one before Alembic
 SCRIPT_LOCATION = str(Path(__file__).resolve().parent)
