@@ -628,7 +628,6 @@ class Policy:
     cap_twin: str = ""  # the same policy without the cap: what a cap's misses are judged against
     migrate_after_s: float | None = None  # place()'s: move pausable jobs off a host for a wider one
     preempt_min_left_s: float = 0.0  # place()'s: a job ending sooner than this is never paused
-    borrow_reserved_s: float | None = None  # place()'s: start on reserved GPUs, paused when due
 
 
 _DEFAULT = Policy("", fifo=False, aging_per_hour=1.0, priorities=True, tariff=False)
@@ -692,9 +691,6 @@ POLICIES = {
         _policy("nightshift-cap", cap_at_peak_w=CAP_W, cap_twin=NIGHTSHIFT, twin=NOTARIFF, **_NS),
         # no holds or pauses: only the cap at peak
         _policy("nightshift-caponly", cap_at_peak_w=CAP_W, cap_twin=NOTARIFF, **_ORDER),
-        # probe: a job that would run past the reservation starts on the reserved GPUs anyway
-        _policy("nightshift-borrow", borrow_reserved_s=1800.0, **_ORDER),
-        _policy("nightshift-borrow10", borrow_reserved_s=600.0, **_ORDER),
     )
 }
 # the baselines nightshift is judged against: the strongest of them (lowest mean delay) per trace
@@ -895,7 +891,6 @@ class _Run:
             "preempt_max_per_call": 4,
             "migrate_after_s": pol.migrate_after_s,
             "preempt_min_left_s": pol.preempt_min_left_s,
-            "borrow_reserved_s": pol.borrow_reserved_s,
             "default_duration_s": 3600.0,
             "display_tz": None,
         }
@@ -1042,7 +1037,6 @@ class _Run:
             gpu_memory_cap_gb=m.gpu_memory_cap_gb,
             deadline=m.deadline,
             attained_gpu_s=m.attained_gpu_s,
-            borrowed=s.borrowed,
         )
         if m.cost_class == "cost_sensitive":
             self.cs_running += 1

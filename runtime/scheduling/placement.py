@@ -175,12 +175,6 @@ class RunningJob(BaseModel):
     attained_gpu_s: float = Field(
         0.0, ge=0, description="GPU-seconds run before this attempt (`order: las`)"
     )
-    borrowed: bool = Field(
-        False,
-        description="Started on GPUs reserved for another job, past that reservation "
-        "(`borrow_reserved_s`): paused at a checkpoint for whichever job holds the reservation "
-        "once its other GPUs are free",
-    )
 
 
 CostBand = Literal["cheapest", "not_peak"]
@@ -306,14 +300,6 @@ class Snapshot(BaseModel):
         "(Gandiva's migration; with best fit, which puts them there, and only where "
         "`preempt_margin` is set: it leaves alone the jobs preemption would); None: never",
     )
-    borrow_reserved_s: float | None = Field(
-        None,
-        ge=0,
-        description="A pausable job that would run past the reservation may still start on "
-        "the reserved GPUs when the reservation is at least this far off; it is paused at a "
-        "checkpoint as soon as the reservation's job could otherwise start (the GPUs would "
-        "stand idle until then). None: never",
-    )
     default_duration_s: float = Field(
         3600.0, gt=0, description="For jobs with no expected duration"
     )
@@ -338,7 +324,6 @@ class Start(BaseModel):
     gpus: list[int]
     expected_end: datetime | None = None
     note: str = Field("", description="Why now, when it is not simply its turn (backfill, tariff)")
-    borrowed: bool = Field(False, description="On reserved GPUs, past the reservation")
 
 
 class Reservation(BaseModel):
@@ -1538,11 +1523,6 @@ class _Placer:
         # pausable jobs migration may move (`migrate_after_s`); [] when none or it is off
         self.movable: list[RunningJob] = []
         self.never: set[tuple] = set()  # requests no healthy GPU set can ever meet
-        self.borrow_s = snap.borrow_reserved_s
-        self.lent = [r for r in snap.running if r.borrowed and r.gpus]
-        # the failures that settle a job that would run past the reservation: it may borrow
-        # the reserved GPUs, so only one that fits nowhere at all is settled
-        self.fail_long = self.fail_clear if self.borrow_s is None else self.fail_any
         self.keep_failed: set[tuple] = set()  # stand-in requests that found no GPUs to keep
         self.held_by: dict[tuple, str] = {}  # ": held by job 3 (a), job 5": who is in the way
 
@@ -1854,10 +1834,7 @@ class _Placer:
         expected: dict[int, datetime] = {}  # as expected, overdue or not
         ends_of: dict[int, datetime] = {}
         for r in snap.running:
-            if r.borrowed:  # its GPUs are the reservation's whenever it can use them
-                end = expected[r.id] = r.started_at or now
-            else:
-                end = expected[r.id] = r.expected_end or ((r.started_at or now) + default_end)
+            end = expected[r.id] = r.expected_end or ((r.started_at or now) + default_end)
             ends_of[r.id] = end if end > now else now  # overdue: could end any moment
         self.cluster = (
             self.kept.get(snap, expected)
@@ -1970,7 +1947,7 @@ class _Placer:
             return self.reasons[key], self.reasons[key]
         if self.reservation is None or (self.victims is not None and key not in self.fail_preempt):
             return None, None
-        long = self._past_reservation(key) if key in self.fail_long else None
+        long = self._past_reservation(key) if key in self.fail_clear else None
         return (self._reason(key) if key in self.fail_any else None), long
 
     def _settle_promoted(self, b: _Bucket) -> None:
@@ -1983,7 +1960,7 @@ class _Placer:
             return
         key = self.requests[b.raw].key
         why_short = self._reason(key) if key in self.fail_any else None
-        why_long = self._past_reservation(key) if key in self.fail_long else None
+        why_long = self._past_reservation(key) if key in self.fail_clear else None
         if why_long is None:  # fail_any implies fail_clear: nothing is settled yet
             return
         long, short = b.take_promoted(-PROMOTED, self.res_left, why_short is not None)
@@ -2094,29 +2071,9 @@ class _Placer:
                         f"backfill ahead of job {res.job_id}: ends before its reservation "
                         f"at {self.clock(res.at)}"
                     )
-        borrowed = False
-        if (
-            ids is None
-            and res is not None
-            and self.borrow_s is not None
-            and j.pausable
-            and not req.gang
-            and dur > self.res_left >= self.borrow_s
-            and key not in fail_any
-        ):
-            ids = cluster.pick(req, self.reserved, True)
-            if ids is None:
-                fail_any.add(key)
-                self._name_holders(req)
-            else:
-                borrowed = True
-                note = (
-                    f"borrows GPUs reserved for job {res.job_id} from {self.clock(res.at)}: "
-                    "paused at a checkpoint when that job can start"
-                )
         if ids is not None:
             end = now + timedelta(seconds=dur)
-            cluster.take(req, ids, end if not borrowed else now, (j.id, j.name))
+            cluster.take(req, ids, end, (j.id, j.name))
             tnote = _note(self.gate, j, dur)
             self.starts.append(
                 Start(
@@ -2124,7 +2081,6 @@ class _Placer:
                     gpus=ids,
                     expected_end=end,
                     note="; ".join(n for n in (note, tnote) if n),
-                    borrowed=borrowed,
                 )
             )
             return
@@ -2166,12 +2122,6 @@ class _Placer:
                 self.fail_reserve.add(key)
             else:
                 at, gids = got
-                if self.lent and at <= now:
-                    lent = [r for r in self.lent if not set(gids).isdisjoint(r.gpus)]
-                    if lent:  # only borrowed GPUs are in its way: they go back now
-                        self.lent = [r for r in self.lent if r not in lent]
-                        self._preempt(j, ([(0.0, r) for r in lent], sorted(gids)), lend=True)
-                        return
                 self.reservation = Reservation(job_id=j.id, at=at, gpus=sorted(gids))
                 self.reserved, self.res_left = set(gids), (at - now).total_seconds()
                 holds[j.id] = (
@@ -2292,7 +2242,6 @@ class _Placer:
         plan: tuple[list[tuple[float, RunningJob]], list[int]],
         eff: float = 0.0,
         migrate: bool = False,
-        lend: bool = False,
     ) -> None:
         """Pause the chosen jobs for `j`: ones it outranks by the margin, or (`migrate`) ones
         that can start again at once on other hosts, whatever their priority."""
@@ -2315,11 +2264,7 @@ class _Placer:
                     victim_job_id=v.id,
                     for_job_id=j.id,
                     reason=(
-                        f"job {v.id}{_named(v.name)} borrowed GPUs reserved for another job; "
-                        f"job {j.id}{_named(j.name)} can start on them now: pause it at a "
-                        "checkpoint and resume it later"
-                        if lend
-                        else f"job {j.id}{_named(j.name)} finds enough GPUs free but on no one "
+                        f"job {j.id}{_named(j.name)} finds enough GPUs free but on no one "
                         f"host: pause job {v.id}{_named(v.name)} at a checkpoint, to start "
                         "again at once on another host's free GPUs"
                         if migrate
@@ -2330,7 +2275,7 @@ class _Placer:
                 )
             )
         self.holds[j.id] = (
-            f"{'moving' if migrate else 'taking back the GPUs of' if lend else 'preempting'} job(s) "
+            f"{'moving' if migrate else 'preempting'} job(s) "
             f"{', '.join(str(v.id) for _, v in chosen)} for it: waiting for them to pause at a "
             f"checkpoint ({_gpu_list(gpu_ids)})"
         )
