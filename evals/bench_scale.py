@@ -75,7 +75,9 @@ from nightshift.runtime.store.lifecycle import AttemptState, Ended
 NOW = datetime(2026, 12, 2, 3, 0)  # naive UTC, like the store
 GPUS_PER_HOST = 8
 GPU_MIB = 81920.0
-DAEMON_TICK_S = 60.0  # the daemon's default time between ticks: what `store_ticks` models
+# A minute between the ticks `store_ticks` models: more change per tick than the daemon meets
+# (it ticks again `loop.poll_interval_s`, 0.5 s, after a tick; at 100,000 queued ≈ 3 s apart)
+DAEMON_TICK_S = 60.0
 
 
 def night_tariff() -> Tariff:

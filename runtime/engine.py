@@ -191,10 +191,10 @@ class Engine:
             self.watch_running(now)
             why = self.paused()
             if why:
-                with self.store.session() as s:
-                    queued = list(s.exec(select(Job).where(Job.state == JobState.QUEUED)))
-                holds = {j.id: why for j in queued}
-                self._record_holds([j.id for j in queued], holds)
+                with self.store.session() as s:  # ids only: the rows are wide (specs)
+                    queued = list(s.exec(select(Job.id).where(Job.state == JobState.QUEUED)))
+                holds = dict.fromkeys(queued, why)
+                self._record_holds(queued, holds)
                 return holds
             return self.place_queued(now)
 

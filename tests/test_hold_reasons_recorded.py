@@ -69,6 +69,29 @@ def test_a_job_that_left_the_queue_gets_no_reason(tmp_path):
     assert holds[kept] == "held: now"
 
 
+def test_while_the_kill_switch_is_on_every_queued_job_waits_for_it(tmp_path):
+    """A paused loop places nothing; each queued job's reason is the switch's, and the next
+    tick after `resume` replaces it with placement's."""
+    store = Store(f"sqlite:///{tmp_path}/s.db")
+    populate(store, 60, 2)
+    why: list[str | None] = ["paused by alice (GPU fire drill)"]
+    engine = Engine(
+        store,
+        NullExecutor(),
+        Settings(home=str(tmp_path)),
+        clock=lambda: NOW,
+        paused=lambda: why[0],
+    )
+    holds = engine.tick()
+    stored = _reasons(store)
+    assert len(stored) >= 50 and holds == stored
+    assert set(stored.values()) == {"paused by alice (GPU fire drill)"}
+    why[0] = None
+    holds = engine.tick()
+    assert _reasons(store) == {jid: holds.get(jid) for jid in _reasons(store)}
+    assert "paused by alice (GPU fire drill)" not in set(_reasons(store).values())
+
+
 def test_a_reason_goes_when_its_job_leaves_the_queue_and_a_job_back_in_it_waits_anew(tmp_path):
     """Claiming a job, failing a queued one and any transition remove its reason; a job that
     comes back to the queue shows no reason from before until the next tick gives it one."""
