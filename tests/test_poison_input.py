@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import sqlite3
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -21,7 +21,7 @@ from nightshift.evals.fuzz_inputs import param_dicts, spec_dicts, texts
 from nightshift.runtime.errors import BadArguments, NightshiftError, SpecError
 from nightshift.runtime.scheduling.snapshot import load_snapshot
 from nightshift.runtime.spec import ExperimentSpec, load_spec, stored_spec
-from nightshift.runtime.store.db import Job, Store
+from nightshift.runtime.store.db import Attempt, Job, Store
 from nightshift.runtime.yamlfile import MAX_DEPTH, MAX_FILE_BYTES, MAX_STRING
 
 from conftest import REPO
@@ -247,6 +247,36 @@ def test_a_stored_spec_that_is_not_json_fails_its_job_alone(home):
     assert states["edited"][0] == "failed"
     assert "stored spec is not valid JSON" in (states["edited"][1] or "")
     assert states["edited-running"][0] == "running"
+
+
+def test_parameters_and_a_finished_spec_broken_by_hand_do_not_stop_the_load(home):
+    """Parameters of a queued job a hand edit broke read as the ORM reads them, and a finished
+    job's spec a hand edit broke gives its run no estimate: every load (so every tick) raised on
+    either before, the second as "the store is damaged"."""
+    store = Store(f"sqlite:///{home}/nightshift.db")
+    good = ExperimentSpec.model_validate(GOOD).model_dump(mode="json")
+    now = datetime(2026, 1, 1)
+    with store.session() as s:
+        for name, state in (("good", "queued"), ("params", "queued"), ("done", "succeeded")):
+            s.add(Job(name=name, spec=good, params={}, state=state, created_at=now, updated_at=now))
+        s.flush()
+        done = s.exec(select(Job).where(Job.name == "done")).one()
+        s.add(
+            Attempt(
+                job_id=done.id,
+                number=1,
+                state="exited",
+                started_at=now - timedelta(hours=2),
+                ended_at=now - timedelta(hours=1),
+            )
+        )
+    db = sqlite3.connect(f"{home}/nightshift.db")
+    with db:
+        db.execute("UPDATE job SET params = '{\"lr\": ' WHERE name = 'params'")
+        db.execute("UPDATE job SET spec = '{\"resources\": ' WHERE name = 'done'")
+    db.close()
+    snap = load_snapshot(store, now)
+    assert sorted(p.name for p in snap.pending) == ["good", "params"]
 
 
 # Fuzzing --------------------------------------------------------------------------------------
