@@ -7,6 +7,8 @@
         # (and its pending_columns.py, when one is beside it)
     python -m nightshift.evals.bench_scale --engine-ticks
         # (e) alone: the daemon's whole tick at 10,000 x 512 and 100,000 x 4,096
+    python -m nightshift.evals.bench_scale --postgres postgresql+psycopg://…/EMPTY_DB
+        # (f) alone: the snapshot's load from PostgreSQL at 100,000 x 4,096
     nightshift eval scale [--quick]                   # the same, through the CLI
 
 (a) submissions per second into one SQLite store from 4 processes through the library API
@@ -25,8 +27,12 @@
 (d) resident memory of a daemon-like process: a Store and an Engine over a store with 10,000
     queued jobs, after one tick; and of the same process loading the snapshot and placing;
 (e) with `--engine-ticks`, the daemon's whole tick (`Engine.place_queued`: the snapshot loaded,
-    placed, every waiting job's hold reason written into its row, the starts launched through
-    an executor that starts nothing) over a SQLite store that `store_ticks` changes between ticks.
+    placed, every waiting job's hold reason written into `job_hold`, the starts launched through
+    an executor that starts nothing) over a SQLite store that `store_ticks` changes between ticks;
+(f) with `--postgres URL` (an empty database), `load_snapshot` from PostgreSQL filled as in (c),
+    by the path it takes there (each spec's placement fields as one small array, the parameters
+    as text) beside the path any other database takes (every spec and parameters decoded here),
+    interleaved, the waiting jobs kept between loads as the engine keeps them.
 
 Prints a table and writes the figures as CSV (`--csv`).
 """
@@ -866,6 +872,60 @@ def bench_load(url: str, repeats: int) -> tuple[Row, Row]:
     return load, placed
 
 
+def bench_postgres_load(url: str, n_pending: int, n_gpus: int, repeats: int) -> list[Row]:
+    """(f): load_snapshot from an empty PostgreSQL database filled by `populate`, by its own path
+    and by the generic one (the dialect named otherwise for those loads), each first in turn."""
+    store = Store(url)
+    if store.engine.dialect.name != "postgresql":
+        raise SystemExit(f"--postgres needs a PostgreSQL URL, not {url}")
+    with store.session() as s:
+        if s.execute(select(func.count()).select_from(Job)).scalar_one():
+            raise SystemExit(f"--postgres needs an empty database; {url} has jobs")
+    populate(store, n_pending, n_gpus)
+    paths = {
+        "PostgreSQL's own path (fields as one array, parameters as text)": "postgresql",
+        "the generic path (every spec and parameters decoded in Python)": "postgresql-generic",
+    }
+    kept: dict[str, dict[int, PendingJob]] = {label: {} for label in paths}
+    times: dict[str, list[float]] = {label: [] for label in paths}
+    pending = {}
+    try:
+        for i in range(repeats + 1):  # the first load of each (nothing kept yet) is not counted
+            for label in _in_turn(list(paths), i):
+                store.engine.dialect.name = paths[label]
+                t0 = time.perf_counter()
+                snap = load_snapshot(store, NOW, previous=kept[label])
+                if i:
+                    times[label].append(time.perf_counter() - t0)
+                pending[label] = len(snap.pending)
+    finally:
+        store.engine.dialect.name = "postgresql"
+        store.engine.dispose()
+    return [
+        Row(
+            f"load_snapshot() from PostgreSQL, {label}: {pending[label]:,} queued, {n_gpus:,} "
+            "GPUs, jobs kept between loads",
+            statistics.median(t),
+            "s (median)",
+            "",
+            f"min {min(t):.2f}, max {max(t):.2f} s over {repeats}",
+        )
+        for label, t in times.items()
+    ]
+
+
+def run_postgres_load(url: str, quick: bool, csv_path: str | None, console: Console) -> list[Row]:
+    n, g = (1_000, 64) if quick else (100_000, 4_096)
+    rows = bench_postgres_load(url, n, g, 3 if quick else 7)
+    _print(
+        rows,
+        f"the snapshot's load from PostgreSQL ({'quick' if quick else 'full'})",
+        csv_path,
+        console,
+    )
+    return rows
+
+
 class NullExecutor:
     """Starts nothing: every run it is asked about is running. For measuring the loop alone."""
 
@@ -1041,6 +1101,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--raw", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--batch", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
+        "--postgres",
+        metavar="URL",
+        help="(f) alone: the snapshot's load from this empty PostgreSQL database, filled here",
+    )
+    parser.add_argument(
         "--rss-worker", nargs=3, metavar=("URL", "MODE", "HOME"), help=argparse.SUPPRESS
     )
     args = parser.parse_args(argv)
@@ -1057,6 +1122,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.engine_ticks:
         run_engine_ticks(args.quick, args.csv or None, Console())
+        return 0
+    if args.postgres:
+        run_postgres_load(args.postgres, args.quick, args.csv or None, Console())
         return 0
     if args.compare_with or args.tick_s != DAEMON_TICK_S:
         parser.error("--compare-with and --tick-s need --place-only")

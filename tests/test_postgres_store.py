@@ -4,6 +4,7 @@ and two daemons on one store that never start one job twice."""
 
 from __future__ import annotations
 
+import csv
 import random
 import subprocess
 import sys
@@ -221,3 +222,17 @@ def populate_job_spec() -> dict:
     from nightshift.evals.bench_scale import bench_spec
 
     return bench_spec(1, random.Random(1))
+
+
+def test_the_bench_of_the_load_from_postgresql_runs(postgres_url, tmp_path):
+    """`python -m nightshift.evals.bench_scale --postgres URL` (docs/benchmarks.md), at its
+    smoke-test size: both paths timed on the same filled database, each a positive time."""
+    from nightshift.evals.bench_scale import main
+
+    out = tmp_path / "load.csv"
+    assert main(["--postgres", postgres_url, "--quick", "--csv", str(out)]) == 0
+    rows = list(csv.DictReader(out.open()))
+    assert ["own path" in r["measure"] for r in rows] == [True, False]
+    assert all(float(r["value"]) > 0 and "1,000 queued" in r["measure"] for r in rows)
+    with pytest.raises(SystemExit, match="empty database"):
+        main(["--postgres", postgres_url, "--quick"])
