@@ -888,7 +888,7 @@ def bench_postgres_load(url: str, n_pending: int, n_gpus: int, repeats: int) -> 
     }
     kept: dict[str, dict[int, PendingJob]] = {label: {} for label in paths}
     times: dict[str, list[float]] = {label: [] for label in paths}
-    pending = {}
+    pending: dict[str, int] = {}
     try:
         for i in range(repeats + 1):  # the first load of each (nothing kept yet) is not counted
             for label in _in_turn(list(paths), i):
