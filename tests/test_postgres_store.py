@@ -184,6 +184,23 @@ def test_hold_reasons_are_written_as_on_sqlite(postgres_url, tmp_path):
         assert len(stored) >= 100 and stored == {jid: holds.get(jid) for jid in stored}
 
 
+def test_hold_reasons_go_only_to_queued_jobs_on_postgresql(postgres_url, tmp_path):
+    """PostgreSQL writes the changed reasons as one statement over two arrays: a job no longer
+    queued gets none, a changed one is replaced, one that waits for nothing loses its row."""
+    store = Store(postgres_url)
+    populate(store, 40, 2)
+    engine = Engine(store, NullExecutor(), Settings(home=str(tmp_path)), clock=lambda: NOW)
+    with store.session() as s:
+        waiting = sorted(s.exec(select(Job.id).where(Job.state == "queued")).all())
+    gone, kept, freed = waiting[:3]
+    engine._record_holds([kept, freed], {kept: "held: first", freed: "held: first"})
+    with store.session() as s:
+        s.exec(text("update job set state = 'cancelled' where id = :j").bindparams(j=gone))
+    engine._record_holds([gone, kept, freed], {gone: "held: stale", kept: "held: now"})
+    with store.session() as s:
+        assert dict(s.exec(select(JobHold.job_id, JobHold.reason)).all()) == {kept: "held: now"}
+
+
 def test_the_same_rows_load_the_same_snapshot_as_on_sqlite(postgres_url, tmp_path):
     """PostgreSQL hands the loop each spec's placement fields as one small array and the
     parameters as text (decoding 100,000 whole specs took most of a 10 s load): the snapshot,

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from sqlalchemy import text
+from sqlalchemy import Integer, String, bindparam, text
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlmodel import Session, col, delete, select
 
 from nightshift.runtime.store.db import JobHold
@@ -21,6 +22,13 @@ _UPSERT = text(
     " WHERE job.id = :job AND job.state = 'queued'"
     " ON CONFLICT (job_id) DO UPDATE SET reason = excluded.reason"
 )
+# PostgreSQL: the same as one statement over two arrays (psycopg's executemany of the above took
+# 1.49-1.58 s for 99,463 reasons, this 0.91-0.97 s)
+_UPSERT_ARRAYS = text(
+    "INSERT INTO job_hold (job_id, reason) SELECT t.job, t.why FROM unnest(:jobs, :whys)"
+    " AS t(job, why) JOIN job ON job.id = t.job AND job.state = 'queued'"
+    " ON CONFLICT (job_id) DO UPDATE SET reason = excluded.reason"
+).bindparams(bindparam("jobs", type_=ARRAY(Integer)), bindparam("whys", type_=ARRAY(String)))
 _DROP = text("DELETE FROM job_hold WHERE job_id = :job")
 
 
@@ -37,7 +45,12 @@ def record(s: Session, pending: Iterable[int], holds: Mapping[int, str]) -> None
         elif stored.get(job_id) != why:
             changed.append({"job": job_id, "why": why})
     conn = s.connection()
-    if changed:
+    if changed and conn.dialect.name == "postgresql":
+        conn.execute(
+            _UPSERT_ARRAYS,
+            {"jobs": [c["job"] for c in changed], "whys": [c["why"] for c in changed]},
+        )
+    elif changed:
         conn.execute(_UPSERT, changed)
     if cleared:
         conn.execute(_DROP, cleared)
