@@ -37,7 +37,7 @@ from nightshift.runtime.gpu.gpu import health_sources
 from nightshift.runtime.gpu.ray_census import HOST_PREFIX
 from nightshift.runtime.scheduling.local_time import local_zone
 from nightshift.runtime.scheduling.placement import Decision, PendingJob, RunningJob, place
-from nightshift.runtime.scheduling.snapshot import by_host, load_snapshot
+from nightshift.runtime.scheduling.snapshot import SpecFields, by_host, load_snapshot
 from nightshift.runtime.spec import ExperimentSpec, MetricSpec
 from nightshift.runtime.store import job_holds, lifecycle, transition_events
 from nightshift.runtime.store.db import (
@@ -168,6 +168,7 @@ class Engine:
         # The waiting jobs of the last snapshot: a job unchanged since is the same object at the
         # next tick, and placement finds its fields by identity instead of reading them again.
         self.waiting: dict[int, PendingJob] = {}
+        self.spec_fields = SpecFields()  # each loaded job's spec fields, by their revision
         # What a background or waiting tick runs: this engine's tick, or the whole loop's step
         # (agent/brain/loop.py: health checks, preemption, recovery around the tick).
         self.step: Callable[[], object] = self.tick
@@ -300,6 +301,7 @@ class Engine:
             health_sources=health_sources(self.settings),
             recovery_interval_s=self.settings.loop.health_interval_min * 60,
             previous=self.waiting,
+            spec_fields=self.spec_fields,
         )
         snap = snap.model_copy(
             update={

@@ -12,7 +12,7 @@ from datetime import timedelta
 
 import pytest
 from sqlalchemy import text
-from sqlmodel import select
+from sqlmodel import col, select
 
 from nightshift.agent.brain.wiring import Wiring
 from nightshift.agent.doors.api import Client
@@ -21,7 +21,7 @@ from nightshift.evals.bench_scale import NOW, NullExecutor, populate
 from nightshift.runtime.config import Settings
 from nightshift.runtime.engine import Engine
 from nightshift.runtime.scheduling.placement import place
-from nightshift.runtime.scheduling.snapshot import load_snapshot
+from nightshift.runtime.scheduling.snapshot import SpecFields, load_snapshot
 from nightshift.runtime.store.db import Job, JobHold, Store
 from nightshift.runtime.store.migrations import HEAD
 
@@ -253,3 +253,32 @@ def test_the_bench_of_the_load_from_postgresql_runs(postgres_url, tmp_path):
     assert all(float(r["value"]) > 0 and "1,000 queued" in r["measure"] for r in rows)
     with pytest.raises(SystemExit, match="empty database"):
         main(["--postgres", postgres_url, "--quick"])
+
+
+def test_a_spec_edited_by_hand_is_read_again_on_postgresql(postgres_url, tmp_path):
+    """PostgreSQL's trigger gives a spec edited in SQL a new revision, so a load that keeps the
+    fields between loads reads that job's again: it is the load that reads them all."""
+    store = Store(postgres_url)
+    populate(store, 200, 8)
+    kept_fields, previous = SpecFields(), {}
+    load_snapshot(store, NOW, previous=previous, spec_fields=kept_fields)
+    with store.session() as s:
+        job_id, rev = s.exec(
+            select(Job.id, Job.spec_rev).where(Job.state == "queued").order_by(Job.id)
+        ).first()
+        s.exec(
+            text(
+                "update job set spec = json_build_object('name', 'x', 'command', "
+                "json_build_array('true'), 'resources', json_build_object('gpus', 8)) "
+                "where id = :j"
+            ).bindparams(j=job_id)
+        )
+        s.exec(text("update job set priority = 9 where id = :j").bindparams(j=job_id + 1))
+        ids = [job_id, job_id + 1]
+        revs = dict(s.exec(select(Job.id, Job.spec_rev).where(col(Job.id).in_(ids))).all())
+    assert revs[job_id] > rev and revs[job_id] > revs[job_id + 1]
+    later = NOW + timedelta(minutes=1)
+    kept = load_snapshot(store, later, previous=previous, spec_fields=kept_fields)
+    fresh = load_snapshot(store, later)
+    assert kept.model_dump() == fresh.model_dump()
+    assert next(p.gpus for p in kept.pending if p.id == job_id) == 8

@@ -123,6 +123,10 @@ class Job(SQLModel, table=True):
     )
     submitted_by_call: str | None = Field(default=None, unique=True)
     reason: str | None = None
+    # The spec's revision, given by the database's triggers (migration 0021) on every insert and
+    # every update of `spec`, a raw edit's too: the loop reads a spec's fields again only when it
+    # moved. Never set by nightshift.
+    spec_rev: int = Field(default=0, sa_column_kwargs={"server_default": text("0")}, index=True)
     # The job a reproduce_job call queued this one from; None for any other job (and before 0019).
     reproduces: int | None = None
     created_at: NaiveDatetime = Field(default_factory=utcnow)
