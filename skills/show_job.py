@@ -139,7 +139,7 @@ def show_job(ctx: SkillContext, inp: ShowJobInput) -> ShowJobResult:
         where=job_paths(ctx.settings, job),
         resume_template=spec.checkpoint.resume_arg if spec is not None and spec.checkpoint else [],
         now=ctx.now,
-        hold=ctx.store.hold_reason(job.id),
+        hold=ctx.store.hold_reason(job.id) if job.state == "queued" else None,
     )
     for a in found["attempts"]:
         a["diagnosis"] = Diagnosis.stored(a["diagnosis"])

@@ -316,7 +316,11 @@ class Dashboard:
             )
         refused = await run_in_threadpool(self._may_read_logs, user, job_id, fresh=True)
         attempts = await run_in_threadpool(self.w.store.attempts, job_id)
-        hold = await run_in_threadpool(self.w.store.hold_reason, job_id)
+        hold = (
+            await run_in_threadpool(self.w.store.hold_reason, job_id)
+            if job.state == "queued"
+            else None
+        )
         board = refused is None and await run_in_threadpool(self._boards.has_events, job)
         body = pages.job_page(
             job,

@@ -59,12 +59,11 @@ def upgrade() -> None:
         )
         batch.create_index("ix_job_spec_rev", ["spec_rev"])
     op.execute("UPDATE job SET spec_rev = id")  # a revision each, all different
-    if op.get_context().dialect.name == "postgresql":
-        op.execute("CREATE SEQUENCE IF NOT EXISTS job_spec_rev_seq")
+    create_triggers()
+    if op.get_context().dialect.name == "postgresql":  # the sequence goes on past them
         op.execute(
             "SELECT setval('job_spec_rev_seq', (SELECT coalesce(max(spec_rev), 0) + 1 FROM job))"
         )
-    create_triggers()
 
 
 def downgrade() -> None:
