@@ -628,10 +628,6 @@ class Policy:
     cap_twin: str = ""  # the same policy without the cap: what a cap's misses are judged against
     migrate_after_s: float | None = None  # place()'s: move pausable jobs off a host for a wider one
     preempt_min_left_s: float = 0.0  # place()'s: a job ending sooner than this is never paused
-    # probe (stop 57): a job asking for more than this share of the cluster's GPUs is promoted
-    # (a reservation, oldest first) once it has waited `wide_after` times its estimate
-    wide_first: float | None = None
-    wide_after: float = 0.0
 
 
 _DEFAULT = Policy("", fifo=False, aging_per_hour=1.0, priorities=True, tariff=False)
@@ -687,12 +683,6 @@ POLICIES = {
         _policy("nightshift-anyleft", **(_ORDER | {"preempt_min_left_s": 0.0})),
         _policy("nightshift-notpeak", cost_threshold="not_peak", twin=NOTARIFF, **_NS),
         _policy("srpt-first", **(_ORDER | {"host_fit": "first"})),
-        # probe (stop 57): jobs wider than half (a quarter) of the cluster promoted at once
-        _policy("nightshift-wide50", wide_first=0.5, **_ORDER),
-        _policy("nightshift-wide25", wide_first=0.25, **_ORDER),
-        # ... once they have waited 1 (4) times their estimate
-        _policy("nightshift-w50a1", wide_first=0.5, wide_after=1.0, **_ORDER),
-        _policy("nightshift-w50a4", wide_first=0.5, wide_after=4.0, **_ORDER),
         _policy("nightshift-first", twin="srpt-first", **(_NS | {"host_fit": "first"})),
         _policy("nightshift-big4", hold_min_gpu_h=4.0, twin=NOTARIFF, **_NS),
         # holds and pauses that keep each job's wait in all within 8 and 24 hours
@@ -847,7 +837,6 @@ class _Run:
         self.calls = 0
         self.pauses = 0
         self.preemptions = 0
-        self.widened: set[int] = set()
         # GPU-seconds inside the window a whole healthy GPU stood idle while jobs waited (none
         # fit it: fragmentation, a reservation backfill could not use, a held job's hours)
         self.idle_waiting = 0.0
@@ -954,8 +943,6 @@ class _Run:
             prio = self.sizes.gittins_priority(attained)
         else:
             prio = sj.priority if pol.priorities else 0
-        if sj.id in self.widened:
-            prio = int(2 * placement.PROMOTED)
         return PendingJob.model_construct(
             id=sj.id,
             priority=prio,
@@ -993,21 +980,6 @@ class _Run:
             self.cs_pending.add(sj.id)
         if self.policy.promote_after_h is not None:
             self._push(sj.submit_s + self.policy.promote_after_h * 3600.0, PROMOTE, sj.id)
-        wf = self.policy.wide_first
-        if wf is not None and sj.gpus > wf * len(self.slots):
-            when = sj.submit_s + self.policy.wide_after * (m.expected_duration_s or 0.0)
-            self._push(when, PROMOTE, -1 - sj.id)
-
-    def _widen(self, jid: int) -> None:
-        """Probe: the wide job waits (and runs) at a priority above the starvation guard's."""
-        j = self.jobs[jid]
-        self.widened.add(jid)
-        if j.done is not None or jid in self.running:
-            return
-        del self.queue[bisect.bisect_left(self.queue, j.key)]
-        j.model.priority = int(2 * placement.PROMOTED)
-        j.key = self._key(j.sj, j.model)
-        bisect.insort(self.queue, j.key)
 
     def _promote(self, jid: int, t: float) -> None:
         """place()'s starvation guard promotes a job that has waited `promote_after_h` in all
@@ -1349,10 +1321,7 @@ class _Run:
                     pass  # a decision at this instant is all it asks for
                 elif kind == PROMOTE:
                     assert isinstance(payload, int)
-                    if payload < 0:
-                        self._widen(-1 - payload)
-                    else:
-                        self._promote(payload, t)
+                    self._promote(payload, t)
                 elif not tick:
                     tick = True
                     self._push(next_tick(t), TICK, None)
