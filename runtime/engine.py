@@ -318,7 +318,7 @@ class Engine:
             return {}
         decision = place(snap)
         self.last_decision = decision
-        self._record_holds([p.id for p in snap.pending], decision.holds)
+        self._record_holds([p.id for p in snap.pending], decision.holds, decision.shared_tails)
         for start in decision.starts:
             host, gpus = "", start.gpus
             if self.cluster:  # the hosts' own GPU indices, rank by rank for a gang
@@ -341,13 +341,16 @@ class Engine:
         self._stop_for(att, now, outcome, why)
         return True
 
-    def _record_holds(self, pending: list[int], holds: dict[int, str]) -> None:
-        """Keep each waiting job's reason in the store for `nightshift jobs` (only the changes,
-        in a table of their own: most reasons name a time, so most change every tick)."""
+    def _record_holds(
+        self, pending: list[int], holds: dict[int, str], tails: dict[str, str] | None = None
+    ) -> None:
+        """Keep each waiting job's reason in the store for `nightshift jobs`: only the changes,
+        in a table of their own, with the clauses many share and that move from tick to tick
+        (`tails`: the reservation, the CPU slots' holders) kept once for this node's loop."""
         if not pending:
             return
         with self.store.session() as s:
-            job_holds.record(s, pending, holds)
+            job_holds.record(s, pending, holds, tails=tails or {}, loop=self.settings.node)
 
     # ------------------------------------------------------------------ starting
     @property

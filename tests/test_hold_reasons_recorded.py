@@ -14,29 +14,32 @@ from alembic import command
 from alembic.config import Config
 from sqlmodel import select
 
-from nightshift.evals.bench_scale import NOW, NullExecutor, populate
+from nightshift.evals.bench_scale import NOW, NullExecutor, populate, synthetic_snapshot
 from nightshift.runtime.config import Settings
 from nightshift.runtime.engine import Engine
-from nightshift.runtime.store import lifecycle
-from nightshift.runtime.store.db import Job, JobHold, Store
+from nightshift.runtime.scheduling.placement import place
+from nightshift.runtime.store import job_holds, lifecycle, quick_read
+from nightshift.runtime.store.db import HoldTail, Job, JobHold, Store
 from nightshift.runtime.store.migrations import SCRIPT_LOCATION
 
 
 def _reasons(store: Store) -> dict[int, str | None]:
-    """Each queued job's stored reason (None: the table has no row for it)."""
+    """Each queued job's stored reason, whole (None: the table has no row for it)."""
     with store.session() as s:
-        return dict(
-            s.exec(
-                select(Job.id, JobHold.reason)
-                .join(JobHold, JobHold.job_id == Job.id, isouter=True)
-                .where(Job.state == "queued")
-            ).all()
-        )
+        queued = s.exec(select(Job.id).where(Job.state == "queued")).all()
+        holds = job_holds.of(s)
+    return {jid: holds.get(jid) for jid in queued}
 
 
 def _holds(store: Store) -> dict[int, str]:
     with store.session() as s:
-        return dict(s.exec(select(JobHold.job_id, JobHold.reason)).all())
+        return job_holds.of(s)
+
+
+def _rows(store: Store) -> dict[int, tuple[str, str | None]]:
+    """The `job_hold` rows as stored: (reason, the loop whose kept clause ends it)."""
+    with store.session() as s:
+        return {r.job_id: (r.reason, r.tail) for r in s.exec(select(JobHold)).all()}
 
 
 def test_every_queued_job_has_the_reason_placement_gave_it_tick_after_tick(tmp_path):
@@ -168,3 +171,99 @@ def test_the_bench_of_the_whole_tick_runs(tmp_path):
         (True, True),
     ]
     assert all(float(r["value"]) > 0 for r in rows)
+
+
+def test_placement_names_the_clauses_many_reasons_end_with():
+    """`Decision.shared_tails`: the reservation's clause, which most of a busy queue's reasons
+    end with (the jobs that would run past the reservation), and who holds the CPU slots."""
+    d = place(synthetic_snapshot(2_000, 64))
+    assert d.reservation is not None
+    tail = d.shared_tails["reservation"]
+    assert tail.startswith(" outside GPU") and f"job {d.reservation.job_id}" in tail
+    ending = [why for why in d.holds.values() if why.endswith(tail)]
+    assert len(ending) > len(d.holds) / 2
+    cpu = d.shared_tails["cpu"]
+    assert cpu.startswith(": held by job ")
+    assert any(why == f"all 4 CPU slot(s) busy{cpu}" for why in d.holds.values())
+
+
+def test_shared_clauses_are_kept_once_and_a_tick_rewrites_only_what_else_changed(tmp_path):
+    """The rows of the jobs that would run past the reservation (and of the CPU jobs waiting for
+    a slot) hold their reason without the shared clause and point at the loop's one copy of it;
+    a tick that moves the reservation rewrites that copy, not their rows; every reader gets the
+    reason whole."""
+    store = Store(f"sqlite:///{tmp_path}/s.db")
+    populate(store, 300, 8)
+    engine = Engine(store, NullExecutor(), Settings(home=str(tmp_path)), clock=lambda: NOW)
+    holds = engine.place_queued(NOW)
+    rows = _rows(store)
+    with store.session() as s:
+        kept = {t.key: t.text for t in s.exec(select(HoldTail)).all()}
+    node = engine.settings.node  # the loop's name among daemons sharing a store
+    decided = engine.last_decision.shared_tails
+    assert kept == {f"{node}/{name}": text for name, text in decided.items()}
+    assert set(decided) == {"reservation", "cpu"}
+    key = f"{node}/reservation"
+    pointing = {jid for jid, (_, k) in rows.items() if k == key}
+    assert len(pointing) >= 50  # 109 of the 289 reasons here
+    for jid in pointing:
+        assert rows[jid][0] + kept[key] == holds[jid] and not rows[jid][0].endswith(kept[key])
+    assert any(k == f"{node}/cpu" for _, k in rows.values())
+    assert _reasons(store) == {jid: holds.get(jid) for jid in _reasons(store)}
+    # the same whole reasons through the quick reader (`nightshift jobs`, `show`)
+    quick = quick_read.status_rows(store.url, ["queued"], 5.0)
+    assert quick is not None
+    assert {j.id: j.hold_reason for j in quick[0]} == _reasons(store)
+    one = sorted(pointing)[0]
+    shown = quick_read.job_with_attempts(store.url, one, 5.0)
+    assert shown is not None and shown[0] is not None and shown[0].hold_reason == holds[one]
+    assert store.hold_reason(one) == holds[one]
+
+    # a tick whose reservation moved (another job holds it, other GPUs, another time)
+    moved = " outside GPU 9, reserved for job 1 from 09:00"
+    engine._record_holds(
+        sorted(holds),
+        {j: w.removesuffix(kept[key]) + moved if j in pointing else w for j, w in holds.items()},
+        {**decided, "reservation": moved},
+    )
+    assert _rows(store) == rows  # not one job's row was written again
+    assert all(_holds(store)[jid].endswith(moved) for jid in pointing)
+
+
+def test_each_loop_on_a_shared_store_keeps_its_own_clause(tmp_path):
+    """Two daemons on one store (nodes) each keep their reservation's clause under their node:
+    a job's reason ends with the clause of the loop that wrote it last."""
+    store = Store(f"sqlite:///{tmp_path}/s.db")
+    populate(store, 20, 2)
+    waiting = sorted(_reasons(store))
+    a, b = waiting[:2]
+    with store.session() as s:
+        job_holds.record(
+            s, [a, b], {a: "held X", b: "held Y"}, tails={"reservation": " X"}, loop="node-a"
+        )
+        job_holds.record(s, [b], {b: "held Z"}, tails={"reservation": " Z"}, loop="node-b")
+    assert _holds(store) == {a: "held X", b: "held Z"}
+    assert _rows(store) == {a: ("held", "node-a/reservation"), b: ("held", "node-b/reservation")}
+
+
+def test_the_downgrade_puts_each_clause_back_on_its_rows(tmp_path):
+    """Going back a revision writes every reason whole again, so an older nightshift reads the
+    same reasons."""
+    db = tmp_path / "nightshift.db"
+    store = Store(f"sqlite:///{db}")
+    populate(store, 60, 4)
+    engine = Engine(store, NullExecutor(), Settings(home=str(tmp_path)), clock=lambda: NOW)
+    holds = engine.place_queued(NOW)
+    assert any(key is not None for _, key in _rows(store).values())
+    store.engine.dispose()
+    cfg = Config()
+    cfg.set_main_option("script_location", SCRIPT_LOCATION)
+    cfg.set_main_option("sqlalchemy.url", f"sqlite:///{db}")
+    command.downgrade(cfg, "0021_job_spec_rev")
+    con = sqlite3.connect(db)
+    stored = dict(con.execute("select job_id, reason from job_hold").fetchall())
+    columns = [c[1] for c in con.execute("pragma table_info(job_hold)")]
+    con.close()
+    assert columns == ["job_id", "reason"]
+    assert stored == {jid: why for jid, why in holds.items() if jid in stored}
+    assert len(stored) >= 50

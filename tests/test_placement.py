@@ -442,6 +442,7 @@ def _one_by_one(s: Snapshot) -> Decision:
         preemptions=pl.preemptions,
         pauses=pl.pauses,
         reservation=pl.reservation,
+        shared_tails=pl._shared_tails(),
     )
 
 

@@ -22,6 +22,7 @@ from nightshift.runtime.config import Settings
 from nightshift.runtime.engine import Engine
 from nightshift.runtime.scheduling.placement import place
 from nightshift.runtime.scheduling.snapshot import SpecFields, load_snapshot
+from nightshift.runtime.store import job_holds
 from nightshift.runtime.store.db import Job, JobHold, Store
 from nightshift.runtime.store.migrations import HEAD
 
@@ -174,19 +175,18 @@ def test_hold_reasons_are_written_as_on_sqlite(postgres_url, tmp_path):
     for minute in (0, 5):
         holds = engine.place_queued(NOW + timedelta(minutes=minute))
         with store.session() as s:
-            stored = dict(
-                s.exec(
-                    select(Job.id, JobHold.reason)
-                    .join(JobHold, JobHold.job_id == Job.id, isouter=True)
-                    .where(Job.state == "queued")
-                ).all()
-            )
+            queued = s.exec(select(Job.id).where(Job.state == "queued")).all()
+            whole = job_holds.of(s)
+            tails = s.exec(select(JobHold.tail).where(col(JobHold.tail).is_not(None))).all()
+        stored = {jid: whole.get(jid) for jid in queued}
         assert len(stored) >= 100 and stored == {jid: holds.get(jid) for jid in stored}
+        assert tails  # the reservation's clause kept once, as on SQLite
 
 
 def test_hold_reasons_go_only_to_queued_jobs_on_postgresql(postgres_url, tmp_path):
-    """PostgreSQL writes the changed reasons as one statement over two arrays: a job no longer
-    queued gets none, a changed one is replaced, one that waits for nothing loses its row."""
+    """PostgreSQL writes the changed reasons as one statement over three arrays: a job no longer
+    queued gets none, a changed one is replaced (its reservation's clause kept once), one that
+    waits for nothing loses its row."""
     store = Store(postgres_url)
     populate(store, 40, 2)
     engine = Engine(store, NullExecutor(), Settings(home=str(tmp_path)), clock=lambda: NOW)
@@ -196,9 +196,18 @@ def test_hold_reasons_go_only_to_queued_jobs_on_postgresql(postgres_url, tmp_pat
     engine._record_holds([kept, freed], {kept: "held: first", freed: "held: first"})
     with store.session() as s:
         s.exec(text("update job set state = 'cancelled' where id = :j").bindparams(j=gone))
-    engine._record_holds([gone, kept, freed], {gone: "held: stale", kept: "held: now"})
+    engine._record_holds(
+        [gone, kept, freed],
+        {gone: "held: stale", kept: "held: now past R"},
+        {"reservation": " past R"},
+    )
     with store.session() as s:
-        assert dict(s.exec(select(JobHold.job_id, JobHold.reason)).all()) == {kept: "held: now"}
+        rows = s.exec(select(JobHold.job_id, JobHold.reason, JobHold.tail)).all()
+        # the clause kept once, under the loop's node
+        assert [tuple(r) for r in rows] == [
+            (kept, "held: now", f"{engine.settings.node}/reservation")
+        ]
+        assert job_holds.of(s) == {kept: "held: now past R"}
 
 
 def test_the_same_rows_load_the_same_snapshot_as_on_sqlite(postgres_url, tmp_path):

@@ -358,6 +358,11 @@ class Decision(BaseModel):
     preemptions: list[Preempt] = Field(default_factory=list)
     pauses: list[Pause] = Field(default_factory=list)
     reservation: Reservation | None = None
+    # clauses that end many reasons and move from call to call, by name: "reservation", what
+    # every job that would run past the reservation is told (most of a deep queue); "cpu", who
+    # holds the CPU slots (every waiting CPU job's). The store keeps each once per loop, not on
+    # each job's row (runtime/store/job_holds.py).
+    shared_tails: dict[str, str] = Field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------- formatting
@@ -1516,6 +1521,7 @@ class _Placer:
         self.requests: dict[tuple, _Request] = {}
         self.reasons: dict[tuple, str] = {}
         self.res_reasons: dict[tuple, str] = {}
+        self.res_tail: str | None = None  # `_reservation_tail`, once made
         self.fail_clear: set[tuple] = set()  # fits nowhere outside the reservation
         self.fail_any: set[tuple] = set()  # fits nowhere at all
         self.fail_preempt: set[tuple] = set()
@@ -1552,6 +1558,7 @@ class _Placer:
             preemptions=self.preemptions,
             pauses=self.pauses,
             reservation=self.reservation,
+            shared_tails=self._shared_tails(),
         )
 
     def _screen(self) -> dict[tuple, list[Entry]]:
@@ -1990,13 +1997,28 @@ class _Placer:
     def _past_reservation(self, key: tuple) -> str:
         got = self.res_reasons.get(key)
         if got is None:
+            got = self.res_reasons[key] = self.reasons[key] + self._reservation_tail()
+        return got
+
+    def _shared_tails(self) -> dict[str, str]:
+        """`Decision.shared_tails`, from where the call ended (whichever way it got there)."""
+        tails = {}
+        if self.reservation is not None:
+            tails["reservation"] = self._reservation_tail()
+        if self.cpu_holders and self.cpu_free <= 0:
+            tails["cpu"] = self._cpu_holders()
+        return tails
+
+    def _reservation_tail(self) -> str:
+        """What the reason of every job that would run past the reservation ends with."""
+        if self.res_tail is None:
             res = self.reservation
             assert res is not None
-            got = self.res_reasons[key] = (
-                f"{self.reasons[key]} outside {_gpu_list(res.gpus)}, reserved for job "
-                f"{res.job_id} from {self.clock(res.at)}, and it would run past that"
+            self.res_tail = (
+                f" outside {_gpu_list(res.gpus)}, reserved for job {res.job_id} from "
+                f"{self.clock(res.at)}, and it would run past that"
             )
-        return got
+        return self.res_tail
 
     def _one(self, entry: Entry, raw: tuple) -> None:
         """Start one job, or say why it waits (proposing preemption or taking the reservation)."""
@@ -2180,10 +2202,11 @@ class _Placer:
     def _cpu_busy(self) -> str:
         """Why a CPU job waits once every slot is taken; the takers no longer change."""
         if self.cpu_reason is None:
-            self.cpu_reason = f"all {self.snap.cpu_slots} CPU slot(s) busy" + _held_by(
-                self.cpu_holders, len(self.cpu_holders)
-            )
+            self.cpu_reason = f"all {self.snap.cpu_slots} CPU slot(s) busy" + self._cpu_holders()
         return self.cpu_reason
+
+    def _cpu_holders(self) -> str:
+        return _held_by(self.cpu_holders, len(self.cpu_holders))
 
     def _kept_for_backoff(self, entry: Entry) -> str | None:
         """Why this CPU job may not take a free slot: as many jobs ahead of it in queue order

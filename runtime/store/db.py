@@ -142,6 +142,19 @@ class JobHold(SQLModel, table=True):
 
     job_id: int = Field(foreign_key="job.id", primary_key=True)
     reason: str
+    # the `hold_tail` row whose text ends the reason (None: the reason is whole): the clause
+    # that most waiting jobs share and that moves every tick, kept once
+    tail: str | None = None
+
+
+class HoldTail(SQLModel, table=True):
+    """The clause that ends the reasons of the jobs that would run past a loop's reservation
+    (runtime/store/job_holds.py), one row per loop (`key`: the loop's node)."""
+
+    __tablename__ = "hold_tail"
+
+    key: str = Field(primary_key=True)
+    text: str
 
 
 class Attempt(SQLModel, table=True):
@@ -878,9 +891,10 @@ class Store:
 
     def hold_reason(self, job_id: int) -> str | None:
         """Why the loop's last tick left this job waiting (None: it gave no reason)."""
+        from nightshift.runtime.store import job_holds
+
         with self.session() as s:
-            hold = s.get(JobHold, job_id)
-            return None if hold is None else hold.reason
+            return job_holds.of(s, [job_id]).get(job_id)
 
     def attempts(self, job_id: int) -> list[Attempt]:
         with self.session() as s:

@@ -25,6 +25,13 @@ from typing import Any
 from nightshift.runtime.store import kill_switch_row
 from nightshift.runtime.store.migrations import HEAD
 
+# A waiting job's whole reason: its `job_hold` row, then the clause its loop keeps once for the
+# reasons that end with it (runtime/store/job_holds.py)
+_HOLD_REASON = (
+    "job_hold.reason || COALESCE((SELECT hold_tail.text FROM hold_tail"
+    " WHERE hold_tail.key = job_hold.tail), '')"
+)
+
 JOB_STATES = ("queued", "running", "paused", "succeeded", "failed", "cancelled")
 
 
@@ -115,7 +122,7 @@ def status_rows(
                 for r in conn.execute(
                     "SELECT job.id, job.name, job.state, job.priority, "
                     "json_extract(job.spec, '$.cost_class'), job.\"group\", job.reason, "
-                    "job_hold.reason FROM job LEFT JOIN job_hold ON job_hold.job_id = job.id"
+                    f"{_HOLD_REASON} FROM job LEFT JOIN job_hold ON job_hold.job_id = job.id"
                     f"{where} ORDER BY job.id",
                     states,
                 )
@@ -210,7 +217,7 @@ def job_with_attempts(
         try:
             conn.execute("BEGIN")
             cur = conn.execute(
-                "SELECT job.*, job_hold.reason AS hold_reason FROM job"
+                f"SELECT job.*, {_HOLD_REASON} AS hold_reason FROM job"
                 " LEFT JOIN job_hold ON job_hold.job_id = job.id WHERE job.id = ?",
                 (job_id,),
             )

@@ -6,6 +6,6 @@ never loads Alembic; a test checks it against the revision files.
 
 from pathlib import Path
 
-HEAD = "0021_job_spec_rev"
+HEAD = "0022_hold_tail"
 BASELINE = "0001_baseline"  # the schema of release 0.1.0, the last one before Alembic
 SCRIPT_LOCATION = str(Path(__file__).resolve().parent)
