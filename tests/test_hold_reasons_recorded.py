@@ -267,3 +267,15 @@ def test_the_downgrade_puts_each_clause_back_on_its_rows(tmp_path):
     assert columns == ["job_id", "reason"]
     assert stored == {jid: why for jid, why in holds.items() if jid in stored}
     assert len(stored) >= 50
+
+
+def test_the_bench_of_the_hold_reasons_write_runs(capsys):
+    """`python -m nightshift.evals.bench_hold_writes` (the figures in docs/benchmarks.md) at a
+    small size: a tick, the write and the rows it changed, counted from the table."""
+    from nightshift.evals.bench_hold_writes import main, measure
+
+    got = measure(300, 8, 2, 60.0, None)
+    assert got["tick_s"] > got["write_s"] > 0
+    assert len(got["rows_written"]) == 2 and all(n >= 0 for n in got["rows_written"])
+    assert main(["--jobs", "200", "--gpus", "8", "--ticks", "1"]) == 0
+    assert "rows written a tick" in capsys.readouterr().out
