@@ -142,14 +142,14 @@ class JobHold(SQLModel, table=True):
 
     job_id: int = Field(foreign_key="job.id", primary_key=True)
     reason: str
-    # the `hold_tail` row whose text ends the reason (None: the reason is whole): the clause
-    # that most waiting jobs share and that moves every tick, kept once
+    # the `hold_tail` row whose text ends the reason (None: the reason is whole): a clause
+    # many waiting jobs share and that moves from tick to tick, kept once
     tail: str | None = None
 
 
 class HoldTail(SQLModel, table=True):
-    """The clause that ends the reasons of the jobs that would run past a loop's reservation
-    (runtime/store/job_holds.py), one row per loop (`key`: the loop's node)."""
+    """A clause that ends many waiting jobs' reasons (the reservation's, who holds the CPU
+    slots: runtime/store/job_holds.py), one row per loop and clause (`key`: "node/name")."""
 
     __tablename__ = "hold_tail"
 

@@ -2,15 +2,15 @@
 
 Kept on the job row, each change of a reason rewrote the whole row, spec included: at 100,000
 queued jobs about 89,000 changes a tick took 1.05-1.50 s against 0.17-0.29 s on a narrow table
-(docs/benchmarks.md). Those changes were nearly all one clause: the reservation ("… outside GPUs
-0,3, reserved for job 7 from 03:14, and it would run past that"), which moves as running jobs end
-and ends most reasons of a deep queue; the rest were mostly who holds the CPU slots, which ends every
-waiting CPU job's. Such clauses are kept once per loop (`hold_tail`); a reason that ends with one
-is stored without it and points there, so a tick rewrites only the reasons that changed in their
-own words (tens of rows, not tens of thousands). Readers get each reason whole from
-`of` (runtime/store/quick_read.py joins the two in SQL). A hold is the loop's note, not the
-job's content: the row digests leave it out, and every transition of the job's lifecycle
-removes it."""
+(docs/benchmarks.md). Those changes were nearly all one clause: the reservation's ("… outside
+GPUs 0,3, reserved for job 7 from 03:14, and it would run past that"), which moves as running
+jobs end and ends most reasons of a deep queue; the rest were mostly who holds the CPU slots,
+which ends every waiting CPU job's. Such clauses are kept once per loop (`hold_tail`); a reason
+that ends with one is stored without it and points there, so a tick rewrites only the reasons
+that changed in their own words (hundreds of rows, not tens of thousands). Readers get each
+reason whole from `of` (runtime/store/quick_read.py joins the two in SQL). A hold is the loop's
+note, not the job's content: the row digests leave it out, and every transition of the job's
+lifecycle removes it."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""`hold_tail`: the clause that most waiting jobs' reasons end with ("… outside GPUs 0,3, reserved
-for job 7 from 03:14, and it would run past that"), kept once per loop instead of on each of
-their `job_hold` rows, which point at it by `job_hold.tail`. The reservation moves every tick;
-with the clause on each row, about 89,000 of 100,000 queued jobs' rows changed every tick.
+"""`hold_tail`: the clauses that many waiting jobs' reasons end with (the reservation's, "…
+outside GPUs 0,3, reserved for job 7 from 03:14, and it would run past that"; who holds the CPU
+slots), kept once per loop instead of on each of their `job_hold` rows, which point at them by
+`job_hold.tail`. With the clauses on each row, about 89,000 of 100,000 queued jobs' rows changed
+on every tick where the reservation moved.
 
 Revision ID: 0022_hold_tail
 Revises: 0021_job_spec_rev
