@@ -273,7 +273,9 @@ def test_jobs_that_fit_one_host_are_placed_exactly_as_before_gangs(s):
     data.pop("cannot_span")
     for p in data["pending"]:
         p.pop("span_hosts")
-    assert place(s).model_dump() == old.place(old.Snapshot.model_validate(data)).model_dump()
+    new = place(s).model_dump()
+    new.pop("shared_tails")  # named for the store since (stop 57); every reason is as before
+    assert new == old.place(old.Snapshot.model_validate(data)).model_dump()
 
 
 # ------------------------------------------------------------------------------ the daemon

@@ -891,10 +891,12 @@ class Store:
 
     def hold_reason(self, job_id: int) -> str | None:
         """Why the loop's last tick left this job waiting (None: it gave no reason)."""
-        from nightshift.runtime.store import job_holds
-
         with self.session() as s:
-            return job_holds.of(s, [job_id]).get(job_id)
+            hold = s.get(JobHold, job_id)
+            if hold is None:
+                return None
+            tail = None if hold.tail is None else s.get(HoldTail, hold.tail)
+            return hold.reason + ("" if tail is None else tail.text)  # as job_holds.of reads it
 
     def attempts(self, job_id: int) -> list[Attempt]:
         with self.session() as s:
