@@ -350,7 +350,7 @@ class Engine:
         if not pending:
             return
         with self.store.session() as s:
-            job_holds.record(s, pending, holds, tails=tails or {}, loop=self.settings.node)
+            job_holds.record(s, pending, holds, tails=tails, loop=self.settings.node)
 
     # ------------------------------------------------------------------ starting
     @property
