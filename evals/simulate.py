@@ -628,7 +628,6 @@ class Policy:
     cap_twin: str = ""  # the same policy without the cap: what a cap's misses are judged against
     migrate_after_s: float | None = None  # place()'s: move pausable jobs off a host for a wider one
     preempt_min_left_s: float = 0.0  # place()'s: a job ending sooner than this is never paused
-    max_preempt: int | None = None  # PROBE: a job preempted this often is no longer pausable
 
 
 _DEFAULT = Policy("", fifo=False, aging_per_hour=1.0, priorities=True, tariff=False)
@@ -692,9 +691,6 @@ POLICIES = {
         _policy("nightshift-cap", cap_at_peak_w=CAP_W, cap_twin=NIGHTSHIFT, twin=NOTARIFF, **_NS),
         # no holds or pauses: only the cap at peak
         _policy("nightshift-caponly", cap_at_peak_w=CAP_W, cap_twin=NOTARIFF, **_ORDER),
-        _policy("ns-mp1", max_preempt=1, **_ORDER),
-        _policy("ns-mp2", max_preempt=2, **_ORDER),
-        _policy("ns-mp3", max_preempt=3, **_ORDER),
     )
 }
 # the baselines nightshift is judged against: the strongest of them (lowest mean delay) per trace
@@ -841,7 +837,6 @@ class _Run:
         self.calls = 0
         self.pauses = 0
         self.preemptions = 0
-        self.preempted_n: dict[int, int] = {}
         # GPU-seconds inside the window a whole healthy GPU stood idle while jobs waited (none
         # fit it: fragmentation, a reservation backfill could not use, a held job's hours)
         self.idle_waiting = 0.0
@@ -1036,11 +1031,7 @@ class _Run:
             started_at=self._dt(t),
             expected_end=end,
             upper_end=worst,
-            pausable=m.pausable
-            and (
-                self.policy.max_preempt is None
-                or self.preempted_n.get(m.id, 0) < self.policy.max_preempt
-            ),
+            pausable=m.pausable,
             cost_class=m.cost_class,
             gpu_memory_gb=None,
             gpu_memory_cap_gb=m.gpu_memory_cap_gb,
@@ -1105,7 +1096,6 @@ class _Run:
             self.pauses += 1
         else:
             self.preemptions += 1
-            self.preempted_n[jid] = self.preempted_n.get(jid, 0) + 1
         if self.policy.promote_after_h is not None and jid not in self.promoted:
             waited = t - j.sj.submit_s - j.ran
             self._push(t + max(0.0, self.policy.promote_after_h * 3600.0 - waited), PROMOTE, jid)
