@@ -279,11 +279,11 @@ def table_rows(csv_rows: list[dict[str, str]]) -> list[dict[str, object]]:
 
 
 def _setup_of(seed: int, trace: str, load: float, row: dict[str, str]) -> S.Setup | None:
-    for w in (*T.WINDOWS, *T.TINY):
+    for w in (*T.WINDOWS, *T.TINY, *T.HELD_OUT):
         if (w.trace, w.load) != (trace, load):
             continue
         opts = S.Options(seed=seed)
-        (setup,) = S.make_setups([trace], [load], {trace: w.days}, None, opts)
+        (setup,) = S.make_setups([trace], [load], {trace: w.days}, w.gpus_per_host, opts)
         start = setup.origin + timedelta(seconds=setup.window[0])
         days = (setup.window[1] - setup.window[0]) / S.DAY
         if f"{start:%Y-%m-%d %H:%M}" == row["window_start"] and math.isclose(

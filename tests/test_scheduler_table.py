@@ -184,3 +184,37 @@ def test_an_ablation_named_in_judge_is_judged_beside_the_default(tmp_path, capsy
     with pytest.raises(SystemExit) as exc:
         T.main(["--tiny", "--judge", "nightshift-nope"])
     assert exc.value.code == 2 and "--judge: unknown nightshift-nope" in capsys.readouterr().err
+
+
+def test_held_out_windows_are_none_of_the_tuned_ones_and_run_with_their_own_seeds(
+    tmp_path, monkeypatch, capsys
+):
+    """`--held-out` runs HELD_OUT with seeds 10-12 (or the seeds given): no window of it is one
+    the goals table reports, each trace and load is there once (rows are keyed by both), and a
+    window's own host size reaches the cluster (the 4-GPU Philly week has 4-GPU hosts)."""
+    tuned = {(w.trace, w.days, w.load, w.gpus_per_host) for w in T.WINDOWS}
+    assert not tuned & {(w.trace, w.days, w.load, w.gpus_per_host) for w in T.HELD_OUT}
+    keys = [(w.trace, w.load) for w in T.HELD_OUT]
+    assert len(keys) == len(set(keys))
+    calls: list[tuple] = []
+
+    def run(windows, pols, seed, *args, **kw):  # the windows and seed asked for, run on nothing
+        calls.append((windows, seed))
+        return T.Table([], [], [], 0.0, 1, T.datetime.now(T.UTC))
+
+    monkeypatch.setattr(T, "run", run)
+    monkeypatch.setattr(T, "write_csv", lambda path, rows: None)  # no rows to write
+    assert T.main(["--held-out", "--out", str(tmp_path)]) == 0
+    assert calls == [(T.HELD_OUT, s) for s in (10, 11, 12)]
+    calls.clear()
+    assert T.main(["--held-out", "--seeds", "13", "--out", str(tmp_path)]) == 0
+    assert calls == [(T.HELD_OUT, 13)]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        T.main(["--held-out", "--tiny"])
+    assert exc.value.code == 2 and "one set of windows" in capsys.readouterr().err
+    four = next(w for w in T.HELD_OUT if w.gpus_per_host)
+    (setup,) = S.make_setups(
+        [four.trace], [four.load], {four.trace: 0.05}, four.gpus_per_host, S.Options(seed=10)
+    )
+    assert set(setup.hosts) == {4}
