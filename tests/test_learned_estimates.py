@@ -165,3 +165,54 @@ def test_no_worst_case_until_enough_estimates_were_checked():
     assert upper_ratio([2.0] * (MIN_RATIOS - 1)) is None
     assert upper_ratio([2.0] * MIN_RATIOS) == 2.0
     assert upper_ratio([1.0] * 9 + [10.0]) > 1.0  # one bad miss in ten moves the worst case
+
+
+@pytest.mark.parametrize(
+    ("asked_min", "ran_h", "expected_h"),
+    [
+        (600, 4.0, 6.0),  # 10 h asked, 4 h run: what remains
+        (600, 9.99, 1 / 60),  # nearly done: a minute at least
+        (1, 6.0, 6.0),  # a minute asked, six hours run: as long again, not a minute
+    ],
+)
+def test_a_resumed_job_that_outran_its_estimate_expects_as_long_again(
+    tmp_path, asked_min, ran_h, expected_h
+):
+    """A job paused at a checkpoint and queued again expects what remains of its estimate after
+    its attempts; once those outran the estimate, as long again as they ran (bob has no
+    history, so his estimate is as asked and its worst case the same). Read as a minute, a job
+    whose estimate was a lie would go to the head of the srpt queue at every resume."""
+    store = Store(f"sqlite:///{tmp_path}/s.db")
+    with store.session() as s:
+        job = Job(
+            name="long",
+            owner="bob",
+            state="queued",
+            params={},
+            spec={
+                "name": "long",
+                "command": ["true"],
+                "resources": {"gpus": 1, "expected_duration_min": asked_min},
+            },
+            created_at=NOON - timedelta(days=1),
+            updated_at=NOON,
+            resume_from="/ckpt/long/step-100",
+        )
+        s.add(job)
+        s.flush()
+        start = NOON - timedelta(hours=ran_h + 1)
+        s.add(
+            Attempt(
+                job_id=job.id,
+                number=1,
+                state="ended",
+                outcome="preempted",
+                gpus=[0],
+                started_at=start,
+                ended_at=start + timedelta(hours=ran_h),
+            )
+        )
+        s.commit()
+    (p,) = load_snapshot(store, NOON).pending
+    assert p.expected_duration_s == pytest.approx(expected_h * H)
+    assert p.expected_upper_s is not None and p.expected_upper_s >= p.expected_duration_s

@@ -99,3 +99,33 @@ def test_the_daemon_passes_its_setting_in_seconds(tmp_path, monkeypatch, minutes
     )
     Engine(store, RecordingRay(tmp_path / "runs"), settings, clock=lambda: NOW).place_queued(NOW)
     assert seen and seen[-1].preempt_min_left_s == minutes * 60
+
+
+@pytest.mark.parametrize(
+    ("ran_h", "upper_left_h", "paused"),
+    [
+        (6.0, None, True),  # a 1-minute estimate, six hours in: as long again left, paused
+        (0.25, None, False),  # 15 minutes in: read as 15 minutes left, left to finish
+        (6.0, 0.2, False),  # its worst case by history ends in 12 minutes: left to finish
+        (6.0, 3.0, True),  # its worst case is 3 hours off: paused
+    ],
+)
+def test_a_job_that_outran_its_estimate_is_not_read_as_about_to_end(ran_h, upper_left_h, paused):
+    """A pausable job whose estimate ran out (a minute asked, hours run: a bad guess, or a lie
+    to jump the srpt queue) is taken to have left the rest of its worst case, else as long again
+    as it has run, not nothing: read as about to end, `preempt_min_left_s` would never let a
+    5-minute job pause it, however long it goes on."""
+    started = NOW - timedelta(hours=ran_h)
+    upper = NOW + timedelta(hours=upper_left_h) if upper_left_h is not None else None
+    run = [
+        running(
+            1,
+            [0],
+            0.0,
+            started_at=started,
+            submitted_at=started,
+            upper_end=upper,
+        ).model_copy(update={"expected_end": started + timedelta(minutes=1)})
+    ]
+    d = place(srpt([pending(2, 1, 5 / 60)], 1, run, preempt_margin=1, preempt_min_left_s=1800.0))
+    assert [p.victim_job_id for p in d.preemptions] == ([1] if paused else [])

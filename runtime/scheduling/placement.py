@@ -1311,6 +1311,20 @@ def penalty_of(snap: Snapshot) -> Callable[[float, float, int], float]:
     return lambda _dur, _att, _k: 0.0
 
 
+def outrun_left(
+    upper_end: datetime | None, now: datetime, started: datetime, attained_gpu_s: float, gpus: int
+) -> float:
+    """Seconds a running job that has outrun its estimate is taken to have left, for whether
+    and whom to preempt: up to its worst case by the history of such estimates while that is
+    ahead, else as long again as it has run (its estimate is doubled, as backfill schedulers
+    do with runtime predictions a job outlives; Tsafrir et al. 2007). Read as about to end, a
+    job whose estimate was far too short (or a lie: a minute for a day) would never be paused
+    and would rank above every waiting job."""
+    if upper_end is not None and upper_end > now:
+        return (upper_end - now).total_seconds()
+    return (now - started).total_seconds() + attained_gpu_s / max(1, gpus)
+
+
 PROMOTED = 1e12  # the starvation guard's boost: above any priority, aging or deadline boost
 
 
@@ -1877,6 +1891,8 @@ class _Placer:
                     e = 2 * PROMOTED
                 else:
                     left = (ends_of[f["id"]] - now).total_seconds()
+                    if left <= 0.0:  # it has outrun its estimate: not about to end, as read
+                        left = outrun_left(f["upper_end"], now, started, f["attained_gpu_s"], n)
                     if left < snap.preempt_min_left_s:
                         continue  # nearly done: not worth its redone work
                     ran = n * (now - started).total_seconds()

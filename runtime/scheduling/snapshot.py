@@ -401,7 +401,8 @@ def load_snapshot(
         finished jobs of the same names and owners (estimates.py: this job's earlier runs, else
         the owner's estimate scaled by how their estimates turned out, else runs of its name),
         else the snapshot default; a job resumed from a checkpoint expects what remains after its earlier
-        attempts; a running job ends by its timeout at the latest. Backoff: a queued job whose last
+        attempts (once they outran the estimate: the rest of its worst case, else as long again);
+        a running job ends by its timeout at the latest. Backoff: a queued job whose last
         attempt failed waits its backoff from the attempt's end: counted on the monotonic clock given
     in `mono` (now, boot id) where the attempt ended on this boot, so a wall-clock step moves no
     backoff; else from `ended_at` by the wall clock. A job may be
@@ -669,8 +670,13 @@ def load_snapshot(
             if scope is not None and job_id not in scope:
                 continue
             if expected is not None and resume_from:
-                expected = max(60.0, expected - ran_s.get(job_id, 0.0))
-                upper = max(expected, (upper or expected) - ran_s.get(job_id, 0.0))
+                ran = ran_s.get(job_id, 0.0)
+                if ran < expected:
+                    expected = max(60.0, expected - ran)
+                else:  # it outran its estimate: the rest of its worst case, else as long again
+                    rest = (upper or 0.0) - ran  # (placement.outrun_left, for a running job)
+                    expected = rest if rest >= 60.0 else max(60.0, ran)
+                upper = max(expected, (upper or expected) - ran)
             not_before = None
             if att is not None and att.outcome in FAILED_OUTCOMES and att.ended_at:
                 not_before = backoff.not_before(att.ended_at, att.number, job_id, retry_wait_s)
