@@ -1077,7 +1077,7 @@ class _Run:
     def _pause(self, jid: int, t: float, tariff: bool = True) -> None:
         """A pause at a checkpoint (the tariff's, or a preemption): back to the queue with what
         remains, plus the work redone since the last checkpoint; the estimate stays the user's
-        factor x what remains."""
+        factor x what remains, unless the job outran its estimate (as long again, then)."""
         j = self.jobs.get(jid)
         if j is None or jid not in self.running:
             return
@@ -1086,7 +1086,10 @@ class _Run:
         j.rem = j.rem - (t - j.seg_start) * j.rate + self.opts.pause_overhead_s
         j.redo += self.opts.pause_overhead_s
         attained = j.ran * j.sj.gpus  # GPUs held x time, as place() counts a running job
-        j.model = self._pending_model(j.sj, j.rem * j.sj.overestimate, attained)
+        expected = j.rem * j.sj.overestimate
+        if j.ran >= j.sj.duration_s * j.sj.overestimate:  # it outran its estimate: as the
+            expected = max(60.0, j.ran)  # daemon queues it again, as long again (snapshot.py)
+        j.model = self._pending_model(j.sj, expected, attained)
         j.key = self._key(j.sj, j.model)
         bisect.insort(self.queue, j.key)
         if j.model.cost_class == "cost_sensitive":
