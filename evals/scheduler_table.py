@@ -438,8 +438,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--seeds",
         default=None,
-        help=f"comma list of seeds (default 0; {HELD_OUT_SEEDS} with --held-out): each runs every window anew (its jobs' estimates, "
-        "deadlines and health events drawn again), and the goals are counted over all",
+        help=f"comma list of seeds (default 0; {HELD_OUT_SEEDS} with --held-out): each runs "
+        "every window anew (its jobs' estimates, deadlines and health events drawn again), and "
+        "the goals are counted over all",
     )
     parser.add_argument("--tiny", action="store_true", help="windows of minutes: a smoke test")
     parser.add_argument(
