@@ -191,7 +191,7 @@ def test_held_out_windows_are_none_of_the_tuned_ones_and_run_with_their_own_seed
 ):
     """`--held-out` runs HELD_OUT with seeds 10-12 (or the seeds given): no window of it is one
     the goals table reports, each trace and load is there once (rows are keyed by both), and a
-    window's own host size reaches the cluster (the 4-GPU Philly week has 4-GPU hosts)."""
+    window's own host size reaches the cluster (the 4-GPU Philly window has 4-GPU hosts)."""
     tuned = {(w.trace, w.days, w.load, w.gpus_per_host) for w in T.WINDOWS}
     assert not tuned & {(w.trace, w.days, w.load, w.gpus_per_host) for w in T.HELD_OUT}
     keys = [(w.trace, w.load) for w in T.HELD_OUT]
