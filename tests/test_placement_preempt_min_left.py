@@ -117,15 +117,8 @@ def test_a_job_that_outran_its_estimate_is_not_read_as_about_to_end(ran_h, upper
     5-minute job pause it, however long it goes on."""
     started = NOW - timedelta(hours=ran_h)
     upper = NOW + timedelta(hours=upper_left_h) if upper_left_h is not None else None
-    run = [
-        running(
-            1,
-            [0],
-            0.0,
-            started_at=started,
-            submitted_at=started,
-            upper_end=upper,
-        ).model_copy(update={"expected_end": started + timedelta(minutes=1)})
-    ]
+    # a minute's estimate from its start: its expected end is that far past
+    left_h = 1 / 60 - ran_h
+    run = [running(1, [0], left_h, started_at=started, submitted_at=started, upper_end=upper)]
     d = place(srpt([pending(2, 1, 5 / 60)], 1, run, preempt_margin=1, preempt_min_left_s=1800.0))
     assert [p.victim_job_id for p in d.preemptions] == ([1] if paused else [])
