@@ -142,8 +142,12 @@ def _final(s: Session, job: Job, attempts: list[Attempt]) -> bool:
     """Whether the job has ended for good. A failed job is final once its failed attempts reach
     max_attempts (recovery stops there), or once a recovery of it finished (its goal's
     `goal.finish` event) after the job last became failed and left it failed: it gave up
-    (not retryable, or the same failure twice). Until then recovery may still requeue it."""
-    from sqlmodel import col, select
+    (not retryable, or the same failure twice). Until then recovery may still requeue it.
+
+    The job's state is taken from its last `job.state` event, read in the same statement as the
+    recovery's end: the row read before may be older than both, and a recovery that requeued the
+    job and finished in between would make a stale `failed` look given up."""
+    from sqlmodel import and_, col, func, or_, select
 
     from nightshift.runtime.store import lifecycle
     from nightshift.runtime.store.db import AuditEvent
@@ -154,22 +158,20 @@ def _final(s: Session, job: Job, attempts: list[Attempt]) -> bool:
         return False
     if lifecycle.failures([a.outcome for a in attempts]) >= job.max_attempts:
         return True
-    moves = s.exec(
-        select(AuditEvent.id, AuditEvent.payload)
-        .where(col(AuditEvent.job_id) == job.id, col(AuditEvent.action) == "job.state")
-        .order_by(col(AuditEvent.id).desc())
-        .limit(20)
-    )
-    failed_at = next((i for i, p in moves if p.get("after") == "failed"), None)
-    if failed_at is None:
-        return False
-    goal = f"recover-job-{job.id}"
-    finished = s.exec(
-        select(AuditEvent.payload).where(
-            col(AuditEvent.id) > failed_at, col(AuditEvent.action) == "goal.finish"
+    moved = and_(col(AuditEvent.job_id) == job.id, col(AuditEvent.action) == "job.state")
+    last_move = select(func.max(AuditEvent.id)).where(moved).scalar_subquery()
+    since = s.exec(
+        select(AuditEvent.action, AuditEvent.payload)
+        .where(
+            col(AuditEvent.id) >= last_move,
+            or_(moved, col(AuditEvent.action) == "goal.finish"),
         )
-    )
-    return any(p.get("goal") == goal for p in finished)
+        .order_by(col(AuditEvent.id))
+    ).all()
+    if not since or since[0][0] != "job.state" or since[0][1].get("after") != "failed":
+        return False  # moved on since the row was read (requeued, resumed), or never moved
+    goal = f"recover-job-{job.id}"
+    return any(action == "goal.finish" and p.get("goal") == goal for action, p in since[1:])
 
 
 def _from(workspace: Path, log: Path, offset: int, ended: bool) -> tuple[list[str], int, bool]:
