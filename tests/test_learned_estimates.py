@@ -216,3 +216,47 @@ def test_a_resumed_job_that_outran_its_estimate_expects_as_long_again(
     (p,) = load_snapshot(store, NOON).pending
     assert p.expected_duration_s == pytest.approx(expected_h * H)
     assert p.expected_upper_s is not None and p.expected_upper_s >= p.expected_duration_s
+
+
+@pytest.mark.parametrize(("resumed", "left_h"), [(True, 6.0), (False, 10.0)])
+def test_a_running_resumed_job_ends_by_what_its_earlier_attempts_left(tmp_path, resumed, left_h):
+    """Bob asked 10 h; his first attempt ran 4 h and was paused at a checkpoint. Its second,
+    running for half an hour, resumed from that checkpoint: it is expected to end 6 h after it
+    started, not 10 (as the queue expected it, and as the simulator runs it). Restarted from
+    scratch, the whole 10 h."""
+    store = Store(f"sqlite:///{tmp_path}/s.db")
+    with store.session() as s:
+        job = Job(
+            name="long",
+            owner="bob",
+            state="running",
+            params={},
+            spec={
+                "name": "long",
+                "command": ["true"],
+                "resources": {"gpus": 1, "expected_duration_min": 600},
+            },
+            created_at=NOON - timedelta(days=1),
+            updated_at=NOON,
+            resume_from="/ckpt/long/step-100" if resumed else None,
+        )
+        s.add(job)
+        s.flush()
+        first = NOON - timedelta(hours=6)
+        second = NOON - timedelta(minutes=30)
+        s.add(
+            Attempt(
+                job_id=job.id,
+                number=1,
+                state="ended",
+                outcome="preempted",
+                gpus=[0],
+                started_at=first,
+                ended_at=first + timedelta(hours=4),
+            )
+        )
+        s.add(Attempt(job_id=job.id, number=2, state="running", gpus=[0], started_at=second))
+        s.commit()
+    (r,) = load_snapshot(store, NOON).running
+    assert r.expected_end == second + timedelta(hours=left_h)
+    assert r.upper_end is not None and r.upper_end >= r.expected_end

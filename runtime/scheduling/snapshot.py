@@ -370,6 +370,19 @@ def _back_by(
     return taken_at + timedelta(seconds=max(0, left) * interval_s)
 
 
+def _left_after(expected: float, upper: float | None, ran: float) -> tuple[float, float]:
+    """A job resumed from a checkpoint after its attempts ran `ran` seconds: what is left of its
+    estimate (at least a minute) and of its worst case. One that outran its estimate has the
+    rest of its worst case, else as long again as it ran (placement.outrun_left, for a running
+    job past its end)."""
+    if ran < expected:
+        left = max(60.0, expected - ran)
+    else:
+        rest = (upper or 0.0) - ran
+        left = rest if rest >= 60.0 else max(60.0, ran)
+    return left, max(left, (upper or expected) - ran)
+
+
 def load_snapshot(
     store: Store,
     now: datetime,
@@ -400,8 +413,8 @@ def load_snapshot(
         decoding each whole spec costs ten times more). Expected duration: learned from the
         finished jobs of the same names and owners (estimates.py: this job's earlier runs, else
         the owner's estimate scaled by how their estimates turned out, else runs of its name),
-        else the snapshot default; a job resumed from a checkpoint expects what remains after its earlier
-        attempts (once they outran the estimate: the rest of its worst case, else as long again);
+        else the snapshot default; a job resumed from a checkpoint, waiting or running, expects what
+        remains after its earlier attempts (once they outran the estimate: the rest of its worst case, else as long again);
         a running job ends by its timeout at the latest. Backoff: a queued job whose last
         attempt failed waits its backoff from the attempt's end: counted on the monotonic clock given
     in `mono` (now, boot id) where the attempt ended on this boot, so a wall-clock step moves no
@@ -670,13 +683,7 @@ def load_snapshot(
             if scope is not None and job_id not in scope:
                 continue
             if expected is not None and resume_from:
-                ran = ran_s.get(job_id, 0.0)
-                if ran < expected:
-                    expected = max(60.0, expected - ran)
-                else:  # it outran its estimate: the rest of its worst case, else as long again
-                    rest = (upper or 0.0) - ran  # (placement.outrun_left, for a running job)
-                    expected = rest if rest >= 60.0 else max(60.0, ran)
-                upper = max(expected, (upper or expected) - ran)
+                expected, upper = _left_after(expected, upper, ran_s.get(job_id, 0.0))
             not_before = None
             if att is not None and att.outcome in FAILED_OUTCOMES and att.ended_at:
                 not_before = backoff.not_before(att.ended_at, att.number, job_id, retry_wait_s)
@@ -727,6 +734,8 @@ def load_snapshot(
             if node is not None and att is not None and att.node not in (node, ""):
                 continue  # another node's run: its GPUs and slots are not ours
             started = att.started_at if att is not None and att.ended_at is None else None
+            if expected is not None and resume_from:  # this attempt carries on the earlier ones'
+                expected, upper = _left_after(expected, upper, ran_s.get(job_id, 0.0))
             end = worst = None
             if started is not None:
                 if expected is not None:
