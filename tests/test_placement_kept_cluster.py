@@ -194,11 +194,14 @@ def test_a_tick_rebuilds_only_the_gpus_that_changed(monkeypatch) -> None:
     assert len(built) == len(got.gpus)
 
 
-def test_an_overdue_job_is_expected_to_end_now_however_overdue() -> None:
-    """Why: the cluster keeps expected ends as given, overdue or not (so that a kept one need
-    not change a GPU when only the clock moves); every overdue job, alone or sharing, and a
-    GPU whose return from quarantine is overdue, must read as free from now, alike: the
-    reservation takes the first host as before, not the host whose job was due longest ago."""
+def test_an_overdue_job_is_expected_to_run_as_long_again_not_to_end_now() -> None:
+    """Why: a job that outran its estimate is not about to end (`outrun_left`): with no worst
+    case known it is taken to run as long again as it has run. Read as free from now, the
+    GPUs of a job overdue by minutes and of one overdue by a day would be alike, and a wide
+    job's reservation would keep free GPUs idle beside either for as long as it overran. Every
+    overdue job, alone or sharing, is read so: of two due an hour ago, the one that has run
+    2 h is expected to end first (in 2 h), not the first host's, that has run 9 h. A GPU whose
+    return from quarantine is overdue still reads as free from now."""
     from nightshift.runtime.scheduling.placement import GpuSlot, PendingJob
 
     now = datetime(2026, 12, 7, 12, 0)
@@ -206,29 +209,33 @@ def test_an_overdue_job_is_expected_to_end_now_however_overdue() -> None:
     def slot(i: int, **kw: object) -> GpuSlot:
         return GpuSlot(index=i, host=f"h{i}", memory_total_mib=81920.0, memory_used_mib=0.0, **kw)
 
-    def job(i: int, hours_over: float, share: bool) -> RunningJob:
+    def job(i: int, ran_h: float, share: bool) -> RunningJob:
         return RunningJob(
             id=10 + i,
             gpus=[i],
             share_gpu=share,
             gpu_memory_cap_gb=60 if share else None,
-            started_at=now - timedelta(hours=9),
-            expected_end=now - timedelta(hours=hours_over),
+            started_at=now - timedelta(hours=ran_h),
+            expected_end=now - timedelta(hours=1),
         )
 
     wants = PendingJob(id=2, gpus=1, gpu_memory_gb=40, share_gpu=True, submitted_at=now)
-    worlds = [([slot(0), slot(1)], [job(0, 1, share), job(1, 3, share)]) for share in (False, True)]
+    worlds = [
+        ([slot(0), slot(1)], [job(0, 9, share), job(1, 2, share)], (now + timedelta(hours=2), [1]))
+        for share in (False, True)
+    ]
     worlds.append(
         (
             [slot(0), slot(1, verdict="CRITICAL", back_by=now - timedelta(hours=3))],
-            [job(0, 1, False)],
+            [job(0, 9, False)],
+            (now, [1]),
         )
     )
-    for gpus, running in worlds:
+    for gpus, running, reserved in worlds:
         s = Snapshot(now=now, gpus=gpus, running=running, pending=[wants])
         for fast in (True, False):
             got = place(s, _fast=fast).reservation
-            assert got is not None and (got.at, got.gpus) == (now, [0]), (running, gpus)
+            assert got is not None and (got.at, got.gpus) == reserved, (running, gpus)
 
 
 def test_after_a_busy_tick_it_builds_afresh_for_a_while_then_keeps_again() -> None:

@@ -1852,15 +1852,21 @@ class _Placer:
         if not any_gpu:
             return
         default_end = timedelta(seconds=self.default_s)
-        expected: dict[int, datetime] = {}  # as expected, overdue or not
+        # When each running job is taken to end. One that outran its estimate is not about to
+        # end (`outrun_left`): read as ending any moment, its GPUs would be reserved (and the
+        # free ones beside them kept idle) for as long as it overruns.
         ends_of: dict[int, datetime] = {}
         for r in snap.running:
-            end = expected[r.id] = r.expected_end or ((r.started_at or now) + default_end)
-            ends_of[r.id] = end if end > now else now  # overdue: could end any moment
+            end = r.expected_end or ((r.started_at or now) + default_end)
+            if end <= now:
+                started = r.started_at or now
+                left = outrun_left(r.upper_end, now, started, r.attained_gpu_s, len(r.gpus))
+                end = now + timedelta(seconds=left)
+            ends_of[r.id] = end
         self.cluster = (
-            self.kept.get(snap, expected)
+            self.kept.get(snap, ends_of)
             if self.kept is not None
-            else _Cluster(snap, expected, self.fast)
+            else _Cluster(snap, ends_of, self.fast)
         )
         if snap.preempt_margin is not None:
             penalty = penalty_of(
@@ -1891,8 +1897,6 @@ class _Placer:
                     e = 2 * PROMOTED
                 else:
                     left = (ends_of[f["id"]] - now).total_seconds()
-                    if left <= 0.0:  # it has outrun its estimate: not about to end, as read
-                        left = outrun_left(f["upper_end"], now, started, f["attained_gpu_s"], n)
                     if left < snap.preempt_min_left_s:
                         continue  # nearly done: not worth its redone work
                     ran = n * (now - started).total_seconds()
