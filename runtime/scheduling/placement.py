@@ -468,9 +468,9 @@ class _HolderState:
 
 class _Cluster:
     """The GPUs as a call sees them: who is on each, what is free, per host. Expected ends are
-    kept as given, overdue or not, and read as now at the earliest (`ready_at`), so that a
-    cluster kept between calls (`_KeptCluster`) need not change a GPU when only the clock
-    moved."""
+    kept as given (a job that outran its estimate comes with the end `outrun_left` gives it,
+    which moves with the clock: a cluster kept between calls moves it as it moves a changed
+    estimate) and read as now at the earliest (`ready_at`)."""
 
     def __init__(
         self,
@@ -1314,12 +1314,13 @@ def penalty_of(snap: Snapshot) -> Callable[[float, float, int], float]:
 def outrun_left(
     upper_end: datetime | None, now: datetime, started: datetime, attained_gpu_s: float, gpus: int
 ) -> float:
-    """Seconds a running job that has outrun its estimate is taken to have left, for whether
-    and whom to preempt: up to its worst case by the history of such estimates while that is
-    ahead, else as long again as it has run (its estimate is doubled, as backfill schedulers
-    do with runtime predictions a job outlives; Tsafrir et al. 2007). Read as about to end, a
-    job whose estimate was far too short (or a lie: a minute for a day) would never be paused
-    and would rank above every waiting job."""
+    """Seconds a running job that has outrun its estimate is taken to have left, for whom to
+    preempt and when its GPUs free up (reservations): up to its worst case by the history of
+    such estimates while that is ahead, else as long again as it has run (its estimate is
+    doubled, as backfill schedulers do with runtime predictions a job outlives; Tsafrir et al.
+    2007). Read as about to end, a job whose estimate was far too short (or a lie: a minute for
+    a day) would never be paused, would rank above every waiting job, and a reservation on its
+    GPUs would keep the free ones beside them idle for as long as it overran."""
     if upper_end is not None and upper_end > now:
         return (upper_end - now).total_seconds()
     return (now - started).total_seconds() + attained_gpu_s / max(1, gpus)
