@@ -194,13 +194,14 @@ def test_a_tick_rebuilds_only_the_gpus_that_changed(monkeypatch) -> None:
     assert len(built) == len(got.gpus)
 
 
-def test_an_overdue_job_is_expected_to_run_as_long_again_not_to_end_now() -> None:
-    """Why: a job that outran its estimate is not about to end (`outrun_left`): with no worst
-    case known it is taken to run as long again as it has run. Read as free from now, the
-    GPUs of a job overdue by minutes and of one overdue by a day would be alike, and a wide
-    job's reservation would keep free GPUs idle beside either for as long as it overran. Every
-    overdue job, alone or sharing, is read so: of two due an hour ago, the one that has run
-    2 h is expected to end first (in 2 h), not the first host's, that has run 9 h. A GPU whose
+def test_an_overdue_job_is_expected_to_run_on_not_to_end_now() -> None:
+    """Why: a job that outran its estimate is not about to end (`outrun_end`): with no worst
+    case known, its estimate is doubled until its end lies at least as far ahead as it has run.
+    Read as free from now, the GPUs of a job overdue by minutes and of one overdue by a day
+    would be alike, and a wide job's reservation would keep free GPUs idle beside either for as
+    long as it overran. Every overdue job, alone or sharing, is read so: of two due an hour
+    ago, the one that has run 2 h (estimate 1 h, doubled twice) is expected to end first, in
+    2 h, not the first host's, that has run 9 h (8 h, doubled twice: in 23 h). A GPU whose
     return from quarantine is overdue still reads as free from now."""
     from nightshift.runtime.scheduling.placement import GpuSlot, PendingJob
 
@@ -236,6 +237,32 @@ def test_an_overdue_job_is_expected_to_run_as_long_again_not_to_end_now() -> Non
         for fast in (True, False):
             got = place(s, _fast=fast).reservation
             assert got is not None and (got.at, got.gpus) == reserved, (running, gpus)
+
+
+@given(
+    estimate_s=st.floats(0, 86_400.0),
+    ran_s=st.floats(1.0, 30 * 86_400.0),
+    before_s=st.floats(0, 86_400.0),
+    later_s=st.floats(0, 30 * 86_400.0),
+)
+def test_an_overdue_jobs_end_is_as_far_ahead_as_it_ran_and_stays_put(
+    estimate_s: float, ran_s: float, before_s: float, later_s: float
+) -> None:
+    """Why: an overdue job's end (`outrun_end`, no worst case known) lies at least as far ahead
+    as the job has run in all (this attempt and `before_s` of earlier ones), and at most three
+    times that; and it does not move at the next call while the job has not outrun it again, so
+    the cluster kept between calls keeps it (half of the jobs outrun a median estimate)."""
+    now = datetime(2026, 12, 8, 12, 0)
+    ran = ran_s + before_s
+    started = now - timedelta(seconds=ran_s)
+    estimate = min(estimate_s, ran - 1.0)
+    expected = started - timedelta(seconds=before_s) + timedelta(seconds=estimate)
+    end = placement.outrun_end(expected, None, now, started, before_s * 2, 2)
+    ahead = (end - now).total_seconds()
+    assert ran - 1e-3 <= ahead <= 3 * max(ran, 60.0) + 1e-3
+    later = now + timedelta(seconds=later_s)
+    if (end - later).total_seconds() >= ran + later_s + 1.0:  # not outrun yet, as read then
+        assert placement.outrun_end(expected, None, later, started, before_s * 2, 2) == end
 
 
 def test_after_a_busy_tick_it_builds_afresh_for_a_while_then_keeps_again() -> None:

@@ -468,9 +468,8 @@ class _HolderState:
 
 class _Cluster:
     """The GPUs as a call sees them: who is on each, what is free, per host. Expected ends are
-    kept as given (a job that outran its estimate comes with the end `outrun_left` gives it,
-    which moves with the clock: a cluster kept between calls moves it as it moves a changed
-    estimate) and read as now at the earliest (`ready_at`)."""
+    kept as given (a job that outran its estimate comes with the end `outrun_end` gives it)
+    and read as now at the earliest (`ready_at`)."""
 
     def __init__(
         self,
@@ -1311,19 +1310,32 @@ def penalty_of(snap: Snapshot) -> Callable[[float, float, int], float]:
     return lambda _dur, _att, _k: 0.0
 
 
-def outrun_left(
-    upper_end: datetime | None, now: datetime, started: datetime, attained_gpu_s: float, gpus: int
-) -> float:
-    """Seconds a running job that has outrun its estimate is taken to have left, for whom to
-    preempt and when its GPUs free up (reservations): up to its worst case by the history of
-    such estimates while that is ahead, else as long again as it has run (its estimate is
-    doubled, as backfill schedulers do with runtime predictions a job outlives; Tsafrir et al.
-    2007). Read as about to end, a job whose estimate was far too short (or a lie: a minute for
-    a day) would never be paused, would rank above every waiting job, and a reservation on its
-    GPUs would keep the free ones beside them idle for as long as it overran."""
+def outrun_end(
+    expected_end: datetime,
+    upper_end: datetime | None,
+    now: datetime,
+    started: datetime,
+    attained_gpu_s: float,
+    gpus: int,
+) -> datetime:
+    """When a running job that has outrun its estimate is taken to end, for whom to preempt and
+    when its GPUs free up (reservations): at its worst case by the history of such estimates
+    while that is ahead; past it, its estimate doubled until the end lies at least as far
+    ahead as the job has run (backfill schedulers double a runtime prediction a job outlives;
+    Tsafrir et al. 2007). Read as about to end, a job whose estimate was far too short (or a
+    lie: a minute for a day) would never be paused, would rank above every waiting job, and a
+    reservation on its GPUs would keep the free ones beside them idle for as long as it
+    overran. Doubled, the end stays put from one call to the next until the job outruns it
+    again: a cluster kept between calls need not move it at every call (half of the jobs
+    outrun a median estimate)."""
     if upper_end is not None and upper_end > now:
-        return (upper_end - now).total_seconds()
-    return (now - started).total_seconds() + attained_gpu_s / max(1, gpus)
+        return upper_end
+    origin = started - timedelta(seconds=attained_gpu_s / max(1, gpus))  # its earlier attempts
+    span = max(60.0, ((upper_end or expected_end) - origin).total_seconds())
+    ran = (now - origin).total_seconds()
+    while span < 2.0 * ran:
+        span *= 2.0
+    return origin + timedelta(seconds=span)
 
 
 PROMOTED = 1e12  # the starvation guard's boost: above any priority, aging or deadline boost
@@ -1854,15 +1866,14 @@ class _Placer:
             return
         default_end = timedelta(seconds=self.default_s)
         # When each running job is taken to end. One that outran its estimate is not about to
-        # end (`outrun_left`): read as ending any moment, its GPUs would be reserved (and the
+        # end (`outrun_end`): read as ending any moment, its GPUs would be reserved (and the
         # free ones beside them kept idle) for as long as it overruns.
         ends_of: dict[int, datetime] = {}
         for r in snap.running:
             end = r.expected_end or ((r.started_at or now) + default_end)
             if end <= now:
                 started = r.started_at or now
-                left = outrun_left(r.upper_end, now, started, r.attained_gpu_s, len(r.gpus))
-                end = now + timedelta(seconds=left)
+                end = outrun_end(end, r.upper_end, now, started, r.attained_gpu_s, len(r.gpus))
             ends_of[r.id] = end
         self.cluster = (
             self.kept.get(snap, ends_of)

@@ -373,7 +373,7 @@ def _back_by(
 def _left_after(expected: float, upper: float | None, ran: float) -> tuple[float, float]:
     """A job resumed from a checkpoint after its attempts ran `ran` seconds: what is left of its
     estimate (at least a minute) and of its worst case. One that outran its estimate has the
-    rest of its worst case, else as long again as it ran (placement.outrun_left, for a running
+    rest of its worst case, else as long again as it ran (placement.outrun_end, for a running
     job past its end)."""
     if ran < expected:
         left = max(60.0, expected - ran)
