@@ -1320,22 +1320,28 @@ def outrun_end(
 ) -> datetime:
     """When a running job that has outrun its estimate is taken to end, for whom to preempt and
     when its GPUs free up (reservations): at its worst case by the history of such estimates
-    while that is ahead; past it, its estimate doubled until the end lies at least as far
-    ahead as the job has run (backfill schedulers double a runtime prediction a job outlives;
-    Tsafrir et al. 2007). Read as about to end, a job whose estimate was far too short (or a
-    lie: a minute for a day) would never be paused, would rank above every waiting job, and a
-    reservation on its GPUs would keep the free ones beside them idle for as long as it
-    overran. Doubled, the end stays put from one call to the next until the job outruns it
-    again: a cluster kept between calls need not move it at every call (half of the jobs
-    outrun a median estimate)."""
+    while that is ahead; past it, about as long again as it has run (backfill schedulers
+    extend a runtime prediction a job outlives; Tsafrir et al. 2007). Read as about to end, a
+    job whose estimate was far too short (or a lie: a minute for a day) would never be paused,
+    would rank above every waiting job, and a reservation on its GPUs would keep the free ones
+    beside them idle for as long as it overran.
+
+    "As long again" is read in steps: the estimate grows by a quarter at a time until the end
+    lies at least as far ahead as the job has run (so 1 to 1.5 times that), and stays put
+    from one call to the next until the job has run a quarter longer. Half of the jobs outrun
+    a median estimate: an end that moved at every call would rebuild the cluster kept between
+    calls at every call."""
     if upper_end is not None and upper_end > now:
         return upper_end
     origin = started - timedelta(seconds=attained_gpu_s / max(1, gpus))  # its earlier attempts
     span = max(60.0, ((upper_end or expected_end) - origin).total_seconds())
     ran = (now - origin).total_seconds()
     while span < 2.0 * ran:
-        span *= 2.0
+        span *= OUTRUN_STEP
     return origin + timedelta(seconds=span)
+
+
+OUTRUN_STEP = 1.25  # how much an outrun estimate grows at a time (`outrun_end`)
 
 
 PROMOTED = 1e12  # the starvation guard's boost: above any priority, aging or deadline boost
