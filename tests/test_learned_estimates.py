@@ -167,6 +167,42 @@ def test_no_worst_case_until_enough_estimates_were_checked():
     assert upper_ratio([1.0] * 9 + [10.0]) > 1.0  # one bad miss in ten moves the worst case
 
 
+def _bobs_paused_job(
+    s, state: str, asked_min: float, ran_h: float, ended_at: datetime, resumed: bool = True
+) -> int:
+    """Bob's job "long" (no history: his estimate as asked) whose first attempt ran `ran_h`
+    hours until `ended_at` and was paused at a checkpoint; resumed from it unless told not."""
+    job = Job(
+        name="long",
+        owner="bob",
+        state=state,
+        params={},
+        spec={
+            "name": "long",
+            "command": ["true"],
+            "resources": {"gpus": 1, "expected_duration_min": asked_min},
+        },
+        created_at=NOON - timedelta(days=1),
+        updated_at=NOON,
+        resume_from="/ckpt/long/step-100" if resumed else None,
+    )
+    s.add(job)
+    s.flush()
+    s.add(
+        Attempt(
+            job_id=job.id,
+            number=1,
+            state="ended",
+            outcome="preempted",
+            gpus=[0],
+            started_at=ended_at - timedelta(hours=ran_h),
+            ended_at=ended_at,
+        )
+    )
+    assert job.id is not None
+    return job.id
+
+
 @pytest.mark.parametrize(
     ("asked_min", "ran_h", "expected_h"),
     [
@@ -184,34 +220,7 @@ def test_a_resumed_job_that_outran_its_estimate_expects_as_long_again(
     whose estimate was a lie would go to the head of the srpt queue at every resume."""
     store = Store(f"sqlite:///{tmp_path}/s.db")
     with store.session() as s:
-        job = Job(
-            name="long",
-            owner="bob",
-            state="queued",
-            params={},
-            spec={
-                "name": "long",
-                "command": ["true"],
-                "resources": {"gpus": 1, "expected_duration_min": asked_min},
-            },
-            created_at=NOON - timedelta(days=1),
-            updated_at=NOON,
-            resume_from="/ckpt/long/step-100",
-        )
-        s.add(job)
-        s.flush()
-        start = NOON - timedelta(hours=ran_h + 1)
-        s.add(
-            Attempt(
-                job_id=job.id,
-                number=1,
-                state="ended",
-                outcome="preempted",
-                gpus=[0],
-                started_at=start,
-                ended_at=start + timedelta(hours=ran_h),
-            )
-        )
+        _bobs_paused_job(s, "queued", asked_min, ran_h, NOON - timedelta(hours=1))
         s.commit()
     (p,) = load_snapshot(store, NOON).pending
     assert p.expected_duration_s == pytest.approx(expected_h * H)
@@ -225,37 +234,10 @@ def test_a_running_resumed_job_ends_by_what_its_earlier_attempts_left(tmp_path, 
     started, not 10 (as the queue expected it, and as the simulator runs it). Restarted from
     scratch, the whole 10 h."""
     store = Store(f"sqlite:///{tmp_path}/s.db")
+    second = NOON - timedelta(minutes=30)
     with store.session() as s:
-        job = Job(
-            name="long",
-            owner="bob",
-            state="running",
-            params={},
-            spec={
-                "name": "long",
-                "command": ["true"],
-                "resources": {"gpus": 1, "expected_duration_min": 600},
-            },
-            created_at=NOON - timedelta(days=1),
-            updated_at=NOON,
-            resume_from="/ckpt/long/step-100" if resumed else None,
-        )
-        s.add(job)
-        s.flush()
-        first = NOON - timedelta(hours=6)
-        second = NOON - timedelta(minutes=30)
-        s.add(
-            Attempt(
-                job_id=job.id,
-                number=1,
-                state="ended",
-                outcome="preempted",
-                gpus=[0],
-                started_at=first,
-                ended_at=first + timedelta(hours=4),
-            )
-        )
-        s.add(Attempt(job_id=job.id, number=2, state="running", gpus=[0], started_at=second))
+        job_id = _bobs_paused_job(s, "running", 600, 4.0, NOON - timedelta(hours=2), resumed)
+        s.add(Attempt(job_id=job_id, number=2, state="running", gpus=[0], started_at=second))
         s.commit()
     (r,) = load_snapshot(store, NOON).running
     assert r.expected_end == second + timedelta(hours=left_h)
