@@ -6,10 +6,11 @@ from __future__ import annotations
 import math
 
 from nightshift.evals import liars as L
+from nightshift.evals import scheduler_table as T
 
 
 def test_every_long_job_lies_at_share_one_and_the_rest_are_honest(monkeypatch, capsys):
-    monkeypatch.setattr(L, "WINDOWS", (("philly", 0.1, 0.8),))
+    monkeypatch.setattr(L, "WINDOWS", (T.Window("philly", 0.1, 0.8),))
     (row,) = L.run(["nightshift-notariff"], share=1.0)
     (none,) = L.run(["nightshift-notariff"], share=1e-9)
     assert row["liars"] > 0 and none["liars"] == 0

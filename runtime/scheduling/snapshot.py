@@ -413,10 +413,11 @@ def load_snapshot(
         decoding each whole spec costs ten times more). Expected duration: learned from the
         finished jobs of the same names and owners (estimates.py: this job's earlier runs, else
         the owner's estimate scaled by how their estimates turned out, else runs of its name),
-        else the snapshot default; a job resumed from a checkpoint, waiting or running, expects what
-        remains after its earlier attempts (once they outran the estimate: the rest of its worst case, else as long again);
-        a running job ends by its timeout at the latest. Backoff: a queued job whose last
-        attempt failed waits its backoff from the attempt's end: counted on the monotonic clock given
+        else the snapshot default; a job resumed from a checkpoint, waiting or running, expects
+        what remains after its earlier attempts (once they outran the estimate: the rest of its
+        worst case, else as long again); a running job ends by its timeout at the latest.
+        Backoff: a queued job whose last attempt failed waits its backoff from the attempt's
+        end: counted on the monotonic clock given
     in `mono` (now, boot id) where the attempt ended on this boot, so a wall-clock step moves no
     backoff; else from `ended_at` by the wall clock. A job may be
         paused only when its spec allows it and it has a checkpoint to resume from. GPUs: the
